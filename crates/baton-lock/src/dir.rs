@@ -1,0 +1,166 @@
+//! Finding and vetting the baton dir, where all coordination state lives.
+//!
+//! Resolution order (DESIGN.md, decision 10): an explicit path, else
+//! `BATON_DIR`, else `<git common dir>/baton` when inside a git repository
+//! (shared by all worktrees, never tracked), else `$XDG_RUNTIME_DIR/baton`,
+//! else `<temp dir>/baton-<uid>`. The directory is created `0700` if missing
+//! and refused if it is a symlink, not owned by us, or writable by others.
+
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::{IoContext, LockError};
+use crate::name::LockName;
+
+/// A vetted baton dir.
+#[derive(Clone, Debug)]
+pub struct BatonDir {
+    path: PathBuf,
+}
+
+impl BatonDir {
+    /// Resolves the baton dir from an explicit path, the environment or the
+    /// working directory, creates it if needed and vets it.
+    pub fn resolve(explicit: Option<&Path>) -> Result<BatonDir, LockError> {
+        let path = match explicit {
+            Some(p) => p.to_path_buf(),
+            None => default_location()?,
+        };
+        BatonDir::open(path)
+    }
+
+    /// Uses `path` as the baton dir, creating it (mode 0700) if needed.
+    pub fn open(path: impl Into<PathBuf>) -> Result<BatonDir, LockError> {
+        let path = path.into();
+        let path = if path.is_absolute() {
+            path
+        } else {
+            std::env::current_dir()
+                .at("cannot read the working directory for", &path)?
+                .join(path)
+        };
+        match fs::symlink_metadata(&path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&path)
+                    .at("cannot create baton dir", &path)?;
+            }
+            Err(e) => return Err(e).at("cannot inspect baton dir", &path),
+        }
+        vet(&path)?;
+        let dir = BatonDir { path };
+        let locks = dir.locks_dir();
+        match fs::DirBuilder::new().mode(0o700).create(&locks) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e).at("cannot create lock directory", &locks),
+        }
+        vet(&locks)?;
+        Ok(dir)
+    }
+
+    /// The directory itself.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `<baton dir>/locks`, where lock files live.
+    pub fn locks_dir(&self) -> PathBuf {
+        self.path.join("locks")
+    }
+
+    /// The lock file of `name`.
+    pub fn lock_path(&self, name: &LockName) -> PathBuf {
+        self.locks_dir().join(format!("{}.lock", name.file_stem()))
+    }
+}
+
+/// Refuses a directory that another user could tamper with.
+fn vet(path: &Path) -> Result<(), LockError> {
+    let refuse = |reason: String| LockError::UnsafeDir {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let meta = fs::symlink_metadata(path).at("cannot inspect baton dir", path)?;
+    if meta.file_type().is_symlink() {
+        return Err(refuse(
+            "is a symbolic link; use the real directory path".into(),
+        ));
+    }
+    if !meta.is_dir() {
+        return Err(refuse("is not a directory".into()));
+    }
+    let uid = rustix::process::geteuid().as_raw();
+    if meta.uid() != uid {
+        return Err(refuse(format!(
+            "is owned by uid {}, not by you (uid {uid})",
+            meta.uid()
+        )));
+    }
+    if meta.permissions().mode() & 0o002 != 0 {
+        return Err(refuse(
+            "is writable by every user; run `chmod o-w` on it or choose another directory".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn default_location() -> Result<PathBuf, LockError> {
+    if let Some(dir) = std::env::var_os("BATON_DIR").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    let cwd = std::env::current_dir().at("cannot read the working directory", ".")?;
+    if let Some(common) = git_common_dir(&cwd) {
+        return Ok(common.join("baton"));
+    }
+    if let Some(run) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        let run = PathBuf::from(run);
+        if run.is_dir() {
+            return Ok(run.join("baton"));
+        }
+    }
+    let uid = rustix::process::geteuid().as_raw();
+    Ok(std::env::temp_dir().join(format!("baton-{uid}")))
+}
+
+/// The common git dir of the repository containing `start`, found without
+/// running git: `.git` directories, `.git` files of worktrees (`gitdir:`) and
+/// their `commondir` pointers.
+pub fn git_common_dir(start: &Path) -> Option<PathBuf> {
+    for dir in start.ancestors() {
+        let dotgit = dir.join(".git");
+        let meta = match fs::metadata(&dotgit) {
+            Ok(m) => m,
+            Err(_) => continue,
+        };
+        let gitdir = if meta.is_dir() {
+            dotgit
+        } else {
+            let text = fs::read_to_string(&dotgit).ok()?;
+            let target = text.strip_prefix("gitdir:")?.trim();
+            let target = Path::new(target);
+            if target.is_absolute() {
+                target.to_path_buf()
+            } else {
+                dir.join(target)
+            }
+        };
+        let common = match fs::read_to_string(gitdir.join("commondir")) {
+            Ok(rel) => {
+                let rel = Path::new(rel.trim());
+                if rel.is_absolute() {
+                    rel.to_path_buf()
+                } else {
+                    gitdir.join(rel)
+                }
+            }
+            Err(_) => gitdir,
+        };
+        return fs::canonicalize(&common).ok();
+    }
+    None
+}

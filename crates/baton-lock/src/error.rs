@@ -1,0 +1,126 @@
+//! Typed errors of the lock engine.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::wait::WaitPolicy;
+
+/// Everything that can go wrong when using locks.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock name is not acceptable.
+    #[error("invalid lock name {name:?}: {reason}")]
+    InvalidName {
+        /// The rejected name.
+        name: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The lock could not be acquired within the wait policy.
+    #[error("lock '{name}' is busy{}; gave up after {} ({policy})", holder_suffix(holder), humantime::format_duration(*waited))]
+    Busy {
+        /// The lock's name.
+        name: String,
+        /// The lock file.
+        path: PathBuf,
+        /// A one-line description of the current holder, if known.
+        holder: Option<String>,
+        /// How long this attempt waited.
+        waited: Duration,
+        /// The policy that gave up.
+        policy: WaitPolicy,
+    },
+    /// Users of one lock name disagree on the number of slots or on the mode.
+    #[error(
+        "lock '{name}' is in use as {existing}, not as {requested}: all users of a name must agree"
+    )]
+    ModeMismatch {
+        /// The lock's name.
+        name: String,
+        /// What current users use it as.
+        existing: String,
+        /// What this request asked for.
+        requested: String,
+    },
+    /// This thread already holds the lock; waiting would deadlock.
+    #[error("lock '{name}' is already held by this thread (re-entrant acquisition is refused to avoid a self-deadlock)")]
+    Reentrant {
+        /// The lock's name.
+        name: String,
+    },
+    /// The baton dir is not safe to use.
+    #[error("baton dir '{}': {reason}", path.display())]
+    UnsafeDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// The lock has no holder to act on.
+    #[error("lock '{name}' is not held{}", .detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    NotHeld {
+        /// The lock's name.
+        name: String,
+        /// More detail, e.g. about a dead last holder.
+        detail: Option<String>,
+    },
+    /// `release --token` named a token that is not the current holder's.
+    #[error("lock '{name}': token {given} is not held (current holder tokens: {current}); nothing changed")]
+    StaleToken {
+        /// The lock's name.
+        name: String,
+        /// The token given.
+        given: u64,
+        /// The tokens currently held, for the message.
+        current: String,
+    },
+    /// An operation on a holder that baton refuses to perform.
+    #[error("lock '{name}': {reason}")]
+    Refused {
+        /// The lock's name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// An I/O error, with the path it concerns.
+    #[error("{op} '{}'", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The path concerned.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn holder_suffix(holder: &Option<String>) -> String {
+    holder
+        .as_deref()
+        .map(|h| format!(" (held by {h})"))
+        .unwrap_or_default()
+}
+
+/// Attaches a path and an operation to an I/O result.
+pub(crate) trait IoContext<T> {
+    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, LockError>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, LockError> {
+        self.map_err(|source| LockError::Io {
+            op,
+            path: path.into(),
+            source,
+        })
+    }
+}
+
+impl<T> IoContext<T> for Result<T, rustix::io::Errno> {
+    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, LockError> {
+        self.map_err(io::Error::from).at(op, path)
+    }
+}

@@ -1,0 +1,49 @@
+//! Named locks that never go stale.
+//!
+//! A lock is a kernel byte-range lock (an open-file-description lock) on a
+//! file in the baton dir. The kernel releases it the instant its holder dies,
+//! even by SIGKILL, so a crash never leaves a stale lock and recovery needs no
+//! TTL. Waiters line up FIFO with tickets and each blocks in the kernel on its
+//! predecessor only. Every grant gets a fencing token larger than any before.
+//! Holder metadata (pid, start time, boot id, host, owner, operation, run id,
+//! time, token) is written into the lock file for people and tools, and never
+//! trusted for exclusion. The protocol and its reasoning are in `LOCKING.md`
+//! next to this crate's `Cargo.toml`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use baton_lock::{acquire, BatonDir, LockRequest, Mode};
+//!
+//! let dir = BatonDir::resolve(None)?;
+//! let req = LockRequest::new("memory/tasks.json".parse()?)
+//!     .mode(Mode::Exclusive)
+//!     .wait(Duration::from_secs(5))
+//!     .operation("update tasks");
+//! let guard = acquire(&dir, &req)?;
+//! // ... critical section; pass guard.token() to stores that check fencing ...
+//! guard.release()?;
+//! # Ok::<(), baton_lock::LockError>(())
+//! ```
+
+mod dir;
+mod error;
+mod identity;
+mod layout;
+mod lock;
+mod meta;
+mod name;
+mod ofd;
+mod slots;
+mod status;
+mod wait;
+
+pub use dir::{git_common_dir, BatonDir};
+pub use error::LockError;
+pub use identity::{
+    boot_id, default_owner, hostname, new_run_id, start_time, Liveness, ProcessIdentity,
+};
+pub use lock::{acquire, acquire_all, LockGuard, LockRequest, Mode};
+pub use meta::{HolderRecord, LockDoc};
+pub use name::{LockName, MAX_NAME_LEN};
+pub use status::{list, status, Content, HolderInfo, LockStatus};
+pub use wait::WaitPolicy;

@@ -1,0 +1,551 @@
+//! Acquiring and releasing named locks.
+//!
+//! The protocol is described in `LOCKING.md` at the crate root. In short:
+//! the lock itself is a kernel byte-range lock on a slot byte of the lock
+//! file; waiters line up with tickets (write locks on bytes of their own) and
+//! each waits in the kernel only for its immediate predecessor, so the line is
+//! FIFO, a dead waiter leaves it by itself, and a release wakes one process.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::thread::ThreadId;
+use std::time::{Instant, SystemTime};
+
+use crate::dir::BatonDir;
+use crate::error::{IoContext, LockError};
+use crate::identity::{default_owner, new_run_id, Liveness, ProcessIdentity};
+use crate::layout::{greatest_ticket_below, held_slots, META, SLOT_BASE, TICKET_BASE, TICKET_END};
+use crate::meta::{read_doc, write_doc, DocRead, HolderRecord, LockDoc};
+use crate::name::LockName;
+use crate::ofd::{self, Kind};
+use crate::wait::WaitPolicy;
+
+/// How a lock is shared between holders.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// One holder at a time.
+    Exclusive,
+    /// Any number of shared holders at a time, or one exclusive holder.
+    Shared,
+    /// Up to N holders at a time (N >= 1); `Semaphore(1)` is `Exclusive`.
+    Semaphore(u32),
+}
+
+impl Mode {
+    fn slots(self) -> u32 {
+        match self {
+            Mode::Exclusive | Mode::Shared => 1,
+            Mode::Semaphore(n) => n.max(1),
+        }
+    }
+
+    fn normalized(self) -> Mode {
+        match self {
+            Mode::Semaphore(n) if n <= 1 => Mode::Exclusive,
+            m => m,
+        }
+    }
+
+    /// The mode's name as it appears in metadata and status.
+    pub fn as_str(self) -> &'static str {
+        match self.normalized() {
+            Mode::Exclusive => "exclusive",
+            Mode::Shared => "shared",
+            Mode::Semaphore(_) => "semaphore",
+        }
+    }
+}
+
+/// What to acquire and how to describe the holder.
+#[derive(Clone, Debug)]
+pub struct LockRequest {
+    /// The lock's name.
+    pub name: LockName,
+    /// Exclusive, shared or semaphore.
+    pub mode: Mode,
+    /// How long to wait.
+    pub wait: WaitPolicy,
+    /// Who the holder acts for; default `user@host`.
+    pub owner: Option<String>,
+    /// What the holder does, free text.
+    pub operation: Option<String>,
+    /// Run id to record; a new one is made if absent.
+    pub run_id: Option<String>,
+    /// Kind of holder process recorded in metadata (`library`, `run`, `hold`).
+    pub kind: String,
+}
+
+impl LockRequest {
+    /// An exclusive request that waits forever.
+    pub fn new(name: LockName) -> LockRequest {
+        LockRequest {
+            name,
+            mode: Mode::Exclusive,
+            wait: WaitPolicy::Forever,
+            owner: None,
+            operation: None,
+            run_id: None,
+            kind: "library".into(),
+        }
+    }
+
+    /// Sets the mode.
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets the wait policy.
+    pub fn wait(mut self, wait: impl Into<WaitPolicy>) -> Self {
+        self.wait = wait.into();
+        self
+    }
+
+    /// Sets the owner recorded in metadata.
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// Sets the operation recorded in metadata.
+    pub fn operation(mut self, operation: impl Into<String>) -> Self {
+        self.operation = Some(operation.into());
+        self
+    }
+
+    /// Sets the run id recorded in metadata.
+    pub fn run_id(mut self, run_id: impl Into<String>) -> Self {
+        self.run_id = Some(run_id.into());
+        self
+    }
+
+    /// Sets the holder kind recorded in metadata.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = kind.into();
+        self
+    }
+}
+
+/// A held lock. Dropping it releases the lock; [`LockGuard::release`] does
+/// the same and reports errors.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+#[derive(Debug)]
+pub struct LockGuard {
+    file: File,
+    name: LockName,
+    path: PathBuf,
+    token: u64,
+    run_id: String,
+    slot: u32,
+    mode: Mode,
+    key: HeldKey,
+    released: bool,
+}
+
+impl LockGuard {
+    /// The fencing token of this grant: larger than that of every earlier grant of this lock.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The run id recorded for this grant.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The slot held (0 unless a semaphore).
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// The mode it is held in.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Releases the lock now.
+    pub fn release(mut self) -> Result<(), LockError> {
+        self.release_inner()
+    }
+
+    fn release_inner(&mut self) -> Result<(), LockError> {
+        if self.released {
+            return Ok(());
+        }
+        self.released = true;
+        forget_held(&self.key);
+        let fd = self.file.as_fd();
+        // Remove our record first, then let the kernel hand the slot on: the
+        // next holder then never waits for our bookkeeping.
+        let record = (|| -> std::io::Result<()> {
+            let _meta = MetaLock::write(&self.file)?;
+            if let DocRead::Valid(mut doc) = read_doc(&self.file)? {
+                doc.holders.retain(|h| h.token != self.token);
+                write_doc(&self.file, &doc)?;
+            }
+            Ok(())
+        })();
+        let unlock = ofd::unlock(fd, SLOT_BASE + u64::from(self.slot), 1);
+        record.at("cannot update lock metadata in", &self.path)?;
+        unlock.at("cannot release lock", &self.path)?;
+        Ok(())
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        // Errors cannot be reported from drop; the kernel releases the lock
+        // when the file is closed right after, whatever happened here.
+        let _ = self.release_inner();
+    }
+}
+
+/// Acquires one lock, waiting in line according to the request's policy.
+///
+/// ```no_run
+/// use baton_lock::{acquire, BatonDir, LockRequest, WaitPolicy};
+/// let dir = BatonDir::open("/tmp/baton-example")?;
+/// let guard = acquire(&dir, &LockRequest::new("deploy".parse()?).wait(WaitPolicy::Forever))?;
+/// println!("fencing token {}", guard.token());
+/// guard.release()?;
+/// # Ok::<(), baton_lock::LockError>(())
+/// ```
+pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError> {
+    let start = Instant::now();
+    let deadline = req.wait.deadline_from(start);
+    let path = dir.lock_path(&req.name);
+    let file = open_lock_file(&path)?;
+    let key = held_key(&file, &path)?;
+    if !remember_held(key.clone()) {
+        return Err(LockError::Reentrant {
+            name: req.name.to_string(),
+        });
+    }
+    let result = acquire_in(&file, &path, req, start, deadline);
+    match result {
+        Ok((slot, token, run_id)) => Ok(LockGuard {
+            file,
+            name: req.name.clone(),
+            path,
+            token,
+            run_id,
+            slot,
+            mode: req.mode.normalized(),
+            key,
+            released: false,
+        }),
+        Err(e) => {
+            forget_held(&key);
+            Err(e)
+        }
+    }
+}
+
+/// Acquires several locks in one canonical order (sorted by name), so that
+/// two callers naming the same locks in different orders cannot deadlock.
+/// The wait policy of each request is replaced by one shared deadline: the
+/// earliest of the requests' deadlines.
+pub fn acquire_all(dir: &BatonDir, reqs: &[LockRequest]) -> Result<Vec<LockGuard>, LockError> {
+    let start = Instant::now();
+    let mut sorted: Vec<&LockRequest> = reqs.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    for pair in sorted.windows(2) {
+        if pair[0].name == pair[1].name {
+            return Err(LockError::Reentrant {
+                name: pair[0].name.to_string(),
+            });
+        }
+    }
+    let immediate = reqs.iter().any(|r| r.wait == WaitPolicy::Immediately);
+    let deadline = reqs
+        .iter()
+        .filter_map(|r| r.wait.deadline_from(start))
+        .min();
+    let mut guards = Vec::with_capacity(sorted.len());
+    for req in sorted {
+        let mut req = req.clone();
+        req.wait = match (immediate, deadline) {
+            (true, _) => WaitPolicy::Immediately,
+            (false, Some(d)) => WaitPolicy::Until(d),
+            (false, None) => WaitPolicy::Forever,
+        };
+        guards.push(acquire(dir, &req)?);
+    }
+    Ok(guards)
+}
+
+fn open_lock_file(path: &Path) -> Result<File, LockError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .at("cannot open lock file", path)
+}
+
+/// The exclusive write lock on the META byte, released on drop.
+pub(crate) struct MetaLock<'f> {
+    file: &'f File,
+}
+
+impl<'f> MetaLock<'f> {
+    pub(crate) fn write(file: &'f File) -> std::io::Result<Self> {
+        ofd::lock_wait(file.as_fd(), Kind::Write, META, 1, None)?;
+        Ok(MetaLock { file })
+    }
+
+    pub(crate) fn read(file: &'f File) -> std::io::Result<Self> {
+        ofd::lock_wait(file.as_fd(), Kind::Read, META, 1, None)?;
+        Ok(MetaLock { file })
+    }
+}
+
+impl Drop for MetaLock<'_> {
+    fn drop(&mut self) {
+        let _ = ofd::unlock(self.file.as_fd(), META, 1);
+    }
+}
+
+fn acquire_in(
+    file: &File,
+    path: &Path,
+    req: &LockRequest,
+    start: Instant,
+    deadline: Option<Instant>,
+) -> Result<(u32, u64, String), LockError> {
+    let fd = file.as_fd();
+    let mode = req.mode.normalized();
+    let slots = mode.slots();
+    let busy = |waited_holder: Option<String>| LockError::Busy {
+        name: req.name.to_string(),
+        path: path.to_path_buf(),
+        holder: waited_holder,
+        waited: start.elapsed(),
+        policy: req.wait,
+    };
+
+    // Phase 1, under META: check agreement, take the fast path or a ticket.
+    let ticket = {
+        let _meta = MetaLock::write(file).at("cannot lock metadata of", path)?;
+        let mut doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
+        let waiting = greatest_ticket_below(fd, TICKET_END).at("cannot inspect lock", path)?;
+        let in_use = waiting.is_some()
+            || !held_slots(fd, doc.max.max(slots))
+                .at("cannot inspect lock", path)?
+                .is_empty();
+        if in_use && doc.max != slots {
+            return Err(LockError::ModeMismatch {
+                name: req.name.to_string(),
+                existing: describe_max(doc.max),
+                requested: describe_max(slots),
+            });
+        }
+        if waiting.is_none() {
+            if let Some(slot) = try_slots(file, mode, slots).at("cannot lock", path)? {
+                let (token, run_id) = record_grant(file, &mut doc, req, mode, slot)
+                    .at("cannot write lock metadata to", path)?;
+                return Ok((slot, token, run_id));
+            }
+        }
+        if req.wait == WaitPolicy::Immediately || deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(busy(describe_holders(&doc)));
+        }
+        if doc.max != slots {
+            doc.max = slots;
+            write_doc(file, &doc).at("cannot write lock metadata to", path)?;
+        }
+        let mut t = waiting.map_or(TICKET_BASE, |w| w + 1);
+        while !ofd::try_lock(fd, Kind::Write, t, 1).at("cannot join the queue of", path)? {
+            t += 1;
+        }
+        t
+    };
+
+    let outcome = wait_in_line(file, path, mode, slots, ticket, deadline);
+    let slot = match outcome {
+        Ok(Some(slot)) => slot,
+        Ok(None) => {
+            let _ = ofd::unlock(fd, ticket, 1);
+            let holder = read_doc(file)
+                .ok()
+                .and_then(|d| describe_holders(&d.or_fresh()));
+            return Err(busy(holder));
+        }
+        Err(e) => {
+            let _ = ofd::unlock(fd, ticket, 1);
+            return Err(e).at("cannot wait for lock", path);
+        }
+    };
+    let granted = (|| {
+        let _meta = MetaLock::write(file)?;
+        let mut doc = read_doc(file)?.or_fresh();
+        record_grant(file, &mut doc, req, mode, slot)
+    })();
+    // Leave the line only now: the next waiter becomes head and waits for the slot.
+    let _ = ofd::unlock(fd, ticket, 1);
+    match granted {
+        Ok((token, run_id)) => Ok((slot, token, run_id)),
+        Err(e) => {
+            let _ = ofd::unlock(fd, SLOT_BASE + u64::from(slot), 1);
+            Err(e).at("cannot write lock metadata to", path)
+        }
+    }
+}
+
+/// Waits for every predecessor in line, then for a slot. `Ok(None)` when the
+/// deadline passed first.
+fn wait_in_line(
+    file: &File,
+    path: &Path,
+    mode: Mode,
+    slots: u32,
+    ticket: u64,
+    deadline: Option<Instant>,
+) -> std::io::Result<Option<u32>> {
+    let fd = file.as_fd();
+    // Wait for our immediate predecessor only; when it leaves (granted, gave
+    // up or died), look again: there may be an earlier one still waiting.
+    while let Some(pred) = greatest_ticket_below(fd, ticket)? {
+        if !ofd::lock_wait(fd, Kind::Read, pred, 1, deadline)? {
+            return Ok(None);
+        }
+        ofd::unlock(fd, pred, 1)?;
+    }
+    match mode {
+        Mode::Exclusive => {
+            Ok(ofd::lock_wait(fd, Kind::Write, SLOT_BASE, 1, deadline)?.then_some(0))
+        }
+        Mode::Shared => Ok(ofd::lock_wait(fd, Kind::Read, SLOT_BASE, 1, deadline)?.then_some(0)),
+        Mode::Semaphore(_) => crate::slots::wait_any_slot(file, path, slots, deadline),
+    }
+}
+
+/// Takes a free slot without waiting.
+pub(crate) fn try_slots(file: &File, mode: Mode, slots: u32) -> std::io::Result<Option<u32>> {
+    let fd = file.as_fd();
+    let kind = if mode == Mode::Shared {
+        Kind::Read
+    } else {
+        Kind::Write
+    };
+    for slot in 0..slots {
+        if ofd::try_lock(fd, kind, SLOT_BASE + u64::from(slot), 1)? {
+            return Ok(Some(slot));
+        }
+    }
+    Ok(None)
+}
+
+/// Issues the next fencing token and records the holder. Caller holds META.
+fn record_grant(
+    file: &File,
+    doc: &mut LockDoc,
+    req: &LockRequest,
+    mode: Mode,
+    slot: u32,
+) -> std::io::Result<(u64, String)> {
+    let floor = doc.holders.iter().map(|h| h.token).max().unwrap_or(0);
+    doc.token = doc.token.max(floor) + 1;
+    doc.format = 1;
+    doc.name = req.name.to_string();
+    doc.max = mode.slots();
+    doc.rw |= mode == Mode::Shared;
+    // Records that cannot belong to a current holder: anything on the slot we
+    // now hold, except other shared holders that still run.
+    doc.holders.retain(|h| {
+        h.slot != slot
+            || (mode == Mode::Shared
+                && h.mode == "shared"
+                && h.process.liveness() != Liveness::Dead)
+    });
+    let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
+    doc.holders.push(HolderRecord {
+        process: ProcessIdentity::current(),
+        owner: req.owner.clone().unwrap_or_else(default_owner),
+        operation: req.operation.clone(),
+        run_id: run_id.clone(),
+        acquired_at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+        token: doc.token,
+        mode: mode.as_str().into(),
+        slot,
+        kind: req.kind.clone(),
+    });
+    write_doc(file, doc)?;
+    Ok((doc.token, run_id))
+}
+
+fn describe_max(max: u32) -> String {
+    if max <= 1 {
+        "an exclusive/shared lock (--max 1)".into()
+    } else {
+        format!("a semaphore with --max {max}")
+    }
+}
+
+/// A one-line description of the recorded holders, for error messages.
+pub(crate) fn describe_holders(doc: &LockDoc) -> Option<String> {
+    let h = doc.holders.last()?;
+    let mut s = format!(
+        "pid {} on {}, owner {}",
+        h.process.pid, h.process.host, h.owner
+    );
+    if let Some(op) = &h.operation {
+        s.push_str(&format!(", operation '{op}'"));
+    }
+    s.push_str(&format!(", since {}", h.acquired_at));
+    if doc.holders.len() > 1 {
+        s.push_str(&format!(" and {} more", doc.holders.len() - 1));
+    }
+    Some(s)
+}
+
+/// Identifies a lock file and the thread that holds it, for re-entrancy checks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct HeldKey {
+    dev: u64,
+    ino: u64,
+    thread: ThreadId,
+}
+
+static HELD: Mutex<Vec<HeldKey>> = Mutex::new(Vec::new());
+
+fn held_key(file: &File, path: &Path) -> Result<HeldKey, LockError> {
+    let meta = file.metadata().at("cannot inspect lock file", path)?;
+    Ok(HeldKey {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        thread: std::thread::current().id(),
+    })
+}
+
+/// Records that this thread holds or waits for the lock; false if it already does.
+fn remember_held(key: HeldKey) -> bool {
+    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    if held.contains(&key) {
+        return false;
+    }
+    held.push(key);
+    true
+}
+
+fn forget_held(key: &HeldKey) {
+    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(i) = held.iter().position(|k| k == key) {
+        held.swap_remove(i);
+    }
+}

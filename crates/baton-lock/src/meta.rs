@@ -1,0 +1,141 @@
+//! The JSON document inside a lock file: fencing counter and holder records.
+//!
+//! The document is for people and tools; exclusion never depends on it. It is
+//! read and written only under the lock file's META byte lock. A write is one
+//! `pwrite` at offset 0 followed by a truncation to the new length; readers
+//! take the first JSON value in the file and ignore what follows, so a writer
+//! killed between the two steps leaves a readable document.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::identity::ProcessIdentity;
+
+/// What is recorded about one holder of a lock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderRecord {
+    /// The process holding the lock.
+    #[serde(flatten)]
+    pub process: ProcessIdentity,
+    /// Who the holder acts for (default `user@host`).
+    pub owner: String,
+    /// What the holder is doing, free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<String>,
+    /// The run this grant belongs to.
+    pub run_id: String,
+    /// When the lock was granted, RFC 3339.
+    pub acquired_at: String,
+    /// The fencing token of this grant.
+    pub token: u64,
+    /// `exclusive`, `shared` or `semaphore`.
+    pub mode: String,
+    /// Which slot of a semaphore is held (0 otherwise).
+    #[serde(default)]
+    pub slot: u32,
+    /// What kind of process holds it: `run`, `hold` (from `baton lock acquire`) or `library`.
+    #[serde(default = "default_kind")]
+    pub kind: String,
+}
+
+fn default_kind() -> String {
+    "library".into()
+}
+
+/// The whole document.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockDoc {
+    /// Format version of this document.
+    #[serde(default)]
+    pub format: u32,
+    /// The lock's full name (file names of long names are shortened).
+    #[serde(default)]
+    pub name: String,
+    /// Number of slots: 1 for exclusive/shared locks, N for semaphores.
+    #[serde(default = "one")]
+    pub max: u32,
+    /// Whether the lock is used with shared (read) holders.
+    #[serde(default)]
+    pub rw: bool,
+    /// The last fencing token granted; only ever increases.
+    #[serde(default)]
+    pub token: u64,
+    /// Holders at the time of the last change (some may have died since).
+    #[serde(default)]
+    pub holders: Vec<HolderRecord>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The outcome of reading a lock file's document.
+#[derive(Debug)]
+pub(crate) enum DocRead {
+    /// Nothing written yet.
+    Empty,
+    /// A valid document.
+    Valid(LockDoc),
+    /// Content that is not a lock document; the reason says why.
+    Unreadable(String),
+}
+
+impl DocRead {
+    /// The document, or a fresh one if there is none or it is unreadable.
+    pub fn or_fresh(self) -> LockDoc {
+        match self {
+            DocRead::Valid(doc) => doc,
+            _ => LockDoc {
+                format: 1,
+                max: 1,
+                ..LockDoc::default()
+            },
+        }
+    }
+}
+
+/// Longest document we read; anything longer is reported as unreadable.
+const MAX_DOC: usize = 1 << 20;
+
+pub(crate) fn read_doc(file: &File) -> std::io::Result<DocRead> {
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(DocRead::Empty);
+    }
+    if len > MAX_DOC as u64 {
+        return Ok(DocRead::Unreadable(format!(
+            "{len} bytes, larger than a lock document can be"
+        )));
+    }
+    let mut buf = vec![0u8; len as usize];
+    let mut got = 0;
+    while got < buf.len() {
+        let n = file.read_at(&mut buf[got..], got as u64)?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    buf.truncate(got);
+    if buf.iter().all(|b| b.is_ascii_whitespace()) {
+        return Ok(DocRead::Empty);
+    }
+    let mut values = serde_json::Deserializer::from_slice(&buf).into_iter::<LockDoc>();
+    match values.next() {
+        Some(Ok(doc)) => Ok(DocRead::Valid(doc)),
+        Some(Err(e)) => Ok(DocRead::Unreadable(format!("not a lock document: {e}"))),
+        None => Ok(DocRead::Empty),
+    }
+}
+
+pub(crate) fn write_doc(file: &File, doc: &LockDoc) -> std::io::Result<()> {
+    let mut bytes = serde_json::to_vec(doc).map_err(std::io::Error::other)?;
+    bytes.push(b'\n');
+    file.write_all_at(&bytes, 0)?;
+    if file.metadata()?.len() > bytes.len() as u64 {
+        file.set_len(bytes.len() as u64)?;
+    }
+    Ok(())
+}

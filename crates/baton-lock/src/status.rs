@@ -1,0 +1,233 @@
+//! Reporting who holds a lock, who waits, and whether a holder died.
+//!
+//! The kernel says whether a lock is held and how many wait; the metadata says
+//! who. A record whose slot the kernel no longer sees held belongs to a holder
+//! that ended without releasing (a clean release removes its record), which is
+//! reported as "free, last holder died".
+
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::dir::BatonDir;
+use crate::error::{IoContext, LockError};
+use crate::identity::Liveness;
+use crate::layout::{count_tickets, held_slots};
+use crate::lock::MetaLock;
+use crate::meta::{read_doc, DocRead, HolderRecord};
+use crate::name::LockName;
+use crate::ofd::Kind;
+
+/// One holder as shown by `status`.
+#[derive(Clone, Debug, Serialize)]
+pub struct HolderInfo {
+    /// Process id of the holding process.
+    pub pid: i32,
+    /// Host it runs on.
+    pub host: String,
+    /// Who it acts for.
+    pub owner: String,
+    /// What it does.
+    pub operation: Option<String>,
+    /// Its run id.
+    pub run_id: String,
+    /// When it was granted the lock (RFC 3339).
+    pub acquired_at: String,
+    /// Its fencing token.
+    pub token: u64,
+    /// Whether the process still runs (assumed true when it runs on another host).
+    pub alive: bool,
+    /// `alive`, `dead` or `unknown` (another host).
+    pub liveness: Liveness,
+    /// `exclusive`, `shared` or `semaphore`.
+    pub mode: String,
+    /// Slot held (semaphores).
+    pub slot: u32,
+    /// `run`, `hold` or `library`.
+    pub kind: String,
+    /// Process start time in clock ticks since boot.
+    pub start_time: u64,
+    /// Boot id of its machine.
+    pub boot_id: String,
+}
+
+impl HolderInfo {
+    fn from_record(r: &HolderRecord) -> HolderInfo {
+        let liveness = r.process.liveness();
+        HolderInfo {
+            pid: r.process.pid,
+            host: r.process.host.clone(),
+            owner: r.owner.clone(),
+            operation: r.operation.clone(),
+            run_id: r.run_id.clone(),
+            acquired_at: r.acquired_at.clone(),
+            token: r.token,
+            alive: liveness != Liveness::Dead,
+            liveness,
+            mode: r.mode.clone(),
+            slot: r.slot,
+            kind: r.kind.clone(),
+            start_time: r.process.start_time,
+            boot_id: r.process.boot_id.clone(),
+        }
+    }
+}
+
+/// The state of the lock file's metadata document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Content {
+    /// A valid document.
+    Ok,
+    /// Nothing written yet.
+    Empty,
+    /// Garbage, truncated or non-UTF-8 content (see `content_error`).
+    Unreadable,
+    /// No lock file exists yet.
+    Missing,
+}
+
+/// Everything known about one lock.
+#[derive(Clone, Debug, Serialize)]
+pub struct LockStatus {
+    /// The lock's name.
+    pub name: String,
+    /// Its lock file.
+    pub path: PathBuf,
+    /// Whether anyone holds it now (from the kernel).
+    pub held: bool,
+    /// `exclusive`, `shared` or `semaphore` while held; `null` when free.
+    pub mode: Option<String>,
+    /// Number of slots (1 unless a semaphore).
+    pub max: u32,
+    /// The (first) current holder.
+    pub holder: Option<HolderInfo>,
+    /// All current holders (several for shared locks and semaphores).
+    pub holders: Vec<HolderInfo>,
+    /// How many wait in line.
+    pub waiters: usize,
+    /// True when the lock is free and its last holder ended without releasing.
+    pub last_holder_died: bool,
+    /// That holder, when `last_holder_died`.
+    pub last_holder: Option<HolderInfo>,
+    /// The last fencing token granted.
+    pub last_token: u64,
+    /// State of the metadata document.
+    pub content: Content,
+    /// Why the content is unreadable, when it is.
+    pub content_error: Option<String>,
+}
+
+/// Status of one lock. Never creates anything.
+pub fn status(dir: &BatonDir, name: &LockName) -> Result<LockStatus, LockError> {
+    let path = dir.lock_path(name);
+    status_of_file(&path, Some(name.as_str()))
+}
+
+/// Status of every lock in the baton dir, sorted by name.
+pub fn list(dir: &BatonDir) -> Result<Vec<LockStatus>, LockError> {
+    let locks = dir.locks_dir();
+    let entries = std::fs::read_dir(&locks).at("cannot list", &locks)?;
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.at("cannot list", &locks)?;
+        let file_name = entry.file_name();
+        let Some(stem) = file_name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
+            continue;
+        };
+        let guess = LockName::from_file_stem(stem).map(|n| n.to_string());
+        let st = status_of_file(&entry.path(), guess.as_deref().or(Some(stem)))?;
+        out.push(st);
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus, LockError> {
+    let mut st = LockStatus {
+        name: fallback_name.unwrap_or_default().to_string(),
+        path: path.to_path_buf(),
+        held: false,
+        mode: None,
+        max: 1,
+        holder: None,
+        holders: Vec::new(),
+        waiters: 0,
+        last_holder_died: false,
+        last_holder: None,
+        last_token: 0,
+        content: Content::Missing,
+        content_error: None,
+    };
+    let file = match open_for_status(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(st),
+        Err(e) => return Err(e).at("cannot open lock file", path),
+    };
+    let fd = file.as_fd();
+    let _meta = MetaLock::read(&file).at("cannot lock metadata of", path)?;
+    let doc = match read_doc(&file).at("cannot read lock file", path)? {
+        DocRead::Valid(doc) => {
+            st.content = Content::Ok;
+            Some(doc)
+        }
+        DocRead::Empty => {
+            st.content = Content::Empty;
+            None
+        }
+        DocRead::Unreadable(why) => {
+            st.content = Content::Unreadable;
+            st.content_error = Some(why);
+            None
+        }
+    };
+    let max = doc.as_ref().map_or(1, |d| d.max.max(1));
+    st.max = max;
+    let held = held_slots(fd, max).at("cannot inspect lock", path)?;
+    st.waiters = count_tickets(fd).at("cannot inspect lock", path)?;
+    st.held = !held.is_empty();
+    if st.held {
+        st.mode = Some(
+            if max > 1 {
+                "semaphore"
+            } else if held.iter().any(|(_, k)| *k == Kind::Read) {
+                "shared"
+            } else {
+                "exclusive"
+            }
+            .to_string(),
+        );
+    }
+    if let Some(doc) = doc {
+        if !doc.name.is_empty() {
+            st.name = doc.name.clone();
+        }
+        st.last_token = doc.token;
+        let (live, dead): (Vec<&HolderRecord>, Vec<&HolderRecord>) =
+            doc.holders.iter().partition(|r| {
+                let slot_held = held.iter().any(|(s, _)| *s == r.slot);
+                let shared_dead = r.mode == "shared" && r.process.liveness() == Liveness::Dead;
+                slot_held && !shared_dead
+            });
+        st.holders = live.into_iter().map(HolderInfo::from_record).collect();
+        st.holder = st.holders.first().cloned();
+        if !st.held {
+            if let Some(last) = dead.last() {
+                st.last_holder_died = true;
+                st.last_holder = Some(HolderInfo::from_record(last));
+            }
+        }
+    }
+    Ok(st)
+}
+
+fn open_for_status(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}

@@ -1,0 +1,482 @@
+//! Library tests of the lock engine with real threads, real processes and
+//! real SIGKILLs. Child processes are this test binary re-executed with
+//! `BATON_TEST_ROLE` set (see `child_process_entry`).
+
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use baton_lock::{
+    acquire, status, BatonDir, Content, LockError, LockName, LockRequest, Mode, WaitPolicy,
+};
+
+fn name(s: &str) -> LockName {
+    s.parse().unwrap()
+}
+
+fn tempdir() -> (tempfile::TempDir, BatonDir) {
+    let t = tempfile::tempdir().unwrap();
+    let d = BatonDir::open(t.path().join("baton")).unwrap();
+    (t, d)
+}
+
+/// Spawns this test binary as a child process playing `role`.
+fn child(dir: &BatonDir, role: &str, args: &[&str]) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_process_entry",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("BATON_TEST_ROLE", role)
+        .env("BATON_TEST_DIR", dir.path())
+        .env("BATON_TEST_ARGS", args.join("\u{1f}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+/// Reads lines from the child until one starts with `prefix`.
+fn expect_line(child: &mut Child, prefix: &str) -> String {
+    let out = child.stdout.as_mut().unwrap();
+    let mut reader = BufReader::new(out);
+    loop {
+        let mut line = String::new();
+        let n = reader.read_line(&mut line).unwrap();
+        assert!(n > 0, "child ended before printing {prefix:?}");
+        // libtest prints "test child_process_entry ... " before our first line.
+        if let Some(at) = line.find(prefix) {
+            return line[at + prefix.len()..].trim().to_string();
+        }
+    }
+}
+
+fn wait_for_waiters(dir: &BatonDir, lock: &str, n: usize) {
+    let start = Instant::now();
+    while status(dir, &name(lock)).unwrap().waiters != n {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "waiters never reached {n}"
+        );
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Entry point of child processes; does nothing in a normal test run.
+#[test]
+fn child_process_entry() {
+    let Ok(role) = std::env::var("BATON_TEST_ROLE") else {
+        return;
+    };
+    let dir = BatonDir::open(std::env::var("BATON_TEST_DIR").unwrap()).unwrap();
+    let args: Vec<String> = std::env::var("BATON_TEST_ARGS")
+        .unwrap()
+        .split('\u{1f}')
+        .map(String::from)
+        .collect();
+    match role.as_str() {
+        // Acquire args[0], announce it, hold until stdin closes (or forever).
+        "hold" => {
+            let g = acquire(
+                &dir,
+                &LockRequest::new(name(&args[0])).operation("test hold"),
+            )
+            .unwrap();
+            println!("locked {}", g.token());
+            std::io::stdout().flush().unwrap();
+            let mut s = String::new();
+            let _ = std::io::stdin().read_line(&mut s);
+            drop(g);
+        }
+        // Join the line for args[0]; announce when granted.
+        "wait" => {
+            println!("waiting");
+            let g = acquire(&dir, &LockRequest::new(name(&args[0]))).unwrap();
+            println!("locked {}", g.token());
+            std::io::stdout().flush().unwrap();
+            let mut s = String::new();
+            let _ = std::io::stdin().read_line(&mut s);
+            drop(g);
+        }
+        // args: lock, counter file, iterations.
+        "count" => {
+            let iterations: usize = args[2].parse().unwrap();
+            for _ in 0..iterations {
+                let g = acquire(&dir, &LockRequest::new(name(&args[0]))).unwrap();
+                increment(Path::new(&args[1]));
+                g.release().unwrap();
+            }
+        }
+        other => panic!("unknown role {other}"),
+    }
+    std::process::exit(0);
+}
+
+fn increment(counter: &Path) {
+    let n: u64 = fs::read_to_string(counter)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    fs::write(counter, format!("{}\n", n + 1)).unwrap();
+}
+
+#[test]
+fn threads_never_lose_an_update() {
+    let (t, dir) = tempdir();
+    let counter = t.path().join("counter");
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let dir = dir.clone();
+            let counter = counter.clone();
+            thread::spawn(move || {
+                for _ in 0..200 {
+                    let g = acquire(&dir, &LockRequest::new(name("counter"))).unwrap();
+                    increment(&counter);
+                    g.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(fs::read_to_string(&counter).unwrap().trim(), "1600");
+    let st = status(&dir, &name("counter")).unwrap();
+    assert_eq!(st.last_token, 1600, "one token per grant");
+    assert!(!st.held && st.waiters == 0 && !st.last_holder_died);
+}
+
+#[test]
+fn processes_never_lose_an_update() {
+    let (t, dir) = tempdir();
+    let counter = t.path().join("counter");
+    let c = counter.to_str().unwrap();
+    let mut kids: Vec<Child> = (0..8)
+        .map(|_| child(&dir, "count", &["c", c, "50"]))
+        .collect();
+    for k in &mut kids {
+        assert!(k.wait().unwrap().success());
+    }
+    assert_eq!(fs::read_to_string(&counter).unwrap().trim(), "400");
+}
+
+#[test]
+fn reentrant_acquire_in_one_thread_is_refused_not_deadlocked() {
+    let (_t, dir) = tempdir();
+    let g = acquire(&dir, &LockRequest::new(name("r"))).unwrap();
+    let err = acquire(&dir, &LockRequest::new(name("r"))).unwrap_err();
+    assert!(matches!(err, LockError::Reentrant { .. }), "{err}");
+    assert!(err.to_string().contains("'r'"));
+    drop(g);
+    // Another thread waits instead of failing.
+    let g = acquire(&dir, &LockRequest::new(name("r"))).unwrap();
+    let d2 = dir.clone();
+    let h = thread::spawn(move || {
+        acquire(
+            &d2,
+            &LockRequest::new(name("r")).wait(Duration::from_millis(50)),
+        )
+    });
+    assert!(matches!(h.join().unwrap(), Err(LockError::Busy { .. })));
+    drop(g);
+}
+
+#[test]
+fn wait_policies_give_up_with_a_descriptive_error() {
+    let (_t, dir) = tempdir();
+    let _g = acquire(&dir, &LockRequest::new(name("p")).operation("long job")).unwrap();
+    let d2 = dir.clone();
+    let err = thread::spawn(move || {
+        acquire(
+            &d2,
+            &LockRequest::new(name("p")).wait(WaitPolicy::Immediately),
+        )
+    })
+    .join()
+    .unwrap()
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("'p' is busy") && msg.contains("long job") && msg.contains("no waiting"),
+        "{msg}"
+    );
+    let d2 = dir.clone();
+    let started = Instant::now();
+    let err = thread::spawn(move || {
+        acquire(
+            &d2,
+            &LockRequest::new(name("p")).wait(Duration::from_millis(150)),
+        )
+    })
+    .join()
+    .unwrap()
+    .unwrap_err();
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(150), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    match err {
+        LockError::Busy { waited, holder, .. } => {
+            assert!(waited >= Duration::from_millis(150));
+            assert!(holder.unwrap().contains("long job"));
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(
+        status(&dir, &name("p")).unwrap().waiters,
+        0,
+        "a waiter that gave up left the line"
+    );
+}
+
+#[test]
+fn waiters_are_served_in_arrival_order() {
+    let (_t, dir) = tempdir();
+    let g = acquire(&dir, &LockRequest::new(name("fifo"))).unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for i in 0..6 {
+        let d = dir.clone();
+        let order = order.clone();
+        handles.push(thread::spawn(move || {
+            let g = acquire(&d, &LockRequest::new(name("fifo"))).unwrap();
+            order.lock().unwrap().push(i);
+            drop(g);
+        }));
+        wait_for_waiters(&dir, "fifo", i + 1);
+    }
+    drop(g);
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn a_waiter_behind_a_timed_out_waiter_still_gets_the_lock() {
+    let (_t, dir) = tempdir();
+    let g = acquire(&dir, &LockRequest::new(name("q"))).unwrap();
+    let d1 = dir.clone();
+    let quitter = thread::spawn(move || {
+        acquire(
+            &d1,
+            &LockRequest::new(name("q")).wait(Duration::from_millis(200)),
+        )
+        .map(|_| ())
+    });
+    wait_for_waiters(&dir, "q", 1);
+    let d2 = dir.clone();
+    let patient =
+        thread::spawn(move || acquire(&d2, &LockRequest::new(name("q"))).map(|g| g.token()));
+    wait_for_waiters(&dir, "q", 2);
+    assert!(matches!(
+        quitter.join().unwrap(),
+        Err(LockError::Busy { .. })
+    ));
+    wait_for_waiters(&dir, "q", 1);
+    drop(g);
+    assert_eq!(patient.join().unwrap().unwrap(), 2);
+}
+
+#[test]
+fn shared_holders_coexist_and_a_waiting_writer_is_not_starved() {
+    let (_t, dir) = tempdir();
+    let shared = || LockRequest::new(name("rw")).mode(Mode::Shared);
+    let r1 = acquire(&dir, &shared()).unwrap();
+    let d = dir.clone();
+    let r2 = thread::spawn(move || {
+        acquire(&d, &LockRequest::new(name("rw")).mode(Mode::Shared)).map(|g| g.token())
+    });
+    assert!(r2.join().unwrap().is_ok(), "two readers at once");
+    let st = status(&dir, &name("rw")).unwrap();
+    assert_eq!(st.mode.as_deref(), Some("shared"));
+    let d = dir.clone();
+    let writer = thread::spawn(move || {
+        let g = acquire(&d, &LockRequest::new(name("rw"))).unwrap();
+        Instant::now()
+            .checked_sub(Duration::ZERO)
+            .map(|t| (t, g.token()))
+    });
+    wait_for_waiters(&dir, "rw", 1);
+    // A reader arriving after the writer queues behind it.
+    let d = dir.clone();
+    let late_reader = thread::spawn(move || {
+        let g = acquire(&d, &LockRequest::new(name("rw")).mode(Mode::Shared)).unwrap();
+        (Instant::now(), g.token())
+    });
+    wait_for_waiters(&dir, "rw", 2);
+    drop(r1);
+    let (w_at, w_token) = writer.join().unwrap().unwrap();
+    let (r_at, r_token) = late_reader.join().unwrap();
+    assert!(
+        w_at <= r_at && w_token < r_token,
+        "writer first, then the late reader"
+    );
+}
+
+#[test]
+fn semaphore_admits_n_and_rejects_disagreeing_users() {
+    let (_t, dir) = tempdir();
+    let sem = || LockRequest::new(name("sem")).mode(Mode::Semaphore(3));
+    let held: Vec<_> = (0..3)
+        .map(|_| {
+            let d = dir.clone();
+            thread::spawn(move || {
+                let g =
+                    acquire(&d, &LockRequest::new(name("sem")).mode(Mode::Semaphore(3))).unwrap();
+                let slot = g.slot();
+                std::mem::forget(g); // keep the open file (and so the slot) for this test's lifetime
+                slot
+            })
+            .join()
+            .unwrap()
+        })
+        .collect();
+    let mut slots = held.clone();
+    slots.sort();
+    assert_eq!(slots, vec![0, 1, 2]);
+    let st = status(&dir, &name("sem")).unwrap();
+    assert_eq!(
+        (st.mode.as_deref(), st.holders.len(), st.max),
+        (Some("semaphore"), 3, 3)
+    );
+    let err = acquire(&dir, &sem().wait(WaitPolicy::Immediately)).unwrap_err();
+    assert!(matches!(err, LockError::Busy { .. }), "{err}");
+    let err = acquire(
+        &dir,
+        &LockRequest::new(name("sem")).mode(Mode::Semaphore(2)),
+    )
+    .unwrap_err();
+    assert!(matches!(err, LockError::ModeMismatch { .. }), "{err}");
+    assert!(err.to_string().contains("--max 3"), "{err}");
+    let err = acquire(&dir, &LockRequest::new(name("sem"))).unwrap_err();
+    assert!(matches!(err, LockError::ModeMismatch { .. }), "{err}");
+}
+
+#[test]
+fn semaphore_waiter_gets_whichever_slot_frees_first() {
+    let (_t, dir) = tempdir();
+    let take = |dir: &BatonDir| {
+        let d = dir.clone();
+        thread::spawn(move || {
+            acquire(&d, &LockRequest::new(name("s2")).mode(Mode::Semaphore(2))).unwrap()
+        })
+        .join()
+        .unwrap()
+    };
+    let first = take(&dir);
+    let second = take(&dir);
+    assert_eq!((first.slot(), second.slot()), (0, 1));
+    let d = dir.clone();
+    let third = thread::spawn(move || {
+        acquire(&d, &LockRequest::new(name("s2")).mode(Mode::Semaphore(2))).map(|g| g.slot())
+    });
+    wait_for_waiters(&dir, "s2", 1);
+    // Free slot 1 while slot 0 stays held: a waiter parked on slot 0 would hang.
+    drop(second);
+    assert_eq!(third.join().unwrap().unwrap(), 1);
+    drop(first);
+}
+
+#[test]
+fn sigkilled_holder_releases_at_once_and_tokens_keep_increasing() {
+    let (_t, dir) = tempdir();
+    let mut holder = child(&dir, "hold", &["k"]);
+    let t1: u64 = expect_line(&mut holder, "locked ").parse().unwrap();
+    let mut waiter = child(&dir, "wait", &["k"]);
+    expect_line(&mut waiter, "waiting");
+    wait_for_waiters(&dir, "k", 1);
+    let killed_at = Instant::now();
+    holder.kill().unwrap(); // SIGKILL
+    let t2: u64 = expect_line(&mut waiter, "locked ").parse().unwrap();
+    let handoff = killed_at.elapsed();
+    assert!(t2 > t1, "token {t2} after {t1}");
+    assert!(handoff < Duration::from_secs(2), "handoff took {handoff:?}");
+    holder.wait().unwrap();
+    let st = status(&dir, &name("k")).unwrap();
+    assert!(st.held);
+    assert_eq!(st.holder.as_ref().unwrap().token, t2);
+    assert!(st.holder.as_ref().unwrap().alive);
+    waiter.kill().unwrap();
+    waiter.wait().unwrap();
+    let st = status(&dir, &name("k")).unwrap();
+    assert!(!st.held && st.last_holder_died, "{st:?}");
+    assert_eq!(st.last_holder.unwrap().token, t2);
+}
+
+#[test]
+fn a_waiter_that_dies_leaves_the_line_by_itself() {
+    let (_t, dir) = tempdir();
+    let g = acquire(&dir, &LockRequest::new(name("d"))).unwrap();
+    let mut doomed = child(&dir, "wait", &["d"]);
+    expect_line(&mut doomed, "waiting");
+    wait_for_waiters(&dir, "d", 1);
+    let mut next = child(&dir, "wait", &["d"]);
+    expect_line(&mut next, "waiting");
+    wait_for_waiters(&dir, "d", 2);
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+    wait_for_waiters(&dir, "d", 1);
+    drop(g);
+    let token: u64 = expect_line(&mut next, "locked ").parse().unwrap();
+    assert_eq!(token, 2);
+    drop(next.stdin.take());
+    assert!(next.wait().unwrap().success());
+}
+
+#[test]
+fn garbage_lock_file_is_reported_and_then_rewritten() {
+    let (_t, dir) = tempdir();
+    let path: PathBuf = dir.lock_path(&name("g"));
+    for garbage in [
+        &b"{\"format\": 1, \"tok"[..],
+        &b"\xff\xfe\x00garbage"[..],
+        &b"[1,2,3]"[..],
+    ] {
+        fs::write(&path, garbage).unwrap();
+        let st = status(&dir, &name("g")).unwrap();
+        assert_eq!(st.content, Content::Unreadable, "{garbage:?}");
+        assert!(st.content_error.is_some() && !st.held);
+        let g = acquire(&dir, &LockRequest::new(name("g"))).unwrap();
+        let st = status(&dir, &name("g")).unwrap();
+        assert_eq!(st.content, Content::Ok);
+        assert_eq!(st.holder.unwrap().token, g.token());
+        drop(g);
+    }
+}
+
+#[test]
+fn status_of_an_unknown_lock_creates_nothing() {
+    let (_t, dir) = tempdir();
+    let st = status(&dir, &name("never/used")).unwrap();
+    assert_eq!(st.content, Content::Missing);
+    assert!(!dir.lock_path(&name("never/used")).exists());
+}
+
+#[test]
+fn several_locks_in_any_order_do_not_deadlock() {
+    let (_t, dir) = tempdir();
+    let handles: Vec<_> = (0..4)
+        .map(|i| {
+            let dir = dir.clone();
+            thread::spawn(move || {
+                let names = if i % 2 == 0 { ["a", "b"] } else { ["b", "a"] };
+                for _ in 0..100 {
+                    let reqs: Vec<_> = names.iter().map(|n| LockRequest::new(name(n))).collect();
+                    let guards = baton_lock::acquire_all(&dir, &reqs).unwrap();
+                    assert_eq!(guards[0].name().as_str(), "a");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}

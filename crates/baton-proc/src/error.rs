@@ -1,0 +1,100 @@
+//! The error type of this crate and its exit codes.
+
+use std::ffi::OsString;
+use std::io;
+use std::path::PathBuf;
+
+/// Exit code for "the command was not found" (as in POSIX shells).
+pub const EXIT_NOT_FOUND: i32 = 127;
+/// Exit code for "the command was found but could not be executed".
+pub const EXIT_NOT_EXECUTABLE: i32 = 126;
+/// Exit code for "baton itself failed".
+pub const EXIT_INTERNAL: i32 = 125;
+
+/// Why a child could not be run or supervised, or a process could not be terminated.
+///
+/// Once [`Supervisor::run`](crate::Supervisor::run) has started a child, it returns an error
+/// only after it has killed and reaped that child, so an error never leaves a process behind.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProcError {
+    /// The program does not exist (not on `PATH`, or the given path does not exist).
+    #[error("command not found: {}", program.to_string_lossy())]
+    NotFound {
+        /// The program as given.
+        program: OsString,
+    },
+    /// The program exists but could not be executed (no execute permission, a directory,
+    /// or not a format the kernel can run).
+    #[error("command cannot be executed: {}", program.to_string_lossy())]
+    NotExecutable {
+        /// The program as given.
+        program: OsString,
+        /// The error from `execve`.
+        #[source]
+        source: io::Error,
+    },
+    /// The child's working directory does not exist or cannot be entered.
+    #[error("cannot use '{}' as the working directory of the command", path.display())]
+    Cwd {
+        /// The working directory from [`RunSpec::cwd`](crate::RunSpec::cwd).
+        path: PathBuf,
+        /// What went wrong with it.
+        #[source]
+        source: io::Error,
+    },
+    /// Starting the child failed for another reason (for example too many processes).
+    #[error("could not start command {}", program.to_string_lossy())]
+    Spawn {
+        /// The program as given.
+        program: OsString,
+        /// The error from `fork`/`execve`.
+        #[source]
+        source: io::Error,
+    },
+    /// A pid that cannot name a single other process: zero, negative, or this process itself.
+    #[error("refusing to signal pid {pid}: it does not name a single other process")]
+    InvalidPid {
+        /// The pid as given.
+        pid: i32,
+    },
+    /// Sending a signal to a process failed (for example: it belongs to another user).
+    #[error("could not send {signal} to process {pid}")]
+    Signal {
+        /// The target process.
+        pid: i32,
+        /// The signal's name, such as `SIGTERM`.
+        signal: &'static str,
+        /// The error from the kernel.
+        #[source]
+        source: io::Error,
+    },
+    /// Another operating-system call failed while supervising.
+    #[error("could not {op}")]
+    Io {
+        /// What was being done, as a verb phrase ("poll for child events").
+        op: &'static str,
+        /// The error from the kernel.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl ProcError {
+    /// The exit code `baton run` uses for this error: 127 for [`ProcError::NotFound`], 126 for
+    /// [`ProcError::NotExecutable`], 125 for everything else (baton itself failed).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ProcError::NotFound { .. } => EXIT_NOT_FOUND,
+            ProcError::NotExecutable { .. } => EXIT_NOT_EXECUTABLE,
+            _ => EXIT_INTERNAL,
+        }
+    }
+
+    pub(crate) fn io(op: &'static str, source: impl Into<io::Error>) -> Self {
+        ProcError::Io {
+            op,
+            source: source.into(),
+        }
+    }
+}

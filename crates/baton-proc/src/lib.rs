@@ -1,0 +1,172 @@
+//! Supervise one child command for `baton run`: its own process group, signal forwarding,
+//! `SIGTERM` → grace → `SIGKILL`, a timeout, cancellation from another thread, and mapping
+//! of how it ended to an exit code.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use baton_proc::RunSpec;
+//!
+//! let mut spec = RunSpec::new("cargo").arg("test");
+//! spec.timeout = Some(Duration::from_secs(600));
+//! let outcome = baton_proc::run(&spec).unwrap_or_else(|err| {
+//!     eprintln!("baton: {err}");
+//!     std::process::exit(err.exit_code());
+//! });
+//! std::process::exit(outcome.exit_code());
+//! ```
+//!
+//! # How the child is run
+//!
+//! - **Its own process group.** The child is spawned with `setpgid(0, 0)`, so it leads a new
+//!   group, and everything it starts (unless it deliberately leaves the group) can be stopped
+//!   together with one `killpg`. Timeouts, cancellation and forwarded signals all act on the
+//!   group, never on the leader alone. When the leader exits while we are terminating the
+//!   group, the rest of the group is killed before the leader is reaped, while its unreaped pid
+//!   still pins the group id.
+//! - **It dies with us.** Between fork and exec the child sets `PR_SET_PDEATHSIG` to
+//!   `SIGKILL`, so if the supervising process dies, even by `SIGKILL`, the kernel kills the
+//!   child. It then checks that `getppid()` is still the supervising process: if the parent
+//!   died before the `prctl`, the death signal would never come, and the child gives up
+//!   instead of running unsupervised. Linux delivers the death signal when the parent
+//!   *thread* exits; [`Supervisor::run`] spawns and waits on the calling thread, which cannot
+//!   exit before `run` returns. Only the leader gets this signal; the rest of its group is
+//!   not covered if the supervisor is `SIGKILL`ed.
+//! - **No sleep-polling.** The supervisor blocks in one `poll` on a pidfd of the child, the
+//!   self-pipe of the signal handlers and the eventfd of its [`Canceller`], with a timeout
+//!   that is the next deadline (the run's timeout or the end of the grace period). It wakes
+//!   within microseconds of any event.
+//! - **Signals are forwarded.** While the child runs, `SIGINT`, `SIGTERM`, `SIGHUP` and
+//!   `SIGQUIT` received by this process are forwarded to the child's group; if the group is
+//!   still alive after the grace period it is killed, and a second signal kills it at once.
+//!   The handlers are removed when `run` returns, and the signals behave as before.
+//! - **Only stdio is inherited.** Every descriptor this crate opens is close-on-exec, like
+//!   every one the standard library opens.
+//!
+//! The reasons for these choices, and what they do not cover, are in the design note
+//! `SIGNALS.md` next to this crate's `Cargo.toml`, rendered here as [`signal_handling`].
+//!
+//! # Exit codes
+//!
+//! [`Outcome::exit_code`] and [`ProcError::exit_code`] implement the table of `DESIGN.md`:
+//! the child's own code, 128+N when it was killed by signal N, 124 when it timed out, 79 when
+//! it was cancelled (superseded), 127 when the command was not found, 126 when it could not
+//! be executed and 125 when baton itself failed.
+//!
+//! Linux only: the crate relies on pidfds (Linux 5.3) and `PR_SET_PDEATHSIG`.
+
+mod cancel;
+mod error;
+
+/// Design note: how and why baton-proc handles processes and signals the way it does.
+///
+/// This module holds no code; its documentation is `SIGNALS.md` from the crate's directory.
+#[doc = include_str!("../SIGNALS.md")]
+pub mod signal_handling {}
+mod signals;
+mod supervise;
+mod terminate;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use cancel::Canceller;
+pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
+pub use signals::FORWARDED_SIGNALS;
+pub use supervise::Supervisor;
+pub use terminate::{terminate_process, TerminateReport, KILL_WAIT};
+
+/// The grace period callers use by default between `SIGTERM` and `SIGKILL`.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+/// Exit code for a run that was killed because it exceeded its timeout.
+pub const EXIT_TIMED_OUT: i32 = 124;
+/// Exit code for a run that was cancelled (in baton: superseded by a newer run).
+pub const EXIT_CANCELLED: i32 = 79;
+
+/// What to run and how long to let it run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSpec {
+    /// The program; looked up in `PATH` when it contains no `/`.
+    pub program: OsString,
+    /// Its arguments, without the program name.
+    pub args: Vec<OsString>,
+    /// Variables added to (or replacing ones in) the inherited environment.
+    pub env: Vec<(OsString, OsString)>,
+    /// The child's working directory; the current one when `None`.
+    pub cwd: Option<PathBuf>,
+    /// Kill the child's group when it runs longer than this, measured from the spawn.
+    pub timeout: Option<Duration>,
+    /// How long to wait after `SIGTERM` before `SIGKILL`.
+    pub grace: Duration,
+}
+
+impl RunSpec {
+    /// Run `program` with no arguments, no extra environment, in the current directory, with
+    /// no timeout and a grace period of [`DEFAULT_GRACE`].
+    pub fn new(program: impl Into<OsString>) -> Self {
+        RunSpec {
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            cwd: None,
+            timeout: None,
+            grace: DEFAULT_GRACE,
+        }
+    }
+
+    /// Append one argument.
+    #[must_use]
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Append several arguments.
+    #[must_use]
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+}
+
+/// How a supervised child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The child exited by itself with this code.
+    Exited(i32),
+    /// The child was killed by this signal (not by our timeout or a cancel). This includes a
+    /// signal we forwarded to it, and the `SIGKILL` we sent when it outlived the grace period
+    /// after a forwarded signal.
+    Signaled(i32),
+    /// We killed the child's group because the timeout elapsed.
+    TimedOut,
+    /// We killed the child's group because [`Canceller::cancel`] was called.
+    Cancelled,
+}
+
+impl Outcome {
+    /// The exit code `baton run` exits with: the child's own code, 128+N for signal N,
+    /// [`EXIT_TIMED_OUT`] (124) or [`EXIT_CANCELLED`] (79).
+    pub fn exit_code(&self) -> i32 {
+        match *self {
+            Outcome::Exited(code) => code,
+            Outcome::Signaled(signal) => 128 + signal,
+            Outcome::TimedOut => EXIT_TIMED_OUT,
+            Outcome::Cancelled => EXIT_CANCELLED,
+        }
+    }
+}
+
+/// Run `spec` to completion: the same as `Supervisor::new(spec.clone()).run()`.
+///
+/// # Errors
+///
+/// See [`Supervisor::run`].
+pub fn run(spec: &RunSpec) -> Result<Outcome, ProcError> {
+    Supervisor::new(spec.clone()).run()
+}

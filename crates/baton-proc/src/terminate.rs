@@ -1,0 +1,106 @@
+//! Terminating a process that is not necessarily our child (`baton lock break`).
+
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::io::Errno;
+use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
+
+use crate::supervise::timespec;
+use crate::ProcError;
+
+/// How long [`terminate_process`] waits for a process to disappear after `SIGKILL`.
+///
+/// `SIGKILL` cannot be caught, so only a process stuck in the kernel (uninterruptible
+/// sleep, for example on a hung network file system) takes longer.
+pub const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// What [`terminate_process`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TerminateReport {
+    /// There was no such process, or it had exited already (a zombie); no signal was sent.
+    AlreadyGone,
+    /// `SIGTERM` was sent and the process exited within the grace period.
+    ExitedAfterTerm,
+    /// `SIGTERM` was not enough within the grace period; `SIGKILL` was sent and the process
+    /// exited.
+    Killed,
+    /// `SIGKILL` was sent, but the process had still not exited after [`KILL_WAIT`]
+    /// (it is stuck in the kernel); it will die when it leaves the kernel.
+    KillPending,
+}
+
+/// Send `SIGTERM` to process `pid`, wait up to `grace` for it to exit, then `SIGKILL` it.
+///
+/// The process does not need to be our child. It is addressed through a pidfd opened once at
+/// the start, so if it exits and its pid is reused meanwhile, the new process is never
+/// signalled. Waiting blocks in `poll` on that pidfd, which becomes readable the moment the
+/// process exits (a zombie counts as exited); there is no sleep-polling. Only the process
+/// itself is signalled, not its process group: when it is a `baton run` supervisor, it
+/// forwards the `SIGTERM` to its own child's group, so give it a `grace` longer than the one
+/// it uses itself.
+///
+/// # Errors
+///
+/// [`ProcError::InvalidPid`] for a pid that is not positive or is this process;
+/// [`ProcError::Signal`] when the kernel refuses a signal (typically `EPERM`: another user's
+/// process); [`ProcError::Io`] when the pidfd cannot be opened or polled.
+pub fn terminate_process(pid: i32, grace: Duration) -> Result<TerminateReport, ProcError> {
+    let target = match Pid::from_raw(pid.max(0)) {
+        Some(target) if target != rustix::process::getpid() => target,
+        _ => return Err(ProcError::InvalidPid { pid }),
+    };
+    let pidfd = match pidfd_open(target, PidfdFlags::empty()) {
+        Ok(pidfd) => pidfd,
+        Err(Errno::SRCH) => return Ok(TerminateReport::AlreadyGone),
+        Err(e) => return Err(ProcError::io("open a pidfd for the process", e)),
+    };
+    // A zombie (exited, not yet reaped by its parent) still has a pid but is gone for us.
+    if wait_exit(&pidfd, Duration::ZERO)? {
+        return Ok(TerminateReport::AlreadyGone);
+    }
+    match pidfd_send_signal(&pidfd, Signal::TERM) {
+        Ok(()) => {}
+        // Exited (and possibly was reaped) between the open and the signal.
+        Err(Errno::SRCH) => return Ok(TerminateReport::AlreadyGone),
+        Err(e) => return Err(signal_error(pid, "SIGTERM", e)),
+    }
+    if wait_exit(&pidfd, grace)? {
+        return Ok(TerminateReport::ExitedAfterTerm);
+    }
+    match pidfd_send_signal(&pidfd, Signal::KILL) {
+        Ok(()) => {}
+        Err(Errno::SRCH) => return Ok(TerminateReport::ExitedAfterTerm),
+        Err(e) => return Err(signal_error(pid, "SIGKILL", e)),
+    }
+    if wait_exit(&pidfd, KILL_WAIT)? {
+        Ok(TerminateReport::Killed)
+    } else {
+        Ok(TerminateReport::KillPending)
+    }
+}
+
+fn signal_error(pid: i32, signal: &'static str, errno: Errno) -> ProcError {
+    ProcError::Signal {
+        pid,
+        signal,
+        source: errno.into(),
+    }
+}
+
+/// Wait until the process behind `pidfd` exits or `limit` passes; true if it exited.
+fn wait_exit(pidfd: &OwnedFd, limit: Duration) -> Result<bool, ProcError> {
+    let deadline = Instant::now().checked_add(limit);
+    loop {
+        let timeout = deadline.map(|d| timespec(d.saturating_duration_since(Instant::now())));
+        let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+        match poll(&mut fds, timeout.as_ref()) {
+            Ok(0) => return Ok(false),
+            Ok(_) => return Ok(true),
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(ProcError::io("wait for the process to exit", e)),
+        }
+    }
+}
