@@ -1,1 +1,364 @@
-fn main() {}
+//! `baton-bench-worker`: the per-process side of baton's benchmark.
+//!
+//! `bench/run.py` starts P copies of one subcommand at once and reads what
+//! they write. Subcommands:
+//!
+//! * `lib`: the contention loop on baton's library. M times: acquire, read
+//!   the counter file, +1, write it back, hold H, release.
+//! * `crit`: the critical section of the CLI variants, run *under* a lock
+//!   tool (`baton run` or `flock(1)`): prints its CLOCK_MONOTONIC start in
+//!   nanoseconds to stdout, then reads/increments/writes the counter and
+//!   holds H.
+//! * `cli`: the per-process driver of a CLI variant: M times, launches the
+//!   tool with `crit` as its command and records the wait as
+//!   (`crit`'s start stamp) - (CLOCK_MONOTONIC just before the launch). The
+//!   wait of a CLI variant therefore includes the tool's own start-up, its
+//!   locking, and the exec of `crit`: everything a script pays before its
+//!   critical section runs.
+//! * `overhead`: times N sequential runs of a command (uncontended
+//!   per-invocation cost).
+//!
+//! Waits are written to `--out`, one per line in nanoseconds, followed by one
+//! line `elapsed ELAPSED_NS START_NS END_NS` (CLOCK_MONOTONIC, comparable
+//! across processes). With `--gate`, a process first reads its stdin to EOF,
+//! so the runner can release all P processes at the same instant by closing
+//! one shared pipe.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use baton_lock::{acquire, BatonDir, LockName, LockRequest};
+use rustix::time::{clock_gettime, ClockId};
+
+const USAGE: &str = "\
+usage:
+  baton-bench-worker lib --dir D --lock NAME --counter FILE --iterations M --hold-us H --out FILE [--gate]
+  baton-bench-worker crit --counter FILE --hold-us H
+  baton-bench-worker cli --tool baton|flock [--baton PATH] [--dir D] [--lock NAME] [--lockfile F]
+                         --counter FILE --iterations M --hold-us H --out FILE [--gate]
+  baton-bench-worker overhead --n N [--warmup W] [--out FILE] -- CMD [ARGS...]";
+
+type Res<T> = Result<T, String>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((sub, rest)) = args.split_first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let result = match sub.as_str() {
+        "lib" => Opts::parse(rest).and_then(|o| cmd_lib(&o)),
+        "crit" => Opts::parse(rest).and_then(|o| cmd_crit(&o)),
+        "cli" => Opts::parse(rest).and_then(|o| cmd_cli(&o)),
+        "overhead" => Opts::parse(rest).and_then(|o| cmd_overhead(&o)),
+        "-h" | "--help" | "help" => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        other => Err(format!("unknown subcommand {other:?}\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("baton-bench-worker {sub}: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Hand-parsed `--key value` options, `--flag`s and a trailing `-- CMD...`.
+struct Opts {
+    values: HashMap<String, String>,
+    flags: Vec<String>,
+    command: Vec<String>,
+}
+
+const FLAGS: &[&str] = &["--gate"];
+
+impl Opts {
+    fn parse(args: &[String]) -> Res<Opts> {
+        let mut opts = Opts {
+            values: HashMap::new(),
+            flags: Vec::new(),
+            command: Vec::new(),
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            if a == "--" {
+                opts.command = it.cloned().collect();
+                break;
+            }
+            if FLAGS.contains(&a.as_str()) {
+                opts.flags.push(a.clone());
+            } else if let Some(key) = a.strip_prefix("--") {
+                let v = it.next().ok_or_else(|| format!("{a} needs a value"))?;
+                opts.values.insert(key.to_string(), v.clone());
+            } else {
+                return Err(format!("unexpected argument {a:?}\n{USAGE}"));
+            }
+        }
+        Ok(opts)
+    }
+
+    fn str(&self, key: &str) -> Res<&str> {
+        self.values
+            .get(key)
+            .map(String::as_str)
+            .ok_or_else(|| format!("missing --{key}"))
+    }
+
+    fn str_or<'a>(&'a self, key: &str, default: &'a str) -> &'a str {
+        self.values.get(key).map_or(default, String::as_str)
+    }
+
+    fn path(&self, key: &str) -> Res<PathBuf> {
+        self.str(key).map(PathBuf::from)
+    }
+
+    fn u64(&self, key: &str) -> Res<u64> {
+        let s = self.str(key)?;
+        s.parse()
+            .map_err(|_| format!("--{key}: not a non-negative integer: {s:?}"))
+    }
+
+    fn u64_or(&self, key: &str, default: u64) -> Res<u64> {
+        if self.values.contains_key(key) {
+            self.u64(key)
+        } else {
+            Ok(default)
+        }
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        self.flags.iter().any(|f| f == name)
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the same clock in every process, and the
+/// one `Instant` uses on Linux (which cannot be converted to a number).
+fn mono_ns() -> u64 {
+    let ts = clock_gettime(ClockId::Monotonic);
+    // Monotonic time is never negative.
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// With `--gate`, blocks until stdin reaches EOF (the runner closes the
+/// shared pipe once every process is started).
+fn wait_gate(opts: &Opts) -> Res<()> {
+    if opts.flag("--gate") {
+        let mut sink = Vec::new();
+        io::stdin()
+            .read_to_end(&mut sink)
+            .map_err(|e| format!("reading the start gate (stdin): {e}"))?;
+    }
+    Ok(())
+}
+
+/// Read the counter (missing = 0), add one, write it back. No fsync: the
+/// point is exclusion, not durability.
+fn bump_counter(path: &Path) -> Res<u64> {
+    let n = match fs::read_to_string(path) {
+        Ok(s) => s.trim().parse::<u64>().map_err(|_| {
+            format!(
+                "counter {} holds {s:?}: torn write, exclusion broken?",
+                path.display()
+            )
+        })?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+    };
+    fs::write(path, format!("{}\n", n + 1))
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    Ok(n + 1)
+}
+
+fn hold(hold_us: u64) {
+    if hold_us > 0 {
+        thread::sleep(Duration::from_micros(hold_us));
+    }
+}
+
+/// Writes the waits and the `elapsed` line.
+fn write_out(path: &Path, waits: &[u64], start_ns: u64, end_ns: u64) -> Res<()> {
+    let mut s = String::with_capacity(waits.len() * 10 + 64);
+    for w in waits {
+        s.push_str(&w.to_string());
+        s.push('\n');
+    }
+    s.push_str(&format!(
+        "elapsed {} {start_ns} {end_ns}\n",
+        end_ns.saturating_sub(start_ns)
+    ));
+    fs::write(path, s).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+fn cmd_lib(o: &Opts) -> Res<()> {
+    let dir_path = o.path("dir")?;
+    let dir = BatonDir::open(&dir_path)
+        .map_err(|e| format!("opening baton dir {}: {e}", dir_path.display()))?;
+    let lock = o.str("lock")?;
+    let name: LockName = lock
+        .parse()
+        .map_err(|e| format!("bad lock name {lock:?}: {e}"))?;
+    let req = LockRequest::new(name);
+    let counter = o.path("counter")?;
+    let iterations = o.u64("iterations")?;
+    let hold_us = o.u64("hold-us")?;
+    let out = o.path("out")?;
+    wait_gate(o)?;
+
+    let mut waits = Vec::with_capacity(iterations as usize);
+    let start_ns = mono_ns();
+    for _ in 0..iterations {
+        let t0 = Instant::now();
+        let guard = acquire(&dir, &req).map_err(|e| format!("acquire {lock}: {e}"))?;
+        let waited = t0.elapsed();
+        bump_counter(&counter)?;
+        hold(hold_us);
+        guard
+            .release()
+            .map_err(|e| format!("release {lock}: {e}"))?;
+        waits.push(waited.as_nanos() as u64);
+    }
+    let end_ns = mono_ns();
+    write_out(&out, &waits, start_ns, end_ns)
+}
+
+fn cmd_crit(o: &Opts) -> Res<()> {
+    let started = mono_ns();
+    let counter = o.path("counter")?;
+    let hold_us = o.u64("hold-us")?;
+    let mut stdout = io::stdout().lock();
+    writeln!(stdout, "{started}")
+        .and_then(|()| stdout.flush())
+        .map_err(|e| format!("writing the start stamp to stdout: {e}"))?;
+    bump_counter(&counter)?;
+    hold(hold_us);
+    Ok(())
+}
+
+fn cmd_cli(o: &Opts) -> Res<()> {
+    let tool = o.str("tool")?;
+    let counter = o.path("counter")?;
+    let iterations = o.u64("iterations")?;
+    let hold_us = o.u64("hold-us")?;
+    let out = o.path("out")?;
+    let me = std::env::current_exe().map_err(|e| format!("locating this executable: {e}"))?;
+    let hold_arg = hold_us.to_string();
+    let crit: Vec<&std::ffi::OsStr> = vec![
+        me.as_os_str(),
+        "crit".as_ref(),
+        "--counter".as_ref(),
+        counter.as_os_str(),
+        "--hold-us".as_ref(),
+        hold_arg.as_ref(),
+    ];
+    let mut cmd = match tool {
+        "baton" => {
+            let mut c = Command::new(o.str_or("baton", "baton"));
+            c.arg("--dir").arg(o.str("dir")?).args([
+                "run",
+                "--lock",
+                o.str_or("lock", "bench"),
+                "--",
+            ]);
+            c
+        }
+        "flock" => {
+            let mut c = Command::new("flock");
+            c.arg(o.str("lockfile")?);
+            c
+        }
+        other => return Err(format!("--tool must be baton or flock, not {other:?}")),
+    };
+    cmd.args(&crit)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    wait_gate(o)?;
+
+    let mut waits = Vec::with_capacity(iterations as usize);
+    let start_ns = mono_ns();
+    for i in 0..iterations {
+        let launched = mono_ns();
+        let child = cmd.spawn().map_err(|e| format!("launching {tool}: {e}"))?;
+        let output = child
+            .wait_with_output()
+            .map_err(|e| format!("waiting for {tool}: {e}"))?;
+        if !output.status.success() {
+            return Err(format!(
+                "iteration {i}: {tool} exited with {}",
+                output.status
+            ));
+        }
+        let text = String::from_utf8_lossy(&output.stdout);
+        let stamp: u64 = text.trim().parse().map_err(|_| {
+            format!("iteration {i}: expected crit's start stamp on stdout, got {text:?}")
+        })?;
+        waits.push(stamp.saturating_sub(launched));
+    }
+    let end_ns = mono_ns();
+    write_out(&out, &waits, start_ns, end_ns)
+}
+
+fn cmd_overhead(o: &Opts) -> Res<()> {
+    let n = o.u64("n")?;
+    let warmup = o.u64_or("warmup", 5)?;
+    let (prog, args) = o
+        .command
+        .split_first()
+        .ok_or_else(|| format!("overhead needs -- CMD [ARGS...]\n{USAGE}"))?;
+    let mut cmd = Command::new(prog);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    let mut times = Vec::with_capacity(n as usize);
+    for i in 0..warmup + n {
+        let t0 = Instant::now();
+        let status = cmd.status().map_err(|e| format!("running {prog}: {e}"))?;
+        let dt = t0.elapsed().as_nanos() as u64;
+        if !status.success() {
+            return Err(format!("run {i}: {prog} exited with {status}"));
+        }
+        if i >= warmup {
+            times.push(dt);
+        }
+    }
+    if let Ok(out) = o.path("out") {
+        let mut s = String::new();
+        for t in &times {
+            s.push_str(&t.to_string());
+            s.push('\n');
+        }
+        fs::write(&out, s).map_err(|e| format!("writing {}: {e}", out.display()))?;
+    }
+    let mut sorted = times.clone();
+    sorted.sort_unstable();
+    let mean = if sorted.is_empty() {
+        0
+    } else {
+        sorted.iter().sum::<u64>() / sorted.len() as u64
+    };
+    println!(
+        "n={} mean_ns={mean} p50_ns={} p99_ns={}",
+        sorted.len(),
+        percentile(&sorted, 50.0),
+        percentile(&sorted, 99.0)
+    );
+    Ok(())
+}
+
+/// Nearest-rank percentile of sorted data (0 when empty).
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}

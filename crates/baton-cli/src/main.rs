@@ -1,1 +1,11 @@
-fn main() {}
+//! The `baton` binary: parses arguments, calls the libraries, prints results.
+
+mod cli;
+mod commands;
+mod duration;
+mod exit_codes;
+mod output;
+
+fn main() -> std::process::ExitCode {
+    std::process::ExitCode::from(commands::main())
+}

@@ -19,7 +19,7 @@ pub enum LockError {
         reason: String,
     },
     /// The lock could not be acquired within the wait policy.
-    #[error("lock '{name}' is busy{}; gave up after {} ({policy})", holder_suffix(holder), humantime::format_duration(*waited))]
+    #[error("lock '{name}' is busy{}; gave up after {} ({policy})", holder_suffix(holder), humantime::format_duration(std::time::Duration::from_millis(waited.as_millis() as u64)))]
     Busy {
         /// The lock's name.
         name: String,

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Library tests of the lock engine with real threads, real processes and
 //! real SIGKILLs. Child processes are this test binary re-executed with
 //! `BATON_TEST_ROLE` set (see `child_process_entry`).

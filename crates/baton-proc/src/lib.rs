@@ -74,7 +74,7 @@ pub use cancel::Canceller;
 pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 pub use signals::FORWARDED_SIGNALS;
 pub use supervise::Supervisor;
-pub use terminate::{terminate_process, TerminateReport, KILL_WAIT};
+pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL_WAIT};
 
 /// The grace period callers use by default between `SIGTERM` and `SIGKILL`.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);

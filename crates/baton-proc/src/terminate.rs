@@ -48,6 +48,22 @@ pub enum TerminateReport {
 /// [`ProcError::Signal`] when the kernel refuses a signal (typically `EPERM`: another user's
 /// process); [`ProcError::Io`] when the pidfd cannot be opened or polled.
 pub fn terminate_process(pid: i32, grace: Duration) -> Result<TerminateReport, ProcError> {
+    terminate_verified(pid, grace, || true)
+}
+
+/// Like [`terminate_process`], but calls `is_expected` once the process is
+/// pinned by a pidfd and sends nothing unless it returns true. Callers use it
+/// to check the process's identity (start time) so that a pid reused since it
+/// was recorded is never signalled; [`TerminateReport::AlreadyGone`] then.
+///
+/// # Errors
+///
+/// As [`terminate_process`].
+pub fn terminate_verified(
+    pid: i32,
+    grace: Duration,
+    is_expected: impl FnOnce() -> bool,
+) -> Result<TerminateReport, ProcError> {
     let target = match Pid::from_raw(pid.max(0)) {
         Some(target) if target != rustix::process::getpid() => target,
         _ => return Err(ProcError::InvalidPid { pid }),
@@ -58,7 +74,7 @@ pub fn terminate_process(pid: i32, grace: Duration) -> Result<TerminateReport, P
         Err(e) => return Err(ProcError::io("open a pidfd for the process", e)),
     };
     // A zombie (exited, not yet reaped by its parent) still has a pid but is gone for us.
-    if wait_exit(&pidfd, Duration::ZERO)? {
+    if wait_exit(&pidfd, Duration::ZERO)? || !is_expected() {
         return Ok(TerminateReport::AlreadyGone);
     }
     match pidfd_send_signal(&pidfd, Signal::TERM) {

@@ -1,0 +1,128 @@
+/*
+ * flock_ref: the physical reference of baton's contention benchmark.
+ *
+ * The same loop as `baton-bench-worker lib`, on blocking flock(2) directly:
+ * M times: open(lockfile); flock(fd, LOCK_EX); read the counter, +1, write
+ * it back; hold H microseconds (nanosleep); flock(fd, LOCK_UN); close(fd).
+ * The wait of an iteration is open + flock(LOCK_EX), measured with
+ * clock_gettime(CLOCK_MONOTONIC), exactly as the library's wait covers its
+ * whole acquire (which opens the lock file too).
+ *
+ * Output (--out): one wait per line in nanoseconds, then
+ * "elapsed ELAPSED_NS START_NS END_NS". With --gate, stdin is read to EOF
+ * first, so the runner can start all processes at the same instant.
+ *
+ *   gcc -O2 -o flock_ref flock_ref.c
+ *   flock_ref --lockfile F --counter FILE --iterations M --hold-us H --out FILE [--gate]
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+static void die(const char *what, const char *arg) {
+    fprintf(stderr, "flock_ref: %s %s: %s\n", what, arg ? arg : "", strerror(errno));
+    exit(1);
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: flock_ref --lockfile F --counter FILE --iterations M "
+                    "--hold-us H --out FILE [--gate]\n");
+    exit(2);
+}
+
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Read the counter (missing = 0), add one, write it back. No fsync. */
+static void bump_counter(const char *path) {
+    char buf[64];
+    uint64_t n = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t r = read(fd, buf, sizeof buf - 1);
+        if (r < 0) die("read", path);
+        buf[r] = 0;
+        close(fd);
+        char *end;
+        errno = 0;
+        n = strtoull(buf, &end, 10);
+        if (end == buf || (*end && *end != '\n')) {
+            fprintf(stderr, "flock_ref: counter %s holds \"%s\": torn write?\n", path, buf);
+            exit(1);
+        }
+    } else if (errno != ENOENT) {
+        die("open", path);
+    }
+    int len = snprintf(buf, sizeof buf, "%" PRIu64 "\n", n + 1);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) die("open", path);
+    if (write(fd, buf, (size_t)len) != len) die("write", path);
+    close(fd);
+}
+
+int main(int argc, char **argv) {
+    const char *lockfile = NULL, *counter = NULL, *out = NULL;
+    long long iterations = -1, hold_us = -1;
+    int gate = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--gate")) { gate = 1; continue; }
+        if (i + 1 >= argc) usage();
+        const char *v = argv[++i];
+        if (!strcmp(a, "--lockfile")) lockfile = v;
+        else if (!strcmp(a, "--counter")) counter = v;
+        else if (!strcmp(a, "--out")) out = v;
+        else if (!strcmp(a, "--iterations")) iterations = atoll(v);
+        else if (!strcmp(a, "--hold-us")) hold_us = atoll(v);
+        else usage();
+    }
+    if (!lockfile || !counter || !out || iterations < 0 || hold_us < 0) usage();
+
+    uint64_t *waits = calloc((size_t)iterations + 1, sizeof *waits);
+    if (!waits) die("calloc", NULL);
+    struct timespec hold = {hold_us / 1000000, (hold_us % 1000000) * 1000};
+
+    if (gate) {
+        char sink[256];
+        while (read(0, sink, sizeof sink) > 0) {}
+    }
+
+    uint64_t start = mono_ns();
+    for (long long i = 0; i < iterations; i++) {
+        uint64_t t0 = mono_ns();
+        int fd = open(lockfile, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0) die("open", lockfile);
+        while (flock(fd, LOCK_EX) < 0) {
+            if (errno != EINTR) die("flock", lockfile);
+        }
+        uint64_t t1 = mono_ns();
+        bump_counter(counter);
+        if (hold_us > 0) {
+            struct timespec rem = hold;
+            while (nanosleep(&rem, &rem) < 0 && errno == EINTR) {}
+        }
+        if (flock(fd, LOCK_UN) < 0) die("flock(LOCK_UN)", lockfile);
+        close(fd);
+        waits[i] = t1 - t0;
+    }
+    uint64_t end = mono_ns();
+
+    FILE *f = fopen(out, "w");
+    if (!f) die("fopen", out);
+    for (long long i = 0; i < iterations; i++) fprintf(f, "%" PRIu64 "\n", waits[i]);
+    fprintf(f, "elapsed %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", end - start, start, end);
+    if (fclose(f) != 0) die("fclose", out);
+    free(waits);
+    return 0;
+}

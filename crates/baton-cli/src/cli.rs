@@ -1,0 +1,233 @@
+//! Command-line syntax: every command, flag and help text. No behaviour here.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use baton_lock::LockName;
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration::parse_duration;
+
+fn lock_name(s: &str) -> Result<LockName, String> {
+    LockName::new(s).map_err(|e| e.to_string())
+}
+
+/// Concurrency control for AI agents and scripts that share git repositories and state files.
+///
+/// Locks are kernel locks on files in the baton dir: a holder that dies, even by SIGKILL,
+/// releases its lock at once, so there are no stale locks and no TTLs to tune.
+#[derive(Debug, Parser)]
+#[command(
+    name = "baton",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+#[command(after_help = "Examples:
+  baton run --lock deploy -- ./deploy.sh          run a command while holding a lock
+  baton run --lock db --shared -- ./report.sh     several shared holders at once
+  baton run --lock gpu --max 2 -- ./train.sh      at most 2 at a time (semaphore)
+  baton lock status                               who holds what, who waits
+  TOKEN=$(baton lock acquire memory --wait 30s)   hold a lock from a shell script...
+  baton lock release memory --token \"$TOKEN\"       ...and release it
+
+Exit codes: the command's own code; 75 busy / not acquired; 79 superseded; 124 timed out;
+125 baton failed (bad usage, bad input, I/O); 126 / 127 command not executable / not found.")]
+pub struct Cli {
+    /// Baton dir holding all coordination state [default: $BATON_DIR, else <git common
+    /// dir>/baton inside a repository, else $XDG_RUNTIME_DIR/baton, else /tmp/baton-<uid>]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command while holding one or more locks.
+    #[command(after_help = "Examples:
+  baton run --lock deploy -- ./deploy.sh
+  baton run --lock repo/main --wait 30s --timeout 10m -- git push
+  baton run --lock a --lock b -- make        # locks are taken in sorted order: no deadlock
+  baton run --lock cache --shared -- ./read-cache.sh
+  baton run --lock gpu --max 2 -- python train.py
+
+The command runs in its own process group with BATON_LOCK, BATON_FENCING_TOKEN,
+BATON_RUN_ID and BATON_DIR set (with several locks, BATON_LOCK and BATON_FENCING_TOKEN
+are comma-separated lists in sorted order). SIGINT, SIGTERM, SIGHUP and SIGQUIT are
+forwarded to it. The lock is released when it exits; it is never inherited by the command,
+so a daemon the command leaves behind does not keep it.
+
+Exit status: the command's own (128+N if killed by signal N); 75 if the lock was busy
+(--no-wait) or --wait elapsed; 124 if --timeout killed it; 125 if baton failed;
+126 / 127 if the command could not be executed / was not found.")]
+    Run(RunArgs),
+
+    /// Inspect, take, release or break locks.
+    #[command(subcommand)]
+    Lock(LockCommand),
+
+    /// Internal: the background holder started by `baton lock acquire`.
+    #[command(name = "__hold", hide = true)]
+    Hold,
+}
+
+/// How long to wait for a lock.
+#[derive(Debug, Args, Clone, Copy)]
+pub struct WaitArgs {
+    /// Give up if the lock is not acquired within this long (e.g. 250ms, 5s, 2m, 1h).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+
+    /// Fail at once (exit 75) if the lock is busy or others already wait for it.
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+/// How the lock is shared.
+#[derive(Debug, Args, Clone, Copy)]
+pub struct ModeArgs {
+    /// Take a shared (read) lock: many shared holders at once, exclusive holders wait.
+    #[arg(long, conflicts_with = "max")]
+    pub shared: bool,
+
+    /// Use the lock as a semaphore with N slots; every user of the name must give the same N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max: Option<u32>,
+}
+
+/// What is recorded about the holder.
+#[derive(Debug, Args, Clone)]
+pub struct HolderArgs {
+    /// What the holder does, shown by `baton lock status` [default: the command line].
+    #[arg(long, value_name = "TEXT")]
+    pub operation: Option<String>,
+
+    /// Who the holder acts for [default: user@host].
+    #[arg(long, value_name = "TEXT")]
+    pub owner: Option<String>,
+}
+
+/// `baton run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Lock to hold while the command runs; repeat for several.
+    #[arg(long = "lock", value_name = "NAME", value_parser = lock_name, required = true)]
+    pub locks: Vec<LockName>,
+
+    #[command(flatten)]
+    pub mode: ModeArgs,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// Kill the command's whole process group after this long (TERM, --grace, KILL); exit 124.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub timeout: Option<Duration>,
+
+    /// Time between SIGTERM and SIGKILL when stopping the command.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true, default_value = "10s")]
+    pub grace: Duration,
+
+    #[command(flatten)]
+    pub holder: HolderArgs,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// `baton lock ...`.
+#[derive(Debug, Subcommand)]
+pub enum LockCommand {
+    /// Show a lock (or every lock): holder, mode, waiters, and whether the last holder died.
+    #[command(after_help = "Examples:
+  baton lock status deploy
+  baton lock status --json | jq '.[] | select(.held)'
+
+JSON: one object per lock (an array without NAME) with name, held, mode, max, holder
+{pid, host, owner, operation, run_id, acquired_at, token, alive, ...}, holders, waiters,
+last_holder_died, last_holder, last_token, content (ok|empty|unreadable|missing).")]
+    Status {
+        /// The lock; all locks when omitted.
+        #[arg(value_parser = lock_name)]
+        name: Option<LockName>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// List every lock in the baton dir.
+    #[command(after_help = "Example:\n  baton lock list --json")]
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Stop a lock's holder if it is a live process on this host (TERM, --grace, KILL).
+    #[command(after_help = "Example:\n  baton lock break deploy --grace 5s
+
+The lock file is never removed or rewritten: the kernel releases the lock when the holder
+exits. A holder on another host is refused. A `baton run` holder forwards the TERM to its
+command and stops it with its own grace period, so give --grace more time than that.")]
+    Break {
+        /// The lock.
+        #[arg(value_parser = lock_name)]
+        name: LockName,
+        /// Time between SIGTERM and SIGKILL.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true, default_value = "15s")]
+        grace: Duration,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Take a lock for a shell script: a background holder keeps it until released.
+    #[command(after_help = "Example:
+  TOKEN=$(baton lock acquire memory --wait 30s --ttl 10m) || exit 1
+  ... critical section, pass $TOKEN to stores that check fencing ...
+  baton lock release memory --token \"$TOKEN\"
+
+Prints the fencing token. The lock is held by a small background process until
+`baton lock release`, until --ttl elapses, or until the process that ran `acquire`
+(usually your script's shell) exits, whichever comes first.")]
+    Acquire {
+        /// The lock.
+        #[arg(value_parser = lock_name)]
+        name: LockName,
+        #[command(flatten)]
+        wait: WaitArgs,
+        #[command(flatten)]
+        mode: ModeArgs,
+        /// Release automatically after this long.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+        ttl: Option<Duration>,
+        #[command(flatten)]
+        holder: HolderArgs,
+        /// Print JSON {name, token, run_id, holder_pid} instead of the token.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Release a lock taken with `baton lock acquire`.
+    #[command(after_help = "Example:\n  baton lock release memory --token \"$TOKEN\"
+
+With --token, only that grant is released: a token that is no longer current changes
+nothing and exits 75.")]
+    Release {
+        /// The lock.
+        #[arg(value_parser = lock_name)]
+        name: LockName,
+        /// The token printed by `acquire`.
+        #[arg(long, value_name = "N")]
+        token: Option<u64>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}

@@ -1,0 +1,182 @@
+//! Dispatch: each command calls one library function and prints its result.
+
+use std::error::Error;
+use std::time::Duration;
+
+use baton_lock::{list, start_time, status, BatonDir, Mode, WaitPolicy};
+use baton_run::hold::{break_lock, release_held, serve_hold, start_holder, HoldRequest};
+use baton_run::{run, RunRequest};
+use clap::Parser;
+
+use crate::cli::{Cli, Command, LockCommand, ModeArgs, WaitArgs};
+use crate::exit_codes::{for_child, for_lock_error, for_run_error, BATON_FAILED};
+use crate::output;
+
+/// Runs the CLI and returns the process exit code.
+pub fn main() -> u8 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    let dir = match BatonDir::resolve(cli.dir.as_deref()) {
+        Ok(d) => d,
+        Err(e) => return fail(&e, for_lock_error(&e)),
+    };
+    match cli.command {
+        Command::Run(args) => {
+            let req = RunRequest {
+                locks: args.locks,
+                mode: mode(args.mode),
+                wait: wait(args.wait),
+                owner: args.holder.owner,
+                operation: args.holder.operation,
+                command: args.command,
+                timeout: args.timeout,
+                grace: args.grace,
+            };
+            match run(&dir, &req) {
+                Ok(report) => for_child(report.outcome.exit_code()),
+                Err(e) => fail(&e, for_run_error(&e)),
+            }
+        }
+        Command::Hold => u8::try_from(serve_hold(&dir)).unwrap_or(BATON_FAILED),
+        Command::Lock(cmd) => lock(&dir, cmd),
+    }
+}
+
+fn lock(dir: &BatonDir, cmd: LockCommand) -> u8 {
+    restore_default_sigpipe();
+    match cmd {
+        LockCommand::Status {
+            name: Some(name),
+            json,
+        } => match status(dir, &name) {
+            Ok(st) => output::status(&st, json),
+            Err(e) => fail(&e, for_lock_error(&e)),
+        },
+        LockCommand::Status { name: None, json } | LockCommand::List { json } => match list(dir) {
+            Ok(all) => output::list(&all, json),
+            Err(e) => fail(&e, for_lock_error(&e)),
+        },
+        LockCommand::Break { name, grace, json } => match break_lock(dir, &name, grace) {
+            Ok(report) => output::broke(&report, json),
+            Err(e) => fail(&e, for_run_error(&e)),
+        },
+        LockCommand::Acquire {
+            name,
+            wait: w,
+            mode: m,
+            ttl,
+            holder,
+            json,
+        } => {
+            let exe = match std::env::current_exe() {
+                Ok(exe) => exe,
+                Err(e) => return fail(&e, BATON_FAILED),
+            };
+            let caller = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
+            let req = HoldRequest {
+                name: name.to_string(),
+                shared: m.shared,
+                max: m.max.unwrap_or(1),
+                wait_ms: match wait(w) {
+                    WaitPolicy::Forever => None,
+                    WaitPolicy::AtMost(d) => Some(millis(d)),
+                    _ => Some(0),
+                },
+                ttl_ms: ttl.map(millis),
+                owner: holder.owner,
+                operation: holder.operation,
+                watch_pid: caller,
+                watch_start_time: caller.and_then(start_time),
+            };
+            match start_holder(&exe, dir, &req) {
+                Ok(held) => output::acquired(&held, json),
+                Err(e) => fail(&e, for_run_error(&e)),
+            }
+        }
+        LockCommand::Release { name, token, json } => match release_held(dir, &name, token) {
+            Ok(report) => output::released(&report, json),
+            Err(e) => fail(&e, for_run_error(&e)),
+        },
+    }
+}
+
+/// Lets `baton lock status | head` end quietly, as Unix tools do, instead
+/// of failing on a closed pipe. Not used for `run`, whose output is the
+/// command's own.
+fn restore_default_sigpipe() {
+    // SAFETY: setting the disposition of SIGPIPE to its default is
+    // async-signal-safe and affects only how this process reacts to writes to
+    // a closed pipe; no handler of ours is replaced.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn mode(m: ModeArgs) -> Mode {
+    match (m.shared, m.max) {
+        (true, _) => Mode::Shared,
+        (false, Some(n)) => Mode::Semaphore(n),
+        (false, None) => Mode::Exclusive,
+    }
+}
+
+fn wait(w: WaitArgs) -> WaitPolicy {
+    match (w.no_wait, w.wait) {
+        (true, _) => WaitPolicy::Immediately,
+        (false, Some(d)) => WaitPolicy::from(d),
+        (false, None) => WaitPolicy::Forever,
+    }
+}
+
+/// Prints a clap error as one line (help and version go to stdout, exit 0).
+fn usage_error(e: clap::Error) -> u8 {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            0
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            BATON_FAILED
+        }
+        _ => {
+            // clap's message spans lines (the missing arguments follow on
+            // indented lines, then a blank line and usage); keep the first
+            // paragraph, on one line.
+            let text = e.to_string();
+            let para: Vec<&str> = text
+                .lines()
+                .skip_while(|l| l.trim().is_empty())
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let joined = para.join(" ");
+            let first = joined.strip_prefix("error: ").unwrap_or(&joined);
+            eprintln!("baton: {first} (see 'baton --help')");
+            BATON_FAILED
+        }
+    }
+}
+
+/// Prints an error and its causes on one line; returns `code`.
+fn fail(e: &dyn Error, code: u8) -> u8 {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = s.source();
+    }
+    eprintln!("baton: {line}");
+    code
+}

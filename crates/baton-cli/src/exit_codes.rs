@@ -1,0 +1,47 @@
+//! The exit-code contract of every `baton` command (DESIGN.md, "Exit codes").
+//!
+//! | code | meaning |
+//! |---|---|
+//! | child's code | the command ran; its own status is passed through (128+N if killed by signal N) |
+//! | 75 | not acquired: busy with `--no-wait`, `--wait` elapsed; a stale `release --token` |
+//! | 79 | superseded by a newer run |
+//! | 124 | the command ran past `--timeout` and was killed |
+//! | 125 | baton itself failed: bad usage, bad input, I/O error |
+//! | 126 / 127 | the command could not be executed / was not found |
+
+use baton_lock::LockError;
+use baton_run::RunError;
+
+/// Not acquired (busy, wait elapsed), or a compare-and-swap / token check failed.
+pub const NOT_ACQUIRED: u8 = 75;
+/// Superseded by a newer run in the same group.
+#[allow(dead_code)] // part of the documented contract; used by concurrency groups
+pub const SUPERSEDED: u8 = 79;
+/// Killed because it ran past `--timeout`.
+#[allow(dead_code)] // produced by baton_proc::Outcome::exit_code; listed for completeness
+pub const TIMED_OUT: u8 = 124;
+/// baton itself failed.
+pub const BATON_FAILED: u8 = 125;
+
+/// The exit code for an error of a lock operation.
+pub fn for_lock_error(e: &LockError) -> u8 {
+    match e {
+        LockError::Busy { .. } | LockError::StaleToken { .. } => NOT_ACQUIRED,
+        _ => BATON_FAILED,
+    }
+}
+
+/// The exit code for an error of a run or hold.
+pub fn for_run_error(e: &RunError) -> u8 {
+    match e {
+        RunError::Lock(l) => for_lock_error(l),
+        RunError::Proc(p) => u8::try_from(p.exit_code()).unwrap_or(BATON_FAILED),
+        RunError::Holder { busy: true, .. } => NOT_ACQUIRED,
+        _ => BATON_FAILED,
+    }
+}
+
+/// The exit code of a finished command, clamped into the 0–255 range.
+pub fn for_child(code: i32) -> u8 {
+    u8::try_from(code).unwrap_or(BATON_FAILED)
+}

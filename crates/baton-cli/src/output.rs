@@ -1,0 +1,193 @@
+//! Printing results: human-readable tables, or JSON with `--json`.
+//!
+//! JSON shapes are those of the serialized library types (`LockStatus`,
+//! `Held`, `ReleaseReport`, `BreakReport`); they are a stable contract,
+//! covered by the CLI tests.
+
+use baton_lock::{Content, HolderInfo, LockStatus};
+use baton_run::hold::{BreakReport, Held, ReleaseReport};
+use serde::Serialize;
+
+use crate::exit_codes::BATON_FAILED;
+
+fn print_json<T: Serialize + ?Sized>(value: &T) -> u8 {
+    match serde_json::to_string_pretty(value) {
+        Ok(s) => {
+            println!("{s}");
+            0
+        }
+        Err(e) => {
+            eprintln!("baton: cannot encode JSON: {e}");
+            BATON_FAILED
+        }
+    }
+}
+
+fn state(st: &LockStatus) -> String {
+    if st.held {
+        let mode = st.mode.as_deref().unwrap_or("held");
+        if st.max > 1 {
+            format!("held ({mode}, {}/{} slots)", st.holders.len(), st.max)
+        } else if st.holders.len() > 1 {
+            format!("held ({mode}, {} holders)", st.holders.len())
+        } else {
+            format!("held ({mode})")
+        }
+    } else if st.last_holder_died {
+        "free, last holder died".into()
+    } else {
+        "free".into()
+    }
+}
+
+fn who(h: &HolderInfo) -> String {
+    let alive = match (h.alive, h.liveness) {
+        (_, baton_lock::Liveness::Unknown) => "",
+        (true, _) => "",
+        (false, _) => " (dead)",
+    };
+    format!("pid {} on {}{alive}", h.pid, h.host)
+}
+
+/// `baton lock status NAME`.
+pub fn status(st: &LockStatus, json: bool) -> u8 {
+    if json {
+        return print_json(st);
+    }
+    println!("lock        {}", st.name);
+    println!("state       {}", state(st));
+    println!("waiters     {}", st.waiters);
+    for h in &st.holders {
+        println!(
+            "holder      {}, owner {}, token {}",
+            who(h),
+            h.owner,
+            h.token
+        );
+        println!("            run {}, since {}", h.run_id, h.acquired_at);
+        if let Some(op) = &h.operation {
+            println!("            operation: {op}");
+        }
+    }
+    if let Some(h) = &st.last_holder {
+        println!(
+            "last holder {} died without releasing (owner {}, token {}, since {})",
+            who(h),
+            h.owner,
+            h.token,
+            h.acquired_at
+        );
+    }
+    println!("last token  {}", st.last_token);
+    match st.content {
+        Content::Unreadable => println!(
+            "metadata    unreadable ({}); the next holder rewrites it",
+            st.content_error.as_deref().unwrap_or("unknown reason")
+        ),
+        Content::Missing => println!("metadata    none (never used)"),
+        _ => {}
+    }
+    println!("file        {}", st.path.display());
+    0
+}
+
+/// `baton lock list` and `baton lock status` without a name.
+pub fn list(all: &[LockStatus], json: bool) -> u8 {
+    if json {
+        return print_json(all);
+    }
+    if all.is_empty() {
+        println!("no locks");
+        return 0;
+    }
+    let rows: Vec<[String; 6]> = all
+        .iter()
+        .map(|st| {
+            let h = st.holder.as_ref().or(st.last_holder.as_ref());
+            [
+                st.name.clone(),
+                state(st),
+                st.waiters.to_string(),
+                h.map(who).unwrap_or_else(|| "-".into()),
+                h.map(|h| h.owner.clone()).unwrap_or_else(|| "-".into()),
+                h.and_then(|h| h.operation.clone())
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    let header = ["NAME", "STATE", "WAITERS", "HOLDER", "OWNER", "OPERATION"];
+    let mut widths = header.map(str::len);
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r.iter()) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 6]| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths.iter()).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(cell);
+            } else {
+                s.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        println!("{}", s.trim_end());
+    };
+    line(header);
+    for r in &rows {
+        line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]);
+    }
+    0
+}
+
+/// `baton lock acquire`: the token alone, for `TOKEN=$(...)`.
+pub fn acquired(held: &Held, json: bool) -> u8 {
+    if json {
+        return print_json(held);
+    }
+    println!("{}", held.token);
+    0
+}
+
+/// `baton lock release`.
+pub fn released(r: &ReleaseReport, json: bool) -> u8 {
+    if json {
+        return print_json(r);
+    }
+    println!(
+        "released lock '{}' (token {}, holder pid {})",
+        r.name, r.token, r.holder_pid
+    );
+    0
+}
+
+/// `baton lock break`.
+pub fn broke(r: &BreakReport, json: bool) -> u8 {
+    if json {
+        return print_json(r);
+    }
+    if !r.was_held {
+        println!("lock '{}' is not held; nothing to do", r.name);
+        return 0;
+    }
+    for s in &r.stopped {
+        println!(
+            "lock '{}': holder {} (owner {}, token {}): {}",
+            r.name,
+            who(&s.holder),
+            s.holder.owner,
+            s.holder.token,
+            s.action
+        );
+    }
+    if r.free_now {
+        println!("lock '{}' is free now", r.name);
+        0
+    } else {
+        println!(
+            "lock '{}' is still held (taken again by a waiter, or the holder is stuck)",
+            r.name
+        );
+        0
+    }
+}

@@ -1,0 +1,36 @@
+//! Errors of running and holding.
+
+use baton_lock::LockError;
+use baton_proc::ProcError;
+
+/// Everything that can stop a run or a hold.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A lock could not be taken, or lock state could not be read or written.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// The command could not be started or supervised.
+    #[error(transparent)]
+    Proc(#[from] ProcError),
+    /// No command was given.
+    #[error("no command given: put it after `--`")]
+    NoCommand,
+    /// The background holder could not be started or reported a failure.
+    #[error("background lock holder: {message}")]
+    Holder {
+        /// Whether it failed because the lock was busy (not a fault).
+        busy: bool,
+        /// What happened.
+        message: String,
+    },
+    /// An I/O error while talking to the background holder.
+    #[error("{op}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}

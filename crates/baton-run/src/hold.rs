@@ -1,0 +1,440 @@
+//! Holding a lock on behalf of a shell script: `baton lock acquire/release`.
+//!
+//! A script that cannot wrap a command in `baton run` asks for the lock with
+//! `baton lock acquire`. That command starts a small background process (the
+//! holder: `baton __hold`, detached in its own process group, stdio on
+//! /dev/null so `$(baton lock acquire ...)` returns at once) which takes the
+//! lock, reports the token on a pipe, and keeps the lock until one of:
+//! `baton lock release` (which sends it SIGTERM), its `--ttl` elapsing, or the
+//! death of the process that called `acquire` (watched through a pidfd, with
+//! the caller's start time checked so a reused pid is never mistaken for it).
+//! The kernel releases the lock if the holder itself is killed.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use baton_lock::{
+    acquire, start_time, status, BatonDir, HolderInfo, Liveness, LockError, LockName, LockRequest,
+    Mode, WaitPolicy,
+};
+use baton_proc::{terminate_verified, TerminateReport};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::process::{pidfd_open, Pid, PidfdFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::error::RunError;
+
+/// Environment variable carrying the request to the background holder.
+pub const HOLD_REQUEST_ENV: &str = "BATON_HOLD_REQUEST";
+
+/// What the background holder should take and for how long.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HoldRequest {
+    /// The lock.
+    pub name: String,
+    /// Take it shared.
+    pub shared: bool,
+    /// Number of semaphore slots (1 = exclusive/shared lock).
+    pub max: u32,
+    /// How long to wait: `None` forever, `Some(0)` not at all.
+    pub wait_ms: Option<u64>,
+    /// Release after this long.
+    pub ttl_ms: Option<u64>,
+    /// Recorded owner.
+    pub owner: Option<String>,
+    /// Recorded operation.
+    pub operation: Option<String>,
+    /// Release when this process (the caller of `acquire`) exits.
+    pub watch_pid: Option<i32>,
+    /// Start time of `watch_pid`, to tell a reused pid apart.
+    pub watch_start_time: Option<u64>,
+}
+
+/// What the holder reports once it holds the lock.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Held {
+    /// Fencing token of the grant.
+    pub token: u64,
+    /// Run id recorded in the metadata.
+    pub run_id: String,
+    /// Pid of the background holder.
+    pub holder_pid: i32,
+    /// The lock's name.
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+enum Report {
+    Held(Held),
+    Busy { message: String },
+    Failed { message: String },
+}
+
+/// Starts the background holder (`exe --dir DIR __hold`) and waits until it
+/// holds the lock or gives up.
+pub fn start_holder(exe: &Path, dir: &BatonDir, req: &HoldRequest) -> Result<Held, RunError> {
+    let json = serde_json::to_string(req).map_err(|e| RunError::Io {
+        op: "encode the hold request",
+        source: e.into(),
+    })?;
+    let mut child = Command::new(exe)
+        .arg("--dir")
+        .arg(dir.path())
+        .arg("__hold")
+        .env(HOLD_REQUEST_ENV, json)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|source| RunError::Io {
+            op: "start the background lock holder",
+            source,
+        })?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        BufReader::new(out)
+            .read_line(&mut line)
+            .map_err(|source| RunError::Io {
+                op: "read from the background lock holder",
+                source,
+            })?;
+    }
+    match serde_json::from_str::<Report>(line.trim()) {
+        Ok(Report::Held(held)) => Ok(held),
+        Ok(Report::Busy { message }) => {
+            let _ = child.wait();
+            Err(RunError::Holder {
+                busy: true,
+                message,
+            })
+        }
+        Ok(Report::Failed { message }) => {
+            let _ = child.wait();
+            Err(RunError::Holder {
+                busy: false,
+                message,
+            })
+        }
+        Err(_) => {
+            let status = child.wait().ok();
+            Err(RunError::Holder {
+                busy: false,
+                message: format!("ended without reporting ({status:?})"),
+            })
+        }
+    }
+}
+
+/// The body of the background holder; returns its exit code.
+pub fn serve_hold(dir: &BatonDir) -> i32 {
+    let mut out = std::io::stdout();
+    let report = |out: &mut std::io::Stdout, r: &Report| {
+        if let Ok(s) = serde_json::to_string(r) {
+            let _ = writeln!(out, "{s}");
+            let _ = out.flush();
+        }
+    };
+    let req: HoldRequest = match std::env::var(HOLD_REQUEST_ENV)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+    {
+        Some(r) => r,
+        None => {
+            report(
+                &mut out,
+                &Report::Failed {
+                    message: format!("missing or invalid {HOLD_REQUEST_ENV}"),
+                },
+            );
+            return 125;
+        }
+    };
+    match hold(dir, &req, &mut |r| report(&mut out, r)) {
+        Ok(()) => 0,
+        Err(message) => {
+            report(&mut out, &Report::Failed { message });
+            125
+        }
+    }
+}
+
+fn hold(dir: &BatonDir, req: &HoldRequest, report: &mut dyn FnMut(&Report)) -> Result<(), String> {
+    // Signals first, so a release request that arrives early is not lost.
+    let (sig_rx, sig_tx) = UnixStream::pair().map_err(|e| e.to_string())?;
+    sig_rx.set_nonblocking(true).map_err(|e| e.to_string())?;
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let tx = sig_tx.try_clone().map_err(|e| e.to_string())?;
+        signal_hook::low_level::pipe::register(sig, tx).map_err(|e| e.to_string())?;
+    }
+    let watched = match (req.watch_pid, req.watch_start_time) {
+        (Some(pid), Some(start)) => {
+            let pidfd = Pid::from_raw(pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
+            // Checked after opening: the pidfd now pins the process we verified.
+            match pidfd {
+                Some(fd) if start_time(pid) == Some(start) => Some(fd),
+                _ => return Err(format!("the calling process {pid} has already exited")),
+            }
+        }
+        _ => None,
+    };
+    let name = LockName::new(req.name.clone()).map_err(|e| e.to_string())?;
+    let mode = if req.shared {
+        Mode::Shared
+    } else {
+        Mode::Semaphore(req.max)
+    };
+    let wait = match req.wait_ms {
+        None => WaitPolicy::Forever,
+        Some(ms) => WaitPolicy::from(Duration::from_millis(ms)),
+    };
+    let mut lock_req = LockRequest::new(name.clone())
+        .mode(mode)
+        .wait(wait)
+        .kind("hold");
+    lock_req.owner = req.owner.clone();
+    lock_req.operation = req.operation.clone();
+    let guard = match acquire(dir, &lock_req) {
+        Ok(g) => g,
+        Err(e @ LockError::Busy { .. }) => {
+            report(&Report::Busy {
+                message: e.to_string(),
+            });
+            return Ok(());
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    report(&Report::Held(Held {
+        token: guard.token(),
+        run_id: guard.run_id().to_string(),
+        holder_pid: std::process::id() as i32,
+        name: name.to_string(),
+    }));
+    let deadline = req
+        .ttl_ms
+        .map(|ms| Instant::now() + Duration::from_millis(ms));
+    loop {
+        let timeout = deadline.map(|d| {
+            let left = d.saturating_duration_since(Instant::now());
+            Timespec {
+                tv_sec: left.as_secs() as i64,
+                tv_nsec: i64::from(left.subsec_nanos()),
+            }
+        });
+        if timeout.is_some_and(|t| t.tv_sec == 0 && t.tv_nsec == 0) {
+            break;
+        }
+        let mut fds = vec![PollFd::new(&sig_rx, PollFlags::IN)];
+        if let Some(w) = &watched {
+            fds.push(PollFd::new(w, PollFlags::IN));
+        }
+        match rustix::event::poll(&mut fds, timeout.as_ref()) {
+            Ok(0) => break, // ttl elapsed
+            Ok(_) => break, // release request or caller gone
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => break,
+        }
+    }
+    guard.release().map_err(|e| e.to_string())
+}
+
+/// What `release` did.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReleaseReport {
+    /// The lock.
+    pub name: String,
+    /// The token released.
+    pub token: u64,
+    /// Pid of the background holder that was stopped.
+    pub holder_pid: i32,
+}
+
+/// Releases a lock held by a background holder (`baton lock acquire`).
+///
+/// With `token`, only the grant with that token is released; a token that is
+/// not current changes nothing and is reported as [`LockError::StaleToken`].
+pub fn release_held(
+    dir: &BatonDir,
+    name: &LockName,
+    token: Option<u64>,
+) -> Result<ReleaseReport, RunError> {
+    let st = status(dir, name)?;
+    let holds: Vec<&HolderInfo> = st.holders.iter().filter(|h| h.kind == "hold").collect();
+    let target = match token {
+        Some(t) => match st.holders.iter().find(|h| h.token == t) {
+            Some(h) if h.kind == "hold" => h,
+            Some(h) => {
+                return Err(LockError::Refused {
+                    name: name.to_string(),
+                    reason: format!(
+                        "token {t} belongs to a `baton {}` process (pid {}), which releases the lock itself when it ends; use `baton lock break` to stop it",
+                        if h.kind == "run" { "run" } else { "library" },
+                        h.pid
+                    ),
+                }
+                .into())
+            }
+            None => {
+                let current = st
+                    .holders
+                    .iter()
+                    .map(|h| h.token.to_string())
+                    .collect::<Vec<_>>();
+                return Err(LockError::StaleToken {
+                    name: name.to_string(),
+                    given: t,
+                    current: if current.is_empty() {
+                        "none, the lock is free".into()
+                    } else {
+                        current.join(", ")
+                    },
+                }
+                .into());
+            }
+        },
+        None => match holds.as_slice() {
+            [one] => *one,
+            [] if st.held => {
+                return Err(LockError::Refused {
+                    name: name.to_string(),
+                    reason: "it is not held by `baton lock acquire` (a `baton run` or library holder releases it itself; use `baton lock break` to stop one)".into(),
+                }
+                .into())
+            }
+            [] => {
+                return Err(LockError::NotHeld {
+                    name: name.to_string(),
+                    detail: None,
+                }
+                .into())
+            }
+            _ => {
+                return Err(LockError::Refused {
+                    name: name.to_string(),
+                    reason: format!(
+                        "{} background holders hold it; say which with --token",
+                        holds.len()
+                    ),
+                }
+                .into())
+            }
+        },
+    };
+    stop_holder(name, target, Duration::from_secs(10))?;
+    Ok(ReleaseReport {
+        name: name.to_string(),
+        token: target.token,
+        holder_pid: target.pid,
+    })
+}
+
+/// One holder stopped by `break`.
+#[derive(Clone, Debug, Serialize)]
+pub struct BrokenHolder {
+    /// Who held it.
+    pub holder: HolderInfo,
+    /// `exited after TERM`, `killed`, `kill pending` or `already gone`.
+    pub action: String,
+}
+
+/// What `break` did.
+#[derive(Clone, Debug, Serialize)]
+pub struct BreakReport {
+    /// The lock.
+    pub name: String,
+    /// Whether it was held when `break` started.
+    pub was_held: bool,
+    /// Holders stopped.
+    pub stopped: Vec<BrokenHolder>,
+    /// Whether it is free now.
+    pub free_now: bool,
+}
+
+/// Stops the live holders of a lock on this host: TERM, `grace`, KILL.
+///
+/// Never unlinks or rewrites a lock file; the kernel releases the lock when
+/// the holder exits. Holders on another host, or a held lock whose recorded
+/// holder is gone, are refused with an explanation.
+pub fn break_lock(
+    dir: &BatonDir,
+    name: &LockName,
+    grace: Duration,
+) -> Result<BreakReport, RunError> {
+    let st = status(dir, name)?;
+    let mut report = BreakReport {
+        name: name.to_string(),
+        was_held: st.held,
+        stopped: Vec::new(),
+        free_now: !st.held,
+    };
+    if !st.held {
+        return Ok(report);
+    }
+    if st.holders.is_empty() {
+        return Err(LockError::Refused {
+            name: name.to_string(),
+            reason: "it is held, but its metadata names no holder (unreadable or missing); find the holder with `fuser` on the lock file".into(),
+        }
+        .into());
+    }
+    for h in &st.holders {
+        match h.liveness {
+            Liveness::Unknown => {
+                return Err(LockError::Refused {
+                    name: name.to_string(),
+                    reason: format!(
+                        "it is held by pid {} on host '{}', and baton can only stop holders on this host ('{}'); stop it there",
+                        h.pid,
+                        h.host,
+                        baton_lock::hostname()
+                    ),
+                }
+                .into())
+            }
+            Liveness::Dead => {
+                return Err(LockError::Refused {
+                    name: name.to_string(),
+                    reason: format!(
+                        "it is held, but its recorded holder pid {} is gone: another process inherited the lock file; find it with `fuser` on the lock file",
+                        h.pid
+                    ),
+                }
+                .into())
+            }
+            Liveness::Alive => {}
+        }
+    }
+    for h in &st.holders {
+        let action = stop_holder(name, h, grace)?;
+        report.stopped.push(BrokenHolder {
+            holder: h.clone(),
+            action: action.into(),
+        });
+    }
+    report.free_now = !status(dir, name)?.held;
+    Ok(report)
+}
+
+fn stop_holder(name: &LockName, h: &HolderInfo, grace: Duration) -> Result<&'static str, RunError> {
+    if h.pid == std::process::id() as i32 {
+        return Err(LockError::Refused {
+            name: name.to_string(),
+            reason: "it is held by this very process".into(),
+        }
+        .into());
+    }
+    let expected = h.start_time;
+    let pid = h.pid;
+    let report = terminate_verified(pid, grace, || start_time(pid) == Some(expected))?;
+    Ok(match report {
+        TerminateReport::AlreadyGone => "already gone",
+        TerminateReport::ExitedAfterTerm => "exited after TERM",
+        TerminateReport::Killed => "killed",
+        _ => "kill pending",
+    })
+}

@@ -1,0 +1,13 @@
+//! Running commands under baton locks, and holding locks for scripts.
+//!
+//! [`run()`] is `baton run --lock ...`: acquire every lock in canonical order,
+//! run the command supervised (own process group, signals forwarded, timeout),
+//! release. [`hold`] is `baton lock acquire/release/break`: a background
+//! holder process for scripts that cannot wrap a command.
+
+mod error;
+pub mod hold;
+mod run;
+
+pub use error::RunError;
+pub use run::{command_line, run, RunReport, RunRequest};
