@@ -44,30 +44,27 @@ static uint64_t mono_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Read the counter (missing = 0), add one, write it back. No fsync. */
+/* Read the counter (missing = 0), add one, write it back in place, zero-padded
+ * to 20 digits, without truncating and without fsync: exactly what
+ * baton-bench-worker does (truncating to zero makes ext4 flush on close). */
 static void bump_counter(const char *path) {
     char buf[64];
     uint64_t n = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        ssize_t r = read(fd, buf, sizeof buf - 1);
-        if (r < 0) die("read", path);
-        buf[r] = 0;
-        close(fd);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) die("open", path);
+    ssize_t r = pread(fd, buf, sizeof buf - 1, 0);
+    if (r < 0) die("read", path);
+    buf[r] = 0;
+    if (r > 0) {
         char *end;
-        errno = 0;
         n = strtoull(buf, &end, 10);
         if (end == buf || (*end && *end != '\n')) {
             fprintf(stderr, "flock_ref: counter %s holds \"%s\": torn write?\n", path, buf);
             exit(1);
         }
-    } else if (errno != ENOENT) {
-        die("open", path);
     }
-    int len = snprintf(buf, sizeof buf, "%" PRIu64 "\n", n + 1);
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) die("open", path);
-    if (write(fd, buf, (size_t)len) != len) die("write", path);
+    int len = snprintf(buf, sizeof buf, "%020" PRIu64 "\n", n + 1);
+    if (pwrite(fd, buf, (size_t)len, 0) != len) die("write", path);
     close(fd);
 }
 

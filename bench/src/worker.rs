@@ -25,8 +25,9 @@
 //! one shared pipe.
 
 use std::collections::HashMap;
-use std::fs;
+use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::thread;
@@ -159,23 +160,42 @@ fn wait_gate(opts: &Opts) -> Res<()> {
     Ok(())
 }
 
-/// Read the counter (missing = 0), add one, write it back. No fsync: the
-/// point is exclusion, not durability.
+/// Read the counter (missing = 0), add one, write it back. The value is
+/// written in place at offset 0, zero-padded to a fixed width, without
+/// truncating and without fsync: truncating a file to zero makes ext4 flush
+/// it on close (`auto_da_alloc`), which would add a large, noisy, disk-bound
+/// cost to every critical section. The point here is exclusion, not
+/// durability.
 fn bump_counter(path: &Path) -> Res<u64> {
-    let n = match fs::read_to_string(path) {
-        Ok(s) => s.trim().parse::<u64>().map_err(|_| {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let text = text.trim();
+    let n = if text.is_empty() {
+        0
+    } else {
+        text.parse::<u64>().map_err(|_| {
             format!(
-                "counter {} holds {s:?}: torn write, exclusion broken?",
+                "counter {} holds {text:?}: torn write, exclusion broken?",
                 path.display()
             )
-        })?,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
-        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        })?
     };
-    fs::write(path, format!("{}\n", n + 1))
+    let line = format!("{:0width$}\n", n + 1, width = COUNTER_WIDTH);
+    file.write_all_at(line.as_bytes(), 0)
         .map_err(|e| format!("writing {}: {e}", path.display()))?;
     Ok(n + 1)
 }
+
+/// Digits of the counter file (u64 max has 20).
+const COUNTER_WIDTH: usize = 20;
 
 fn hold(hold_us: u64) {
     if hold_us > 0 {

@@ -78,15 +78,21 @@ impl ProcessIdentity {
     }
 }
 
-/// Start time of `pid` in clock ticks since boot, if the process exists.
+/// Start time of `pid` in clock ticks since boot, if the process exists and
+/// has not exited. A zombie (exited, not yet reaped) counts as gone: it holds
+/// no files and so no locks.
 pub fn start_time(pid: i32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may contain spaces or
     // parentheses itself: fields after it start after the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
-    // rest starts with " state ppid ..."; start time is field 22 overall,
-    // i.e. the 20th field after the command name.
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = rest.split_whitespace();
+    // Field 3, the state: Z (zombie) or X (dead) means it has exited.
+    if matches!(fields.next(), Some("Z") | Some("X")) {
+        return None;
+    }
+    // Start time is field 22 overall, the 19th after the state.
+    fields.nth(18)?.parse().ok()
 }
 
 /// This machine's boot id.

@@ -282,7 +282,26 @@ pub fn acquire_all(dir: &BatonDir, reqs: &[LockRequest]) -> Result<Vec<LockGuard
             (false, Some(d)) => WaitPolicy::Until(d),
             (false, None) => WaitPolicy::Forever,
         };
-        guards.push(acquire(dir, &req)?);
+        match acquire(dir, &req) {
+            Ok(g) => guards.push(g),
+            // Report the policy the caller asked for, not the derived deadline.
+            Err(LockError::Busy {
+                name,
+                path,
+                holder,
+                waited,
+                ..
+            }) => {
+                return Err(LockError::Busy {
+                    name,
+                    path,
+                    holder,
+                    waited,
+                    policy: reqs.first().map_or(WaitPolicy::Forever, |r| r.wait),
+                })
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(guards)
 }

@@ -1,0 +1,195 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! Bad input: exit 125, one line naming the problem, nothing created.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+
+use common::{code, stderr, Env};
+
+fn assert_rejected(env: &Env, args: &[&str], needle: &str) {
+    let out = env.run(args);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 125, "{args:?}: {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{args:?}: one line expected: {err}"
+    );
+    assert!(
+        err.contains(needle),
+        "{args:?}: {err:?} should mention {needle:?}"
+    );
+    assert!(!env.dir.exists(), "{args:?} created the baton dir");
+}
+
+#[test]
+fn bad_lock_names_are_rejected_without_creating_anything() {
+    let env = Env::new();
+    for (name, why) in [
+        ("../escape", "'..'"),
+        ("/etc/passwd", "absolute"),
+        ("a//b", "empty path component"),
+        ("", "empty"),
+        ("tab\there", "control character"),
+        ("nl\nhere", "control character"),
+    ] {
+        assert_rejected(&env, &["run", "--lock", name, "--", "true"], why);
+    }
+    let long = "x".repeat(201);
+    assert_rejected(
+        &env,
+        &["run", "--lock", &long, "--", "true"],
+        "at most 200 bytes",
+    );
+    assert_rejected(&env, &["lock", "status", "a/./b"], "'.'");
+    assert_rejected(&env, &["lock", "acquire", "../x"], "'..'");
+    assert!(!env.tmp.path().join("escape.lock").exists());
+}
+
+#[test]
+fn bad_flags_values_and_missing_command_are_rejected() {
+    let env = Env::new();
+    assert_rejected(
+        &env,
+        &["run", "--lock", "x", "--bogus", "--", "true"],
+        "--bogus",
+    );
+    assert_rejected(
+        &env,
+        &["run", "--lock", "x", "--max", "0", "--", "true"],
+        "--max",
+    );
+    assert_rejected(
+        &env,
+        &["run", "--lock", "x", "--wait", "-5s", "--", "true"],
+        "negative",
+    );
+    assert_rejected(
+        &env,
+        &["run", "--lock", "x", "--wait", "soon", "--", "true"],
+        "'soon'",
+    );
+    assert_rejected(
+        &env,
+        &["run", "--lock", "x", "--timeout", "5", "--", "true"],
+        "no unit",
+    );
+    assert_rejected(
+        &env,
+        &["run", "--lock", "x", "--grace", "5y", "--", "true"],
+        "unknown unit",
+    );
+    assert_rejected(&env, &["run", "--lock", "x"], "CMD");
+    assert_rejected(&env, &["run", "--", "true"], "--lock");
+    assert_rejected(
+        &env,
+        &["run", "--lock", "x", "--shared", "--max", "2", "--", "true"],
+        "--max",
+    );
+    assert_rejected(
+        &env,
+        &[
+            "run",
+            "--lock",
+            "x",
+            "--wait",
+            "1s",
+            "--no-wait",
+            "--",
+            "true",
+        ],
+        "--no-wait",
+    );
+    assert_rejected(&env, &["frobnicate"], "frobnicate");
+}
+
+#[test]
+fn unsafe_baton_dirs_are_refused() {
+    let env = Env::new();
+    let real = env.path("real");
+    fs::create_dir(&real).unwrap();
+    let link = env.path("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let out = env
+        .baton(&["lock", "list"])
+        .arg("--dir")
+        .arg(&link)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+
+    let open = env.path("open");
+    fs::create_dir(&open).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+    let out = env
+        .baton(&["lock", "list"])
+        .arg("--dir")
+        .arg(&open)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 125);
+    assert!(
+        stderr(&out).contains("writable by every user"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A directory owned by another user: as root we can make one; otherwise
+    // "/" is such a directory.
+    let foreign = if rustix::process::geteuid().is_root() {
+        let d = env.path("foreign");
+        fs::create_dir(&d).unwrap();
+        std::os::unix::fs::chown(&d, Some(65534), Some(65534)).unwrap();
+        d
+    } else {
+        "/".into()
+    };
+    let out = env
+        .baton(&["lock", "list"])
+        .arg("--dir")
+        .arg(&foreign)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 125);
+    assert!(stderr(&out).contains("owned by uid"), "{}", stderr(&out));
+    assert!(!foreign.join("locks").exists());
+}
+
+#[test]
+fn garbage_in_a_lock_file_is_reported_and_repaired_by_the_next_holder() {
+    let env = Env::new();
+    assert!(env
+        .run(&["run", "--lock", "g", "--", "true"])
+        .status
+        .success());
+    let file = env.dir.join("locks/g.lock");
+    for garbage in [
+        &b"{\"format\":1,\"token\":"[..],
+        b"\xff\xfe not utf-8 \x00",
+        b"just text",
+    ] {
+        fs::write(&file, garbage).unwrap();
+        let st = env.status("g");
+        assert_eq!(st["content"], "unreadable", "{st}");
+        assert!(st["content_error"].is_string());
+        let human = env.run(&["lock", "status", "g"]);
+        assert!(human.status.success());
+        assert!(common::stdout(&human).contains("unreadable"));
+        let out = env.run(&[
+            "run",
+            "--lock",
+            "g",
+            "--",
+            "sh",
+            "-c",
+            "test -n \"$BATON_FENCING_TOKEN\"",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let st = env.status("g");
+        assert_eq!(st["content"], "ok");
+        assert!(st["last_token"].as_u64().unwrap() >= 1);
+    }
+}

@@ -1,0 +1,105 @@
+//! Shared helpers: a clean environment per test and the real `baton` binary.
+
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A fresh temp directory with a baton dir path inside it (not yet created).
+pub struct Env {
+    pub tmp: tempfile::TempDir,
+    pub dir: PathBuf,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().join("baton");
+        Env { tmp, dir }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.tmp.path().join(rel)
+    }
+
+    /// `baton --dir <dir> ARGS` with a cleared environment.
+    pub fn baton(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_baton"));
+        c.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.tmp.path())
+            .current_dir(self.tmp.path())
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(args);
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.baton(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run baton")
+    }
+
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.baton(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn baton")
+    }
+
+    /// `baton lock status NAME --json`, parsed.
+    pub fn status(&self, name: &str) -> serde_json::Value {
+        let out = self.run(&["lock", "status", name, "--json"]);
+        assert!(out.status.success(), "status failed: {}", stderr(&out));
+        serde_json::from_slice(&out.stdout).expect("status JSON")
+    }
+
+    /// Waits until `name` has `n` waiters.
+    pub fn wait_for_waiters(&self, name: &str, n: u64) {
+        wait_until(Duration::from_secs(20), || {
+            self.status(name)["waiters"] == n
+        });
+    }
+
+    /// Waits until `name` is held (or free).
+    pub fn wait_for_held(&self, name: &str, held: bool) {
+        wait_until(Duration::from_secs(20), || {
+            self.status(name)["held"] == held
+        });
+    }
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Polls `cond` every few milliseconds until it holds; panics after `limit`.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < limit,
+            "condition not met within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits until `path` exists and returns its content.
+pub fn wait_for_file(path: &Path) -> String {
+    wait_until(Duration::from_secs(20), || path.exists());
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+pub fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}

@@ -1,0 +1,238 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! `baton lock status|list|acquire|release|break` with the real binary.
+
+mod common;
+
+use std::fs;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{code, stderr, stdout, wait_for_file, wait_until, Env};
+
+#[test]
+fn status_and_list_report_holder_waiters_and_json_fields() {
+    let env = Env::new();
+    let mut holder = env.spawn(&[
+        "run",
+        "--lock",
+        "team/deploy",
+        "--owner",
+        "alice",
+        "--operation",
+        "deploy prod",
+        "--",
+        "sleep",
+        "30",
+    ]);
+    env.wait_for_held("team/deploy", true);
+    let mut waiter = env.spawn(&["run", "--lock", "team/deploy", "--", "true"]);
+    env.wait_for_waiters("team/deploy", 1);
+    let st = env.status("team/deploy");
+    assert_eq!(st["name"], "team/deploy");
+    assert_eq!(st["held"], true);
+    assert_eq!(st["mode"], "exclusive");
+    assert_eq!(st["waiters"], 1);
+    assert_eq!(st["last_holder_died"], false);
+    let h = &st["holder"];
+    for key in [
+        "pid",
+        "host",
+        "owner",
+        "operation",
+        "run_id",
+        "acquired_at",
+        "token",
+        "alive",
+    ] {
+        assert!(!h[key].is_null(), "holder.{key} missing in {st}");
+    }
+    assert_eq!(h["owner"], "alice");
+    assert_eq!(h["operation"], "deploy prod");
+    assert_eq!(h["alive"], true);
+    assert_eq!(h["pid"].as_u64().unwrap(), u64::from(holder.id()));
+    let list: serde_json::Value =
+        serde_json::from_slice(&env.run(&["lock", "list", "--json"]).stdout).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["name"], "team/deploy");
+    let table = stdout(&env.run(&["lock", "list"]));
+    assert!(table.starts_with("NAME"), "{table}");
+    assert!(
+        table.contains("team/deploy")
+            && table.contains("held (exclusive)")
+            && table.contains("deploy prod"),
+        "{table}"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(waiter.wait().unwrap().success());
+}
+
+#[test]
+fn a_holder_that_died_is_reported_as_free_last_holder_died() {
+    let env = Env::new();
+    // Hold through the library-backed background holder, then SIGKILL it.
+    let out = env.run(&["lock", "acquire", "crash", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let held: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pid = held["holder_pid"].as_i64().unwrap().to_string();
+    assert!(Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .unwrap()
+        .success());
+    wait_until(Duration::from_secs(10), || {
+        env.status("crash")["held"] == false
+    });
+    let st = env.status("crash");
+    assert_eq!(st["last_holder_died"], true, "{st}");
+    assert_eq!(st["last_holder"]["token"], held["token"]);
+    assert_eq!(st["last_holder"]["alive"], false);
+    assert!(stdout(&env.run(&["lock", "status", "crash"])).contains("free, last holder died"));
+}
+
+#[test]
+fn acquire_prints_a_token_and_release_checks_it() {
+    let env = Env::new();
+    let out = env.run(&["lock", "acquire", "mem", "--operation", "edit memory"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let token = stdout(&out).trim().to_string();
+    assert_eq!(token, "1");
+    // Held by the background holder: others are refused.
+    assert_eq!(
+        code(&env.run(&["run", "--lock", "mem", "--no-wait", "--", "true"])),
+        75
+    );
+    assert_eq!(code(&env.run(&["lock", "acquire", "mem", "--no-wait"])), 75);
+    // A stale token changes nothing.
+    let out = env.run(&["lock", "release", "mem", "--token", "7"]);
+    assert_eq!(code(&out), 75);
+    assert!(stderr(&out).contains("nothing changed"), "{}", stderr(&out));
+    assert_eq!(env.status("mem")["held"], true);
+    let out = env.run(&["lock", "release", "mem", "--token", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(env.status("mem")["held"], false);
+    assert_eq!(
+        env.status("mem")["last_holder_died"],
+        false,
+        "a clean release is not a death"
+    );
+    // Releasing a free lock says so.
+    let out = env.run(&["lock", "release", "mem"]);
+    assert_eq!(code(&out), 125);
+    assert!(stderr(&out).contains("not held"));
+}
+
+#[test]
+fn acquired_lock_ends_with_ttl_or_with_the_calling_process() {
+    let env = Env::new();
+    let out = env.run(&["lock", "acquire", "ttl", "--ttl", "300ms"]);
+    assert!(out.status.success());
+    assert_eq!(env.status("ttl")["held"], true);
+    env.wait_for_held("ttl", false);
+
+    // The caller (a shell) exits: the holder notices through its pidfd.
+    let script = format!(
+        "{} --dir {} lock acquire parent; sleep 0.3",
+        env!("CARGO_BIN_EXE_baton"),
+        env.dir.display()
+    );
+    let mut sh = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    env.wait_for_held("parent", true);
+    assert!(sh.wait().unwrap().success());
+    let gone = Instant::now();
+    env.wait_for_held("parent", false);
+    assert!(gone.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn break_stops_a_live_local_holder_and_its_command() {
+    let env = Env::new();
+    let marker = env.path("term");
+    let ready = env.path("ready");
+    let cmd = format!(
+        "trap 'echo TERM > {m}; exit 1' TERM; touch {r}; while :; do sleep 0.05; done",
+        m = marker.display(),
+        r = ready.display()
+    );
+    let holder = env.spawn(&["run", "--lock", "brk", "--", "sh", "-c", &cmd]);
+    wait_for_file(&ready);
+    let out = env.run(&["lock", "break", "brk", "--grace", "5s", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["was_held"], true);
+    assert_eq!(
+        report["stopped"][0]["action"], "exited after TERM",
+        "{report}"
+    );
+    assert_eq!(
+        report["stopped"][0]["holder"]["pid"].as_u64().unwrap(),
+        u64::from(holder.id())
+    );
+    let out = holder.wait_with_output().unwrap();
+    assert_eq!(code(&out), 1);
+    assert_eq!(
+        fs::read_to_string(&marker).unwrap().trim(),
+        "TERM",
+        "command got TERM"
+    );
+    assert_eq!(env.status("brk")["held"], false);
+    // Breaking a free lock is a no-op.
+    let out = env.run(&["lock", "break", "brk"]);
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("not held"));
+}
+
+/// Holds the lock's slot byte with an OFD lock from Python, with metadata
+/// that names a holder on another host, exactly as a baton on a shared
+/// filesystem elsewhere would leave it.
+#[test]
+fn break_refuses_a_holder_on_another_host() {
+    let env = Env::new();
+    assert!(env
+        .run(&["run", "--lock", "remote", "--", "true"])
+        .status
+        .success());
+    let file = env.dir.join("locks/remote.lock");
+    let doc = serde_json::json!({
+        "format": 1, "name": "remote", "max": 1, "token": 5,
+        "holders": [{"pid": 4242, "start_time": 1, "boot_id": "other-boot", "host": "build-box-7",
+                     "owner": "ci@build-box-7", "run_id": "abc", "acquired_at": "2026-01-01T00:00:00Z",
+                     "token": 5, "mode": "exclusive", "slot": 0, "kind": "run"}]
+    });
+    fs::write(&file, doc.to_string()).unwrap();
+    let ready = env.path("ready");
+    let py = format!(
+        "import fcntl, struct, os, sys, time\n\
+         fd = os.open({f:?}, os.O_RDWR)\n\
+         fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack('hhqqi', fcntl.F_WRLCK, 0, 1 << 41, 1, 0))\n\
+         open({r:?}, 'w').close()\n\
+         sys.stdin.read()\n",
+        f = file.display().to_string(),
+        r = ready.display().to_string()
+    );
+    let mut holder = Command::new("python3")
+        .arg("-c")
+        .arg(py)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&ready);
+    let st = env.status("remote");
+    assert_eq!(st["held"], true, "{st}");
+    assert_eq!(st["holder"]["host"], "build-box-7");
+    let out = env.run(&["lock", "break", "remote"]);
+    assert_eq!(code(&out), 125);
+    let err = stderr(&out);
+    assert!(
+        err.contains("build-box-7") && err.contains("this host"),
+        "{err}"
+    );
+    assert_eq!(env.status("remote")["held"], true, "nothing was broken");
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+}
