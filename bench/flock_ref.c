@@ -8,8 +8,9 @@
  * clock_gettime(CLOCK_MONOTONIC), exactly as the library's wait covers its
  * whole acquire (which opens the lock file too).
  *
- * Output (--out): one wait per line in nanoseconds, then
- * "elapsed ELAPSED_NS START_NS END_NS". With --gate, stdin is read to EOF
+ * Output (--out): one line per iteration, "WAIT_NS HELD_NS RELEASING_NS" (the
+ * wait, and the CLOCK_MONOTONIC instants the lock was held and its release
+ * began), then "elapsed ELAPSED_NS START_NS END_NS". With --gate, stdin is read to EOF
  * first, so the runner can start all processes at the same instant.
  *
  *   gcc -O2 -o flock_ref flock_ref.c
@@ -86,8 +87,9 @@ int main(int argc, char **argv) {
     }
     if (!lockfile || !counter || !out || iterations < 0 || hold_us < 0) usage();
 
-    uint64_t *waits = calloc((size_t)iterations + 1, sizeof *waits);
-    if (!waits) die("calloc", NULL);
+    /* per iteration: wait, instant held, instant release began */
+    uint64_t *rec = calloc((size_t)iterations * 3 + 1, sizeof *rec);
+    if (!rec) die("calloc", NULL);
     struct timespec hold = {hold_us / 1000000, (hold_us % 1000000) * 1000};
 
     if (gate) {
@@ -109,17 +111,22 @@ int main(int argc, char **argv) {
             struct timespec rem = hold;
             while (nanosleep(&rem, &rem) < 0 && errno == EINTR) {}
         }
+        uint64_t t2 = mono_ns();
         if (flock(fd, LOCK_UN) < 0) die("flock(LOCK_UN)", lockfile);
         close(fd);
-        waits[i] = t1 - t0;
+        rec[3 * i] = t1 - t0;
+        rec[3 * i + 1] = t1;
+        rec[3 * i + 2] = t2;
     }
     uint64_t end = mono_ns();
 
     FILE *f = fopen(out, "w");
     if (!f) die("fopen", out);
-    for (long long i = 0; i < iterations; i++) fprintf(f, "%" PRIu64 "\n", waits[i]);
+    for (long long i = 0; i < iterations; i++)
+        fprintf(f, "%" PRIu64 " %" PRIu64 " %" PRIu64 "\n", rec[3 * i], rec[3 * i + 1],
+                rec[3 * i + 2]);
     fprintf(f, "elapsed %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", end - start, start, end);
     if (fclose(f) != 0) die("fclose", out);
-    free(waits);
+    free(rec);
     return 0;
 }

@@ -146,6 +146,7 @@ class Result:
     wall_ns: int = 0
     waits: list[int] = field(default_factory=list)
     proc_means: list[float] = field(default_factory=list)
+    handoffs: list[int] = field(default_factory=list)
     counter: int = 0
     expected: int = 0
 
@@ -156,6 +157,7 @@ class Result:
         self.wall_ns += other.wall_ns
         self.waits += other.waits
         self.proc_means += other.proc_means
+        self.handoffs += other.handoffs
         self.counter += other.counter
         self.expected += other.expected
 
@@ -206,24 +208,32 @@ def run_contention(name: str, argv_for, procs: int, iters: int, hold_us: int,
         if errors:
             res.error = "; ".join(errors[:3])
             log(f"  {name}: " + res.error)
-        starts, ends = [], []
+        starts, ends, held = [], [], []
         for f in outs:
             if not f.exists():
                 continue
             waits = []
             for line in f.read_text().splitlines():
-                if line.startswith("elapsed"):
-                    _, _, s, e = line.split()
-                    starts.append(int(s))
-                    ends.append(int(e))
-                elif line.strip():
-                    waits.append(int(line))
+                fields = line.split()
+                if not fields:
+                    continue
+                if fields[0] == "elapsed":
+                    starts.append(int(fields[2]))
+                    ends.append(int(fields[3]))
+                    continue
+                waits.append(int(fields[0]))
+                if len(fields) == 3:
+                    held.append((int(fields[1]), int(fields[2])))
             res.waits += waits
             res.ops += len(waits)
             if waits:
                 res.proc_means.append(sum(waits) / len(waits))
         if starts:
             res.wall_ns = max(ends) - min(starts)
+        # Handoff: from a holder starting its release to the next holder's
+        # acquire returning (the time the lock does no useful work).
+        held.sort()
+        res.handoffs = [nxt[0] - cur[1] for cur, nxt in zip(held, held[1:])]
         counter = tmp / "counter"
         try:
             res.counter = int(counter.read_text().strip())
@@ -299,11 +309,11 @@ def machine_info() -> list[str]:
 def contention_table(results: list[Result], hold_ns: int) -> list[str]:
     ref = next((r for r in results if r.variant == "C flock(2)" and r.ok), None)
     rows = ["| variant | ops/s | efficiency | wait p50 | wait p99 | wait max | Jain fairness "
-            "| lost updates | throughput vs C flock(2) |",
-            "|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+            "| lost updates | throughput vs C flock(2) | handoff p50 / p99 |",
+            "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in results:
         if r.skipped:
-            rows.append(f"| {r.variant} | skipped: {r.skipped} | | | | | | | |")
+            rows.append(f"| {r.variant} | skipped: {r.skipped} | | | | | | | | |")
             continue
         lost = r.expected - r.counter
         check = f"{lost} (PASS)" if lost == 0 and not r.error else (
@@ -312,10 +322,13 @@ def contention_table(results: list[Result], hold_ns: int) -> list[str]:
             check += f" ERROR: {r.error}"
         eff = r.ops * hold_ns / r.wall_ns if r.wall_ns else float("nan")
         vs = f"{r.ops_per_s / ref.ops_per_s:.2f}x" if ref and r.wall_ns else "-"
+        ho = sorted(r.handoffs)
+        handoff = (f"{fmt_dur(percentile(ho, 50))} / {fmt_dur(percentile(ho, 99))}"
+                   if ho else "-")
         rows.append(
             f"| {r.variant} | {r.ops_per_s:.0f} | {eff:.1%} | {fmt_dur(r.wait(50))} "
             f"| {fmt_dur(r.wait(99))} | {fmt_dur(max(r.waits) if r.waits else float('nan'))} "
-            f"| {jain(r.proc_means):.4f} | {check} | {vs} |")
+            f"| {jain(r.proc_means):.4f} | {check} | {vs} | {handoff} |")
     return rows
 
 

@@ -18,9 +18,11 @@
 //! * `overhead`: times N sequential runs of a command (uncontended
 //!   per-invocation cost).
 //!
-//! Waits are written to `--out`, one per line in nanoseconds, followed by one
-//! line `elapsed ELAPSED_NS START_NS END_NS` (CLOCK_MONOTONIC, comparable
-//! across processes). With `--gate`, a process first reads its stdin to EOF,
+//! `lib` and `cli` write one line per iteration to `--out`: the wait in
+//! nanoseconds, and for `lib` also the CLOCK_MONOTONIC instants at which the
+//! lock was held and at which its release began (`WAIT HELD RELEASING`), then
+//! one line `elapsed ELAPSED_NS START_NS END_NS` (CLOCK_MONOTONIC: the same
+//! clock in every process, so the runner can compare them). With `--gate`, a process first reads its stdin to EOF,
 //! so the runner can release all P processes at the same instant by closing
 //! one shared pipe.
 
@@ -203,12 +205,23 @@ fn hold(hold_us: u64) {
     }
 }
 
-/// Writes the waits and the `elapsed` line.
-fn write_out(path: &Path, waits: &[u64], start_ns: u64, end_ns: u64) -> Res<()> {
-    let mut s = String::with_capacity(waits.len() * 10 + 64);
-    for w in waits {
-        s.push_str(&w.to_string());
-        s.push('\n');
+/// One iteration's record: the wait, and (library and C variants only) the
+/// CLOCK_MONOTONIC instants at which the lock was held and at which its
+/// release began, from which the runner computes handoff times.
+struct Cycle {
+    wait_ns: u64,
+    held_at: Option<(u64, u64)>,
+}
+
+/// Writes one line per iteration (`WAIT_NS [ACQUIRED_NS RELEASING_NS]`) and
+/// the `elapsed` line.
+fn write_out(path: &Path, cycles: &[Cycle], start_ns: u64, end_ns: u64) -> Res<()> {
+    let mut s = String::with_capacity(cycles.len() * 40 + 64);
+    for c in cycles {
+        match c.held_at {
+            Some((acq, rel)) => s.push_str(&format!("{} {acq} {rel}\n", c.wait_ns)),
+            None => s.push_str(&format!("{}\n", c.wait_ns)),
+        }
     }
     s.push_str(&format!(
         "elapsed {} {start_ns} {end_ns}\n",
@@ -232,21 +245,25 @@ fn cmd_lib(o: &Opts) -> Res<()> {
     let out = o.path("out")?;
     wait_gate(o)?;
 
-    let mut waits = Vec::with_capacity(iterations as usize);
+    let mut cycles = Vec::with_capacity(iterations as usize);
     let start_ns = mono_ns();
     for _ in 0..iterations {
-        let t0 = Instant::now();
+        let t0 = mono_ns();
         let guard = acquire(&dir, &req).map_err(|e| format!("acquire {lock}: {e}"))?;
-        let waited = t0.elapsed();
+        let t1 = mono_ns();
         bump_counter(&counter)?;
         hold(hold_us);
+        let t2 = mono_ns();
         guard
             .release()
             .map_err(|e| format!("release {lock}: {e}"))?;
-        waits.push(waited.as_nanos() as u64);
+        cycles.push(Cycle {
+            wait_ns: t1 - t0,
+            held_at: Some((t1, t2)),
+        });
     }
     let end_ns = mono_ns();
-    write_out(&out, &waits, start_ns, end_ns)
+    write_out(&out, &cycles, start_ns, end_ns)
 }
 
 fn cmd_crit(o: &Opts) -> Res<()> {
@@ -302,7 +319,7 @@ fn cmd_cli(o: &Opts) -> Res<()> {
         .stderr(Stdio::inherit());
     wait_gate(o)?;
 
-    let mut waits = Vec::with_capacity(iterations as usize);
+    let mut cycles = Vec::with_capacity(iterations as usize);
     let start_ns = mono_ns();
     for i in 0..iterations {
         let launched = mono_ns();
@@ -320,10 +337,13 @@ fn cmd_cli(o: &Opts) -> Res<()> {
         let stamp: u64 = text.trim().parse().map_err(|_| {
             format!("iteration {i}: expected crit's start stamp on stdout, got {text:?}")
         })?;
-        waits.push(stamp.saturating_sub(launched));
+        cycles.push(Cycle {
+            wait_ns: stamp.saturating_sub(launched),
+            held_at: None,
+        });
     }
     let end_ns = mono_ns();
-    write_out(&out, &waits, start_ns, end_ns)
+    write_out(&out, &cycles, start_ns, end_ns)
 }
 
 fn cmd_overhead(o: &Opts) -> Res<()> {

@@ -236,3 +236,20 @@ fn break_refuses_a_holder_on_another_host() {
     drop(holder.stdin.take());
     holder.wait().unwrap();
 }
+
+#[test]
+fn an_abandoned_acquire_leaves_the_line() {
+    let env = Env::new();
+    let mut holder = env.spawn(&["run", "--lock", "line", "--", "sleep", "30"]);
+    env.wait_for_held("line", true);
+    let mut acquire = env.spawn(&["lock", "acquire", "line"]);
+    env.wait_for_waiters("line", 1);
+    acquire.kill().unwrap(); // like Ctrl-C or `timeout` on the script
+    acquire.wait().unwrap();
+    env.wait_for_waiters("line", 0);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    env.wait_for_held("line", false);
+    let out = env.run(&["run", "--lock", "line", "--no-wait", "--", "true"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

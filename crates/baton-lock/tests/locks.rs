@@ -481,3 +481,29 @@ fn several_locks_in_any_order_do_not_deadlock() {
         h.join().unwrap();
     }
 }
+
+#[test]
+fn a_deadline_expires_while_waiting_behind_another_waiter() {
+    let (_t, dir) = tempdir();
+    let g = acquire(&dir, &LockRequest::new(name("line"))).unwrap();
+    let d1 = dir.clone();
+    let head =
+        thread::spawn(move || acquire(&d1, &LockRequest::new(name("line"))).map(|g| g.token()));
+    wait_for_waiters(&dir, "line", 1);
+    let d2 = dir.clone();
+    let started = Instant::now();
+    let second = thread::spawn(move || {
+        acquire(
+            &d2,
+            &LockRequest::new(name("line")).wait(Duration::from_millis(200)),
+        )
+        .map(|g| g.token())
+    })
+    .join()
+    .unwrap();
+    assert!(matches!(second, Err(LockError::Busy { .. })));
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(status(&dir, &name("line")).unwrap().waiters, 1);
+    drop(g);
+    assert_eq!(head.join().unwrap().unwrap(), 2);
+}

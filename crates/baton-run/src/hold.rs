@@ -199,15 +199,53 @@ fn hold(dir: &BatonDir, req: &HoldRequest, report: &mut dyn FnMut(&Report)) -> R
         .kind("hold");
     lock_req.owner = req.owner.clone();
     lock_req.operation = req.operation.clone();
-    let guard = match acquire(dir, &lock_req) {
-        Ok(g) => g,
-        Err(e @ LockError::Busy { .. }) => {
+    // The `acquire` process that started us waits for our report; if it is
+    // gone (Ctrl-C, `timeout`), nobody wants the lock any more.
+    let requester =
+        rustix::process::getppid().and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
+    // Wait for the lock in a thread, so that this thread can give up when the
+    // requester or the caller dies or a signal asks us to stop: exiting the
+    // process is what takes us out of the line.
+    let (done_rx, done_tx) = UnixStream::pair().map_err(|e| e.to_string())?;
+    let (result_tx, result_rx) = std::sync::mpsc::channel();
+    let dir_for_thread = dir.clone();
+    std::thread::spawn(move || {
+        let result = acquire(&dir_for_thread, &lock_req);
+        let _ = result_tx.send(result);
+        drop(done_tx); // wakes the poll below with end-of-file
+    });
+    loop {
+        let mut fds = vec![
+            PollFd::new(&done_rx, PollFlags::IN),
+            PollFd::new(&sig_rx, PollFlags::IN),
+        ];
+        if let Some(w) = &watched {
+            fds.push(PollFd::new(w, PollFlags::IN));
+        }
+        if let Some(r) = &requester {
+            fds.push(PollFd::new(r, PollFlags::IN));
+        }
+        match rustix::event::poll(&mut fds, None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.to_string()),
+        }
+        if fds[0].revents().is_empty() {
+            // Asked to stop, or everyone who wanted the lock is gone.
+            std::process::exit(1);
+        }
+        break;
+    }
+    let guard = match result_rx.recv() {
+        Ok(Ok(g)) => g,
+        Ok(Err(e @ LockError::Busy { .. })) => {
             report(&Report::Busy {
                 message: e.to_string(),
             });
             return Ok(());
         }
-        Err(e) => return Err(e.to_string()),
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err("the waiting thread ended without a result".into()),
     };
     report(&Report::Held(Held {
         token: guard.token(),
