@@ -147,6 +147,7 @@ class Result:
     waits: list[int] = field(default_factory=list)
     proc_means: list[float] = field(default_factory=list)
     handoffs: list[int] = field(default_factory=list)
+    regrants: int = 0  # grants to the process that held the lock just before
     counter: int = 0
     expected: int = 0
 
@@ -158,6 +159,7 @@ class Result:
         self.waits += other.waits
         self.proc_means += other.proc_means
         self.handoffs += other.handoffs
+        self.regrants += other.regrants
         self.counter += other.counter
         self.expected += other.expected
 
@@ -209,7 +211,7 @@ def run_contention(name: str, argv_for, procs: int, iters: int, hold_us: int,
             res.error = "; ".join(errors[:3])
             log(f"  {name}: " + res.error)
         starts, ends, held = [], [], []
-        for f in outs:
+        for proc, f in enumerate(outs):
             if not f.exists():
                 continue
             waits = []
@@ -223,7 +225,7 @@ def run_contention(name: str, argv_for, procs: int, iters: int, hold_us: int,
                     continue
                 waits.append(int(fields[0]))
                 if len(fields) == 3:
-                    held.append((int(fields[1]), int(fields[2])))
+                    held.append((int(fields[1]), int(fields[2]), proc))
             res.waits += waits
             res.ops += len(waits)
             if waits:
@@ -234,6 +236,7 @@ def run_contention(name: str, argv_for, procs: int, iters: int, hold_us: int,
         # acquire returning (the time the lock does no useful work).
         held.sort()
         res.handoffs = [nxt[0] - cur[1] for cur, nxt in zip(held, held[1:])]
+        res.regrants = sum(cur[2] == nxt[2] for cur, nxt in zip(held, held[1:]))
         counter = tmp / "counter"
         try:
             res.counter = int(counter.read_text().strip())
@@ -309,11 +312,11 @@ def machine_info() -> list[str]:
 def contention_table(results: list[Result], hold_ns: int) -> list[str]:
     ref = next((r for r in results if r.variant == "C flock(2)" and r.ok), None)
     rows = ["| variant | ops/s | efficiency | wait p50 | wait p99 | wait max | Jain fairness "
-            "| lost updates | throughput vs C flock(2) | handoff p50 / p99 |",
-            "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+            "| lost updates | throughput vs C flock(2) | handoff p50 / p99 | re-grants |",
+            "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
     for r in results:
         if r.skipped:
-            rows.append(f"| {r.variant} | skipped: {r.skipped} | | | | | | | | |")
+            rows.append(f"| {r.variant} | skipped: {r.skipped} | | | | | | | | | |")
             continue
         lost = r.expected - r.counter
         check = f"{lost} (PASS)" if lost == 0 and not r.error else (
@@ -325,10 +328,11 @@ def contention_table(results: list[Result], hold_ns: int) -> list[str]:
         ho = sorted(r.handoffs)
         handoff = (f"{fmt_dur(percentile(ho, 50))} / {fmt_dur(percentile(ho, 99))}"
                    if ho else "-")
+        regrant = f"{r.regrants / len(ho):.0%}" if ho else "-"
         rows.append(
             f"| {r.variant} | {r.ops_per_s:.0f} | {eff:.1%} | {fmt_dur(r.wait(50))} "
             f"| {fmt_dur(r.wait(99))} | {fmt_dur(max(r.waits) if r.waits else float('nan'))} "
-            f"| {jain(r.proc_means):.4f} | {check} | {vs} | {handoff} |")
+            f"| {jain(r.proc_means):.4f} | {check} | {vs} | {handoff} | {regrant} |")
     return rows
 
 

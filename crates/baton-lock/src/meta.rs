@@ -78,20 +78,24 @@ pub(crate) enum DocRead {
     Empty,
     /// A valid document.
     Valid(LockDoc),
-    /// Content that is not a lock document; the reason says why.
-    Unreadable(String),
+    /// Content that is not a lock document; the reason says why. The number
+    /// is the largest fencing token still recognisable in it (0 if none).
+    Unreadable(String, u64),
 }
 
 impl DocRead {
     /// The document, or a fresh one if there is none or it is unreadable.
     pub fn or_fresh(self) -> LockDoc {
-        match self {
-            DocRead::Valid(doc) => doc,
-            _ => LockDoc {
-                format: 1,
-                max: 1,
-                ..LockDoc::default()
-            },
+        let token = match self {
+            DocRead::Valid(doc) => return doc,
+            DocRead::Empty => 0,
+            DocRead::Unreadable(_, token) => token,
+        };
+        LockDoc {
+            format: 1,
+            max: 1,
+            token,
+            ..LockDoc::default()
         }
     }
 }
@@ -105,9 +109,10 @@ pub(crate) fn read_doc(file: &File) -> std::io::Result<DocRead> {
         return Ok(DocRead::Empty);
     }
     if len > MAX_DOC as u64 {
-        return Ok(DocRead::Unreadable(format!(
-            "{len} bytes, larger than a lock document can be"
-        )));
+        return Ok(DocRead::Unreadable(
+            format!("{len} bytes, larger than a lock document can be"),
+            0,
+        ));
     }
     let mut buf = vec![0u8; len as usize];
     let mut got = 0;
@@ -125,9 +130,31 @@ pub(crate) fn read_doc(file: &File) -> std::io::Result<DocRead> {
     let mut values = serde_json::Deserializer::from_slice(&buf).into_iter::<LockDoc>();
     match values.next() {
         Some(Ok(doc)) => Ok(DocRead::Valid(doc)),
-        Some(Err(e)) => Ok(DocRead::Unreadable(format!("not a lock document: {e}"))),
+        Some(Err(e)) => Ok(DocRead::Unreadable(
+            format!("not a lock document: {e}"),
+            salvage_token(&buf),
+        )),
         None => Ok(DocRead::Empty),
     }
+}
+
+/// The largest number following `"token":` in damaged content, so that a
+/// damaged document does not send fencing tokens backwards.
+fn salvage_token(buf: &[u8]) -> u64 {
+    const KEY: &[u8] = b"\"token\":";
+    let mut best = 0;
+    for (i, w) in buf.windows(KEY.len()).enumerate() {
+        if w == KEY {
+            let digits: String = buf[i + KEY.len()..]
+                .iter()
+                .skip_while(|b| **b == b' ')
+                .take_while(|b| b.is_ascii_digit())
+                .map(|b| char::from(*b))
+                .collect();
+            best = best.max(digits.parse().unwrap_or(0));
+        }
+    }
+    best
 }
 
 pub(crate) fn write_doc(file: &File, doc: &LockDoc) -> std::io::Result<()> {

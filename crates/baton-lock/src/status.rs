@@ -179,7 +179,7 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
             st.content = Content::Empty;
             None
         }
-        DocRead::Unreadable(why) => {
+        DocRead::Unreadable(why, _) => {
             st.content = Content::Unreadable;
             st.content_error = Some(why);
             None

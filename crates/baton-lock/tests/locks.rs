@@ -507,3 +507,20 @@ fn a_deadline_expires_while_waiting_behind_another_waiter() {
     drop(g);
     assert_eq!(head.join().unwrap().unwrap(), 2);
 }
+
+#[test]
+fn a_torn_document_does_not_send_tokens_backwards() {
+    let (_t, dir) = tempdir();
+    let path = dir.lock_path(&name("torn"));
+    fs::write(
+        &path,
+        b"{\"format\":1,\"name\":\"torn\",\"max\":1,\"token\":41,\"holders\":[{\"pid\"",
+    )
+    .unwrap();
+    assert_eq!(
+        status(&dir, &name("torn")).unwrap().content,
+        Content::Unreadable
+    );
+    let g = acquire(&dir, &LockRequest::new(name("torn"))).unwrap();
+    assert_eq!(g.token(), 42);
+}
