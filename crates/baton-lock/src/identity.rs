@@ -35,14 +35,23 @@ pub enum Liveness {
 }
 
 impl ProcessIdentity {
-    /// The identity of the calling process.
+    /// The identity of the calling process (cached; recomputed after a fork).
     pub fn current() -> ProcessIdentity {
+        static CURRENT: std::sync::Mutex<Option<ProcessIdentity>> = std::sync::Mutex::new(None);
         let pid = std::process::id() as i32;
-        ProcessIdentity {
-            pid,
-            start_time: start_time(pid).unwrap_or(0),
-            boot_id: boot_id().to_string(),
-            host: hostname().to_string(),
+        let mut cached = CURRENT.lock().unwrap_or_else(|p| p.into_inner());
+        match &*cached {
+            Some(me) if me.pid == pid => me.clone(),
+            _ => {
+                let me = ProcessIdentity {
+                    pid,
+                    start_time: start_time(pid).unwrap_or(0),
+                    boot_id: boot_id().to_string(),
+                    host: hostname().to_string(),
+                };
+                *cached = Some(me.clone());
+                me
+            }
         }
     }
 

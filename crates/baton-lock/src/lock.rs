@@ -328,9 +328,18 @@ impl<'f> MetaLock<'f> {
         Ok(MetaLock { file })
     }
 
-    pub(crate) fn read(file: &'f File) -> std::io::Result<Self> {
-        ofd::lock_wait(file.as_fd(), Kind::Read, META, 1, None)?;
-        Ok(MetaLock { file })
+    /// A shared lock on META for readers; `None` if a writer holds it past
+    /// `patience` (a stopped process, say): the caller then reads without it.
+    pub(crate) fn read(
+        file: &'f File,
+        patience: std::time::Duration,
+    ) -> std::io::Result<Option<Self>> {
+        let deadline = Instant::now() + patience;
+        if ofd::lock_wait(file.as_fd(), Kind::Read, META, 1, Some(deadline))? {
+            Ok(Some(MetaLock { file }))
+        } else {
+            Ok(None)
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use std::io::ErrorKind;
 use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -169,7 +170,11 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
         Err(e) => return Err(e).at("cannot open lock file", path),
     };
     let fd = file.as_fd();
-    let _meta = MetaLock::read(&file).at("cannot lock metadata of", path)?;
+    // Read under META for a consistent view; a writer never holds it for more
+    // than a few system calls, so one that holds it for seconds is stopped or
+    // stuck, and a best-effort view beats hanging.
+    let _meta =
+        MetaLock::read(&file, Duration::from_secs(2)).at("cannot lock metadata of", path)?;
     let doc = match read_doc(&file).at("cannot read lock file", path)? {
         DocRead::Valid(doc) => {
             st.content = Content::Ok;
