@@ -261,6 +261,9 @@ class Overhead:
         return sum(self.times) / len(self.times) if self.times else float("nan")
 
 
+OVERHEAD_CHUNKS = 10
+
+
 def run_overhead(worker: Path, label: str, cmd: list[str], n: int) -> Overhead:
     o = Overhead(label)
     with tempfile.TemporaryDirectory(prefix="baton-bench-oh-") as d:
@@ -338,15 +341,18 @@ def contention_table(results: list[Result], hold_ns: int) -> list[str]:
 
 def overhead_table(ohs: list[Overhead]) -> list[str]:
     fl = next((o for o in ohs if o.label.startswith("flock") and o.times), None)
-    rows = ["| command | mean | p50 | p99 | vs flock(1) (mean) |", "|---|---:|---:|---:|---:|"]
+    rows = ["| command | mean | p50 | p99 | vs flock(1) (mean) | vs flock(1) (p50) |",
+            "|---|---:|---:|---:|---:|---:|"]
+    fl50 = percentile(sorted(fl.times), 50) if fl else float("nan")
     for o in ohs:
         if o.skipped:
-            rows.append(f"| `{o.label}` | skipped: {o.skipped} | | | |")
+            rows.append(f"| `{o.label}` | skipped: {o.skipped} | | | | |")
             continue
         s = sorted(o.times)
         vs = f"{o.mean / fl.mean:.2f}x" if fl else "-"
+        vs50 = f"{percentile(s, 50) / fl50:.2f}x" if fl else "-"
         rows.append(f"| `{o.label}` | {fmt_dur(o.mean)} | {fmt_dur(percentile(s, 50))} "
-                    f"| {fmt_dur(percentile(s, 99))} | {vs} |")
+                    f"| {fmt_dur(percentile(s, 99))} | {vs} | {vs50} |")
     return rows
 
 
@@ -457,7 +463,6 @@ def main() -> None:
                 results[name].merge(r)
     results = list(results.values())
 
-    ohs = []
     oh_cmds = [
         ("baton --dir D run --lock x -- true",
          None if baton is None else [str(baton), "--dir", "{tmp}/baton", "run", "--lock", "x",
@@ -465,12 +470,19 @@ def main() -> None:
         ("flock F true", ["flock", "{tmp}/lockfile", "true"]),
         ("true", ["true"]),
     ]
-    for label, cmd in oh_cmds:
-        if cmd is None:
-            ohs.append(Overhead(label, skipped=note or "baton CLI not built"))
-            continue
-        log(f"overhead: {label} x {n_oh} ...")
-        ohs.append(run_overhead(worker, label, cmd, n_oh))
+    # Interleaved in chunks, so that a load change on a shared machine hits
+    # every row alike.
+    chunks = min(OVERHEAD_CHUNKS, n_oh)
+    ohs = [Overhead(label, skipped=None if cmd else (note or "baton CLI not built"))
+           for label, cmd in oh_cmds]
+    log(f"overhead: {n_oh} invocations of each command, in {chunks} interleaved chunks ...")
+    for k in range(chunks):
+        part = n_oh // chunks + (1 if k < n_oh % chunks else 0)
+        for o, (label, cmd) in zip(ohs, oh_cmds):
+            if o.skipped is None:
+                got = run_overhead(worker, label, cmd, part)
+                o.skipped = got.skipped
+                o.times += got.times
 
     body = ["## Contention", "",
             f"{procs} processes x {iters} iterations: lock, read counter, +1, write, "
@@ -478,8 +490,9 @@ def main() -> None:
             "summed wall time; waits pooled; fairness over every process of every round).", ""]
     body += contention_table(results, hold_us * 1000)
     body += ["", "## Per-invocation overhead, uncontended", "",
-             f"{n_oh} sequential invocations, timed in baton-bench-worker "
-             "(spawn to exit).", ""]
+             f"{n_oh} sequential invocations of each, timed in baton-bench-worker "
+             f"(spawn to exit), the rows interleaved in {min(OVERHEAD_CHUNKS, n_oh)} chunks.",
+             ""]
     body += overhead_table(ohs)
     body += ["", "## Bars", ""] + bars(results, ohs)
     if note:

@@ -125,13 +125,16 @@ pub fn hostname() -> &'static str {
     })
 }
 
-/// The default owner of a lock: `user@host`.
-pub fn default_owner() -> String {
-    let user = std::env::var("USER")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| format!("uid{}", rustix::process::getuid().as_raw()));
-    format!("{user}@{}", hostname())
+/// The default owner of a lock: `user@host` (`$USER`, else `uid<N>`).
+pub fn default_owner() -> &'static str {
+    static OWNER: OnceLock<String> = OnceLock::new();
+    OWNER.get_or_init(|| {
+        let user = std::env::var("USER")
+            .ok()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| format!("uid{}", rustix::process::getuid().as_raw()));
+        format!("{user}@{}", hostname())
+    })
 }
 
 /// A new run id: 16 hex digits from the kernel's random source.

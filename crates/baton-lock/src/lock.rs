@@ -188,19 +188,22 @@ impl LockGuard {
         self.released = true;
         forget_held(&self.key);
         let fd = self.file.as_fd();
-        // Remove our record first, then let the kernel hand the slot on: the
-        // next holder then never waits for our bookkeeping.
+        // Hand the slot on first, then remove our record: the next holder is
+        // woken at once and never waits for our bookkeeping. Until the record
+        // is gone, `status` sees a free lock whose recorded holder is alive,
+        // which it reports as free (not as a death). The record is matched by
+        // token, so it cannot remove the next holder's.
+        let unlock = ofd::unlock(fd, SLOT_BASE + u64::from(self.slot), 1);
         let record = (|| -> std::io::Result<()> {
             let _meta = MetaLock::write(&self.file)?;
             if let DocRead::Valid(mut doc) = read_doc(&self.file)? {
                 doc.holders.retain(|h| h.token != self.token);
-                write_doc(&self.file, &doc)?;
+                write_doc(&self.file, &mut doc)?;
             }
             Ok(())
         })();
-        let unlock = ofd::unlock(fd, SLOT_BASE + u64::from(self.slot), 1);
-        record.at("cannot update lock metadata in", &self.path)?;
         unlock.at("cannot release lock", &self.path)?;
+        record.at("cannot update lock metadata in", &self.path)?;
         Ok(())
     }
 }
@@ -395,7 +398,7 @@ fn acquire_in(
         }
         if doc.max != slots {
             doc.max = slots;
-            write_doc(file, &doc).at("cannot write lock metadata to", path)?;
+            write_doc(file, &mut doc).at("cannot write lock metadata to", path)?;
         }
         let mut t = waiting.map_or(TICKET_BASE, |w| w + 1);
         while !ofd::try_lock(fd, Kind::Write, t, 1).at("cannot join the queue of", path)? {
@@ -504,7 +507,7 @@ fn record_grant(
     let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
     doc.holders.push(HolderRecord {
         process: ProcessIdentity::current(),
-        owner: req.owner.clone().unwrap_or_else(default_owner),
+        owner: req.owner.clone().unwrap_or_else(|| default_owner().to_string()),
         operation: req.operation.clone(),
         run_id: run_id.clone(),
         acquired_at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),

@@ -65,6 +65,10 @@ pub struct LockDoc {
     /// Holders at the time of the last change (some may have died since).
     #[serde(default)]
     pub holders: Vec<HolderRecord>,
+    /// Length of the file this document was read from, so a rewrite knows
+    /// whether it must truncate without asking the kernel again.
+    #[serde(skip)]
+    stored_len: u64,
 }
 
 fn one() -> u32 {
@@ -95,6 +99,8 @@ impl DocRead {
             format: 1,
             max: 1,
             token,
+            // Unknown length: the next write truncates to its own.
+            stored_len: u64::MAX,
             ..LockDoc::default()
         }
     }
@@ -104,19 +110,20 @@ impl DocRead {
 const MAX_DOC: usize = 1 << 20;
 
 pub(crate) fn read_doc(file: &File) -> std::io::Result<DocRead> {
-    let len = file.metadata()?.len();
-    if len == 0 {
-        return Ok(DocRead::Empty);
-    }
-    if len > MAX_DOC as u64 {
-        return Ok(DocRead::Unreadable(
-            format!("{len} bytes, larger than a lock document can be"),
-            0,
-        ));
-    }
-    let mut buf = vec![0u8; len as usize];
+    // Read until end of file without asking for its size first: one system
+    // call for the usual small document.
+    let mut buf = vec![0u8; 4096];
     let mut got = 0;
-    while got < buf.len() {
+    loop {
+        if got == buf.len() {
+            if buf.len() >= MAX_DOC {
+                return Ok(DocRead::Unreadable(
+                    format!("more than {MAX_DOC} bytes, larger than a lock document can be"),
+                    0,
+                ));
+            }
+            buf.resize(buf.len() * 4, 0);
+        }
         let n = file.read_at(&mut buf[got..], got as u64)?;
         if n == 0 {
             break;
@@ -129,7 +136,10 @@ pub(crate) fn read_doc(file: &File) -> std::io::Result<DocRead> {
     }
     let mut values = serde_json::Deserializer::from_slice(&buf).into_iter::<LockDoc>();
     match values.next() {
-        Some(Ok(doc)) => Ok(DocRead::Valid(doc)),
+        Some(Ok(mut doc)) => {
+            doc.stored_len = got as u64;
+            Ok(DocRead::Valid(doc))
+        }
         Some(Err(e)) => Ok(DocRead::Unreadable(
             format!("not a lock document: {e}"),
             salvage_token(&buf),
@@ -157,12 +167,13 @@ fn salvage_token(buf: &[u8]) -> u64 {
     best
 }
 
-pub(crate) fn write_doc(file: &File, doc: &LockDoc) -> std::io::Result<()> {
+pub(crate) fn write_doc(file: &File, doc: &mut LockDoc) -> std::io::Result<()> {
     let mut bytes = serde_json::to_vec(doc).map_err(std::io::Error::other)?;
     bytes.push(b'\n');
     file.write_all_at(&bytes, 0)?;
-    if file.metadata()?.len() > bytes.len() as u64 {
+    if doc.stored_len > bytes.len() as u64 {
         file.set_len(bytes.len() as u64)?;
     }
+    doc.stored_len = bytes.len() as u64;
     Ok(())
 }

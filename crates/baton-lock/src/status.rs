@@ -220,8 +220,14 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
             });
         st.holders = live.into_iter().map(HolderInfo::from_record).collect();
         st.holder = st.holders.first().cloned();
+        // A record left on a free lock by a process that still runs is a
+        // release in progress (the slot is freed before the record), not a death.
         if !st.held {
-            if let Some(last) = dead.last() {
+            if let Some(last) = dead
+                .iter()
+                .rev()
+                .find(|r| r.process.liveness() != Liveness::Alive)
+            {
                 st.last_holder_died = true;
                 st.last_holder = Some(HolderInfo::from_record(last));
             }
