@@ -69,7 +69,27 @@ static void bump_counter(const char *path) {
     close(fd);
 }
 
+/* The handoff probe (same protocol as `baton-bench-worker grab`): take the
+ * lock, print "held NS", wait for a line on stdin; on "release" print
+ * "releasing NS" and unlock. */
+static int grab(const char *lockfile) {
+    int fd = open(lockfile, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) die("open", lockfile);
+    if (flock(fd, LOCK_EX) != 0) die("flock", lockfile);
+    printf("held %" PRIu64 "\n", mono_ns());
+    fflush(stdout);
+    char line[64] = {0};
+    if (fgets(line, sizeof line, stdin) && !strncmp(line, "release", 7)) {
+        printf("releasing %" PRIu64 "\n", mono_ns());
+        fflush(stdout);
+    }
+    flock(fd, LOCK_UN);
+    close(fd);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--grab")) return grab(argv[2]);
     const char *lockfile = NULL, *counter = NULL, *out = NULL;
     long long iterations = -1, hold_us = -1;
     int gate = 0;

@@ -17,6 +17,10 @@
 //!   critical section runs.
 //! * `overhead`: times N sequential runs of a command (uncontended
 //!   per-invocation cost).
+//! * `grab`: the handoff probe: acquire, print `held NS`, then wait for a
+//!   line on stdin; on `release` print `releasing NS` and release. The
+//!   runner SIGKILLs one holder, or releases it, while a second `grab`
+//!   waits, and subtracts the stamps.
 //!
 //! `lib` and `cli` write one line per iteration to `--out`: the wait in
 //! nanoseconds, and for `lib` also the CLOCK_MONOTONIC instants at which the
@@ -44,6 +48,7 @@ usage:
   baton-bench-worker crit --counter FILE --hold-us H
   baton-bench-worker cli --tool baton|flock [--baton PATH] [--dir D] [--lock NAME] [--lockfile F]
                          --counter FILE --iterations M --hold-us H --out FILE [--gate]
+  baton-bench-worker grab --dir D --lock NAME
   baton-bench-worker overhead --n N [--warmup W] [--out FILE] -- CMD [ARGS...]";
 
 type Res<T> = Result<T, String>;
@@ -59,6 +64,7 @@ fn main() -> ExitCode {
         "crit" => Opts::parse(rest).and_then(|o| cmd_crit(&o)),
         "cli" => Opts::parse(rest).and_then(|o| cmd_cli(&o)),
         "overhead" => Opts::parse(rest).and_then(|o| cmd_overhead(&o)),
+        "grab" => Opts::parse(rest).and_then(|o| cmd_grab(&o)),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -264,6 +270,31 @@ fn cmd_lib(o: &Opts) -> Res<()> {
     }
     let end_ns = mono_ns();
     write_out(&out, &cycles, start_ns, end_ns)
+}
+
+fn cmd_grab(o: &Opts) -> Res<()> {
+    let dir_path = o.path("dir")?;
+    let dir = BatonDir::open(&dir_path)
+        .map_err(|e| format!("opening baton dir {}: {e}", dir_path.display()))?;
+    let lock = o.str("lock")?;
+    let name: LockName = lock
+        .parse()
+        .map_err(|e| format!("bad lock name {lock:?}: {e}"))?;
+    let guard =
+        acquire(&dir, &LockRequest::new(name)).map_err(|e| format!("acquire {lock}: {e}"))?;
+    let held = mono_ns();
+    let mut stdout = io::stdout().lock();
+    writeln!(stdout, "held {held}")
+        .and_then(|()| stdout.flush())
+        .map_err(|e| format!("writing to stdout: {e}"))?;
+    let mut line = String::new();
+    let _ = io::stdin().read_line(&mut line);
+    if line.trim() == "release" {
+        writeln!(stdout, "releasing {}", mono_ns())
+            .and_then(|()| stdout.flush())
+            .map_err(|e| format!("writing to stdout: {e}"))?;
+    }
+    guard.release().map_err(|e| format!("release {lock}: {e}"))
 }
 
 fn cmd_crit(o: &Opts) -> Res<()> {

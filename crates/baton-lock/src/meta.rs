@@ -124,11 +124,13 @@ pub(crate) fn read_doc(file: &File) -> std::io::Result<DocRead> {
             }
             buf.resize(buf.len() * 4, 0);
         }
+        let want = buf.len() - got;
         let n = file.read_at(&mut buf[got..], got as u64)?;
-        if n == 0 {
+        got += n;
+        // A short read of a regular file is its end.
+        if n < want {
             break;
         }
-        got += n;
     }
     buf.truncate(got);
     if buf.iter().all(|b| b.is_ascii_whitespace()) {
