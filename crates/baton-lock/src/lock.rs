@@ -257,20 +257,16 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
 }
 
 /// Acquires several locks in one canonical order (sorted by name), so that
-/// two callers naming the same locks in different orders cannot deadlock.
+/// two callers naming the same locks in different orders cannot deadlock. A
+/// name given twice is taken once.
 /// The wait policy of each request is replaced by one shared deadline: the
 /// earliest of the requests' deadlines.
 pub fn acquire_all(dir: &BatonDir, reqs: &[LockRequest]) -> Result<Vec<LockGuard>, LockError> {
     let start = Instant::now();
     let mut sorted: Vec<&LockRequest> = reqs.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
-    for pair in sorted.windows(2) {
-        if pair[0].name == pair[1].name {
-            return Err(LockError::Reentrant {
-                name: pair[0].name.to_string(),
-            });
-        }
-    }
+    // A name given twice is one lock (taking it twice would be a self-deadlock).
+    sorted.dedup_by(|a, b| a.name == b.name);
     let immediate = reqs.iter().any(|r| r.wait == WaitPolicy::Immediately);
     let deadline = reqs
         .iter()
