@@ -71,6 +71,10 @@ Exit status: the command's own (128+N if killed by signal N); 75 if the lock was
     #[command(subcommand)]
     Lock(LockCommand),
 
+    /// Crash-safe state files: atomic JSON edits, JSONL appends, compare-and-swap.
+    #[command(subcommand)]
+    State(crate::state_cli::StateCommand),
+
     /// Internal: the background holder started by `baton lock acquire`.
     #[command(name = "__hold", hide = true)]
     Hold,

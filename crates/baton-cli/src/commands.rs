@@ -41,6 +41,7 @@ pub fn main() -> u8 {
         }
         Command::Hold => u8::try_from(serve_hold(&dir)).unwrap_or(BATON_FAILED),
         Command::Lock(cmd) => lock(&dir, cmd),
+        Command::State(cmd) => crate::state_cli::run(&dir, cmd),
     }
 }
 

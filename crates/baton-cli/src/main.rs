@@ -5,6 +5,7 @@ mod commands;
 mod duration;
 mod exit_codes;
 mod output;
+mod state_cli;
 
 fn main() -> std::process::ExitCode {
     std::process::ExitCode::from(commands::main())
