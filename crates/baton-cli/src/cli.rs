@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_lock::LockName;
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
 use crate::duration::parse_duration;
 
@@ -55,6 +55,15 @@ pub enum Command {
   baton run --lock a --lock b -- make        # locks are taken in sorted order: no deadlock
   baton run --lock cache --shared -- ./read-cache.sh
   baton run --lock gpu --max 2 -- python train.py
+  baton run --group issue/42 --mode supersede -- ./agent.sh     # newest message wins
+  baton run --group nightly --mode skip -- ./sync.sh            # don't pile up
+  baton run --group deploy --max-pending 3 -- ./deploy.sh       # bounded queue
+
+Groups (--group KEY): runs of one key are serialised (queue, default; --max N at a time), or a
+new run cancels the running one and older waiters (supersede), or replaces the waiting one
+(coalesce), or is dropped if the key is busy (skip, exit 75). Superseded runs exit 79; their
+command gets TERM, then KILL after --grace. All runs of a key must use the same mode and --max.
+With --group, --max applies to the group; the command also gets BATON_GROUP.
 
 The command runs in its own process group with BATON_LOCK, BATON_FENCING_TOKEN,
 BATON_RUN_ID and BATON_DIR set (with several locks, BATON_LOCK and BATON_FENCING_TOKEN
@@ -70,6 +79,21 @@ Exit status: the command's own (128+N if killed by signal N); 75 if the lock was
     /// Inspect, take, release or break locks.
     #[command(subcommand)]
     Lock(LockCommand),
+
+    /// Inspect concurrency groups.
+    #[command(subcommand)]
+    Group(GroupCommand),
+
+    /// Print the run lifecycle events (JSON lines): queued, started, superseded, finished, skipped.
+    #[command(after_help = "Examples:\n  baton events --group issue/42\n  baton events --follow | jq -c 'select(.event == \"superseded\")'")]
+    Events {
+        /// Only this group's events.
+        #[arg(long, value_name = "KEY", value_parser = lock_name)]
+        group: Option<LockName>,
+        /// Keep printing events as they happen.
+        #[arg(long)]
+        follow: bool,
+    },
 
     /// Crash-safe state files: atomic JSON edits, JSONL appends, compare-and-swap.
     #[command(subcommand)]
@@ -116,15 +140,45 @@ pub struct HolderArgs {
     pub owner: Option<String>,
 }
 
+/// Group modes on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ModeArg {
+    /// Every run executes, one at a time (or --max at a time), in arrival order.
+    Queue,
+    /// A new run cancels the running one and every older waiting one (they exit 79).
+    Supersede,
+    /// The running run finishes; only the newest waiting run runs next (others exit 79).
+    Coalesce,
+    /// If the group is running or has a waiter, exit 75 at once without running.
+    Skip,
+}
+
 /// `baton run`.
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("target").args(["locks", "group"]).required(true).multiple(true)))]
 pub struct RunArgs {
     /// Lock to hold while the command runs; repeat for several.
-    #[arg(long = "lock", value_name = "NAME", value_parser = lock_name, required = true)]
+    #[arg(long = "lock", value_name = "NAME", value_parser = lock_name)]
     pub locks: Vec<LockName>,
 
+    /// Run in this concurrency group (key rules as lock names); see --mode.
+    #[arg(long, value_name = "KEY", value_parser = lock_name)]
+    pub group: Option<LockName>,
+
+    /// How runs of the group relate.
+    #[arg(long, value_enum, default_value = "queue", requires = "group")]
+    pub mode: ModeArg,
+
+    /// Queue mode: refuse (exit 75) an arrival when this many runs already wait.
+    #[arg(long, value_name = "N", requires = "group", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub max_pending: Option<u32>,
+
+    /// Shell command run when this run is superseded (BATON_SUPERSEDED_BY is set), at most --grace long.
+    #[arg(long, value_name = "CMD", requires = "group")]
+    pub on_superseded: Option<String>,
+
     #[command(flatten)]
-    pub mode: ModeArgs,
+    pub lock_mode: ModeArgs,
 
     #[command(flatten)]
     pub wait: WaitArgs,
@@ -143,6 +197,21 @@ pub struct RunArgs {
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+/// `baton group ...`.
+#[derive(Debug, Subcommand)]
+pub enum GroupCommand {
+    /// Show a group (or all): mode, running run, waiting runs in order, counters.
+    #[command(after_help = "Example:\n  baton group status issue/42 --json")]
+    Status {
+        /// The group key; all groups when omitted.
+        #[arg(value_parser = lock_name)]
+        key: Option<LockName>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `baton lock ...`.

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use baton_lock::{list, start_time, status, BatonDir, Mode, WaitPolicy};
 use baton_run::hold::{break_lock, release_held, serve_hold, start_holder, HoldRequest};
-use baton_run::{run, RunRequest};
+use baton_run::events::print_events;
+use baton_run::{group_status, run, GroupMode, GroupRequest, RunRequest};
 use clap::Parser;
 
-use crate::cli::{Cli, Command, LockCommand, ModeArgs, WaitArgs};
+use crate::cli::{Cli, Command, GroupCommand, LockCommand, ModeArg, ModeArgs, WaitArgs};
 use crate::exit_codes::{for_child, for_lock_error, for_run_error, BATON_FAILED};
 use crate::output;
 
@@ -24,10 +25,39 @@ pub fn main() -> u8 {
     };
     match cli.command {
         Command::Run(args) => {
+            let group = args.group.map(|key| {
+                let gmode = match args.mode {
+                    ModeArg::Queue => GroupMode::Queue,
+                    ModeArg::Supersede => GroupMode::Supersede,
+                    ModeArg::Coalesce => GroupMode::Coalesce,
+                    ModeArg::Skip => GroupMode::Skip,
+                };
+                GroupRequest {
+                    key,
+                    mode: gmode,
+                    max: args.lock_mode.max.unwrap_or(1),
+                    max_pending: args.max_pending,
+                    wait: if gmode == GroupMode::Skip {
+                        WaitPolicy::Immediately
+                    } else {
+                        wait(args.wait)
+                    },
+                }
+            });
+            let lock_mode = if group.is_some() {
+                ModeArgs {
+                    shared: args.lock_mode.shared,
+                    max: None,
+                }
+            } else {
+                args.lock_mode
+            };
             let req = RunRequest {
                 locks: args.locks,
-                mode: mode(args.mode),
+                mode: mode(lock_mode),
                 wait: wait(args.wait),
+                group,
+                on_superseded: args.on_superseded,
                 owner: args.holder.owner,
                 operation: args.holder.operation,
                 command: args.command,
@@ -41,6 +71,21 @@ pub fn main() -> u8 {
         }
         Command::Hold => u8::try_from(serve_hold(&dir)).unwrap_or(BATON_FAILED),
         Command::Lock(cmd) => lock(&dir, cmd),
+        Command::Group(GroupCommand::Status { key, json }) => {
+            restore_default_sigpipe();
+            match group_status(&dir, key.as_ref()) {
+                Ok(all) => output::groups(&all, key.is_some(), json),
+                Err(e) => fail(&e, for_run_error(&e)),
+            }
+        }
+        Command::Events { group, follow } => {
+            restore_default_sigpipe();
+            let mut out = std::io::stdout();
+            match print_events(&dir, group.as_ref().map(|g| g.as_str()), follow, &mut out) {
+                Ok(()) => 0,
+                Err(e) => fail(&e, for_run_error(&e)),
+            }
+        }
         Command::State(cmd) => crate::state_cli::run(&dir, cmd),
     }
 }
@@ -167,7 +212,7 @@ fn usage_error(e: clap::Error) -> u8 {
 }
 
 /// Prints an error and its causes on one line; returns `code`.
-fn fail(e: &dyn Error, code: u8) -> u8 {
+pub(crate) fn fail(e: &dyn Error, code: u8) -> u8 {
     let mut line = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -15,7 +15,7 @@ use baton_run::RunError;
 /// Not acquired (busy, wait elapsed), or a compare-and-swap / token check failed.
 pub const NOT_ACQUIRED: u8 = 75;
 /// Superseded by a newer run in the same group.
-#[allow(dead_code)] // part of the documented contract; used by concurrency groups
+#[allow(dead_code)] // produced by baton_proc::Outcome::Cancelled; listed for completeness
 pub const SUPERSEDED: u8 = 79;
 /// Killed because it ran past `--timeout`.
 #[allow(dead_code)] // produced by baton_proc::Outcome::exit_code; listed for completeness
@@ -36,7 +36,7 @@ pub fn for_run_error(e: &RunError) -> u8 {
     match e {
         RunError::Lock(l) => for_lock_error(l),
         RunError::Proc(p) => u8::try_from(p.exit_code()).unwrap_or(BATON_FAILED),
-        RunError::Holder { busy: true, .. } => NOT_ACQUIRED,
+        RunError::Holder { busy: true, .. } | RunError::NotAdmitted(_) => NOT_ACQUIRED,
         _ => BATON_FAILED,
     }
 }

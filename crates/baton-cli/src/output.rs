@@ -191,3 +191,57 @@ pub fn broke(r: &BreakReport, json: bool) -> u8 {
         0
     }
 }
+
+/// `baton group status`.
+pub fn groups(all: &[baton_run::GroupStatus], one: bool, json: bool) -> u8 {
+    if json {
+        return if one {
+            match all.first() {
+                Some(g) => print_json(g),
+                None => print_json(&serde_json::Value::Null),
+            }
+        } else {
+            print_json(all)
+        };
+    }
+    if all.is_empty() {
+        println!("no groups");
+        return 0;
+    }
+    for g in all {
+        let mode = g.mode.map(|m| m.as_str()).unwrap_or("idle");
+        println!(
+            "group {}  mode {}{}  completed {}  superseded {}  skipped {}",
+            g.key,
+            mode,
+            if g.max > 1 { format!(" (max {})", g.max) } else { String::new() },
+            g.completed,
+            g.superseded,
+            g.skipped
+        );
+        for r in &g.running {
+            println!(
+                "  running  run {}  pid {}  since {}  {}",
+                r.run_id,
+                r.process.pid,
+                r.started_at.as_deref().unwrap_or("-"),
+                r.command
+            );
+        }
+        for (i, r) in g.waiting.iter().enumerate() {
+            println!(
+                "  waiting  #{}  run {}  pid {}  since {}  {}{}",
+                i + 1,
+                r.run_id,
+                r.process.pid,
+                r.queued_at,
+                r.command,
+                r.superseded_by
+                    .as_deref()
+                    .map(|b| format!("  (superseded by {b})"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    0
+}

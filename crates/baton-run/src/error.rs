@@ -13,6 +13,9 @@ pub enum RunError {
     /// The command could not be started or supervised.
     #[error(transparent)]
     Proc(#[from] ProcError),
+    /// The group did not admit the run (mode skip while busy, or `--max-pending` reached).
+    #[error("not run: {0}")]
+    NotAdmitted(String),
     /// No command was given.
     #[error("no command given: put it after `--`")]
     NoCommand,

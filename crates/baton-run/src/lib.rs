@@ -2,12 +2,16 @@
 //!
 //! [`run()`] is `baton run --lock ...`: acquire every lock in canonical order,
 //! run the command supervised (own process group, signals forwarded, timeout),
-//! release. [`hold`] is `baton lock acquire/release/break`: a background
+//! release, optionally inside a concurrency [`group`] (queue, supersede,
+//! coalesce, skip) whose lifecycle is logged to [`events`]. [`hold`] is `baton lock acquire/release/break`: a background
 //! holder process for scripts that cannot wrap a command.
 
 mod error;
+pub mod events;
+pub mod group;
 pub mod hold;
 mod run;
 
 pub use error::RunError;
+pub use group::{group_status, GroupMode, GroupRequest, GroupStatus};
 pub use run::{command_line, run, RunReport, RunRequest};

@@ -1,22 +1,33 @@
-//! `baton run --lock ...`: acquire locks, run a supervised command, release.
+//! `baton run`: join a group and/or acquire locks, run a supervised command,
+//! release.
 
 use std::ffi::OsString;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
-use baton_lock::{acquire_all, new_run_id, BatonDir, LockName, LockRequest, Mode, WaitPolicy};
-use baton_proc::{Outcome, RunSpec, Supervisor};
+use baton_lock::{acquire_all, new_run_id, BatonDir, LockGuard, LockName, LockRequest, Mode, WaitPolicy};
+use baton_proc::{Canceller, Outcome, RunSpec, Supervisor};
+use signal_hook::consts::SIGUSR1;
+use signal_hook::iterator::Signals;
 
 use crate::error::RunError;
+use crate::group::{join, notify, GroupRequest, Joined, Membership, Phase};
 
-/// What to run and under which locks.
+/// What to run, in which group and under which locks.
 #[derive(Clone, Debug)]
 pub struct RunRequest {
     /// Locks to hold while the command runs; taken in canonical (sorted) order.
     pub locks: Vec<LockName>,
     /// Mode of every lock.
     pub mode: Mode,
-    /// How long to wait for the locks, all together.
+    /// How long to wait for the locks (and the group's slot), all together.
     pub wait: WaitPolicy,
+    /// The concurrency group to run in, if any.
+    pub group: Option<GroupRequest>,
+    /// Shell command run (best effort, bounded by `grace`) when this run is
+    /// superseded, with `BATON_SUPERSEDED_BY` set.
+    pub on_superseded: Option<String>,
     /// Recorded owner; default `user@host`.
     pub owner: Option<String>,
     /// Recorded operation; default the command line.
@@ -34,22 +45,75 @@ pub struct RunRequest {
 pub struct RunReport {
     /// The run id given to the command as `BATON_RUN_ID`.
     pub run_id: String,
-    /// How the command ended.
+    /// How the command ended (`Cancelled` when superseded).
     pub outcome: Outcome,
+    /// The run that superseded this one.
+    pub superseded_by: Option<String>,
 }
 
-/// Acquires the locks, runs the command with `BATON_LOCK`, `BATON_FENCING_TOKEN`,
-/// `BATON_RUN_ID` and `BATON_DIR` set, and releases the locks when it ends.
+/// Shared between the run and the thread that reacts to being superseded.
+struct SupersedeState {
+    by: Mutex<Option<String>>,
+    canceller: Mutex<Option<Canceller>>,
+    hook: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Joins the group (if any), acquires the locks, runs the command with
+/// `BATON_LOCK`, `BATON_FENCING_TOKEN`, `BATON_RUN_ID`, `BATON_DIR` (and
+/// `BATON_GROUP`) set, and releases everything when it ends.
 ///
 /// With several locks, `BATON_LOCK` and `BATON_FENCING_TOKEN` hold
-/// comma-separated lists in the same (sorted) order.
+/// comma-separated lists in the same (sorted) order. In a group without
+/// locks, `BATON_FENCING_TOKEN` is the token of the group's slot.
 pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     let (program, args) = req.command.split_first().ok_or(RunError::NoCommand)?;
     let run_id = new_run_id();
-    let operation = req
-        .operation
-        .clone()
-        .unwrap_or_else(|| command_line(&req.command));
+    let line = command_line(&req.command);
+    let operation = req.operation.clone().unwrap_or_else(|| line.clone());
+    let state = Arc::new(SupersedeState {
+        by: Mutex::new(None),
+        canceller: Mutex::new(None),
+        hook: Mutex::new(None),
+    });
+
+    // Group first: join, tell superseded runs, wait for the slot.
+    let mut group_parts = None;
+    if let Some(g) = &req.group {
+        // Listen before registering, so a newer run's signal is never missed.
+        let signals = Signals::new([SIGUSR1]).map_err(|source| RunError::Io {
+            op: "listen for SIGUSR1",
+            source,
+        })?;
+        let (member, targets) = match join(dir, g, &run_id, &line)? {
+            Joined::Member(m, t) => (Arc::new(m), t),
+            Joined::Refused(why) => return Err(RunError::NotAdmitted(why)),
+        };
+        notify(&targets);
+        let watcher = spawn_watcher(signals, member.clone(), state.clone(), req, g);
+        let slot = match member.take_slot(g.wait, if g.mode == crate::group::GroupMode::Queue { g.max.max(1) } else { 1 }) {
+            Ok(slot) => slot,
+            Err(e) => {
+                member.set_done();
+                member.finish("gave_up", None, None);
+                watcher.close();
+                return Err(e);
+            }
+        };
+        if let Some(by) = member.start()? {
+            drop(slot);
+            member.set_done();
+            member.finish("superseded", None, Some(&by));
+            watcher.close();
+            run_hook(req, g.key.as_str(), &run_id, &by);
+            return Ok(RunReport {
+                run_id,
+                outcome: Outcome::Cancelled,
+                superseded_by: Some(by),
+            });
+        }
+        group_parts = Some((member, slot, watcher));
+    }
+
     let requests: Vec<LockRequest> = req
         .locks
         .iter()
@@ -64,10 +128,20 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
             r
         })
         .collect();
-    let guards = acquire_all(dir, &requests)?;
-    let join = |f: &dyn Fn(&baton_lock::LockGuard) -> String| {
-        guards.iter().map(f).collect::<Vec<_>>().join(",")
+    let guards = match acquire_all(dir, &requests) {
+        Ok(g) => g,
+        Err(e) => {
+            if let Some((member, slot, watcher)) = group_parts {
+                drop(slot);
+                member.set_done();
+                member.finish("gave_up", None, None);
+                watcher.close();
+            }
+            return Err(e.into());
+        }
     };
+    let join_names = |gs: &[LockGuard]| gs.iter().map(|g| g.name().to_string()).collect::<Vec<_>>().join(",");
+    let join_tokens = |gs: &[LockGuard]| gs.iter().map(|g| g.token().to_string()).collect::<Vec<_>>().join(",");
     let mut spec = RunSpec::new(program.clone()).args(args.iter().cloned());
     spec.timeout = req.timeout;
     spec.grace = req.grace;
@@ -76,14 +150,27 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         ("BATON_DIR".into(), dir.path().as_os_str().to_owned()),
     ];
     if !guards.is_empty() {
-        spec.env
-            .push(("BATON_LOCK".into(), join(&|g| g.name().to_string()).into()));
-        spec.env.push((
-            "BATON_FENCING_TOKEN".into(),
-            join(&|g| g.token().to_string()).into(),
-        ));
+        spec.env.push(("BATON_LOCK".into(), join_names(&guards).into()));
+        spec.env.push(("BATON_FENCING_TOKEN".into(), join_tokens(&guards).into()));
     }
-    let outcome = Supervisor::new(spec).run();
+    if let (Some(g), Some((_, slot, _))) = (&req.group, &group_parts) {
+        spec.env.push(("BATON_GROUP".into(), g.key.to_string().into()));
+        if guards.is_empty() {
+            spec.env.push(("BATON_FENCING_TOKEN".into(), slot.token().to_string().into()));
+        }
+    }
+    let supervisor = Supervisor::new(spec);
+    *state.canceller.lock().unwrap_or_else(|p| p.into_inner()) = Some(supervisor.canceller());
+    // A supersede that arrived between start() and here already cancelled
+    // nothing (no canceller yet): check the mark once more.
+    if let Some((member, _, _)) = &group_parts {
+        if let Some(by) = member.superseded_by().unwrap_or(None) {
+            state.canceller.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(Canceller::cancel);
+            *state.by.lock().unwrap_or_else(|p| p.into_inner()) = Some(by);
+        }
+    }
+    let outcome = supervisor.run();
+
     // Release in reverse order of acquisition; errors here must not hide the
     // command's outcome, and the kernel releases on exit regardless.
     let mut release_error = None;
@@ -92,11 +179,123 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
             release_error.get_or_insert(e);
         }
     }
+    let superseded_by = state.by.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Some((member, slot, watcher)) = group_parts {
+        member.set_done();
+        drop(slot); // the newer run may start now
+        match (&outcome, &superseded_by) {
+            (Ok(Outcome::Cancelled), Some(by)) => member.finish("superseded", None, Some(by)),
+            (Ok(o), _) => member.finish("finished", Some(o.exit_code()), None),
+            (Err(_), _) => member.finish("finished", Some(125), None),
+        }
+        watcher.close();
+        let hook = state.hook.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = hook {
+            let _ = h.join();
+        }
+    }
     let outcome = outcome?;
     if let Some(e) = release_error {
         return Err(e.into());
     }
-    Ok(RunReport { run_id, outcome })
+    Ok(RunReport {
+        run_id,
+        outcome,
+        superseded_by,
+    })
+}
+
+/// The thread that reacts to SIGUSR1 from a newer run of the group.
+struct Watcher {
+    handle: signal_hook::iterator::Handle,
+}
+
+impl Watcher {
+    fn close(&self) {
+        self.handle.close();
+    }
+}
+
+fn spawn_watcher(
+    mut signals: Signals,
+    member: Arc<Membership>,
+    state: Arc<SupersedeState>,
+    req: &RunRequest,
+    g: &GroupRequest,
+) -> Watcher {
+    let handle = signals.handle();
+    let req = req.clone();
+    let key = g.key.to_string();
+    std::thread::spawn(move || {
+        for _ in signals.forever() {
+            // A stray SIGUSR1 is ignored: act only on a mark in the document.
+            let Ok(Some(by)) = member.superseded_by() else {
+                continue;
+            };
+            let phase = member.phase.lock().unwrap_or_else(|p| p.into_inner());
+            match *phase {
+                Phase::Waiting => {
+                    // Not started and never will: leave the line now. The
+                    // phase lock stays held so the run cannot start meanwhile.
+                    member.finish("superseded", None, Some(&by));
+                    run_hook(&req, &key, &member.run_id, &by);
+                    eprintln!("baton: run {} in group '{key}' was superseded by run {by} while waiting", member.run_id);
+                    std::process::exit(79);
+                }
+                Phase::Running => {
+                    drop(phase);
+                    let first = {
+                        let mut mark = state.by.lock().unwrap_or_else(|p| p.into_inner());
+                        let first = mark.is_none();
+                        *mark = Some(by.clone());
+                        first
+                    };
+                    if let Some(c) = state.canceller.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                        c.cancel();
+                    }
+                    if first && req.on_superseded.is_some() {
+                        let (req, key, run_id) = (req.clone(), key.clone(), member.run_id.clone());
+                        let h = std::thread::spawn(move || run_hook(&req, &key, &run_id, &by));
+                        *state.hook.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+                    }
+                }
+                Phase::Done => {}
+            }
+        }
+    });
+    Watcher { handle }
+}
+
+/// Runs `--on-superseded` with `sh -c`, bounded by the grace period: its
+/// process group is killed when the grace period ends.
+fn run_hook(req: &RunRequest, key: &str, run_id: &str, by: &str) {
+    use std::os::unix::process::CommandExt;
+    let Some(cmd) = &req.on_superseded else {
+        return;
+    };
+    let child = std::process::Command::new("sh")
+        .args(["-c", cmd.as_str()])
+        .env("BATON_SUPERSEDED_BY", by)
+        .env("BATON_RUN_ID", run_id)
+        .env("BATON_GROUP", key)
+        .stdin(std::process::Stdio::null())
+        .process_group(0)
+        .spawn();
+    let Ok(mut child) = child else {
+        return;
+    };
+    let pid = rustix::process::Pid::from_child(&child);
+    if let Ok(pidfd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
+        let limit = rustix::event::Timespec {
+            tv_sec: req.grace.as_secs() as i64,
+            tv_nsec: i64::from(req.grace.subsec_nanos()),
+        };
+        let mut fds = [rustix::event::PollFd::new(&pidfd, rustix::event::PollFlags::IN)];
+        if let Ok(0) = rustix::event::poll(&mut fds, Some(&limit)) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+    let _ = child.wait();
 }
 
 /// The command as one line, for metadata and messages.

@@ -1,0 +1,491 @@
+//! Concurrency groups: per key, modes queue / supersede / coalesce / skip.
+//!
+//! A group key is a lock (the *slot*, FIFO, `--max N` slots) plus a small
+//! JSON document listing the group's live runs, protected by a second lock
+//! (the group's *meta* lock, held for a few system calls at a time):
+//!
+//! ```text
+//! <baton dir>/groups/<key>.json             the document: mode, generation, runs, counters
+//! <baton dir>/groups/locks/<key>.lock       meta lock (short critical sections)
+//! <baton dir>/groups/slots/locks/<key>.lock the slot: holding it = running
+//! ```
+//!
+//! Every run registers in the document on arrival (state `waiting`), switches
+//! to `running` under the meta lock once it holds the slot, and removes itself
+//! when done; entries of processes that died are pruned by the next writer.
+//!
+//! Superseding (decision 7 of DESIGN.md): the newer run, under the meta lock,
+//! bumps the generation and marks every older live run (`supersede`) or every
+//! older *waiting* run (`coalesce`) with `superseded_by`, then sends each of
+//! their baton processes SIGUSR1. A marked run that is still waiting exits 79
+//! at once (leaving the FIFO line); a running one has its supervisor stop the
+//! command (TERM, grace, KILL) and then exits 79. The slot is FIFO, and a run
+//! that obtains the slot re-checks its mark under the meta lock before
+//! starting, so a marked run never executes and no run can overtake the
+//! newest: the newest is always next in line.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use baton_lock::{
+    acquire, start_time, BatonDir, Liveness, LockError, LockGuard, LockName, LockRequest, Mode,
+    ProcessIdentity, WaitPolicy,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::RunError;
+use crate::events::{self, Event};
+
+/// How runs of one group key relate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupMode {
+    /// Every run executes, one at a time (or `max` at a time), in arrival order.
+    Queue,
+    /// A new run cancels the running one and every older waiting one.
+    Supersede,
+    /// The running run finishes; at most one waits; a newer arrival replaces it.
+    Coalesce,
+    /// If the group is running or has a waiter, the new run does not run.
+    Skip,
+}
+
+impl GroupMode {
+    /// The mode's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupMode::Queue => "queue",
+            GroupMode::Supersede => "supersede",
+            GroupMode::Coalesce => "coalesce",
+            GroupMode::Skip => "skip",
+        }
+    }
+}
+
+/// What a run asks of its group.
+#[derive(Clone, Debug)]
+pub struct GroupRequest {
+    /// The group key (lock-name rules).
+    pub key: LockName,
+    /// The group's mode; every run of a key must use the same.
+    pub mode: GroupMode,
+    /// Runs executing at once (queue mode); 1 otherwise.
+    pub max: u32,
+    /// Queue mode: an arrival beyond this many waiting runs is refused (exit 75).
+    pub max_pending: Option<u32>,
+    /// How long to wait for the slot.
+    pub wait: WaitPolicy,
+}
+
+/// One live run as recorded in the group document.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GroupRun {
+    /// The run id.
+    pub run_id: String,
+    /// The baton process supervising the run.
+    #[serde(flatten)]
+    pub process: ProcessIdentity,
+    /// Arrival order within the key.
+    pub seq: u64,
+    /// `waiting` or `running`.
+    pub state: String,
+    /// When it arrived (RFC 3339).
+    pub queued_at: String,
+    /// When it started running (RFC 3339).
+    #[serde(default)]
+    pub started_at: Option<String>,
+    /// The command line.
+    pub command: String,
+    /// The run that superseded this one, once marked.
+    #[serde(default)]
+    pub superseded_by: Option<String>,
+}
+
+/// The group document.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct GroupDoc {
+    /// The key.
+    pub key: String,
+    /// Mode of the live runs.
+    pub mode: Option<GroupMode>,
+    /// Slots of the live runs.
+    #[serde(default)]
+    pub max: u32,
+    /// Bumped by every superseding arrival.
+    #[serde(default)]
+    pub generation: u64,
+    /// Last arrival number handed out.
+    #[serde(default)]
+    pub seq: u64,
+    /// Runs that finished (whatever their exit code) since the baton dir was created.
+    #[serde(default)]
+    pub completed: u64,
+    /// Runs that were superseded.
+    #[serde(default)]
+    pub superseded: u64,
+    /// Runs refused by `skip` or `--max-pending`.
+    #[serde(default)]
+    pub skipped: u64,
+    /// Live runs, in arrival order.
+    #[serde(default)]
+    pub runs: Vec<GroupRun>,
+}
+
+/// Where a group's files are.
+pub(crate) struct GroupPaths {
+    meta: BatonDir,
+    slots: BatonDir,
+    doc: PathBuf,
+    events: PathBuf,
+}
+
+impl GroupPaths {
+    pub(crate) fn new(dir: &BatonDir, key: &LockName) -> Result<GroupPaths, RunError> {
+        let root = dir.path().join("groups");
+        let meta = BatonDir::open(&root)?;
+        let slots = BatonDir::open(root.join("slots"))?;
+        Ok(GroupPaths {
+            doc: root.join(format!("{}.json", key.file_stem())),
+            meta,
+            slots,
+            events: events::log_path(dir),
+        })
+    }
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+fn read_doc(path: &Path, key: &LockName) -> Result<GroupDoc, RunError> {
+    match fs::read(path) {
+        Ok(bytes) => Ok(serde_json::from_slice(&bytes).unwrap_or_else(|_| GroupDoc {
+            key: key.to_string(),
+            ..GroupDoc::default()
+        })),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(GroupDoc {
+            key: key.to_string(),
+            ..GroupDoc::default()
+        }),
+        Err(source) => Err(RunError::Io {
+            op: "read the group document",
+            source,
+        }),
+    }
+}
+
+/// Replaces the document atomically (temp file + rename in the same
+/// directory), so a reader or a crash never sees half of it. No fsync: the
+/// document describes live processes, which a power loss ends anyway.
+fn write_doc(path: &Path, doc: &GroupDoc) -> Result<(), RunError> {
+    let io = |source| RunError::Io {
+        op: "write the group document",
+        source,
+    };
+    let bytes = serde_json::to_vec_pretty(doc).map_err(|e| io(e.into()))?;
+    let tmp = path.with_extension(format!("json.tmp-{}", std::process::id()));
+    fs::write(&tmp, bytes).map_err(io)?;
+    fs::rename(&tmp, path).map_err(io)
+}
+
+/// Drops runs whose process is gone (killed while waiting or running).
+fn prune(doc: &mut GroupDoc) {
+    doc.runs.retain(|r| r.process.liveness() != Liveness::Dead);
+    if doc.runs.is_empty() {
+        doc.mode = None;
+        doc.max = 0;
+    }
+}
+
+/// The live state of this run, shared with the thread that handles SIGUSR1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Waiting,
+    Running,
+    Done,
+}
+
+/// A registered run.
+pub(crate) struct Membership {
+    paths: GroupPaths,
+    key: LockName,
+    pub(crate) run_id: String,
+    pub(crate) phase: Arc<Mutex<Phase>>,
+}
+
+/// Result of joining a group.
+pub(crate) enum Joined {
+    /// Registered; signal these older runs' baton processes.
+    Member(Membership, Vec<ProcessIdentity>),
+    /// Not admitted (skip mode busy, or --max-pending reached): exit 75.
+    Refused(String),
+}
+
+/// Registers a new run: checks the mode, applies skip / max-pending, marks
+/// runs it supersedes. Returns whom to signal.
+pub(crate) fn join(
+    dir: &BatonDir,
+    req: &GroupRequest,
+    run_id: &str,
+    command: &str,
+) -> Result<Joined, RunError> {
+    let paths = GroupPaths::new(dir, &req.key)?;
+    let _meta = meta_lock(&paths, &req.key)?;
+    let mut doc = read_doc(&paths.doc, &req.key)?;
+    prune(&mut doc);
+    let max = if req.mode == GroupMode::Queue { req.max.max(1) } else { 1 };
+    if let Some(mode) = doc.mode {
+        if !doc.runs.is_empty() && (mode != req.mode || doc.max != max) {
+            return Err(LockError::ModeMismatch {
+                name: req.key.to_string(),
+                existing: format!("group mode {} with --max {}", mode.as_str(), doc.max),
+                requested: format!("group mode {} with --max {max}", req.mode.as_str()),
+            }
+            .into());
+        }
+    }
+    let waiting = doc.runs.iter().filter(|r| r.state == "waiting").count();
+    let refusal = match req.mode {
+        GroupMode::Skip if !doc.runs.is_empty() => Some(format!(
+            "group '{}' is busy ({} running or waiting); mode skip",
+            req.key,
+            doc.runs.len()
+        )),
+        GroupMode::Queue => req.max_pending.and_then(|cap| {
+            (waiting >= cap as usize).then(|| {
+                format!(
+                    "group '{}' already has {waiting} waiting run(s), --max-pending {cap}",
+                    req.key
+                )
+            })
+        }),
+        _ => None,
+    };
+    if let Some(why) = refusal {
+        doc.skipped += 1;
+        write_doc(&paths.doc, &doc)?;
+        events::append(
+            &paths.events,
+            &Event::new(req.key.as_str(), run_id, "skipped").detail(&why),
+        );
+        return Ok(Joined::Refused(why));
+    }
+    let mut to_signal = Vec::new();
+    if matches!(req.mode, GroupMode::Supersede | GroupMode::Coalesce) {
+        doc.generation += 1;
+        for r in doc.runs.iter_mut() {
+            let marked = r.superseded_by.is_some();
+            let targeted = req.mode == GroupMode::Supersede || r.state == "waiting";
+            if targeted && !marked {
+                r.superseded_by = Some(run_id.to_string());
+                to_signal.push(r.process.clone());
+            }
+        }
+    }
+    doc.seq += 1;
+    doc.mode = Some(req.mode);
+    doc.max = max;
+    doc.runs.push(GroupRun {
+        run_id: run_id.to_string(),
+        process: ProcessIdentity::current(),
+        seq: doc.seq,
+        state: "waiting".into(),
+        queued_at: now(),
+        started_at: None,
+        command: command.to_string(),
+        superseded_by: None,
+    });
+    write_doc(&paths.doc, &doc)?;
+    events::append(
+        &paths.events,
+        &Event::new(req.key.as_str(), run_id, "queued").detail(req.mode.as_str()),
+    );
+    Ok(Joined::Member(
+        Membership {
+            paths,
+            key: req.key.clone(),
+            run_id: run_id.to_string(),
+            phase: Arc::new(Mutex::new(Phase::Waiting)),
+        },
+        to_signal,
+    ))
+}
+
+fn meta_lock(paths: &GroupPaths, key: &LockName) -> Result<LockGuard, RunError> {
+    Ok(acquire(
+        &paths.meta,
+        &LockRequest::new(key.clone()).operation("group bookkeeping"),
+    )?)
+}
+
+/// Tells the baton processes of superseded runs to stop (SIGUSR1), after
+/// checking each one's identity so that a reused pid is never signalled.
+pub(crate) fn notify(targets: &[ProcessIdentity]) {
+    for t in targets {
+        if t.is_local() && start_time(t.pid) == Some(t.start_time) {
+            if let Some(pid) = rustix::process::Pid::from_raw(t.pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::USR1);
+            }
+        }
+    }
+}
+
+impl Membership {
+    /// Marks the run as ended, so a late supersede signal is ignored.
+    pub(crate) fn set_done(&self) {
+        *self.phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Done;
+    }
+
+    /// Waits for the group's slot.
+    pub(crate) fn take_slot(&self, wait: WaitPolicy, max: u32) -> Result<LockGuard, RunError> {
+        let mode = if max > 1 {
+            Mode::Semaphore(max)
+        } else {
+            Mode::Exclusive
+        };
+        Ok(acquire(
+            &self.paths.slots,
+            &LockRequest::new(self.key.clone())
+                .mode(mode)
+                .wait(wait)
+                .run_id(self.run_id.clone())
+                .kind("run"),
+        )?)
+    }
+
+    /// Who superseded this run, if anyone (read under the meta lock).
+    pub(crate) fn superseded_by(&self) -> Result<Option<String>, RunError> {
+        let _meta = meta_lock(&self.paths, &self.key)?;
+        let doc = read_doc(&self.paths.doc, &self.key)?;
+        Ok(doc
+            .runs
+            .iter()
+            .find(|r| r.run_id == self.run_id)
+            .and_then(|r| r.superseded_by.clone()))
+    }
+
+    /// Holding the slot: start unless superseded meanwhile. `Ok(Some(by))`
+    /// when superseded (do not run).
+    pub(crate) fn start(&self) -> Result<Option<String>, RunError> {
+        let mut phase = self.phase.lock().unwrap_or_else(|p| p.into_inner());
+        let _meta = meta_lock(&self.paths, &self.key)?;
+        let mut doc = read_doc(&self.paths.doc, &self.key)?;
+        let Some(me) = doc.runs.iter_mut().find(|r| r.run_id == self.run_id) else {
+            return Ok(Some("unknown (the group record of this run was lost)".into()));
+        };
+        if let Some(by) = me.superseded_by.clone() {
+            return Ok(Some(by));
+        }
+        me.state = "running".into();
+        me.started_at = Some(now());
+        write_doc(&self.paths.doc, &doc)?;
+        *phase = Phase::Running;
+        events::append(
+            &self.paths.events,
+            &Event::new(self.key.as_str(), &self.run_id, "started"),
+        );
+        Ok(None)
+    }
+
+    /// Removes the run from the group and logs how it ended.
+    /// The caller sets the phase to `Done` first where another thread could
+    /// still act on the run.
+    pub(crate) fn finish(&self, event: &str, code: Option<i32>, by: Option<&str>) {
+        let result = (|| -> Result<(), RunError> {
+            let _meta = meta_lock(&self.paths, &self.key)?;
+            let mut doc = read_doc(&self.paths.doc, &self.key)?;
+            doc.runs.retain(|r| r.run_id != self.run_id);
+            prune(&mut doc);
+            if event == "superseded" {
+                doc.superseded += 1;
+            } else {
+                doc.completed += 1;
+            }
+            write_doc(&self.paths.doc, &doc)
+        })();
+        let mut ev = Event::new(self.key.as_str(), &self.run_id, event);
+        ev.code = code;
+        ev.by = by.map(String::from);
+        if let Err(e) = result {
+            ev.detail = Some(format!("group bookkeeping failed: {e}"));
+        }
+        events::append(&self.paths.events, &ev);
+    }
+}
+
+/// Everything `baton group status` shows about one key.
+#[derive(Clone, Debug, Serialize)]
+pub struct GroupStatus {
+    /// The key.
+    pub key: String,
+    /// Mode of the live runs (`null` when idle).
+    pub mode: Option<GroupMode>,
+    /// Slots.
+    pub max: u32,
+    /// Runs executing now.
+    pub running: Vec<GroupRun>,
+    /// Runs waiting, in arrival order.
+    pub waiting: Vec<GroupRun>,
+    /// Finished runs since the baton dir was created.
+    pub completed: u64,
+    /// Superseded runs.
+    pub superseded: u64,
+    /// Refused runs (skip, --max-pending).
+    pub skipped: u64,
+    /// Supersede generation.
+    pub generation: u64,
+}
+
+/// Status of one group, or of all groups (sorted by key).
+pub fn group_status(dir: &BatonDir, key: Option<&LockName>) -> Result<Vec<GroupStatus>, RunError> {
+    let root = dir.path().join("groups");
+    let mut docs = Vec::new();
+    match key {
+        Some(k) => docs.push(read_doc(&root.join(format!("{}.json", k.file_stem())), k)?),
+        None => {
+            let entries = match fs::read_dir(&root) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(source) => {
+                    return Err(RunError::Io {
+                        op: "list groups",
+                        source,
+                    })
+                }
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.extension().is_some_and(|e| e == "json") {
+                    if let Ok(bytes) = fs::read(&path) {
+                        if let Ok(doc) = serde_json::from_slice::<GroupDoc>(&bytes) {
+                            docs.push(doc);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut out: Vec<GroupStatus> = docs
+        .into_iter()
+        .map(|mut doc| {
+            prune(&mut doc);
+            let (running, waiting): (Vec<GroupRun>, Vec<GroupRun>) =
+                doc.runs.into_iter().partition(|r| r.state == "running");
+            GroupStatus {
+                key: doc.key,
+                mode: doc.mode,
+                max: doc.max,
+                running,
+                waiting,
+                completed: doc.completed,
+                superseded: doc.superseded,
+                skipped: doc.skipped,
+                generation: doc.generation,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(out)
+}
