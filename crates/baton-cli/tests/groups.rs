@@ -1,0 +1,233 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! Concurrency groups (`baton run --group`): the issue's scenarios with the
+//! real binary, real children and real signals.
+
+mod common;
+
+use std::fs;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{code, stderr, stdout, wait_for_file, wait_until, Env};
+
+fn group_json(env: &Env, key: &str) -> serde_json::Value {
+    let out = env.run(&["group", "status", key, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn wait_for_group(env: &Env, key: &str, running: usize, waiting: usize) {
+    wait_until(Duration::from_secs(20), || {
+        let g = group_json(env, key);
+        g["running"].as_array().map_or(0, Vec::len) == running
+            && g["waiting"].as_array().map_or(0, Vec::len) == waiting
+    });
+}
+
+#[test]
+fn supersede_five_runs_only_the_newest_completes_and_the_others_got_term() {
+    let env = Env::new();
+    let out = env.path("out");
+    let terms = env.path("terms");
+    let mut kids = Vec::new();
+    for n in 1..=5 {
+        let cmd = format!(
+            "trap 'echo {n} >> {t}; exit 1' TERM; sleep 3 & wait; echo {n} >> {o}",
+            t = terms.display(),
+            o = out.display()
+        );
+        kids.push(env.spawn(&["run", "--group", "issue/42", "--mode", "supersede", "--", "sh", "-c", &cmd]));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let codes: Vec<i32> = kids.into_iter().map(|k| code(&k.wait_with_output().unwrap())).collect();
+    assert_eq!(codes, vec![79, 79, 79, 79, 0]);
+    assert_eq!(fs::read_to_string(&out).unwrap(), "5\n", "only the fifth wrote");
+    let mut got: Vec<String> = fs::read_to_string(&terms).unwrap().lines().map(String::from).collect();
+    got.sort();
+    // Runs superseded while still waiting never started; those that ran got TERM.
+    assert!(!got.is_empty() && got.iter().all(|n| ["1", "2", "3", "4"].contains(&n.as_str())), "{got:?}");
+    let g = group_json(&env, "issue/42");
+    assert_eq!(g["superseded"], 4);
+    assert_eq!(g["completed"], 1);
+    let events: Vec<serde_json::Value> = stdout(&env.run(&["events", "--group", "issue/42"]))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let superseded: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "superseded")
+        .map(|e| e["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(superseded.len(), 4);
+    // Every superseded run whose command had started got TERM (its trap ran).
+    let started_then_superseded = superseded
+        .iter()
+        .filter(|id| events.iter().any(|e| e["event"] == "started" && e["run_id"] == **id))
+        .count();
+    assert_eq!(got.len(), started_then_superseded, "{got:?} vs {events:?}");
+}
+
+#[test]
+fn different_keys_run_in_parallel() {
+    let env = Env::new();
+    let start = Instant::now();
+    let a = env.spawn(&["run", "--group", "a", "--", "sleep", "1"]);
+    let b = env.spawn(&["run", "--group", "b", "--", "sleep", "1"]);
+    assert!(a.wait_with_output().unwrap().status.success());
+    assert!(b.wait_with_output().unwrap().status.success());
+    let took = start.elapsed();
+    assert!(took < Duration::from_millis(1800), "took {took:?}: keys serialised?");
+}
+
+#[test]
+fn queue_runs_one_at_a_time_in_arrival_order() {
+    let env = Env::new();
+    let order = env.path("order");
+    let running = env.path("running");
+    fs::create_dir(&running).unwrap();
+    let mut kids = Vec::new();
+    for i in 0..5 {
+        let cmd = format!(
+            "test -z \"$(ls {r})\" || echo OVERLAP >> {o}; touch {r}/$$; echo {i} >> {o}; sleep 0.1; rm {r}/$$",
+            r = running.display(),
+            o = order.display()
+        );
+        kids.push(env.spawn(&["run", "--group", "q", "--", "sh", "-c", &cmd]));
+        // Arrival order is the order of joining the group.
+        wait_until(Duration::from_secs(20), || {
+            let g = group_json(&env, "q");
+            let n = g["running"].as_array().map_or(0, Vec::len) + g["waiting"].as_array().map_or(0, Vec::len);
+            n + usize::from(fs::read_to_string(&order).map(|s| s.lines().count()).unwrap_or(0) > 0) > i
+        });
+    }
+    for k in kids {
+        assert!(k.wait_with_output().unwrap().status.success());
+    }
+    assert_eq!(fs::read_to_string(&order).unwrap(), "0\n1\n2\n3\n4\n");
+    assert_eq!(group_json(&env, "q")["completed"], 5);
+}
+
+#[test]
+fn coalesce_runs_the_current_one_then_only_the_latest_arrival() {
+    let env = Env::new();
+    let out = env.path("out");
+    let release = env.path("release");
+    let first_cmd = format!(
+        "while ! test -e {r}; do sleep 0.02; done; echo 1 >> {o}",
+        r = release.display(),
+        o = out.display()
+    );
+    let first = env.spawn(&["run", "--group", "c", "--mode", "coalesce", "--", "sh", "-c", &first_cmd]);
+    wait_for_group(&env, "c", 1, 0);
+    let mut later = Vec::new();
+    for n in 2..=4 {
+        let cmd = format!("echo {n} >> {}", out.display());
+        later.push(env.spawn(&["run", "--group", "c", "--mode", "coalesce", "--", "sh", "-c", &cmd]));
+        wait_until(Duration::from_secs(20), || {
+            group_json(&env, "c")["waiting"].as_array().map_or(0, Vec::len) == 1
+                && group_json(&env, "c")["waiting"][0]["command"].as_str().unwrap_or("").contains(&format!("echo {n}"))
+        });
+    }
+    fs::write(&release, "").unwrap();
+    assert!(first.wait_with_output().unwrap().status.success());
+    let codes: Vec<i32> = later.into_iter().map(|k| code(&k.wait_with_output().unwrap())).collect();
+    assert_eq!(codes, vec![79, 79, 0]);
+    assert_eq!(fs::read_to_string(&out).unwrap(), "1\n4\n");
+}
+
+#[test]
+fn skip_exits_75_at_once_while_the_group_runs() {
+    let env = Env::new();
+    let mut first = env.spawn(&["run", "--group", "s", "--mode", "skip", "--", "sleep", "30"]);
+    wait_for_group(&env, "s", 1, 0);
+    let start = Instant::now();
+    let out = env.run(&["run", "--group", "s", "--mode", "skip", "--", "echo", "ran"]);
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(stdout(&out).is_empty());
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert!(stderr(&out).contains("mode skip"), "{}", stderr(&out));
+    assert_eq!(group_json(&env, "s")["skipped"], 1);
+    first.kill().unwrap();
+    first.wait().unwrap();
+}
+
+#[test]
+fn a_child_ignoring_term_is_killed_after_grace_and_the_newer_run_starts_at_once() {
+    let env = Env::new();
+    let started = env.path("started");
+    let mut old = env.spawn(&[
+        "run", "--group", "t", "--mode", "supersede", "--grace", "500ms", "--", "sh", "-c", "trap '' TERM; sleep 30",
+    ]);
+    wait_for_group(&env, "t", 1, 0);
+    let t0 = Instant::now();
+    let newer = env.spawn(&[
+        "run", "--group", "t", "--mode", "supersede", "--", "sh", "-c",
+        &format!("touch {}", started.display()),
+    ]);
+    assert_eq!(old.wait().unwrap().code(), Some(79));
+    wait_for_file(&started);
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_millis(450), "grace respected: {took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(newer.wait_with_output().unwrap().status.success());
+}
+
+#[test]
+fn killing_the_supervisor_frees_the_key_and_takes_the_child_down() {
+    let env = Env::new();
+    let pidfile = env.path("child.pid");
+    let started = env.path("started");
+    let mut sup = env.spawn(&[
+        "run", "--group", "k", "--", "sh", "-c", &format!("echo $$ > {}; sleep 30", pidfile.display()),
+    ]);
+    let child_pid = wait_for_file(&pidfile).trim().to_string();
+    let next = env.spawn(&["run", "--group", "k", "--", "sh", "-c", &format!("touch {}", started.display())]);
+    wait_for_group(&env, "k", 1, 1);
+    let killed = Instant::now();
+    sup.kill().unwrap(); // SIGKILL the baton supervisor
+    sup.wait().unwrap();
+    wait_for_file(&started);
+    assert!(killed.elapsed() < Duration::from_secs(3), "{:?}", killed.elapsed());
+    assert!(next.wait_with_output().unwrap().status.success());
+    // The orphaned command did not keep running unsupervised.
+    wait_until(Duration::from_secs(5), || !std::path::Path::new(&format!("/proc/{child_pid}")).exists() || {
+        fs::read_to_string(format!("/proc/{child_pid}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true)
+    });
+}
+
+#[test]
+fn on_superseded_hook_runs_once_with_the_newer_run_id() {
+    let env = Env::new();
+    let hook_out = env.path("hook");
+    let hook = format!("echo \"$BATON_SUPERSEDED_BY\" >> {}", hook_out.display());
+    let old = env.spawn(&[
+        "run", "--group", "h", "--mode", "supersede", "--on-superseded", &hook, "--", "sleep", "30",
+    ]);
+    wait_for_group(&env, "h", 1, 0);
+    let newer = env.spawn(&["run", "--group", "h", "--mode", "supersede", "--", "sh", "-c", "echo $BATON_RUN_ID"]);
+    let newer_out = newer.wait_with_output().unwrap();
+    assert!(newer_out.status.success());
+    assert_eq!(code(&old.wait_with_output().unwrap()), 79);
+    let newer_id = stdout(&newer_out).trim().to_string();
+    assert_eq!(fs::read_to_string(&hook_out).unwrap(), format!("{newer_id}\n"), "once, with the newer id");
+}
+
+#[test]
+fn modes_must_agree_and_max_pending_bounds_the_queue() {
+    let env = Env::new();
+    let mut first = env.spawn(&["run", "--group", "m", "--", "sleep", "30"]);
+    wait_for_group(&env, "m", 1, 0);
+    let out = env.run(&["run", "--group", "m", "--mode", "supersede", "--", "true"]);
+    assert_eq!(code(&out), 125);
+    assert!(stderr(&out).contains("group mode queue"), "{}", stderr(&out));
+    let waiter = env.spawn(&["run", "--group", "m", "--max-pending", "1", "--", "true"]);
+    wait_for_group(&env, "m", 1, 1);
+    let out = env.run(&["run", "--group", "m", "--max-pending", "1", "--", "true"]);
+    assert_eq!(code(&out), 75);
+    assert!(stderr(&out).contains("--max-pending 1"), "{}", stderr(&out));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(waiter.wait_with_output().unwrap().status.success());
+    let out = Command::new(env!("CARGO_BIN_EXE_baton")).args(["run", "--mode", "skip", "--", "true"]).output().unwrap();
+    assert_eq!(code(&out), 125, "--mode needs --group");
+}
