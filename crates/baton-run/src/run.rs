@@ -52,9 +52,11 @@ pub struct RunReport {
 }
 
 /// Shared between the run and the thread that reacts to being superseded.
+/// `mark` holds who superseded us and the canceller of the running command
+/// under one mutex, so that a supersede arriving before the command's
+/// supervisor exists is still acted on (whoever comes second cancels).
 struct SupersedeState {
-    by: Mutex<Option<String>>,
-    canceller: Mutex<Option<Canceller>>,
+    mark: Mutex<(Option<String>, Option<Canceller>)>,
     hook: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -71,8 +73,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     let line = command_line(&req.command);
     let operation = req.operation.clone().unwrap_or_else(|| line.clone());
     let state = Arc::new(SupersedeState {
-        by: Mutex::new(None),
-        canceller: Mutex::new(None),
+        mark: Mutex::new((None, None)),
         hook: Mutex::new(None),
     });
 
@@ -160,14 +161,13 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         }
     }
     let supervisor = Supervisor::new(spec);
-    *state.canceller.lock().unwrap_or_else(|p| p.into_inner()) = Some(supervisor.canceller());
-    // A supersede that arrived between start() and here already cancelled
-    // nothing (no canceller yet): check the mark once more.
-    if let Some((member, _, _)) = &group_parts {
-        if let Some(by) = member.superseded_by().unwrap_or(None) {
-            state.canceller.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(Canceller::cancel);
-            *state.by.lock().unwrap_or_else(|p| p.into_inner()) = Some(by);
+    {
+        let mut mark = state.mark.lock().unwrap_or_else(|p| p.into_inner());
+        let canceller = supervisor.canceller();
+        if mark.0.is_some() {
+            canceller.cancel(); // superseded after start(), before now
         }
+        mark.1 = Some(canceller);
     }
     let outcome = supervisor.run();
 
@@ -179,7 +179,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
             release_error.get_or_insert(e);
         }
     }
-    let superseded_by = state.by.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let superseded_by = state.mark.lock().unwrap_or_else(|p| p.into_inner()).0.clone();
     if let Some((member, slot, watcher)) = group_parts {
         member.set_done();
         drop(slot); // the newer run may start now
@@ -245,14 +245,14 @@ fn spawn_watcher(
                 Phase::Running => {
                     drop(phase);
                     let first = {
-                        let mut mark = state.by.lock().unwrap_or_else(|p| p.into_inner());
-                        let first = mark.is_none();
-                        *mark = Some(by.clone());
+                        let mut mark = state.mark.lock().unwrap_or_else(|p| p.into_inner());
+                        let first = mark.0.is_none();
+                        mark.0 = Some(by.clone());
+                        if let Some(c) = &mark.1 {
+                            c.cancel();
+                        }
                         first
                     };
-                    if let Some(c) = state.canceller.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-                        c.cancel();
-                    }
                     if first && req.on_superseded.is_some() {
                         let (req, key, run_id) = (req.clone(), key.clone(), member.run_id.clone());
                         let h = std::thread::spawn(move || run_hook(&req, &key, &run_id, &by));
