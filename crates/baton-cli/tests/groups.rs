@@ -231,3 +231,58 @@ fn modes_must_agree_and_max_pending_bounds_the_queue() {
     let out = Command::new(env!("CARGO_BIN_EXE_baton")).args(["run", "--mode", "skip", "--", "true"]).output().unwrap();
     assert_eq!(code(&out), 125, "--mode needs --group");
 }
+
+#[test]
+fn sigterm_to_baton_is_forwarded_and_the_group_is_left_clean() {
+    let env = Env::new();
+    let ready = env.path("ready");
+    let cmd = format!("trap 'exit 7' TERM; touch {}; while :; do sleep 0.05; done", ready.display());
+    let run = env.spawn(&["run", "--group", "clean", "--", "sh", "-c", &cmd]);
+    wait_for_file(&ready);
+    assert!(Command::new("kill").args(["-TERM", &run.id().to_string()]).status().unwrap().success());
+    assert_eq!(code(&run.wait_with_output().unwrap()), 7);
+    let g = group_json(&env, "clean");
+    assert_eq!(g["running"].as_array().unwrap().len(), 0, "{g}");
+    assert_eq!(g["completed"], 1);
+    // A waiter killed while waiting is pruned from the group.
+    let mut holder = env.spawn(&["run", "--group", "clean", "--", "sleep", "30"]);
+    wait_for_group(&env, "clean", 1, 0);
+    let mut waiter = env.spawn(&["run", "--group", "clean", "--", "true"]);
+    wait_for_group(&env, "clean", 1, 1);
+    waiter.kill().unwrap();
+    waiter.wait().unwrap();
+    wait_for_group(&env, "clean", 1, 0);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
+
+#[test]
+fn events_follow_streams_new_events() {
+    use std::io::{BufRead, BufReader};
+    let env = Env::new();
+    assert!(env.run(&["run", "--group", "f", "--", "true"]).status.success());
+    let mut follower = env
+        .baton(&["events", "--group", "f", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(follower.stdout.take().unwrap()).lines();
+    // Existing events first...
+    let first: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["event"], "queued");
+    for _ in 0..2 {
+        lines.next().unwrap().unwrap();
+    }
+    // ...then new ones as they happen.
+    assert!(env.run(&["run", "--group", "f", "--", "sh", "-c", "exit 3"]).status.code() == Some(3));
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let e: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        assert_eq!(e["group"], "f");
+        seen.push(e);
+    }
+    assert_eq!(seen[2]["event"], "finished");
+    assert_eq!(seen[2]["code"], 3);
+    follower.kill().unwrap();
+    follower.wait().unwrap();
+}
