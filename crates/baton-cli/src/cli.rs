@@ -85,7 +85,9 @@ Exit status: the command's own (128+N if killed by signal N); 75 if the lock was
     Group(GroupCommand),
 
     /// Print the run lifecycle events (JSON lines): queued, started, superseded, finished, skipped.
-    #[command(after_help = "Examples:\n  baton events --group issue/42\n  baton events --follow | jq -c 'select(.event == \"superseded\")'")]
+    #[command(
+        after_help = "Examples:\n  baton events --group issue/42\n  baton events --follow | jq -c 'select(.event == \"superseded\")'"
+    )]
     Events {
         /// Only this group's events.
         #[arg(long, value_name = "KEY", value_parser = lock_name)]

@@ -4,8 +4,8 @@ use std::error::Error;
 use std::time::Duration;
 
 use baton_lock::{list, start_time, status, BatonDir, Mode, WaitPolicy};
-use baton_run::hold::{break_lock, release_held, serve_hold, start_holder, HoldRequest};
 use baton_run::events::print_events;
+use baton_run::hold::{break_lock, release_held, serve_hold, start_holder, HoldRequest};
 use baton_run::{group_status, run, GroupMode, GroupRequest, RunRequest};
 use clap::Parser;
 

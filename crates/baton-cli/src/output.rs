@@ -214,7 +214,11 @@ pub fn groups(all: &[baton_run::GroupStatus], one: bool, json: bool) -> u8 {
             "group {}  mode {}{}  completed {}  superseded {}  skipped {}",
             g.key,
             mode,
-            if g.max > 1 { format!(" (max {})", g.max) } else { String::new() },
+            if g.max > 1 {
+                format!(" (max {})", g.max)
+            } else {
+                String::new()
+            },
             g.completed,
             g.superseded,
             g.skipped

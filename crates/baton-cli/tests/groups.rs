@@ -36,16 +36,43 @@ fn supersede_five_runs_only_the_newest_completes_and_the_others_got_term() {
             t = terms.display(),
             o = out.display()
         );
-        kids.push(env.spawn(&["run", "--group", "issue/42", "--mode", "supersede", "--", "sh", "-c", &cmd]));
+        kids.push(env.spawn(&[
+            "run",
+            "--group",
+            "issue/42",
+            "--mode",
+            "supersede",
+            "--",
+            "sh",
+            "-c",
+            &cmd,
+        ]));
         std::thread::sleep(Duration::from_millis(100));
     }
-    let codes: Vec<i32> = kids.into_iter().map(|k| code(&k.wait_with_output().unwrap())).collect();
+    let codes: Vec<i32> = kids
+        .into_iter()
+        .map(|k| code(&k.wait_with_output().unwrap()))
+        .collect();
     assert_eq!(codes, vec![79, 79, 79, 79, 0]);
-    assert_eq!(fs::read_to_string(&out).unwrap(), "5\n", "only the fifth wrote");
-    let mut got: Vec<String> = fs::read_to_string(&terms).unwrap().lines().map(String::from).collect();
+    assert_eq!(
+        fs::read_to_string(&out).unwrap(),
+        "5\n",
+        "only the fifth wrote"
+    );
+    let mut got: Vec<String> = fs::read_to_string(&terms)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
     got.sort();
     // Runs superseded while still waiting never started; those that ran got TERM.
-    assert!(!got.is_empty() && got.iter().all(|n| ["1", "2", "3", "4"].contains(&n.as_str())), "{got:?}");
+    assert!(
+        !got.is_empty()
+            && got
+                .iter()
+                .all(|n| ["1", "2", "3", "4"].contains(&n.as_str())),
+        "{got:?}"
+    );
     let g = group_json(&env, "issue/42");
     assert_eq!(g["superseded"], 4);
     assert_eq!(g["completed"], 1);
@@ -62,7 +89,11 @@ fn supersede_five_runs_only_the_newest_completes_and_the_others_got_term() {
     // Every superseded run whose command had started got TERM (its trap ran).
     let started_then_superseded = superseded
         .iter()
-        .filter(|id| events.iter().any(|e| e["event"] == "started" && e["run_id"] == **id))
+        .filter(|id| {
+            events
+                .iter()
+                .any(|e| e["event"] == "started" && e["run_id"] == **id)
+        })
         .count();
     assert_eq!(got.len(), started_then_superseded, "{got:?} vs {events:?}");
 }
@@ -76,7 +107,10 @@ fn different_keys_run_in_parallel() {
     assert!(a.wait_with_output().unwrap().status.success());
     assert!(b.wait_with_output().unwrap().status.success());
     let took = start.elapsed();
-    assert!(took < Duration::from_millis(1800), "took {took:?}: keys serialised?");
+    assert!(
+        took < Duration::from_millis(1800),
+        "took {took:?}: keys serialised?"
+    );
 }
 
 #[test]
@@ -96,8 +130,14 @@ fn queue_runs_one_at_a_time_in_arrival_order() {
         // Arrival order is the order of joining the group.
         wait_until(Duration::from_secs(20), || {
             let g = group_json(&env, "q");
-            let n = g["running"].as_array().map_or(0, Vec::len) + g["waiting"].as_array().map_or(0, Vec::len);
-            n + usize::from(fs::read_to_string(&order).map(|s| s.lines().count()).unwrap_or(0) > 0) > i
+            let n = g["running"].as_array().map_or(0, Vec::len)
+                + g["waiting"].as_array().map_or(0, Vec::len);
+            n + usize::from(
+                fs::read_to_string(&order)
+                    .map(|s| s.lines().count())
+                    .unwrap_or(0)
+                    > 0,
+            ) > i
         });
     }
     for k in kids {
@@ -117,20 +157,33 @@ fn coalesce_runs_the_current_one_then_only_the_latest_arrival() {
         r = release.display(),
         o = out.display()
     );
-    let first = env.spawn(&["run", "--group", "c", "--mode", "coalesce", "--", "sh", "-c", &first_cmd]);
+    let first = env.spawn(&[
+        "run", "--group", "c", "--mode", "coalesce", "--", "sh", "-c", &first_cmd,
+    ]);
     wait_for_group(&env, "c", 1, 0);
     let mut later = Vec::new();
     for n in 2..=4 {
         let cmd = format!("echo {n} >> {}", out.display());
-        later.push(env.spawn(&["run", "--group", "c", "--mode", "coalesce", "--", "sh", "-c", &cmd]));
+        later.push(env.spawn(&[
+            "run", "--group", "c", "--mode", "coalesce", "--", "sh", "-c", &cmd,
+        ]));
         wait_until(Duration::from_secs(20), || {
-            group_json(&env, "c")["waiting"].as_array().map_or(0, Vec::len) == 1
-                && group_json(&env, "c")["waiting"][0]["command"].as_str().unwrap_or("").contains(&format!("echo {n}"))
+            group_json(&env, "c")["waiting"]
+                .as_array()
+                .map_or(0, Vec::len)
+                == 1
+                && group_json(&env, "c")["waiting"][0]["command"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains(&format!("echo {n}"))
         });
     }
     fs::write(&release, "").unwrap();
     assert!(first.wait_with_output().unwrap().status.success());
-    let codes: Vec<i32> = later.into_iter().map(|k| code(&k.wait_with_output().unwrap())).collect();
+    let codes: Vec<i32> = later
+        .into_iter()
+        .map(|k| code(&k.wait_with_output().unwrap()))
+        .collect();
     assert_eq!(codes, vec![79, 79, 0]);
     assert_eq!(fs::read_to_string(&out).unwrap(), "1\n4\n");
 }
@@ -156,18 +209,38 @@ fn a_child_ignoring_term_is_killed_after_grace_and_the_newer_run_starts_at_once(
     let env = Env::new();
     let started = env.path("started");
     let mut old = env.spawn(&[
-        "run", "--group", "t", "--mode", "supersede", "--grace", "500ms", "--", "sh", "-c", "trap '' TERM; sleep 30",
+        "run",
+        "--group",
+        "t",
+        "--mode",
+        "supersede",
+        "--grace",
+        "500ms",
+        "--",
+        "sh",
+        "-c",
+        "trap '' TERM; sleep 30",
     ]);
     wait_for_group(&env, "t", 1, 0);
     let t0 = Instant::now();
     let newer = env.spawn(&[
-        "run", "--group", "t", "--mode", "supersede", "--", "sh", "-c",
+        "run",
+        "--group",
+        "t",
+        "--mode",
+        "supersede",
+        "--",
+        "sh",
+        "-c",
         &format!("touch {}", started.display()),
     ]);
     assert_eq!(old.wait().unwrap().code(), Some(79));
     wait_for_file(&started);
     let took = t0.elapsed();
-    assert!(took >= Duration::from_millis(450), "grace respected: {took:?}");
+    assert!(
+        took >= Duration::from_millis(450),
+        "grace respected: {took:?}"
+    );
     assert!(took < Duration::from_secs(5), "{took:?}");
     assert!(newer.wait_with_output().unwrap().status.success());
 }
@@ -178,20 +251,42 @@ fn killing_the_supervisor_frees_the_key_and_takes_the_child_down() {
     let pidfile = env.path("child.pid");
     let started = env.path("started");
     let mut sup = env.spawn(&[
-        "run", "--group", "k", "--", "sh", "-c", &format!("echo $$ > {}; sleep 30", pidfile.display()),
+        "run",
+        "--group",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        &format!("echo $$ > {}; sleep 30", pidfile.display()),
     ]);
     let child_pid = wait_for_file(&pidfile).trim().to_string();
-    let next = env.spawn(&["run", "--group", "k", "--", "sh", "-c", &format!("touch {}", started.display())]);
+    let next = env.spawn(&[
+        "run",
+        "--group",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        &format!("touch {}", started.display()),
+    ]);
     wait_for_group(&env, "k", 1, 1);
     let killed = Instant::now();
     sup.kill().unwrap(); // SIGKILL the baton supervisor
     sup.wait().unwrap();
     wait_for_file(&started);
-    assert!(killed.elapsed() < Duration::from_secs(3), "{:?}", killed.elapsed());
+    assert!(
+        killed.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        killed.elapsed()
+    );
     assert!(next.wait_with_output().unwrap().status.success());
     // The orphaned command did not keep running unsupervised.
-    wait_until(Duration::from_secs(5), || !std::path::Path::new(&format!("/proc/{child_pid}")).exists() || {
-        fs::read_to_string(format!("/proc/{child_pid}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true)
+    wait_until(Duration::from_secs(5), || {
+        !std::path::Path::new(&format!("/proc/{child_pid}")).exists() || {
+            fs::read_to_string(format!("/proc/{child_pid}/stat"))
+                .map(|s| s.contains(") Z "))
+                .unwrap_or(true)
+        }
     });
 }
 
@@ -201,15 +296,38 @@ fn on_superseded_hook_runs_once_with_the_newer_run_id() {
     let hook_out = env.path("hook");
     let hook = format!("echo \"$BATON_SUPERSEDED_BY\" >> {}", hook_out.display());
     let old = env.spawn(&[
-        "run", "--group", "h", "--mode", "supersede", "--on-superseded", &hook, "--", "sleep", "30",
+        "run",
+        "--group",
+        "h",
+        "--mode",
+        "supersede",
+        "--on-superseded",
+        &hook,
+        "--",
+        "sleep",
+        "30",
     ]);
     wait_for_group(&env, "h", 1, 0);
-    let newer = env.spawn(&["run", "--group", "h", "--mode", "supersede", "--", "sh", "-c", "echo $BATON_RUN_ID"]);
+    let newer = env.spawn(&[
+        "run",
+        "--group",
+        "h",
+        "--mode",
+        "supersede",
+        "--",
+        "sh",
+        "-c",
+        "echo $BATON_RUN_ID",
+    ]);
     let newer_out = newer.wait_with_output().unwrap();
     assert!(newer_out.status.success());
     assert_eq!(code(&old.wait_with_output().unwrap()), 79);
     let newer_id = stdout(&newer_out).trim().to_string();
-    assert_eq!(fs::read_to_string(&hook_out).unwrap(), format!("{newer_id}\n"), "once, with the newer id");
+    assert_eq!(
+        fs::read_to_string(&hook_out).unwrap(),
+        format!("{newer_id}\n"),
+        "once, with the newer id"
+    );
 }
 
 #[test]
@@ -219,7 +337,11 @@ fn modes_must_agree_and_max_pending_bounds_the_queue() {
     wait_for_group(&env, "m", 1, 0);
     let out = env.run(&["run", "--group", "m", "--mode", "supersede", "--", "true"]);
     assert_eq!(code(&out), 125);
-    assert!(stderr(&out).contains("group mode queue"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("group mode queue"),
+        "{}",
+        stderr(&out)
+    );
     let waiter = env.spawn(&["run", "--group", "m", "--max-pending", "1", "--", "true"]);
     wait_for_group(&env, "m", 1, 1);
     let out = env.run(&["run", "--group", "m", "--max-pending", "1", "--", "true"]);
@@ -228,18 +350,41 @@ fn modes_must_agree_and_max_pending_bounds_the_queue() {
     first.kill().unwrap();
     first.wait().unwrap();
     assert!(waiter.wait_with_output().unwrap().status.success());
-    let out = Command::new(env!("CARGO_BIN_EXE_baton")).args(["run", "--mode", "skip", "--", "true"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["run", "--mode", "skip", "--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 125, "--mode needs --group");
+    let out = env.run(&[
+        "run",
+        "--group",
+        "m2",
+        "--mode",
+        "supersede",
+        "--max",
+        "2",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code(&out), 125);
+    assert!(stderr(&out).contains("mode queue only"), "{}", stderr(&out));
 }
 
 #[test]
 fn sigterm_to_baton_is_forwarded_and_the_group_is_left_clean() {
     let env = Env::new();
     let ready = env.path("ready");
-    let cmd = format!("trap 'exit 7' TERM; touch {}; while :; do sleep 0.05; done", ready.display());
+    let cmd = format!(
+        "trap 'exit 7' TERM; touch {}; while :; do sleep 0.05; done",
+        ready.display()
+    );
     let run = env.spawn(&["run", "--group", "clean", "--", "sh", "-c", &cmd]);
     wait_for_file(&ready);
-    assert!(Command::new("kill").args(["-TERM", &run.id().to_string()]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-TERM", &run.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
     assert_eq!(code(&run.wait_with_output().unwrap()), 7);
     let g = group_json(&env, "clean");
     assert_eq!(g["running"].as_array().unwrap().len(), 0, "{g}");
@@ -260,7 +405,10 @@ fn sigterm_to_baton_is_forwarded_and_the_group_is_left_clean() {
 fn events_follow_streams_new_events() {
     use std::io::{BufRead, BufReader};
     let env = Env::new();
-    assert!(env.run(&["run", "--group", "f", "--", "true"]).status.success());
+    assert!(env
+        .run(&["run", "--group", "f", "--", "true"])
+        .status
+        .success());
     let mut follower = env
         .baton(&["events", "--group", "f", "--follow"])
         .stdout(std::process::Stdio::piped())
@@ -274,7 +422,12 @@ fn events_follow_streams_new_events() {
         lines.next().unwrap().unwrap();
     }
     // ...then new ones as they happen.
-    assert!(env.run(&["run", "--group", "f", "--", "sh", "-c", "exit 3"]).status.code() == Some(3));
+    assert!(
+        env.run(&["run", "--group", "f", "--", "sh", "-c", "exit 3"])
+            .status
+            .code()
+            == Some(3)
+    );
     let mut seen = Vec::new();
     while seen.len() < 3 {
         let e: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();

@@ -16,6 +16,9 @@ pub enum RunError {
     /// The group did not admit the run (mode skip while busy, or `--max-pending` reached).
     #[error("not run: {0}")]
     NotAdmitted(String),
+    /// The request contradicts itself (e.g. `--max` with a mode other than queue).
+    #[error("{0}")]
+    InvalidRequest(String),
     /// No command was given.
     #[error("no command given: put it after `--`")]
     NoCommand,

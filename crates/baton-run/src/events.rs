@@ -98,7 +98,8 @@ pub fn print_events(
     let path = log_path(dir);
     let io = |op: &'static str| move |source| RunError::Io { op, source };
     let watch = if follow {
-        let fd = inotify::init(CreateFlags::CLOEXEC).map_err(|e| io("watch the event log")(e.into()))?;
+        let fd =
+            inotify::init(CreateFlags::CLOEXEC).map_err(|e| io("watch the event log")(e.into()))?;
         // Create the log if needed so it can be watched from the start.
         drop(
             OpenOptions::new()
@@ -123,7 +124,9 @@ pub fn print_events(
     let mut pending = String::new();
     loop {
         let mut line = String::new();
-        let n = reader.read_line(&mut line).map_err(io("read the event log"))?;
+        let n = reader
+            .read_line(&mut line)
+            .map_err(io("read the event log"))?;
         if n > 0 {
             pending.push_str(&line);
             if !pending.ends_with('\n') {
@@ -137,7 +140,8 @@ pub fn print_events(
                     .unwrap_or(false),
             };
             if keep {
-                out.write_all(whole.as_bytes()).map_err(io("write events"))?;
+                out.write_all(whole.as_bytes())
+                    .map_err(io("write events"))?;
             }
             continue;
         }
@@ -154,6 +158,8 @@ pub fn print_events(
         let _ = rustix::io::read(fd, &mut buf);
         // Continue reading from where we were.
         let pos = reader.stream_position().map_err(io("read the event log"))?;
-        reader.seek(SeekFrom::Start(pos)).map_err(io("read the event log"))?;
+        reader
+            .seek(SeekFrom::Start(pos))
+            .map_err(io("read the event log"))?;
     }
 }

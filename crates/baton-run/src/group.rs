@@ -231,11 +231,28 @@ pub(crate) fn join(
     run_id: &str,
     command: &str,
 ) -> Result<Joined, RunError> {
+    if req.mode != GroupMode::Queue && req.max > 1 {
+        return Err(RunError::InvalidRequest(format!(
+            "--max {} applies to mode queue only; mode {} runs one at a time",
+            req.max,
+            req.mode.as_str()
+        )));
+    }
+    if req.mode != GroupMode::Queue && req.max_pending.is_some() {
+        return Err(RunError::InvalidRequest(format!(
+            "--max-pending applies to mode queue only, not {}",
+            req.mode.as_str()
+        )));
+    }
     let paths = GroupPaths::new(dir, &req.key)?;
     let _meta = meta_lock(&paths, &req.key)?;
     let mut doc = read_doc(&paths.doc, &req.key)?;
     prune(&mut doc);
-    let max = if req.mode == GroupMode::Queue { req.max.max(1) } else { 1 };
+    let max = if req.mode == GroupMode::Queue {
+        req.max.max(1)
+    } else {
+        1
+    };
     if let Some(mode) = doc.mode {
         if !doc.runs.is_empty() && (mode != req.mode || doc.max != max) {
             return Err(LockError::ModeMismatch {
@@ -373,7 +390,9 @@ impl Membership {
         let _meta = meta_lock(&self.paths, &self.key)?;
         let mut doc = read_doc(&self.paths.doc, &self.key)?;
         let Some(me) = doc.runs.iter_mut().find(|r| r.run_id == self.run_id) else {
-            return Ok(Some("unknown (the group record of this run was lost)".into()));
+            return Ok(Some(
+                "unknown (the group record of this run was lost)".into(),
+            ));
         };
         if let Some(by) = me.superseded_by.clone() {
             return Ok(Some(by));

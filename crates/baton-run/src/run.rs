@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use baton_lock::{acquire_all, new_run_id, BatonDir, LockGuard, LockName, LockRequest, Mode, WaitPolicy};
+use baton_lock::{
+    acquire_all, new_run_id, BatonDir, LockGuard, LockName, LockRequest, Mode, WaitPolicy,
+};
 use baton_proc::{Canceller, Outcome, RunSpec, Supervisor};
 use signal_hook::consts::SIGUSR1;
 use signal_hook::iterator::Signals;
@@ -91,7 +93,14 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         };
         notify(&targets);
         let watcher = spawn_watcher(signals, member.clone(), state.clone(), req, g);
-        let slot = match member.take_slot(g.wait, if g.mode == crate::group::GroupMode::Queue { g.max.max(1) } else { 1 }) {
+        let slot = match member.take_slot(
+            g.wait,
+            if g.mode == crate::group::GroupMode::Queue {
+                g.max.max(1)
+            } else {
+                1
+            },
+        ) {
             Ok(slot) => slot,
             Err(e) => {
                 member.set_done();
@@ -141,8 +150,18 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
             return Err(e.into());
         }
     };
-    let join_names = |gs: &[LockGuard]| gs.iter().map(|g| g.name().to_string()).collect::<Vec<_>>().join(",");
-    let join_tokens = |gs: &[LockGuard]| gs.iter().map(|g| g.token().to_string()).collect::<Vec<_>>().join(",");
+    let join_names = |gs: &[LockGuard]| {
+        gs.iter()
+            .map(|g| g.name().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let join_tokens = |gs: &[LockGuard]| {
+        gs.iter()
+            .map(|g| g.token().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     let mut spec = RunSpec::new(program.clone()).args(args.iter().cloned());
     spec.timeout = req.timeout;
     spec.grace = req.grace;
@@ -151,13 +170,19 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         ("BATON_DIR".into(), dir.path().as_os_str().to_owned()),
     ];
     if !guards.is_empty() {
-        spec.env.push(("BATON_LOCK".into(), join_names(&guards).into()));
-        spec.env.push(("BATON_FENCING_TOKEN".into(), join_tokens(&guards).into()));
+        spec.env
+            .push(("BATON_LOCK".into(), join_names(&guards).into()));
+        spec.env
+            .push(("BATON_FENCING_TOKEN".into(), join_tokens(&guards).into()));
     }
     if let (Some(g), Some((_, slot, _))) = (&req.group, &group_parts) {
-        spec.env.push(("BATON_GROUP".into(), g.key.to_string().into()));
+        spec.env
+            .push(("BATON_GROUP".into(), g.key.to_string().into()));
         if guards.is_empty() {
-            spec.env.push(("BATON_FENCING_TOKEN".into(), slot.token().to_string().into()));
+            spec.env.push((
+                "BATON_FENCING_TOKEN".into(),
+                slot.token().to_string().into(),
+            ));
         }
     }
     let supervisor = Supervisor::new(spec);
@@ -179,7 +204,12 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
             release_error.get_or_insert(e);
         }
     }
-    let superseded_by = state.mark.lock().unwrap_or_else(|p| p.into_inner()).0.clone();
+    let superseded_by = state
+        .mark
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .0
+        .clone();
     if let Some((member, slot, watcher)) = group_parts {
         member.set_done();
         drop(slot); // the newer run may start now
@@ -239,7 +269,10 @@ fn spawn_watcher(
                     // phase lock stays held so the run cannot start meanwhile.
                     member.finish("superseded", None, Some(&by));
                     run_hook(&req, &key, &member.run_id, &by);
-                    eprintln!("baton: run {} in group '{key}' was superseded by run {by} while waiting", member.run_id);
+                    eprintln!(
+                        "baton: run {} in group '{key}' was superseded by run {by} while waiting",
+                        member.run_id
+                    );
                     std::process::exit(79);
                 }
                 Phase::Running => {
@@ -290,7 +323,10 @@ fn run_hook(req: &RunRequest, key: &str, run_id: &str, by: &str) {
             tv_sec: req.grace.as_secs() as i64,
             tv_nsec: i64::from(req.grace.subsec_nanos()),
         };
-        let mut fds = [rustix::event::PollFd::new(&pidfd, rustix::event::PollFlags::IN)];
+        let mut fds = [rustix::event::PollFd::new(
+            &pidfd,
+            rustix::event::PollFlags::IN,
+        )];
         if let Ok(0) = rustix::event::poll(&mut fds, Some(&limit)) {
             let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
         }
