@@ -1,19 +1,307 @@
-//! `baton state ...`: crash-safe state files (syntax and output only).
+//! `baton state ...`: crash-safe state files (syntax and output only; the
+//! work is done by `baton_state`).
 
-use baton_lock::BatonDir;
-use clap::Subcommand;
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use baton_lock::{BatonDir, LockName, WaitPolicy};
+use baton_state::{
+    append, edit_with_filter, get, Appended, Edited, Filter, Options, StateError, Version,
+};
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use crate::cli::WaitArgs;
+use crate::commands::fail;
+use crate::exit_codes::{for_child, for_lock_error, BATON_FAILED, NOT_ACQUIRED};
+
+/// The filter could not be executed.
+const NOT_EXECUTABLE: u8 = 126;
+/// The filter was not found.
+const NOT_FOUND: u8 = 127;
+
+fn lock_name(s: &str) -> Result<LockName, String> {
+    LockName::new(s).map_err(|e| e.to_string())
+}
+
+fn version(s: &str) -> Result<Version, String> {
+    s.parse().map_err(|e: StateError| e.to_string())
+}
+
+/// Which lock guards the file, and how long to wait for it.
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// Take this lock instead of the file's own (`state/<canonical path>`); every writer of
+    /// the file must name the same lock. One lock may cover several files.
+    #[arg(long, value_name = "NAME", value_parser = lock_name)]
+    pub lock: Option<LockName>,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
 
 /// `baton state ...` commands.
 #[derive(Debug, Subcommand)]
 pub enum StateCommand {
-    /// Print a state file and its version.
+    /// Change a file atomically under its lock: FILTER reads the content, its output replaces it.
+    #[command(after_help = "Examples:
+  baton state edit counter.json -- jq '.n += 1'
+  baton state edit tasks.json --lock memory -- python3 ./mark_done.py t1
+  baton state edit notes.md -- sed 's/TODO/DONE/'
+  V=$(baton state get tasks.json --json | jq -r .version)
+  baton state edit tasks.json --if-version \"$V\" -- jq '.t1 = \"done\"'   # compare-and-swap
+
+Under the lock, FILTER gets the current content on stdin (nothing if the file does not exist).
+If it exits 0, its stdout replaces the file: temp file in the same directory, fsync, rename,
+fsync of the directory; permissions are kept. A .json file's new content must be one JSON
+value and a .jsonl file's every line one JSON value, else nothing is written (exit 125).
+Temp files left by writers killed mid-edit are removed. FILTER gets BATON_STATE_FILE,
+BATON_LOCK and BATON_FENCING_TOKEN in its environment.
+
+Exit status: 0 when written (or unchanged); FILTER's own if it failed (128+N if killed by
+signal N), nothing written; 75 if --if-version no longer matches or the lock was busy
+(--no-wait, --wait); 125 bad input (a directory, a symlink leaving its directory, unreadable,
+read-only) or invalid new content; 126 / 127 FILTER not executable / not found.")]
+    Edit {
+        /// The state file (created if missing).
+        file: PathBuf,
+
+        #[command(flatten)]
+        lock: LockArgs,
+
+        /// Compare-and-swap: write only if the file's version is still V (from `get --json`;
+        /// `absent` for a file that must not exist yet), else exit 75.
+        #[arg(long, value_name = "V", value_parser = version)]
+        if_version: Option<Version>,
+
+        /// Print JSON {path, previous, version, changed} on success.
+        #[arg(long)]
+        json: bool,
+
+        /// The filter and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "FILTER")]
+        filter: Vec<OsString>,
+    },
+
+    /// Append whole lines under the file's lock; a torn last line is moved to FILE.torn first.
+    #[command(after_help = "Examples:
+  baton state append events.jsonl '{\"event\":\"started\",\"task\":\"t1\"}'
+  printf '%s\\n' '{\"a\":1}' '{\"b\":2}' | baton state append events.jsonl
+  baton state append session.log \"$(date -Is) step 3 done\"
+
+Each record is written with its trailing newline; all records of one call are checked first
+and written with one write, then fsynced. A record must not contain a newline, and in a
+.jsonl file must be one JSON value, else nothing is appended (exit 125). If the file ends in
+a torn line (a writer died mid-append), those bytes are appended to FILE.torn and the file
+is cut back to its last complete line before the new records are written.
+
+Exit status: 0 appended; 75 lock busy (--no-wait, --wait) or --if-version no longer matches;
+125 bad input or I/O error.")]
+    Append {
+        /// The state file (created if missing).
+        file: PathBuf,
+
+        /// The record; without it, each line of standard input is one record.
+        record: Option<OsString>,
+
+        #[command(flatten)]
+        lock: LockArgs,
+
+        /// Compare-and-swap: append only if the file's version is still V, else exit 75.
+        #[arg(long, value_name = "V", value_parser = version)]
+        if_version: Option<Version>,
+    },
+
+    /// Print a state file as of one instant (never half-written), or its version and content.
+    #[command(after_help = "Examples:
+  baton state get tasks.json
+  baton state get tasks.json --json | jq -r .version
+
+Reads under a shared lock. Without --json the content is printed as is (nothing for a
+missing file). With --json one line {\"version\":...,\"content\":...}: version is 16 hex
+digits of the content's SHA-256, or \"absent\"; content is the parsed value of a .json file,
+a string for any other file, null for a missing file. A .jsonl file's torn last line, if
+any, is left out.")]
     Get {
-        /// The file.
-        file: std::path::PathBuf,
+        /// The state file.
+        file: PathBuf,
+
+        /// Print {version, content} as JSON.
+        #[arg(long)]
+        json: bool,
+
+        #[command(flatten)]
+        lock: LockArgs,
     },
 }
 
 /// Runs a `baton state` command; returns the exit code.
-pub fn run(_dir: &BatonDir, _cmd: StateCommand) -> u8 {
-    crate::exit_codes::BATON_FAILED
+pub fn run(dir: &BatonDir, cmd: StateCommand) -> u8 {
+    match cmd {
+        StateCommand::Edit {
+            file,
+            lock,
+            if_version,
+            json,
+            filter,
+        } => {
+            let filter = match Filter::new(&filter) {
+                Ok(f) => f,
+                Err(e) => return fail(&e, BATON_FAILED),
+            };
+            let mut opts = options(lock);
+            opts.if_version = if_version;
+            match edit_with_filter(dir, &file, &opts, &filter) {
+                Ok(edited) => print_edited(&edited, json),
+                Err(e) => fail(&e, code(&e)),
+            }
+        }
+        StateCommand::Append {
+            file,
+            record,
+            lock,
+            if_version,
+        } => {
+            let mut opts = options(lock);
+            opts.if_version = if_version;
+            let result = match record {
+                Some(r) => append(dir, &file, &opts, &[r.as_bytes()]),
+                None => {
+                    let mut input = Vec::new();
+                    if let Err(e) = std::io::stdin().lock().read_to_end(&mut input) {
+                        return fail(&e, BATON_FAILED);
+                    }
+                    let body = input.strip_suffix(b"\n").unwrap_or(&input);
+                    let records: Vec<&[u8]> = if input.is_empty() {
+                        Vec::new()
+                    } else {
+                        body.split(|&b| b == b'\n').collect()
+                    };
+                    append(dir, &file, &opts, &records)
+                }
+            };
+            match result {
+                Ok(appended) => {
+                    note_torn(&appended);
+                    0
+                }
+                Err(e) => fail(&e, code(&e)),
+            }
+        }
+        StateCommand::Get { file, json, lock } => {
+            restore_default_sigpipe();
+            let snap = match get(dir, &file, &options(lock)) {
+                Ok(s) => s,
+                Err(e) => return fail(&e, code(&e)),
+            };
+            if !json {
+                let mut out = std::io::stdout().lock();
+                let written = out
+                    .write_all(snap.content.as_deref().unwrap_or_default())
+                    .and_then(|()| out.flush());
+                return match written {
+                    Ok(()) => 0,
+                    Err(e) => fail(&e, BATON_FAILED),
+                };
+            }
+            match snap.content_json() {
+                Ok(content) => print_json(&GetJson {
+                    version: snap.version.as_str(),
+                    content,
+                }),
+                Err(e) => fail(&e, code(&e)),
+            }
+        }
+    }
+}
+
+/// `baton state get --json`.
+#[derive(Serialize)]
+struct GetJson<'a> {
+    version: &'a str,
+    content: serde_json::Value,
+}
+
+/// `baton state edit --json`.
+#[derive(Serialize)]
+struct EditJson<'a> {
+    path: &'a std::path::Path,
+    previous: &'a str,
+    version: &'a str,
+    changed: bool,
+}
+
+fn print_edited(e: &Edited, json: bool) -> u8 {
+    if let Some(t) = &e.torn {
+        note_torn_bytes(t.bytes, &e.path, &t.saved_to);
+    }
+    if !json {
+        return 0;
+    }
+    print_json(&EditJson {
+        path: &e.path,
+        previous: e.previous.as_str(),
+        version: e.version.as_str(),
+        changed: e.changed,
+    })
+}
+
+fn note_torn(a: &Appended) {
+    if let Some(t) = &a.torn {
+        note_torn_bytes(t.bytes, &a.path, &t.saved_to);
+    }
+}
+
+fn note_torn_bytes(bytes: u64, path: &std::path::Path, saved_to: &std::path::Path) {
+    eprintln!(
+        "baton: '{}' ended in a torn line; moved its {bytes} bytes to '{}'",
+        path.display(),
+        saved_to.display()
+    );
+}
+
+fn print_json<T: Serialize>(value: &T) -> u8 {
+    match serde_json::to_string(value) {
+        Ok(s) => {
+            println!("{s}");
+            0
+        }
+        Err(e) => fail(&e, BATON_FAILED),
+    }
+}
+
+fn options(lock: LockArgs) -> Options {
+    let mut opts = Options::new();
+    opts.lock = lock.lock;
+    opts.wait = match (lock.wait.no_wait, lock.wait.wait) {
+        (true, _) => WaitPolicy::Immediately,
+        (false, Some(d)) => WaitPolicy::from(d),
+        (false, None) => WaitPolicy::Forever,
+    };
+    opts
+}
+
+/// The exit code for a failed state command (DESIGN.md, "Exit codes").
+fn code(e: &StateError) -> u8 {
+    match e {
+        StateError::Lock(l) => for_lock_error(l),
+        StateError::VersionMismatch { .. } => NOT_ACQUIRED,
+        StateError::FilterFailed { code, .. } => for_child(*code),
+        StateError::FilterNotFound { .. } => NOT_FOUND,
+        StateError::FilterNotExecutable { .. } => NOT_EXECUTABLE,
+        _ => BATON_FAILED,
+    }
+}
+
+/// Lets `baton state get | head` end quietly, as Unix tools do. Only for
+/// `get`: an edit must survive a filter that closes its input early.
+fn restore_default_sigpipe() {
+    // SAFETY: setting the disposition of SIGPIPE to its default is
+    // async-signal-safe and affects only how this process reacts to writes to
+    // a closed pipe; no handler of ours is replaced.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }

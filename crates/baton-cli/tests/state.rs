@@ -1,0 +1,642 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! `baton state edit|append|get` with the real binary, real filters (jq,
+//! python3, sed, awk, sh) and real SIGKILLs.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{code, stderr, stdout, Env};
+
+fn have(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `.n += 1` as a filter: jq if installed, else python3.
+fn increment_filter() -> Vec<&'static str> {
+    if have("jq") {
+        vec!["jq", "-c", ".n += 1"]
+    } else {
+        vec![
+            "python3",
+            "-c",
+            "import json,sys; d=json.load(sys.stdin); d['n']+=1; json.dump(d,sys.stdout)",
+        ]
+    }
+}
+
+/// `.n += 1` with awk: starts in a millisecond, so SIGKILLs land all over
+/// baton's own work rather than mostly inside the filter.
+const AWK_INCREMENT: &str = r#"match($0, /"n":[0-9]+/) { n = substr($0, RSTART+4, RLENGTH-4) + 1; $0 = substr($0, 1, RSTART-1) "\"n\":" n substr($0, RSTART+RLENGTH) } 1"#;
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn edit_args<'a>(file: &'a str, filter: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["state", "edit", file, "--"];
+    args.extend_from_slice(filter);
+    args
+}
+
+fn counter(path: &Path) -> u64 {
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(path).unwrap())
+        .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
+    v["n"].as_u64().unwrap()
+}
+
+fn temps_of(dir: &Path, name: &str) -> Vec<PathBuf> {
+    let prefix = format!(".{name}.baton-tmp-");
+    fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect()
+}
+
+fn one_line_125(out: &Output, needle: &str) {
+    let err = stderr(out);
+    assert_eq!(code(out), 125, "{err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line expected: {err}"
+    );
+    assert!(err.contains(needle), "{err:?} should mention {needle:?}");
+}
+
+/// `baton ... ARGS` with `input` on stdin.
+fn run_with_stdin(env: &Env, args: &[&str], input: &[u8]) -> Output {
+    let mut child = env
+        .baton(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn eight_processes_times_100_edits_lose_no_update() {
+    let env = Env::new();
+    let path = env.path("counter.json");
+    fs::write(&path, "{\"n\":0}\n").unwrap();
+    let filter = increment_filter();
+    thread::scope(|sc| {
+        for _ in 0..8 {
+            sc.spawn(|| {
+                for _ in 0..100 {
+                    let out = env.run(&edit_args(s(&path), &filter));
+                    assert_eq!(code(&out), 0, "{}", stderr(&out));
+                }
+            });
+        }
+    });
+    assert_eq!(counter(&path), 800);
+    assert!(temps_of(env.tmp.path(), "counter.json").is_empty());
+}
+
+#[test]
+fn eight_processes_times_100_appends_give_800_whole_lines() {
+    let env = Env::new();
+    let path = env.path("events.jsonl");
+    // Records longer than PIPE_BUF: interleaved writes would show.
+    let pad = "x".repeat(5000);
+    thread::scope(|sc| {
+        for w in 0..8 {
+            let (env, path, pad) = (&env, &path, &pad);
+            sc.spawn(move || {
+                for i in 0..100 {
+                    let rec = format!("{{\"w\":{w},\"i\":{i},\"pad\":\"{pad}\"}}");
+                    let out = env.run(&["state", "append", s(path), &rec]);
+                    assert_eq!(code(&out), 0, "{}", stderr(&out));
+                }
+            });
+        }
+    });
+    let text = fs::read_to_string(&path).unwrap();
+    assert!(text.ends_with('\n'));
+    let mut seen = BTreeSet::new();
+    for line in text.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("interleaved or torn line: {e}"));
+        assert_eq!(v["pad"].as_str().unwrap().len(), 5000);
+        seen.insert((v["w"].as_u64().unwrap(), v["i"].as_u64().unwrap()));
+    }
+    assert_eq!(text.lines().count(), 800);
+    assert_eq!(seen.len(), 800, "every record exactly once");
+}
+
+#[test]
+fn writer_sigkilled_at_random_points_leaves_old_or_new_content() {
+    let env = Env::new();
+    let path = env.path("state.json");
+    let pad = "p".repeat(64 * 1024);
+    fs::write(&path, format!("{{\"n\":0,\"pad\":\"{pad}\"}}\n")).unwrap();
+    let args = edit_args(s(&path), &["awk", AWK_INCREMENT]);
+    // Calibrate the kill window on one complete edit, from spawn to exit.
+    let start = Instant::now();
+    assert_eq!(code(&env.run(&args)), 0);
+    let full = start.elapsed();
+    let mut rng = Rng::seeded();
+    eprintln!("seed {} (BATON_TEST_SEED), one edit {full:?}", rng.seed);
+    let (mut kept, mut replaced, mut temps_seen) = (0, 0, 0);
+    for round in 0..200 {
+        let old = fs::read(&path).unwrap();
+        let old_n = counter(&path);
+        let mut child = env
+            .baton(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // The random kill point is what this test is about, not a wait.
+        thread::sleep(full.mul_f64(rng.unit() * 1.2));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let now = fs::read(&path).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&now)
+            .unwrap_or_else(|e| panic!("round {round}: not valid JSON after SIGKILL: {e}"));
+        if now == old {
+            kept += 1;
+        } else {
+            assert_eq!(
+                v["n"].as_u64(),
+                Some(old_n + 1),
+                "round {round}: neither old nor new"
+            );
+            assert_eq!(v["pad"].as_str(), Some(pad.as_str()), "round {round}");
+            replaced += 1;
+        }
+        if !temps_of(env.tmp.path(), "state.json").is_empty() {
+            temps_seen += 1;
+        }
+    }
+    eprintln!("old kept {kept}, new written {replaced}, rounds leaving a temp file {temps_seen}");
+    let before = counter(&path);
+    assert_eq!(code(&env.run(&args)), 0);
+    assert_eq!(counter(&path), before + 1);
+    assert!(
+        temps_of(env.tmp.path(), "state.json").is_empty(),
+        "the next edit removes temp files of killed writers"
+    );
+}
+
+#[test]
+fn temp_file_of_a_sigkilled_writer_is_removed_by_the_next_edit() {
+    let env = Env::new();
+    let path = env.path("big.txt");
+    fs::write(&path, "small\n").unwrap();
+    // 32 MiB of output takes long enough to write and fsync that the writer
+    // can be caught with its temp file in place.
+    let args = edit_args(
+        s(&path),
+        &["sh", "-c", "head -c 33554432 /dev/zero | tr '\\0' x"],
+    );
+    let mut caught = false;
+    for _ in 0..5 {
+        let mut child = env
+            .baton(&args)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while temps_of(env.tmp.path(), "big.txt").is_empty()
+            && start.elapsed() < Duration::from_secs(20)
+            && child.try_wait().unwrap().is_none()
+        {
+            thread::sleep(Duration::from_micros(200));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        if fs::read_to_string(&path).unwrap() == "small\n"
+            && !temps_of(env.tmp.path(), "big.txt").is_empty()
+        {
+            caught = true;
+            break;
+        }
+        fs::write(&path, "small\n").unwrap(); // it finished first; again
+    }
+    assert!(caught, "never caught the writer mid-write");
+    let out = env.run(&edit_args(s(&path), &["sed", "s/small/tidy/"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(temps_of(env.tmp.path(), "big.txt").is_empty());
+    assert_eq!(fs::read_to_string(&path).unwrap(), "tidy\n");
+}
+
+#[test]
+fn a_torn_last_line_is_moved_to_the_torn_file_by_the_next_append() {
+    let env = Env::new();
+    let path = env.path("events.jsonl");
+    fs::write(&path, "{\"a\":1}\n{\"b\":2}\n{\"half\":tr").unwrap();
+    // get leaves the torn line out.
+    let out = env.run(&["state", "get", s(&path)]);
+    assert_eq!(stdout(&out), "{\"a\":1}\n{\"b\":2}\n");
+    let out = env.run(&["state", "append", s(&path), "{\"c\":3}"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stderr(&out).contains("torn"), "{}", stderr(&out));
+    assert_eq!(
+        fs::read_to_string(&path).unwrap(),
+        "{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n"
+    );
+    assert_eq!(
+        fs::read_to_string(env.path("events.jsonl.torn")).unwrap(),
+        "{\"half\":tr\n"
+    );
+    // The next append has nothing to repair.
+    let out = env.run(&["state", "append", s(&path), "{\"d\":4}"]);
+    assert_eq!(stderr(&out), "");
+    assert_eq!(fs::read_to_string(&path).unwrap().lines().count(), 4);
+}
+
+#[test]
+fn compare_and_swap_with_a_stale_version_exits_75_and_changes_nothing() {
+    let env = Env::new();
+    let path = env.path("tasks.json");
+    let filter = increment_filter();
+    // `absent`: create only if missing.
+    let mut create = vec!["state", "edit", s(&path), "--if-version", "absent", "--"];
+    create.extend(["sh", "-c", "echo '{\"n\":1}'"]);
+    assert_eq!(code(&env.run(&create)), 0);
+    assert_eq!(code(&env.run(&create)), 75);
+
+    let get = |env: &Env| -> serde_json::Value {
+        let out = env.run(&["state", "get", s(&path), "--json"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert_eq!(stdout(&out).lines().count(), 1, "one line of JSON");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let v1 = get(&env);
+    assert_eq!(v1["content"], serde_json::json!({"n": 1}));
+    let version = v1["version"].as_str().unwrap().to_string();
+    assert_eq!(version.len(), 16);
+
+    let mut cas = vec![
+        "state",
+        "edit",
+        s(&path),
+        "--json",
+        "--if-version",
+        &version,
+        "--",
+    ];
+    cas.extend_from_slice(&filter);
+    let out = env.run(&cas);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let done: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(done["previous"], version.as_str());
+    assert_eq!(done["changed"], true);
+    let v2 = get(&env);
+    assert_eq!(done["version"], v2["version"]);
+
+    let before = fs::read(&path).unwrap();
+    let out = env.run(&cas); // v1 is stale now
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(stderr(&out).contains("has changed"), "{}", stderr(&out));
+    assert_eq!(fs::read(&path).unwrap(), before);
+    assert_eq!(get(&env)["content"]["n"], 2);
+
+    let out = env.run(&["state", "edit", s(&path), "--if-version", "v1", "--", "cat"]);
+    one_line_125(&out, "invalid version");
+}
+
+#[test]
+fn invalid_json_output_exits_125_and_writes_nothing() {
+    let env = Env::new();
+    let path = env.path("doc.json");
+    fs::write(&path, "{\"keep\":1}").unwrap();
+    for filter in [
+        vec!["sh", "-c", "echo not json"],
+        vec!["true"],
+        vec!["sh", "-c", "echo '{\"a\":'"],
+    ] {
+        let out = env.run(&edit_args(s(&path), &filter));
+        one_line_125(&out, "not valid JSON");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "{\"keep\":1}");
+    }
+    // A .json file that does not exist yet is not created from bad output.
+    let fresh = env.path("fresh.json");
+    let out = env.run(&edit_args(s(&fresh), &["echo", "nope"]));
+    one_line_125(&out, "not valid JSON");
+    assert!(!fresh.exists());
+    assert!(temps_of(env.tmp.path(), "doc.json").is_empty());
+}
+
+#[test]
+fn a_failing_filter_passes_its_exit_code_and_changes_nothing() {
+    let env = Env::new();
+    let path = env.path("f.json");
+    fs::write(&path, "{\"n\":1}").unwrap();
+    let noexec = env.path("noexec.sh");
+    fs::write(&noexec, "#!/bin/sh\necho '{}'\n").unwrap();
+    for (filter, want) in [
+        (vec!["sh", "-c", "cat >/dev/null; exit 3"], 3),
+        (vec!["sh", "-c", "kill -TERM $$"], 143),
+        (vec!["/nonexistent/filter"], 127),
+        (vec![s(&noexec)], 126),
+    ] {
+        let out = env.run(&edit_args(s(&path), &filter));
+        assert_eq!(code(&out), want, "{filter:?}: {}", stderr(&out));
+        assert_eq!(fs::read_to_string(&path).unwrap(), "{\"n\":1}");
+    }
+}
+
+#[test]
+fn filters_jq_python_and_sed_work_and_see_their_environment() {
+    let env = Env::new();
+    let json = env.path("t.json");
+    if have("jq") {
+        let out = env.run(&edit_args(s(&json), &["jq", "-n", "{tasks: []}"]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let out = env.run(&edit_args(s(&json), &["jq", ".tasks += [\"t1\"]"]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+    } else {
+        fs::write(&json, "{\"tasks\":[\"t1\"]}").unwrap();
+    }
+    let out = env.run(&edit_args(
+        s(&json),
+        &[
+            "python3",
+            "-c",
+            "import json,sys; d=json.load(sys.stdin); d['tasks'].append('t2'); json.dump(d,sys.stdout)",
+        ],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["tasks"], serde_json::json!(["t1", "t2"]));
+
+    let notes = env.path("notes.md");
+    fs::write(&notes, "- TODO a\n- TODO b\n").unwrap();
+    fs::set_permissions(&notes, fs::Permissions::from_mode(0o600)).unwrap();
+    let out = env.run(&edit_args(s(&notes), &["sed", "s/TODO/DONE/"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(&notes).unwrap(), "- DONE a\n- DONE b\n");
+    assert_eq!(
+        fs::metadata(&notes).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    // The filter learns the file and the lock (by default named after the
+    // canonical path).
+    let out = env.run(&edit_args(
+        s(&notes),
+        &[
+            "sh",
+            "-c",
+            "cat >/dev/null; echo \"$BATON_STATE_FILE|$BATON_LOCK|$BATON_FENCING_TOKEN\"",
+        ],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let canon = fs::canonicalize(&notes).unwrap();
+    let line = fs::read_to_string(&notes).unwrap();
+    let parts: Vec<&str> = line.trim().split('|').collect();
+    assert_eq!(parts[0], s(&canon));
+    assert_eq!(
+        parts[1],
+        format!("state/{}", s(&canon).trim_start_matches('/'))
+    );
+    assert!(parts[2].parse::<u64>().unwrap() >= 1);
+}
+
+#[test]
+fn bad_input_exits_125_naming_the_path_and_leaves_files_alone() {
+    let env = Env::new();
+    let cat = |p: &Path| edit_args_owned(p, &["cat"]);
+    // A directory.
+    let dir = env.path("adir");
+    fs::create_dir(&dir).unwrap();
+    one_line_125(&env.run(&refs(&cat(&dir))), "is a directory");
+    one_line_125(
+        &env.run(&["state", "append", s(&dir), "{}"]),
+        "is a directory",
+    );
+    one_line_125(&env.run(&["state", "get", s(&dir)]), "is a directory");
+    // A symlink pointing outside its directory.
+    let link = env.path("passwd.json");
+    symlink("/etc/passwd", &link).unwrap();
+    one_line_125(&env.run(&refs(&cat(&link))), "outside its directory");
+    one_line_125(
+        &env.run(&["state", "append", s(&link), "x"]),
+        "outside its directory",
+    );
+    // A path whose parent is a regular file.
+    let plain = env.path("plain");
+    fs::write(&plain, "x").unwrap();
+    one_line_125(&env.run(&refs(&cat(&plain.join("x.json")))), "plain/x.json");
+    // A file the kernel provides and nobody may replace, not even root.
+    let out = env.run(&[
+        "state",
+        "edit",
+        "/proc/version",
+        "--",
+        "sed",
+        "s/Linux/Lunix/",
+    ]);
+    one_line_125(&out, "/proc/");
+    // A read-only directory: chmod for normal users, chattr +i for root (who
+    // ignores modes); files in it stay as they were, no temp file is left.
+    let ro = env.path("ro");
+    fs::create_dir(&ro).unwrap();
+    let file = ro.join("s.json");
+    fs::write(&file, "{\"n\":1}").unwrap();
+    let root = rustix::process::geteuid().is_root();
+    let guard = if root {
+        Immutable::set(&ro)
+    } else {
+        fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
+        None
+    };
+    if guard.is_some() || !root {
+        one_line_125(&env.run(&refs(&cat(&file))), s(&ro));
+        one_line_125(
+            &env.run(&["state", "append", s(&ro.join("e.jsonl")), "{}"]),
+            s(&ro),
+        );
+        drop(guard);
+        fs::set_permissions(&ro, fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(fs::read_to_string(&file).unwrap(), "{\"n\":1}");
+        assert!(temps_of(&ro, "s.json").is_empty());
+        assert!(!ro.join("e.jsonl").exists());
+    } else {
+        eprintln!("skipped: chattr is not available to make a read-only directory");
+    }
+    // Unreadable file: only for normal users (root reads anything).
+    if !root {
+        let secret = env.path("secret.json");
+        fs::write(&secret, "{}").unwrap();
+        fs::set_permissions(&secret, fs::Permissions::from_mode(0o000)).unwrap();
+        one_line_125(&env.run(&refs(&cat(&secret))), "secret.json");
+    }
+    // Records: one JSON value each, checked before anything is written.
+    let events = env.path("e.jsonl");
+    fs::write(&events, "{\"ok\":1}\n").unwrap();
+    one_line_125(
+        &env.run(&["state", "append", s(&events), "not json"]),
+        "record 1",
+    );
+    let out = run_with_stdin(&env, &["state", "append", s(&events)], b"{\"a\":1}\nnope\n");
+    one_line_125(&out, "record 2");
+    assert_eq!(fs::read_to_string(&events).unwrap(), "{\"ok\":1}\n");
+    // No filter.
+    assert_eq!(code(&env.run(&["state", "edit", s(&events)])), 125);
+}
+
+#[test]
+fn append_reads_records_from_stdin_and_get_prints_content_and_versions() {
+    let env = Env::new();
+    let log = env.path("session.log");
+    let out = run_with_stdin(
+        &env,
+        &["state", "append", s(&log)],
+        b"step 1\nstep 2\n\nstep 4",
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        fs::read_to_string(&log).unwrap(),
+        "step 1\nstep 2\n\nstep 4\n"
+    );
+    let out = env.run(&["state", "get", s(&log)]);
+    assert_eq!(stdout(&out), "step 1\nstep 2\n\nstep 4\n");
+    let out = env.run(&["state", "get", s(&log), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["content"], "step 1\nstep 2\n\nstep 4\n");
+
+    let missing = env.path("missing.json");
+    let out = env.run(&["state", "get", s(&missing)]);
+    assert_eq!((code(&out), stdout(&out).as_str()), (0, ""));
+    let out = env.run(&["state", "get", s(&missing), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v, serde_json::json!({"version": "absent", "content": null}));
+    assert!(!missing.exists());
+}
+
+#[test]
+fn a_shared_lock_covers_several_files_and_busy_exits_75() {
+    let env = Env::new();
+    let out = env.run(&["lock", "acquire", "memory"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let tasks = env.path("tasks.json");
+    let events = env.path("events.jsonl");
+    let mut busy = vec![
+        "state",
+        "edit",
+        s(&tasks),
+        "--lock",
+        "memory",
+        "--no-wait",
+        "--",
+    ];
+    busy.extend(["echo", "{}"]);
+    assert_eq!(code(&env.run(&busy)), 75);
+    let out = env.run(&[
+        "state",
+        "append",
+        s(&events),
+        "--lock",
+        "memory",
+        "--wait",
+        "50ms",
+        "{}",
+    ]);
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(!tasks.exists() && !events.exists());
+    // The file's own lock is a different lock: not busy.
+    assert_eq!(
+        code(&env.run(&["state", "append", s(&events), "--no-wait", "{}"])),
+        0
+    );
+    assert_eq!(code(&env.run(&["lock", "release", "memory"])), 0);
+    assert_eq!(code(&env.run(&busy)), 0);
+    let out = env.run(&[
+        "state",
+        "append",
+        s(&events),
+        "--lock",
+        "memory",
+        "{\"e\":1}",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(&events).unwrap(), "{}\n{\"e\":1}\n");
+}
+
+fn edit_args_owned(file: &Path, filter: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = ["state", "edit", s(file), "--"]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+    v.extend(filter.iter().map(|x| x.to_string()));
+    v
+}
+
+fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// A directory made immutable with `chattr +i` (which stops even root from
+/// creating files in it), made mutable again when dropped.
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn set(dir: &Path) -> Option<Immutable> {
+        let ok = Command::new("chattr")
+            .arg("+i")
+            .arg(dir)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Immutable(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+    }
+}
+
+/// xorshift64*, seeded from the clock or BATON_TEST_SEED (printed for replay).
+struct Rng {
+    seed: u64,
+    state: u64,
+}
+
+impl Rng {
+    fn seeded() -> Rng {
+        let seed = std::env::var("BATON_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+                    | 1
+            });
+        Rng { seed, state: seed }
+    }
+
+    fn unit(&mut self) -> f64 {
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        let x = self.state.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+}

@@ -1,0 +1,156 @@
+//! Appending whole records, and repairing the torn line a dead appender
+//! leaves, for a caller that holds the file's lock.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use baton_lock::LockGuard;
+use serde::de::IgnoredAny;
+
+use crate::atomic::{self, complete_len};
+use crate::edit::check_version;
+use crate::error::{IoContext, StateError};
+use crate::file::{Format, StateFile};
+use crate::version::Version;
+
+/// A torn last line found at the end of a file and moved out of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Torn {
+    /// How many bytes the torn line had.
+    pub bytes: u64,
+    /// Where they were appended (followed by a newline): `FILE.torn`.
+    pub saved_to: PathBuf,
+}
+
+/// What an append did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Appended {
+    /// The real file appended to.
+    pub path: PathBuf,
+    /// How many records were appended.
+    pub records: usize,
+    /// How many bytes were appended (records and their newlines).
+    pub bytes: u64,
+    /// A torn last line that was moved to `FILE.torn` first.
+    pub torn: Option<Torn>,
+}
+
+/// Appends `records` to `file`, each followed by a newline, while the caller
+/// holds a lock that covers it (see [`edit_locked`](crate::edit_locked) for
+/// what `held` means).
+///
+/// Every record is checked before anything is written: none may contain a
+/// newline, and for a `.jsonl` file each must be one JSON value. If the file
+/// ends in a torn line (bytes after the last newline, left by a writer that
+/// died mid-append), those bytes are first appended to `FILE.torn` (followed
+/// by a newline, and flushed) and the file is cut back to its last complete
+/// line. Then all records are written with one `write` and flushed with
+/// `fdatasync`. The file is created (mode 0666 minus the umask) if missing.
+///
+/// With `if_version`, the append happens only if the file's version (of its
+/// complete lines) is still that, else [`StateError::VersionMismatch`].
+/// With no records, nothing is written, but a torn line is still repaired.
+pub fn append_locked<R: AsRef<[u8]>>(
+    file: &StateFile,
+    held: &LockGuard,
+    if_version: Option<&Version>,
+    records: &[R],
+) -> Result<Appended, StateError> {
+    let _ = held;
+    let data = encode(file, records)?;
+    let path = file.path();
+    let (f, created) = match open(path, false) {
+        Ok(f) => (f, false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            check_version(file, if_version, &Version::absent())?;
+            if records.is_empty() {
+                return Ok(appended(file, 0, 0, None));
+            }
+            match open(path, true) {
+                Ok(f) => (f, true),
+                Err(e) => return Err(e).at("cannot create", path),
+            }
+        }
+        Err(e) => return Err(e).at("cannot open", path),
+    };
+    let meta = f.metadata().at("cannot inspect", path)?;
+    atomic::require_regular(&meta, path)?;
+    let size = meta.len();
+    let keep = complete_len(&f, size, path)?;
+    if if_version.is_some() && !created {
+        let mut bytes = vec![0u8; usize::try_from(keep).unwrap_or(usize::MAX)];
+        f.read_exact_at(&mut bytes, 0).at("cannot read", path)?;
+        check_version(file, if_version, &Version::of(Some(&bytes)))?;
+    }
+    let torn = if keep < size {
+        let mut bytes = vec![0u8; usize::try_from(size - keep).unwrap_or(usize::MAX)];
+        f.read_exact_at(&mut bytes, keep).at("cannot read", path)?;
+        let saved_to = atomic::save_torn(file, &bytes, meta.permissions().mode())?;
+        f.set_len(keep).at("cannot cut the torn line off", path)?;
+        Some(Torn {
+            bytes: size - keep,
+            saved_to,
+        })
+    } else {
+        None
+    };
+    if !data.is_empty() {
+        // O_APPEND: one write at the end, whatever the offset.
+        (&f).write_all(&data).at("cannot append to", path)?;
+    }
+    if !data.is_empty() || torn.is_some() {
+        f.sync_data().at("cannot flush", path)?;
+    }
+    if created {
+        atomic::sync_dir(file.dir())?;
+    }
+    Ok(appended(file, records.len(), data.len() as u64, torn))
+}
+
+fn appended(file: &StateFile, records: usize, bytes: u64, torn: Option<Torn>) -> Appended {
+    Appended {
+        path: file.path().to_path_buf(),
+        records,
+        bytes,
+        torn,
+    }
+}
+
+fn open(path: &Path, create: bool) -> io::Result<File> {
+    let mut o = OpenOptions::new();
+    o.read(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    if create {
+        o.create_new(true).mode(0o666);
+    }
+    o.open(path)
+}
+
+/// Checks every record and joins them, each with its newline.
+fn encode<R: AsRef<[u8]>>(file: &StateFile, records: &[R]) -> Result<Vec<u8>, StateError> {
+    let total: usize = records.iter().map(|r| r.as_ref().len() + 1).sum();
+    let mut out = Vec::with_capacity(total);
+    for (i, record) in records.iter().enumerate() {
+        let record = record.as_ref();
+        let refuse = |reason, source| StateError::InvalidRecord {
+            path: file.path().to_path_buf(),
+            record: i + 1,
+            reason,
+            source,
+        };
+        if record.contains(&b'\n') {
+            return Err(refuse("contains a newline; a record is one line", None));
+        }
+        if file.format() == Format::JsonLines {
+            serde_json::from_slice::<IgnoredAny>(record)
+                .map_err(|e| refuse("is not one JSON value", Some(e)))?;
+        }
+        out.extend_from_slice(record);
+        out.push(b'\n');
+    }
+    Ok(out)
+}

@@ -1,0 +1,289 @@
+//! Reading a state file, replacing it atomically, and the files a dead
+//! writer leaves behind.
+//!
+//! Replacement follows DESIGN.md decision 8: write a temp file in the same
+//! directory, fsync it, rename it over the target, fsync the directory. The
+//! rename is the commit point; everything before it can be lost to a crash
+//! without harm, and the temp file it leaves is removed by the next edit.
+
+use std::fs::{self, File, Metadata, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{Access, AtFlags, Gid, Mode, Uid};
+
+use crate::error::{IoContext, StateError};
+use crate::file::StateFile;
+
+/// A file's bytes and metadata, or nothing if it does not exist.
+pub(crate) struct Current {
+    pub(crate) bytes: Option<Vec<u8>>,
+    pub(crate) meta: Option<Metadata>,
+}
+
+/// Reads the whole file. A missing file is `None`; a directory or other
+/// non-regular file is an error.
+pub(crate) fn read(file: &StateFile) -> Result<Current, StateError> {
+    let path = file.path();
+    let f = match OpenOptions::new()
+        .read(true)
+        // A FIFO swapped in must not block us; a link swapped in is refused.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Ok(Current {
+                bytes: None,
+                meta: None,
+            })
+        }
+        Err(e) => return Err(e).at("cannot open", path),
+    };
+    let meta = f.metadata().at("cannot inspect", path)?;
+    require_regular(&meta, path)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    (&f).read_to_end(&mut bytes).at("cannot read", path)?;
+    Ok(Current {
+        bytes: Some(bytes),
+        meta: Some(meta),
+    })
+}
+
+pub(crate) fn require_regular(meta: &Metadata, path: &Path) -> Result<(), StateError> {
+    if meta.is_file() {
+        return Ok(());
+    }
+    Err(StateError::NotAFile {
+        path: path.to_path_buf(),
+        what: if meta.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file"
+        },
+    })
+}
+
+/// Fails early, before any work, if the file could not be replaced: its
+/// directory must be writable (this also reports a read-only file system)
+/// and an existing file must be writable by us (a file someone made
+/// read-only is respected, not silently replaced).
+pub(crate) fn check_writable(file: &StateFile, exists: bool) -> Result<(), StateError> {
+    let check = |p: &Path, op| {
+        rustix::fs::accessat(rustix::fs::CWD, p, Access::WRITE_OK, AtFlags::EACCESS).at(op, p)
+    };
+    check(file.dir(), "cannot create files in directory")?;
+    if exists {
+        check(file.path(), "cannot write")?;
+    }
+    Ok(())
+}
+
+/// Removes the temp files of `file` left by writers that died before their
+/// rename. Called under the file's lock, so no live writer owns one.
+/// Best effort: a file that cannot be removed is left for the next time.
+/// Returns how many were removed.
+pub(crate) fn remove_stale_temps(file: &StateFile) -> usize {
+    let prefix = file.temp_prefix();
+    let Ok(entries) = fs::read_dir(file.dir()) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().as_bytes().starts_with(prefix.as_bytes()))
+        .filter(|e| fs::remove_file(e.path()).is_ok())
+        .count()
+}
+
+/// A temp file that is removed when dropped, unless it was renamed.
+struct Temp {
+    path: PathBuf,
+    armed: bool,
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Creates a new temp file for `file` in its directory. Its mode is `mode`
+/// minus the umask; it is created exclusively, so it cannot clobber
+/// anything.
+fn create_temp(file: &StateFile, mode: u32) -> Result<(File, Temp), StateError> {
+    let prefix = file.temp_prefix();
+    let pid = std::process::id();
+    let mut attempts = 0;
+    loop {
+        let mut name = prefix.clone().into_vec();
+        name.extend_from_slice(format!("{pid}-{:016x}", random_u64()).as_bytes());
+        let path = file.dir().join(std::ffi::OsString::from_vec(name));
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+        {
+            Ok(f) => return Ok((f, Temp { path, armed: true })),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < 8 => attempts += 1,
+            Err(e) => return Err(e).at("cannot create a temporary file", path),
+        }
+    }
+}
+
+fn random_u64() -> u64 {
+    let mut buf = [0u8; 8];
+    match rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty()) {
+        Ok(8) => u64::from_ne_bytes(buf),
+        _ => {
+            // Uniqueness only matters among our own temp files, and
+            // create_new refuses collisions; the clock will do.
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            u64::from(t.subsec_nanos()) ^ t.as_secs().rotate_left(32)
+        }
+    }
+}
+
+/// Replaces `file` with `content` atomically and durably.
+///
+/// `like` is the metadata of the file being replaced: its permission bits
+/// are copied, and its owner and group too where we are allowed to (as
+/// root; otherwise the new file belongs to us). A new file gets mode 0666
+/// minus the umask.
+pub(crate) fn replace(
+    file: &StateFile,
+    content: &[u8],
+    like: Option<&Metadata>,
+) -> Result<(), StateError> {
+    let (mut f, mut temp) = create_temp(file, if like.is_some() { 0o600 } else { 0o666 })?;
+    if let Some(meta) = like {
+        let fd = f.as_fd();
+        if meta.uid() != rustix::process::geteuid().as_raw()
+            || meta.gid() != rustix::process::getegid().as_raw()
+        {
+            // Keeps the owner where we may (root); unprivileged callers
+            // cannot give files away, and the file becomes theirs.
+            let (uid, gid) = (Uid::from_raw(meta.uid()), Gid::from_raw(meta.gid()));
+            let _ = rustix::fs::fchown(fd, Some(uid), Some(gid));
+        }
+        // After fchown, which clears set-id bits.
+        rustix::fs::fchmod(fd, Mode::from_raw_mode(meta.mode() & 0o7777))
+            .at("cannot set permissions of", &temp.path)?;
+    }
+    f.write_all(content).at("cannot write", &temp.path)?;
+    f.sync_all().at("cannot flush", &temp.path)?;
+    drop(f);
+    fs::rename(&temp.path, file.path()).at("cannot rename a temporary file over", file.path())?;
+    temp.armed = false;
+    sync_dir(file.dir())
+}
+
+/// Makes a rename or file creation in `dir` durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), StateError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .at("cannot flush directory", dir)
+}
+
+/// Length of the part of `bytes` that ends in a newline (all of it if it is
+/// empty or ends in `\n`); what follows is a torn line.
+pub(crate) fn complete_prefix(bytes: &[u8]) -> usize {
+    match bytes.last() {
+        None | Some(b'\n') => bytes.len(),
+        Some(_) => bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1),
+    }
+}
+
+/// Like [`complete_prefix`], for an open file of `size` bytes, reading only
+/// its end.
+pub(crate) fn complete_len(f: &File, size: u64, path: &Path) -> Result<u64, StateError> {
+    const CHUNK: u64 = 64 * 1024;
+    if size == 0 {
+        return Ok(0);
+    }
+    let mut last = [0u8];
+    f.read_exact_at(&mut last, size - 1)
+        .at("cannot read", path)?;
+    if last[0] == b'\n' {
+        return Ok(size);
+    }
+    let mut end = size;
+    let mut buf = vec![0u8; CHUNK as usize];
+    while end > 0 {
+        let start = end.saturating_sub(CHUNK);
+        let chunk = &mut buf[..(end - start) as usize];
+        f.read_exact_at(chunk, start).at("cannot read", path)?;
+        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
+/// Appends `torn` and a newline to `FILE.torn`, durably, with the state
+/// file's permission bits (if new). Returns the path.
+pub(crate) fn save_torn(file: &StateFile, torn: &[u8], mode: u32) -> Result<PathBuf, StateError> {
+    let path = file.torn_path();
+    let existed = fs::symlink_metadata(&path).is_ok();
+    let mut f = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(mode & 0o666)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .at("cannot open", &path)?;
+    let mut buf = Vec::with_capacity(torn.len() + 1);
+    buf.extend_from_slice(torn);
+    buf.push(b'\n');
+    f.write_all(&buf).at("cannot write", &path)?;
+    f.sync_all().at("cannot flush", &path)?;
+    if !existed {
+        sync_dir(file.dir())?;
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn complete_prefix_cuts_after_the_last_newline() {
+        assert_eq!(complete_prefix(b""), 0);
+        assert_eq!(complete_prefix(b"a\n"), 2);
+        assert_eq!(complete_prefix(b"a\nb"), 2);
+        assert_eq!(complete_prefix(b"torn"), 0);
+        assert_eq!(complete_prefix(b"a\nb\ncc"), 4);
+    }
+
+    #[test]
+    fn complete_len_agrees_with_complete_prefix_across_chunks() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        let mut long = vec![b'x'; 200 * 1024];
+        long[10] = b'\n';
+        for content in [
+            b"".to_vec(),
+            b"a\n".to_vec(),
+            b"a\nbc".to_vec(),
+            b"abc".to_vec(),
+            long,
+        ] {
+            fs::write(&p, &content).unwrap();
+            let f = File::open(&p).unwrap();
+            assert_eq!(
+                complete_len(&f, content.len() as u64, &p).unwrap(),
+                complete_prefix(&content) as u64
+            );
+        }
+    }
+}

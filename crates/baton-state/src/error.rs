@@ -1,0 +1,196 @@
+//! Typed errors of state-file operations.
+
+use std::ffi::OsString;
+use std::io;
+use std::path::PathBuf;
+
+use baton_lock::LockError;
+
+use crate::version::Version;
+
+/// Everything that can go wrong when reading or changing a state file.
+///
+/// An edit that returns one of these left the file as it was, with one
+/// exception: `cannot flush directory` comes after the rename, so the new
+/// content is in place but a power loss could still undo it. An append that
+/// fails while writing may leave part of a record, which the next append
+/// moves to `FILE.torn` like any torn line. A torn line moved to
+/// `FILE.torn` before a failure stays there.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// The path names no file: it is empty or ends in `/`, `.` or `..`.
+    #[error("'{}' does not name a file", path.display())]
+    NoFileName {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// The path exists but is a directory, a device, a FIFO or a socket.
+    #[error("'{}' is {what}, not a regular file", path.display())]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead (`a directory`, `a FIFO`, ...).
+        what: &'static str,
+    },
+    /// The path is a symbolic link whose target is in another directory.
+    #[error("'{}' is a symbolic link to '{}', outside its directory; name the target itself", path.display(), target.display())]
+    SymlinkOutside {
+        /// The link.
+        path: PathBuf,
+        /// Where it points.
+        target: PathBuf,
+    },
+    /// A chain of symbolic links that does not end within a few hops.
+    #[error("'{}' is a chain of too many symbolic links", path.display())]
+    SymlinkLoop {
+        /// The first link.
+        path: PathBuf,
+    },
+    /// The new content of a `.json` file does not parse as one JSON value.
+    #[error("refusing to write '{}': the new content is not valid JSON", path.display())]
+    InvalidJson {
+        /// The state file.
+        path: PathBuf,
+        /// What the parser found.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An existing `.json` file does not parse (when its content is asked for as JSON).
+    #[error("'{}' does not contain valid JSON", path.display())]
+    CorruptJson {
+        /// The state file.
+        path: PathBuf,
+        /// What the parser found.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A line of the new content of a `.jsonl` file is not one JSON value.
+    #[error("refusing to write '{}': line {line} of the new content is not one JSON value", path.display())]
+    InvalidJsonLine {
+        /// The state file.
+        path: PathBuf,
+        /// The offending line, counted from 1.
+        line: usize,
+        /// What the parser found.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A record to append is not acceptable; nothing was appended.
+    #[error("refusing to append to '{}': record {record} {reason}", path.display())]
+    InvalidRecord {
+        /// The state file.
+        path: PathBuf,
+        /// The offending record, counted from 1.
+        record: usize,
+        /// Why it is refused.
+        reason: &'static str,
+        /// The parser's complaint, for records that are not JSON.
+        #[source]
+        source: Option<serde_json::Error>,
+    },
+    /// A compare-and-swap failed: the file changed since the expected version.
+    #[error("'{}' has changed: its version is {actual}, not {expected}; nothing written", path.display())]
+    VersionMismatch {
+        /// The state file.
+        path: PathBuf,
+        /// The version the caller expected.
+        expected: Version,
+        /// The version found under the lock.
+        actual: Version,
+    },
+    /// A version string that is neither `absent` nor 16 hex digits.
+    #[error("invalid version {given:?}: expected 16 hex digits or 'absent', as printed by `baton state get --json`")]
+    InvalidVersion {
+        /// The rejected text.
+        given: String,
+    },
+    /// No filter command was given.
+    #[error("no filter command given")]
+    NoFilter,
+    /// The filter ran and failed (non-zero exit or killed by a signal); nothing was written.
+    #[error("filter '{}' {}; '{}' unchanged", program.to_string_lossy(), describe_exit(*code, *signal), path.display())]
+    FilterFailed {
+        /// The filter program.
+        program: OsString,
+        /// The state file.
+        path: PathBuf,
+        /// The exit code to pass on: the filter's own, or 128+N if killed by signal N.
+        code: i32,
+        /// The signal that killed the filter, if one did.
+        signal: Option<i32>,
+    },
+    /// The filter program does not exist.
+    #[error("filter '{}' not found", program.to_string_lossy())]
+    FilterNotFound {
+        /// The filter program.
+        program: OsString,
+        /// The error from starting it.
+        #[source]
+        source: io::Error,
+    },
+    /// The filter program exists but cannot be executed.
+    #[error("filter '{}' cannot be executed", program.to_string_lossy())]
+    FilterNotExecutable {
+        /// The filter program.
+        program: OsString,
+        /// The error from starting it.
+        #[source]
+        source: io::Error,
+    },
+    /// Taking or releasing the lock failed (busy, bad name, unsafe baton dir, ...).
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// An I/O error, with the path it concerns.
+    #[error("{op} '{}'", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The path concerned.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn describe_exit(code: i32, signal: Option<i32>) -> String {
+    match signal {
+        Some(sig) => format!("was killed by signal {sig}"),
+        None => format!("exited with status {code}"),
+    }
+}
+
+/// The error of [`edit`](crate::edit) and [`edit_locked`](crate::edit_locked):
+/// either the state machinery failed or the caller's edit function returned
+/// an error. In both cases nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum EditError<E> {
+    /// Locking, reading, validating or writing failed.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The edit function returned this error.
+    #[error("{0}")]
+    Aborted(E),
+}
+
+/// Attaches a path and an operation to an I/O result.
+pub(crate) trait IoContext<T> {
+    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, StateError>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, StateError> {
+        self.map_err(|source| StateError::Io {
+            op,
+            path: path.into(),
+            source,
+        })
+    }
+}
+
+impl<T> IoContext<T> for Result<T, rustix::io::Errno> {
+    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, StateError> {
+        self.map_err(io::Error::from).at(op, path)
+    }
+}

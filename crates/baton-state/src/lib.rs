@@ -1,0 +1,274 @@
+//! Crash-safe state files: atomic JSON edits, JSONL appends with torn-tail
+//! repair, and compare-and-swap, serialised by baton locks.
+//!
+//! Agents keep their memory in plain files: `tasks.json` rewritten whole,
+//! `events.jsonl` appended. Done naively, two writers that both read version
+//! 11 both write version 12 and one update is lost; a writer killed
+//! mid-write leaves half a document; two appenders interleave partial lines.
+//! This crate makes each change of a file serialised (one lock, taken in the
+//! kernel, released even if the holder is SIGKILLed), atomic and durable
+//! (DESIGN.md, decision 8):
+//!
+//! - **edit** ([`edit`], [`edit_locked`], [`edit_with_filter`]): under the
+//!   lock, read the file, compute the new content, check it (a `.json`
+//!   file must stay one JSON value), write it to a temp file
+//!   `.<name>.baton-tmp-<pid>-<random>` in the same directory, fsync it,
+//!   copy the old file's permission bits, rename it over the file, fsync
+//!   the directory. The rename is the commit point.
+//! - **append** ([`append`], [`append_locked`]): under the lock, check all
+//!   records, cut off a torn last line (keeping its bytes in `FILE.torn`),
+//!   write the records with one `write`, fdatasync.
+//! - **get** ([`get`], [`read_locked`]): read under a shared lock; the
+//!   content comes with its [`Version`], a content hash that
+//!   [`Options::if_version`] turns an edit into a compare-and-swap.
+//!
+//! ## What is guaranteed
+//!
+//! - Anyone reading the file, with or without baton, sees the old or the new
+//!   content of an edit, never a mix, also after `kill -9` of the writer or
+//!   a power loss: the file is only ever replaced by `rename(2)`.
+//! - When an edit or append returns `Ok`, its data has been flushed with
+//!   fsync/fdatasync (and the directory too, when a name changed), so it
+//!   survives a power loss on file systems that honour fsync.
+//! - Writers that use the same lock are serialised, so no update is lost;
+//!   a compare-and-swap fails instead of overwriting a change it has not
+//!   seen.
+//! - A writer killed mid-edit leaves the old content and, at most, its temp
+//!   file, which the next edit of the file removes (it holds the lock, so no
+//!   live writer can own the temp file). A writer killed mid-append leaves a
+//!   torn last line, which the next append or edit moves to `FILE.torn` —
+//!   moved, never silently dropped. Reads of a `.jsonl` file leave it out.
+//!
+//! ## What is not
+//!
+//! - Locks are advisory: a program that writes the file without baton, or a
+//!   baton writer using a *different* lock for the same file, is not
+//!   serialised. The default lock is named after the file's canonical path,
+//!   so paths through symbolic links to directories agree, but hard links do
+//!   not. If several files share one lock (`Options::lock`), every writer
+//!   must name it.
+//! - A version is a hash of the content, not a counter: after A → B → A, a
+//!   compare-and-swap expecting A succeeds. 64 bits of SHA-256 make an
+//!   accidental collision negligible; they do not resist a forger.
+//! - Replacing creates a new inode: other hard links of the file keep the
+//!   old content, and extended attributes and ACLs are not copied. The owner
+//!   is kept only where the writer may set it (root); otherwise the new file
+//!   belongs to the writer. New files get mode 0666 minus the umask.
+//! - Appends of several records in one call are one `write`, but a reader
+//!   that does not take the lock may see a prefix of them.
+//! - A crash while a torn line is being moved may leave it twice in
+//!   `FILE.torn`.
+//! - Symbolic links are resolved before the lock is taken; a file that is a
+//!   link to another file in the same directory is edited through its
+//!   target (the link stays); links to other directories are refused.
+//! - Network file systems: `rename` is atomic on NFS, but locks and fsync
+//!   depend on the server.
+//!
+//! ## Example
+//!
+//! ```
+//! use baton_lock::{acquire, BatonDir, LockRequest};
+//! use baton_state::{append, append_locked, edit, edit_locked, get, Options, StateFile};
+//!
+//! let tmp = tempfile::tempdir()?;
+//! let dir = BatonDir::open(tmp.path().join("baton"))?;
+//! let counter = tmp.path().join("counter.json");
+//!
+//! // Read-modify-write under the file's own lock.
+//! for _ in 0..3 {
+//!     edit(&dir, &counter, &Options::new(), |old| {
+//!         let n: u64 = match old {
+//!             Some(bytes) => serde_json::from_slice::<serde_json::Value>(bytes)?["n"]
+//!                 .as_u64()
+//!                 .unwrap_or(0),
+//!             None => 0,
+//!         };
+//!         Ok::<_, serde_json::Error>(Some(format!("{{\"n\":{}}}\n", n + 1).into_bytes()))
+//!     })?;
+//! }
+//! let snap = get(&dir, &counter, &Options::new())?;
+//! assert_eq!(snap.content.as_deref(), Some(&b"{\"n\":3}\n"[..]));
+//!
+//! // Compare-and-swap: an edit against a stale version changes nothing.
+//! let stale = Options::new().if_version(baton_state::Version::absent());
+//! assert!(edit(&dir, &counter, &stale, |_| Ok::<_, std::io::Error>(Some(b"{}".to_vec()))).is_err());
+//!
+//! // One lock over a directory: a task and its event change together.
+//! let guard = acquire(&dir, &LockRequest::new("memory".parse()?))?;
+//! let tasks = StateFile::resolve(tmp.path().join("tasks.json"))?;
+//! let events = StateFile::resolve(tmp.path().join("events.jsonl"))?;
+//! edit_locked(&tasks, &guard, None, |_| {
+//!     Ok::<_, std::io::Error>(Some(br#"{"t1":"done"}"#.to_vec()))
+//! })?;
+//! append_locked(&events, &guard, None, &[r#"{"event":"t1 done"}"#])?;
+//! drop(guard);
+//!
+//! // Appends from anywhere else name the same lock.
+//! append(&dir, tmp.path().join("events.jsonl"), &Options::new().lock("memory".parse()?), &["{}"])?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod append;
+mod atomic;
+mod edit;
+mod error;
+mod file;
+mod filter;
+mod read;
+mod version;
+
+use std::path::Path;
+
+use baton_lock::{acquire, BatonDir, LockGuard, LockName, LockRequest, Mode, WaitPolicy};
+
+pub use append::{append_locked, Appended, Torn};
+pub use edit::{edit_locked, edit_with_filter_locked, Edited};
+pub use error::{EditError, StateError};
+pub use file::{Format, StateFile};
+pub use filter::Filter;
+pub use read::{read_locked, Snapshot};
+pub use version::Version;
+
+/// How [`edit`], [`append`] and [`get`] lock and what they expect.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Options {
+    /// The lock to take; `None` takes the file's own lock
+    /// ([`StateFile::default_lock_name`]). Name one lock for several files
+    /// to change them together.
+    pub lock: Option<LockName>,
+    /// How long to wait for the lock (default: forever).
+    pub wait: WaitPolicy,
+    /// Compare-and-swap for edits and appends: proceed only if the file's
+    /// version is still this. Ignored by [`get`].
+    pub if_version: Option<Version>,
+    /// What the holder does, shown by `baton lock status` (default:
+    /// `state edit <path>` and the like).
+    pub operation: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            lock: None,
+            wait: WaitPolicy::Forever,
+            if_version: None,
+            operation: None,
+        }
+    }
+}
+
+impl Options {
+    /// The file's own lock, waiting forever, no compare-and-swap.
+    pub fn new() -> Options {
+        Options::default()
+    }
+
+    /// Takes `lock` instead of the file's own lock.
+    pub fn lock(mut self, lock: LockName) -> Options {
+        self.lock = Some(lock);
+        self
+    }
+
+    /// Sets how long to wait for the lock.
+    pub fn wait(mut self, wait: impl Into<WaitPolicy>) -> Options {
+        self.wait = wait.into();
+        self
+    }
+
+    /// Makes edits and appends a compare-and-swap against `version`.
+    pub fn if_version(mut self, version: Version) -> Options {
+        self.if_version = Some(version);
+        self
+    }
+
+    /// Sets the operation recorded in the lock's metadata.
+    pub fn operation(mut self, operation: impl Into<String>) -> Options {
+        self.operation = Some(operation.into());
+        self
+    }
+}
+
+/// Takes the exclusive lock that [`edit`] and [`append`] would take for
+/// `file`: `opts.lock`, else the file's own lock.
+pub fn lock(dir: &BatonDir, file: &StateFile, opts: &Options) -> Result<LockGuard, StateError> {
+    lock_as(dir, file, opts, Mode::Exclusive, "state edit")
+}
+
+fn lock_as(
+    dir: &BatonDir,
+    file: &StateFile,
+    opts: &Options,
+    mode: Mode,
+    verb: &str,
+) -> Result<LockGuard, StateError> {
+    let name = match &opts.lock {
+        Some(n) => n.clone(),
+        None => file.default_lock_name()?,
+    };
+    let operation = opts
+        .operation
+        .clone()
+        .unwrap_or_else(|| format!("{verb} {}", file.path().display()));
+    let req = LockRequest::new(name)
+        .mode(mode)
+        .wait(opts.wait)
+        .operation(operation);
+    Ok(acquire(dir, &req)?)
+}
+
+/// Edits the file at `path` under its lock (see [`edit_locked`] for what
+/// `f` gets and returns, and [`Options`] for the lock and the
+/// compare-and-swap).
+///
+/// The lock is released when this returns; to change several files under
+/// one lock, take it once and call [`edit_locked`] and [`append_locked`].
+pub fn edit<F, E>(
+    dir: &BatonDir,
+    path: impl AsRef<Path>,
+    opts: &Options,
+    f: F,
+) -> Result<Edited, EditError<E>>
+where
+    F: FnOnce(Option<&[u8]>) -> Result<Option<Vec<u8>>, E>,
+{
+    let file = StateFile::resolve(path)?;
+    let guard = lock_as(dir, &file, opts, Mode::Exclusive, "state edit")?;
+    edit_locked(&file, &guard, opts.if_version.as_ref(), f)
+}
+
+/// Edits the file at `path` under its lock with an external [`Filter`]
+/// (what `baton state edit FILE -- FILTER...` does); see
+/// [`edit_with_filter_locked`].
+pub fn edit_with_filter(
+    dir: &BatonDir,
+    path: impl AsRef<Path>,
+    opts: &Options,
+    filter: &Filter,
+) -> Result<Edited, StateError> {
+    let file = StateFile::resolve(path)?;
+    let guard = lock_as(dir, &file, opts, Mode::Exclusive, "state edit")?;
+    edit_with_filter_locked(&file, &guard, opts.if_version.as_ref(), filter)
+}
+
+/// Appends `records` to the file at `path` under its lock; see
+/// [`append_locked`].
+pub fn append<R: AsRef<[u8]>>(
+    dir: &BatonDir,
+    path: impl AsRef<Path>,
+    opts: &Options,
+    records: &[R],
+) -> Result<Appended, StateError> {
+    let file = StateFile::resolve(path)?;
+    let guard = lock_as(dir, &file, opts, Mode::Exclusive, "state append")?;
+    append_locked(&file, &guard, opts.if_version.as_ref(), records)
+}
+
+/// Reads the file at `path` and its version under a shared lock, so no
+/// writer using that lock is half-way through an append (an edit is never
+/// visible half-way anyway).
+pub fn get(dir: &BatonDir, path: impl AsRef<Path>, opts: &Options) -> Result<Snapshot, StateError> {
+    let file = StateFile::resolve(path)?;
+    let guard = lock_as(dir, &file, opts, Mode::Shared, "state get")?;
+    read_locked(&file, &guard)
+}

@@ -1,0 +1,69 @@
+//! Consistent reads.
+
+use std::path::PathBuf;
+
+use baton_lock::LockGuard;
+
+use crate::atomic::{self, complete_prefix};
+use crate::error::StateError;
+use crate::file::{Format, StateFile};
+use crate::version::Version;
+
+/// A state file's content and version at one instant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// The real file read.
+    pub path: PathBuf,
+    /// Its format.
+    pub format: Format,
+    /// The version of `content`.
+    pub version: Version,
+    /// The content; `None` if the file does not exist. For a `.jsonl` file,
+    /// its complete lines only (a torn last line is left out).
+    pub content: Option<Vec<u8>>,
+}
+
+impl Snapshot {
+    /// The content as JSON, the `content` field of `baton state get --json`:
+    /// the parsed value for a `.json` file, a string for any other file
+    /// (invalid UTF-8 replaced by U+FFFD), `null` for a missing file. A
+    /// `.json` file that does not parse is an error.
+    pub fn content_json(&self) -> Result<serde_json::Value, StateError> {
+        let Some(bytes) = &self.content else {
+            return Ok(serde_json::Value::Null);
+        };
+        match self.format {
+            Format::Json => {
+                serde_json::from_slice(bytes).map_err(|source| StateError::CorruptJson {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+            Format::JsonLines | Format::Text => Ok(serde_json::Value::String(
+                String::from_utf8_lossy(bytes).into_owned(),
+            )),
+        }
+    }
+}
+
+/// Reads `file` while the caller holds a lock that covers it (shared is
+/// enough), so no append or edit of a writer using that lock is in
+/// progress.
+pub fn read_locked(file: &StateFile, held: &LockGuard) -> Result<Snapshot, StateError> {
+    let _ = held;
+    let current = atomic::read(file)?;
+    let content = match (current.bytes, file.format()) {
+        (Some(mut b), Format::JsonLines) => {
+            b.truncate(complete_prefix(&b));
+            Some(b)
+        }
+        (b, _) => b,
+    };
+    Ok(Snapshot {
+        path: file.path().to_path_buf(),
+        format: file.format(),
+        version: Version::of(content.as_deref()),
+        content,
+    })
+}

@@ -1,0 +1,764 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! Library tests of state files with real threads, real processes and real
+//! SIGKILLs. Child processes are this test binary re-executed with
+//! `BATON_TEST_ROLE` set (see `child_process_entry`).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use baton_lock::{acquire, BatonDir, LockError, LockRequest};
+use baton_state::{
+    append, append_locked, edit, edit_locked, edit_with_filter, get, lock, read_locked, EditError,
+    Filter, Options, StateError, StateFile, Version,
+};
+
+fn setup() -> (tempfile::TempDir, BatonDir) {
+    let t = tempfile::tempdir().unwrap();
+    let d = BatonDir::open(t.path().join("baton")).unwrap();
+    (t, d)
+}
+
+type Never = std::convert::Infallible;
+
+/// Adds 1 to `{"n": N}` (a missing file counts as 0).
+fn increment(old: Option<&[u8]>) -> Result<Option<Vec<u8>>, Never> {
+    let n = old.map_or(0, |b| {
+        serde_json::from_slice::<serde_json::Value>(b).unwrap()["n"]
+            .as_u64()
+            .unwrap()
+    });
+    Ok(Some(format!("{{\"n\":{}}}\n", n + 1).into_bytes()))
+}
+
+fn counter(path: &Path) -> u64 {
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(path).unwrap()).unwrap();
+    v["n"].as_u64().unwrap()
+}
+
+fn temps_of(dir: &Path, name: &str) -> Vec<PathBuf> {
+    let prefix = format!(".{name}.baton-tmp-");
+    fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Spawns this test binary as a child process playing `role`.
+fn child(dir: &BatonDir, role: &str, args: &[&str]) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_process_entry",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("BATON_TEST_ROLE", role)
+        .env("BATON_TEST_DIR", dir.path())
+        .env("BATON_TEST_ARGS", args.join("\u{1f}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+/// Reads lines from the child until one contains `marker`.
+fn expect_line(child: &mut Child, marker: &str) {
+    let mut reader = BufReader::new(child.stdout.as_mut().unwrap());
+    loop {
+        let mut line = String::new();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "child ended before printing {marker:?}"
+        );
+        if line.contains(marker) {
+            return;
+        }
+    }
+}
+
+/// Entry point of child processes; does nothing in a normal test run.
+#[test]
+fn child_process_entry() {
+    let Ok(role) = std::env::var("BATON_TEST_ROLE") else {
+        return;
+    };
+    let dir = BatonDir::open(std::env::var("BATON_TEST_DIR").unwrap()).unwrap();
+    let args: Vec<String> = std::env::var("BATON_TEST_ARGS")
+        .unwrap()
+        .split('\u{1f}')
+        .map(String::from)
+        .collect();
+    match role.as_str() {
+        // args: counter file, events file, id, iterations.
+        "hammer" => {
+            let n: usize = args[3].parse().unwrap();
+            for i in 0..n {
+                edit(&dir, &args[0], &Options::new(), increment).unwrap();
+                let rec = format!("{{\"id\":\"{}\",\"i\":{i}}}", args[2]);
+                append(&dir, &args[1], &Options::new(), &[rec]).unwrap();
+            }
+        }
+        // args: file, bytes of padding. One edit: n += 1 with a big padding;
+        // announces when the new content is computed (the write follows).
+        "big-edit" => {
+            let pad: usize = args[1].parse().unwrap();
+            edit(&dir, &args[0], &Options::new(), |old| {
+                let n = old.map_or(0, |b| {
+                    serde_json::from_slice::<serde_json::Value>(b).unwrap()["n"]
+                        .as_u64()
+                        .unwrap()
+                });
+                let new = format!("{{\"n\":{},\"pad\":\"{}\"}}", n + 1, "x".repeat(pad));
+                println!("computed");
+                std::io::stdout().flush().unwrap();
+                Ok::<_, Never>(Some(new.into_bytes()))
+            })
+            .unwrap();
+            println!("done");
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+#[test]
+fn threads_editing_one_file_lose_no_update() {
+    let (t, dir) = setup();
+    let path = t.path().join("counter.json");
+    thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                for _ in 0..50 {
+                    edit(&dir, &path, &Options::new(), increment).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(counter(&path), 400);
+    assert!(temps_of(t.path(), "counter.json").is_empty());
+}
+
+#[test]
+fn processes_editing_and_appending_lose_nothing() {
+    let (t, dir) = setup();
+    let counter_path = t.path().join("counter.json");
+    let events = t.path().join("events.jsonl");
+    let (c, e) = (counter_path.to_str().unwrap(), events.to_str().unwrap());
+    let children: Vec<Child> = (0..4)
+        .map(|id| child(&dir, "hammer", &[c, e, &id.to_string(), "50"]))
+        .collect();
+    for mut ch in children {
+        assert!(ch.wait().unwrap().success());
+    }
+    assert_eq!(counter(&counter_path), 200);
+    let text = fs::read_to_string(&events).unwrap();
+    let seen: BTreeSet<(String, u64)> = text
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["id"].as_str().unwrap().to_string(),
+                v["i"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(text.lines().count(), 200);
+    assert_eq!(seen.len(), 200, "every record exactly once");
+}
+
+#[test]
+fn appends_from_threads_are_whole_lines() {
+    let (t, dir) = setup();
+    let path = t.path().join("log.jsonl");
+    let pad = "p".repeat(3000); // larger than PIPE_BUF, so interleaving would show
+    thread::scope(|s| {
+        for w in 0..8 {
+            let (path, dir, pad) = (&path, &dir, &pad);
+            s.spawn(move || {
+                for i in 0..25 {
+                    let rec = format!("{{\"w\":{w},\"i\":{i},\"pad\":\"{pad}\"}}");
+                    append(dir, path, &Options::new(), &[rec.as_str(), "{}"]).unwrap();
+                }
+            });
+        }
+    });
+    let text = fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 400);
+    for pair in lines.chunks(2) {
+        let v: serde_json::Value = serde_json::from_str(pair[0]).unwrap();
+        assert_eq!(v["pad"].as_str().unwrap().len(), 3000);
+        assert_eq!(pair[1], "{}", "the records of one call stay together");
+    }
+}
+
+#[test]
+fn one_directory_lock_covers_several_files() {
+    let (t, dir) = setup();
+    let tasks = StateFile::resolve(t.path().join("tasks.json")).unwrap();
+    let events = StateFile::resolve(t.path().join("events.jsonl")).unwrap();
+    thread::scope(|s| {
+        for w in 0..4 {
+            let (dir, tasks, events) = (&dir, &tasks, &events);
+            s.spawn(move || {
+                for i in 0..25 {
+                    let g = acquire(dir, &LockRequest::new("memory".parse().unwrap())).unwrap();
+                    let done = edit_locked(tasks, &g, None, increment).unwrap();
+                    assert!(done.changed);
+                    let rec = format!("{{\"w\":{w},\"i\":{i},\"version\":\"{}\"}}", done.version);
+                    append_locked(events, &g, None, &[rec]).unwrap();
+                    // Both files agree while the lock is held.
+                    let n = counter(tasks.path());
+                    let lines = fs::read_to_string(events.path()).unwrap().lines().count();
+                    assert_eq!(n as usize, lines);
+                    g.release().unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(counter(tasks.path()), 100);
+    // The same lock through the high-level API, by name.
+    let opts = Options::new().lock("memory".parse().unwrap());
+    append(&dir, events.path(), &opts, &["{}"]).unwrap();
+    assert_eq!(
+        fs::read_to_string(events.path()).unwrap().lines().count(),
+        101
+    );
+}
+
+#[test]
+fn editing_a_file_under_a_lock_this_thread_holds_is_refused_not_deadlocked() {
+    let (t, dir) = setup();
+    let path = t.path().join("x.json");
+    let file = StateFile::resolve(&path).unwrap();
+    let g = lock(&dir, &file, &Options::new()).unwrap();
+    let err = edit(&dir, &path, &Options::new(), increment).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EditError::State(StateError::Lock(LockError::Reentrant { .. }))
+        ),
+        "{err}"
+    );
+    // The lower-level call is the way to edit while holding it.
+    edit_locked(&file, &g, None, increment).unwrap();
+    assert_eq!(counter(&path), 1);
+}
+
+#[test]
+fn sigkill_at_random_points_leaves_old_or_new_content() {
+    let (t, dir) = setup();
+    let path = t.path().join("state.json");
+    let p = path.to_str().unwrap();
+    let pad = 256 * 1024;
+    // Calibrate: how long does one whole edit take from spawn to exit?
+    let start = Instant::now();
+    assert!(child(&dir, "big-edit", &[p, &pad.to_string()])
+        .wait()
+        .unwrap()
+        .success());
+    let full = start.elapsed();
+    let mut rng = Rng::seeded();
+    eprintln!("seed {}, one edit takes {full:?}", rng.seed);
+    let (mut killed_mid_write, mut old_kept, mut new_seen) = (0, 0, 0);
+    for round in 0..100 {
+        let old = fs::read(&path).unwrap();
+        let old_n = counter(&path);
+        let mut ch = child(&dir, "big-edit", &[p, &pad.to_string()]);
+        let delay = full.mul_f64(rng.unit() * 1.2);
+        thread::sleep(delay); // the random kill point is the subject of this test
+        ch.kill().unwrap();
+        ch.wait().unwrap();
+        let now = fs::read(&path).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&now)
+            .unwrap_or_else(|e| panic!("round {round}: not JSON after kill: {e}"));
+        let n = v["n"].as_u64().unwrap();
+        assert_eq!(v["pad"].as_str().unwrap().len(), pad, "round {round}");
+        if now == old {
+            old_kept += 1;
+        } else {
+            assert_eq!(n, old_n + 1, "round {round}: neither old nor new");
+            new_seen += 1;
+        }
+        if !temps_of(t.path(), "state.json").is_empty() {
+            killed_mid_write += 1;
+        }
+    }
+    eprintln!("old kept {old_kept}, new seen {new_seen}, temp left {killed_mid_write}");
+    let before = counter(&path);
+    let done = edit(&dir, &path, &Options::new(), increment).unwrap();
+    assert_eq!(counter(&path), before + 1);
+    assert!(temps_of(t.path(), "state.json").is_empty());
+    let _ = done;
+}
+
+#[test]
+fn temp_file_of_a_killed_writer_is_removed_by_the_next_edit() {
+    let (t, dir) = setup();
+    let path = t.path().join("big.json");
+    fs::write(&path, "{\"n\":7}").unwrap();
+    let p = path.to_str().unwrap();
+    // A 32 MiB document takes long enough to write and flush that the
+    // writer can be caught with its temp file open.
+    let mut caught = false;
+    for _ in 0..5 {
+        let mut ch = child(&dir, "big-edit", &[p, &(32 << 20).to_string()]);
+        expect_line(&mut ch, "computed");
+        let start = Instant::now();
+        while temps_of(t.path(), "big.json").is_empty() && start.elapsed() < Duration::from_secs(10)
+        {
+            thread::sleep(Duration::from_micros(200));
+        }
+        ch.kill().unwrap();
+        ch.wait().unwrap();
+        if counter(&path) == 7 && !temps_of(t.path(), "big.json").is_empty() {
+            caught = true;
+            break;
+        }
+        fs::write(&path, "{\"n\":7}").unwrap(); // it finished first; try again
+    }
+    assert!(caught, "never caught a writer mid-write");
+    let done = edit(&dir, &path, &Options::new(), increment).unwrap();
+    assert_eq!(done.removed_temps, 1);
+    assert!(temps_of(t.path(), "big.json").is_empty());
+    assert_eq!(counter(&path), 8);
+}
+
+#[test]
+fn a_torn_last_line_is_moved_to_the_torn_file_and_kept() {
+    let (t, dir) = setup();
+    let path = t.path().join("events.jsonl");
+    let torn = t.path().join("events.jsonl.torn");
+    fs::write(&path, "{\"a\":1}\n{\"b\":2}\n{\"c\":").unwrap();
+    // get leaves the torn line out; its version is that of the complete lines.
+    let snap = get(&dir, &path, &Options::new()).unwrap();
+    assert_eq!(
+        snap.content.as_deref(),
+        Some(&b"{\"a\":1}\n{\"b\":2}\n"[..])
+    );
+    assert_eq!(snap.version, Version::of(Some(b"{\"a\":1}\n{\"b\":2}\n")));
+
+    let done = append(&dir, &path, &Options::new(), &["{\"d\":4}"]).unwrap();
+    assert_eq!(done.torn.as_ref().unwrap().bytes, 5);
+    assert_eq!(
+        done.torn.as_ref().unwrap().saved_to,
+        fs::canonicalize(&torn).unwrap()
+    );
+    assert_eq!(
+        fs::read_to_string(&path).unwrap(),
+        "{\"a\":1}\n{\"b\":2}\n{\"d\":4}\n"
+    );
+    assert_eq!(fs::read_to_string(&torn).unwrap(), "{\"c\":\n");
+
+    // A file that is nothing but a torn line; the torn file accumulates.
+    fs::write(&path, "garbage-without-newline").unwrap();
+    append(&dir, &path, &Options::new(), &["{}"]).unwrap();
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{}\n");
+    assert_eq!(
+        fs::read_to_string(&torn).unwrap(),
+        "{\"c\":\ngarbage-without-newline\n"
+    );
+
+    // An edit that replaces a torn .jsonl file keeps the torn bytes too.
+    fs::write(&path, "{\"x\":1}\n{\"y\"").unwrap();
+    let done = edit(&dir, &path, &Options::new(), |old| {
+        assert_eq!(old, Some(&b"{\"x\":1}\n"[..]), "edits see complete lines");
+        Ok::<_, Never>(Some(b"{\"x\":2}".to_vec()))
+    })
+    .unwrap();
+    assert!(done.torn.is_some());
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\"x\":2}\n");
+    assert!(fs::read_to_string(&torn).unwrap().ends_with("{\"y\"\n"));
+}
+
+#[test]
+fn records_are_all_checked_before_anything_is_appended() {
+    let (t, dir) = setup();
+    let path = t.path().join("e.jsonl");
+    append(&dir, &path, &Options::new(), &["{\"ok\":1}"]).unwrap();
+    for bad in [
+        vec!["{\"ok\":2}", "not json"],
+        vec!["{\"ok\":2}", "{}\n{}"],
+        vec!["{\"a\":1} {\"b\":2}"],
+        vec![""],
+    ] {
+        let err = append(&dir, &path, &Options::new(), &bad).unwrap_err();
+        assert!(matches!(err, StateError::InvalidRecord { .. }), "{err}");
+    }
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\"ok\":1}\n");
+    // Plain text files take any line, but still one line per record.
+    let log = t.path().join("session.log");
+    append(&dir, &log, &Options::new(), &["step 1", "", "step 2"]).unwrap();
+    assert_eq!(fs::read_to_string(&log).unwrap(), "step 1\n\nstep 2\n");
+    assert!(append(&dir, &log, &Options::new(), &["a\nb"]).is_err());
+}
+
+#[test]
+fn compare_and_swap_with_a_stale_version_changes_nothing() {
+    let (t, dir) = setup();
+    let path = t.path().join("cas.json");
+    // "absent" creates only if missing.
+    let create = Options::new().if_version(Version::absent());
+    edit(&dir, &path, &create, increment).unwrap();
+    let err = edit(&dir, &path, &create, increment).unwrap_err();
+    assert!(matches!(
+        err,
+        EditError::State(StateError::VersionMismatch { .. })
+    ));
+
+    let v1 = get(&dir, &path, &Options::new()).unwrap().version;
+    let done = edit(
+        &dir,
+        &path,
+        &Options::new().if_version(v1.clone()),
+        increment,
+    )
+    .unwrap();
+    assert_eq!(done.previous, v1);
+    assert_eq!(
+        done.version,
+        get(&dir, &path, &Options::new()).unwrap().version
+    );
+    let before = fs::read(&path).unwrap();
+    let mut called = false;
+    let err = edit(&dir, &path, &Options::new().if_version(v1.clone()), |o| {
+        called = true;
+        increment(o)
+    })
+    .unwrap_err();
+    match err {
+        EditError::State(StateError::VersionMismatch {
+            expected, actual, ..
+        }) => {
+            assert_eq!(expected, v1);
+            assert_eq!(actual, done.version);
+        }
+        other => panic!("{other}"),
+    }
+    assert!(
+        !called,
+        "the edit function is not called on a stale version"
+    );
+    assert_eq!(fs::read(&path).unwrap(), before);
+
+    // Appends can be conditional too.
+    let log = t.path().join("l.jsonl");
+    append(
+        &dir,
+        &log,
+        &Options::new().if_version(Version::absent()),
+        &["1"],
+    )
+    .unwrap();
+    let stale = Options::new().if_version(Version::absent());
+    assert!(matches!(
+        append(&dir, &log, &stale, &["2"]),
+        Err(StateError::VersionMismatch { .. })
+    ));
+    let v = get(&dir, &log, &Options::new()).unwrap().version;
+    append(&dir, &log, &Options::new().if_version(v), &["2"]).unwrap();
+    assert_eq!(fs::read_to_string(&log).unwrap(), "1\n2\n");
+}
+
+#[test]
+fn invalid_new_content_and_failed_edit_functions_write_nothing() {
+    let (t, dir) = setup();
+    let path = t.path().join("doc.json");
+    fs::write(&path, "{\"keep\":true}").unwrap();
+    for bad in [&b"not json"[..], b"", b"{} {}", b"{\"a\":"] {
+        let err = edit(&dir, &path, &Options::new(), |_| {
+            Ok::<_, Never>(Some(bad.to_vec()))
+        })
+        .unwrap_err();
+        assert!(
+            matches!(err, EditError::State(StateError::InvalidJson { .. })),
+            "{err}"
+        );
+    }
+    let err = edit(&dir, &path, &Options::new(), |_| Err("no thanks")).unwrap_err();
+    assert!(matches!(err, EditError::Aborted("no thanks")));
+    let done = edit(&dir, &path, &Options::new(), |_| Ok::<_, Never>(None)).unwrap();
+    assert!(!done.changed);
+    assert_eq!(done.previous, done.version);
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\"keep\":true}");
+
+    // Nothing is created for a missing file either.
+    let missing = t.path().join("missing.json");
+    assert!(
+        edit(&dir, &missing, &Options::new(), |_| Ok::<_, Never>(Some(
+            vec![]
+        )))
+        .is_err()
+    );
+    assert!(!missing.exists());
+
+    // .jsonl edits: every line one JSON value; a missing final newline is added.
+    let lines = t.path().join("l.jsonl");
+    let err = edit(&dir, &lines, &Options::new(), |_| {
+        Ok::<_, Never>(Some(b"{}\nnope\n".to_vec()))
+    })
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EditError::State(StateError::InvalidJsonLine { line: 2, .. })
+        ),
+        "{err}"
+    );
+    edit(&dir, &lines, &Options::new(), |_| {
+        Ok::<_, Never>(Some(b"{}\n[1]".to_vec()))
+    })
+    .unwrap();
+    assert_eq!(fs::read_to_string(&lines).unwrap(), "{}\n[1]\n");
+}
+
+#[test]
+fn permissions_are_kept_and_symlinks_in_the_same_directory_are_followed() {
+    let (t, dir) = setup();
+    let path = t.path().join("p.json");
+    fs::write(&path, "{\"n\":1}").unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
+    edit(&dir, &path, &Options::new(), increment).unwrap();
+    assert_eq!(
+        fs::metadata(&path).unwrap().permissions().mode() & 0o7777,
+        0o640
+    );
+
+    let link = t.path().join("current.json");
+    symlink("p.json", &link).unwrap();
+    edit(&dir, &link, &Options::new(), increment).unwrap();
+    assert!(fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(counter(&path), 3);
+    // The link and the target share one lock.
+    let a = StateFile::resolve(&link)
+        .unwrap()
+        .default_lock_name()
+        .unwrap();
+    let b = StateFile::resolve(&path)
+        .unwrap()
+        .default_lock_name()
+        .unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn bad_inputs_are_refused_with_their_path_and_leave_files_alone() {
+    let (t, dir) = setup();
+    let never = |_: Option<&[u8]>| -> Result<Option<Vec<u8>>, Never> {
+        panic!("the edit function must not run")
+    };
+    let refused = |path: &Path| {
+        let err = edit(&dir, path, &Options::new(), never).unwrap_err();
+        let text = err.to_string();
+        let tmp_name = t.path().file_name().unwrap().to_string_lossy();
+        assert!(
+            text.contains(&*tmp_name),
+            "the message names the path: {text}"
+        );
+        err
+    };
+    // A directory.
+    fs::create_dir(t.path().join("adir")).unwrap();
+    assert!(matches!(
+        refused(&t.path().join("adir")),
+        EditError::State(StateError::NotAFile { .. })
+    ));
+    // A symlink out of its directory.
+    fs::create_dir(t.path().join("other")).unwrap();
+    fs::write(t.path().join("other/secret.json"), "{}").unwrap();
+    symlink("other/secret.json", t.path().join("out.json")).unwrap();
+    assert!(matches!(
+        refused(&t.path().join("out.json")),
+        EditError::State(StateError::SymlinkOutside { .. })
+    ));
+    assert_eq!(
+        fs::read_to_string(t.path().join("other/secret.json")).unwrap(),
+        "{}"
+    );
+    // A path whose parent is a regular file.
+    fs::write(t.path().join("plain"), "x").unwrap();
+    assert!(matches!(
+        refused(&t.path().join("plain/x.json")),
+        EditError::State(StateError::Io { .. })
+    ));
+    // A directory nobody may write to: chmod for normal users; root ignores
+    // modes, so it gets an immutable directory (chattr +i) where available.
+    let ro = t.path().join("ro");
+    fs::create_dir(&ro).unwrap();
+    fs::write(ro.join("s.json"), "{\"n\":1}").unwrap();
+    let root = rustix::process::geteuid().is_root();
+    let locked_down = if root {
+        Immutable::set(&ro)
+    } else {
+        fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
+        None
+    };
+    if locked_down.is_some() || !root {
+        let err = refused(&ro.join("s.json"));
+        assert!(
+            matches!(err, EditError::State(StateError::Io { .. })),
+            "{err}"
+        );
+        let err = append(&dir, ro.join("new.jsonl"), &Options::new(), &["{}"]).unwrap_err();
+        assert!(matches!(err, StateError::Io { .. }), "{err}");
+        drop(locked_down);
+        fs::set_permissions(&ro, fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(fs::read_to_string(ro.join("s.json")).unwrap(), "{\"n\":1}");
+        assert!(temps_of(&ro, "s.json").is_empty());
+        assert!(!ro.join("new.jsonl").exists());
+    } else {
+        eprintln!("skipped the read-only directory case: chattr unavailable");
+    }
+    // Unreadable and read-only files: only meaningful for non-root users.
+    if !root {
+        let f = t.path().join("secret.json");
+        fs::write(&f, "{}").unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o000)).unwrap();
+        assert!(matches!(
+            refused(&f),
+            EditError::State(StateError::Io { .. })
+        ));
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o444)).unwrap();
+        assert!(matches!(
+            refused(&f),
+            EditError::State(StateError::Io { .. })
+        ));
+        assert_eq!(fs::read_to_string(&f).unwrap(), "{}");
+    }
+}
+
+#[test]
+fn filters_get_content_on_stdin_and_failures_pass_their_code() {
+    let (t, dir) = setup();
+    let path = t.path().join("f.json");
+    fs::write(&path, "{\"n\":1}").unwrap();
+    let sh = |script: &str| Filter::new(["sh", "-c", script]).unwrap();
+    // stdin in, stdout out; the environment names the file and the lock.
+    edit_with_filter(
+        &dir,
+        &path,
+        &Options::new(),
+        &sh("cat >/dev/null; printf '{\"file\":\"%s\",\"token\":%s}' \"$BATON_STATE_FILE\" \"$BATON_FENCING_TOKEN\""),
+    )
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    assert_eq!(
+        v["file"],
+        fs::canonicalize(&path).unwrap().to_str().unwrap()
+    );
+    assert!(v["token"].as_u64().unwrap() >= 1);
+    let before = fs::read(&path).unwrap();
+    let code = |f: &Filter| match edit_with_filter(&dir, &path, &Options::new(), f) {
+        Err(StateError::FilterFailed { code, .. }) => code,
+        Err(StateError::FilterNotFound { .. }) => 127,
+        Err(StateError::FilterNotExecutable { .. }) => 126,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(code(&sh("exit 3")), 3);
+    assert_eq!(code(&sh("kill -TERM $$")), 128 + 15);
+    assert_eq!(code(&Filter::new(["/nonexistent/filter"]).unwrap()), 127);
+    let script = t.path().join("noexec.sh");
+    fs::write(&script, "#!/bin/sh\necho '{}'\n").unwrap();
+    assert_eq!(code(&Filter::new([&script]).unwrap()), 126);
+    assert_eq!(fs::read(&path).unwrap(), before);
+    // A filter that ignores a large input must not make us fail or hang.
+    fs::write(&path, format!("{{\"pad\":\"{}\"}}", "x".repeat(1 << 20))).unwrap();
+    edit_with_filter(&dir, &path, &Options::new(), &sh("echo '{\"small\":1}'")).unwrap();
+    // A missing file gives the filter empty input.
+    let fresh = t.path().join("fresh.txt");
+    edit_with_filter(&dir, &fresh, &Options::new(), &sh("wc -c")).unwrap();
+    assert_eq!(fs::read_to_string(&fresh).unwrap().trim(), "0");
+    assert!(Filter::new(Vec::<String>::new()).is_err());
+}
+
+#[test]
+fn get_reports_versions_and_json_content() {
+    let (t, dir) = setup();
+    let path = t.path().join("g.json");
+    let snap = get(&dir, &path, &Options::new()).unwrap();
+    assert!(snap.version.is_absent());
+    assert_eq!(snap.content, None);
+    assert_eq!(snap.content_json().unwrap(), serde_json::Value::Null);
+    fs::write(&path, "{\"a\":[1,2]}").unwrap();
+    let snap = get(&dir, &path, &Options::new()).unwrap();
+    assert_eq!(snap.content_json().unwrap(), serde_json::json!({"a":[1,2]}));
+    assert_eq!(snap.version, Version::of(Some(b"{\"a\":[1,2]}")));
+    let text = t.path().join("notes.md");
+    fs::write(&text, "hello\n").unwrap();
+    let snap = get(&dir, &text, &Options::new()).unwrap();
+    assert_eq!(snap.content_json().unwrap(), serde_json::json!("hello\n"));
+    fs::write(&path, "{broken").unwrap();
+    let snap = get(&dir, &path, &Options::new()).unwrap();
+    assert!(matches!(
+        snap.content_json(),
+        Err(StateError::CorruptJson { .. })
+    ));
+    // read_locked works under any lock the caller holds.
+    let file = StateFile::resolve(&text).unwrap();
+    let g = lock(&dir, &file, &Options::new()).unwrap();
+    assert_eq!(read_locked(&file, &g).unwrap().content.unwrap(), b"hello\n");
+}
+
+/// A directory made immutable with `chattr +i` (which stops even root from
+/// creating files in it), made mutable again when dropped.
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn set(dir: &Path) -> Option<Immutable> {
+        let ok = Command::new("chattr")
+            .arg("+i")
+            .arg(dir)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Immutable(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+    }
+}
+
+/// xorshift64*, seeded from the clock (the seed is printed for replay).
+struct Rng {
+    seed: u64,
+    state: u64,
+}
+
+impl Rng {
+    fn seeded() -> Rng {
+        let seed = std::env::var("BATON_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+                    | 1
+            });
+        Rng { seed, state: seed }
+    }
+
+    fn unit(&mut self) -> f64 {
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        let x = self.state.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
