@@ -31,6 +31,8 @@ fn lock_name(s: &str) -> Result<LockName, String> {
   baton lock status                               who holds what, who waits
   TOKEN=$(baton lock acquire memory --wait 30s)   hold a lock from a shell script...
   baton lock release memory --token \"$TOKEN\"       ...and release it
+  baton run --group issue/42 --mode supersede -- ./agent.sh   newest run wins, older ones stop
+  baton state edit tasks.json -- jq '.n += 1'     atomic read-modify-write of a state file
 
 Exit codes: the command's own code; 75 busy / not acquired; 79 superseded; 124 timed out;
 125 baton failed (bad usage, bad input, I/O); 126 / 127 command not executable / not found.")]
@@ -48,7 +50,7 @@ pub struct Cli {
 /// Top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a command while holding one or more locks.
+    /// Run a command under locks and/or in a concurrency group.
     #[command(after_help = "Examples:
   baton run --lock deploy -- ./deploy.sh
   baton run --lock repo/main --wait 30s --timeout 10m -- git push
@@ -125,7 +127,8 @@ pub struct ModeArgs {
     #[arg(long, conflicts_with = "max")]
     pub shared: bool,
 
-    /// Use the lock as a semaphore with N slots; every user of the name must give the same N.
+    /// Use the lock as a semaphore with N slots (with --group: N runs of the group at once,
+    /// mode queue); every user of the name must give the same N.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max: Option<u32>,
 }
