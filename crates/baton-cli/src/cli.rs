@@ -103,6 +103,14 @@ Exit status: the command's own (128+N if killed by signal N); 75 if the lock was
     #[command(subcommand)]
     State(crate::state_cli::StateCommand),
 
+    /// Isolated per-run git workspaces: create, list, remove, gc.
+    #[command(subcommand)]
+    Workspace(crate::git_cli::WorkspaceCommand),
+
+    /// Safe git operations: a push that rebases and retries instead of losing commits.
+    #[command(subcommand)]
+    Git(crate::git_cli::GitCommand),
+
     /// Internal: the background holder started by `baton lock acquire`.
     #[command(name = "__hold", hide = true)]
     Hold,
@@ -160,7 +168,7 @@ pub enum ModeArg {
 
 /// `baton run`.
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("target").args(["locks", "group"]).required(true).multiple(true)))]
+#[command(group(ArgGroup::new("target").args(["locks", "group", "workspace"]).required(true).multiple(true)))]
 pub struct RunArgs {
     /// Lock to hold while the command runs; repeat for several.
     #[arg(long = "lock", value_name = "NAME", value_parser = lock_name)]
@@ -198,6 +206,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub holder: HolderArgs,
+
+    #[command(flatten)]
+    pub workspace: crate::git_cli::RunWorkspaceArgs,
 
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]

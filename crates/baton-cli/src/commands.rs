@@ -63,9 +63,18 @@ pub fn main() -> u8 {
                 command: args.command,
                 timeout: args.timeout,
                 grace: args.grace,
+                workspace: args.workspace.request(),
+                keep_workspace: args.workspace.keep_workspace,
             };
             match run(&dir, &req) {
-                Ok(report) => for_child(report.outcome.exit_code()),
+                Ok(report) => {
+                    if let Some(e) = &report.workspace_error {
+                        eprintln!(
+                            "baton: warning: {e} (the workspace is left for `baton workspace gc`)"
+                        );
+                    }
+                    for_child(report.outcome.exit_code())
+                }
                 Err(e) => fail(&e, for_run_error(&e)),
             }
         }
@@ -87,6 +96,8 @@ pub fn main() -> u8 {
             }
         }
         Command::State(cmd) => crate::state_cli::run(&dir, cmd),
+        Command::Workspace(cmd) => crate::git_cli::run_workspace(&dir, cmd),
+        Command::Git(cmd) => crate::git_cli::run_git(&dir, cmd),
     }
 }
 

@@ -4,6 +4,7 @@ mod cli;
 mod commands;
 mod duration;
 mod exit_codes;
+mod git_cli;
 mod output;
 mod state_cli;
 

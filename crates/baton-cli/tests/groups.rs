@@ -127,17 +127,11 @@ fn queue_runs_one_at_a_time_in_arrival_order() {
             o = order.display()
         );
         kids.push(env.spawn(&["run", "--group", "q", "--", "sh", "-c", &cmd]));
-        // Arrival order is the order of joining the group.
+        // Arrival order is the order of joining the group: wait until this
+        // run has joined (its "queued" event) before starting the next.
         wait_until(Duration::from_secs(20), || {
-            let g = group_json(&env, "q");
-            let n = g["running"].as_array().map_or(0, Vec::len)
-                + g["waiting"].as_array().map_or(0, Vec::len);
-            n + usize::from(
-                fs::read_to_string(&order)
-                    .map(|s| s.lines().count())
-                    .unwrap_or(0)
-                    > 0,
-            ) > i
+            let events = stdout(&env.run(&["events", "--group", "q"]));
+            events.lines().filter(|l| l.contains("\"queued\"")).count() > i
         });
     }
     for k in kids {

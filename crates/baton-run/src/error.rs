@@ -10,6 +10,9 @@ pub enum RunError {
     /// A lock could not be taken, or lock state could not be read or written.
     #[error(transparent)]
     Lock(#[from] LockError),
+    /// The run's workspace could not be created or removed.
+    #[error(transparent)]
+    Workspace(#[from] baton_git::GitError),
     /// The command could not be started or supervised.
     #[error(transparent)]
     Proc(#[from] ProcError),

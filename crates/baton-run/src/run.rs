@@ -40,6 +40,12 @@ pub struct RunRequest {
     pub timeout: Option<Duration>,
     /// Time between TERM and KILL.
     pub grace: Duration,
+    /// Run the command in a fresh workspace (its run id is this run's); it
+    /// is created after the slot and the locks are taken, and removed when
+    /// the command ends, before they are released.
+    pub workspace: Option<baton_git::WorkspaceRequest>,
+    /// Leave the workspace in place after the command.
+    pub keep_workspace: bool,
 }
 
 /// How a run ended.
@@ -51,6 +57,9 @@ pub struct RunReport {
     pub outcome: Outcome,
     /// The run that superseded this one.
     pub superseded_by: Option<String>,
+    /// The workspace could not be removed after the command ended (the
+    /// command's outcome still stands; `baton workspace gc` retries).
+    pub workspace_error: Option<String>,
 }
 
 /// Shared between the run and the thread that reacts to being superseded.
@@ -119,6 +128,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
                 run_id,
                 outcome: Outcome::Cancelled,
                 superseded_by: Some(by),
+                workspace_error: None,
             });
         }
         group_parts = Some((member, slot, watcher));
@@ -150,6 +160,28 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
             return Err(e.into());
         }
     };
+    let workspace = req
+        .workspace
+        .as_ref()
+        .map(|w| {
+            let mut w = w.clone();
+            w.run_id = Some(run_id.clone());
+            baton_git::create(dir, &w).map(|ws| (ws, w.git_lock_wait))
+        })
+        .transpose();
+    let workspace = match workspace {
+        Ok(ws) => ws,
+        Err(e) => {
+            drop(guards);
+            if let Some((member, slot, watcher)) = group_parts {
+                drop(slot);
+                member.set_done();
+                member.finish("gave_up", None, None);
+                watcher.close();
+            }
+            return Err(e.into());
+        }
+    };
     let join_names = |gs: &[LockGuard]| {
         gs.iter()
             .map(|g| g.name().to_string())
@@ -169,6 +201,11 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         ("BATON_RUN_ID".into(), run_id.clone().into()),
         ("BATON_DIR".into(), dir.path().as_os_str().to_owned()),
     ];
+    if let Some((ws, _)) = &workspace {
+        spec.cwd = Some(ws.path.clone());
+        spec.env
+            .push(("BATON_WORKSPACE".into(), ws.path.as_os_str().to_owned()));
+    }
     if !guards.is_empty() {
         spec.env
             .push(("BATON_LOCK".into(), join_names(&guards).into()));
@@ -195,6 +232,10 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         mark.1 = Some(canceller);
     }
     let outcome = supervisor.run();
+    let workspace_error = match &workspace {
+        Some((ws, wait)) if !req.keep_workspace => baton_git::remove(dir, &ws.id, *wait).err(),
+        _ => None,
+    };
 
     // Release in reverse order of acquisition; errors here must not hide the
     // command's outcome, and the kernel releases on exit regardless.
@@ -232,6 +273,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         run_id,
         outcome,
         superseded_by,
+        workspace_error: workspace_error.map(|e| e.to_string()),
     })
 }
 

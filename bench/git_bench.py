@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Git workspaces and pushes: baton against plain git.
+
+    python3 bench/git_bench.py [--files 3000] [--trials 7] [--agents 10] [--rounds 3] [--skip-build]
+
+Creation: on a generated repository of --files files (a few directories deep,
+~1 KiB each, one commit), the median time over --trials of
+  baton workspace create --strategy clone      (clone --local --no-checkout under the repo lock, checkout)
+  baton workspace create --strategy worktree   (worktree add --no-checkout under the repo lock, checkout)
+  git worktree add --detach                    (plain git, no lock, no registry)
+  git clone (full, --no-local)                 (what a naive per-agent checkout costs)
+Each created workspace is removed outside the timed part.
+
+Pushes: --agents agents each have their own clone with one new commit of their
+own file, and all start pushing to one bare remote at one instant:
+  baton git push                               (serialised per remote branch, fetch+rebase+retry, backoff)
+  naive loop                                   (for 3 attempts: git push || git pull --rebase)
+reported as commits landed on the remote and wall time, median of --rounds.
+
+git never sees the user's configuration (temp HOME, GIT_CONFIG_GLOBAL,
+GIT_CONFIG_NOSYSTEM). Standard library only; markdown table on stdout,
+progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def git_env(home: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and not k.startswith("BATON_")}
+    env.update(
+        HOME=home,
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.path.join(home, "gitconfig"),
+        GIT_AUTHOR_NAME="Agent",
+        GIT_AUTHOR_EMAIL="agent@example.com",
+        GIT_COMMITTER_NAME="Agent",
+        GIT_COMMITTER_EMAIL="agent@example.com",
+    )
+    return env
+
+
+class Bench:
+    def __init__(self, tmp: str, baton: str):
+        self.tmp = tmp
+        self.baton = baton
+        self.env = git_env(tmp)
+        with open(os.path.join(tmp, "gitconfig"), "w") as f:
+            f.write("[init]\n\tdefaultBranch = main\n")
+        self.dir = os.path.join(tmp, "baton")
+
+    def run(self, args: list[str], cwd: str | None = None) -> str:
+        p = subprocess.run(args, cwd=cwd or self.tmp, env=self.env, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"{' '.join(args)} failed ({p.returncode}): {p.stderr.strip()}")
+        return p.stdout.strip()
+
+    def git(self, *args: str, cwd: str | None = None) -> str:
+        return self.run(["git", *args], cwd)
+
+    def b(self, *args: str, cwd: str | None = None) -> str:
+        return self.run([self.baton, "--dir", self.dir, *args], cwd)
+
+    def make_repo(self, files: int) -> tuple[str, str]:
+        remote = os.path.join(self.tmp, "remote.git")
+        base = os.path.join(self.tmp, "base")
+        self.git("init", "-q", "--bare", remote)
+        self.git("init", "-q", base)
+        for i in range(files):
+            d = os.path.join(base, f"pkg{i % 20}", f"mod{i % 7}")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, f"file{i}.txt"), "w") as f:
+                f.write((f"line {i} " * 16 + "\n") * 8)
+        self.git("add", ".", cwd=base)
+        self.git("commit", "-qm", "generated", cwd=base)
+        self.git("remote", "add", "origin", remote, cwd=base)
+        self.git("push", "-q", "origin", "main", cwd=base)
+        return remote, base
+
+
+def timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def creation(bench: Bench, base: str, trials: int) -> list[tuple[str, float]]:
+    results: dict[str, list[float]] = {}
+    scratch = os.path.join(bench.tmp, "scratch")
+    os.makedirs(scratch, exist_ok=True)
+    for t in range(trials):
+        log(f"creation trial {t + 1}/{trials}")
+        for strategy in ("clone", "worktree"):
+            out: list[str] = []
+            results.setdefault(f"baton workspace create --strategy {strategy}", []).append(
+                timed(lambda: out.append(bench.b("workspace", "create", "--repo", base, "--strategy", strategy, "--id", f"w{t}")))
+            )
+            bench.b("workspace", "remove", f"w{t}")
+        path = os.path.join(scratch, f"wt{t}")
+        results.setdefault("git worktree add --detach (plain)", []).append(
+            timed(lambda: bench.git("worktree", "add", "-q", "--detach", path, "HEAD", cwd=base))
+        )
+        bench.git("worktree", "remove", "--force", path, cwd=base)
+        path = os.path.join(scratch, f"cl{t}")
+        results.setdefault("git clone --no-local (full clone)", []).append(
+            timed(lambda: bench.git("clone", "-q", "--no-local", base, path))
+        )
+        shutil.rmtree(path)
+    return [(k, statistics.median(v)) for k, v in results.items()]
+
+
+def push_round(bench: Bench, remote: str, base: str, agents: int, tool: str, rnd: int) -> tuple[int, float]:
+    # Fresh remote branch state: reset remote main to the base commit.
+    start_commit = bench.git("rev-parse", "main", cwd=base)
+    bench.git("update-ref", "refs/heads/main", start_commit, cwd=remote)
+    dirs = []
+    for i in range(agents):
+        d = os.path.join(bench.tmp, f"push-{tool}-{rnd}-{i}")
+        bench.git("clone", "-q", "--local", remote, d)
+        with open(os.path.join(d, f"agent_{i}.txt"), "w") as f:
+            f.write(f"{i}\n")
+        bench.git("add", ".", cwd=d)
+        bench.git("commit", "-qm", f"agent {i}", cwd=d)
+        dirs.append(d)
+    if tool == "baton":
+        cmd = f'exec "{bench.baton}" --dir "{bench.dir}" git push --branch main'
+    else:
+        cmd = (
+            "for i in 1 2 3; do git push -q origin HEAD:main 2>/dev/null && exit 0; "
+            "git pull -q --rebase origin main >/dev/null 2>&1 || { git rebase --abort >/dev/null 2>&1; exit 2; }; done; exit 1"
+        )
+    # All agents block on one pipe and start when it closes.
+    r, w = os.pipe()
+    procs = [
+        subprocess.Popen(["sh", "-c", f"read _ <&3; {cmd}"], cwd=d, env=bench.env, pass_fds=(r,),
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         preexec_fn=lambda: os.dup2(r, 3))
+        for d in dirs
+    ]
+    time.sleep(0.3)
+    t = time.perf_counter()
+    os.close(w)
+    for p in procs:
+        p.wait()
+    wall = time.perf_counter() - t
+    os.close(r)
+    log_lines = bench.git("log", "--format=%s", "main", cwd=remote).splitlines()
+    landed = sum(1 for line in log_lines if line.startswith("agent "))
+    for d in dirs:
+        shutil.rmtree(d)
+    return landed, wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--files", type=int, default=3000)
+    ap.add_argument("--trials", type=int, default=7)
+    ap.add_argument("--agents", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--skip-build", action="store_true")
+    args = ap.parse_args()
+    if not args.skip_build:
+        log("building baton (release)")
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "baton"], cwd=ROOT, check=True)
+    baton = os.path.join(ROOT, "target", "release", "baton")
+    with tempfile.TemporaryDirectory(prefix="baton-git-bench-") as tmp:
+        bench = Bench(tmp, baton)
+        log(f"generating a repository of {args.files} files")
+        remote, base = bench.make_repo(args.files)
+        rows = creation(bench, base, args.trials)
+        pushes = {}
+        for tool in ("baton", "naive"):
+            runs = [push_round(bench, remote, base, args.agents, tool, r) for r in range(args.rounds)]
+            log(f"{tool}: {runs}")
+            pushes[tool] = runs
+    worktree = dict(rows)["git worktree add --detach (plain)"]
+    print(f"Workspace creation, repository of {args.files} files, median of {args.trials}:\n")
+    print("| method | median | vs plain `git worktree add` |")
+    print("|---|---:|---:|")
+    for name, secs in rows:
+        print(f"| {name} | {secs * 1000:.1f} ms | {secs / worktree:.2f}x |")
+    print(f"\n{args.agents} agents pushing one commit each to one bare remote at once, {args.rounds} rounds:\n")
+    print("| method | commits landed (per round) | wall time, median |")
+    print("|---|---|---:|")
+    labels = {"baton": "`baton git push` (defaults: 5 attempts, backoff 1s..16s)",
+              "naive": "naive loop: 3 x (`git push` \\|\\| `git pull --rebase`)"}
+    for tool, runs in pushes.items():
+        landed = ", ".join(f"{n}/{args.agents}" for n, _ in runs)
+        wall = statistics.median(w for _, w in runs)
+        print(f"| {labels[tool]} | {landed} | {wall * 1000:.0f} ms |")
+
+
+if __name__ == "__main__":
+    main()

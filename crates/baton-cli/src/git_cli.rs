@@ -1,0 +1,445 @@
+//! `baton workspace ...` and `baton git ...`: isolated workspaces and safe
+//! pushes (syntax and output only; the work is done by `baton_git`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use baton_git::{
+    create, gc, init_attributes, list, push, remove, Backoff, GcOptions, GitError, PushRequest,
+    Strategy, WorkspaceRequest,
+};
+use baton_lock::{BatonDir, ProcessIdentity, WaitPolicy};
+use clap::{Args, Subcommand, ValueEnum};
+use serde::Serialize;
+
+use crate::commands::fail;
+use crate::duration::parse_duration;
+use crate::exit_codes::{BATON_FAILED, NOT_ACQUIRED};
+
+/// Exit code of `baton git push` when the rebase onto the remote branch conflicts.
+pub const PUSH_CONFLICT: u8 = 1;
+
+/// Workspace strategies on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum StrategyArg {
+    /// `git clone --local`: objects hardlinked, an independent .git; origin is the base's origin.
+    Clone,
+    /// `git worktree add`: shares the base's .git (branches, objects, config).
+    Worktree,
+}
+
+impl From<StrategyArg> for Strategy {
+    fn from(s: StrategyArg) -> Strategy {
+        match s {
+            StrategyArg::Clone => Strategy::Clone,
+            StrategyArg::Worktree => Strategy::Worktree,
+        }
+    }
+}
+
+/// `--git-lock-wait`.
+#[derive(Debug, Args, Clone, Copy)]
+pub struct GitLockWaitArg {
+    /// Longest wait for a repository's lock (held by others only while they run a short
+    /// git command on its shared metadata); past it, exit 75 naming the holder.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub git_lock_wait: Duration,
+}
+
+/// The workspace flags of `baton run`.
+#[derive(Debug, Args, Clone)]
+pub struct RunWorkspaceArgs {
+    /// Run the command in a fresh workspace of this repository (BATON_WORKSPACE is set; the
+    /// workspace is removed when the command ends, however it ends).
+    #[arg(long, value_name = "REPO")]
+    pub workspace: Option<PathBuf>,
+
+    /// Commit the workspace starts from [default: HEAD of the repository].
+    #[arg(long = "ref", value_name = "REF", requires = "workspace")]
+    pub reference: Option<String>,
+
+    /// Branch to work on in the workspace: created at --ref, or checked out if it exists.
+    #[arg(long, value_name = "NAME", requires = "workspace")]
+    pub branch: Option<String>,
+
+    /// How the workspace is made.
+    #[arg(long, value_enum, default_value = "clone", requires = "workspace")]
+    pub strategy: StrategyArg,
+
+    /// Leave the workspace in place after the command (remove it later with `baton workspace remove`).
+    #[arg(long, requires = "workspace")]
+    pub keep_workspace: bool,
+
+    /// Copy the git-ignored files listed in the repository's .worktreeinclude into the workspace.
+    #[arg(long, requires = "workspace")]
+    pub include_ignored: bool,
+
+    /// Longest wait for the repository's lock.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "workspace")]
+    pub git_lock_wait: Option<Duration>,
+}
+
+impl RunWorkspaceArgs {
+    /// The workspace `baton run` should create, if any.
+    pub fn request(&self) -> Option<WorkspaceRequest> {
+        let repo = self.workspace.clone()?;
+        let mut req = WorkspaceRequest::new(repo);
+        req.reference = self.reference.clone();
+        req.branch = self.branch.clone();
+        req.strategy = self.strategy.into();
+        req.include_ignored = self.include_ignored;
+        if let Some(w) = self.git_lock_wait {
+            req.git_lock_wait = WaitPolicy::from(w);
+        }
+        Some(req)
+    }
+}
+
+/// `baton workspace ...` commands.
+#[derive(Debug, Subcommand)]
+pub enum WorkspaceCommand {
+    /// Create an isolated checkout of a repository and print its path.
+    #[command(after_help = "Examples:
+  WS=$(baton workspace create --repo . --branch agent/fix-42) && cd \"$WS\"
+  baton workspace create --repo ~/src/app --strategy worktree --ref origin/main --json
+
+clone (default): `git clone --local` (objects hardlinked, a fully independent .git), origin
+re-pointed to the base's own origin URL. worktree: `git worktree add`, sharing the base's .git.
+Only the git commands on the base's shared metadata run under the repository's lock; checking
+files out does not. The workspace lives under <baton dir>/workspaces/, its path contains the
+run id, and it is recorded with its owner (the process that ran this command, usually your
+shell): once the owner has exited, `baton workspace gc` removes it.
+
+Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait; 125 failed.")]
+    Create {
+        /// The base repository (any path inside it).
+        #[arg(long, value_name = "PATH", default_value = ".")]
+        repo: PathBuf,
+        /// Commit to start from [default: HEAD].
+        #[arg(long = "ref", value_name = "REF")]
+        reference: Option<String>,
+        /// Branch to work on: created at --ref, or checked out as it is if it exists.
+        #[arg(long, value_name = "NAME")]
+        branch: Option<String>,
+        /// How the workspace is made.
+        #[arg(long, value_enum, default_value = "clone")]
+        strategy: StrategyArg,
+        /// Id of the workspace (1-64 of A-Z a-z 0-9 . _ -) [default: the run id].
+        #[arg(long, value_name = "ID")]
+        id: Option<String>,
+        /// First refresh the base from its origin (`git fetch origin`), shared with other
+        /// creates within --fetch-debounce.
+        #[arg(long)]
+        fetch: bool,
+        /// Skip the fetch if the base was fetched this recently.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+        fetch_debounce: Duration,
+        /// Copy the git-ignored files listed in the repository's .worktreeinclude.
+        #[arg(long)]
+        include_ignored: bool,
+        #[command(flatten)]
+        wait: GitLockWaitArg,
+        /// Print the workspace record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// List workspaces: id, strategy, age, size on disk, owner, path.
+    #[command(
+        after_help = "Example:\n  baton workspace list --json | jq '.[] | select(.owner_alive == \"dead\")'"
+    )]
+    List {
+        /// Print JSON: the records with size_bytes, age_secs, owner_alive, exists.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Remove a workspace (its directory, its worktree entry, its record).
+    Remove {
+        /// The workspace id.
+        id: String,
+        #[command(flatten)]
+        wait: GitLockWaitArg,
+    },
+
+    /// Remove workspaces whose owner died, then `git worktree prune` their repositories.
+    #[command(after_help = "Examples:
+  baton workspace gc
+  baton workspace gc --older-than 2h --json
+
+A workspace that cannot be removed is reported with its path and a remedy; the others are
+still removed. Exit status: 0 if everything due was removed, 125 if something could not be.")]
+    Gc {
+        /// Also remove workspaces older than this whose owner lives but that no process uses
+        /// (no process has its working directory inside).
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        older_than: Option<Duration>,
+        #[command(flatten)]
+        wait: GitLockWaitArg,
+        /// Print JSON {removed, failed, pruned}.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `baton git ...` commands.
+#[derive(Debug, Subcommand)]
+pub enum GitCommand {
+    /// Push HEAD; on a non-fast-forward rejection fetch, rebase and retry. Never forces.
+    #[command(after_help = "Examples:
+  baton git push
+  baton git push --remote origin --branch main --attempts 8
+
+Pushes to one remote branch from this machine wait in line for each other. A rejection as
+non-fast-forward is answered by fetching the remote branch, rebasing onto it and pushing
+again: the first retry at once, later ones after --base-delay, doubling up to --max-delay,
+each +-25% random. If the rebase conflicts it is aborted, the local commits are left exactly
+as they were and the conflicting paths are listed.
+
+Exit status: 0 pushed; 1 rebase conflict (nothing pushed, local commits unchanged);
+75 still rejected after --attempts, or a lock stayed busy; 125 other failures (git's message
+is shown).")]
+    Push {
+        /// The repository to push from.
+        #[arg(long, value_name = "PATH", default_value = ".")]
+        repo: PathBuf,
+        /// The remote [default: the branch's configured remote, else origin].
+        #[arg(long, value_name = "NAME")]
+        remote: Option<String>,
+        /// The remote branch [default: the current branch's name].
+        #[arg(long, value_name = "NAME")]
+        branch: Option<String>,
+        /// Pushes tried in all.
+        #[arg(long, value_name = "N", default_value = "5", value_parser = clap::value_parser!(u32).range(1..=100))]
+        attempts: u32,
+        /// Delay before the second retry; doubled before each later one.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
+        base_delay: Duration,
+        /// Longest delay between retries.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "16s")]
+        max_delay: Duration,
+        #[command(flatten)]
+        wait: GitLockWaitArg,
+        /// Print JSON {run_id, repo, remote, branch, commit, attempts, rebases}.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Add `*.jsonl merge=union` to .gitattributes, so concurrent appends merge cleanly.
+    InitAttributes {
+        /// The repository.
+        #[arg(long, value_name = "PATH", default_value = ".")]
+        repo: PathBuf,
+    },
+}
+
+/// The exit code for a failed git operation.
+fn code(e: &GitError) -> u8 {
+    match e {
+        GitError::Conflict { .. } => PUSH_CONFLICT,
+        e if e.is_busy() => NOT_ACQUIRED,
+        _ => BATON_FAILED,
+    }
+}
+
+fn print_json<T: Serialize + ?Sized>(value: &T) -> u8 {
+    match serde_json::to_string_pretty(value) {
+        Ok(s) => {
+            println!("{s}");
+            0
+        }
+        Err(e) => fail(&e, BATON_FAILED),
+    }
+}
+
+/// The process that ran `baton` (a shell, an agent): a workspace it creates
+/// lives as long as it does.
+fn caller() -> ProcessIdentity {
+    rustix::process::getppid()
+        .and_then(|p| ProcessIdentity::of_pid(p.as_raw_nonzero().get()))
+        .unwrap_or_else(ProcessIdentity::current)
+}
+
+/// Runs a `baton workspace` command; returns the exit code.
+pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
+    match cmd {
+        WorkspaceCommand::Create {
+            repo,
+            reference,
+            branch,
+            strategy,
+            id,
+            fetch,
+            fetch_debounce,
+            include_ignored,
+            wait,
+            json,
+        } => {
+            let mut req = WorkspaceRequest::new(repo);
+            req.reference = reference;
+            req.branch = branch;
+            req.strategy = strategy.into();
+            req.id = id;
+            req.fetch = fetch;
+            req.fetch_debounce = fetch_debounce;
+            req.include_ignored = include_ignored;
+            req.owner = Some(caller());
+            req.git_lock_wait = WaitPolicy::from(wait.git_lock_wait);
+            match create(dir, &req) {
+                Ok(ws) if json => print_json(&ws),
+                Ok(ws) => {
+                    println!("{}", ws.path.display());
+                    0
+                }
+                Err(e) => fail(&e, code(&e)),
+            }
+        }
+        WorkspaceCommand::List { json } => match list(dir) {
+            Ok(all) if json => print_json(&all),
+            Ok(all) => {
+                println!(
+                    "{:<20} {:<8} {:>8} {:>10} {:<6} PATH",
+                    "ID", "STRATEGY", "AGE", "SIZE", "OWNER"
+                );
+                for w in &all {
+                    let owner = match w.owner_alive {
+                        baton_lock::Liveness::Alive => "alive",
+                        baton_lock::Liveness::Dead => "dead",
+                        baton_lock::Liveness::Unknown => "?",
+                    };
+                    println!(
+                        "{:<20} {:<8} {:>8} {:>10} {:<6} {}{}",
+                        w.workspace.id,
+                        w.workspace.strategy.as_str(),
+                        human_age(w.age_secs),
+                        human_size(w.size_bytes),
+                        owner,
+                        w.workspace.path.display(),
+                        if w.exists { "" } else { " (missing)" }
+                    );
+                }
+                0
+            }
+            Err(e) => fail(&e, code(&e)),
+        },
+        WorkspaceCommand::Remove { id, wait } => {
+            match remove(dir, &id, WaitPolicy::from(wait.git_lock_wait)) {
+                Ok(ws) => {
+                    eprintln!(
+                        "baton: removed workspace '{}' at '{}' (run {})",
+                        ws.id,
+                        ws.path.display(),
+                        ws.run_id
+                    );
+                    0
+                }
+                Err(e) => fail(&e, code(&e)),
+            }
+        }
+        WorkspaceCommand::Gc {
+            older_than,
+            wait,
+            json,
+        } => {
+            let opts = GcOptions {
+                older_than,
+                git_lock_wait: WaitPolicy::from(wait.git_lock_wait),
+            };
+            let report = match gc(dir, &opts) {
+                Ok(r) => r,
+                Err(e) => return fail(&e, code(&e)),
+            };
+            let status = if json {
+                print_json(&report)
+            } else {
+                for ws in &report.removed {
+                    println!(
+                        "removed {} {} (run {})",
+                        ws.id,
+                        ws.path.display(),
+                        ws.run_id
+                    );
+                }
+                0
+            };
+            for f in &report.failed {
+                eprintln!("baton: gc: {}", f.error);
+            }
+            if report.failed.is_empty() {
+                status
+            } else {
+                BATON_FAILED
+            }
+        }
+    }
+}
+
+/// Runs a `baton git` command; returns the exit code.
+pub fn run_git(dir: &BatonDir, cmd: GitCommand) -> u8 {
+    match cmd {
+        GitCommand::Push {
+            repo,
+            remote,
+            branch,
+            attempts,
+            base_delay,
+            max_delay,
+            wait,
+            json,
+        } => {
+            let mut req = PushRequest::new(repo);
+            req.remote = remote;
+            req.branch = branch;
+            req.backoff = Backoff {
+                attempts,
+                base_delay,
+                max_delay,
+                ..Backoff::default()
+            };
+            req.lock_wait = WaitPolicy::from(wait.git_lock_wait);
+            req.run_id = std::env::var("BATON_RUN_ID").ok().filter(|r| !r.is_empty());
+            req.log = true;
+            match push(dir, &req) {
+                Ok(r) if json => print_json(&r),
+                Ok(_) => 0,
+                Err(e) => fail(&e, code(&e)),
+            }
+        }
+        GitCommand::InitAttributes { repo } => match init_attributes(&repo) {
+            Ok((path, changed)) => {
+                let what = if changed { "added" } else { "already present:" };
+                eprintln!(
+                    "baton: {what} '{}' in '{}'",
+                    baton_git::JSONL_UNION,
+                    path.display()
+                );
+                0
+            }
+            Err(e) => fail(&e, code(&e)),
+        },
+    }
+}
+
+fn human_age(secs: u64) -> String {
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}

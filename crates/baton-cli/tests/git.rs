@@ -1,0 +1,616 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! Workspaces, the repository lock and `baton git push` with real git, real
+//! processes and temp repositories (issue 5's scenarios). git never sees the
+//! user's configuration: HOME, GIT_CONFIG_GLOBAL and GIT_CONFIG_NOSYSTEM
+//! point into the test's temp dir.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{code, stderr, stdout, wait_until, Env};
+
+struct GitEnv {
+    env: Env,
+    remote: PathBuf,
+    base: PathBuf,
+}
+
+fn git_env(c: &mut Command, home: &Path) {
+    c.env("HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", home.join("gitconfig"))
+        .env("GIT_AUTHOR_NAME", "Agent")
+        .env("GIT_AUTHOR_EMAIL", "agent@example.com")
+        .env("GIT_COMMITTER_NAME", "Agent")
+        .env("GIT_COMMITTER_EMAIL", "agent@example.com")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE");
+}
+
+impl GitEnv {
+    /// A bare remote with one commit on `main`, and a clone of it as the base.
+    fn new() -> GitEnv {
+        let env = Env::new();
+        fs::write(env.path("gitconfig"), "[init]\n\tdefaultBranch = main\n").unwrap();
+        let remote = env.path("remote.git");
+        let base = env.path("base");
+        let g = GitEnv { env, remote, base };
+        g.git_ok(g.env.tmp.path(), &["init", "-q", "--bare", "remote.git"]);
+        g.git_ok(g.env.tmp.path(), &["init", "-q", "base"]);
+        fs::write(g.base.join("a.txt"), "one\n").unwrap();
+        g.git_ok(&g.base, &["add", "."]);
+        g.git_ok(&g.base, &["commit", "-qm", "init"]);
+        g.git_ok(
+            &g.base,
+            &["remote", "add", "origin", g.remote.to_str().unwrap()],
+        );
+        g.git_ok(&g.base, &["push", "-q", "origin", "main"]);
+        g.git_ok(&g.base, &["fetch", "-q", "origin"]);
+        g
+    }
+
+    fn git(&self, dir: &Path, args: &[&str]) -> Output {
+        let mut c = Command::new("git");
+        git_env(&mut c, self.env.tmp.path());
+        c.arg("-C").arg(dir).args(args).stdin(Stdio::null());
+        c.output().unwrap()
+    }
+
+    fn git_ok(&self, dir: &Path, args: &[&str]) -> String {
+        let out = self.git(dir, args);
+        assert!(
+            out.status.success(),
+            "git {args:?} in {}: {}",
+            dir.display(),
+            stderr(&out)
+        );
+        stdout(&out).trim().to_string()
+    }
+
+    fn baton(&self, args: &[&str]) -> Command {
+        let mut c = self.env.baton(args);
+        git_env(&mut c, self.env.tmp.path());
+        c.stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.baton(args).output().unwrap()
+    }
+
+    fn workspaces(&self) -> Vec<serde_json::Value> {
+        let out = self.run(&["workspace", "list", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    /// Workspace directories left on disk.
+    fn leftovers(&self) -> Vec<String> {
+        match fs::read_dir(self.env.dir.join("workspaces")) {
+            Ok(rd) => rd
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with('.'))
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    fn assert_base_clean(&self) {
+        let list = self.git_ok(&self.base, &["worktree", "list", "--porcelain"]);
+        assert_eq!(
+            list.lines().filter(|l| l.starts_with("worktree ")).count(),
+            1,
+            "only the base's own worktree should remain:\n{list}"
+        );
+        let fsck = self.git(&self.base, &["fsck", "--no-progress"]);
+        assert!(fsck.status.success(), "git fsck: {}", stderr(&fsck));
+        assert!(
+            !stderr(&fsck).contains("error"),
+            "git fsck: {}",
+            stderr(&fsck)
+        );
+    }
+}
+
+/// Scenario 1: 10 concurrent `baton run --workspace` (5 clone, 5 worktree),
+/// each committing a distinct file: all succeed, the base stays clean, no
+/// workspace is left behind.
+#[test]
+fn ten_concurrent_runs_in_workspaces_all_succeed_and_leave_nothing() {
+    let g = GitEnv::new();
+    let base = g.base.to_str().unwrap().to_string();
+    let children: Vec<_> = (0..10)
+        .map(|i| {
+            let strategy = if i % 2 == 0 { "clone" } else { "worktree" };
+            let branch = format!("agent/{i}");
+            let script = format!(
+                "test \"$PWD\" = \"$BATON_WORKSPACE\" && echo {i} > file_{i}.txt && git add file_{i}.txt && git commit -qm 'agent {i}' && git status --short"
+            );
+            g.baton(&[
+                "run", "--workspace", &base, "--strategy", strategy, "--branch", &branch,
+                "--", "sh", "-c", &script,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    for (i, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(code(&out), 0, "run {i}: {}{}", stdout(&out), stderr(&out));
+        assert!(
+            stdout(&out).trim().is_empty(),
+            "run {i} left a dirty tree: {}",
+            stdout(&out)
+        );
+        assert!(
+            !stderr(&out).contains("fatal") && !stderr(&out).contains("error"),
+            "run {i}: {}",
+            stderr(&out)
+        );
+    }
+    // Worktree commits live on in the base's branches.
+    for i in (1..10).step_by(2) {
+        let files = g.git_ok(&g.base, &["ls-tree", "--name-only", &format!("agent/{i}")]);
+        assert!(files.contains(&format!("file_{i}.txt")), "{files}");
+    }
+    g.assert_base_clean();
+    assert!(g.workspaces().is_empty());
+    assert!(g.leftovers().is_empty(), "{:?}", g.leftovers());
+}
+
+/// Scenario 2: a run SIGKILLed in its workspace leaves it behind; gc removes
+/// it, and a new workspace on the same branch then succeeds.
+#[test]
+fn gc_removes_the_workspace_of_a_killed_run_and_frees_its_branch() {
+    let g = GitEnv::new();
+    let marker = g.env.path("ready");
+    let script = format!(
+        "echo \"$BATON_WORKSPACE\" > {}; exec sleep 60",
+        marker.display()
+    );
+    let mut run = g
+        .baton(&[
+            "run",
+            "--workspace",
+            g.base.to_str().unwrap(),
+            "--strategy",
+            "worktree",
+            "--branch",
+            "feature",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(20), || {
+        fs::read_to_string(&marker).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let path = PathBuf::from(fs::read_to_string(&marker).unwrap().trim());
+    assert!(path.is_dir());
+    run.kill().unwrap(); // SIGKILL: nothing of baton's runs after this
+    run.wait().unwrap();
+
+    let listed = g.workspaces();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["owner_alive"], "dead");
+    assert!(listed[0]["size_bytes"].as_u64().unwrap() > 0);
+
+    // The branch is still checked out in the dead run's worktree.
+    let blocked = g.git(
+        &g.base,
+        &[
+            "worktree",
+            "add",
+            g.env.path("x").to_str().unwrap(),
+            "feature",
+        ],
+    );
+    assert!(!blocked.status.success());
+
+    let out = g.run(&["workspace", "gc", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["removed"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["removed"][0]["path"], path.to_str().unwrap());
+    assert!(report["failed"].as_array().unwrap().is_empty());
+    assert!(!path.exists());
+    g.assert_base_clean();
+
+    let out = g.run(&[
+        "workspace",
+        "create",
+        "--repo",
+        g.base.to_str().unwrap(),
+        "--strategy",
+        "worktree",
+        "--branch",
+        "feature",
+        "--id",
+        "again",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let again = PathBuf::from(stdout(&out).trim());
+    assert!(again.join("a.txt").is_file());
+    assert_eq!(
+        g.git_ok(&again, &["rev-parse", "--abbrev-ref", "HEAD"]),
+        "feature"
+    );
+    // Its owner (this test process) lives: gc keeps it; remove takes it away.
+    let out = g.run(&["workspace", "gc", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["removed"].as_array().unwrap().is_empty());
+    let out = g.run(&["workspace", "remove", "again"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!again.exists());
+    g.assert_base_clean();
+}
+
+/// A crashed run's worktree is cleaned up by the next create on its branch,
+/// without a gc in between.
+#[test]
+fn create_on_a_branch_cleans_a_dead_runs_worktree_first() {
+    let g = GitEnv::new();
+    let marker = g.env.path("ready");
+    let script = format!("pwd > {}; exec sleep 60", marker.display());
+    let mut run = g
+        .baton(&[
+            "run",
+            "--workspace",
+            g.base.to_str().unwrap(),
+            "--strategy",
+            "worktree",
+            "--branch",
+            "topic",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(20), || {
+        fs::read_to_string(&marker).is_ok_and(|s| s.ends_with('\n'))
+    });
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let out = g.run(&[
+        "workspace",
+        "create",
+        "--repo",
+        g.base.to_str().unwrap(),
+        "--strategy",
+        "worktree",
+        "--branch",
+        "topic",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(g.workspaces().len(), 1);
+}
+
+/// Makes `n` workspaces of the base, each with one new commit of its own file.
+fn agents(g: &GitEnv, n: usize) -> Vec<PathBuf> {
+    (0..n)
+        .map(|i| {
+            let (strategy, branch) = if i % 2 == 0 {
+                ("clone", "main".to_string())
+            } else {
+                ("worktree", format!("agent/{i}"))
+            };
+            let out = g.run(&[
+                "workspace",
+                "create",
+                "--repo",
+                g.base.to_str().unwrap(),
+                "--strategy",
+                strategy,
+                "--branch",
+                &branch,
+            ]);
+            assert_eq!(code(&out), 0, "{}", stderr(&out));
+            let ws = PathBuf::from(stdout(&out).trim());
+            fs::write(ws.join(format!("agent_{i}.txt")), format!("{i}\n")).unwrap();
+            g.git_ok(&ws, &["add", "."]);
+            g.git_ok(&ws, &["commit", "-qm", &format!("agent {i}")]);
+            ws
+        })
+        .collect()
+}
+
+/// Scenario 3: 10 agents push to one bare remote at once: all 10 commits
+/// land, history is linear, nothing was force-pushed.
+#[test]
+fn ten_agents_pushing_at_once_all_land_with_linear_history() {
+    let g = GitEnv::new();
+    let before = g.git_ok(&g.remote, &["rev-parse", "main"]);
+    let workspaces = agents(&g, 10);
+    let children: Vec<_> = workspaces
+        .iter()
+        .map(|ws| {
+            g.baton(&[
+                "git",
+                "push",
+                "--repo",
+                ws.to_str().unwrap(),
+                "--branch",
+                "main",
+                "--base-delay",
+                "20ms",
+                "--max-delay",
+                "200ms",
+                "--json",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["branch"], "main");
+    }
+    let log = g.git_ok(&g.remote, &["log", "--format=%s", "main"]);
+    for i in 0..10 {
+        assert!(
+            log.lines().any(|l| l == format!("agent {i}")),
+            "agent {i} missing:\n{log}"
+        );
+    }
+    assert_eq!(log.lines().count(), 11, "{log}");
+    let merges = g.git_ok(&g.remote, &["rev-list", "--merges", "main"]);
+    assert!(merges.is_empty(), "history is not linear: {merges}");
+    // Every earlier tip is an ancestor of the final one: no update was forced.
+    let ok = g.git(&g.remote, &["merge-base", "--is-ancestor", &before, "main"]);
+    assert!(ok.status.success());
+}
+
+/// Scenario 4: conflicting commits: the second push exits 1 naming the file,
+/// and its local commit is exactly as before.
+#[test]
+fn conflicting_push_fails_naming_the_file_and_keeps_the_local_commit() {
+    let g = GitEnv::new();
+    let mut ws = Vec::new();
+    for (i, text) in ["mine\n", "theirs\n"].iter().enumerate() {
+        let out = g.run(&[
+            "workspace",
+            "create",
+            "--repo",
+            g.base.to_str().unwrap(),
+            "--branch",
+            "main",
+            "--id",
+            &format!("w{i}"),
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let p = PathBuf::from(stdout(&out).trim());
+        fs::write(p.join("a.txt"), text).unwrap();
+        g.git_ok(&p, &["commit", "-qam", &format!("edit {i}")]);
+        ws.push(p);
+    }
+    let out = g.run(&["git", "push", "--repo", ws[0].to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let head = g.git_ok(&ws[1], &["rev-parse", "HEAD"]);
+    let out = g.run(&[
+        "git",
+        "push",
+        "--repo",
+        ws[1].to_str().unwrap(),
+        "--base-delay",
+        "10ms",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 1, "{err}");
+    assert!(err.contains("a.txt") && err.contains("conflict"), "{err}");
+    assert_eq!(g.git_ok(&ws[1], &["rev-parse", "HEAD"]), head);
+    assert_eq!(g.git_ok(&ws[1], &["status", "--porcelain"]), "");
+    assert_eq!(fs::read_to_string(ws[1].join("a.txt")).unwrap(), "theirs\n");
+    assert_eq!(
+        g.git_ok(&ws[1], &["rev-parse", "--abbrev-ref", "HEAD"]),
+        "main"
+    );
+    // The remote has the first push only.
+    let log = g.git_ok(&g.remote, &["log", "--format=%s", "main"]);
+    assert_eq!(log, "edit 0\ninit");
+}
+
+/// Scenario 5: a long git operation on one repository does not delay
+/// workspace creation on another; on the same repository the bounded wait
+/// ends in exit 75 naming the repository and the holder.
+#[test]
+fn a_busy_repository_does_not_delay_another_and_its_timeout_names_the_holder() {
+    let g = GitEnv::new();
+    let other = g.env.path("other");
+    g.git_ok(
+        g.env.tmp.path(),
+        &["clone", "-q", g.base.to_str().unwrap(), "other"],
+    );
+
+    let dir = baton_lock::BatonDir::open(&g.env.dir).unwrap();
+    let busy = baton_git::Repo::open(&g.base).unwrap();
+    let guard = busy
+        .lock(
+            &dir,
+            baton_lock::WaitPolicy::Immediately,
+            "a long git gc",
+            "test-run",
+        )
+        .unwrap();
+
+    let start = Instant::now();
+    let out = g.run(&[
+        "workspace",
+        "create",
+        "--repo",
+        other.to_str().unwrap(),
+        "--strategy",
+        "worktree",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out2 = g.run(&["workspace", "create", "--repo", other.to_str().unwrap()]);
+    assert_eq!(code(&out2), 0, "{}", stderr(&out2));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
+
+    let start = Instant::now();
+    let out = g.run(&[
+        "workspace",
+        "create",
+        "--repo",
+        g.base.to_str().unwrap(),
+        "--git-lock-wait",
+        "300ms",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 75, "{err}");
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    assert!(err.contains(busy.common_dir.to_str().unwrap()), "{err}");
+    assert!(
+        err.contains("held by") && err.contains("a long git gc"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    drop(guard);
+    // The failed create left nothing behind.
+    assert_eq!(g.workspaces().len(), 2);
+}
+
+/// gc reports a workspace it cannot remove, with path and remedy, and still
+/// removes the others.
+#[test]
+fn gc_reports_what_it_cannot_remove_and_removes_the_rest() {
+    let g = GitEnv::new();
+    let marker = g.env.path("ready");
+    let mut run = g
+        .baton(&[
+            "run",
+            "--workspace",
+            g.base.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &format!("pwd > {}; exec sleep 60", marker.display()),
+        ])
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(20), || {
+        fs::read_to_string(&marker).is_ok_and(|s| s.ends_with('\n'))
+    });
+    run.kill().unwrap();
+    run.wait().unwrap();
+    // A record of a dead owner whose path baton must not delete.
+    let listed = g.workspaces();
+    let mut bogus = listed[0].clone();
+    let outside = g.env.path("precious");
+    fs::create_dir(&outside).unwrap();
+    bogus["id"] = "bogus".into();
+    bogus["path"] = outside.to_str().unwrap().into();
+    for k in ["size_bytes", "age_secs", "owner_alive", "exists"] {
+        bogus.as_object_mut().unwrap().remove(k);
+    }
+    fs::write(
+        g.env.dir.join("workspaces/.registry/bogus.json"),
+        serde_json::to_vec(&bogus).unwrap(),
+    )
+    .unwrap();
+
+    let out = g.run(&["workspace", "gc", "--json"]);
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["removed"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["failed"][0]["id"], "bogus");
+    assert_eq!(report["failed"][0]["path"], outside.to_str().unwrap());
+    assert!(stderr(&out).contains("by hand"), "{}", stderr(&out));
+    assert!(outside.is_dir());
+    assert!(g.leftovers().is_empty(), "{:?}", g.leftovers());
+}
+
+#[test]
+fn workspace_copies_ignored_files_listed_in_worktreeinclude() {
+    let g = GitEnv::new();
+    fs::write(g.base.join(".gitignore"), ".env\nbuild/\n").unwrap();
+    fs::write(g.base.join(".worktreeinclude"), ".env\n").unwrap();
+    g.git_ok(&g.base, &["add", "."]);
+    g.git_ok(&g.base, &["commit", "-qm", "ignore"]);
+    fs::write(g.base.join(".env"), "SECRET=1\n").unwrap();
+    fs::create_dir(g.base.join("build")).unwrap();
+    fs::write(g.base.join("build/out"), "x").unwrap();
+    let out = g.run(&[
+        "workspace",
+        "create",
+        "--repo",
+        g.base.to_str().unwrap(),
+        "--include-ignored",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let ws = PathBuf::from(stdout(&out).trim());
+    assert_eq!(fs::read_to_string(ws.join(".env")).unwrap(), "SECRET=1\n");
+    assert!(!ws.join("build/out").exists());
+    // A clone's origin is the base's origin.
+    let url = g.git_ok(&ws, &["remote", "get-url", "origin"]);
+    assert_eq!(url, g.remote.to_str().unwrap());
+}
+
+#[test]
+fn init_attributes_is_idempotent() {
+    let g = GitEnv::new();
+    fs::write(g.base.join(".gitattributes"), "*.png binary").unwrap();
+    for _ in 0..2 {
+        let out = g.run(&["git", "init-attributes", "--repo", g.base.to_str().unwrap()]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+    }
+    assert_eq!(
+        fs::read_to_string(g.base.join(".gitattributes")).unwrap(),
+        "*.png binary\n*.jsonl merge=union\n"
+    );
+}
+
+#[test]
+fn workspace_errors_are_one_line_with_exit_125() {
+    let g = GitEnv::new();
+    let notrepo = g.env.path("plain");
+    fs::create_dir(&notrepo).unwrap();
+    for args in [
+        vec!["workspace", "create", "--repo", notrepo.to_str().unwrap()],
+        vec![
+            "workspace",
+            "create",
+            "--repo",
+            g.base.to_str().unwrap(),
+            "--ref",
+            "nope",
+        ],
+        vec![
+            "workspace",
+            "create",
+            "--repo",
+            g.base.to_str().unwrap(),
+            "--id",
+            "../x",
+        ],
+        vec!["workspace", "remove", "missing"],
+    ] {
+        let out = g.run(&args);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 125, "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+    assert!(g.workspaces().is_empty());
+}

@@ -1,0 +1,191 @@
+//! Typed errors of git operations.
+
+use std::io;
+use std::path::PathBuf;
+
+use baton_lock::LockError;
+
+/// Everything that can go wrong in a git operation of baton.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GitError {
+    /// `git` could not be started at all.
+    #[error("cannot run `{command}` (is git installed and on PATH?)")]
+    Spawn {
+        /// The command line.
+        command: String,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A git command failed.
+    #[error("`{command}` failed ({status}): {stderr}")]
+    Command {
+        /// The command line, with the directory it ran in (`git -C DIR ...`).
+        command: String,
+        /// How it ended (`exit status 128`, ...).
+        status: String,
+        /// What git printed on stderr, trimmed.
+        stderr: String,
+    },
+    /// The path is not inside a git repository.
+    #[error("'{}' is not a git repository: {stderr}", path.display())]
+    NotARepo {
+        /// The path given.
+        path: PathBuf,
+        /// What git said.
+        stderr: String,
+    },
+    /// The ref does not name a commit in the base repository.
+    #[error("'{reference}' is not a commit in repository '{}'", repo.display())]
+    UnknownRef {
+        /// The repository.
+        repo: PathBuf,
+        /// The ref asked for.
+        reference: String,
+    },
+    /// The repository lock could not be taken (busy past the wait, or an I/O error).
+    #[error("cannot lock repository '{}' for `{operation}`", repo.display())]
+    RepoLock {
+        /// The repository's common git dir.
+        repo: PathBuf,
+        /// The git operation that needed the lock.
+        operation: String,
+        /// The cause; [`LockError::Busy`] names the holder.
+        #[source]
+        source: Box<LockError>,
+    },
+    /// The push lock of a remote branch could not be taken.
+    #[error("cannot lock pushes to '{remote}' branch '{branch}'")]
+    PushLock {
+        /// The remote's URL.
+        remote: String,
+        /// The remote branch.
+        branch: String,
+        /// The cause; [`LockError::Busy`] names the holder.
+        #[source]
+        source: Box<LockError>,
+    },
+    /// Another lock error (e.g. the lock of one workspace).
+    #[error(transparent)]
+    Lock(Box<LockError>),
+    /// An I/O error, with the path it concerns.
+    #[error("{op} '{}'", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The path concerned.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A workspace record in the registry is not valid.
+    #[error("workspace record '{}' is not valid JSON (remove it if the workspace is gone)", path.display())]
+    BadRecord {
+        /// The record file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The request is not acceptable.
+    #[error("{0}")]
+    Invalid(String),
+    /// No workspace has this id.
+    #[error("no workspace with id '{id}' (see `baton workspace list`)")]
+    NoSuchWorkspace {
+        /// The id.
+        id: String,
+    },
+    /// A workspace with this id exists already.
+    #[error("a workspace with id '{id}' exists already at '{}'", path.display())]
+    WorkspaceExists {
+        /// The id.
+        id: String,
+        /// Its path.
+        path: PathBuf,
+    },
+    /// A workspace directory could not be removed.
+    #[error("cannot remove workspace '{id}' at '{}' (run {run_id}); {remedy}", path.display())]
+    RemoveFailed {
+        /// The workspace id.
+        id: String,
+        /// Its path.
+        path: PathBuf,
+        /// The run that created it.
+        run_id: String,
+        /// What to do about it.
+        remedy: String,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// HEAD is detached and no branch was named.
+    #[error("HEAD of '{}' is detached: name the branch to push with --branch", repo.display())]
+    DetachedHead {
+        /// The repository.
+        repo: PathBuf,
+    },
+    /// The rebase onto the remote branch conflicts; the local commits are unchanged.
+    #[error("run {run_id} in '{}': rebase onto {onto} conflicts in {}; the rebase was aborted and the local commits are unchanged (nothing was pushed): rebase onto {onto} by hand, resolve the conflicts and push again", repo.display(), paths.join(", "))]
+    Conflict {
+        /// The repository pushed from.
+        repo: PathBuf,
+        /// The run id of the push.
+        run_id: String,
+        /// What it was rebased onto (`origin/main`).
+        onto: String,
+        /// The conflicting paths.
+        paths: Vec<String>,
+    },
+    /// Every attempt was rejected.
+    #[error("run {run_id} in '{}': push to {remote} {branch} was rejected {attempts} times (non-fast-forward); giving up, local commits unchanged", repo.display())]
+    Exhausted {
+        /// The repository pushed from.
+        repo: PathBuf,
+        /// The run id of the push.
+        run_id: String,
+        /// The remote.
+        remote: String,
+        /// The remote branch.
+        branch: String,
+        /// Attempts made.
+        attempts: u32,
+    },
+}
+
+impl GitError {
+    /// Whether this is a lock that stayed busy (or a push that stayed
+    /// rejected) rather than a fault: the `75` of DESIGN.md's exit codes.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            GitError::RepoLock { source, .. }
+            | GitError::PushLock { source, .. }
+            | GitError::Lock(source) => matches!(**source, LockError::Busy { .. }),
+            GitError::Exhausted { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+impl From<LockError> for GitError {
+    fn from(e: LockError) -> Self {
+        GitError::Lock(Box::new(e))
+    }
+}
+
+/// Attaches a path and an operation to an I/O result.
+pub(crate) trait IoContext<T> {
+    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, GitError>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, GitError> {
+        self.map_err(|source| GitError::Io {
+            op,
+            path: path.into(),
+            source,
+        })
+    }
+}

@@ -1,0 +1,231 @@
+//! Running `git` and the repository lock.
+//!
+//! git is driven through its CLI (DESIGN.md, decision 9), so users' hooks,
+//! credentials and config apply. Every command runs with `-C DIR`, stdin
+//! closed, no terminal prompt, and without `GIT_DIR`-style variables
+//! inherited from a hook that may have started baton (they would redirect the
+//! command to another repository).
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use baton_lock::{acquire, BatonDir, LockGuard, LockName, LockRequest, WaitPolicy};
+use sha2::{Digest, Sha256};
+
+use crate::error::GitError;
+
+/// How long a repository lock is waited for unless told otherwise.
+pub const DEFAULT_GIT_LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// Variables that would point git at another repository than `-C DIR`.
+const REPO_ENV: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_PREFIX",
+];
+
+/// `git -C dir args...`, ready to run.
+pub(crate) fn command<I, S>(dir: &Path, args: I) -> (Command, String)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+    let mut c = Command::new("git");
+    c.arg("-C").arg(dir).args(&args);
+    for v in REPO_ENV {
+        c.env_remove(v);
+    }
+    c.env("GIT_TERMINAL_PROMPT", "0").stdin(Stdio::null());
+    let line = format!(
+        "git -C {} {}",
+        dir.display(),
+        args.iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    (c, line)
+}
+
+/// Runs git and returns its output whatever its status.
+pub(crate) fn output<I, S>(dir: &Path, args: I) -> Result<(Output, String), GitError>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let (mut c, line) = command(dir, args);
+    let out = c.output().map_err(|source| GitError::Spawn {
+        command: line.clone(),
+        source,
+    })?;
+    Ok((out, line))
+}
+
+/// Runs git; fails with its stderr unless it succeeds; returns stdout, trimmed.
+pub(crate) fn run<I, S>(dir: &Path, args: I) -> Result<String, GitError>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let (out, line) = output(dir, args)?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(failed(line, &out))
+    }
+}
+
+pub(crate) fn failed(command: String, out: &Output) -> GitError {
+    GitError::Command {
+        command,
+        status: out.status.to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    }
+}
+
+/// A repository as baton sees it: where the user pointed, and its common git
+/// dir (the key of its lock).
+#[derive(Clone, Debug)]
+pub struct Repo {
+    /// The path given, canonicalized (a work tree, or a bare repository).
+    pub path: PathBuf,
+    /// The canonical common git dir (`git rev-parse --git-common-dir`).
+    pub common_dir: PathBuf,
+    /// The top of the work tree, if the repository has one.
+    pub toplevel: Option<PathBuf>,
+}
+
+impl Repo {
+    /// Finds the repository at or above `path`.
+    pub fn open(path: &Path) -> Result<Repo, GitError> {
+        let canon = std::fs::canonicalize(path).map_err(|e| GitError::NotARepo {
+            path: path.to_path_buf(),
+            stderr: e.to_string(),
+        })?;
+        let (out, _) = output(
+            &canon,
+            [
+                "--no-optional-locks",
+                "rev-parse",
+                "--path-format=absolute",
+                "--git-common-dir",
+                "--is-bare-repository",
+                "--show-toplevel",
+            ],
+        )?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut lines = text.lines();
+        let (Some(common), Some(bare)) = (lines.next(), lines.next()) else {
+            return Err(GitError::NotARepo {
+                path: canon,
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        };
+        if !out.status.success() && bare != "true" {
+            return Err(GitError::NotARepo {
+                path: canon,
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        let common_dir = std::fs::canonicalize(common).map_err(|e| GitError::NotARepo {
+            path: canon.clone(),
+            stderr: format!("common git dir '{common}': {e}"),
+        })?;
+        let toplevel = match (bare, lines.next()) {
+            ("false", Some(top)) if !top.is_empty() => Some(PathBuf::from(top)),
+            _ => None,
+        };
+        Ok(Repo {
+            path: toplevel.clone().unwrap_or(canon),
+            common_dir,
+            toplevel,
+        })
+    }
+
+    /// The name of this repository's lock: `git/` and 16 hex digits of the
+    /// SHA-256 of its canonical common git dir.
+    pub fn lock_name(&self) -> Result<LockName, GitError> {
+        hashed_name("git", self.common_dir.as_os_str().as_encoded_bytes())
+    }
+
+    /// Takes this repository's lock for one git operation on its shared
+    /// metadata. Hold the guard only for the duration of that command.
+    pub fn lock(
+        &self,
+        dir: &BatonDir,
+        wait: WaitPolicy,
+        operation: &str,
+        run_id: &str,
+    ) -> Result<LockGuard, GitError> {
+        let req = LockRequest::new(self.lock_name()?)
+            .wait(wait)
+            .operation(format!("{operation} in {}", self.common_dir.display()))
+            .run_id(run_id)
+            .kind("git");
+        acquire(dir, &req).map_err(|source| GitError::RepoLock {
+            repo: self.common_dir.clone(),
+            operation: operation.to_string(),
+            source: Box::new(source),
+        })
+    }
+
+    /// Runs one git command in this repository while holding its lock.
+    pub(crate) fn run_locked<S: AsRef<OsStr>>(
+        &self,
+        dir: &BatonDir,
+        wait: WaitPolicy,
+        run_id: &str,
+        args: &[S],
+    ) -> Result<String, GitError> {
+        let what = format!(
+            "git {}",
+            args.iter()
+                .take(2)
+                .map(|a| a.as_ref().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let guard = self.lock(dir, wait, &what, run_id)?;
+        let result = run(&self.path, args);
+        drop(guard);
+        result
+    }
+}
+
+/// `prefix/` and 16 hex digits of the SHA-256 of `key`.
+pub(crate) fn hashed_name(prefix: &str, key: &[u8]) -> Result<LockName, GitError> {
+    let digest = Sha256::digest(key);
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    Ok(LockName::new(format!("{prefix}/{hex}"))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_names_are_short_distinct_and_stable() {
+        let a = hashed_name("git", b"/srv/a/.git").unwrap();
+        let b = hashed_name("git", b"/srv/b/.git").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a, hashed_name("git", b"/srv/a/.git").unwrap());
+        assert_eq!(a.as_str().len(), "git/".len() + 16);
+    }
+
+    #[test]
+    fn a_plain_directory_is_not_a_repository() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = Repo::open(tmp.path())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("is not a git repository"), "{err}");
+    }
+}

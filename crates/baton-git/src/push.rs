@@ -1,0 +1,407 @@
+//! `baton git push`: land local commits on a remote branch without losing
+//! any and without storms.
+//!
+//! Pushes to one remote branch from this machine are serialised by a lock
+//! (`git-push/<hash of remote URL and branch>`), so local agents queue
+//! instead of all being rejected at once. A non-fast-forward rejection can
+//! then only come from a push that was not in our line (another machine, a
+//! push without baton), and is answered by fetch, rebase onto the remote
+//! branch and another push. The first retry follows its rebase at once (the
+//! rejection is explained by what the fetch brought); each later one waits
+//! an exponentially growing delay with +-25% jitter, so pushers on different
+//! machines spread out. A rebase conflict aborts the rebase and resets the
+//! branch to the commits it had before the first attempt. Nothing is ever
+//! force-pushed: the refspec never carries `+` and no `--force` is passed.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use baton_lock::{acquire, new_run_id, BatonDir, LockRequest, WaitPolicy};
+use serde::Serialize;
+
+use crate::error::{GitError, IoContext};
+use crate::git::{self, hashed_name, Repo, DEFAULT_GIT_LOCK_WAIT};
+
+/// Retry policy of a push.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Backoff {
+    /// Pushes tried in all (at least 1).
+    pub attempts: u32,
+    /// Delay before the second retry; doubled before each later one.
+    pub base_delay: Duration,
+    /// Upper bound of a delay (before jitter).
+    pub max_delay: Duration,
+    /// Relative jitter: each delay is multiplied by a random factor in
+    /// `1 - jitter ..= 1 + jitter`.
+    pub jitter: f64,
+}
+
+impl Default for Backoff {
+    /// 5 attempts, 1s doubling to at most 16s, +-25% jitter.
+    fn default() -> Self {
+        Backoff {
+            attempts: 5,
+            base_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(16),
+            jitter: 0.25,
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay before attempt `attempt` (1-based): none before the first
+    /// two, then `base`, `2*base`, ... capped at `max`, jittered.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        if attempt <= 2 {
+            return Duration::ZERO;
+        }
+        let doublings = (attempt - 3).min(30);
+        let raw = self
+            .base_delay
+            .checked_mul(1u32 << doublings)
+            .unwrap_or(self.max_delay)
+            .min(self.max_delay);
+        let factor = 1.0 + self.jitter.clamp(0.0, 1.0) * (2.0 * random_unit() - 1.0);
+        raw.mul_f64(factor.max(0.0))
+    }
+}
+
+/// A uniformly distributed number in `[0, 1)` from the kernel's random source.
+fn random_unit() -> f64 {
+    let mut buf = [0u8; 8];
+    let filled =
+        rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty()).unwrap_or(0);
+    if filled < buf.len() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        return f64::from(nanos % 1_000_000) / 1_000_000.0;
+    }
+    (u64::from_le_bytes(buf) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// What to push.
+#[derive(Clone, Debug)]
+pub struct PushRequest {
+    /// A path in the repository to push from; `HEAD` is pushed.
+    pub repo: PathBuf,
+    /// The remote; default the branch's configured remote, else `origin`.
+    pub remote: Option<String>,
+    /// The remote branch; default the current branch's name.
+    pub branch: Option<String>,
+    /// Retry policy.
+    pub backoff: Backoff,
+    /// How long to wait for the push lock and the repository lock.
+    pub lock_wait: WaitPolicy,
+    /// The run id recorded in locks and log lines; a new one if absent.
+    pub run_id: Option<String>,
+    /// Print a line on stderr for every rejection and retry.
+    pub log: bool,
+}
+
+impl PushRequest {
+    /// Pushes `HEAD` of `repo` with the default policy.
+    pub fn new(repo: impl Into<PathBuf>) -> PushRequest {
+        PushRequest {
+            repo: repo.into(),
+            remote: None,
+            branch: None,
+            backoff: Backoff::default(),
+            lock_wait: WaitPolicy::AtMost(DEFAULT_GIT_LOCK_WAIT),
+            run_id: None,
+            log: false,
+        }
+    }
+}
+
+/// A push that landed.
+#[derive(Clone, Debug, Serialize)]
+pub struct PushReport {
+    /// The run id of the push.
+    pub run_id: String,
+    /// The work tree pushed from.
+    pub repo: PathBuf,
+    /// The remote's name.
+    pub remote: String,
+    /// The remote branch.
+    pub branch: String,
+    /// The commit now at the remote branch.
+    pub commit: String,
+    /// Pushes tried.
+    pub attempts: u32,
+    /// Rebases done onto the remote branch.
+    pub rebases: u32,
+}
+
+/// Pushes `HEAD` to the remote branch; rebases and retries on non-fast-forward.
+///
+/// ```no_run
+/// let dir = baton_lock::BatonDir::resolve(None)?;
+/// let report = baton_git::push(&dir, &baton_git::PushRequest::new("."))?;
+/// println!("{} at {}", report.branch, report.commit);
+/// # Ok::<(), baton_git::GitError>(())
+/// ```
+pub fn push(dir: &BatonDir, req: &PushRequest) -> Result<PushReport, GitError> {
+    let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
+    let repo = Repo::open(&req.repo)?;
+    let work = repo.toplevel.clone().ok_or_else(|| {
+        GitError::Invalid(format!(
+            "'{}' has no work tree: push from a work tree",
+            repo.path.display()
+        ))
+    })?;
+    let (out, _) = git::output(&work, ["symbolic-ref", "--quiet", "--short", "HEAD"])?;
+    let local = out
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string());
+    let branch = match (&req.branch, &local) {
+        (Some(b), _) | (None, Some(b)) => b.clone(),
+        (None, None) => return Err(GitError::DetachedHead { repo: work }),
+    };
+    let remote = match &req.remote {
+        Some(r) => r.clone(),
+        None => local
+            .as_ref()
+            .and_then(|l| git::run(&work, ["config", "--get", &format!("branch.{l}.remote")]).ok())
+            .filter(|r| !r.is_empty() && r != ".")
+            .unwrap_or_else(|| "origin".into()),
+    };
+    let url = git::run(&work, ["remote", "get-url", remote.as_str()])?;
+    let url_key = fs::canonicalize(work.join(&url))
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| url.clone());
+    let log = |msg: &str| {
+        if req.log {
+            eprintln!(
+                "baton: git push (run {run_id}) in '{}': {msg}",
+                work.display()
+            );
+        }
+    };
+
+    let mut key = url_key.into_bytes();
+    key.push(0);
+    key.extend_from_slice(branch.as_bytes());
+    let lock = LockRequest::new(hashed_name("git-push", &key)?)
+        .wait(req.lock_wait)
+        .operation(format!(
+            "git push {remote} {branch} from {}",
+            work.display()
+        ))
+        .run_id(run_id.clone())
+        .kind("git");
+    let guard = acquire(dir, &lock).map_err(|source| GitError::PushLock {
+        remote: url.clone(),
+        branch: branch.clone(),
+        source: Box::new(source),
+    })?;
+
+    let orig = git::run(&work, ["rev-parse", "--verify", "HEAD"])?;
+    let refspec = format!("HEAD:refs/heads/{branch}");
+    let onto_name = format!("{remote}/{branch}");
+    let attempts = req.backoff.attempts.max(1);
+    for attempt in 1..=attempts {
+        let (out, line) = git::output(
+            &work,
+            ["push", "--quiet", remote.as_str(), refspec.as_str()],
+        )?;
+        if out.status.success() {
+            drop(guard);
+            let commit = git::run(&work, ["rev-parse", "--verify", "HEAD"])?;
+            if attempt > 1 {
+                log(&format!(
+                    "pushed {commit} to {onto_name} (attempt {attempt}/{attempts})"
+                ));
+            }
+            return Ok(PushReport {
+                run_id,
+                repo: work,
+                remote,
+                branch,
+                commit,
+                attempts: attempt,
+                rebases: attempt - 1,
+            });
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !retryable(&stderr) {
+            return Err(git::failed(line, &out));
+        }
+        if attempt == attempts {
+            log(&format!("attempt {attempt}/{attempts} rejected; giving up"));
+            return Err(GitError::Exhausted {
+                repo: work,
+                run_id,
+                remote,
+                branch,
+                attempts,
+            });
+        }
+        let delay = req.backoff.delay(attempt + 1);
+        log(&format!(
+            "attempt {attempt}/{attempts} rejected (non-fast-forward); fetching and rebasing onto {onto_name}{}",
+            if delay.is_zero() {
+                String::new()
+            } else {
+                format!(" after {}", humantime::format_duration(Duration::from_millis(delay.as_millis() as u64)))
+            }
+        ));
+        std::thread::sleep(delay);
+        let fetch_spec = format!("refs/heads/{branch}");
+        repo.run_locked(
+            dir,
+            req.lock_wait,
+            &run_id,
+            &["fetch", "--quiet", remote.as_str(), fetch_spec.as_str()],
+        )?;
+        let onto = git::run(&work, ["rev-parse", "--verify", "FETCH_HEAD^{commit}"])?;
+        rebase(&work, &onto, &onto_name, &orig, &run_id)?;
+    }
+    // Unreachable: the last attempt returns above.
+    Err(GitError::Exhausted {
+        repo: work,
+        run_id,
+        remote,
+        branch,
+        attempts,
+    })
+}
+
+/// Whether a failed push was rejected because the remote moved on.
+fn retryable(stderr: &str) -> bool {
+    stderr.contains("[rejected]")
+        && (stderr.contains("non-fast-forward") || stderr.contains("fetch first"))
+        || stderr.contains("[remote rejected]")
+            && (stderr.contains("cannot lock ref") || stderr.contains("failed to update ref"))
+}
+
+/// Rebases the current branch onto `onto`; on failure aborts and restores `orig`.
+fn rebase(
+    work: &Path,
+    onto: &str,
+    onto_name: &str,
+    orig: &str,
+    run_id: &str,
+) -> Result<(), GitError> {
+    let (out, line) = git::output(work, ["rebase", "--quiet", "--no-autostash", onto])?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let conflicted = git::run(work, ["diff", "--name-only", "--diff-filter=U"]).unwrap_or_default();
+    let in_progress = ["rebase-merge", "rebase-apply"].iter().any(|d| {
+        git::run(work, ["rev-parse", "--git-path", d])
+            .map(|p| work.join(p).exists())
+            .unwrap_or(false)
+    });
+    if in_progress {
+        git::run(work, ["rebase", "--abort"])?;
+    }
+    // Back to exactly the commits we started with (an earlier attempt may have rebased them).
+    git::run(work, ["reset", "--quiet", "--keep", orig])?;
+    let paths: Vec<String> = conflicted.lines().map(str::to_string).collect();
+    if paths.is_empty() {
+        return Err(git::failed(line, &out));
+    }
+    Err(GitError::Conflict {
+        repo: work.to_path_buf(),
+        run_id: run_id.to_string(),
+        onto: onto_name.to_string(),
+        paths,
+    })
+}
+
+/// The `.gitattributes` line that lets concurrent appends to JSONL files merge.
+pub const JSONL_UNION: &str = "*.jsonl merge=union";
+
+/// Adds `*.jsonl merge=union` to the work tree's `.gitattributes` unless it is
+/// there; returns the file and whether it changed. Idempotent.
+pub fn init_attributes(repo: &Path) -> Result<(PathBuf, bool), GitError> {
+    let repo = Repo::open(repo)?;
+    let top = repo
+        .toplevel
+        .ok_or_else(|| GitError::Invalid(format!("'{}' has no work tree", repo.path.display())))?;
+    let path = top.join(".gitattributes");
+    let current = match fs::read_to_string(&path) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).at("cannot read", &path),
+    };
+    let present = current
+        .lines()
+        .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["*.jsonl", "merge=union"]);
+    if present {
+        return Ok((path, false));
+    }
+    let mut next = current;
+    if !next.is_empty() && !next.ends_with('\n') {
+        next.push('\n');
+    }
+    next.push_str(JSONL_UNION);
+    next.push('\n');
+    let tmp = top.join(format!(".gitattributes.baton-tmp-{}", std::process::id()));
+    let written = (|| -> std::io::Result<()> {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(next.as_bytes())?;
+        f.sync_data()?;
+        fs::rename(&tmp, &path)
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e).at("cannot write", &path);
+    }
+    Ok((path, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_retries_once_at_once_then_doubles_with_jitter_up_to_the_cap() {
+        let b = Backoff::default();
+        assert_eq!(b.delay(1), Duration::ZERO);
+        assert_eq!(b.delay(2), Duration::ZERO);
+        for (attempt, nominal) in [
+            (3, 1.0),
+            (4, 2.0),
+            (5, 4.0),
+            (6, 8.0),
+            (7, 16.0),
+            (40, 16.0),
+        ] {
+            for _ in 0..50 {
+                let d = b.delay(attempt).as_secs_f64();
+                assert!(
+                    d >= nominal * 0.75 - 1e-9 && d <= nominal * 1.25 + 1e-9,
+                    "{attempt}: {d}"
+                );
+            }
+        }
+        let spread: std::collections::HashSet<u128> =
+            (0..20).map(|_| b.delay(3).as_micros()).collect();
+        assert!(spread.len() > 1, "no jitter");
+    }
+
+    #[test]
+    fn only_non_fast_forward_rejections_are_retried() {
+        assert!(retryable(
+            " ! [rejected]        HEAD -> main (fetch first)\nerror: failed to push"
+        ));
+        assert!(retryable(
+            " ! [rejected]        HEAD -> main (non-fast-forward)"
+        ));
+        assert!(retryable(
+            " ! [remote rejected] HEAD -> main (cannot lock ref 'refs/heads/main')"
+        ));
+        assert!(!retryable(
+            " ! [remote rejected] HEAD -> main (pre-receive hook declined)"
+        ));
+        assert!(!retryable(
+            "fatal: could not read Username: terminal prompts disabled"
+        ));
+    }
+}

@@ -1,0 +1,143 @@
+//! The workspace registry: one JSON file per workspace under
+//! `<baton dir>/workspaces/.registry/`, written atomically (temp file, fsync,
+//! link or rename, fsync of the directory), so a crash leaves either no
+//! record or a whole one.
+//!
+//! A record is written *before* its workspace directory is created and
+//! removed *after* the directory is gone, so every workspace that may exist
+//! on disk has a record naming its owner, and `gc` can find the leftovers of
+//! a run that was killed at any point.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use baton_lock::BatonDir;
+
+use crate::error::{GitError, IoContext};
+use crate::workspace::Workspace;
+
+/// `<baton dir>/workspaces`, created `0700` if missing.
+pub(crate) fn workspaces_dir(dir: &BatonDir) -> Result<PathBuf, GitError> {
+    let ws = dir.path().join("workspaces");
+    make_dir(&ws)?;
+    Ok(ws)
+}
+
+pub(crate) fn registry_dir(dir: &BatonDir) -> Result<PathBuf, GitError> {
+    let reg = workspaces_dir(dir)?.join(".registry");
+    make_dir(&reg)?;
+    Ok(reg)
+}
+
+fn make_dir(path: &Path) -> Result<(), GitError> {
+    match fs::DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e).at("cannot create directory", path),
+    }
+}
+
+fn record_path(reg: &Path, id: &str) -> PathBuf {
+    reg.join(format!("{id}.json"))
+}
+
+/// Writes a new record; fails if one with the same id exists.
+pub(crate) fn insert(dir: &BatonDir, ws: &Workspace) -> Result<(), GitError> {
+    let reg = registry_dir(dir)?;
+    let target = record_path(&reg, &ws.id);
+    let tmp = reg.join(format!(".{}.{}.tmp", ws.id, ws.run_id));
+    let bytes = serde_json::to_vec_pretty(ws).map_err(|source| GitError::BadRecord {
+        path: target.clone(),
+        source,
+    })?;
+    let written = (|| -> io::Result<()> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(&bytes)?;
+        f.write_all(b"\n")?;
+        f.sync_data()
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e).at("cannot write workspace record", &tmp);
+    }
+    // link(2) publishes the complete record and fails if the id is taken.
+    let linked = fs::hard_link(&tmp, &target);
+    let _ = fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let path = get(dir, &ws.id).map(|w| w.path).unwrap_or_default();
+            return Err(GitError::WorkspaceExists {
+                id: ws.id.clone(),
+                path,
+            });
+        }
+        Err(e) => return Err(e).at("cannot publish workspace record", &target),
+    }
+    sync_dir(&reg)
+}
+
+/// Reads one record.
+pub(crate) fn get(dir: &BatonDir, id: &str) -> Result<Workspace, GitError> {
+    let path = record_path(&registry_dir(dir)?, id);
+    match fs::read(&path) {
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes).map_err(|source| GitError::BadRecord { path, source })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            Err(GitError::NoSuchWorkspace { id: id.to_string() })
+        }
+        Err(e) => Err(e).at("cannot read workspace record", path),
+    }
+}
+
+/// Deletes a record (absent is fine).
+pub(crate) fn delete(dir: &BatonDir, id: &str) -> Result<(), GitError> {
+    let reg = registry_dir(dir)?;
+    let path = record_path(&reg, id);
+    match fs::remove_file(&path) {
+        Ok(()) => sync_dir(&reg),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).at("cannot remove workspace record", path),
+    }
+}
+
+/// Every record, sorted by creation time; unreadable ones as errors with their path.
+pub(crate) fn all(dir: &BatonDir) -> Result<Vec<Result<Workspace, GitError>>, GitError> {
+    let reg = registry_dir(dir)?;
+    let mut out = Vec::new();
+    for entry in fs::read_dir(&reg).at("cannot list workspace registry", &reg)? {
+        let entry = entry.at("cannot list workspace registry", &reg)?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let Some(id) = name.strip_suffix(".json") else {
+            continue;
+        };
+        if name.starts_with('.') {
+            continue;
+        }
+        match get(dir, id) {
+            Err(GitError::NoSuchWorkspace { .. }) => {} // removed meanwhile
+            r => out.push(r),
+        }
+    }
+    out.sort_by(|a, b| match (a, b) {
+        (Ok(a), Ok(b)) => a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)),
+        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+        (Err(_), Err(_)) => std::cmp::Ordering::Equal,
+    });
+    Ok(out)
+}
+
+fn sync_dir(path: &Path) -> Result<(), GitError> {
+    File::open(path)
+        .and_then(|d| d.sync_all())
+        .at("cannot sync directory", path)
+}

@@ -1,0 +1,697 @@
+//! Isolated workspaces: one checkout per run, created and removed without
+//! racing other runs on the repository's shared metadata.
+//!
+//! Only the git commands that write shared metadata run under the
+//! repository's lock: `clone --local` (reads the base while others may write
+//! it), `worktree add --no-checkout` and `worktree prune` (`.git/worktrees/`,
+//! `.git/config`, branch refs) and `fetch` into the base. Checking files out
+//! touches only the new workspace and runs outside the lock, so creations on
+//! one repository overlap as much as git allows, and creations on different
+//! repositories never wait for each other.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use baton_lock::{
+    acquire, new_run_id, BatonDir, Liveness, LockName, LockRequest, ProcessIdentity, WaitPolicy,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{GitError, IoContext};
+use crate::git::{self, Repo, DEFAULT_GIT_LOCK_WAIT};
+use crate::registry;
+
+/// How a workspace is made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// `git clone --local`: objects hardlinked, a fully independent `.git`.
+    #[default]
+    Clone,
+    /// `git worktree add`: shares the base's `.git`.
+    Worktree,
+}
+
+impl Strategy {
+    /// `clone` or `worktree`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Clone => "clone",
+            Strategy::Worktree => "worktree",
+        }
+    }
+}
+
+/// What workspace to create.
+#[derive(Clone, Debug)]
+pub struct WorkspaceRequest {
+    /// The base repository (any path inside it).
+    pub repo: PathBuf,
+    /// The commit to check out (any rev of the base); default `HEAD`.
+    pub reference: Option<String>,
+    /// A branch to work on: created at `reference` if the base has no such
+    /// branch, else checked out as it is.
+    pub branch: Option<String>,
+    /// Clone (default) or worktree.
+    pub strategy: Strategy,
+    /// The workspace's id; default the run id.
+    pub id: Option<String>,
+    /// The run this workspace belongs to; a new run id if absent.
+    pub run_id: Option<String>,
+    /// The process whose death makes the workspace garbage; default the caller.
+    pub owner: Option<ProcessIdentity>,
+    /// Copy the ignored files listed in the base's `.worktreeinclude`.
+    pub include_ignored: bool,
+    /// Refresh the base from its origin first.
+    pub fetch: bool,
+    /// Fetches within this long of the last one are skipped (shared).
+    pub fetch_debounce: Duration,
+    /// How long to wait for the repository lock.
+    pub git_lock_wait: WaitPolicy,
+}
+
+impl WorkspaceRequest {
+    /// A detached clone of `HEAD` of `repo`, with default waits.
+    pub fn new(repo: impl Into<PathBuf>) -> WorkspaceRequest {
+        WorkspaceRequest {
+            repo: repo.into(),
+            reference: None,
+            branch: None,
+            strategy: Strategy::Clone,
+            id: None,
+            run_id: None,
+            owner: None,
+            include_ignored: false,
+            fetch: false,
+            fetch_debounce: Duration::from_secs(30),
+            git_lock_wait: WaitPolicy::AtMost(DEFAULT_GIT_LOCK_WAIT),
+        }
+    }
+}
+
+/// A workspace, as recorded in the registry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workspace {
+    /// Its id (unique in the baton dir).
+    pub id: String,
+    /// Where it is.
+    pub path: PathBuf,
+    /// How it was made.
+    pub strategy: Strategy,
+    /// The base repository's path.
+    pub base_repo: PathBuf,
+    /// The base repository's common git dir (the key of its lock).
+    pub base_git_dir: PathBuf,
+    /// The ref asked for.
+    pub reference: String,
+    /// The commit it resolved to.
+    pub commit: String,
+    /// The branch checked out, if any.
+    pub branch: Option<String>,
+    /// The process whose death makes it garbage.
+    pub owner: ProcessIdentity,
+    /// The run it belongs to.
+    pub run_id: String,
+    /// When it was created (RFC 3339, UTC).
+    pub created_at: String,
+}
+
+impl Workspace {
+    /// Time since creation (zero if the clock went back or the record is odd).
+    pub fn age(&self) -> Duration {
+        humantime::parse_rfc3339(&self.created_at)
+            .ok()
+            .and_then(|t| SystemTime::now().duration_since(t).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// A workspace with what `list` measures.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkspaceInfo {
+    /// The record.
+    #[serde(flatten)]
+    pub workspace: Workspace,
+    /// Bytes on disk (each inode counted once; objects hardlinked with the base count too).
+    pub size_bytes: u64,
+    /// Seconds since creation.
+    pub age_secs: u64,
+    /// Whether its owner still runs.
+    pub owner_alive: Liveness,
+    /// Whether its directory exists.
+    pub exists: bool,
+}
+
+/// Checks an id: 1 to 64 characters of `A-Z a-z 0-9 . _ -`, starting with a letter or digit.
+pub fn validate_id(id: &str) -> Result<(), GitError> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        && id.as_bytes()[0].is_ascii_alphanumeric();
+    if ok {
+        Ok(())
+    } else {
+        Err(GitError::Invalid(format!(
+            "invalid workspace id {id:?}: use 1 to 64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit"
+        )))
+    }
+}
+
+/// Creates a workspace and records it in the registry.
+///
+/// ```no_run
+/// use baton_git::{create, Strategy, WorkspaceRequest};
+/// let dir = baton_lock::BatonDir::resolve(None)?;
+/// let mut req = WorkspaceRequest::new("/src/project");
+/// req.strategy = Strategy::Worktree;
+/// req.branch = Some("agent/fix-42".into());
+/// let ws = create(&dir, &req)?;
+/// println!("{} (run {})", ws.path.display(), ws.run_id);
+/// # Ok::<(), baton_git::GitError>(())
+/// ```
+pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitError> {
+    let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
+    let id = req.id.clone().unwrap_or_else(|| run_id.clone());
+    validate_id(&id)?;
+    let repo = Repo::open(&req.repo)?;
+    if let Some(b) = &req.branch {
+        git::run(&repo.path, ["check-ref-format", "--branch", b.as_str()])
+            .map_err(|_| GitError::Invalid(format!("invalid branch name {b:?}")))?;
+    }
+    if req.fetch {
+        fetch_base(dir, &repo, req, &run_id)?;
+    }
+    let reference = req.reference.clone().unwrap_or_else(|| "HEAD".into());
+    let commit = resolve(&repo, &reference)?;
+    let root = registry::workspaces_dir(dir)?;
+    let name = if id == run_id {
+        id.clone()
+    } else {
+        format!("{id}-{run_id}")
+    };
+    let ws = Workspace {
+        id: id.clone(),
+        path: root.join(name),
+        strategy: req.strategy,
+        base_repo: repo.path.clone(),
+        base_git_dir: repo.common_dir.clone(),
+        reference,
+        commit,
+        branch: req.branch.clone(),
+        owner: req.owner.clone().unwrap_or_else(ProcessIdentity::current),
+        run_id,
+        created_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+    };
+    if let Some(branch) = &ws.branch {
+        clean_stale_for_branch(dir, &ws, branch, req.git_lock_wait)?;
+    }
+    // Record first: whatever happens from here on, gc can find it.
+    registry::insert(dir, &ws)?;
+    match populate(dir, &repo, &ws, req) {
+        Ok(()) => Ok(ws),
+        Err(e) => {
+            let _ = remove_workspace(dir, &ws, req.git_lock_wait);
+            Err(e)
+        }
+    }
+}
+
+fn populate(
+    dir: &BatonDir,
+    repo: &Repo,
+    ws: &Workspace,
+    req: &WorkspaceRequest,
+) -> Result<(), GitError> {
+    let path = ws.path.as_os_str();
+    let wait = req.git_lock_wait;
+    let existing_branch = match &ws.branch {
+        Some(b) => branch_commit(repo, b)?,
+        None => None,
+    };
+    match ws.strategy {
+        Strategy::Worktree => {
+            let mut args: Vec<&std::ffi::OsStr> = vec![
+                "worktree".as_ref(),
+                "add".as_ref(),
+                "--no-checkout".as_ref(),
+                "--quiet".as_ref(),
+            ];
+            match (&ws.branch, &existing_branch) {
+                (None, _) => args.extend(["--detach".as_ref(), path, ws.commit.as_ref()]),
+                (Some(b), None) => {
+                    args.extend(["-b".as_ref(), b.as_ref(), path, ws.commit.as_ref()])
+                }
+                (Some(b), Some(_)) => args.extend([path, b.as_ref()]),
+            }
+            {
+                // One lock for prune and add: a worktree whose directory
+                // vanished (a crashed run) no longer blocks its branch.
+                let guard = repo.lock(dir, wait, "git worktree add", &ws.run_id)?;
+                git::run(&repo.path, ["worktree", "prune"])?;
+                git::run(&repo.path, &args)?;
+                drop(guard);
+            }
+            git::run(&ws.path, ["reset", "--hard", "--quiet"])?;
+        }
+        Strategy::Clone => {
+            let source = repo.common_dir.as_os_str();
+            repo.run_locked(
+                dir,
+                wait,
+                &ws.run_id,
+                &[
+                    "clone".as_ref(),
+                    "--local".as_ref(),
+                    "--no-checkout".as_ref(),
+                    "--quiet".as_ref(),
+                    source,
+                    path,
+                ],
+            )?;
+            if let Some(url) = origin_url(repo)? {
+                git::run(&ws.path, ["remote", "set-url", "origin", url.as_str()])?;
+            }
+            let start = existing_branch.as_deref().unwrap_or(&ws.commit);
+            match &ws.branch {
+                Some(b) => git::run(&ws.path, ["checkout", "--quiet", "-B", b.as_str(), start])?,
+                None => git::run(&ws.path, ["checkout", "--quiet", "--detach", start])?,
+            };
+        }
+    }
+    if req.include_ignored {
+        copy_included(repo, &ws.path)?;
+    }
+    Ok(())
+}
+
+/// `git fetch origin` into the base, at most once per debounce interval:
+/// concurrent requests queue on the repository lock, and the ones after the
+/// first find a fresh stamp and skip their fetch.
+fn fetch_base(
+    dir: &BatonDir,
+    repo: &Repo,
+    req: &WorkspaceRequest,
+    run_id: &str,
+) -> Result<(), GitError> {
+    let stamps = registry::workspaces_dir(dir)?.join(".fetch");
+    match fs::create_dir(&stamps) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).at("cannot create directory", &stamps),
+    }
+    let name = repo.lock_name()?;
+    let stamp = stamps.join(name.as_str().replace('/', "-"));
+    let guard = repo.lock(dir, req.git_lock_wait, "git fetch", run_id)?;
+    let fresh = fs::metadata(&stamp)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .is_some_and(|age| age < req.fetch_debounce);
+    if !fresh {
+        git::run(&repo.path, ["fetch", "--quiet", "origin"])?;
+        fs::write(&stamp, run_id.as_bytes()).at("cannot write fetch stamp", &stamp)?;
+    }
+    drop(guard);
+    Ok(())
+}
+
+fn resolve(repo: &Repo, reference: &str) -> Result<String, GitError> {
+    let spec = format!("{reference}^{{commit}}");
+    let (out, _) = git::output(
+        &repo.path,
+        [
+            "--no-optional-locks",
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            spec.as_str(),
+        ],
+    )?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(GitError::UnknownRef {
+            repo: repo.path.clone(),
+            reference: reference.to_string(),
+        })
+    }
+}
+
+fn branch_commit(repo: &Repo, branch: &str) -> Result<Option<String>, GitError> {
+    let full = format!("refs/heads/{branch}");
+    let (out, _) = git::output(
+        &repo.path,
+        [
+            "--no-optional-locks",
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            full.as_str(),
+        ],
+    )?;
+    Ok(out
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()))
+}
+
+fn origin_url(repo: &Repo) -> Result<Option<String>, GitError> {
+    let (out, line) = git::output(&repo.path, ["config", "--get", "remote.origin.url"])?;
+    match out.status.code() {
+        Some(0) => {
+            let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            // A relative path is relative to the base, not to the workspace.
+            let local = repo.path.join(&url);
+            if Path::new(&url).is_relative() && !url.contains(':') && local.exists() {
+                return Ok(fs::canonicalize(&local)
+                    .ok()
+                    .map(|p| p.to_string_lossy().into_owned()));
+            }
+            Ok(Some(url))
+        }
+        Some(1) => Ok(None),
+        _ => Err(git::failed(line, &out)),
+    }
+}
+
+/// Removes workspaces of dead owners that hold `branch` of the same base, so
+/// a crashed run never blocks its branch.
+fn clean_stale_for_branch(
+    dir: &BatonDir,
+    new: &Workspace,
+    branch: &str,
+    wait: WaitPolicy,
+) -> Result<(), GitError> {
+    for old in registry::all(dir)?.into_iter().flatten() {
+        if old.base_git_dir == new.base_git_dir
+            && old.branch.as_deref() == Some(branch)
+            && old.owner.liveness() == Liveness::Dead
+        {
+            match remove(dir, &old.id, wait) {
+                Ok(_) | Err(GitError::NoSuchWorkspace { .. }) => {}
+                Err(e) if e.is_busy() => {} // someone else is removing it
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Copies files that git ignores and `.worktreeinclude` (gitignore syntax, at
+/// the base's top) lists, from the base work tree into the workspace.
+fn copy_included(repo: &Repo, to: &Path) -> Result<(), GitError> {
+    let Some(top) = &repo.toplevel else {
+        return Ok(());
+    };
+    let include = top.join(".worktreeinclude");
+    if !include.is_file() {
+        return Ok(());
+    }
+    let list = |exclude: &str| -> Result<HashSet<String>, GitError> {
+        let out = git::run(
+            top,
+            [
+                "--no-optional-locks",
+                "ls-files",
+                "--others",
+                "--ignored",
+                exclude,
+            ],
+        )?;
+        Ok(out.lines().map(str::to_string).collect())
+    };
+    let ignored = list("--exclude-standard")?;
+    let listed = list(&format!("--exclude-from={}", include.display()))?;
+    for rel in ignored.intersection(&listed) {
+        if Path::new(rel)
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_)))
+        {
+            continue;
+        }
+        let (src, dst) = (top.join(rel), to.join(rel));
+        if let Some(parent) = dst.parent() {
+            fs::create_dir_all(parent).at("cannot create directory", parent)?;
+        }
+        fs::copy(&src, &dst).at("cannot copy ignored file", &src)?;
+    }
+    Ok(())
+}
+
+/// Every workspace in the registry, with its size on disk and age.
+pub fn list(dir: &BatonDir) -> Result<Vec<WorkspaceInfo>, GitError> {
+    let mut out = Vec::new();
+    for rec in registry::all(dir)? {
+        let ws = rec?;
+        let exists = ws.path.exists();
+        out.push(WorkspaceInfo {
+            size_bytes: if exists { disk_usage(&ws.path) } else { 0 },
+            age_secs: ws.age().as_secs(),
+            owner_alive: ws.owner.liveness(),
+            exists,
+            workspace: ws,
+        });
+    }
+    Ok(out)
+}
+
+/// One workspace's record.
+pub fn get(dir: &BatonDir, id: &str) -> Result<Workspace, GitError> {
+    validate_id(id)?;
+    registry::get(dir, id)
+}
+
+/// Removes a workspace (directory, worktree registration, record), whoever owns it.
+pub fn remove(dir: &BatonDir, id: &str, git_lock_wait: WaitPolicy) -> Result<Workspace, GitError> {
+    validate_id(id)?;
+    let name = LockName::new(format!("workspace/{id}"))?;
+    let guard = acquire(
+        dir,
+        &LockRequest::new(name)
+            .wait(WaitPolicy::AtMost(Duration::from_secs(5)))
+            .operation("remove workspace")
+            .kind("git"),
+    )?;
+    let ws = registry::get(dir, id)?;
+    remove_workspace(dir, &ws, git_lock_wait)?;
+    drop(guard);
+    Ok(ws)
+}
+
+fn remove_workspace(dir: &BatonDir, ws: &Workspace, wait: WaitPolicy) -> Result<(), GitError> {
+    let root = registry::workspaces_dir(dir)?;
+    // Never delete outside the workspaces dir, whatever a record says.
+    let inside = ws.path.starts_with(&root)
+        && ws.path != root
+        && ws
+            .path
+            .components()
+            .all(|c| !matches!(c, Component::ParentDir));
+    if !inside {
+        return Err(GitError::Invalid(format!(
+            "workspace '{}' (run {}) records path '{}', outside '{}': refusing to delete it; remove the record '{}' by hand",
+            ws.id,
+            ws.run_id,
+            ws.path.display(),
+            root.display(),
+            root.join(".registry").join(format!("{}.json", ws.id)).display()
+        )));
+    }
+    match fs::remove_dir_all(&ws.path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(GitError::RemoveFailed {
+                id: ws.id.clone(),
+                path: ws.path.clone(),
+                run_id: ws.run_id.clone(),
+                remedy: format!(
+                "make it writable (`chmod -R u+w '{}'`) and run `baton workspace remove {}` again",
+                ws.path.display(),
+                ws.id
+            ),
+                source,
+            })
+        }
+    }
+    if ws.strategy == Strategy::Worktree {
+        // The base may be gone too; then there is nothing to prune.
+        if let Ok(repo) = Repo::open(&ws.base_repo) {
+            repo.run_locked(dir, wait, &ws.run_id, &["worktree", "prune"])?;
+        }
+    }
+    registry::delete(dir, &ws.id)
+}
+
+/// What `gc` should remove besides workspaces of dead owners.
+#[derive(Clone, Copy, Debug)]
+pub struct GcOptions {
+    /// Also remove workspaces older than this whose owner lives but that no
+    /// process uses (no process has its working directory inside).
+    pub older_than: Option<Duration>,
+    /// How long to wait for each repository lock.
+    pub git_lock_wait: WaitPolicy,
+}
+
+/// A workspace gc could not remove.
+#[derive(Clone, Debug, Serialize)]
+pub struct GcFailure {
+    /// The workspace id (or the record file name).
+    pub id: String,
+    /// Its path.
+    pub path: PathBuf,
+    /// The run that created it.
+    pub run_id: String,
+    /// What went wrong, with the remedy.
+    pub error: String,
+}
+
+/// What `gc` did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GcReport {
+    /// Workspaces removed.
+    pub removed: Vec<Workspace>,
+    /// Workspaces that could not be removed.
+    pub failed: Vec<GcFailure>,
+    /// Base repositories in which `git worktree prune` ran.
+    pub pruned: Vec<PathBuf>,
+}
+
+/// Removes workspaces whose owner is dead (and, with `older_than`, unused old
+/// ones), then runs `git worktree prune` in every base repository with
+/// worktrees. A failure to remove one workspace is reported and does not stop
+/// the others.
+pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
+    let mut report = GcReport::default();
+    let mut bases: Vec<PathBuf> = Vec::new();
+    for rec in registry::all(dir)? {
+        let ws = match rec {
+            Ok(ws) => ws,
+            Err(e) => {
+                report.failed.push(GcFailure {
+                    id: String::new(),
+                    path: PathBuf::new(),
+                    run_id: String::new(),
+                    error: error_line(&e),
+                });
+                continue;
+            }
+        };
+        if ws.strategy == Strategy::Worktree && !bases.contains(&ws.base_repo) {
+            bases.push(ws.base_repo.clone());
+        }
+        let dead = ws.owner.liveness() == Liveness::Dead;
+        let stale = opts.older_than.is_some_and(|d| ws.age() >= d) && !in_use(&ws.path);
+        if !(dead || stale) {
+            continue;
+        }
+        match remove(dir, &ws.id, opts.git_lock_wait) {
+            Ok(ws) => report.removed.push(ws),
+            Err(GitError::NoSuchWorkspace { .. }) => {}
+            Err(e) => report.failed.push(GcFailure {
+                id: ws.id.clone(),
+                path: ws.path.clone(),
+                run_id: ws.run_id.clone(),
+                error: error_line(&e),
+            }),
+        }
+    }
+    for base in bases {
+        let Ok(repo) = Repo::open(&base) else {
+            continue;
+        };
+        match repo.run_locked(dir, opts.git_lock_wait, "gc", &["worktree", "prune"]) {
+            Ok(_) => report.pruned.push(repo.path),
+            Err(e) => report.failed.push(GcFailure {
+                id: String::new(),
+                path: repo.path,
+                run_id: String::new(),
+                error: error_line(&e),
+            }),
+        }
+    }
+    Ok(report)
+}
+
+/// An error and its causes on one line.
+fn error_line(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = s.source();
+    }
+    line
+}
+
+/// Whether any process we can see has its working directory inside `path`.
+fn in_use(path: &Path) -> bool {
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|p| {
+        p.file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            && fs::read_link(p.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(path))
+    })
+}
+
+/// Bytes allocated on disk under `path`, each inode counted once.
+fn disk_usage(path: &Path) -> u64 {
+    let mut seen = HashSet::new();
+    let mut total = 0u64;
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let Ok(meta) = fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if seen.insert((meta.dev(), meta.ino())) {
+            total = total.saturating_add(meta.blocks().saturating_mul(512));
+        }
+        if meta.is_dir() {
+            if let Ok(entries) = fs::read_dir(&p) {
+                stack.extend(entries.flatten().map(|e| e.path()));
+            }
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_safe_file_and_lock_names() {
+        for good in ["a", "run-1", "A.b_c", "0123456789abcdef"] {
+            assert!(validate_id(good).is_ok(), "{good}");
+        }
+        let long = "x".repeat(65);
+        for bad in ["", ".hidden", "-x", "a/b", "..", "a b", "é", long.as_str()] {
+            assert!(validate_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn disk_usage_counts_hardlinked_files_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = tmp.path().join("a");
+        fs::write(&a, vec![7u8; 64 * 1024]).unwrap();
+        let one = disk_usage(tmp.path());
+        fs::hard_link(&a, tmp.path().join("b")).unwrap();
+        assert_eq!(disk_usage(tmp.path()), one);
+        assert!(one >= 64 * 1024);
+    }
+}
