@@ -19,15 +19,16 @@
 //! configuration apply; status checks use `--no-optional-locks`.
 
 mod error;
+mod gc;
 mod git;
 mod push;
 mod registry;
 mod workspace;
 
 pub use error::GitError;
+pub use gc::{gc, GcFailure, GcOptions, GcReport};
 pub use git::{Repo, DEFAULT_GIT_LOCK_WAIT};
 pub use push::{init_attributes, push, Backoff, PushReport, PushRequest, JSONL_UNION};
 pub use workspace::{
-    create, gc, get, list, remove, validate_id, GcFailure, GcOptions, GcReport, Strategy,
-    Workspace, WorkspaceInfo, WorkspaceRequest,
+    create, get, list, remove, validate_id, Strategy, Workspace, WorkspaceInfo, WorkspaceRequest,
 };

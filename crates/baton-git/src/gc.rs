@@ -1,0 +1,133 @@
+//! Garbage collection of workspaces: those of dead owners (a run killed in
+//! its workspace), and with `older_than` old ones nobody uses.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use baton_lock::{BatonDir, Liveness, WaitPolicy};
+use serde::Serialize;
+
+use crate::error::GitError;
+use crate::git::Repo;
+use crate::registry;
+use crate::workspace::{remove, Strategy, Workspace};
+
+/// What `gc` should remove besides workspaces of dead owners.
+#[derive(Clone, Copy, Debug)]
+pub struct GcOptions {
+    /// Also remove workspaces older than this whose owner lives but that no
+    /// process uses (no process has its working directory inside).
+    pub older_than: Option<Duration>,
+    /// How long to wait for each repository lock.
+    pub git_lock_wait: WaitPolicy,
+}
+
+/// A workspace gc could not remove.
+#[derive(Clone, Debug, Serialize)]
+pub struct GcFailure {
+    /// The workspace id (or the record file name).
+    pub id: String,
+    /// Its path.
+    pub path: PathBuf,
+    /// The run that created it.
+    pub run_id: String,
+    /// What went wrong, with the remedy.
+    pub error: String,
+}
+
+/// What `gc` did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GcReport {
+    /// Workspaces removed.
+    pub removed: Vec<Workspace>,
+    /// Workspaces that could not be removed.
+    pub failed: Vec<GcFailure>,
+    /// Base repositories in which `git worktree prune` ran.
+    pub pruned: Vec<PathBuf>,
+}
+
+/// Removes workspaces whose owner is dead (and, with `older_than`, unused old
+/// ones), then runs `git worktree prune` in every base repository with
+/// worktrees. A failure to remove one workspace is reported and does not stop
+/// the others.
+pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
+    let mut report = GcReport::default();
+    let mut bases: Vec<PathBuf> = Vec::new();
+    for rec in registry::all(dir)? {
+        let ws = match rec {
+            Ok(ws) => ws,
+            Err(e) => {
+                report.failed.push(GcFailure {
+                    id: String::new(),
+                    path: PathBuf::new(),
+                    run_id: String::new(),
+                    error: error_line(&e),
+                });
+                continue;
+            }
+        };
+        if ws.strategy == Strategy::Worktree && !bases.contains(&ws.base_repo) {
+            bases.push(ws.base_repo.clone());
+        }
+        let dead = ws.owner.liveness() == Liveness::Dead;
+        let stale = opts.older_than.is_some_and(|d| ws.age() >= d) && !in_use(&ws.path);
+        if !(dead || stale) {
+            continue;
+        }
+        match remove(dir, &ws.id, opts.git_lock_wait) {
+            Ok(ws) => report.removed.push(ws),
+            Err(GitError::NoSuchWorkspace { .. }) => {}
+            Err(e) => report.failed.push(GcFailure {
+                id: ws.id.clone(),
+                path: ws.path.clone(),
+                run_id: ws.run_id.clone(),
+                error: error_line(&e),
+            }),
+        }
+    }
+    for base in bases {
+        let Ok(repo) = Repo::open(&base) else {
+            continue;
+        };
+        match repo.run_locked(dir, opts.git_lock_wait, "gc", &["worktree", "prune"]) {
+            Ok(_) => report.pruned.push(repo.path),
+            Err(e) => report.failed.push(GcFailure {
+                id: String::new(),
+                path: repo.path,
+                run_id: String::new(),
+                error: error_line(&e),
+            }),
+        }
+    }
+    Ok(report)
+}
+
+/// An error and its causes on one line.
+fn error_line(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = s.source();
+    }
+    line
+}
+
+/// Whether any process we can see has its working directory inside `path`.
+fn in_use(path: &Path) -> bool {
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|p| {
+        p.file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            && fs::read_link(p.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(path))
+    })
+}
