@@ -3,9 +3,11 @@
 use std::error::Error;
 use std::time::Duration;
 
-use baton_lock::{list, start_time, status, BatonDir, Mode, WaitPolicy};
+use baton_lock::{list, status, BatonDir, Mode, WaitPolicy};
 use baton_run::events::print_events;
-use baton_run::hold::{break_lock, release_held, serve_hold, start_holder, HoldRequest};
+use baton_run::hold::{
+    break_lock, caller_to_watch, release_held, serve_hold, start_holder, HoldRequest,
+};
 use baton_run::{group_status, run, GroupMode, GroupRequest, RunRequest};
 use clap::Parser;
 
@@ -131,7 +133,7 @@ fn lock(dir: &BatonDir, cmd: LockCommand) -> u8 {
                 Ok(exe) => exe,
                 Err(e) => return fail(&e, BATON_FAILED),
             };
-            let caller = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
+            let caller = caller_to_watch();
             let req = HoldRequest {
                 name: name.to_string(),
                 shared: m.shared,
@@ -144,8 +146,8 @@ fn lock(dir: &BatonDir, cmd: LockCommand) -> u8 {
                 ttl_ms: ttl.map(millis),
                 owner: holder.owner,
                 operation: holder.operation,
-                watch_pid: caller,
-                watch_start_time: caller.and_then(start_time),
+                watch_pid: caller.map(|c| c.0),
+                watch_start_time: caller.map(|c| c.1),
             };
             match start_holder(&exe, dir, &req) {
                 Ok(held) => output::acquired(&held, json),

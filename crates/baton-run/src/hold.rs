@@ -54,6 +54,38 @@ pub struct HoldRequest {
     pub watch_start_time: Option<u64>,
 }
 
+/// The process whose exit should release a lock taken by `baton lock
+/// acquire`, with its start time: the caller, i.e. the parent process —
+/// except inside a command substitution such as `T=$(baton lock acquire x ||
+/// exit 1)`, where the parent is a short-lived subshell. Ancestors whose
+/// standard output is the same pipe as ours belong to that substitution, so
+/// we walk up past them to the shell that reads it.
+pub fn caller_to_watch() -> Option<(i32, u64)> {
+    let ours = std::fs::read_link("/proc/self/fd/1").ok();
+    let in_pipe = ours
+        .as_ref()
+        .is_some_and(|p| p.to_string_lossy().starts_with("pipe:"));
+    let mut pid = rustix::process::getppid()?.as_raw_nonzero().get();
+    for _ in 0..16 {
+        let theirs = std::fs::read_link(format!("/proc/{pid}/fd/1")).ok();
+        if !(in_pipe && theirs == ours) {
+            break;
+        }
+        match parent_of(pid) {
+            Some(up) if up > 1 => pid = up,
+            _ => break,
+        }
+    }
+    Some((pid, start_time(pid)?))
+}
+
+/// The parent pid of `pid`, from `/proc/<pid>/stat`.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// What the holder reports once it holds the lock.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Held {
