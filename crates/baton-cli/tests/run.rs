@@ -368,3 +368,22 @@ fn signals_to_baton_are_forwarded_to_the_command() {
     assert_eq!(env.status("sig")["held"], false);
     let _ = Stdio::null();
 }
+
+#[test]
+fn a_command_taking_its_own_lock_again_is_refused_not_deadlocked() {
+    let env = Env::new();
+    let bin = env!("CARGO_BIN_EXE_baton");
+    let dir = env.dir.to_str().unwrap();
+    let start = Instant::now();
+    let out = env.run(&[
+        "run", "--lock", "nest", "--", bin, "--dir", dir, "run", "--lock", "nest", "--", "true",
+    ]);
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    assert!(stderr(&out).contains("ancestor"), "{}", stderr(&out));
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // Other locks still nest fine.
+    let out = env.run(&[
+        "run", "--lock", "outer", "--", bin, "--dir", dir, "run", "--lock", "inner", "--", "true",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

@@ -50,6 +50,16 @@ pub enum LockError {
         /// The lock's name.
         name: String,
     },
+    /// An ancestor of this process holds the lock; waiting for it would never end.
+    #[error("lock '{name}' is held by pid {pid}, an ancestor of this process ({kind}); waiting for it would deadlock (a command run under a lock cannot take that lock again)")]
+    HeldByAncestor {
+        /// The lock's name.
+        name: String,
+        /// The ancestor holding it.
+        pid: i32,
+        /// Its holder kind (`run`, `hold`, `library`).
+        kind: String,
+    },
     /// The baton dir is not safe to use.
     #[error("baton dir '{}': {reason}", path.display())]
     UnsafeDir {

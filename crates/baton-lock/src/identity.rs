@@ -104,6 +104,32 @@ pub fn start_time(pid: i32) -> Option<u64> {
     fields.nth(18)?.parse().ok()
 }
 
+/// The (pid, start time) of every ancestor of this process, parent first,
+/// up to (not including) pid 1.
+pub fn ancestors() -> Vec<(i32, u64)> {
+    let mut out = Vec::new();
+    let mut pid = std::process::id() as i32;
+    for _ in 0..128 {
+        let Some(parent) = parent_of(pid) else { break };
+        if parent <= 1 {
+            break;
+        }
+        match start_time(parent) {
+            Some(t) => out.push((parent, t)),
+            None => break,
+        }
+        pid = parent;
+    }
+    out
+}
+
+/// The parent pid of `pid`, from `/proc/<pid>/stat` (field 4).
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// This machine's boot id.
 pub fn boot_id() -> &'static str {
     static BOOT: OnceLock<String> = OnceLock::new();

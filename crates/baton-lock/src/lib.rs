@@ -40,7 +40,8 @@ mod wait;
 pub use dir::{git_common_dir, BatonDir};
 pub use error::LockError;
 pub use identity::{
-    boot_id, default_owner, hostname, new_run_id, start_time, Liveness, ProcessIdentity,
+    ancestors, boot_id, default_owner, hostname, new_run_id, parent_of, start_time, Liveness,
+    ProcessIdentity,
 };
 pub use lock::{acquire, acquire_all, LockGuard, LockRequest, Mode};
 pub use meta::{HolderRecord, LockDoc};

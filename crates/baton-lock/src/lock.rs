@@ -391,6 +391,19 @@ fn acquire_in(
         if req.wait == WaitPolicy::Immediately || deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(busy(describe_holders(&doc)));
         }
+        // Waiting forever for a lock held by a `baton run` that is one of our
+        // own ancestors (its command runs `baton run --lock X` again) can
+        // never end: that supervisor waits for us. Refuse instead. Other
+        // holders (a library user that spawned us) may well release first.
+        if req.wait == WaitPolicy::Forever {
+            if let Some(h) = held_by_ancestor(fd, &doc).at("cannot inspect lock", path)? {
+                return Err(LockError::HeldByAncestor {
+                    name: req.name.to_string(),
+                    pid: h.process.pid,
+                    kind: h.kind.clone(),
+                });
+            }
+        }
         if doc.max != slots {
             doc.max = slots;
             write_doc(file, &mut doc).at("cannot write lock metadata to", path)?;
@@ -516,6 +529,25 @@ fn record_grant(
     });
     write_doc(file, doc)?;
     Ok((doc.token, run_id))
+}
+
+/// A `baton run` holder of one of the held slots that is an ancestor of this process.
+fn held_by_ancestor(
+    fd: std::os::fd::BorrowedFd<'_>,
+    doc: &LockDoc,
+) -> std::io::Result<Option<HolderRecord>> {
+    let held = held_slots(fd, doc.max.max(1))?;
+    let ancestors = crate::identity::ancestors();
+    Ok(doc
+        .holders
+        .iter()
+        .filter(|h| h.kind == "run" && held.iter().any(|(s, _)| *s == h.slot))
+        .find(|h| {
+            h.process.host == crate::identity::hostname()
+                && h.process.boot_id == crate::identity::boot_id()
+                && ancestors.contains(&(h.process.pid, h.process.start_time))
+        })
+        .cloned())
 }
 
 fn describe_max(max: u32) -> String {

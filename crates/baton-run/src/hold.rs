@@ -71,19 +71,12 @@ pub fn caller_to_watch() -> Option<(i32, u64)> {
         if !(in_pipe && theirs == ours) {
             break;
         }
-        match parent_of(pid) {
+        match baton_lock::parent_of(pid) {
             Some(up) if up > 1 => pid = up,
             _ => break,
         }
     }
     Some((pid, start_time(pid)?))
-}
-
-/// The parent pid of `pid`, from `/proc/<pid>/stat`.
-fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// What the holder reports once it holds the lock.
