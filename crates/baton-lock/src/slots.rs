@@ -6,11 +6,17 @@
 //! every release rewrites the metadata (`IN_MODIFY`) and closes the file
 //! (`IN_CLOSE_WRITE`), and a holder that dies has its file closed by the
 //! kernel (`IN_CLOSE_WRITE`). After each event it tries every slot again.
+//!
+//! The inotify instance is kept per thread for the thread's lifetime: closing
+//! one waits for a kernel grace period (several milliseconds), which would
+//! otherwise be paid by every semaphore handoff. Each wait adds a watch on the
+//! lock file and removes it afterwards.
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::time::Instant;
 
@@ -19,21 +25,56 @@ use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
 
 use crate::lock::{try_slots, Mode};
 
+thread_local! {
+    static WATCHER: RefCell<Option<OwnedFd>> = const { RefCell::new(None) };
+}
+
 pub(crate) fn wait_any_slot(
     file: &File,
     path: &Path,
     slots: u32,
     deadline: Option<Instant>,
 ) -> io::Result<Option<u32>> {
-    let watch = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?;
-    inotify::add_watch(
-        &watch,
+    WATCHER.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.is_none() {
+            *cell = Some(inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?);
+        }
+        match cell.as_ref() {
+            Some(watch) => wait_with(watch, file, path, slots, deadline),
+            None => Err(io::Error::other("inotify instance missing")),
+        }
+    })
+}
+
+fn wait_with(
+    watch: &OwnedFd,
+    file: &File,
+    path: &Path,
+    slots: u32,
+    deadline: Option<Instant>,
+) -> io::Result<Option<u32>> {
+    let wd = inotify::add_watch(
+        watch,
         path,
         WatchFlags::MODIFY | WatchFlags::CLOSE_WRITE | WatchFlags::ATTRIB,
     )?;
+    let result = wait_events(watch, file, slots, deadline);
+    let _ = inotify::remove_watch(watch, wd);
+    result
+}
+
+fn wait_events(
+    watch: &OwnedFd,
+    file: &File,
+    slots: u32,
+    deadline: Option<Instant>,
+) -> io::Result<Option<u32>> {
     let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
     loop {
-        // Watch first, then try: a release between the two is not missed.
+        // Forget events from earlier waits, then try: a release after the
+        // watch was added is either seen by this try or wakes the poll.
+        drain(watch, &mut buf)?;
         if let Some(slot) = try_slots(file, Mode::Semaphore(slots), slots)? {
             return Ok(Some(slot));
         }
@@ -50,21 +91,23 @@ pub(crate) fn wait_any_slot(
                 })
             }
         };
-        let mut fds = [PollFd::new(&watch, PollFlags::IN)];
+        let mut fds = [PollFd::new(watch, PollFlags::IN)];
         match rustix::event::poll(&mut fds, timeout.as_ref()) {
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => continue,
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(e.into()),
         }
-        // Drain whatever arrived; the content does not matter.
-        let mut reader = inotify::Reader::new(watch.as_fd(), &mut buf);
-        loop {
-            match reader.next() {
-                Ok(_) => {}
-                Err(rustix::io::Errno::AGAIN) => break,
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
-            }
+    }
+}
+
+/// Reads and discards whatever events are queued.
+fn drain(watch: &OwnedFd, buf: &mut [MaybeUninit<u8>]) -> io::Result<()> {
+    let mut reader = inotify::Reader::new(watch.as_fd(), buf);
+    loop {
+        match reader.next() {
+            Ok(_) => {}
+            Err(rustix::io::Errno::AGAIN) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
 }

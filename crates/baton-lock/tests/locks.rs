@@ -524,3 +524,85 @@ fn a_torn_document_does_not_send_tokens_backwards() {
     let g = acquire(&dir, &LockRequest::new(name("torn"))).unwrap();
     assert_eq!(g.token(), 42);
 }
+
+#[test]
+fn readers_and_writers_never_overlap_under_contention() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let (_t, dir) = tempdir();
+    let readers = Arc::new(AtomicI64::new(0));
+    let writers = Arc::new(AtomicI64::new(0));
+    let violations = Arc::new(AtomicI64::new(0));
+    let handles: Vec<_> = (0..6)
+        .map(|i| {
+            let (dir, readers, writers, violations) = (
+                dir.clone(),
+                readers.clone(),
+                writers.clone(),
+                violations.clone(),
+            );
+            thread::spawn(move || {
+                for _ in 0..150 {
+                    let write = i % 3 == 0;
+                    let mode = if write { Mode::Exclusive } else { Mode::Shared };
+                    let g = acquire(&dir, &LockRequest::new(name("rwx")).mode(mode)).unwrap();
+                    if write {
+                        if writers.fetch_add(1, Ordering::SeqCst) != 0
+                            || readers.load(Ordering::SeqCst) != 0
+                        {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        thread::yield_now();
+                        writers.fetch_sub(1, Ordering::SeqCst);
+                    } else {
+                        readers.fetch_add(1, Ordering::SeqCst);
+                        if writers.load(Ordering::SeqCst) != 0 {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        thread::yield_now();
+                        readers.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    drop(g);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(violations.load(Ordering::SeqCst), 0);
+    let st = status(&dir, &name("rwx")).unwrap();
+    assert_eq!(st.last_token, 900, "one token per grant");
+    assert!(!st.held && st.waiters == 0);
+}
+
+#[test]
+fn a_semaphore_never_admits_more_than_n() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let (_t, dir) = tempdir();
+    let inside = Arc::new(AtomicI64::new(0));
+    let peak = Arc::new(AtomicI64::new(0));
+    let handles: Vec<_> = (0..6)
+        .map(|_| {
+            let (dir, inside, peak) = (dir.clone(), inside.clone(), peak.clone());
+            thread::spawn(move || {
+                for _ in 0..100 {
+                    let g = acquire(
+                        &dir,
+                        &LockRequest::new(name("sem3")).mode(Mode::Semaphore(3)),
+                    )
+                    .unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    peak.fetch_max(now, Ordering::SeqCst);
+                    thread::yield_now();
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    drop(g);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let peak = peak.load(Ordering::SeqCst);
+    assert!((1..=3).contains(&peak), "peak {peak}");
+}
