@@ -387,3 +387,52 @@ fn a_command_taking_its_own_lock_again_is_refused_not_deadlocked() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// On a terminal, the command is the foreground job: it can read the
+/// terminal (instead of being stopped by SIGTTIN) and gets Ctrl-C once.
+/// `script` (util-linux) provides the pseudo-terminal.
+#[test]
+fn an_interactive_command_owns_the_terminal_while_it_runs() {
+    use std::io::Write;
+    let have_script = Command::new("script")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_script {
+        eprintln!("skipped: util-linux `script` is not installed");
+        return;
+    }
+    let env = Env::new();
+    let bin = env!("CARGO_BIN_EXE_baton");
+    let dir = env.dir.display().to_string();
+    let run_in_pty = |inner: &str, input: &[u8], pause_ms: u64| {
+        let cmd = format!("{bin} --dir {dir} run --lock tty -- {inner}; echo baton-rc=$?");
+        let mut child = Command::new("timeout")
+            .args(["20", "script", "-qec", &cmd, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        std::thread::sleep(Duration::from_millis(pause_ms));
+        stdin.write_all(input).unwrap();
+        stdin.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        stdout(&out)
+    };
+    let out = run_in_pty("sh -c 'read line; echo got:$line'", b"hello\n", 300);
+    assert!(
+        out.contains("got:hello") && out.contains("baton-rc=0"),
+        "{out}"
+    );
+    let out = run_in_pty(
+        "sh -c 'trap \"echo got-INT; exit 5\" INT; while :; do sleep 0.05; done'",
+        b"\x03",
+        800,
+    );
+    assert_eq!(out.matches("got-INT").count(), 1, "{out}");
+    assert!(out.contains("baton-rc=5"), "{out}");
+}

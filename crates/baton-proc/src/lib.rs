@@ -64,6 +64,7 @@ mod error;
 pub mod signal_handling {}
 mod signals;
 mod supervise;
+mod terminal;
 mod terminate;
 
 use std::ffi::OsString;

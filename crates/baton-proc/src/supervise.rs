@@ -13,6 +13,7 @@ use rustix::process::{kill_process_group, pidfd_open, Pid, PidfdFlags, Signal};
 
 use crate::cancel::{CancelShared, Canceller};
 use crate::signals::SignalCatcher;
+use crate::terminal::TerminalHandover;
 use crate::{Outcome, ProcError, RunSpec};
 
 /// Supervises one child command; see the [crate documentation](crate) for what it does.
@@ -82,6 +83,10 @@ impl Supervisor {
         let child = spawn(&self.spec)?;
         let started = Instant::now();
         let mut child = ChildGuard::new(child);
+        // Dropped when `run` returns: on the normal path the child has been
+        // reaped by then; on an error path the terminal is taken back before
+        // the child guard kills the group.
+        let _terminal = TerminalHandover::give(child.pid);
         let pidfd = pidfd_open(child.pid, PidfdFlags::empty())
             .map_err(|e| ProcError::io("open a pidfd for the child", e))?;
 

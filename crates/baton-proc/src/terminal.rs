@@ -1,0 +1,65 @@
+//! Handing the terminal to the supervised command.
+//!
+//! The command runs in its own process group (so that a timeout or a cancel
+//! can stop all of it). When baton itself is the terminal's foreground job,
+//! that group would be a background group, and a command that reads the
+//! terminal would be stopped by SIGTTIN. So, as a shell does for a job, we
+//! make the command's group the terminal's foreground group while it runs,
+//! and take the terminal back once it has been reaped. Keyboard signals
+//! (Ctrl-C, Ctrl-\) then reach the command directly, exactly once.
+
+use std::os::fd::BorrowedFd;
+
+use rustix::process::Pid;
+
+/// Gives the terminal back to our own process group when dropped.
+pub(crate) struct TerminalHandover {
+    ours: Pid,
+}
+
+impl TerminalHandover {
+    /// Makes `child_group` the foreground group of our standard input's
+    /// terminal, if stdin is a terminal whose foreground group is ours.
+    pub(crate) fn give(child_group: Pid) -> Option<TerminalHandover> {
+        let stdin = stdin();
+        if !rustix::termios::isatty(stdin) {
+            return None;
+        }
+        let ours = rustix::process::getpgrp();
+        if rustix::termios::tcgetpgrp(stdin).ok()? != ours {
+            return None; // we run in the background ourselves: leave the terminal alone
+        }
+        rustix::termios::tcsetpgrp(stdin, child_group).ok()?;
+        Some(TerminalHandover { ours })
+    }
+}
+
+impl Drop for TerminalHandover {
+    fn drop(&mut self) {
+        // We are a background group now: tcsetpgrp would stop us with
+        // SIGTTOU unless that signal is blocked while we call it.
+        with_sigttou_blocked(|| {
+            let _ = rustix::termios::tcsetpgrp(stdin(), self.ours);
+        });
+    }
+}
+
+fn stdin() -> BorrowedFd<'static> {
+    // SAFETY: file descriptor 0 stays open for the life of the process (we
+    // never close it); borrowing it is how std's own `Stdin` reaches it.
+    unsafe { BorrowedFd::borrow_raw(0) }
+}
+
+fn with_sigttou_blocked(f: impl FnOnce()) {
+    // SAFETY: sigset_t is a plain C type initialised by sigemptyset; we block
+    // SIGTTOU in this thread only and restore the previous mask right after.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTTOU);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+}
