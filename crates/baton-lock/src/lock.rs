@@ -536,17 +536,24 @@ fn held_by_ancestor(
     fd: std::os::fd::BorrowedFd<'_>,
     doc: &LockDoc,
 ) -> std::io::Result<Option<HolderRecord>> {
-    let held = held_slots(fd, doc.max.max(1))?;
-    let ancestors = crate::identity::ancestors();
-    Ok(doc
+    let candidates: Vec<&HolderRecord> = doc
         .holders
         .iter()
-        .filter(|h| h.kind == "run" && held.iter().any(|(s, _)| *s == h.slot))
-        .find(|h| {
-            h.process.host == crate::identity::hostname()
+        .filter(|h| {
+            h.kind == "run"
+                && h.process.host == crate::identity::hostname()
                 && h.process.boot_id == crate::identity::boot_id()
-                && ancestors.contains(&(h.process.pid, h.process.start_time))
         })
+        .collect();
+    if candidates.is_empty() {
+        return Ok(None); // the common case: no need to walk /proc
+    }
+    let held = held_slots(fd, doc.max.max(1))?;
+    let ancestors = crate::identity::ancestors();
+    Ok(candidates
+        .into_iter()
+        .filter(|h| held.iter().any(|(s, _)| *s == h.slot))
+        .find(|h| ancestors.contains(&(h.process.pid, h.process.start_time)))
         .cloned())
 }
 
