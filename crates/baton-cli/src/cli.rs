@@ -7,7 +7,7 @@ use std::time::Duration;
 use baton_lock::LockName;
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
-use crate::duration::parse_duration;
+use crate::duration::{parse_duration, parse_positive_duration};
 
 fn lock_name(s: &str) -> Result<LockName, String> {
     LockName::new(s).map_err(|e| e.to_string())
@@ -197,7 +197,7 @@ pub struct RunArgs {
     pub wait: WaitArgs,
 
     /// Kill the command's whole process group after this long (TERM, --grace, KILL); exit 124.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, allow_hyphen_values = true)]
     pub timeout: Option<Duration>,
 
     /// Time between SIGTERM and SIGKILL when stopping the command.
@@ -294,7 +294,7 @@ Prints the fencing token. The lock is held by a small background process until
         #[command(flatten)]
         mode: ModeArgs,
         /// Release automatically after this long.
-        #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+        #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, allow_hyphen_values = true)]
         ttl: Option<Duration>,
         #[command(flatten)]
         holder: HolderArgs,

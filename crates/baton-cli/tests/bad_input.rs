@@ -103,6 +103,12 @@ fn bad_flags_values_and_missing_command_are_rejected() {
         "--no-wait",
     );
     assert_rejected(&env, &["frobnicate"], "frobnicate");
+    assert_rejected(
+        &env,
+        &["run", "--lock", "x", "--timeout", "0s", "--", "true"],
+        "is zero",
+    );
+    assert_rejected(&env, &["lock", "acquire", "x", "--ttl", "0ms"], "is zero");
 }
 
 #[test]
