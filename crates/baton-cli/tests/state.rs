@@ -4,6 +4,8 @@
 
 mod common;
 
+use baton_testkit::{Immutable, Rng};
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::Write;
@@ -587,56 +589,4 @@ fn edit_args_owned(file: &Path, filter: &[&str]) -> Vec<String> {
 
 fn refs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
-}
-
-/// A directory made immutable with `chattr +i` (which stops even root from
-/// creating files in it), made mutable again when dropped.
-struct Immutable(PathBuf);
-
-impl Immutable {
-    fn set(dir: &Path) -> Option<Immutable> {
-        let ok = Command::new("chattr")
-            .arg("+i")
-            .arg(dir)
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then(|| Immutable(dir.to_path_buf()))
-    }
-}
-
-impl Drop for Immutable {
-    fn drop(&mut self) {
-        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
-    }
-}
-
-/// xorshift64*, seeded from the clock or BATON_TEST_SEED (printed for replay).
-struct Rng {
-    seed: u64,
-    state: u64,
-}
-
-impl Rng {
-    fn seeded() -> Rng {
-        let seed = std::env::var("BATON_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos() as u64
-                    | 1
-            });
-        Rng { seed, state: seed }
-    }
-
-    fn unit(&mut self) -> f64 {
-        self.state ^= self.state >> 12;
-        self.state ^= self.state << 25;
-        self.state ^= self.state >> 27;
-        let x = self.state.wrapping_mul(0x2545_f491_4f6c_dd1d);
-        (x >> 11) as f64 / (1u64 << 53) as f64
-    }
 }

@@ -4,9 +4,9 @@
 //! `BATON_TEST_ROLE` set (see `child_process_entry`).
 
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use baton_lock::{
     acquire, status, BatonDir, Content, LockError, LockName, LockRequest, Mode, WaitPolicy,
 };
+use baton_testkit::expect_line;
 
 fn name(s: &str) -> LockName {
     s.parse().unwrap()
@@ -27,37 +28,11 @@ fn tempdir() -> (tempfile::TempDir, BatonDir) {
 
 /// Spawns this test binary as a child process playing `role`.
 fn child(dir: &BatonDir, role: &str, args: &[&str]) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_process_entry",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("BATON_TEST_ROLE", role)
-        .env("BATON_TEST_DIR", dir.path())
-        .env("BATON_TEST_ARGS", args.join("\u{1f}"))
+    baton_testkit::child("child_process_entry", role, dir.path(), args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
         .spawn()
         .unwrap()
-}
-
-/// Reads lines from the child until one starts with `prefix`.
-fn expect_line(child: &mut Child, prefix: &str) -> String {
-    let out = child.stdout.as_mut().unwrap();
-    let mut reader = BufReader::new(out);
-    loop {
-        let mut line = String::new();
-        let n = reader.read_line(&mut line).unwrap();
-        assert!(n > 0, "child ended before printing {prefix:?}");
-        // libtest prints "test child_process_entry ... " before our first line.
-        if let Some(at) = line.find(prefix) {
-            return line[at + prefix.len()..].trim().to_string();
-        }
-    }
 }
 
 fn wait_for_waiters(dir: &BatonDir, lock: &str, n: usize) {
@@ -71,19 +46,16 @@ fn wait_for_waiters(dir: &BatonDir, lock: &str, n: usize) {
     }
 }
 
-/// Entry point of child processes; does nothing in a normal test run.
+/// Entry point of child processes (see `child`), not a test of its own.
 #[test]
+#[ignore = "entry point of child processes started by the other tests"]
 fn child_process_entry() {
-    let Ok(role) = std::env::var("BATON_TEST_ROLE") else {
+    let Some(role) = baton_testkit::child_role() else {
         return;
     };
-    let dir = BatonDir::open(std::env::var("BATON_TEST_DIR").unwrap()).unwrap();
-    let args: Vec<String> = std::env::var("BATON_TEST_ARGS")
-        .unwrap()
-        .split('\u{1f}')
-        .map(String::from)
-        .collect();
-    match role.as_str() {
+    let dir = BatonDir::open(&role.dir).unwrap();
+    let args = role.args;
+    match role.name.as_str() {
         // Acquire args[0], announce it, hold until stdin closes (or forever).
         "hold" => {
             let g = acquire(

@@ -22,8 +22,9 @@ use rustix::process::{kill_process, Pid, Signal};
 
 const HELPER_ENV: &str = "BATON_PROC_HELPER";
 
-/// Not a test of its own: the body of the helper process (a no-op in a normal test run).
+/// Not a test of its own: the body of the helper process, run only by the tests.
 #[test]
+#[ignore = "body of the helper process started by the other tests"]
 fn helper() {
     let Ok(script) = std::env::var(HELPER_ENV) else {
         return;
@@ -50,7 +51,13 @@ fn helper() {
 /// Start the helper process supervising `sh -c script` in `dir` (exported as `$DIR`).
 fn spawn_helper(dir: &Path, script: &str, grace: Duration) -> Child {
     Command::new(std::env::current_exe().expect("current_exe"))
-        .args(["--exact", "helper", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "helper",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(HELPER_ENV, script)
         .env("BATON_PROC_HELPER_GRACE_MS", grace.as_millis().to_string())
         .env("DIR", dir)
@@ -143,7 +150,13 @@ fn second_signal_kills_at_once() {
 fn default_signal_behaviour_returns_after_run() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut helper = Command::new(std::env::current_exe().expect("current_exe"))
-        .args(["--exact", "helper", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "helper",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(HELPER_ENV, "exit 0")
         .env("BATON_PROC_HELPER_RAISE_TERM", "1")
         .env("DIR", dir.path())

@@ -5,10 +5,10 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use baton_state::{
     append, append_locked, edit, edit_locked, edit_with_filter, get, lock, read_locked, EditError,
     Filter, Options, StateError, StateFile, Version,
 };
+use baton_testkit::{expect_line, Immutable, Rng};
 
 fn setup() -> (tempfile::TempDir, BatonDir) {
     let t = tempfile::tempdir().unwrap();
@@ -53,51 +54,23 @@ fn temps_of(dir: &Path, name: &str) -> Vec<PathBuf> {
 
 /// Spawns this test binary as a child process playing `role`.
 fn child(dir: &BatonDir, role: &str, args: &[&str]) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_process_entry",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("BATON_TEST_ROLE", role)
-        .env("BATON_TEST_DIR", dir.path())
-        .env("BATON_TEST_ARGS", args.join("\u{1f}"))
+    baton_testkit::child("child_process_entry", role, dir.path(), args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
         .spawn()
         .unwrap()
 }
 
-/// Reads lines from the child until one contains `marker`.
-fn expect_line(child: &mut Child, marker: &str) {
-    let mut reader = BufReader::new(child.stdout.as_mut().unwrap());
-    loop {
-        let mut line = String::new();
-        assert!(
-            reader.read_line(&mut line).unwrap() > 0,
-            "child ended before printing {marker:?}"
-        );
-        if line.contains(marker) {
-            return;
-        }
-    }
-}
-
-/// Entry point of child processes; does nothing in a normal test run.
+/// Entry point of child processes (see `child`), not a test of its own.
 #[test]
+#[ignore = "entry point of child processes started by the other tests"]
 fn child_process_entry() {
-    let Ok(role) = std::env::var("BATON_TEST_ROLE") else {
+    let Some(role) = baton_testkit::child_role() else {
         return;
     };
-    let dir = BatonDir::open(std::env::var("BATON_TEST_DIR").unwrap()).unwrap();
-    let args: Vec<String> = std::env::var("BATON_TEST_ARGS")
-        .unwrap()
-        .split('\u{1f}')
-        .map(String::from)
-        .collect();
+    let dir = BatonDir::open(&role.dir).unwrap();
+    let args = role.args;
+    let role = role.name;
     match role.as_str() {
         // args: counter file, events file, id, iterations.
         "hammer" => {
@@ -709,56 +682,4 @@ fn get_reports_versions_and_json_content() {
     let file = StateFile::resolve(&text).unwrap();
     let g = lock(&dir, &file, &Options::new()).unwrap();
     assert_eq!(read_locked(&file, &g).unwrap().content.unwrap(), b"hello\n");
-}
-
-/// A directory made immutable with `chattr +i` (which stops even root from
-/// creating files in it), made mutable again when dropped.
-struct Immutable(PathBuf);
-
-impl Immutable {
-    fn set(dir: &Path) -> Option<Immutable> {
-        let ok = Command::new("chattr")
-            .arg("+i")
-            .arg(dir)
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then(|| Immutable(dir.to_path_buf()))
-    }
-}
-
-impl Drop for Immutable {
-    fn drop(&mut self) {
-        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
-    }
-}
-
-/// xorshift64*, seeded from the clock (the seed is printed for replay).
-struct Rng {
-    seed: u64,
-    state: u64,
-}
-
-impl Rng {
-    fn seeded() -> Rng {
-        let seed = std::env::var("BATON_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos() as u64
-                    | 1
-            });
-        Rng { seed, state: seed }
-    }
-
-    fn unit(&mut self) -> f64 {
-        self.state ^= self.state >> 12;
-        self.state ^= self.state << 25;
-        self.state ^= self.state >> 27;
-        let x = self.state.wrapping_mul(0x2545_f491_4f6c_dd1d);
-        (x >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
