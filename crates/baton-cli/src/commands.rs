@@ -226,16 +226,6 @@ fn usage_error(e: clap::Error) -> u8 {
 
 /// Prints an error and its causes on one line; returns `code`.
 pub(crate) fn fail(e: &dyn Error, code: u8) -> u8 {
-    let mut line = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = s.source();
-    }
-    eprintln!("baton: {line}");
+    eprintln!("baton: {}", baton_lock::one_line(e));
     code
 }

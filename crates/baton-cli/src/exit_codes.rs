@@ -8,18 +8,15 @@
 //! | 124 | the command ran past `--timeout` and was killed |
 //! | 125 | baton itself failed: bad usage, bad input, I/O error |
 //! | 126 / 127 | the command could not be executed / was not found |
+//!
+//! 79, 124, 126 and 127 come from `baton_proc` (`Outcome::exit_code`,
+//! `ProcError::exit_code`); the codes baton itself decides are below.
 
 use baton_lock::LockError;
 use baton_run::RunError;
 
 /// Not acquired (busy, wait elapsed), or a compare-and-swap / token check failed.
 pub const NOT_ACQUIRED: u8 = 75;
-/// Superseded by a newer run in the same group.
-#[allow(dead_code)] // produced by baton_proc::Outcome::Cancelled; listed for completeness
-pub const SUPERSEDED: u8 = 79;
-/// Killed because it ran past `--timeout`.
-#[allow(dead_code)] // produced by baton_proc::Outcome::exit_code; listed for completeness
-pub const TIMED_OUT: u8 = 124;
 /// baton itself failed.
 pub const BATON_FAILED: u8 = 125;
 

@@ -62,7 +62,7 @@ pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
                     id: String::new(),
                     path: PathBuf::new(),
                     run_id: String::new(),
-                    error: error_line(&e),
+                    error: baton_lock::one_line(&e),
                 });
                 continue;
             }
@@ -82,7 +82,7 @@ pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
                 id: ws.id.clone(),
                 path: ws.path.clone(),
                 run_id: ws.run_id.clone(),
-                error: error_line(&e),
+                error: baton_lock::one_line(&e),
             }),
         }
     }
@@ -96,26 +96,11 @@ pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
                 id: String::new(),
                 path: repo.path,
                 run_id: String::new(),
-                error: error_line(&e),
+                error: baton_lock::one_line(&e),
             }),
         }
     }
     Ok(report)
-}
-
-/// An error and its causes on one line.
-fn error_line(e: &dyn std::error::Error) -> String {
-    let mut line = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = s.source();
-    }
-    line
 }
 
 /// Whether any process we can see has its working directory inside `path`.

@@ -114,6 +114,22 @@ fn holder_suffix(holder: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
+/// An error and its causes on one line (`what: cause: cause`), as baton
+/// prints every error; a cause already contained in the text is not repeated.
+pub fn one_line(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = s.source();
+    }
+    line
+}
+
 /// Attaches a path and an operation to an I/O result.
 pub(crate) trait IoContext<T> {
     fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, LockError>;

@@ -38,7 +38,7 @@ mod status;
 mod wait;
 
 pub use dir::{git_common_dir, BatonDir};
-pub use error::LockError;
+pub use error::{one_line, LockError};
 pub use identity::{
     ancestors, boot_id, default_owner, hostname, new_run_id, parent_of, start_time, Liveness,
     ProcessIdentity,

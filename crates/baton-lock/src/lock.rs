@@ -503,7 +503,6 @@ fn record_grant(
     doc.format = 1;
     doc.name = req.name.to_string();
     doc.max = mode.slots();
-    doc.rw |= mode == Mode::Shared;
     // Records that cannot belong to a current holder: anything on the slot we
     // now hold, except other shared holders that still run.
     doc.holders.retain(|h| {

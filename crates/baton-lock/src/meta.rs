@@ -56,9 +56,6 @@ pub struct LockDoc {
     /// Number of slots: 1 for exclusive/shared locks, N for semaphores.
     #[serde(default = "one")]
     pub max: u32,
-    /// Whether the lock is used with shared (read) holders.
-    #[serde(default)]
-    pub rw: bool,
     /// The last fencing token granted; only ever increases.
     #[serde(default)]
     pub token: u64,

@@ -213,6 +213,8 @@ pub(crate) struct Membership {
     key: LockName,
     pub(crate) run_id: String,
     pub(crate) phase: Arc<Mutex<Phase>>,
+    /// Slots of the group (1 unless mode queue with `--max`).
+    max: u32,
 }
 
 /// Result of joining a group.
@@ -325,6 +327,7 @@ pub(crate) fn join(
             key: req.key.clone(),
             run_id: run_id.to_string(),
             phase: Arc::new(Mutex::new(Phase::Waiting)),
+            max,
         },
         to_signal,
     ))
@@ -356,12 +359,8 @@ impl Membership {
     }
 
     /// Waits for the group's slot.
-    pub(crate) fn take_slot(&self, wait: WaitPolicy, max: u32) -> Result<LockGuard, RunError> {
-        let mode = if max > 1 {
-            Mode::Semaphore(max)
-        } else {
-            Mode::Exclusive
-        };
+    pub(crate) fn take_slot(&self, wait: WaitPolicy) -> Result<LockGuard, RunError> {
+        let mode = Mode::Semaphore(self.max); // Semaphore(1) is exclusive
         Ok(acquire(
             &self.paths.slots,
             &LockRequest::new(self.key.clone())

@@ -102,14 +102,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         };
         notify(&targets);
         let watcher = spawn_watcher(signals, member.clone(), state.clone(), req, g);
-        let slot = match member.take_slot(
-            g.wait,
-            if g.mode == crate::group::GroupMode::Queue {
-                g.max.max(1)
-            } else {
-                1
-            },
-        ) {
+        let slot = match member.take_slot(g.wait) {
             Ok(slot) => slot,
             Err(e) => {
                 member.set_done();
@@ -341,39 +334,21 @@ fn spawn_watcher(
     Watcher { handle }
 }
 
-/// Runs `--on-superseded` with `sh -c`, bounded by the grace period: its
-/// process group is killed when the grace period ends.
+/// Runs `--on-superseded` with `sh -c`, supervised like any command and
+/// bounded by the grace period (its process group is stopped at the end of it).
 fn run_hook(req: &RunRequest, key: &str, run_id: &str, by: &str) {
-    use std::os::unix::process::CommandExt;
     let Some(cmd) = &req.on_superseded else {
         return;
     };
-    let child = std::process::Command::new("sh")
-        .args(["-c", cmd.as_str()])
-        .env("BATON_SUPERSEDED_BY", by)
-        .env("BATON_RUN_ID", run_id)
-        .env("BATON_GROUP", key)
-        .stdin(std::process::Stdio::null())
-        .process_group(0)
-        .spawn();
-    let Ok(mut child) = child else {
-        return;
-    };
-    let pid = rustix::process::Pid::from_child(&child);
-    if let Ok(pidfd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
-        let limit = rustix::event::Timespec {
-            tv_sec: req.grace.as_secs() as i64,
-            tv_nsec: i64::from(req.grace.subsec_nanos()),
-        };
-        let mut fds = [rustix::event::PollFd::new(
-            &pidfd,
-            rustix::event::PollFlags::IN,
-        )];
-        if let Ok(0) = rustix::event::poll(&mut fds, Some(&limit)) {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-    }
-    let _ = child.wait();
+    let mut spec = RunSpec::new("sh").args(["-c", cmd.as_str()]);
+    spec.env = vec![
+        ("BATON_SUPERSEDED_BY".into(), by.into()),
+        ("BATON_RUN_ID".into(), run_id.into()),
+        ("BATON_GROUP".into(), key.into()),
+    ];
+    spec.timeout = Some(req.grace);
+    spec.grace = Duration::from_millis(200).min(req.grace);
+    let _ = baton_proc::run(&spec);
 }
 
 /// The command as one line, for metadata and messages.
