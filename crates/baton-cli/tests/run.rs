@@ -405,7 +405,9 @@ fn an_interactive_command_owns_the_terminal_while_it_runs() {
     let env = Env::new();
     let bin = env!("CARGO_BIN_EXE_baton");
     let dir = env.dir.display().to_string();
-    let run_in_pty = |inner: &str, input: &[u8], pause_ms: u64| {
+    // Runs `inner` under baton in a pseudo-terminal; `input` is typed once
+    // `ready` exists (if given).
+    let run_in_pty = |inner: &str, input: &[u8], ready: Option<&std::path::Path>| {
         let cmd = format!("{bin} --dir {dir} run --lock tty -- {inner}; echo baton-rc=$?");
         let mut child = Command::new("timeout")
             .args(["20", "script", "-qec", &cmd, "/dev/null"])
@@ -415,24 +417,26 @@ fn an_interactive_command_owns_the_terminal_while_it_runs() {
             .spawn()
             .unwrap();
         let mut stdin = child.stdin.take().unwrap();
-        std::thread::sleep(Duration::from_millis(pause_ms));
+        if let Some(ready) = ready {
+            wait_for_file(ready);
+        }
         stdin.write_all(input).unwrap();
-        stdin.flush().unwrap();
-        std::thread::sleep(Duration::from_millis(300));
         drop(stdin);
         let out = child.wait_with_output().unwrap();
         stdout(&out)
     };
-    let out = run_in_pty("sh -c 'read line; echo got:$line'", b"hello\n", 300);
+    // Typed-ahead input waits in the terminal until the command reads it.
+    let out = run_in_pty("sh -c 'read line; echo got:$line'", b"hello\n", None);
     assert!(
         out.contains("got:hello") && out.contains("baton-rc=0"),
         "{out}"
     );
-    let out = run_in_pty(
-        "sh -c 'trap \"echo got-INT; exit 5\" INT; while :; do sleep 0.05; done'",
-        b"\x03",
-        800,
+    let ready = env.path("trap-set");
+    let inner = format!(
+        "sh -c 'trap \"echo got-INT; exit 5\" INT; touch {}; while :; do sleep 0.05; done'",
+        ready.display()
     );
+    let out = run_in_pty(&inner, b"\x03", Some(&ready));
     assert_eq!(out.matches("got-INT").count(), 1, "{out}");
     assert!(out.contains("baton-rc=5"), "{out}");
 }
