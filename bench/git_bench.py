@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 
+from run import target_dir  # bench/run.py: where cargo puts the binaries
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -176,7 +178,7 @@ def main() -> None:
     if not args.skip_build:
         log("building baton (release)")
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "baton"], cwd=ROOT, check=True)
-    baton = os.path.join(ROOT, "target", "release", "baton")
+    baton = str(target_dir() / "release" / "baton")
     with tempfile.TemporaryDirectory(prefix="baton-git-bench-") as tmp:
         bench = Bench(tmp, baton)
         log(f"generating a repository of {args.files} files")

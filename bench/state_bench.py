@@ -41,6 +41,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from run import target_dir  # bench/run.py: where cargo puts the binaries
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 
@@ -63,20 +65,6 @@ def q(args: list[str]) -> str:
 
 
 # --------------------------------------------------------------------------- build
-
-
-def target_dir() -> Path:
-    env = os.environ.get("CARGO_TARGET_DIR")
-    if env:
-        return Path(env).resolve()
-    try:
-        meta = subprocess.run(
-            ["cargo", "metadata", "--format-version", "1", "--no-deps"],
-            cwd=ROOT, capture_output=True, text=True, check=True,
-        )
-        return Path(json.loads(meta.stdout)["target_directory"])
-    except (subprocess.CalledProcessError, OSError, ValueError, KeyError):
-        return ROOT / "target"
 
 
 def build(skip: bool) -> Path:
