@@ -169,12 +169,11 @@ fn ten_concurrent_runs_in_workspaces_all_succeed_and_leave_nothing() {
     assert!(g.leftovers().is_empty(), "{:?}", g.leftovers());
 }
 
-/// Scenario 2: a run SIGKILLed in its workspace leaves it behind; gc removes
-/// it, and a new workspace on the same branch then succeeds.
-#[test]
-fn gc_removes_the_workspace_of_a_killed_run_and_frees_its_branch() {
-    let g = GitEnv::new();
-    let marker = g.env.path("ready");
+/// Starts `baton run --workspace` on a worktree for `branch`, waits until the
+/// command runs inside it, SIGKILLs the baton process (nothing of baton's runs
+/// after that) and returns the workspace path left behind.
+fn killed_run_in_worktree(g: &GitEnv, branch: &str) -> PathBuf {
+    let marker = g.env.path(&format!("ready-{branch}"));
     let script = format!(
         "echo \"$BATON_WORKSPACE\" > {}; exec sleep 60",
         marker.display()
@@ -187,7 +186,7 @@ fn gc_removes_the_workspace_of_a_killed_run_and_frees_its_branch() {
             "--strategy",
             "worktree",
             "--branch",
-            "feature",
+            branch,
             "--",
             "sh",
             "-c",
@@ -198,10 +197,18 @@ fn gc_removes_the_workspace_of_a_killed_run_and_frees_its_branch() {
     wait_until(Duration::from_secs(20), || {
         fs::read_to_string(&marker).is_ok_and(|s| s.ends_with('\n'))
     });
-    let path = PathBuf::from(fs::read_to_string(&marker).unwrap().trim());
-    assert!(path.is_dir());
-    run.kill().unwrap(); // SIGKILL: nothing of baton's runs after this
+    run.kill().unwrap();
     run.wait().unwrap();
+    PathBuf::from(fs::read_to_string(&marker).unwrap().trim())
+}
+
+/// Scenario 2: a run SIGKILLed in its workspace leaves it behind; gc removes
+/// it, and a new workspace on the same branch then succeeds.
+#[test]
+fn gc_removes_the_workspace_of_a_killed_run_and_frees_its_branch() {
+    let g = GitEnv::new();
+    let path = killed_run_in_worktree(&g, "feature");
+    assert!(path.is_dir());
 
     let listed = g.workspaces();
     assert_eq!(listed.len(), 1);
@@ -263,29 +270,7 @@ fn gc_removes_the_workspace_of_a_killed_run_and_frees_its_branch() {
 #[test]
 fn create_on_a_branch_cleans_a_dead_runs_worktree_first() {
     let g = GitEnv::new();
-    let marker = g.env.path("ready");
-    let script = format!("pwd > {}; exec sleep 60", marker.display());
-    let mut run = g
-        .baton(&[
-            "run",
-            "--workspace",
-            g.base.to_str().unwrap(),
-            "--strategy",
-            "worktree",
-            "--branch",
-            "topic",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ])
-        .spawn()
-        .unwrap();
-    wait_until(Duration::from_secs(20), || {
-        fs::read_to_string(&marker).is_ok_and(|s| s.ends_with('\n'))
-    });
-    run.kill().unwrap();
-    run.wait().unwrap();
+    killed_run_in_worktree(&g, "topic");
     let out = g.run(&[
         "workspace",
         "create",
