@@ -370,11 +370,13 @@ fn acquire_in(
         let _meta = MetaLock::write(file).at("cannot lock metadata of", path)?;
         let mut doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
         let waiting = greatest_ticket_below(fd, TICKET_END).at("cannot inspect lock", path)?;
-        let in_use = waiting.is_some()
-            || !held_slots(fd, doc.max.max(slots))
-                .at("cannot inspect lock", path)?
-                .is_empty();
-        if in_use && doc.max != slots {
+        // Only a disagreement about the slot count needs the slots inspected.
+        let disagrees = doc.max != slots
+            && (waiting.is_some()
+                || !held_slots(fd, doc.max.max(slots))
+                    .at("cannot inspect lock", path)?
+                    .is_empty());
+        if disagrees {
             return Err(LockError::ModeMismatch {
                 name: req.name.to_string(),
                 existing: describe_max(doc.max),
