@@ -91,43 +91,59 @@ impl ProcessIdentity {
 /// has not exited. A zombie (exited, not yet reaped) counts as gone: it holds
 /// no files and so no locks.
 pub fn start_time(pid: i32) -> Option<u64> {
+    let st = proc_stat(pid)?;
+    (!st.exited).then_some(st.start_time)
+}
+
+/// The fields of `/proc/<pid>/stat` baton needs, read once.
+struct ProcStat {
+    /// State Z (zombie) or X (dead): the process has exited.
+    exited: bool,
+    ppid: i32,
+    start_time: u64,
+}
+
+fn proc_stat(pid: i32) -> Option<ProcStat> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may contain spaces or
     // parentheses itself: fields after it start after the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut fields = rest.split_whitespace();
-    // Field 3, the state: Z (zombie) or X (dead) means it has exited.
-    if matches!(fields.next(), Some("Z") | Some("X")) {
-        return None;
-    }
-    // Start time is field 22 overall, the 19th after the state.
-    fields.nth(18)?.parse().ok()
+    let exited = matches!(fields.next(), Some("Z") | Some("X")); // field 3
+    let ppid = fields.next()?.parse().ok()?; // field 4
+    let start_time = fields.nth(17)?.parse().ok()?; // field 22
+    Some(ProcStat {
+        exited,
+        ppid,
+        start_time,
+    })
 }
 
 /// The (pid, start time) of every ancestor of this process, parent first,
 /// up to (not including) pid 1.
 pub fn ancestors() -> Vec<(i32, u64)> {
     let mut out = Vec::new();
-    let mut pid = std::process::id() as i32;
+    let Some(mut parent) = parent_of(std::process::id() as i32) else {
+        return out;
+    };
     for _ in 0..128 {
-        let Some(parent) = parent_of(pid) else { break };
         if parent <= 1 {
             break;
         }
-        match start_time(parent) {
-            Some(t) => out.push((parent, t)),
-            None => break,
+        match proc_stat(parent) {
+            Some(st) if !st.exited => {
+                out.push((parent, st.start_time));
+                parent = st.ppid;
+            }
+            _ => break,
         }
-        pid = parent;
     }
     out
 }
 
 /// The parent pid of `pid`, from `/proc/<pid>/stat` (field 4).
 pub fn parent_of(pid: i32) -> Option<i32> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    proc_stat(pid).map(|st| st.ppid)
 }
 
 /// This machine's boot id.
