@@ -204,6 +204,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true, default_value = "10s")]
     pub grace: Duration,
 
+    /// Leave processes that the command started in the background running
+    /// after it exits, for a command that starts a daemon on purpose. By
+    /// default they are terminated (TERM, --grace, KILL) before the locks are
+    /// released, so nothing the command started runs beside the next holder.
+    #[arg(long)]
+    pub leave_leftovers: bool,
+
     #[command(flatten)]
     pub holder: HolderArgs,
 

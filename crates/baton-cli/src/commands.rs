@@ -4,6 +4,7 @@ use std::error::Error;
 use std::time::Duration;
 
 use baton_lock::{list, status, BatonDir, Mode, WaitPolicy};
+use baton_proc::LeftoverPolicy;
 use baton_run::events::print_events;
 use baton_run::hold::{
     break_lock, caller_to_watch, release_held, serve_hold, start_holder, HoldRequest,
@@ -67,9 +68,26 @@ pub fn main() -> u8 {
                 grace: args.grace,
                 workspace: args.workspace.request(),
                 keep_workspace: args.workspace.keep_workspace,
+                leftovers: if args.leave_leftovers {
+                    LeftoverPolicy::Leave
+                } else {
+                    LeftoverPolicy::Terminate
+                },
             };
+            // This process runs one command: orphans of its descendants come
+            // back to it, so that they can be stopped when the command ends.
+            if let Err(e) = baton_proc::become_subreaper() {
+                eprintln!("baton: warning: {e}; processes that leave the command's process group are not contained");
+            }
             match run(&dir, &req) {
                 Ok(report) => {
+                    if !report.leftovers.is_empty() {
+                        eprintln!(
+                            "baton: warning: the command left {} process(es) running ({}); terminated them (TERM, --grace, KILL) before releasing",
+                            report.leftovers.len(),
+                            output::leftovers(&report.leftovers)
+                        );
+                    }
                     if let Some(e) = &report.workspace_error {
                         eprintln!(
                             "baton: warning: {e} (the workspace is left for `baton workspace gc`)"

@@ -24,7 +24,9 @@ fn print_json<T: Serialize + ?Sized>(value: &T) -> u8 {
 }
 
 fn state(st: &LockStatus) -> String {
-    if st.held {
+    if !st.held_through_replaced_file.is_empty() && st.holders.is_empty() {
+        "held on a deleted or replaced lock file".into()
+    } else if st.held {
         let mode = st.mode.as_deref().unwrap_or("held");
         if st.max > 1 {
             format!("held ({mode}, {}/{} slots)", st.holders.len(), st.max)
@@ -76,6 +78,11 @@ pub fn status(st: &LockStatus, json: bool) -> u8 {
             h.owner,
             h.token,
             h.acquired_at
+        );
+    }
+    for f in &st.held_through_replaced_file {
+        println!(
+            "            held through lock file {f}, no longer at this path (deleted or replaced); new holders wait for it"
         );
     }
     println!("last token  {}", st.last_token);
@@ -248,4 +255,19 @@ pub fn groups(all: &[baton_run::GroupStatus], one: bool, json: bool) -> u8 {
         }
     }
     0
+}
+
+/// `pid 12 (sleep), pid 13 (sh, had left the process group)`.
+pub fn leftovers(all: &[baton_proc::Leftover]) -> String {
+    all.iter()
+        .map(|l| {
+            let escaped = if l.escaped {
+                ", had left the process group"
+            } else {
+                ""
+            };
+            format!("pid {} ({}{escaped})", l.pid, l.command)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -96,7 +96,7 @@ fn acquire_prints_a_token_and_release_checks_it() {
     let out = env.run(&["lock", "acquire", "mem", "--operation", "edit memory"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let token = stdout(&out).trim().to_string();
-    assert_eq!(token, "1");
+    assert!(token.parse::<u64>().unwrap() > 0, "{token}");
     // Held by the background holder: others are refused.
     assert_eq!(
         code(&env.run(&["run", "--lock", "mem", "--no-wait", "--", "true"])),

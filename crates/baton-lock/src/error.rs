@@ -68,6 +68,12 @@ pub enum LockError {
         /// Why it is refused.
         reason: String,
     },
+    /// The lock file's fencing counter is at its maximum (a damaged or hand-edited file).
+    #[error("lock '{name}': the fencing token counter is exhausted (the lock file was edited by hand?); delete the lock file while nobody holds the lock")]
+    TokensExhausted {
+        /// The lock's name.
+        name: String,
+    },
     /// The lock has no holder to act on.
     #[error("lock '{name}' is not held{}", .detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
     NotHeld {

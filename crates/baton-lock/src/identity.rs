@@ -95,28 +95,8 @@ pub fn start_time(pid: i32) -> Option<u64> {
     (!st.exited).then_some(st.start_time)
 }
 
-/// The fields of `/proc/<pid>/stat` baton needs, read once.
-struct ProcStat {
-    /// State Z (zombie) or X (dead): the process has exited.
-    exited: bool,
-    ppid: i32,
-    start_time: u64,
-}
-
-fn proc_stat(pid: i32) -> Option<ProcStat> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may contain spaces or
-    // parentheses itself: fields after it start after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let exited = matches!(fields.next(), Some("Z") | Some("X")); // field 3
-    let ppid = fields.next()?.parse().ok()?; // field 4
-    let start_time = fields.nth(17)?.parse().ok()?; // field 22
-    Some(ProcStat {
-        exited,
-        ppid,
-        start_time,
-    })
+fn proc_stat(pid: i32) -> Option<baton_proc::procfs::ProcStat> {
+    baton_proc::procfs::stat(pid)
 }
 
 /// The (pid, start time) of every ancestor of this process, parent first,

@@ -33,6 +33,7 @@ mod lock;
 mod meta;
 mod name;
 mod ofd;
+mod replaced;
 mod slots;
 mod status;
 mod wait;
@@ -44,7 +45,7 @@ pub use identity::{
     ProcessIdentity,
 };
 pub use lock::{acquire, acquire_all, LockGuard, LockRequest, Mode};
-pub use meta::{HolderRecord, LockDoc};
+pub use meta::{CommandGroup, HolderRecord, LockDoc};
 pub use name::{LockName, MAX_NAME_LEN};
 pub use status::{list, status, Content, HolderInfo, LockStatus};
 pub use wait::WaitPolicy;

@@ -18,9 +18,10 @@ use crate::dir::BatonDir;
 use crate::error::{IoContext, LockError};
 use crate::identity::{default_owner, new_run_id, Liveness, ProcessIdentity};
 use crate::layout::{greatest_ticket_below, held_slots, META, SLOT_BASE, TICKET_BASE, TICKET_END};
-use crate::meta::{read_doc, write_doc, DocRead, HolderRecord, LockDoc};
+use crate::meta::{read_doc, write_doc, CommandGroup, DocRead, HolderRecord, LockDoc};
 use crate::name::LockName;
 use crate::ofd::{self, Kind};
+use crate::replaced::{self, FileId};
 use crate::wait::WaitPolicy;
 
 /// How a lock is shared between holders.
@@ -176,6 +177,23 @@ impl LockGuard {
         self.mode
     }
 
+    /// Records the process group of the command run under this lock, so that
+    /// if this process dies, the next holder terminates what is left of the
+    /// group before it proceeds (DESIGN.md, decision 11).
+    pub fn set_command_group(&self, group: CommandGroup) -> Result<(), LockError> {
+        let result = (|| -> std::io::Result<()> {
+            let _meta = MetaLock::write(&self.file)?;
+            if let DocRead::Valid(mut doc) = read_doc(&self.file)? {
+                if let Some(h) = doc.holders.iter_mut().find(|h| h.token == self.token) {
+                    h.command_group = Some(group);
+                    write_doc(&self.file, &mut doc)?;
+                }
+            }
+            Ok(())
+        })();
+        result.at("cannot update lock metadata in", &self.path)
+    }
+
     /// Releases the lock now.
     pub fn release(mut self) -> Result<(), LockError> {
         self.release_inner()
@@ -229,31 +247,56 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
     let start = Instant::now();
     let deadline = req.wait.deadline_from(start);
     let path = dir.lock_path(&req.name);
-    let file = open_lock_file(&path)?;
-    let key = held_key(&file, &path)?;
-    if !remember_held(key.clone()) {
-        return Err(LockError::Reentrant {
-            name: req.name.to_string(),
-        });
-    }
-    let result = acquire_in(&file, &path, req, start, deadline);
-    match result {
-        Ok((slot, token, run_id)) => Ok(LockGuard {
-            file,
-            name: req.name.clone(),
-            path,
-            token,
-            run_id,
-            slot,
-            mode: req.mode.normalized(),
-            key,
-            released: false,
-        }),
-        Err(e) => {
-            forget_held(&key);
-            Err(e)
+    let mark = replaced::marker(dir.path(), req.name.as_str());
+    loop {
+        let file = open_lock_file(&path)?;
+        let key = held_key(&file, &path)?;
+        if !remember_held(key.clone()) {
+            return Err(LockError::Reentrant {
+                name: req.name.to_string(),
+            });
+        }
+        let id = FileId {
+            dev: key.dev,
+            ino: key.ino,
+        };
+        let at = Target {
+            file: &file,
+            path: &path,
+            id,
+            mark,
+        };
+        let result = acquire_in(&at, req, start, deadline);
+        match result {
+            Ok(Some((slot, token, run_id))) => {
+                return Ok(LockGuard {
+                    file,
+                    name: req.name.clone(),
+                    path,
+                    token,
+                    run_id,
+                    slot,
+                    mode: req.mode.normalized(),
+                    key,
+                    released: false,
+                })
+            }
+            // The file was deleted or replaced while we waited: use the new one.
+            Ok(None) => forget_held(&key),
+            Err(e) => {
+                forget_held(&key);
+                return Err(e);
+            }
         }
     }
+}
+
+/// The lock file being acquired.
+struct Target<'a> {
+    file: &'a File,
+    path: &'a Path,
+    id: FileId,
+    mark: u64,
 }
 
 /// Acquires several locks in one canonical order (sorted by name), so that
@@ -347,13 +390,14 @@ impl Drop for MetaLock<'_> {
     }
 }
 
+/// `Ok(None)` when the file turned out to be deleted or replaced: try again.
 fn acquire_in(
-    file: &File,
-    path: &Path,
+    at: &Target<'_>,
     req: &LockRequest,
     start: Instant,
     deadline: Option<Instant>,
-) -> Result<(u32, u64, String), LockError> {
+) -> Result<Option<(u32, u64, String)>, LockError> {
+    let (file, path) = (at.file, at.path);
     let fd = file.as_fd();
     let mode = req.mode.normalized();
     let slots = mode.slots();
@@ -367,7 +411,7 @@ fn acquire_in(
 
     // Phase 1, under META: check agreement, take the fast path or a ticket.
     let ticket = {
-        let _meta = MetaLock::write(file).at("cannot lock metadata of", path)?;
+        let meta = MetaLock::write(file).at("cannot lock metadata of", path)?;
         let mut doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
         let waiting = greatest_ticket_below(fd, TICKET_END).at("cannot inspect lock", path)?;
         // Only a disagreement about the slot count needs the slots inspected.
@@ -385,9 +429,7 @@ fn acquire_in(
         }
         if waiting.is_none() {
             if let Some(slot) = try_slots(file, mode, slots).at("cannot lock", path)? {
-                let (token, run_id) = record_grant(file, &mut doc, req, mode, slot)
-                    .at("cannot write lock metadata to", path)?;
-                return Ok((slot, token, run_id));
+                return take_over(at, req, mode, slot, Some((meta, doc)), deadline, busy);
             }
         }
         if req.wait == WaitPolicy::Immediately || deadline.is_some_and(|d| Instant::now() >= d) {
@@ -414,6 +456,7 @@ fn acquire_in(
         while !ofd::try_lock(fd, Kind::Write, t, 1).at("cannot join the queue of", path)? {
             t += 1;
         }
+        drop(meta);
         t
     };
 
@@ -432,20 +475,100 @@ fn acquire_in(
             return Err(e).at("cannot wait for lock", path);
         }
     };
-    let granted = (|| {
-        let _meta = MetaLock::write(file)?;
-        let mut doc = read_doc(file)?.or_fresh();
-        record_grant(file, &mut doc, req, mode, slot)
-    })();
+    let granted = take_over(at, req, mode, slot, None, deadline, busy);
     // Leave the line only now: the next waiter becomes head and waits for the slot.
     let _ = ofd::unlock(fd, ticket, 1);
-    match granted {
-        Ok((token, run_id)) => Ok((slot, token, run_id)),
+    granted
+}
+
+/// Holding `slot` (and META with the document just read, on the fast path):
+/// make sure nobody holds this lock through a deleted or replaced file, stop
+/// what a dead previous holder's command left running, then record the grant.
+/// `Ok(None)` when our own file was deleted or replaced (the slot is released).
+fn take_over(
+    at: &Target<'_>,
+    req: &LockRequest,
+    mode: Mode,
+    slot: u32,
+    locked: Option<(MetaLock<'_>, LockDoc)>,
+    deadline: Option<Instant>,
+    busy: impl Fn(Option<String>) -> LockError,
+) -> Result<Option<(u32, u64, String)>, LockError> {
+    let (file, path) = (at.file, at.path);
+    let fd = file.as_fd();
+    let give_back = || {
+        let _ = ofd::unlock(fd, SLOT_BASE + u64::from(slot), 1);
+        let _ = ofd::unlock(fd, at.mark, 1);
+    };
+    // The marker first, then the path check: an acquirer that creates a new
+    // file either sees our marker or we see that our file is no longer there.
+    // Read locks on markers never conflict: this always succeeds.
+    let marked = ofd::try_lock(fd, Kind::Read, at.mark, 1).at("cannot lock", path);
+    if let Err(e) = marked {
+        give_back();
+        return Err(e);
+    }
+    if !replaced::still_at_path(at.id, path) {
+        give_back();
+        return Ok(None);
+    }
+    let result = (|| -> Result<(u64, String), LockError> {
+        let (meta, mut doc) = match locked {
+            Some(l) => l,
+            None => {
+                let meta = MetaLock::write(file).at("cannot lock metadata of", path)?;
+                let doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
+                (meta, doc)
+            }
+        };
+        let new_file = doc.inode != Some(at.id.ino);
+        let leftovers = dead_command_groups(&doc, mode, slot);
+        if new_file || !leftovers.is_empty() {
+            // Slow, rare work: never while holding META. Publish the slot
+            // count first, so that others meeting our slot agree with it.
+            if doc.max != mode.slots() {
+                doc.max = mode.slots();
+                write_doc(file, &mut doc).at("cannot write lock metadata to", path)?;
+            }
+            drop(meta);
+            if new_file && !replaced::wait_until_gone(at.mark, at.id, deadline) {
+                return Err(busy(Some(
+                    "a holder through a deleted or replaced lock file".into(),
+                )));
+            }
+            for g in leftovers {
+                baton_proc::terminate_group(
+                    g.pgid,
+                    baton_proc::GroupIdentity::LeaderStartedAt(g.leader_start_time),
+                    std::time::Duration::from_millis(g.grace_ms),
+                );
+            }
+            let _meta = MetaLock::write(file).at("cannot lock metadata of", path)?;
+            let mut doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
+            return record_grant(at, &mut doc, req, mode, slot);
+        }
+        record_grant(at, &mut doc, req, mode, slot)
+    })();
+    match result {
+        Ok((token, run_id)) => Ok(Some((slot, token, run_id))),
         Err(e) => {
-            let _ = ofd::unlock(fd, SLOT_BASE + u64::from(slot), 1);
-            Err(e).at("cannot write lock metadata to", path)
+            give_back();
+            Err(e)
         }
     }
+}
+
+/// Process groups of dead holders whose records the grant of `slot` replaces.
+fn dead_command_groups(doc: &LockDoc, mode: Mode, slot: u32) -> Vec<CommandGroup> {
+    doc.holders
+        .iter()
+        .filter(|h| h.command_group.is_some() && (h.slot == slot || mode == Mode::Shared))
+        .filter(|h| {
+            h.process.liveness() == Liveness::Dead
+                && h.process.boot_id == crate::identity::boot_id()
+        })
+        .filter_map(|h| h.command_group)
+        .collect()
 }
 
 /// Waits for every predecessor in line, then for a slot. `Ok(None)` when the
@@ -493,15 +616,33 @@ pub(crate) fn try_slots(file: &File, mode: Mode, slots: u32) -> std::io::Result<
 }
 
 /// Issues the next fencing token and records the holder. Caller holds META.
+///
+/// Tokens increase by one per grant. In a file that is new to the lock (or
+/// was copied, or whose document was lost) they continue from the wall
+/// clock in microseconds instead, which is larger than any token issued
+/// earlier as long as the clock does not go back (`LOCKING.md`, "Fencing tokens").
 fn record_grant(
-    file: &File,
+    at: &Target<'_>,
     doc: &mut LockDoc,
     req: &LockRequest,
     mode: Mode,
     slot: u32,
-) -> std::io::Result<(u64, String)> {
+) -> Result<(u64, String), LockError> {
+    let id = at.id;
     let floor = doc.holders.iter().map(|h| h.token).max().unwrap_or(0);
-    doc.token = doc.token.max(floor) + 1;
+    let next = doc
+        .token
+        .max(floor)
+        .checked_add(1)
+        .ok_or_else(|| LockError::TokensExhausted {
+            name: req.name.to_string(),
+        })?;
+    doc.token = if doc.inode == Some(id.ino) {
+        next
+    } else {
+        next.max(clock_micros())
+    };
+    doc.inode = Some(id.ino);
     doc.format = 1;
     doc.name = req.name.to_string();
     doc.max = mode.slots();
@@ -527,9 +668,17 @@ fn record_grant(
         mode: mode.as_str().into(),
         slot,
         kind: req.kind.clone(),
+        command_group: None,
     });
-    write_doc(file, doc)?;
+    write_doc(at.file, doc).at("cannot write lock metadata to", at.path)?;
     Ok((doc.token, run_id))
+}
+
+/// Microseconds since the Unix epoch (0 if the clock is before it).
+fn clock_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 /// A `baton run` holder of one of the held slots that is an ancestor of this process.

@@ -38,6 +38,22 @@ pub struct HolderRecord {
     /// What kind of process holds it: `run`, `hold` (from `baton lock acquire`) or `library`.
     #[serde(default = "default_kind")]
     pub kind: String,
+    /// The process group of the command the holder runs, once it runs: if the
+    /// holder dies, the next holder terminates what is left of it first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_group: Option<CommandGroup>,
+}
+
+/// The process group a holder's command runs in (DESIGN.md, decision 11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandGroup {
+    /// The group id (the pid of the command, which leads it).
+    pub pgid: i32,
+    /// Start time of the leader in clock ticks since boot, so that a reused
+    /// group id is never taken for this group.
+    pub leader_start_time: u64,
+    /// How long the holder would have waited between TERM and KILL.
+    pub grace_ms: u64,
 }
 
 fn default_kind() -> String {
@@ -62,6 +78,10 @@ pub struct LockDoc {
     /// Holders at the time of the last change (some may have died since).
     #[serde(default)]
     pub holders: Vec<HolderRecord>,
+    /// Inode of the file this document was last granted in; a document in a
+    /// file with another inode was copied, or the file is new.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inode: Option<u64>,
     /// Length of the file this document was read from, so a rewrite knows
     /// whether it must truncate without asking the kernel again.
     #[serde(skip)]

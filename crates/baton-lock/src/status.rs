@@ -22,6 +22,7 @@ use crate::lock::MetaLock;
 use crate::meta::{read_doc, DocRead, HolderRecord};
 use crate::name::LockName;
 use crate::ofd::Kind;
+use crate::replaced::{holders_elsewhere, marker, FileId};
 
 /// One holder as shown by `status`.
 #[derive(Clone, Debug, Serialize)]
@@ -121,12 +122,36 @@ pub struct LockStatus {
     pub content: Content,
     /// Why the content is unreadable, when it is.
     pub content_error: Option<String>,
+    /// The inode the document was last granted in (internal).
+    #[serde(skip)]
+    inode: Option<u64>,
+    /// Lock files (`device:inode`) that are no longer at this lock's path
+    /// (deleted, renamed or replaced) but through which someone still holds
+    /// the lock. New acquirers wait until they are released.
+    pub held_through_replaced_file: Vec<String>,
 }
 
 /// Status of one lock. Never creates anything.
 pub fn status(dir: &BatonDir, name: &LockName) -> Result<LockStatus, LockError> {
     let path = dir.lock_path(name);
-    status_of_file(&path, Some(name.as_str()))
+    let mut st = status_of_file(&path, Some(name.as_str()))?;
+    see_replaced_files(&mut st, dir, name.as_str());
+    Ok(st)
+}
+
+/// Adds holders through files no longer at the lock's path. Only a file whose
+/// document does not name its own inode can have such a predecessor.
+fn see_replaced_files(st: &mut LockStatus, dir: &BatonDir, name: &str) {
+    let ours = std::fs::symlink_metadata(&st.path)
+        .ok()
+        .map(|m| FileId::of(&m));
+    if ours.is_some_and(|id| st.inode == Some(id.ino)) {
+        return;
+    }
+    st.held_through_replaced_file = holders_elsewhere(marker(dir.path(), name), ours);
+    if !st.held_through_replaced_file.is_empty() {
+        st.held = true;
+    }
 }
 
 /// Status of every lock in the baton dir, sorted by name.
@@ -141,7 +166,9 @@ pub fn list(dir: &BatonDir) -> Result<Vec<LockStatus>, LockError> {
             continue;
         };
         let guess = LockName::from_file_stem(stem).map(|n| n.to_string());
-        let st = status_of_file(&entry.path(), guess.as_deref().or(Some(stem)))?;
+        let mut st = status_of_file(&entry.path(), guess.as_deref().or(Some(stem)))?;
+        let name = st.name.clone();
+        see_replaced_files(&mut st, dir, &name);
         out.push(st);
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -163,6 +190,8 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
         last_token: 0,
         content: Content::Missing,
         content_error: None,
+        held_through_replaced_file: Vec::new(),
+        inode: None,
     };
     let file = match open_for_status(path) {
         Ok(f) => f,
@@ -212,6 +241,7 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
             st.name = doc.name.clone();
         }
         st.last_token = doc.token;
+        st.inode = doc.inode;
         let (live, dead): (Vec<&HolderRecord>, Vec<&HolderRecord>) =
             doc.holders.iter().partition(|r| {
                 let slot_held = held.iter().any(|(s, _)| *s == r.slot);

@@ -55,7 +55,9 @@
 //! Linux only: the crate relies on pidfds (Linux 5.3) and `PR_SET_PDEATHSIG`.
 
 mod cancel;
+mod contain;
 mod error;
+pub mod procfs;
 
 /// Design note: how and why baton-proc handles processes and signals the way it does.
 ///
@@ -72,6 +74,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use cancel::Canceller;
+pub use contain::{
+    become_subreaper, is_subreaper, terminate_group, GroupIdentity, Leftover, LeftoverPolicy,
+};
 pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 pub use signals::FORWARDED_SIGNALS;
 pub use supervise::Supervisor;
@@ -100,6 +105,9 @@ pub struct RunSpec {
     pub timeout: Option<Duration>,
     /// How long to wait after `SIGTERM` before `SIGKILL`.
     pub grace: Duration,
+    /// What to do with processes of the command's group (and, in a subreaper,
+    /// its orphans) still running when the command exits.
+    pub leftovers: LeftoverPolicy,
 }
 
 impl RunSpec {
@@ -113,6 +121,7 @@ impl RunSpec {
             cwd: None,
             timeout: None,
             grace: DEFAULT_GRACE,
+            leftovers: LeftoverPolicy::Terminate,
         }
     }
 
@@ -133,6 +142,24 @@ impl RunSpec {
         self.args.extend(args.into_iter().map(Into::into));
         self
     }
+}
+
+/// The child has started: what a caller records so that its processes can be
+/// found again if the supervisor dies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Started {
+    /// The child's process group id (the child leads it: it is the child's pid).
+    pub pgid: i32,
+}
+
+/// How a supervised run ended, and what it left behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    /// How the command ended.
+    pub outcome: Outcome,
+    /// Processes still running when the command exited: terminated (TERM,
+    /// grace, KILL) unless [`RunSpec::leftovers`] is [`LeftoverPolicy::Leave`].
+    pub leftovers: Vec<Leftover>,
 }
 
 /// How a supervised child ended.

@@ -12,9 +12,10 @@ use rustix::io::Errno;
 use rustix::process::{kill_process_group, pidfd_open, Pid, PidfdFlags, Signal};
 
 use crate::cancel::{CancelShared, Canceller};
+use crate::contain::{stop_orphans, terminate_group, GroupIdentity, LeftoverPolicy, SUPERVISED};
 use crate::signals::SignalCatcher;
 use crate::terminal::TerminalHandover;
-use crate::{Outcome, ProcError, RunSpec};
+use crate::{Finished, Outcome, ProcError, RunSpec, Started};
 
 /// Supervises one child command; see the [crate documentation](crate) for what it does.
 ///
@@ -66,15 +67,31 @@ impl Supervisor {
     /// [`ProcError::Spawn`] when the child could not be started; [`ProcError::Io`] when a
     /// system call needed to supervise it failed.
     pub fn run(self) -> Result<Outcome, ProcError> {
+        self.run_with(|_| {}).map(|f| f.outcome)
+    }
+
+    /// Like [`Supervisor::run`], and calls `on_start` once the child runs (it
+    /// may already have started processes of its own), so the caller can record
+    /// its process group; reports the processes the command left behind, which
+    /// were terminated unless [`RunSpec::leftovers`] says to leave them.
+    ///
+    /// # Errors
+    ///
+    /// As [`Supervisor::run`].
+    pub fn run_with(self, on_start: impl FnOnce(Started)) -> Result<Finished, ProcError> {
+        let cancelled = Finished {
+            outcome: Outcome::Cancelled,
+            leftovers: Vec::new(),
+        };
         if self.cancel.is_cancelled() {
-            return Ok(Outcome::Cancelled);
+            return Ok(cancelled);
         }
         let waker = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
             .map_err(|e| ProcError::io("create the cancel eventfd", e))?;
         let waker = Arc::new(waker);
         let _detach = Detach(&self.cancel);
         if self.cancel.attach(Arc::clone(&waker)) {
-            return Ok(Outcome::Cancelled);
+            return Ok(cancelled);
         }
 
         check_cwd(&self.spec)?;
@@ -89,6 +106,9 @@ impl Supervisor {
         let _terminal = TerminalHandover::give(child.pid);
         let pidfd = pidfd_open(child.pid, PidfdFlags::empty())
             .map_err(|e| ProcError::io("open a pidfd for the child", e))?;
+        on_start(Started {
+            pgid: child.pid.as_raw_nonzero().get(),
+        });
 
         let mut state = State {
             pgid: child.pid,
@@ -108,7 +128,12 @@ impl Supervisor {
                     signal_group(state.pgid, Signal::KILL);
                 }
                 let status = child.reap()?;
-                return Ok(state.finish(status));
+                let outcome = state.finish(status);
+                let leftovers = match self.spec.leftovers {
+                    LeftoverPolicy::Leave => Vec::new(),
+                    LeftoverPolicy::Terminate => contain_leftovers(state.pgid, state.grace),
+                };
+                return Ok(Finished { outcome, leftovers });
             }
             if events.signals {
                 for signal in signals.pending() {
@@ -121,6 +146,24 @@ impl Supervisor {
             state.on_time(Instant::now());
         }
     }
+}
+
+/// Terminates what the command left in its group (its leader is reaped) and,
+/// in a subreaper, what left the group; returns whom it found.
+fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<crate::Leftover> {
+    // One system call in the usual case: nobody is left in the group. The
+    // group id cannot name another group yet: a pid is reused only after the
+    // kernel's pid counter wraps, and `terminate_group` re-checks anyway.
+    let mut found = match rustix::process::test_kill_process_group(pgid) {
+        Err(_) => Vec::new(),
+        Ok(()) => terminate_group(
+            pgid.as_raw_nonzero().get(),
+            GroupIdentity::LeaderReaped,
+            grace,
+        ),
+    };
+    found.extend(stop_orphans(grace));
+    found
 }
 
 /// Clears the canceller's wake-up fd when `run` returns.
@@ -316,10 +359,23 @@ struct ChildGuard {
 
 impl ChildGuard {
     fn new(child: Child) -> Self {
+        let pid = Pid::from_child(&child);
+        SUPERVISED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(pid.as_raw_nonzero().get());
         ChildGuard {
-            pid: Pid::from_child(&child),
+            pid,
             child: Some(child),
         }
+    }
+
+    fn unregister(&self) {
+        let raw = self.pid.as_raw_nonzero().get();
+        SUPERVISED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|p| *p != raw);
     }
 
     /// Reap the leader (its pidfd is readable, so this does not block).
@@ -330,7 +386,9 @@ impl ChildGuard {
                 io::Error::from(io::ErrorKind::NotFound),
             ));
         };
-        child.wait().map_err(|e| ProcError::io("reap the child", e))
+        let status = child.wait().map_err(|e| ProcError::io("reap the child", e));
+        self.unregister();
+        status
     }
 }
 
@@ -339,6 +397,7 @@ impl Drop for ChildGuard {
         if let Some(mut child) = self.child.take() {
             signal_group(self.pid, Signal::KILL);
             let _ = child.wait();
+            self.unregister();
         }
     }
 }

@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use baton_lock::CommandGroup;
 use baton_lock::{
     acquire_all, new_run_id, BatonDir, LockGuard, LockName, LockRequest, Mode, WaitPolicy,
 };
-use baton_proc::{Canceller, Outcome, RunSpec, Supervisor};
+use baton_proc::{Canceller, Leftover, LeftoverPolicy, Outcome, RunSpec, Supervisor};
 use signal_hook::consts::SIGUSR1;
 use signal_hook::iterator::Signals;
 
@@ -46,6 +47,8 @@ pub struct RunRequest {
     pub workspace: Option<baton_git::WorkspaceRequest>,
     /// Leave the workspace in place after the command.
     pub keep_workspace: bool,
+    /// What to do with processes the command leaves running when it exits.
+    pub leftovers: LeftoverPolicy,
 }
 
 /// How a run ended.
@@ -60,6 +63,9 @@ pub struct RunReport {
     /// The workspace could not be removed after the command ended (the
     /// command's outcome still stands; `baton workspace gc` retries).
     pub workspace_error: Option<String>,
+    /// Processes still running when the command exited, terminated before
+    /// the locks were released (unless [`RunRequest::leftovers`] said to leave them).
+    pub leftovers: Vec<Leftover>,
 }
 
 /// Shared between the run and the thread that reacts to being superseded.
@@ -122,6 +128,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
                 outcome: Outcome::Cancelled,
                 superseded_by: Some(by),
                 workspace_error: None,
+                leftovers: Vec::new(),
             });
         }
         group_parts = Some((member, slot, watcher));
@@ -190,6 +197,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     let mut spec = RunSpec::new(program.clone()).args(args.iter().cloned());
     spec.timeout = req.timeout;
     spec.grace = req.grace;
+    spec.leftovers = req.leftovers;
     spec.env = vec![
         ("BATON_RUN_ID".into(), run_id.clone().into()),
         ("BATON_DIR".into(), dir.path().as_os_str().to_owned()),
@@ -224,7 +232,26 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         }
         mark.1 = Some(canceller);
     }
-    let outcome = supervisor.run();
+    let grace_ms = u64::try_from(req.grace.as_millis()).unwrap_or(u64::MAX);
+    let finished = supervisor.run_with(|started| {
+        // Recorded with every lock and the group slot: if this process dies,
+        // whoever takes them next stops what is left of the command first.
+        let group = CommandGroup {
+            pgid: started.pgid,
+            leader_start_time: baton_proc::procfs::stat(started.pgid).map_or(0, |s| s.start_time),
+            grace_ms,
+        };
+        for g in &guards {
+            let _ = g.set_command_group(group);
+        }
+        if let Some((_, slot, _)) = &group_parts {
+            let _ = slot.set_command_group(group);
+        }
+    });
+    let (outcome, leftovers) = match finished {
+        Ok(f) => (Ok(f.outcome), f.leftovers),
+        Err(e) => (Err(e), Vec::new()),
+    };
     let workspace_error = match &workspace {
         Some((ws, wait)) if !req.keep_workspace => baton_git::remove(dir, &ws.id, *wait).err(),
         _ => None,
@@ -267,6 +294,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         outcome,
         superseded_by,
         workspace_error: workspace_error.map(|e| e.to_string()),
+        leftovers,
     })
 }
 
@@ -340,7 +368,9 @@ fn run_hook(req: &RunRequest, key: &str, run_id: &str, by: &str) {
     let Some(cmd) = &req.on_superseded else {
         return;
     };
-    let mut spec = RunSpec::new("sh").args(["-c", cmd.as_str()]);
+    // /bin/sh, not `sh` from PATH: a directory early in PATH must not be able
+    // to replace the shell that runs the hook.
+    let mut spec = RunSpec::new("/bin/sh").args(["-c", cmd.as_str()]);
     spec.env = vec![
         ("BATON_SUPERSEDED_BY".into(), by.into()),
         ("BATON_RUN_ID".into(), run_id.into()),

@@ -1,0 +1,126 @@
+//! A lock file deleted or replaced while held (`LOCKING.md`, "When the lock
+//! file is deleted").
+//!
+//! Kernel locks belong to an inode. If someone deletes `locks/L.lock` (or the
+//! whole baton dir, or renames it) while L is held, the next acquirer creates
+//! a new file and would get the lock at once, beside the holder that still
+//! holds the old inode. To prevent that, every holder also takes a read lock on
+//! a *marker* byte of its lock file whose offset is derived from the baton
+//! dir's path and the lock's name. Markers of every open lock file appear in
+//! `/proc/locks` with their inode, so an acquirer on a file that is new to the
+//! lock (its document does not name its inode) looks for markers of the same
+//! name on other inodes and waits until they are gone.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+/// First marker byte; markers span 2^48 bytes above it.
+const MARK_BASE: u64 = 1 << 48;
+
+/// The marker byte of lock `name` in the baton dir at `dir`.
+pub(crate) fn marker(dir: &Path, name: &str) -> u64 {
+    let mut h = Sha256::new();
+    h.update(dir.as_os_str().as_encoded_bytes());
+    h.update([0]);
+    h.update(name.as_bytes());
+    let d = h.finalize();
+    let mut b = [0u8; 8];
+    b[2..].copy_from_slice(&d[..6]);
+    MARK_BASE + u64::from_be_bytes(b)
+}
+
+/// Device and inode of an open file, as `/proc/locks` prints them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl FileId {
+    pub(crate) fn of(meta: &std::fs::Metadata) -> FileId {
+        FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+
+    fn proc_locks_form(self) -> String {
+        format!(
+            "{:02x}:{:02x}:{}",
+            rustix::fs::major(self.dev),
+            rustix::fs::minor(self.dev),
+            self.ino
+        )
+    }
+}
+
+/// Whether `path` still names the open `file` (not deleted, renamed or replaced).
+pub(crate) fn still_at_path(file_id: FileId, path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| FileId::of(&m) == file_id)
+}
+
+/// Files other than `ours` on which a holder of the same lock holds its
+/// marker, as `dev:ino` strings. Empty when `/proc/locks` cannot be read.
+pub(crate) fn holders_elsewhere(mark: u64, ours: Option<FileId>) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string("/proc/locks") else {
+        return Vec::new();
+    };
+    let ours = ours.map(FileId::proc_locks_form);
+    let mark = mark.to_string();
+    let mut found: Vec<String> = Vec::new();
+    for line in text.lines() {
+        // "1: OFDLCK ADVISORY  READ -1 fe:00:123 START END"; waiters start "1: ->".
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 8 || f[1] == "->" || f[1] != "OFDLCK" {
+            continue;
+        }
+        if f[6] == mark && f[7] == mark && Some(f[5]) != ours.as_deref() {
+            let id = f[5].to_string();
+            if !found.contains(&id) {
+                found.push(id);
+            }
+        }
+    }
+    found
+}
+
+/// Waits until no file other than `ours` carries a marker of this lock.
+/// `Ok(false)` when `deadline` passes first.
+///
+/// Nothing notifies a waiter when a process closes a file that it can no
+/// longer open, so this is the one wait in baton that polls `/proc/locks`
+/// (from 1 ms, doubling up to 50 ms): it happens only after someone deleted or
+/// replaced a lock file while it was held.
+pub(crate) fn wait_until_gone(mark: u64, ours: FileId, deadline: Option<Instant>) -> bool {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if holders_elsewhere(mark, Some(ours)).is_empty() {
+            return true;
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return false;
+        }
+        let nap = deadline.map_or(pause, |d| pause.min(d - now));
+        std::thread::sleep(nap);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_differ_by_dir_and_name_and_stay_in_their_range() {
+        let a = marker(Path::new("/a"), "x");
+        assert_ne!(a, marker(Path::new("/b"), "x"));
+        assert_ne!(a, marker(Path::new("/a"), "y"));
+        assert_eq!(a, marker(Path::new("/a"), "x"));
+        assert!((MARK_BASE..MARK_BASE * 2).contains(&a));
+        assert!(i64::try_from(a).is_ok());
+    }
+}

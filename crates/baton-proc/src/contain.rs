@@ -1,0 +1,263 @@
+//! Containment: no process of a run outlives it.
+//!
+//! A command runs as the leader of its own process group. When the leader
+//! exits, what is left of its group (`cmd &` in a script, a daemon that did
+//! not leave the group) is terminated before the supervisor returns, and when
+//! a supervisor dies without a chance to act, whoever takes its lock next
+//! terminates the group it recorded ([`terminate_group`]). Processes that left
+//! the group (a new session, `setsid`, a double fork) are caught while the
+//! supervisor lives if the process is a child subreaper ([`become_subreaper`]):
+//! they are re-parented to it when their parent exits, and [`orphans`] finds them.
+//!
+//! Every process is pinned with a pidfd and re-identified (process group,
+//! start time) before it is signalled, so a pid reused in between is never hit.
+//! What is not contained is listed in `SIGNALS.md` ("Containment").
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::io::Errno;
+use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
+
+use crate::procfs::{self, ProcStat};
+use crate::supervise::timespec;
+use crate::{ProcError, KILL_WAIT};
+
+/// What to do with processes of the command's group that still run when the
+/// command itself (the group's leader) has exited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LeftoverPolicy {
+    /// Terminate them (TERM, grace, KILL) before the run ends: the default,
+    /// so that nothing the command started runs beside the next holder.
+    #[default]
+    Terminate,
+    /// Leave them running: for a command whose purpose is to start a daemon.
+    /// They no longer hold anything baton gave the run.
+    Leave,
+}
+
+/// A process that was still running when its run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leftover {
+    /// Its pid.
+    pub pid: i32,
+    /// Its command name, as the kernel keeps it (at most 15 bytes).
+    pub command: String,
+    /// It had left the command's process group (found as an orphan).
+    pub escaped: bool,
+}
+
+/// How a process group is recognised as the one that was recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupIdentity {
+    /// The group's leader has been reaped by us: a process whose pid is the
+    /// group id can only be a newer process that reused the id.
+    LeaderReaped,
+    /// The leader, if it still exists, started at this time (clock ticks since
+    /// boot); a leader with another start time means the id was reused.
+    LeaderStartedAt(u64),
+}
+
+static SUBREAPER: AtomicBool = AtomicBool::new(false);
+
+/// Pids of the children that [`Supervisor`](crate::Supervisor)s of this process
+/// are running now; [`orphans`] never counts them.
+pub(crate) static SUPERVISED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`): processes
+/// that any of its descendants leave behind are re-parented to it instead of
+/// to init, so a [`Supervisor`](crate::Supervisor) can find and stop them when
+/// its command ends, even when they left the command's process group.
+///
+/// This changes the whole process, so the library never does it by itself:
+/// call it from `main` of a program that runs one command at a time (as
+/// `baton run` does). A process hosting many runs should not, since an orphan
+/// cannot be attributed to one of them.
+///
+/// # Errors
+///
+/// When the kernel refuses the `prctl`.
+pub fn become_subreaper() -> Result<(), ProcError> {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .map_err(|e| ProcError::io("become a child subreaper", e))?;
+    SUBREAPER.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Whether [`become_subreaper`] was called in this process.
+pub fn is_subreaper() -> bool {
+    SUBREAPER.load(Ordering::SeqCst)
+}
+
+/// A process pinned by a pidfd after its identity was checked.
+struct Pinned {
+    pid: i32,
+    command: String,
+    fd: OwnedFd,
+}
+
+fn pin(pid: i32, expect: &ProcStat) -> Option<Pinned> {
+    let fd = pidfd_open(Pid::from_raw(pid)?, PidfdFlags::empty()).ok()?;
+    // Re-read after pinning: the pidfd now holds the process we check.
+    let now = procfs::stat(pid)?;
+    (!now.exited && now.start_time == expect.start_time && now.pgrp == expect.pgrp).then(|| {
+        Pinned {
+            pid,
+            command: expect.comm.clone(),
+            fd,
+        }
+    })
+}
+
+/// Terminates every process of process group `pgid`: `SIGTERM` (and
+/// `SIGCONT`, so a stopped process sees it), up to `grace` for them to exit,
+/// then `SIGKILL`, and waits until they are gone (at most [`KILL_WAIT`] after
+/// the kill). Members that appear meanwhile (a fork) are killed too.
+/// Returns the processes found, in no particular order; empty when the group
+/// is gone or `identity` shows that the id now names another group.
+///
+/// This process and the process group it belongs to are never signalled.
+pub fn terminate_group(pgid: i32, identity: GroupIdentity, grace: Duration) -> Vec<Leftover> {
+    let me = std::process::id() as i32;
+    if pgid <= 1 || rustix::process::getpgrp().as_raw_nonzero().get() == pgid {
+        return Vec::new();
+    }
+    let mut found: Vec<Leftover> = Vec::new();
+    for round in 0..8 {
+        if let Some(leader) = procfs::stat(pgid).filter(|st| !st.exited) {
+            let ours = match identity {
+                GroupIdentity::LeaderReaped => false,
+                GroupIdentity::LeaderStartedAt(t) => leader.start_time == t && leader.pgrp == pgid,
+            };
+            if !ours {
+                break; // the id was reused: not ours to touch
+            }
+        }
+        let members: Vec<Pinned> =
+            procfs::scan(|pid, st| st.pgrp == pgid && !st.exited && pid != me)
+                .into_iter()
+                .filter_map(|(pid, st)| pin(pid, &st))
+                .collect();
+        if members.is_empty() {
+            break;
+        }
+        for m in &members {
+            if !found.iter().any(|f| f.pid == m.pid) {
+                found.push(Leftover {
+                    pid: m.pid,
+                    command: m.command.clone(),
+                    escaped: false,
+                });
+            }
+        }
+        stop_all(members, if round == 0 { Some(grace) } else { None });
+    }
+    found
+}
+
+/// TERM (when `grace` is given) then KILL, waiting for the processes to exit.
+fn stop_all(procs: Vec<Pinned>, grace: Option<Duration>) {
+    let mut alive = procs;
+    if let Some(grace) = grace {
+        for p in &alive {
+            let _ = pidfd_send_signal(&p.fd, Signal::TERM);
+            let _ = pidfd_send_signal(&p.fd, Signal::CONT);
+        }
+        alive = wait_all(alive, grace);
+    }
+    for p in &alive {
+        let _ = pidfd_send_signal(&p.fd, Signal::KILL);
+    }
+    let _ = wait_all(alive, KILL_WAIT);
+}
+
+/// Waits until every process has exited or `limit` passes; returns those still running.
+fn wait_all(mut procs: Vec<Pinned>, limit: Duration) -> Vec<Pinned> {
+    let deadline = Instant::now().checked_add(limit);
+    while !procs.is_empty() {
+        let timeout = deadline.map(|d| timespec(d.saturating_duration_since(Instant::now())));
+        let mut fds: Vec<PollFd<'_>> = procs
+            .iter()
+            .map(|p| PollFd::new(&p.fd, PollFlags::IN))
+            .collect();
+        match poll(&mut fds, timeout.as_ref()) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(Errno::INTR) => continue,
+            Err(_) => break,
+        }
+        let exited: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
+        drop(fds);
+        let mut i = 0;
+        procs.retain(|_| {
+            i += 1;
+            !exited[i - 1]
+        });
+    }
+    procs
+}
+
+/// Processes re-parented to this subreaper that no supervisor of this process
+/// runs, with all their descendants: what a finished command left behind
+/// outside its process group. Empty unless [`become_subreaper`] was called.
+/// Exited ones are reaped here.
+pub(crate) fn stop_orphans(grace: Duration) -> Vec<Leftover> {
+    if !is_subreaper() {
+        return Vec::new();
+    }
+    let me = std::process::id() as i32;
+    let supervised = SUPERVISED.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let all = procfs::scan(|_, _| true);
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    for (pid, st) in &all {
+        children.entry(st.ppid).or_default().push(*pid);
+    }
+    let orphans: Vec<i32> = children
+        .get(&me)
+        .map(|c| {
+            c.iter()
+                .copied()
+                .filter(|p| !supervised.contains(p))
+                .collect()
+        })
+        .unwrap_or_default();
+    if orphans.is_empty() {
+        return Vec::new();
+    }
+    let stats: HashMap<i32, ProcStat> = all.into_iter().collect();
+    let mut tree = Vec::new();
+    let mut todo = orphans.clone();
+    while let Some(pid) = todo.pop() {
+        tree.push(pid);
+        if let Some(c) = children.get(&pid) {
+            todo.extend(c.iter().copied());
+        }
+    }
+    let pinned: Vec<Pinned> = tree
+        .iter()
+        .filter_map(|pid| {
+            let st = stats.get(pid)?;
+            (!st.exited).then(|| pin(*pid, st)).flatten()
+        })
+        .collect();
+    let found = pinned
+        .iter()
+        .map(|p| Leftover {
+            pid: p.pid,
+            command: p.command.clone(),
+            escaped: true,
+        })
+        .collect();
+    stop_all(pinned, Some(grace));
+    // Our direct children are zombies now (or were already): reap them.
+    for pid in orphans {
+        if let Some(pid) = Pid::from_raw(pid) {
+            let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG);
+        }
+    }
+    found
+}

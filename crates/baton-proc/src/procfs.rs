@@ -1,0 +1,83 @@
+//! Reading `/proc/<pid>/stat`: the one parser of it in baton.
+
+use std::fs;
+
+/// The fields of `/proc/<pid>/stat` baton needs, read at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcStat {
+    /// The command name (field 2, at most 15 bytes, as the kernel keeps it).
+    pub comm: String,
+    /// State Z (zombie) or X (dead): the process has exited.
+    pub exited: bool,
+    /// Parent pid (field 4).
+    pub ppid: i32,
+    /// Process group id (field 5).
+    pub pgrp: i32,
+    /// Session id (field 6).
+    pub session: i32,
+    /// Start time in clock ticks since boot (field 22).
+    pub start_time: u64,
+}
+
+/// The stat fields of `pid`, if the process exists.
+pub fn stat(pid: i32) -> Option<ProcStat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse(&text)
+}
+
+fn parse(text: &str) -> Option<ProcStat> {
+    // The command name is in parentheses and may itself contain spaces or
+    // parentheses: the fields after it start after the last ')'.
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let mut fields = text.get(close + 1..)?.split_whitespace();
+    let exited = matches!(fields.next(), Some("Z") | Some("X")); // field 3
+    let ppid = fields.next()?.parse().ok()?; // field 4
+    let pgrp = fields.next()?.parse().ok()?; // field 5
+    let session = fields.next()?.parse().ok()?; // field 6
+    let start_time = fields.nth(15)?.parse().ok()?; // field 22
+    Some(ProcStat {
+        comm,
+        exited,
+        ppid,
+        pgrp,
+        session,
+        start_time,
+    })
+}
+
+/// Every process visible in `/proc` whose stat satisfies `keep`, with its pid.
+pub(crate) fn scan(mut keep: impl FnMut(i32, &ProcStat) -> bool) -> Vec<(i32, ProcStat)> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| Some((pid, stat(pid)?)))
+        .filter(|(pid, st)| keep(*pid, st))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_with_spaces_and_parentheses() {
+        let line = "42 (a) (b c)) S 7 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 123456 0 0";
+        let st = parse(line).unwrap_or_else(|| panic!("unparsed"));
+        assert_eq!(st.comm, "a) (b c)");
+        assert_eq!((st.ppid, st.pgrp, st.session), (7, 42, 42));
+        assert_eq!(st.start_time, 123456);
+        assert!(!st.exited);
+    }
+
+    #[test]
+    fn reads_this_process() {
+        let me = stat(std::process::id() as i32).unwrap_or_else(|| panic!("no stat"));
+        assert!(me.start_time > 0);
+        assert!(stat(i32::MAX).is_none());
+    }
+}
