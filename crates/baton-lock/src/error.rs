@@ -68,6 +68,12 @@ pub enum LockError {
         /// Why it is refused.
         reason: String,
     },
+    /// The wait was cancelled through the request's [`CancelToken`](crate::CancelToken).
+    #[error("waiting for lock '{name}' was cancelled")]
+    Cancelled {
+        /// The lock's name.
+        name: String,
+    },
     /// The lock file's fencing counter is at its maximum (a damaged or hand-edited file).
     #[error("lock '{name}': the fencing token counter is exhausted (the lock file was edited by hand?); delete the lock file while nobody holds the lock")]
     TokensExhausted {

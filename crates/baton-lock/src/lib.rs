@@ -25,6 +25,7 @@
 //! # Ok::<(), baton_lock::LockError>(())
 //! ```
 
+mod cancel;
 mod dir;
 mod error;
 mod identity;
@@ -38,6 +39,7 @@ mod slots;
 mod status;
 mod wait;
 
+pub use cancel::CancelToken;
 pub use dir::{git_common_dir, BatonDir};
 pub use error::{one_line, LockError};
 pub use identity::{

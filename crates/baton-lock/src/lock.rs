@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use std::thread::ThreadId;
 use std::time::{Instant, SystemTime};
 
+use crate::cancel::CancelToken;
 use crate::dir::BatonDir;
 use crate::error::{IoContext, LockError};
 use crate::identity::{default_owner, new_run_id, Liveness, ProcessIdentity};
@@ -77,6 +78,8 @@ pub struct LockRequest {
     pub run_id: Option<String>,
     /// Kind of holder process recorded in metadata (`library`, `run`, `hold`).
     pub kind: String,
+    /// Ends the wait early, from another thread, with [`LockError::Cancelled`].
+    pub cancel: Option<CancelToken>,
 }
 
 impl LockRequest {
@@ -90,7 +93,14 @@ impl LockRequest {
             operation: None,
             run_id: None,
             kind: "library".into(),
+            cancel: None,
         }
+    }
+
+    /// Lets `token` cancel the wait.
+    pub fn cancel(mut self, token: CancelToken) -> Self {
+        self.cancel = Some(token);
+        self
     }
 
     /// Sets the mode.
@@ -211,7 +221,14 @@ impl LockGuard {
         // time, which on an idle machine costs more than the few system calls
         // of the removal (measured by bench/run.py's handoff probe).
         let record = (|| -> std::io::Result<()> {
-            let _meta = MetaLock::write(&self.file)?;
+            // Behind a process stopped in its META section, give up on the
+            // record after a bounded wait: the slot is released regardless,
+            // and the next grant replaces the record.
+            let _meta = match MetaLock::write(&self.file) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return Ok(()),
+                Err(e) => return Err(e),
+            };
             if let DocRead::Valid(mut doc) = read_doc(&self.file)? {
                 doc.holders.retain(|h| h.token != self.token);
                 write_doc(&self.file, &mut doc)?;
@@ -358,15 +375,39 @@ fn open_lock_file(path: &Path) -> Result<File, LockError> {
         .at("cannot open lock file", path)
 }
 
+/// How long bookkeeping (a release, recording a command) waits for META.
+const META_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The exclusive write lock on the META byte, released on drop.
 pub(crate) struct MetaLock<'f> {
     file: &'f File,
 }
 
 impl<'f> MetaLock<'f> {
+    /// The write lock on META, waiting at most until `deadline`. A holder of
+    /// META keeps it for a few system calls, so a long wait means a process
+    /// stopped inside its section (SIGSTOP, a debugger, a frozen cgroup):
+    /// every wait for it is bounded, and the caller decides what to do.
+    pub(crate) fn write_until(
+        file: &'f File,
+        deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
+    ) -> std::io::Result<Option<Self>> {
+        Ok(
+            ofd::lock_wait(file.as_fd(), Kind::Write, META, 1, deadline, cancel)?
+                .then_some(MetaLock { file }),
+        )
+    }
+
+    /// The write lock on META for bookkeeping that must not hang behind a
+    /// stopped process: gives up after [`META_PATIENCE`] with `TimedOut`.
     pub(crate) fn write(file: &'f File) -> std::io::Result<Self> {
-        ofd::lock_wait(file.as_fd(), Kind::Write, META, 1, None)?;
-        Ok(MetaLock { file })
+        MetaLock::write_until(file, Some(Instant::now() + META_PATIENCE), None)?.ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "another process has held the lock's metadata for too long (stopped?)",
+            )
+        })
     }
 
     /// A shared lock on META for readers; `None` if a writer holds it past
@@ -376,7 +417,7 @@ impl<'f> MetaLock<'f> {
         patience: std::time::Duration,
     ) -> std::io::Result<Option<Self>> {
         let deadline = Instant::now() + patience;
-        if ofd::lock_wait(file.as_fd(), Kind::Read, META, 1, Some(deadline))? {
+        if ofd::lock_wait(file.as_fd(), Kind::Read, META, 1, Some(deadline), None)? {
             Ok(Some(MetaLock { file }))
         } else {
             Ok(None)
@@ -410,8 +451,29 @@ fn acquire_in(
     };
 
     // Phase 1, under META: check agreement, take the fast path or a ticket.
+    let cancel = req.cancel.as_ref();
+    let cancelled = |e: std::io::Error| {
+        if cancel.is_some_and(CancelToken::is_cancelled) {
+            LockError::Cancelled {
+                name: req.name.to_string(),
+            }
+        } else {
+            LockError::Io {
+                op: "cannot wait for lock",
+                path: path.to_path_buf(),
+                source: e,
+            }
+        }
+    };
     let ticket = {
-        let meta = MetaLock::write(file).at("cannot lock metadata of", path)?;
+        let meta = match MetaLock::write_until(file, deadline, cancel).map_err(cancelled)? {
+            Some(meta) => meta,
+            None => {
+                return Err(busy(Some(
+                    "a process that holds the lock's metadata (stopped?)".into(),
+                )))
+            }
+        };
         let mut doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
         let waiting = greatest_ticket_below(fd, TICKET_END).at("cannot inspect lock", path)?;
         // Only a disagreement about the slot count needs the slots inspected.
@@ -460,7 +522,7 @@ fn acquire_in(
         t
     };
 
-    let outcome = wait_in_line(file, path, mode, slots, ticket, deadline);
+    let outcome = wait_in_line(file, path, mode, slots, ticket, deadline, cancel);
     let slot = match outcome {
         Ok(Some(slot)) => slot,
         Ok(None) => {
@@ -472,7 +534,7 @@ fn acquire_in(
         }
         Err(e) => {
             let _ = ofd::unlock(fd, ticket, 1);
-            return Err(e).at("cannot wait for lock", path);
+            return Err(cancelled(e));
         }
     };
     let granted = take_over(at, req, mode, slot, None, deadline, busy);
@@ -516,7 +578,13 @@ fn take_over(
         let (meta, mut doc) = match locked {
             Some(l) => l,
             None => {
-                let meta = MetaLock::write(file).at("cannot lock metadata of", path)?;
+                let meta = MetaLock::write_until(file, deadline, req.cancel.as_ref())
+                    .at("cannot lock metadata of", path)?
+                    .ok_or_else(|| {
+                        busy(Some(
+                            "a process that holds the lock's metadata (stopped?)".into(),
+                        ))
+                    })?;
                 let doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
                 (meta, doc)
             }
@@ -543,7 +611,13 @@ fn take_over(
                     std::time::Duration::from_millis(g.grace_ms),
                 );
             }
-            let _meta = MetaLock::write(file).at("cannot lock metadata of", path)?;
+            let _meta = MetaLock::write_until(file, deadline, req.cancel.as_ref())
+                .at("cannot lock metadata of", path)?
+                .ok_or_else(|| {
+                    busy(Some(
+                        "a process that holds the lock's metadata (stopped?)".into(),
+                    ))
+                })?;
             let mut doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
             return record_grant(at, &mut doc, req, mode, slot);
         }
@@ -580,22 +654,25 @@ fn wait_in_line(
     slots: u32,
     ticket: u64,
     deadline: Option<Instant>,
+    cancel: Option<&CancelToken>,
 ) -> std::io::Result<Option<u32>> {
     let fd = file.as_fd();
     // Wait for our immediate predecessor only; when it leaves (granted, gave
     // up or died), look again: there may be an earlier one still waiting.
     while let Some(pred) = greatest_ticket_below(fd, ticket)? {
-        if !ofd::lock_wait(fd, Kind::Read, pred, 1, deadline)? {
+        if !ofd::lock_wait(fd, Kind::Read, pred, 1, deadline, cancel)? {
             return Ok(None);
         }
         ofd::unlock(fd, pred, 1)?;
     }
     match mode {
         Mode::Exclusive => {
-            Ok(ofd::lock_wait(fd, Kind::Write, SLOT_BASE, 1, deadline)?.then_some(0))
+            Ok(ofd::lock_wait(fd, Kind::Write, SLOT_BASE, 1, deadline, cancel)?.then_some(0))
         }
-        Mode::Shared => Ok(ofd::lock_wait(fd, Kind::Read, SLOT_BASE, 1, deadline)?.then_some(0)),
-        Mode::Semaphore(_) => crate::slots::wait_any_slot(file, path, slots, deadline),
+        Mode::Shared => {
+            Ok(ofd::lock_wait(fd, Kind::Read, SLOT_BASE, 1, deadline, cancel)?.then_some(0))
+        }
+        Mode::Semaphore(_) => crate::slots::wait_any_slot(file, path, slots, deadline, cancel),
     }
 }
 

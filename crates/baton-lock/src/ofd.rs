@@ -19,6 +19,8 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use crate::cancel::CancelToken;
+
 /// Read (shared) or write (exclusive) byte-range lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -110,37 +112,123 @@ pub(crate) fn find_conflict(
 }
 
 /// Blocks in the kernel until the lock is taken (`Ok(true)`) or `deadline`
-/// passes (`Ok(false)`). `None` waits forever.
+/// passes (`Ok(false)`). `None` waits forever. When `cancel` is cancelled the
+/// wait ends with [`cancelled`] as its error.
 pub(crate) fn lock_wait(
     fd: BorrowedFd<'_>,
     kind: Kind,
     start: u64,
     len: u64,
     deadline: Option<Instant>,
+    cancel: Option<&CancelToken>,
 ) -> io::Result<bool> {
     if try_lock(fd, kind, start, len)? {
         return Ok(true);
     }
-    let _timer = match deadline {
-        None => None,
-        Some(d) => {
-            let now = Instant::now();
-            if now >= d {
-                return Ok(false);
-            }
-            Some(DeadlineAlarm::arm(d - now)?)
-        }
+    let _alarm = match Alarm::for_wait(deadline, cancel)? {
+        AlarmFor::Expired => return Ok(false),
+        AlarmFor::Cancelled => return Err(cancelled()),
+        AlarmFor::Armed(alarm) => alarm,
     };
     let mut fl = flock_struct(kind.raw(), start, len)?;
     loop {
         match fcntl_lock(fd, libc::F_OFD_SETLKW, &mut fl) {
             Ok(()) => return Ok(true),
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                if cancel.is_some_and(CancelToken::is_cancelled) {
+                    return Err(cancelled());
+                }
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Ok(false);
                 }
             }
             Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The error of a wait ended by a [`CancelToken`].
+pub(crate) fn cancelled() -> io::Error {
+    io::Error::new(io::ErrorKind::Interrupted, "the wait was cancelled")
+}
+
+/// What [`Alarm::for_wait`] found.
+pub(crate) enum AlarmFor {
+    /// The deadline has already passed.
+    Expired,
+    /// The token was cancelled before the wait.
+    Cancelled,
+    /// Wait; the alarm (if any) interrupts the thread at the deadline or on cancel.
+    Armed(Option<Alarm>),
+}
+
+/// The per-thread timer of one wait, registered with its cancel token.
+pub(crate) struct Alarm {
+    timer: DeadlineAlarm,
+    cancel: Option<CancelToken>,
+}
+
+impl Alarm {
+    /// Prepares a blocking wait of this thread: a timer armed for `deadline`
+    /// (disarmed when there is none) that `cancel` can fire at once.
+    pub(crate) fn for_wait(
+        deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
+    ) -> io::Result<AlarmFor> {
+        let after = match deadline {
+            None => None,
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return Ok(AlarmFor::Expired);
+                }
+                Some(d - now)
+            }
+        };
+        if cancel.is_some_and(CancelToken::is_cancelled) {
+            return Ok(AlarmFor::Cancelled);
+        }
+        if after.is_none() && cancel.is_none() {
+            return Ok(AlarmFor::Armed(None));
+        }
+        let timer = DeadlineAlarm::arm(after)?;
+        let alarm = Alarm {
+            cancel: cancel.cloned(),
+            timer,
+        };
+        if let Some(token) = &alarm.cancel {
+            let id = TimerId(alarm.timer.timer as usize);
+            if token.attach(Box::new(move || id.fire_now())) {
+                return Ok(AlarmFor::Cancelled);
+            }
+        }
+        Ok(AlarmFor::Armed(Some(alarm)))
+    }
+}
+
+impl Drop for Alarm {
+    fn drop(&mut self) {
+        // Before the timer is deleted: `cancel` holds the token's lock while
+        // it fires the timer, so it never touches a deleted one.
+        if let Some(token) = &self.cancel {
+            token.detach();
+        }
+    }
+}
+
+/// A timer id that can be sent to the thread that cancels.
+struct TimerId(usize);
+
+impl TimerId {
+    fn fire_now(&self) {
+        let spec = libc::itimerspec {
+            it_interval: timespec(REFIRE),
+            it_value: timespec(Duration::from_nanos(1)),
+        };
+        // SAFETY: the id is a live timer: it is registered with the token only
+        // between its creation and, under the token's lock, before its deletion.
+        unsafe {
+            libc::timer_settime(self.0 as libc::timer_t, 0, &spec, std::ptr::null_mut());
         }
     }
 }
@@ -157,7 +245,9 @@ struct DeadlineAlarm {
 }
 
 impl DeadlineAlarm {
-    fn arm(after: Duration) -> io::Result<Self> {
+    /// A timer for this thread that fires after `after` and then every
+    /// [`REFIRE`]; created disarmed when `after` is `None`.
+    fn arm(after: Option<Duration>) -> io::Result<Self> {
         let signal = wakeup_signal()?;
         // SAFETY: sigset_t is a plain C type; sigemptyset/sigaddset initialise it.
         let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -188,6 +278,9 @@ impl DeadlineAlarm {
             timer,
             signal,
             old_mask,
+        };
+        let Some(after) = after else {
+            return Ok(alarm);
         };
         let spec = libc::itimerspec {
             it_interval: timespec(REFIRE),

@@ -23,7 +23,9 @@ use std::time::Instant;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
 
+use crate::cancel::CancelToken;
 use crate::lock::{try_slots, Mode};
+use crate::ofd::{cancelled, Alarm, AlarmFor};
 
 thread_local! {
     static WATCHER: RefCell<Option<OwnedFd>> = const { RefCell::new(None) };
@@ -34,6 +36,7 @@ pub(crate) fn wait_any_slot(
     path: &Path,
     slots: u32,
     deadline: Option<Instant>,
+    cancel: Option<&CancelToken>,
 ) -> io::Result<Option<u32>> {
     WATCHER.with(|cell| {
         let mut cell = cell.borrow_mut();
@@ -41,7 +44,7 @@ pub(crate) fn wait_any_slot(
             *cell = Some(inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?);
         }
         match cell.as_ref() {
-            Some(watch) => wait_with(watch, file, path, slots, deadline),
+            Some(watch) => wait_with(watch, file, path, slots, deadline, cancel),
             None => Err(io::Error::other("inotify instance missing")),
         }
     })
@@ -53,13 +56,14 @@ fn wait_with(
     path: &Path,
     slots: u32,
     deadline: Option<Instant>,
+    cancel: Option<&CancelToken>,
 ) -> io::Result<Option<u32>> {
     let wd = inotify::add_watch(
         watch,
         path,
         WatchFlags::MODIFY | WatchFlags::CLOSE_WRITE | WatchFlags::ATTRIB,
     )?;
-    let result = wait_events(watch, file, slots, deadline);
+    let result = wait_events(watch, file, slots, deadline, cancel);
     let _ = inotify::remove_watch(watch, wd);
     result
 }
@@ -69,8 +73,14 @@ fn wait_events(
     file: &File,
     slots: u32,
     deadline: Option<Instant>,
+    cancel: Option<&CancelToken>,
 ) -> io::Result<Option<u32>> {
     let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+    // Only to be interrupted by a cancel: the poll's own timeout is the deadline.
+    let _alarm = match Alarm::for_wait(None, cancel)? {
+        AlarmFor::Armed(alarm) => alarm,
+        AlarmFor::Cancelled | AlarmFor::Expired => return Err(cancelled()),
+    };
     loop {
         // Forget events from earlier waits, then try: a release after the
         // watch was added is either seen by this try or wakes the poll.
@@ -95,6 +105,9 @@ fn wait_events(
         match rustix::event::poll(&mut fds, timeout.as_ref()) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(e.into()),
+        }
+        if cancel.is_some_and(CancelToken::is_cancelled) {
+            return Err(cancelled());
         }
     }
 }

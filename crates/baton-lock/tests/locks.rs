@@ -12,7 +12,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use baton_lock::{
-    acquire, status, BatonDir, Content, LockError, LockName, LockRequest, Mode, WaitPolicy,
+    acquire, status, BatonDir, CancelToken, Content, LockError, LockGuard, LockName, LockRequest,
+    Mode, WaitPolicy,
 };
 use baton_testkit::expect_line;
 
@@ -588,4 +589,50 @@ fn a_semaphore_never_admits_more_than_n() {
 /// count up from (a lock file new to a lock starts its tokens from the clock).
 fn first_token(dir: &BatonDir, n: &str) -> u64 {
     acquire(dir, &LockRequest::new(name(n))).unwrap().token()
+}
+
+#[test]
+fn a_cancelled_wait_gives_up_at_once_for_every_mode() {
+    let (_t, dir) = tempdir();
+    for (n, mode) in [
+        ("cx", Mode::Exclusive),
+        ("cs", Mode::Shared),
+        ("cm", Mode::Semaphore(2)),
+    ] {
+        // Fill the lock so that the next request must wait.
+        let holders: Vec<LockGuard> = (0..(if n == "cm" { 2 } else { 1 }))
+            .map(|_| {
+                let held_mode = if mode == Mode::Shared {
+                    Mode::Exclusive
+                } else {
+                    mode
+                };
+                let d = dir.clone();
+                thread::spawn(move || acquire(&d, &LockRequest::new(name(n)).mode(held_mode)))
+                    .join()
+                    .unwrap()
+                    .unwrap()
+            })
+            .collect();
+        let token = CancelToken::new();
+        let d = dir.clone();
+        let t = token.clone();
+        let waiter =
+            thread::spawn(move || acquire(&d, &LockRequest::new(name(n)).mode(mode).cancel(t)));
+        wait_for_waiters(&dir, n, 1);
+        token.cancel();
+        match waiter.join().unwrap() {
+            Err(LockError::Cancelled { name }) => assert_eq!(name, n),
+            other => panic!("{n}: expected a cancelled wait, got {other:?}"),
+        }
+        assert_eq!(
+            status(&dir, &name(n)).unwrap().waiters,
+            0,
+            "{n}: left the line"
+        );
+        // A token cancelled before the request never waits.
+        let r = acquire(&dir, &LockRequest::new(name(n)).mode(mode).cancel(token));
+        assert!(matches!(r, Err(LockError::Cancelled { .. })), "{n}: {r:?}");
+        drop(holders);
+    }
 }
