@@ -9,7 +9,7 @@ use baton_run::events::print_events;
 use baton_run::hold::{
     break_lock, caller_to_watch, release_held, serve_hold, start_holder, HoldRequest,
 };
-use baton_run::{group_status, run, GroupMode, GroupRequest, RunRequest};
+use baton_run::{group_status, run, GroupMode, GroupRequest, RunControl, RunRequest};
 use clap::Parser;
 
 use crate::cli::{Cli, Command, GroupCommand, LockCommand, ModeArg, ModeArgs, WaitArgs};
@@ -40,11 +40,7 @@ pub fn main() -> u8 {
                     mode: gmode,
                     max: args.lock_mode.max.unwrap_or(1),
                     max_pending: args.max_pending,
-                    wait: if gmode == GroupMode::Skip {
-                        WaitPolicy::Immediately
-                    } else {
-                        wait(args.wait)
-                    },
+                    wait: wait(args.wait),
                 }
             });
             let lock_mode = if group.is_some() {
@@ -73,6 +69,7 @@ pub fn main() -> u8 {
                 } else {
                     LeftoverPolicy::Terminate
                 },
+                control: RunControl::new(),
             };
             // This process runs one command: orphans of its descendants come
             // back to it, so that they can be stopped when the command ends.
@@ -81,6 +78,14 @@ pub fn main() -> u8 {
             }
             match run(&dir, &req) {
                 Ok(report) => {
+                    if let (false, Some(by), Some(g)) =
+                        (report.ran, &report.superseded_by, &req.group)
+                    {
+                        eprintln!(
+                            "baton: run {} in group '{}' was superseded by run {by} while waiting",
+                            report.run_id, g.key
+                        );
+                    }
                     if !report.leftovers.is_empty() {
                         eprintln!(
                             "baton: warning: the command left {} process(es) running ({}); terminated them (TERM, --grace, KILL) before releasing",

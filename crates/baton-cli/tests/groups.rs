@@ -332,7 +332,7 @@ fn modes_must_agree_and_max_pending_bounds_the_queue() {
     let out = env.run(&["run", "--group", "m", "--mode", "supersede", "--", "true"]);
     assert_eq!(code(&out), 125);
     assert!(
-        stderr(&out).contains("group mode queue"),
+        stderr(&out).contains("in use with mode queue"),
         "{}",
         stderr(&out)
     );

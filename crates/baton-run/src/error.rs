@@ -19,6 +19,18 @@ pub enum RunError {
     /// The group did not admit the run (mode skip while busy, or `--max-pending` reached).
     #[error("not run: {0}")]
     NotAdmitted(String),
+    /// Runs of one group key disagree on the mode or the number of slots.
+    #[error(
+        "group '{key}' is in use with {existing}, not {requested}: all runs of a key must agree"
+    )]
+    GroupModeMismatch {
+        /// The group key.
+        key: String,
+        /// What the live runs use.
+        existing: String,
+        /// What this run asked for.
+        requested: String,
+    },
     /// The request contradicts itself (e.g. `--max` with a mode other than queue).
     #[error("{0}")]
     InvalidRequest(String),

@@ -26,11 +26,10 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use baton_lock::{
-    acquire, start_time, BatonDir, Liveness, LockError, LockGuard, LockName, LockRequest, Mode,
+    acquire, BatonDir, CancelToken, Liveness, LockGuard, LockName, LockRequest, Mode,
     ProcessIdentity, WaitPolicy,
 };
 use serde::{Deserialize, Serialize};
@@ -79,6 +78,50 @@ pub struct GroupRequest {
     pub wait: WaitPolicy,
 }
 
+/// Where a live run of a group is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Registered, waiting for the group's slot.
+    Waiting,
+    /// Holding the slot; its command runs.
+    Running,
+}
+
+/// What the group's event log records about a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupEvent {
+    /// Registered in the group.
+    Queued,
+    /// Refused (mode skip while busy, or `--max-pending` reached).
+    Skipped,
+    /// Took the slot; its command starts.
+    Started,
+    /// Its command ended (the code says how).
+    Finished,
+    /// A newer run superseded it.
+    Superseded,
+    /// Left without running (wait elapsed, cancelled, an error).
+    GaveUp,
+    /// Its command left processes running, which were terminated.
+    Leftovers,
+}
+
+impl GroupEvent {
+    /// The name written to the event log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupEvent::Queued => "queued",
+            GroupEvent::Skipped => "skipped",
+            GroupEvent::Started => "started",
+            GroupEvent::Finished => "finished",
+            GroupEvent::Superseded => "superseded",
+            GroupEvent::GaveUp => "gave_up",
+            GroupEvent::Leftovers => "leftovers",
+        }
+    }
+}
+
 /// One live run as recorded in the group document.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct GroupRun {
@@ -89,8 +132,8 @@ pub struct GroupRun {
     pub process: ProcessIdentity,
     /// Arrival order within the key.
     pub seq: u64,
-    /// `waiting` or `running`.
-    pub state: String,
+    /// Waiting for the slot, or running.
+    pub state: RunState,
     /// When it arrived (RFC 3339).
     pub queued_at: String,
     /// When it started running (RFC 3339).
@@ -199,28 +242,19 @@ fn prune(doc: &mut GroupDoc) {
     }
 }
 
-/// The live state of this run, shared with the thread that handles SIGUSR1.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Phase {
-    Waiting,
-    Running,
-    Done,
-}
-
 /// A registered run.
 pub(crate) struct Membership {
     paths: GroupPaths,
     key: LockName,
     pub(crate) run_id: String,
-    pub(crate) phase: Arc<Mutex<Phase>>,
     /// Slots of the group (1 unless mode queue with `--max`).
     max: u32,
 }
 
 /// Result of joining a group.
 pub(crate) enum Joined {
-    /// Registered; signal these older runs' baton processes.
-    Member(Membership, Vec<ProcessIdentity>),
+    /// Registered; wake these older runs (they were marked superseded).
+    Member(Membership, Vec<String>),
     /// Not admitted (skip mode busy, or --max-pending reached): exit 75.
     Refused(String),
 }
@@ -257,15 +291,18 @@ pub(crate) fn join(
     };
     if let Some(mode) = doc.mode {
         if !doc.runs.is_empty() && (mode != req.mode || doc.max != max) {
-            return Err(LockError::ModeMismatch {
-                name: req.key.to_string(),
-                existing: format!("group mode {} with --max {}", mode.as_str(), doc.max),
-                requested: format!("group mode {} with --max {max}", req.mode.as_str()),
-            }
-            .into());
+            return Err(RunError::GroupModeMismatch {
+                key: req.key.to_string(),
+                existing: format!("mode {} with --max {}", mode.as_str(), doc.max),
+                requested: format!("mode {} with --max {max}", req.mode.as_str()),
+            });
         }
     }
-    let waiting = doc.runs.iter().filter(|r| r.state == "waiting").count();
+    let waiting = doc
+        .runs
+        .iter()
+        .filter(|r| r.state == RunState::Waiting)
+        .count();
     let refusal = match req.mode {
         GroupMode::Skip if !doc.runs.is_empty() => Some(format!(
             "group '{}' is busy ({} running or waiting); mode skip",
@@ -287,7 +324,7 @@ pub(crate) fn join(
         write_doc(&paths.doc, &doc)?;
         events::append(
             &paths.events,
-            &Event::new(req.key.as_str(), run_id, "skipped").detail(&why),
+            &Event::new(req.key.as_str(), run_id, GroupEvent::Skipped.as_str()).detail(&why),
         );
         return Ok(Joined::Refused(why));
     }
@@ -296,10 +333,10 @@ pub(crate) fn join(
         doc.generation += 1;
         for r in doc.runs.iter_mut() {
             let marked = r.superseded_by.is_some();
-            let targeted = req.mode == GroupMode::Supersede || r.state == "waiting";
+            let targeted = req.mode == GroupMode::Supersede || r.state == RunState::Waiting;
             if targeted && !marked {
                 r.superseded_by = Some(run_id.to_string());
-                to_signal.push(r.process.clone());
+                to_signal.push(r.run_id.clone());
             }
         }
     }
@@ -310,7 +347,7 @@ pub(crate) fn join(
         run_id: run_id.to_string(),
         process: ProcessIdentity::current(),
         seq: doc.seq,
-        state: "waiting".into(),
+        state: RunState::Waiting,
         queued_at: now(),
         started_at: None,
         command: command.to_string(),
@@ -319,14 +356,14 @@ pub(crate) fn join(
     write_doc(&paths.doc, &doc)?;
     events::append(
         &paths.events,
-        &Event::new(req.key.as_str(), run_id, "queued").detail(req.mode.as_str()),
+        &Event::new(req.key.as_str(), run_id, GroupEvent::Queued.as_str())
+            .detail(req.mode.as_str()),
     );
     Ok(Joined::Member(
         Membership {
             paths,
             key: req.key.clone(),
             run_id: run_id.to_string(),
-            phase: Arc::new(Mutex::new(Phase::Waiting)),
             max,
         },
         to_signal,
@@ -340,26 +377,13 @@ fn meta_lock(paths: &GroupPaths, key: &LockName) -> Result<LockGuard, RunError> 
     )?)
 }
 
-/// Tells the baton processes of superseded runs to stop (SIGUSR1), after
-/// checking each one's identity so that a reused pid is never signalled.
-pub(crate) fn notify(targets: &[ProcessIdentity]) {
-    for t in targets {
-        if t.is_local() && start_time(t.pid) == Some(t.start_time) {
-            if let Some(pid) = rustix::process::Pid::from_raw(t.pid) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::USR1);
-            }
-        }
-    }
-}
-
 impl Membership {
-    /// Marks the run as ended, so a late supersede signal is ignored.
-    pub(crate) fn set_done(&self) {
-        *self.phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Done;
-    }
-
     /// Waits for the group's slot.
-    pub(crate) fn take_slot(&self, wait: WaitPolicy) -> Result<LockGuard, RunError> {
+    pub(crate) fn take_slot(
+        &self,
+        wait: WaitPolicy,
+        cancel: CancelToken,
+    ) -> Result<LockGuard, RunError> {
         let mode = Mode::Semaphore(self.max); // Semaphore(1) is exclusive
         Ok(acquire(
             &self.paths.slots,
@@ -367,7 +391,8 @@ impl Membership {
                 .mode(mode)
                 .wait(wait)
                 .run_id(self.run_id.clone())
-                .kind("run"),
+                .kind("run")
+                .cancel(cancel),
         )?)
     }
 
@@ -385,7 +410,6 @@ impl Membership {
     /// Holding the slot: start unless superseded meanwhile. `Ok(Some(by))`
     /// when superseded (do not run).
     pub(crate) fn start(&self) -> Result<Option<String>, RunError> {
-        let mut phase = self.phase.lock().unwrap_or_else(|p| p.into_inner());
         let _meta = meta_lock(&self.paths, &self.key)?;
         let mut doc = read_doc(&self.paths.doc, &self.key)?;
         let Some(me) = doc.runs.iter_mut().find(|r| r.run_id == self.run_id) else {
@@ -396,34 +420,43 @@ impl Membership {
         if let Some(by) = me.superseded_by.clone() {
             return Ok(Some(by));
         }
-        me.state = "running".into();
+        me.state = RunState::Running;
         me.started_at = Some(now());
         write_doc(&self.paths.doc, &doc)?;
-        *phase = Phase::Running;
         events::append(
             &self.paths.events,
-            &Event::new(self.key.as_str(), &self.run_id, "started"),
+            &Event::new(
+                self.key.as_str(),
+                &self.run_id,
+                GroupEvent::Started.as_str(),
+            ),
         );
         Ok(None)
     }
 
+    /// Logs an event about this run.
+    pub(crate) fn log(&self, event: GroupEvent, detail: &str) {
+        events::append(
+            &self.paths.events,
+            &Event::new(self.key.as_str(), &self.run_id, event.as_str()).detail(detail),
+        );
+    }
+
     /// Removes the run from the group and logs how it ended.
-    /// The caller sets the phase to `Done` first where another thread could
-    /// still act on the run.
-    pub(crate) fn finish(&self, event: &str, code: Option<i32>, by: Option<&str>) {
+    pub(crate) fn finish(&self, event: GroupEvent, code: Option<i32>, by: Option<&str>) {
         let result = (|| -> Result<(), RunError> {
             let _meta = meta_lock(&self.paths, &self.key)?;
             let mut doc = read_doc(&self.paths.doc, &self.key)?;
             doc.runs.retain(|r| r.run_id != self.run_id);
             prune(&mut doc);
-            if event == "superseded" {
+            if event == GroupEvent::Superseded {
                 doc.superseded += 1;
             } else {
                 doc.completed += 1;
             }
             write_doc(&self.paths.doc, &doc)
         })();
-        let mut ev = Event::new(self.key.as_str(), &self.run_id, event);
+        let mut ev = Event::new(self.key.as_str(), &self.run_id, event.as_str());
         ev.code = code;
         ev.by = by.map(String::from);
         if let Err(e) = result {
@@ -489,8 +522,10 @@ pub fn group_status(dir: &BatonDir, key: Option<&LockName>) -> Result<Vec<GroupS
         .into_iter()
         .map(|mut doc| {
             prune(&mut doc);
-            let (running, waiting): (Vec<GroupRun>, Vec<GroupRun>) =
-                doc.runs.into_iter().partition(|r| r.state == "running");
+            let (running, waiting): (Vec<GroupRun>, Vec<GroupRun>) = doc
+                .runs
+                .into_iter()
+                .partition(|r| r.state == RunState::Running);
             GroupStatus {
                 key: doc.key,
                 mode: doc.mode,

@@ -181,7 +181,8 @@ pub fn serve_hold(dir: &BatonDir) -> i32 {
         }
     };
     match hold(dir, &req, &mut |r| report(&mut out, r)) {
-        Ok(()) => 0,
+        Ok(HoldEnd::Done) => 0,
+        Ok(HoldEnd::Abandoned) => 1,
         Err(message) => {
             report(&mut out, &Report::Failed { message });
             125
@@ -189,7 +190,19 @@ pub fn serve_hold(dir: &BatonDir) -> i32 {
     }
 }
 
-fn hold(dir: &BatonDir, req: &HoldRequest, report: &mut dyn FnMut(&Report)) -> Result<(), String> {
+/// How a background hold ended.
+enum HoldEnd {
+    /// Held, then released (or never granted: busy, reported).
+    Done,
+    /// Nobody wanted the lock any more before it was granted.
+    Abandoned,
+}
+
+fn hold(
+    dir: &BatonDir,
+    req: &HoldRequest,
+    report: &mut dyn FnMut(&Report),
+) -> Result<HoldEnd, String> {
     // Signals first, so a release request that arrives early is not lost.
     let (sig_rx, sig_tx) = UnixStream::pair().map_err(|e| e.to_string())?;
     sig_rx.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -256,8 +269,9 @@ fn hold(dir: &BatonDir, req: &HoldRequest, report: &mut dyn FnMut(&Report)) -> R
             Err(e) => return Err(e.to_string()),
         }
         if fds[0].revents().is_empty() {
-            // Asked to stop, or everyone who wanted the lock is gone.
-            std::process::exit(1);
+            // Asked to stop, or everyone who wanted the lock is gone: return,
+            // and the process ends (with the waiting thread, out of the line).
+            return Ok(HoldEnd::Abandoned);
         }
         break;
     }
@@ -267,7 +281,7 @@ fn hold(dir: &BatonDir, req: &HoldRequest, report: &mut dyn FnMut(&Report)) -> R
             report(&Report::Busy {
                 message: e.to_string(),
             });
-            return Ok(());
+            return Ok(HoldEnd::Done);
         }
         Ok(Err(e)) => return Err(e.to_string()),
         Err(_) => return Err("the waiting thread ended without a result".into()),
@@ -303,7 +317,8 @@ fn hold(dir: &BatonDir, req: &HoldRequest, report: &mut dyn FnMut(&Report)) -> R
             Err(_) => break,
         }
     }
-    guard.release().map_err(|e| e.to_string())
+    guard.release().map_err(|e| e.to_string())?;
+    Ok(HoldEnd::Done)
 }
 
 /// What `release` did.

@@ -6,12 +6,16 @@
 //! coalesce, skip) whose lifecycle is logged to [`events`]. [`hold`] is `baton lock acquire/release/break`: a background
 //! holder process for scripts that cannot wrap a command.
 
+mod control;
 mod error;
 pub mod events;
 pub mod group;
 pub mod hold;
+mod inbox;
+mod member;
 mod run;
 
+pub use control::{RunControl, StopReason};
 pub use error::RunError;
-pub use group::{group_status, GroupMode, GroupRequest, GroupStatus};
+pub use group::{group_status, GroupEvent, GroupMode, GroupRequest, GroupStatus, RunState};
 pub use run::{command_line, run, RunReport, RunRequest};
