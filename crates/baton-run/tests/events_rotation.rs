@@ -79,6 +79,10 @@ fn concurrent_appends_rotate_once_per_crossing_and_keep_the_newest_lines() {
         let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         assert!(size < MAX + longest, "{}: {size} bytes", path.display());
     }
+    // Renamed only once it reached the bound (a late second rotation would
+    // rename a young, small file).
+    let old_size = std::fs::metadata(&old).unwrap().len();
+    assert!(old_size >= MAX, "{}: {old_size} bytes", old.display());
     let all: Vec<String> = old_lines.into_iter().chain(new_lines).collect();
     assert!(
         rotations > 20,
