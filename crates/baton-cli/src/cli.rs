@@ -88,7 +88,7 @@ Exit status: the command's own (128+N if killed by signal N); 75 if the lock was
 
     /// Print the run lifecycle events (JSON lines): queued, started, superseded, finished, skipped.
     #[command(
-        after_help = "Examples:\n  baton events --group issue/42\n  baton events --follow | jq -c 'select(.event == \"superseded\")'"
+        after_help = "Examples:\n  baton events --group issue/42\n  baton events --follow | jq -c 'select(.event == \"superseded\")'\n\nThe log (<baton dir>/events.jsonl) is renamed to events.jsonl.1 when it reaches BATON_EVENTS_MAX_BYTES (default 4 MiB); both are read, oldest first, and --follow continues across the rename."
     )]
     Events {
         /// Only this group's events.
