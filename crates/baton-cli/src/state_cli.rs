@@ -55,8 +55,9 @@ pub enum StateCommand {
 
 Under the lock, FILTER gets the current content on stdin (nothing if the file does not exist).
 If it exits 0, its stdout replaces the file: temp file in the same directory, fsync, rename,
-fsync of the directory; permissions are kept. A .json file's new content must be one JSON
-value and a .jsonl file's every line one JSON value, else nothing is written (exit 125).
+fsync of the directory; permissions and group (owner too, as root) are kept. A .json file's
+new content must be one JSON value and a .jsonl file's every line one JSON value, else
+nothing is written (exit 125).
 Temp files left by writers killed mid-edit are removed. FILTER gets BATON_STATE_FILE,
 BATON_LOCK and BATON_FENCING_TOKEN in its environment.
 

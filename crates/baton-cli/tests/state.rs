@@ -590,3 +590,139 @@ fn edit_args_owned(file: &Path, filter: &[&str]) -> Vec<String> {
 fn refs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
+
+// ---- Other users, resource limits: the real binary under setpriv / prlimit.
+
+/// An unprivileged identity for `setpriv`, which takes raw numbers: no
+/// /etc/passwd or /etc/group entry is needed, so nothing on the machine
+/// changes. The ids are far above any allocated range.
+#[derive(Clone, Copy)]
+struct User {
+    uid: u32,
+    /// Its primary group, its own.
+    gid: u32,
+}
+
+/// Two users, each with its own primary group, both members of [`SHARED_GID`].
+const USER_A: User = User {
+    uid: 2_000_000_001,
+    gid: 2_000_000_001,
+};
+const USER_B: User = User {
+    uid: 2_000_000_002,
+    gid: 2_000_000_002,
+};
+const SHARED_GID: u32 = 2_000_000_100;
+
+/// `WRAPPER... baton --dir DIR ARGS` in the clean environment of [`Env::baton`].
+fn wrapped(env: &Env, wrapper: &[String], dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(&wrapper[0]);
+    c.args(&wrapper[1..])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", env.tmp.path())
+        .current_dir(env.tmp.path())
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_baton"))
+        .arg("--dir")
+        .arg(dir)
+        .args(args);
+    c
+}
+
+fn output_of(mut c: Command, what: &str) -> Output {
+    c.stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {what} (util-linux): {e}"))
+}
+
+/// Makes the test's temp directory traversable by other users and gives
+/// `user` a baton dir of its own there (a baton dir must be owned by its
+/// user).
+fn prepare_for(env: &Env, user: User) -> PathBuf {
+    fs::set_permissions(env.tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = env.path(&format!("baton-{}", user.uid));
+    fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid)).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+    dir
+}
+
+/// `baton ARGS` run as `user` (member of its own group and [`SHARED_GID`])
+/// with its own baton dir. Fails loudly where setpriv is missing or we may
+/// not switch users (the tests run as root).
+fn baton_as(env: &Env, user: User, args: &[&str]) -> Output {
+    let dir = env.path(&format!("baton-{}", user.uid));
+    let setpriv = [
+        "setpriv".to_string(),
+        format!("--reuid={}", user.uid),
+        format!("--regid={}", user.gid),
+        format!("--groups={},{SHARED_GID}", user.gid),
+    ];
+    let out = output_of(wrapped(env, &setpriv, &dir, args), "setpriv");
+    assert!(
+        !stderr(&out).starts_with("setpriv:"),
+        "setpriv failed (the tests must run as root): {}",
+        stderr(&out)
+    );
+    out
+}
+
+#[test]
+fn edit_by_another_member_of_the_group_keeps_the_files_group_and_mode() {
+    let env = Env::new();
+    prepare_for(&env, USER_A);
+    prepare_for(&env, USER_B);
+    // A directory and a file of B's, shared through the group: no setgid
+    // bit on the directory, so new files would get their creator's group.
+    let shared = env.path("shared");
+    fs::create_dir(&shared).unwrap();
+    std::os::unix::fs::chown(&shared, Some(USER_B.uid), Some(SHARED_GID)).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o775)).unwrap();
+    let file = shared.join("tasks.json");
+    fs::write(&file, "{\"n\":1}\n").unwrap();
+    std::os::unix::fs::chown(&file, Some(USER_B.uid), Some(SHARED_GID)).unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o660)).unwrap();
+    let owner = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        let m = fs::metadata(p).unwrap();
+        (m.uid(), m.gid(), m.mode() & 0o7777)
+    };
+
+    // A edits B's file: A cannot give the file to B, but keeps its group and mode.
+    let out = baton_as(&env, USER_A, &edit_args(s(&file), &["awk", AWK_INCREMENT]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(counter(&file), 2);
+    assert_eq!(owner(&file), (USER_A.uid, SHARED_GID, 0o660));
+
+    // So B can still change it, and the group and mode stay across B's edit too.
+    let out = baton_as(&env, USER_B, &edit_args(s(&file), &["awk", AWK_INCREMENT]));
+    assert_eq!(code(&out), 0, "B cannot edit A's edit: {}", stderr(&out));
+    assert_eq!(counter(&file), 3);
+    assert_eq!(owner(&file), (USER_B.uid, SHARED_GID, 0o660));
+}
+
+#[test]
+fn edit_that_cannot_keep_the_group_gives_the_writers_group_no_more_than_others_had() {
+    let env = Env::new();
+    prepare_for(&env, USER_A);
+    let dir = env.path("own");
+    fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(USER_A.uid), Some(USER_A.gid)).unwrap();
+    // A's file, readable by a group A is not a member of (root set it).
+    let secret = dir.join("secret.json");
+    fs::write(&secret, "{\"n\":1}").unwrap();
+    std::os::unix::fs::chown(&secret, Some(USER_A.uid), Some(USER_B.gid)).unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o640)).unwrap();
+    let out = baton_as(
+        &env,
+        USER_A,
+        &edit_args(s(&secret), &["awk", AWK_INCREMENT]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(counter(&secret), 2);
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(&secret).unwrap();
+    // The file is now in A's own group: that group gets what others had (nothing).
+    assert_eq!((m.gid(), m.mode() & 0o7777), (USER_A.gid, 0o600));
+}

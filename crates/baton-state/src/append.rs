@@ -3,7 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use baton_lock::LockGuard;
@@ -88,7 +88,7 @@ pub fn append_locked<R: AsRef<[u8]>>(
     let torn = if keep < size {
         let mut bytes = vec![0u8; usize::try_from(size - keep).unwrap_or(usize::MAX)];
         f.read_exact_at(&mut bytes, keep).at("cannot read", path)?;
-        let saved_to = atomic::save_torn(file, &bytes, meta.permissions().mode())?;
+        let saved_to = atomic::save_torn(file, &bytes, Some(&meta))?;
         f.set_len(keep).at("cannot cut the torn line off", path)?;
         Some(Torn {
             bytes: size - keep,

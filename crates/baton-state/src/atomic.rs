@@ -8,7 +8,7 @@
 
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -154,10 +154,9 @@ fn random_u64() -> u64 {
 
 /// Replaces `file` with `content` atomically and durably.
 ///
-/// `like` is the metadata of the file being replaced: its permission bits
-/// are copied, and its owner and group too where we are allowed to (as
-/// root; otherwise the new file belongs to us). A new file gets mode 0666
-/// minus the umask.
+/// `like` is the metadata of the file being replaced: the new file gets its
+/// owner, group and permission bits as far as we may (see
+/// [`copy_ownership`]). A new file gets mode 0666 minus the umask.
 pub(crate) fn replace(
     file: &StateFile,
     content: &[u8],
@@ -165,18 +164,7 @@ pub(crate) fn replace(
 ) -> Result<(), StateError> {
     let (mut f, mut temp) = create_temp(file, if like.is_some() { 0o600 } else { 0o666 })?;
     if let Some(meta) = like {
-        let fd = f.as_fd();
-        if meta.uid() != rustix::process::geteuid().as_raw()
-            || meta.gid() != rustix::process::getegid().as_raw()
-        {
-            // Keeps the owner where we may (root); unprivileged callers
-            // cannot give files away, and the file becomes theirs.
-            let (uid, gid) = (Uid::from_raw(meta.uid()), Gid::from_raw(meta.gid()));
-            let _ = rustix::fs::fchown(fd, Some(uid), Some(gid));
-        }
-        // After fchown, which clears set-id bits.
-        rustix::fs::fchmod(fd, Mode::from_raw_mode(meta.mode() & 0o7777))
-            .at("cannot set permissions of", &temp.path)?;
+        copy_ownership(f.as_fd(), meta, 0o7777, &temp.path)?;
     }
     f.write_all(content).at("cannot write", &temp.path)?;
     f.sync_all().at("cannot flush", &temp.path)?;
@@ -184,6 +172,48 @@ pub(crate) fn replace(
     fs::rename(&temp.path, file.path()).at("cannot rename a temporary file over", file.path())?;
     temp.armed = false;
     sync_dir(file.dir())
+}
+
+/// Gives the new file `fd` (at `path`, ours, just created) the owner, group
+/// and permission bits (within `mask`) of `like`, as far as we may:
+///
+/// - the owner only as root (an unprivileged caller cannot give a file
+///   away), else the file stays ours and loses a set-user-ID bit;
+/// - the group whenever we may set it: as root, or as a member of it
+///   (group and owner are set separately, so one refusal does not cost the
+///   other). Otherwise the file keeps our group, loses a set-group-ID bit,
+///   and that group gets no more access than `like` gave to others, so
+///   our group gains nothing the old file did not give it already;
+/// - the permission bits with `fchmod` after the owner and group (changing
+///   those clears set-ID bits), so the umask does not apply.
+fn copy_ownership(
+    fd: BorrowedFd<'_>,
+    like: &Metadata,
+    mask: u32,
+    path: &Path,
+) -> Result<(), StateError> {
+    let ours = rustix::fs::fstat(fd).at("cannot inspect", path)?;
+    let root = rustix::process::geteuid().is_root();
+    let (uid, gid) = (Uid::from_raw(like.uid()), Gid::from_raw(like.gid()));
+    let owner_kept =
+        like.uid() == ours.st_uid || (root && rustix::fs::fchown(fd, Some(uid), None).is_ok());
+    let group_kept = like.gid() == ours.st_gid
+        || ((root || is_member(gid)) && rustix::fs::fchown(fd, None, Some(gid)).is_ok());
+    let mut mode = like.mode() & mask & 0o7777;
+    if !owner_kept {
+        mode &= !0o4000;
+    }
+    if !group_kept {
+        let others = mode & 0o007;
+        mode &= !(0o2000 | (0o070 & !(others << 3)));
+    }
+    rustix::fs::fchmod(fd, Mode::from_raw_mode(mode)).at("cannot set permissions of", path)
+}
+
+/// Whether the calling process is in group `gid` (effective or supplementary).
+fn is_member(gid: Gid) -> bool {
+    rustix::process::getegid() == gid
+        || rustix::process::getgroups().is_ok_and(|groups| groups.contains(&gid))
 }
 
 /// Makes a rename or file creation in `dir` durable.
@@ -229,24 +259,41 @@ pub(crate) fn complete_len(f: &File, size: u64, path: &Path) -> Result<u64, Stat
     Ok(0)
 }
 
-/// Appends `torn` and a newline to `FILE.torn`, durably, with the state
-/// file's permission bits (if new). Returns the path.
-pub(crate) fn save_torn(file: &StateFile, torn: &[u8], mode: u32) -> Result<PathBuf, StateError> {
+/// Appends `torn` and a newline to `FILE.torn`, durably. A new `FILE.torn`
+/// gets the owner, group and permission bits (without execute or set-ID
+/// bits) of the state file, whose metadata is `like`, as far as we may
+/// (see [`copy_ownership`]). Returns the path.
+pub(crate) fn save_torn(
+    file: &StateFile,
+    torn: &[u8],
+    like: Option<&Metadata>,
+) -> Result<PathBuf, StateError> {
     let path = file.torn_path();
-    let existed = fs::symlink_metadata(&path).is_ok();
-    let mut f = OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(mode & 0o666)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .at("cannot open", &path)?;
+    let open = |create: bool| {
+        let mut o = OpenOptions::new();
+        o.append(true).custom_flags(libc::O_NOFOLLOW);
+        if create {
+            o.create_new(true)
+                .mode(if like.is_some() { 0o600 } else { 0o666 });
+        }
+        o.open(&path)
+    };
+    let (mut f, created) = match open(true) {
+        Ok(f) => (f, true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            (open(false).at("cannot open", &path)?, false)
+        }
+        Err(e) => return Err(e).at("cannot create", &path),
+    };
+    if let (true, Some(like)) = (created, like) {
+        copy_ownership(f.as_fd(), like, 0o666, &path)?;
+    }
     let mut buf = Vec::with_capacity(torn.len() + 1);
     buf.extend_from_slice(torn);
     buf.push(b'\n');
     f.write_all(&buf).at("cannot write", &path)?;
     f.sync_all().at("cannot flush", &path)?;
-    if !existed {
+    if created {
         sync_dir(file.dir())?;
     }
     Ok(path)

@@ -91,10 +91,7 @@ where
     let torn = match torn {
         [] => None,
         bytes => {
-            let mode = current.meta.as_ref().map_or(0o666, |m| {
-                std::os::unix::fs::PermissionsExt::mode(&m.permissions())
-            });
-            let saved_to = atomic::save_torn(file, bytes, mode)?;
+            let saved_to = atomic::save_torn(file, bytes, current.meta.as_ref())?;
             Some(Torn {
                 bytes: bytes.len() as u64,
                 saved_to,

@@ -12,9 +12,10 @@
 //! - **edit** ([`edit`], [`edit_locked`], [`edit_with_filter`]): under the
 //!   lock, read the file, compute the new content, check it (a `.json`
 //!   file must stay one JSON value), write it to a temp file
-//!   `.<name>.baton-tmp-<pid>-<random>` in the same directory, fsync it,
-//!   copy the old file's permission bits, rename it over the file, fsync
-//!   the directory. The rename is the commit point.
+//!   `.<name>.baton-tmp-<pid>-<random>` in the same directory, give it the
+//!   old file's group and permission bits (and owner, as root), fsync it,
+//!   rename it over the file, fsync the directory. The rename is the commit
+//!   point.
 //! - **append** ([`append`], [`append_locked`]): under the lock, check all
 //!   records, cut off a torn last line (keeping its bytes in `FILE.torn`),
 //!   write the records with one `write`, fdatasync.
@@ -51,9 +52,18 @@
 //!   compare-and-swap expecting A succeeds. 64 bits of SHA-256 make an
 //!   accidental collision negligible; they do not resist a forger.
 //! - Replacing creates a new inode: other hard links of the file keep the
-//!   old content, and extended attributes and ACLs are not copied. The owner
-//!   is kept only where the writer may set it (root); otherwise the new file
-//!   belongs to the writer. New files get mode 0666 minus the umask.
+//!   old content, and extended attributes and ACLs are not copied. The
+//!   permission bits are kept. The owner is kept only when the writer is
+//!   root (nobody else may give a file away): otherwise the new file belongs
+//!   to the writer and the old owner keeps only the access its group or
+//!   others have. The group is set separately and kept whenever the writer
+//!   may set it (root, or a member of the group), so a file shared through
+//!   a group stays shared whoever edits it. Where the group cannot be kept,
+//!   the file gets the writer's group, which gets no more access than
+//!   others had; set-user-ID and set-group-ID bits are kept only with the
+//!   owner and group they refer to. New files get mode 0666 minus the
+//!   umask; a new `FILE.torn` gets the state file's owner, group and bits
+//!   (without execute) on the same terms.
 //! - Appends of several records in one call are one `write`, but a reader
 //!   that does not take the lock may see a prefix of them.
 //! - A crash while a torn line is being moved may leave it twice in
