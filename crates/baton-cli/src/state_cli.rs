@@ -96,7 +96,9 @@ Each record is written with its trailing newline; all records of one call are ch
 and written with one write, then fsynced. A record must not contain a newline, and in a
 .jsonl file must be one JSON value, else nothing is appended (exit 125). If the file ends in
 a torn line (a writer died mid-append), those bytes are appended to FILE.torn and the file
-is cut back to its last complete line before the new records are written.
+is cut back to its last complete line before the new records are written. A .jsonl file's
+last line that is one whole JSON record (not a bare number) only missing its newline is not
+torn: it is kept, and the newline written first.
 
 Exit status: 0 appended; 75 lock busy (--no-wait, --wait) or --if-version no longer matches;
 125 bad input or I/O error.")]

@@ -726,3 +726,17 @@ fn edit_that_cannot_keep_the_group_gives_the_writers_group_no_more_than_others_h
     // The file is now in A's own group: that group gets what others had (nothing).
     assert_eq!((m.gid(), m.mode() & 0o7777), (USER_A.gid, 0o600));
 }
+
+#[test]
+fn append_keeps_a_complete_last_record_that_lacks_its_newline() {
+    let env = Env::new();
+    let events = env.path("events.jsonl");
+    fs::write(&events, "{\"a\":1}\n{\"b\":2}").unwrap();
+    let out = env.run(&["state", "append", s(&events), "{\"c\":3}"]);
+    assert_eq!((code(&out), stderr(&out).as_str()), (0, ""));
+    assert_eq!(
+        fs::read_to_string(&events).unwrap(),
+        "{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n"
+    );
+    assert!(!env.path("events.jsonl.torn").exists());
+}

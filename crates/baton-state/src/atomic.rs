@@ -6,6 +6,7 @@
 //! rename is the commit point; everything before it can be lost to a crash
 //! without harm, and the temp file it leaves is removed by the next edit.
 
+use std::borrow::Cow;
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -14,9 +15,10 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{Access, AtFlags, Gid, Mode, Uid};
+use serde::de::IgnoredAny;
 
 use crate::error::{IoContext, StateError};
-use crate::file::StateFile;
+use crate::file::{Format, StateFile};
 
 /// A file's bytes and metadata, or nothing if it does not exist.
 pub(crate) struct Current {
@@ -232,6 +234,36 @@ pub(crate) fn complete_prefix(bytes: &[u8]) -> usize {
     }
 }
 
+/// Whether `tail`, the bytes after the last newline of a file in `format`,
+/// is a whole record that only lacks its newline, rather than a torn one.
+///
+/// Only a `.jsonl` file can tell: the tail must parse as one JSON value
+/// that no longer record could start with. That rules out a bare number
+/// (`12` may be `123` torn between digits); an object, array, string,
+/// `true`, `false` or `null` cut short does not parse. In other formats
+/// any tail may be torn.
+pub(crate) fn is_whole_record(tail: &[u8], format: Format) -> bool {
+    format == Format::JsonLines
+        && !tail.trim_ascii_end().last().is_some_and(u8::is_ascii_digit)
+        && serde_json::from_slice::<IgnoredAny>(tail).is_ok()
+}
+
+/// The part of a `.jsonl` file's content that counts: its complete lines,
+/// and a whole last record lacking its newline, which gets it here (so
+/// the content, and its version, are what the next append will leave).
+/// What follows, a torn line, is returned second.
+pub(crate) fn counted_lines(bytes: &[u8]) -> (Cow<'_, [u8]>, &[u8]) {
+    let end = complete_prefix(bytes);
+    if end < bytes.len() && is_whole_record(&bytes[end..], Format::JsonLines) {
+        let mut whole = Vec::with_capacity(bytes.len() + 1);
+        whole.extend_from_slice(bytes);
+        whole.push(b'\n');
+        (Cow::Owned(whole), &[])
+    } else {
+        (Cow::Borrowed(&bytes[..end]), &bytes[end..])
+    }
+}
+
 /// Like [`complete_prefix`], for an open file of `size` bytes, reading only
 /// its end.
 pub(crate) fn complete_len(f: &File, size: u64, path: &Path) -> Result<u64, StateError> {
@@ -310,6 +342,39 @@ mod tests {
         assert_eq!(complete_prefix(b"a\nb"), 2);
         assert_eq!(complete_prefix(b"torn"), 0);
         assert_eq!(complete_prefix(b"a\nb\ncc"), 4);
+    }
+
+    #[test]
+    fn only_a_jsonl_value_that_cannot_be_cut_short_is_a_whole_record() {
+        let whole = |t: &[u8]| is_whole_record(t, Format::JsonLines);
+        for t in [
+            &b"{\"a\":1}"[..],
+            b"[1,2]",
+            b"\"s\"",
+            b"true",
+            b"null",
+            b"{} ",
+        ] {
+            assert!(whole(t), "{}", String::from_utf8_lossy(t));
+        }
+        for t in [
+            &b"{\"a\":1"[..],
+            b"{\"a\"",
+            b"[1,",
+            b"\"s",
+            b"tru",
+            b"12",
+            b"-1.5e3 ",
+            b" ",
+        ] {
+            assert!(!whole(t), "{}", String::from_utf8_lossy(t));
+        }
+        assert!(!is_whole_record(b"{}", Format::Text));
+        assert!(!is_whole_record(b"{}", Format::Json));
+        let (lines, torn) = counted_lines(b"{}\n[1]");
+        assert_eq!((&lines[..], torn), (&b"{}\n[1]\n"[..], &b""[..]));
+        let (lines, torn) = counted_lines(b"{}\n[1");
+        assert_eq!((&lines[..], torn), (&b"{}\n"[..], &b"[1"[..]));
     }
 
     #[test]

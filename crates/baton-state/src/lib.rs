@@ -39,6 +39,10 @@
 //!   live writer can own the temp file). A writer killed mid-append leaves a
 //!   torn last line, which the next append or edit moves to `FILE.torn` —
 //!   moved, never silently dropped. Reads of a `.jsonl` file leave it out.
+//! - A `.jsonl` file whose last line is a whole JSON record lacking only its
+//!   newline (written by another tool) is not torn: reads, versions and
+//!   edits see the record, and the next append writes the newline before
+//!   its own records.
 //!
 //! ## What is not
 //!
@@ -68,6 +72,10 @@
 //!   that does not take the lock may see a prefix of them.
 //! - A crash while a torn line is being moved may leave it twice in
 //!   `FILE.torn`.
+//! - A last line without its newline counts as whole only in a `.jsonl`
+//!   file, and only if it is one JSON value other than a bare number (`12`
+//!   may be `123` cut between digits): such a line, and any unterminated
+//!   last line of another file, is treated as torn.
 //! - Symbolic links are resolved before the lock is taken; a file that is a
 //!   link to another file in the same directory is edited through its
 //!   target (the link stays); links to other directories are refused.

@@ -354,6 +354,46 @@ fn a_torn_last_line_is_moved_to_the_torn_file_and_kept() {
 }
 
 #[test]
+fn a_complete_last_record_without_its_newline_is_kept_not_torn() {
+    let (t, dir) = setup();
+    let path = t.path().join("events.jsonl");
+    let torn = t.path().join("events.jsonl.torn");
+    let whole = &b"{\"a\":1}\n{\"b\":2}\n"[..];
+    fs::write(&path, "{\"a\":1}\n{\"b\":2}").unwrap();
+    // get, and so the version, count the record, with its newline.
+    let snap = get(&dir, &path, &Options::new()).unwrap();
+    assert_eq!(snap.content.as_deref(), Some(whole));
+    assert_eq!(snap.version, Version::of(Some(whole)));
+    // append keeps it, ends it, then appends; a compare-and-swap agrees.
+    let opts = Options::new().if_version(snap.version);
+    let done = append(&dir, &path, &opts, &["{\"c\":3}"]).unwrap();
+    assert_eq!(done.torn, None);
+    assert_eq!(
+        fs::read_to_string(&path).unwrap(),
+        "{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n"
+    );
+    // An edit sees it too (and so does not drop it from the new content).
+    fs::write(&path, "{\"a\":1}\n[\"b\"]").unwrap();
+    let done = edit(&dir, &path, &Options::new(), |old| {
+        let mut new = old.unwrap().to_vec();
+        new.extend_from_slice(b"{\"c\":3}\n");
+        Ok::<_, Never>(Some(new))
+    })
+    .unwrap();
+    assert_eq!(done.torn, None);
+    assert_eq!(
+        fs::read_to_string(&path).unwrap(),
+        "{\"a\":1}\n[\"b\"]\n{\"c\":3}\n"
+    );
+    assert!(!torn.exists());
+    // A number may be cut between digits, so a bare number stays torn.
+    fs::write(&path, "{\"a\":1}\n12").unwrap();
+    let done = append(&dir, &path, &Options::new(), &["3"]).unwrap();
+    assert_eq!(done.torn.unwrap().bytes, 2);
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\"a\":1}\n3\n");
+}
+
+#[test]
 fn records_are_all_checked_before_anything_is_appended() {
     let (t, dir) = setup();
     let path = t.path().join("e.jsonl");
