@@ -727,6 +727,98 @@ fn edit_that_cannot_keep_the_group_gives_the_writers_group_no_more_than_others_h
     assert_eq!((m.gid(), m.mode() & 0o7777), (USER_A.gid, 0o600));
 }
 
+/// A directory the writer may change but not read (mode 0300): files in it
+/// can be created and renamed, but the directory cannot be opened to flush it.
+fn unflushable_dir(env: &Env, user: User) -> PathBuf {
+    let dir = env.path("write-only");
+    fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid)).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o300)).unwrap();
+    dir
+}
+
+#[test]
+fn changes_made_but_not_flushed_report_durability_unknown_not_failure() {
+    let env = Env::new();
+    prepare_for(&env, USER_A);
+    let dir = unflushable_dir(&env, USER_A);
+    let doc = dir.join("doc.json");
+    let out = baton_as(&env, USER_A, &edit_args(s(&doc), &["echo", "{\"n\":1}"]));
+    let err = stderr(&out);
+    assert_eq!(code(&out), 74, "{err}");
+    assert!(err.contains("doc.json") && err.contains("durab"), "{err}");
+    assert_eq!(counter(&doc), 1, "the edit was applied");
+
+    // Creating a file by appending needs the directory flushed too.
+    let events = dir.join("events.jsonl");
+    let out = baton_as(&env, USER_A, &["state", "append", s(&events), "{\"e\":1}"]);
+    assert_eq!(code(&out), 74, "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(&events).unwrap(), "{\"e\":1}\n");
+    // Appending to it afterwards does not.
+    let out = baton_as(&env, USER_A, &["state", "append", s(&events), "{\"e\":2}"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(&events).unwrap().lines().count(), 2);
+}
+
+#[test]
+fn append_that_fails_part_way_leaves_the_file_unchanged() {
+    let env = Env::new();
+    let events = env.path("events.jsonl");
+    let before = "{\"first\":true}\n";
+    fs::write(&events, before).unwrap();
+    // 40 records of 4 KiB against a 64 KiB file size limit: the first
+    // fifteen fit, the write of all of them cannot.
+    let pad = "x".repeat(4096);
+    let input: String = (0..40)
+        .map(|i| format!("{{\"i\":{i},\"pad\":\"{pad}\"}}\n"))
+        .collect();
+    let prlimit = ["prlimit".to_string(), "--fsize=65536".to_string()];
+    let mut c = wrapped(&env, &prlimit, &env.dir, &["state", "append", s(&events)]);
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run prlimit (util-linux): {e}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(
+        fs::read_to_string(&events).unwrap(),
+        before,
+        "none of the records may be appended ({:?}, {err})",
+        out.status
+    );
+    assert_eq!(code(&out), 125, "{err}");
+    assert!(err.contains("events.jsonl"), "{err}");
+    assert!(!env.path("events.jsonl.torn").exists());
+
+    // A file the append would have created is not left behind empty: it is
+    // still absent, so the same compare-and-swap can be repeated.
+    let fresh = env.path("fresh.jsonl");
+    let args = ["state", "append", s(&fresh), "--if-version", "absent"];
+    let mut child = wrapped(&env, &prlimit, &env.dir, &args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!fresh.exists(), "{:?} {}", out.status, stderr(&out));
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+}
+
 #[test]
 fn append_keeps_a_complete_last_record_that_lacks_its_newline() {
     let env = Env::new();

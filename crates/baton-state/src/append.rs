@@ -118,16 +118,68 @@ pub fn append_locked<R: AsRef<[u8]>>(
         data.insert(0, b'\n');
     }
     if !data.is_empty() {
-        // O_APPEND: one write at the end, whatever the offset.
-        (&f).write_all(&data).at("cannot append to", path)?;
+        if let Err(e) = write_all_or_nothing(&f, &data, keep, path) {
+            if created && !e.changed() {
+                // Leave no empty file behind: "absent" stays the version.
+                // Under the lock nobody else can have opened it as ours;
+                // if the removal fails, an empty file (no record) remains.
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e);
+        }
     }
+    // The records are in the file: a failure now is not "nothing appended".
     if !data.is_empty() || torn.is_some() {
-        f.sync_data().at("cannot flush", path)?;
+        f.sync_data()
+            .at("cannot flush", path)
+            .map_err(|e| e.after_change(path))?;
     }
     if created {
-        atomic::sync_dir(file.dir())?;
+        atomic::sync_dir(file.dir()).map_err(|e| e.after_change(path))?;
     }
     Ok(appended(file, records.len(), data.len() as u64, torn))
+}
+
+/// Appends `data` to `f` (opened with `O_APPEND`, `base` bytes long) with
+/// one `write`, or not at all: a failed or short write (no space left, a
+/// file size limit) is cut back to `base`. A short write is not continued,
+/// as a second write would only report the error (or, beyond a file size
+/// limit, kill the process with SIGXFSZ before it could clean up).
+fn write_all_or_nothing(f: &File, data: &[u8], base: u64, path: &Path) -> Result<(), StateError> {
+    let (written, cause) = loop {
+        match (&*f).write(data) {
+            Ok(n) if n == data.len() => return Ok(()),
+            Ok(n) => {
+                let short = format!(
+                    "only {n} of {} bytes could be written (disk full, or a file size limit?)",
+                    data.len()
+                );
+                break (n as u64, io::Error::new(io::ErrorKind::WriteZero, short));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // A write that wrote something returns its count, not an error.
+            Err(e) => break (0, e),
+        }
+    };
+    let undone = match f.metadata().map(|m| m.len()) {
+        Ok(len) if len == base => Ok(()),
+        // Only our bytes follow `base`: cut them off.
+        Ok(len) if len == base + written => f.set_len(base),
+        // Someone not using the lock wrote too; cutting would lose their bytes.
+        Ok(_) => Err(io::Error::other(
+            "the file changed meanwhile (a writer not using the lock?)",
+        )),
+        Err(e) => Err(e),
+    };
+    match undone {
+        Ok(()) => Err(cause).at("cannot append to", path),
+        Err(source) => Err(StateError::PartlyAppended {
+            path: path.to_path_buf(),
+            written,
+            cause,
+            source,
+        }),
+    }
 }
 
 fn appended(file: &StateFile, records: usize, bytes: u64, torn: Option<Torn>) -> Appended {

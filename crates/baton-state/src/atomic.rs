@@ -154,7 +154,8 @@ fn random_u64() -> u64 {
     }
 }
 
-/// Replaces `file` with `content` atomically and durably.
+/// Replaces `file` with `content` atomically and durably. An error after
+/// the rename is [`StateError::NotDurable`].
 ///
 /// `like` is the metadata of the file being replaced: the new file gets its
 /// owner, group and permission bits as far as we may (see
@@ -173,7 +174,8 @@ pub(crate) fn replace(
     drop(f);
     fs::rename(&temp.path, file.path()).at("cannot rename a temporary file over", file.path())?;
     temp.armed = false;
-    sync_dir(file.dir())
+    // The commit point has passed: a failure now is not "nothing written".
+    sync_dir(file.dir()).map_err(|e| e.after_change(file.path()))
 }
 
 /// Gives the new file `fd` (at `path`, ours, just created) the owner, group

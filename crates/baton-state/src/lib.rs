@@ -18,7 +18,8 @@
 //!   point.
 //! - **append** ([`append`], [`append_locked`]): under the lock, check all
 //!   records, cut off a torn last line (keeping its bytes in `FILE.torn`),
-//!   write the records with one `write`, fdatasync.
+//!   write the records with one `write` (cut back off if it fails),
+//!   fdatasync. The write is the commit point.
 //! - **get** ([`get`], [`read_locked`]): read under a shared lock; the
 //!   content comes with its [`Version`], a content hash that
 //!   [`Options::if_version`] turns an edit into a compare-and-swap.
@@ -31,6 +32,15 @@
 //! - When an edit or append returns `Ok`, its data has been flushed with
 //!   fsync/fdatasync (and the directory too, when a name changed), so it
 //!   survives a power loss on file systems that honour fsync.
+//! - When it returns an error, the file's content is as it was, so the call
+//!   may be repeated — except for [`StateError::NotDurable`]: the change was
+//!   made (after the commit point) but flushing it failed, and repeating it
+//!   without a compare-and-swap could apply it twice
+//!   ([`StateError::changed`] says which case it is).
+//! - One append writes all of its records or none: they go to the file in
+//!   one `write`, and a write that fails or comes up short (disk full, file
+//!   size limit) is cut back to the file's previous length. Only if that
+//!   cut fails too is the result [`StateError::PartlyAppended`].
 //! - Writers that use the same lock are serialised, so no update is lost;
 //!   a compare-and-swap fails instead of overwriting a change it has not
 //!   seen.
@@ -69,7 +79,14 @@
 //!   umask; a new `FILE.torn` gets the state file's owner, group and bits
 //!   (without execute) on the same terms.
 //! - Appends of several records in one call are one `write`, but a reader
-//!   that does not take the lock may see a prefix of them.
+//!   that does not take the lock may see a prefix of them, and a writer
+//!   killed or a machine crashing in the middle of that write may leave a
+//!   prefix: the records before the cut stay, the one cut is a torn line.
+//!   All-or-none holds for errors, not for crashes; where a prefix would
+//!   matter, append one record per call.
+//! - A directory the writer cannot read cannot be opened to flush it:
+//!   changes there that create or rename a file end in
+//!   [`StateError::NotDurable`].
 //! - A crash while a torn line is being moved may leave it twice in
 //!   `FILE.torn`.
 //! - A last line without its newline counts as whole only in a `.jsonl`
