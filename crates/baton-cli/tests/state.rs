@@ -144,34 +144,85 @@ fn eight_processes_times_100_appends_give_800_whole_lines() {
     assert_eq!(seen.len(), 800, "every record exactly once");
 }
 
+/// How long creating, writing and flushing a file of `len` bytes in `dir`
+/// takes: about the part of an edit before its rename.
+fn write_phase(dir: &Path, len: usize) -> Duration {
+    let probe = dir.join("write-phase-probe");
+    let start = Instant::now();
+    let mut f = fs::File::create(&probe).unwrap();
+    f.write_all(&vec![b'x'; len]).unwrap();
+    f.sync_all().unwrap();
+    let took = start.elapsed();
+    fs::remove_file(&probe).unwrap();
+    took
+}
+
+/// Reads `child`'s stderr until a line contains `marker`; false if it ends first.
+fn stderr_until(err: &mut std::io::BufReader<std::process::ChildStderr>, marker: &str) -> bool {
+    use std::io::BufRead;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if err.read_line(&mut line).unwrap() == 0 {
+            return false;
+        }
+        if line.contains(marker) {
+            return true;
+        }
+    }
+}
+
 #[test]
 fn writer_sigkilled_at_random_points_leaves_old_or_new_content() {
+    use std::os::unix::process::ExitStatusExt;
     let env = Env::new();
     let path = env.path("state.json");
-    let pad = "p".repeat(64 * 1024);
+    let pad = "p".repeat(256 * 1024);
     fs::write(&path, format!("{{\"n\":0,\"pad\":\"{pad}\"}}\n")).unwrap();
-    let args = edit_args(s(&path), &["awk", AWK_INCREMENT]);
-    // Calibrate the kill window on one complete edit, from spawn to exit.
-    let start = Instant::now();
-    assert_eq!(code(&env.run(&args)), 0);
-    let full = start.elapsed();
-    let mut rng = Rng::seeded();
-    eprintln!("seed {} (BATON_TEST_SEED), one edit {full:?}", rng.seed);
-    let (mut kept, mut replaced, mut temps_seen) = (0, 0, 0);
-    for round in 0..200 {
-        let old = fs::read(&path).unwrap();
-        let old_n = counter(&path);
+    // The filter says "computed" on stderr when it is done: from then on,
+    // baton writes the temp file, flushes it and renames it.
+    let script = "awk \"$1\" && echo computed >&2";
+    let args = edit_args(s(&path), &["sh", "-c", script, "sh", AWK_INCREMENT]);
+    let spawn = || {
         let mut child = env
             .baton(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // The random kill point is what this test is about, not a wait.
-        thread::sleep(full.mul_f64(rng.unit() * 1.2));
+        let err = std::io::BufReader::new(child.stderr.take().unwrap());
+        (child, err)
+    };
+    // Calibrate the kill window on one complete edit, from "computed" to exit.
+    let (mut child, mut err) = spawn();
+    assert!(stderr_until(&mut err, "computed"));
+    let start = Instant::now();
+    assert!(child.wait().unwrap().success());
+    let window = start.elapsed();
+    let write = write_phase(env.tmp.path(), pad.len());
+    let mut rng = Rng::seeded();
+    eprintln!(
+        "seed {} (BATON_TEST_SEED), write {write:?}, write to exit {window:?}",
+        rng.seed
+    );
+    let rounds = 100;
+    let (mut kept, mut replaced, mut in_flight, mut temps_seen) = (0, 0, 0, 0);
+    for round in 0..rounds {
+        let old = fs::read(&path).unwrap();
+        let old_n = counter(&path);
+        let (mut child, mut err) = spawn();
+        assert!(stderr_until(&mut err, "computed"), "round {round}");
+        // The random kill point is what this test is about, not a wait:
+        // every other round around the write, else anywhere from the end of
+        // the filter to a little after the exit (flushing the directory is
+        // often the longest part).
+        let span = if round % 2 == 0 { write * 2 } else { window };
+        thread::sleep(span.mul_f64(rng.unit() * 1.2));
         child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
+        if child.wait().unwrap().signal() == Some(libc::SIGKILL) {
+            in_flight += 1; // killed after the filter finished, before baton exited
+        }
         let now = fs::read(&path).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&now)
             .unwrap_or_else(|e| panic!("round {round}: not valid JSON after SIGKILL: {e}"));
@@ -187,10 +238,22 @@ fn writer_sigkilled_at_random_points_leaves_old_or_new_content() {
             replaced += 1;
         }
         if !temps_of(env.tmp.path(), "state.json").is_empty() {
-            temps_seen += 1;
+            temps_seen += 1; // killed between creating the temp file and the rename
         }
     }
-    eprintln!("old kept {kept}, new written {replaced}, rounds leaving a temp file {temps_seen}");
+    eprintln!(
+        "killed in flight {in_flight}, leaving a temp file {temps_seen}; old kept {kept}, new written {replaced}"
+    );
+    // The kills must have hit baton's write, or this test proves nothing.
+    assert!(
+        temps_seen >= 1,
+        "no kill landed between creating the temp file and the rename"
+    );
+    assert!(
+        in_flight >= rounds / 10,
+        "only {in_flight} of {rounds} kills landed while baton was writing"
+    );
+    let args = edit_args(s(&path), &["awk", AWK_INCREMENT]);
     let before = counter(&path);
     assert_eq!(code(&env.run(&args)), 0);
     assert_eq!(counter(&path), before + 1);
