@@ -35,8 +35,9 @@
 //! - When it returns an error, the file's content is as it was, so the call
 //!   may be repeated — except for [`StateError::NotDurable`]: the change was
 //!   made (after the commit point) but flushing it failed, and repeating it
-//!   without a compare-and-swap could apply it twice
-//!   ([`StateError::changed`] says which case it is).
+//!   without a compare-and-swap could apply it twice; and for
+//!   [`StateError::PartlyAppended`] below ([`StateError::changed`] says
+//!   which case it is).
 //! - One append writes all of its records or none: they go to the file in
 //!   one `write`, and a write that fails or comes up short (disk full, file
 //!   size limit) is cut back to the file's previous length. Only if that
@@ -82,8 +83,8 @@
 //!   that does not take the lock may see a prefix of them, and a writer
 //!   killed or a machine crashing in the middle of that write may leave a
 //!   prefix: the records before the cut stay, the one cut is a torn line.
-//!   All-or-none holds for errors, not for crashes; where a prefix would
-//!   matter, append one record per call.
+//!   All-or-none holds for errors, not for crashes; where part of a batch
+//!   would be wrong, make the batch one record.
 //! - A directory the writer cannot read cannot be opened to flush it:
 //!   changes there that create or rename a file end in
 //!   [`StateError::NotDurable`].
