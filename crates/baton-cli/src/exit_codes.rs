@@ -3,6 +3,7 @@
 //! | code | meaning |
 //! |---|---|
 //! | child's code | the command ran; its own status is passed through (128+N if killed by signal N) |
+//! | 74 | `baton state`: the change was made, but flushing it failed (durability unknown), or an append failed part-way and could not be undone; check the file before repeating the change |
 //! | 75 | not acquired: busy with `--no-wait`, `--wait` elapsed; a stale `release --token` |
 //! | 79 | superseded by a newer run |
 //! | 124 | the command ran past `--timeout` and was killed |
@@ -15,6 +16,10 @@
 use baton_lock::LockError;
 use baton_run::RunError;
 
+/// A state change was made (or, for a failed append that could not be
+/// undone, may have been made in part), but could not be confirmed durable:
+/// repeating it blindly may apply it twice. (sysexits' EX_IOERR.)
+pub const CHANGED_NOT_DURABLE: u8 = 74;
 /// Not acquired (busy, wait elapsed), or a compare-and-swap / token check failed.
 pub const NOT_ACQUIRED: u8 = 75;
 /// baton itself failed.

@@ -15,7 +15,9 @@ use serde::Serialize;
 
 use crate::cli::WaitArgs;
 use crate::commands::fail;
-use crate::exit_codes::{for_child, for_lock_error, BATON_FAILED, NOT_ACQUIRED};
+use crate::exit_codes::{
+    for_child, for_lock_error, BATON_FAILED, CHANGED_NOT_DURABLE, NOT_ACQUIRED,
+};
 
 /// The filter could not be executed.
 const NOT_EXECUTABLE: u8 = 126;
@@ -55,15 +57,18 @@ pub enum StateCommand {
 
 Under the lock, FILTER gets the current content on stdin (nothing if the file does not exist).
 If it exits 0, its stdout replaces the file: temp file in the same directory, fsync, rename,
-fsync of the directory; permissions are kept. A .json file's new content must be one JSON
-value and a .jsonl file's every line one JSON value, else nothing is written (exit 125).
+fsync of the directory; permissions and group (owner too, as root) are kept. A .json file's
+new content must be one JSON value and a .jsonl file's every line one JSON value, else
+nothing is written (exit 125).
 Temp files left by writers killed mid-edit are removed. FILTER gets BATON_STATE_FILE,
 BATON_LOCK and BATON_FENCING_TOKEN in its environment.
 
 Exit status: 0 when written (or unchanged); FILTER's own if it failed (128+N if killed by
-signal N), nothing written; 75 if --if-version no longer matches or the lock was busy
-(--no-wait, --wait); 125 bad input (a directory, a symlink leaving its directory, unreadable,
-read-only) or invalid new content; 126 / 127 FILTER not executable / not found.")]
+signal N), nothing written; 74 written, but flushing it failed (durability unknown: check
+the file before editing again without --if-version); 75 if --if-version no longer matches or
+the lock was busy (--no-wait, --wait); 125 bad input (a directory, a symlink leaving its
+directory, unreadable, read-only), invalid new content or an I/O error, nothing written;
+126 / 127 FILTER not executable / not found.")]
     Edit {
         /// The state file (created if missing).
         file: PathBuf,
@@ -92,13 +97,18 @@ read-only) or invalid new content; 126 / 127 FILTER not executable / not found."
   baton state append session.log \"$(date -Is) step 3 done\"
 
 Each record is written with its trailing newline; all records of one call are checked first
-and written with one write, then fsynced. A record must not contain a newline, and in a
+and written with one write, then fsynced: all of them or, if the write fails (disk full, file
+size limit), none. A record must not contain a newline, and in a
 .jsonl file must be one JSON value, else nothing is appended (exit 125). If the file ends in
 a torn line (a writer died mid-append), those bytes are appended to FILE.torn and the file
-is cut back to its last complete line before the new records are written.
+is cut back to its last complete line before the new records are written. A .jsonl file's
+last line that is one whole JSON record (not a bare number) only missing its newline is not
+torn: it is kept, and the newline written first.
 
-Exit status: 0 appended; 75 lock busy (--no-wait, --wait) or --if-version no longer matches;
-125 bad input or I/O error.")]
+Exit status: 0 appended; 74 appended, but flushing failed (durability unknown), or the
+write failed part-way and could not be undone: check the file before appending again
+without --if-version; 75 lock busy (--no-wait, --wait) or
+--if-version no longer matches; 125 bad input or I/O error, nothing appended.")]
     Append {
         /// The state file (created if missing).
         file: PathBuf,
@@ -291,6 +301,7 @@ fn code(e: &StateError) -> u8 {
         StateError::FilterFailed { code, .. } => for_child(*code),
         StateError::FilterNotFound { .. } => NOT_FOUND,
         StateError::FilterNotExecutable { .. } => NOT_EXECUTABLE,
+        e if e.changed() => CHANGED_NOT_DURABLE,
         _ => BATON_FAILED,
     }
 }

@@ -144,34 +144,85 @@ fn eight_processes_times_100_appends_give_800_whole_lines() {
     assert_eq!(seen.len(), 800, "every record exactly once");
 }
 
+/// How long creating, writing and flushing a file of `len` bytes in `dir`
+/// takes: about the part of an edit before its rename.
+fn write_phase(dir: &Path, len: usize) -> Duration {
+    let probe = dir.join("write-phase-probe");
+    let start = Instant::now();
+    let mut f = fs::File::create(&probe).unwrap();
+    f.write_all(&vec![b'x'; len]).unwrap();
+    f.sync_all().unwrap();
+    let took = start.elapsed();
+    fs::remove_file(&probe).unwrap();
+    took
+}
+
+/// Reads `child`'s stderr until a line contains `marker`; false if it ends first.
+fn stderr_until(err: &mut std::io::BufReader<std::process::ChildStderr>, marker: &str) -> bool {
+    use std::io::BufRead;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if err.read_line(&mut line).unwrap() == 0 {
+            return false;
+        }
+        if line.contains(marker) {
+            return true;
+        }
+    }
+}
+
 #[test]
 fn writer_sigkilled_at_random_points_leaves_old_or_new_content() {
+    use std::os::unix::process::ExitStatusExt;
     let env = Env::new();
     let path = env.path("state.json");
-    let pad = "p".repeat(64 * 1024);
+    let pad = "p".repeat(256 * 1024);
     fs::write(&path, format!("{{\"n\":0,\"pad\":\"{pad}\"}}\n")).unwrap();
-    let args = edit_args(s(&path), &["awk", AWK_INCREMENT]);
-    // Calibrate the kill window on one complete edit, from spawn to exit.
-    let start = Instant::now();
-    assert_eq!(code(&env.run(&args)), 0);
-    let full = start.elapsed();
-    let mut rng = Rng::seeded();
-    eprintln!("seed {} (BATON_TEST_SEED), one edit {full:?}", rng.seed);
-    let (mut kept, mut replaced, mut temps_seen) = (0, 0, 0);
-    for round in 0..200 {
-        let old = fs::read(&path).unwrap();
-        let old_n = counter(&path);
+    // The filter says "computed" on stderr when it is done: from then on,
+    // baton writes the temp file, flushes it and renames it.
+    let script = "awk \"$1\" && echo computed >&2";
+    let args = edit_args(s(&path), &["sh", "-c", script, "sh", AWK_INCREMENT]);
+    let spawn = || {
         let mut child = env
             .baton(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // The random kill point is what this test is about, not a wait.
-        thread::sleep(full.mul_f64(rng.unit() * 1.2));
+        let err = std::io::BufReader::new(child.stderr.take().unwrap());
+        (child, err)
+    };
+    // Calibrate the kill window on one complete edit, from "computed" to exit.
+    let (mut child, mut err) = spawn();
+    assert!(stderr_until(&mut err, "computed"));
+    let start = Instant::now();
+    assert!(child.wait().unwrap().success());
+    let window = start.elapsed();
+    let write = write_phase(env.tmp.path(), pad.len());
+    let mut rng = Rng::seeded();
+    eprintln!(
+        "seed {} (BATON_TEST_SEED), write {write:?}, write to exit {window:?}",
+        rng.seed
+    );
+    let rounds = 100;
+    let (mut kept, mut replaced, mut in_flight, mut temps_seen) = (0, 0, 0, 0);
+    for round in 0..rounds {
+        let old = fs::read(&path).unwrap();
+        let old_n = counter(&path);
+        let (mut child, mut err) = spawn();
+        assert!(stderr_until(&mut err, "computed"), "round {round}");
+        // The random kill point is what this test is about, not a wait:
+        // every other round around the write, else anywhere from the end of
+        // the filter to a little after the exit (flushing the directory is
+        // often the longest part).
+        let span = if round % 2 == 0 { write * 2 } else { window };
+        thread::sleep(span.mul_f64(rng.unit() * 1.2));
         child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
+        if child.wait().unwrap().signal() == Some(libc::SIGKILL) {
+            in_flight += 1; // killed after the filter finished, before baton exited
+        }
         let now = fs::read(&path).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&now)
             .unwrap_or_else(|e| panic!("round {round}: not valid JSON after SIGKILL: {e}"));
@@ -187,10 +238,22 @@ fn writer_sigkilled_at_random_points_leaves_old_or_new_content() {
             replaced += 1;
         }
         if !temps_of(env.tmp.path(), "state.json").is_empty() {
-            temps_seen += 1;
+            temps_seen += 1; // killed between creating the temp file and the rename
         }
     }
-    eprintln!("old kept {kept}, new written {replaced}, rounds leaving a temp file {temps_seen}");
+    eprintln!(
+        "killed in flight {in_flight}, leaving a temp file {temps_seen}; old kept {kept}, new written {replaced}"
+    );
+    // The kills must have hit baton's write, or this test proves nothing.
+    assert!(
+        temps_seen >= 1,
+        "no kill landed between creating the temp file and the rename"
+    );
+    assert!(
+        in_flight >= rounds / 10,
+        "only {in_flight} of {rounds} kills landed while baton was writing"
+    );
+    let args = edit_args(s(&path), &["awk", AWK_INCREMENT]);
     let before = counter(&path);
     assert_eq!(code(&env.run(&args)), 0);
     assert_eq!(counter(&path), before + 1);
@@ -589,4 +652,246 @@ fn edit_args_owned(file: &Path, filter: &[&str]) -> Vec<String> {
 
 fn refs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
+}
+
+// ---- Other users, resource limits: the real binary under setpriv / prlimit.
+
+/// An unprivileged identity for `setpriv`, which takes raw numbers: no
+/// /etc/passwd or /etc/group entry is needed, so nothing on the machine
+/// changes. The ids are far above any allocated range.
+#[derive(Clone, Copy)]
+struct User {
+    uid: u32,
+    /// Its primary group, its own.
+    gid: u32,
+}
+
+/// Two users, each with its own primary group, both members of [`SHARED_GID`].
+const USER_A: User = User {
+    uid: 2_000_000_001,
+    gid: 2_000_000_001,
+};
+const USER_B: User = User {
+    uid: 2_000_000_002,
+    gid: 2_000_000_002,
+};
+const SHARED_GID: u32 = 2_000_000_100;
+
+/// `WRAPPER... baton --dir DIR ARGS` in the clean environment of [`Env::baton`].
+fn wrapped(env: &Env, wrapper: &[String], dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(&wrapper[0]);
+    c.args(&wrapper[1..])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", env.tmp.path())
+        .current_dir(env.tmp.path())
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_baton"))
+        .arg("--dir")
+        .arg(dir)
+        .args(args);
+    c
+}
+
+fn output_of(mut c: Command, what: &str) -> Output {
+    c.stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {what} (util-linux): {e}"))
+}
+
+/// Makes the test's temp directory traversable by other users and gives
+/// `user` a baton dir of its own there (a baton dir must be owned by its
+/// user).
+fn prepare_for(env: &Env, user: User) -> PathBuf {
+    fs::set_permissions(env.tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = env.path(&format!("baton-{}", user.uid));
+    fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid)).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+    dir
+}
+
+/// `baton ARGS` run as `user` (member of its own group and [`SHARED_GID`])
+/// with its own baton dir. Fails loudly where setpriv is missing or we may
+/// not switch users (the tests run as root).
+fn baton_as(env: &Env, user: User, args: &[&str]) -> Output {
+    let dir = env.path(&format!("baton-{}", user.uid));
+    let setpriv = [
+        "setpriv".to_string(),
+        format!("--reuid={}", user.uid),
+        format!("--regid={}", user.gid),
+        format!("--groups={},{SHARED_GID}", user.gid),
+    ];
+    let out = output_of(wrapped(env, &setpriv, &dir, args), "setpriv");
+    assert!(
+        !stderr(&out).starts_with("setpriv:"),
+        "setpriv failed (the tests must run as root): {}",
+        stderr(&out)
+    );
+    out
+}
+
+#[test]
+fn edit_by_another_member_of_the_group_keeps_the_files_group_and_mode() {
+    let env = Env::new();
+    prepare_for(&env, USER_A);
+    prepare_for(&env, USER_B);
+    // A directory and a file of B's, shared through the group: no setgid
+    // bit on the directory, so new files would get their creator's group.
+    let shared = env.path("shared");
+    fs::create_dir(&shared).unwrap();
+    std::os::unix::fs::chown(&shared, Some(USER_B.uid), Some(SHARED_GID)).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o775)).unwrap();
+    let file = shared.join("tasks.json");
+    fs::write(&file, "{\"n\":1}\n").unwrap();
+    std::os::unix::fs::chown(&file, Some(USER_B.uid), Some(SHARED_GID)).unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o660)).unwrap();
+    let owner = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        let m = fs::metadata(p).unwrap();
+        (m.uid(), m.gid(), m.mode() & 0o7777)
+    };
+
+    // A edits B's file: A cannot give the file to B, but keeps its group and mode.
+    let out = baton_as(&env, USER_A, &edit_args(s(&file), &["awk", AWK_INCREMENT]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(counter(&file), 2);
+    assert_eq!(owner(&file), (USER_A.uid, SHARED_GID, 0o660));
+
+    // So B can still change it, and the group and mode stay across B's edit too.
+    let out = baton_as(&env, USER_B, &edit_args(s(&file), &["awk", AWK_INCREMENT]));
+    assert_eq!(code(&out), 0, "B cannot edit A's edit: {}", stderr(&out));
+    assert_eq!(counter(&file), 3);
+    assert_eq!(owner(&file), (USER_B.uid, SHARED_GID, 0o660));
+}
+
+#[test]
+fn edit_that_cannot_keep_the_group_gives_the_writers_group_no_more_than_others_had() {
+    let env = Env::new();
+    prepare_for(&env, USER_A);
+    let dir = env.path("own");
+    fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(USER_A.uid), Some(USER_A.gid)).unwrap();
+    // A's file, readable by a group A is not a member of (root set it).
+    let secret = dir.join("secret.json");
+    fs::write(&secret, "{\"n\":1}").unwrap();
+    std::os::unix::fs::chown(&secret, Some(USER_A.uid), Some(USER_B.gid)).unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o640)).unwrap();
+    let out = baton_as(
+        &env,
+        USER_A,
+        &edit_args(s(&secret), &["awk", AWK_INCREMENT]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(counter(&secret), 2);
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(&secret).unwrap();
+    // The file is now in A's own group: that group gets what others had (nothing).
+    assert_eq!((m.gid(), m.mode() & 0o7777), (USER_A.gid, 0o600));
+}
+
+/// A directory the writer may change but not read (mode 0300): files in it
+/// can be created and renamed, but the directory cannot be opened to flush it.
+fn unflushable_dir(env: &Env, user: User) -> PathBuf {
+    let dir = env.path("write-only");
+    fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid)).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o300)).unwrap();
+    dir
+}
+
+#[test]
+fn changes_made_but_not_flushed_report_durability_unknown_not_failure() {
+    let env = Env::new();
+    prepare_for(&env, USER_A);
+    let dir = unflushable_dir(&env, USER_A);
+    let doc = dir.join("doc.json");
+    let out = baton_as(&env, USER_A, &edit_args(s(&doc), &["echo", "{\"n\":1}"]));
+    let err = stderr(&out);
+    assert_eq!(code(&out), 74, "{err}");
+    assert!(err.contains("doc.json") && err.contains("durab"), "{err}");
+    assert_eq!(counter(&doc), 1, "the edit was applied");
+
+    // Creating a file by appending needs the directory flushed too.
+    let events = dir.join("events.jsonl");
+    let out = baton_as(&env, USER_A, &["state", "append", s(&events), "{\"e\":1}"]);
+    assert_eq!(code(&out), 74, "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(&events).unwrap(), "{\"e\":1}\n");
+    // Appending to it afterwards does not.
+    let out = baton_as(&env, USER_A, &["state", "append", s(&events), "{\"e\":2}"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(&events).unwrap().lines().count(), 2);
+}
+
+#[test]
+fn append_that_fails_part_way_leaves_the_file_unchanged() {
+    let env = Env::new();
+    let events = env.path("events.jsonl");
+    let before = "{\"first\":true}\n";
+    fs::write(&events, before).unwrap();
+    // 40 records of 4 KiB against a 64 KiB file size limit: the first
+    // fifteen fit, the write of all of them cannot.
+    let pad = "x".repeat(4096);
+    let input: String = (0..40)
+        .map(|i| format!("{{\"i\":{i},\"pad\":\"{pad}\"}}\n"))
+        .collect();
+    let prlimit = ["prlimit".to_string(), "--fsize=65536".to_string()];
+    let mut c = wrapped(&env, &prlimit, &env.dir, &["state", "append", s(&events)]);
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run prlimit (util-linux): {e}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(
+        fs::read_to_string(&events).unwrap(),
+        before,
+        "none of the records may be appended ({:?}, {err})",
+        out.status
+    );
+    assert_eq!(code(&out), 125, "{err}");
+    assert!(err.contains("events.jsonl"), "{err}");
+    assert!(!env.path("events.jsonl.torn").exists());
+
+    // A file the append would have created is not left behind empty: it is
+    // still absent, so the same compare-and-swap can be repeated.
+    let fresh = env.path("fresh.jsonl");
+    let args = ["state", "append", s(&fresh), "--if-version", "absent"];
+    let mut child = wrapped(&env, &prlimit, &env.dir, &args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!fresh.exists(), "{:?} {}", out.status, stderr(&out));
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+}
+
+#[test]
+fn append_keeps_a_complete_last_record_that_lacks_its_newline() {
+    let env = Env::new();
+    let events = env.path("events.jsonl");
+    fs::write(&events, "{\"a\":1}\n{\"b\":2}").unwrap();
+    let out = env.run(&["state", "append", s(&events), "{\"c\":3}"]);
+    assert_eq!((code(&out), stderr(&out).as_str()), (0, ""));
+    assert_eq!(
+        fs::read_to_string(&events).unwrap(),
+        "{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n"
+    );
+    assert!(!env.path("events.jsonl.torn").exists());
 }

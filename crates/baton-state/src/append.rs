@@ -3,7 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use baton_lock::LockGuard;
@@ -32,7 +32,8 @@ pub struct Appended {
     pub path: PathBuf,
     /// How many records were appended.
     pub records: usize,
-    /// How many bytes were appended (records and their newlines).
+    /// How many bytes were appended: records and their newlines, and the
+    /// newline that ended a whole last record lacking it.
     pub bytes: u64,
     /// A torn last line that was moved to `FILE.torn` first.
     pub torn: Option<Torn>,
@@ -47,12 +48,16 @@ pub struct Appended {
 /// ends in a torn line (bytes after the last newline, left by a writer that
 /// died mid-append), those bytes are first appended to `FILE.torn` (followed
 /// by a newline, and flushed) and the file is cut back to its last complete
-/// line. Then all records are written with one `write` and flushed with
-/// `fdatasync`. The file is created (mode 0666 minus the umask) if missing.
+/// line. A `.jsonl` file's last line that is a whole record, only missing
+/// its newline, is not torn: it is kept and the newline written before the
+/// records (see [`Snapshot::content`](crate::Snapshot::content)). Then all
+/// records are written with one `write` and flushed with `fdatasync`. The
+/// file is created (mode 0666 minus the umask) if missing.
 ///
 /// With `if_version`, the append happens only if the file's version (of its
 /// complete lines) is still that, else [`StateError::VersionMismatch`].
-/// With no records, nothing is written, but a torn line is still repaired.
+/// With no records, no record is written, but a torn line is still repaired
+/// and a missing final newline added.
 pub fn append_locked<R: AsRef<[u8]>>(
     file: &StateFile,
     held: &LockGuard,
@@ -60,7 +65,7 @@ pub fn append_locked<R: AsRef<[u8]>>(
     records: &[R],
 ) -> Result<Appended, StateError> {
     let _ = held;
-    let data = encode(file, records)?;
+    let mut data = encode(file, records)?;
     let path = file.path();
     let (f, created) = match open(path, false) {
         Ok(f) => (f, false),
@@ -79,16 +84,28 @@ pub fn append_locked<R: AsRef<[u8]>>(
     let meta = f.metadata().at("cannot inspect", path)?;
     atomic::require_regular(&meta, path)?;
     let size = meta.len();
-    let keep = complete_len(&f, size, path)?;
+    let lines_end = complete_len(&f, size, path)?;
+    let tail = if lines_end < size {
+        let mut bytes = vec![0u8; usize::try_from(size - lines_end).unwrap_or(usize::MAX)];
+        f.read_exact_at(&mut bytes, lines_end)
+            .at("cannot read", path)?;
+        bytes
+    } else {
+        Vec::new()
+    };
+    // A whole record that only lacks its newline is kept and gets it.
+    let unterminated = !tail.is_empty() && atomic::is_whole_record(&tail, file.format());
+    let keep = if unterminated { size } else { lines_end };
     if if_version.is_some() && !created {
         let mut bytes = vec![0u8; usize::try_from(keep).unwrap_or(usize::MAX)];
         f.read_exact_at(&mut bytes, 0).at("cannot read", path)?;
+        if unterminated {
+            bytes.push(b'\n');
+        }
         check_version(file, if_version, &Version::of(Some(&bytes)))?;
     }
     let torn = if keep < size {
-        let mut bytes = vec![0u8; usize::try_from(size - keep).unwrap_or(usize::MAX)];
-        f.read_exact_at(&mut bytes, keep).at("cannot read", path)?;
-        let saved_to = atomic::save_torn(file, &bytes, meta.permissions().mode())?;
+        let saved_to = atomic::save_torn(file, &tail, Some(&meta))?;
         f.set_len(keep).at("cannot cut the torn line off", path)?;
         Some(Torn {
             bytes: size - keep,
@@ -97,17 +114,72 @@ pub fn append_locked<R: AsRef<[u8]>>(
     } else {
         None
     };
-    if !data.is_empty() {
-        // O_APPEND: one write at the end, whatever the offset.
-        (&f).write_all(&data).at("cannot append to", path)?;
+    if unterminated {
+        data.insert(0, b'\n');
     }
+    if !data.is_empty() {
+        if let Err(e) = write_all_or_nothing(&f, &data, keep, path) {
+            if created && !e.changed() {
+                // Leave no empty file behind: "absent" stays the version.
+                // Under the lock nobody else can have opened it as ours;
+                // if the removal fails, an empty file (no record) remains.
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e);
+        }
+    }
+    // The records are in the file: a failure now is not "nothing appended".
     if !data.is_empty() || torn.is_some() {
-        f.sync_data().at("cannot flush", path)?;
+        f.sync_data()
+            .at("cannot flush", path)
+            .map_err(|e| e.after_change(path))?;
     }
     if created {
-        atomic::sync_dir(file.dir())?;
+        atomic::sync_dir(file.dir()).map_err(|e| e.after_change(path))?;
     }
     Ok(appended(file, records.len(), data.len() as u64, torn))
+}
+
+/// Appends `data` to `f` (opened with `O_APPEND`, `base` bytes long) with
+/// one `write`, or not at all: a failed or short write (no space left, a
+/// file size limit) is cut back to `base`. A short write is not continued,
+/// as a second write would only report the error (or, beyond a file size
+/// limit, kill the process with SIGXFSZ before it could clean up).
+fn write_all_or_nothing(f: &File, data: &[u8], base: u64, path: &Path) -> Result<(), StateError> {
+    let (written, cause) = loop {
+        match (&*f).write(data) {
+            Ok(n) if n == data.len() => return Ok(()),
+            Ok(n) => {
+                let short = format!(
+                    "only {n} of {} bytes could be written (disk full, or a file size limit?)",
+                    data.len()
+                );
+                break (n as u64, io::Error::new(io::ErrorKind::WriteZero, short));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // A write that wrote something returns its count, not an error.
+            Err(e) => break (0, e),
+        }
+    };
+    let undone = match f.metadata().map(|m| m.len()) {
+        Ok(len) if len == base => Ok(()),
+        // Only our bytes follow `base`: cut them off.
+        Ok(len) if len == base + written => f.set_len(base),
+        // Someone not using the lock wrote too; cutting would lose their bytes.
+        Ok(_) => Err(io::Error::other(
+            "the file changed meanwhile (a writer not using the lock?)",
+        )),
+        Err(e) => Err(e),
+    };
+    match undone {
+        Ok(()) => Err(cause).at("cannot append to", path),
+        Err(source) => Err(StateError::PartlyAppended {
+            path: path.to_path_buf(),
+            written,
+            cause,
+            source,
+        }),
+    }
 }
 
 fn appended(file: &StateFile, records: usize, bytes: u64, torn: Option<Torn>) -> Appended {

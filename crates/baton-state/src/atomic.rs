@@ -6,17 +6,19 @@
 //! rename is the commit point; everything before it can be lost to a crash
 //! without harm, and the temp file it leaves is removed by the next edit.
 
+use std::borrow::Cow;
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{Access, AtFlags, Gid, Mode, Uid};
+use serde::de::IgnoredAny;
 
 use crate::error::{IoContext, StateError};
-use crate::file::StateFile;
+use crate::file::{Format, StateFile};
 
 /// A file's bytes and metadata, or nothing if it does not exist.
 pub(crate) struct Current {
@@ -152,12 +154,12 @@ fn random_u64() -> u64 {
     }
 }
 
-/// Replaces `file` with `content` atomically and durably.
+/// Replaces `file` with `content` atomically and durably. An error after
+/// the rename is [`StateError::NotDurable`].
 ///
-/// `like` is the metadata of the file being replaced: its permission bits
-/// are copied, and its owner and group too where we are allowed to (as
-/// root; otherwise the new file belongs to us). A new file gets mode 0666
-/// minus the umask.
+/// `like` is the metadata of the file being replaced: the new file gets its
+/// owner, group and permission bits as far as we may (see
+/// [`copy_ownership`]). A new file gets mode 0666 minus the umask.
 pub(crate) fn replace(
     file: &StateFile,
     content: &[u8],
@@ -165,25 +167,57 @@ pub(crate) fn replace(
 ) -> Result<(), StateError> {
     let (mut f, mut temp) = create_temp(file, if like.is_some() { 0o600 } else { 0o666 })?;
     if let Some(meta) = like {
-        let fd = f.as_fd();
-        if meta.uid() != rustix::process::geteuid().as_raw()
-            || meta.gid() != rustix::process::getegid().as_raw()
-        {
-            // Keeps the owner where we may (root); unprivileged callers
-            // cannot give files away, and the file becomes theirs.
-            let (uid, gid) = (Uid::from_raw(meta.uid()), Gid::from_raw(meta.gid()));
-            let _ = rustix::fs::fchown(fd, Some(uid), Some(gid));
-        }
-        // After fchown, which clears set-id bits.
-        rustix::fs::fchmod(fd, Mode::from_raw_mode(meta.mode() & 0o7777))
-            .at("cannot set permissions of", &temp.path)?;
+        copy_ownership(f.as_fd(), meta, 0o7777, &temp.path)?;
     }
     f.write_all(content).at("cannot write", &temp.path)?;
     f.sync_all().at("cannot flush", &temp.path)?;
     drop(f);
     fs::rename(&temp.path, file.path()).at("cannot rename a temporary file over", file.path())?;
     temp.armed = false;
-    sync_dir(file.dir())
+    // The commit point has passed: a failure now is not "nothing written".
+    sync_dir(file.dir()).map_err(|e| e.after_change(file.path()))
+}
+
+/// Gives the new file `fd` (at `path`, ours, just created) the owner, group
+/// and permission bits (within `mask`) of `like`, as far as we may:
+///
+/// - the owner only as root (an unprivileged caller cannot give a file
+///   away), else the file stays ours and loses a set-user-ID bit;
+/// - the group whenever we may set it: as root, or as a member of it
+///   (group and owner are set separately, so one refusal does not cost the
+///   other). Otherwise the file keeps our group, loses a set-group-ID bit,
+///   and that group gets no more access than `like` gave to others, so
+///   our group gains nothing the old file did not give it already;
+/// - the permission bits with `fchmod` after the owner and group (changing
+///   those clears set-ID bits), so the umask does not apply.
+fn copy_ownership(
+    fd: BorrowedFd<'_>,
+    like: &Metadata,
+    mask: u32,
+    path: &Path,
+) -> Result<(), StateError> {
+    let ours = rustix::fs::fstat(fd).at("cannot inspect", path)?;
+    let root = rustix::process::geteuid().is_root();
+    let (uid, gid) = (Uid::from_raw(like.uid()), Gid::from_raw(like.gid()));
+    let owner_kept =
+        like.uid() == ours.st_uid || (root && rustix::fs::fchown(fd, Some(uid), None).is_ok());
+    let group_kept = like.gid() == ours.st_gid
+        || ((root || is_member(gid)) && rustix::fs::fchown(fd, None, Some(gid)).is_ok());
+    let mut mode = like.mode() & mask & 0o7777;
+    if !owner_kept {
+        mode &= !0o4000;
+    }
+    if !group_kept {
+        let others = mode & 0o007;
+        mode &= !(0o2000 | (0o070 & !(others << 3)));
+    }
+    rustix::fs::fchmod(fd, Mode::from_raw_mode(mode)).at("cannot set permissions of", path)
+}
+
+/// Whether the calling process is in group `gid` (effective or supplementary).
+fn is_member(gid: Gid) -> bool {
+    rustix::process::getegid() == gid
+        || rustix::process::getgroups().is_ok_and(|groups| groups.contains(&gid))
 }
 
 /// Makes a rename or file creation in `dir` durable.
@@ -199,6 +233,36 @@ pub(crate) fn complete_prefix(bytes: &[u8]) -> usize {
     match bytes.last() {
         None | Some(b'\n') => bytes.len(),
         Some(_) => bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1),
+    }
+}
+
+/// Whether `tail`, the bytes after the last newline of a file in `format`,
+/// is a whole record that only lacks its newline, rather than a torn one.
+///
+/// Only a `.jsonl` file can tell: the tail must parse as one JSON value
+/// that no longer record could start with. That rules out a bare number
+/// (`12` may be `123` torn between digits); an object, array, string,
+/// `true`, `false` or `null` cut short does not parse. In other formats
+/// any tail may be torn.
+pub(crate) fn is_whole_record(tail: &[u8], format: Format) -> bool {
+    format == Format::JsonLines
+        && !tail.trim_ascii_end().last().is_some_and(u8::is_ascii_digit)
+        && serde_json::from_slice::<IgnoredAny>(tail).is_ok()
+}
+
+/// The part of a `.jsonl` file's content that counts: its complete lines,
+/// and a whole last record lacking its newline, which gets it here (so
+/// the content, and its version, are what the next append will leave).
+/// What follows, a torn line, is returned second.
+pub(crate) fn counted_lines(bytes: &[u8]) -> (Cow<'_, [u8]>, &[u8]) {
+    let end = complete_prefix(bytes);
+    if end < bytes.len() && is_whole_record(&bytes[end..], Format::JsonLines) {
+        let mut whole = Vec::with_capacity(bytes.len() + 1);
+        whole.extend_from_slice(bytes);
+        whole.push(b'\n');
+        (Cow::Owned(whole), &[])
+    } else {
+        (Cow::Borrowed(&bytes[..end]), &bytes[end..])
     }
 }
 
@@ -229,24 +293,41 @@ pub(crate) fn complete_len(f: &File, size: u64, path: &Path) -> Result<u64, Stat
     Ok(0)
 }
 
-/// Appends `torn` and a newline to `FILE.torn`, durably, with the state
-/// file's permission bits (if new). Returns the path.
-pub(crate) fn save_torn(file: &StateFile, torn: &[u8], mode: u32) -> Result<PathBuf, StateError> {
+/// Appends `torn` and a newline to `FILE.torn`, durably. A new `FILE.torn`
+/// gets the owner, group and permission bits (without execute or set-ID
+/// bits) of the state file, whose metadata is `like`, as far as we may
+/// (see [`copy_ownership`]). Returns the path.
+pub(crate) fn save_torn(
+    file: &StateFile,
+    torn: &[u8],
+    like: Option<&Metadata>,
+) -> Result<PathBuf, StateError> {
     let path = file.torn_path();
-    let existed = fs::symlink_metadata(&path).is_ok();
-    let mut f = OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(mode & 0o666)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .at("cannot open", &path)?;
+    let open = |create: bool| {
+        let mut o = OpenOptions::new();
+        o.append(true).custom_flags(libc::O_NOFOLLOW);
+        if create {
+            o.create_new(true)
+                .mode(if like.is_some() { 0o600 } else { 0o666 });
+        }
+        o.open(&path)
+    };
+    let (mut f, created) = match open(true) {
+        Ok(f) => (f, true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            (open(false).at("cannot open", &path)?, false)
+        }
+        Err(e) => return Err(e).at("cannot create", &path),
+    };
+    if let (true, Some(like)) = (created, like) {
+        copy_ownership(f.as_fd(), like, 0o666, &path)?;
+    }
     let mut buf = Vec::with_capacity(torn.len() + 1);
     buf.extend_from_slice(torn);
     buf.push(b'\n');
     f.write_all(&buf).at("cannot write", &path)?;
     f.sync_all().at("cannot flush", &path)?;
-    if !existed {
+    if created {
         sync_dir(file.dir())?;
     }
     Ok(path)
@@ -263,6 +344,39 @@ mod tests {
         assert_eq!(complete_prefix(b"a\nb"), 2);
         assert_eq!(complete_prefix(b"torn"), 0);
         assert_eq!(complete_prefix(b"a\nb\ncc"), 4);
+    }
+
+    #[test]
+    fn only_a_jsonl_value_that_cannot_be_cut_short_is_a_whole_record() {
+        let whole = |t: &[u8]| is_whole_record(t, Format::JsonLines);
+        for t in [
+            &b"{\"a\":1}"[..],
+            b"[1,2]",
+            b"\"s\"",
+            b"true",
+            b"null",
+            b"{} ",
+        ] {
+            assert!(whole(t), "{}", String::from_utf8_lossy(t));
+        }
+        for t in [
+            &b"{\"a\":1"[..],
+            b"{\"a\"",
+            b"[1,",
+            b"\"s",
+            b"tru",
+            b"12",
+            b"-1.5e3 ",
+            b" ",
+        ] {
+            assert!(!whole(t), "{}", String::from_utf8_lossy(t));
+        }
+        assert!(!is_whole_record(b"{}", Format::Text));
+        assert!(!is_whole_record(b"{}", Format::Json));
+        let (lines, torn) = counted_lines(b"{}\n[1]");
+        assert_eq!((&lines[..], torn), (&b"{}\n[1]\n"[..], &b""[..]));
+        let (lines, torn) = counted_lines(b"{}\n[1");
+        assert_eq!((&lines[..], torn), (&b"{}\n"[..], &b"[1"[..]));
     }
 
     #[test]

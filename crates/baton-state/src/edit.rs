@@ -1,12 +1,13 @@
 //! Read-modify-write of a whole file, for a caller that holds its lock.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 
 use baton_lock::LockGuard;
 use serde::de::IgnoredAny;
 
 use crate::append::Torn;
-use crate::atomic::{self, complete_prefix};
+use crate::atomic;
 use crate::error::{EditError, StateError};
 use crate::file::{Format, StateFile};
 use crate::filter::Filter;
@@ -64,12 +65,13 @@ where
     let current = atomic::read(file)?;
     let (content, torn) = match (&current.bytes, file.format()) {
         (Some(b), Format::JsonLines) => {
-            let keep = complete_prefix(b);
-            (Some(&b[..keep]), &b[keep..])
+            let (lines, torn) = atomic::counted_lines(b);
+            (Some(lines), torn)
         }
-        (Some(b), _) => (Some(&b[..]), &b[..0]),
+        (Some(b), _) => (Some(Cow::Borrowed(&b[..])), &b[..0]),
         (None, _) => (None, &[][..]),
     };
+    let content = content.as_deref();
     let previous = Version::of(content);
     check_version(file, if_version, &previous)?;
     atomic::check_writable(file, current.bytes.is_some())?;
@@ -91,10 +93,7 @@ where
     let torn = match torn {
         [] => None,
         bytes => {
-            let mode = current.meta.as_ref().map_or(0o666, |m| {
-                std::os::unix::fs::PermissionsExt::mode(&m.permissions())
-            });
-            let saved_to = atomic::save_torn(file, bytes, mode)?;
+            let saved_to = atomic::save_torn(file, bytes, current.meta.as_ref())?;
             Some(Torn {
                 bytes: bytes.len() as u64,
                 saved_to,

@@ -2,7 +2,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use baton_lock::LockError;
 
@@ -10,12 +10,12 @@ use crate::version::Version;
 
 /// Everything that can go wrong when reading or changing a state file.
 ///
-/// An edit that returns one of these left the file as it was, with one
-/// exception: `cannot flush directory` comes after the rename, so the new
-/// content is in place but a power loss could still undo it. An append that
-/// fails while writing may leave part of a record, which the next append
-/// moves to `FILE.torn` like any torn line. A torn line moved to
-/// `FILE.torn` before a failure stays there.
+/// An edit or append that returns one of these changed nothing, so it may
+/// be repeated, except for two variants, which say that the change was
+/// (or may have been) made: [`StateError::NotDurable`] and
+/// [`StateError::PartlyAppended`]; [`StateError::changed`] tells them
+/// apart. (A torn line moved to `FILE.torn` before a failure stays there;
+/// moving it again later is harmless.)
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StateError {
@@ -138,6 +138,36 @@ pub enum StateError {
         #[source]
         source: io::Error,
     },
+    /// The change was made (readers see it), but flushing it to disk failed,
+    /// so a crash of the machine may still undo it. Repeating the change
+    /// without a compare-and-swap may apply it twice: check the file first.
+    #[error("'{}' was changed, but its durability is unknown (check it before repeating the change): {op} '{}'", file.display(), path.display())]
+    NotDurable {
+        /// The state file.
+        file: PathBuf,
+        /// What failed (`cannot flush`, `cannot flush directory`).
+        op: &'static str,
+        /// The path it failed on: the file or its directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// Writing an append's records failed part-way, and the bytes written
+    /// could not be cut off again: the file may end in some of the records,
+    /// the last of them torn. Check the file before repeating the append.
+    #[error("appending to '{}' failed part-way ({cause}) and the {written} bytes written could not be cut off, so some records may be in the file (check it before repeating the append)", path.display())]
+    PartlyAppended {
+        /// The state file.
+        path: PathBuf,
+        /// How many bytes of the records the file had gained.
+        written: u64,
+        /// Why the write failed.
+        cause: io::Error,
+        /// Why cutting them off failed.
+        #[source]
+        source: io::Error,
+    },
     /// Taking or releasing the lock failed (busy, bad name, unsafe baton dir, ...).
     #[error(transparent)]
     Lock(#[from] LockError),
@@ -154,6 +184,32 @@ pub enum StateError {
     },
 }
 
+impl StateError {
+    /// Whether the file was (or may have been) changed despite the error:
+    /// [`StateError::NotDurable`] and [`StateError::PartlyAppended`]. Any
+    /// other error left the file's content as it was.
+    pub fn changed(&self) -> bool {
+        matches!(
+            self,
+            StateError::NotDurable { .. } | StateError::PartlyAppended { .. }
+        )
+    }
+
+    /// An I/O error that came after the change to `file` was made: it
+    /// becomes [`StateError::NotDurable`].
+    pub(crate) fn after_change(self, file: &Path) -> StateError {
+        match self {
+            StateError::Io { op, path, source } => StateError::NotDurable {
+                file: file.to_path_buf(),
+                op,
+                path,
+                source,
+            },
+            other => other,
+        }
+    }
+}
+
 fn describe_exit(code: i32, signal: Option<i32>) -> String {
     match signal {
         Some(sig) => format!("was killed by signal {sig}"),
@@ -163,7 +219,8 @@ fn describe_exit(code: i32, signal: Option<i32>) -> String {
 
 /// The error of [`edit`](crate::edit) and [`edit_locked`](crate::edit_locked):
 /// either the state machinery failed or the caller's edit function returned
-/// an error. In both cases nothing was written.
+/// an error. Nothing was written, except after
+/// [`StateError::NotDurable`] (see [`StateError::changed`]).
 #[derive(Debug, thiserror::Error)]
 pub enum EditError<E> {
     /// Locking, reading, validating or writing failed.

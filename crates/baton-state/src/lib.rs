@@ -12,12 +12,14 @@
 //! - **edit** ([`edit`], [`edit_locked`], [`edit_with_filter`]): under the
 //!   lock, read the file, compute the new content, check it (a `.json`
 //!   file must stay one JSON value), write it to a temp file
-//!   `.<name>.baton-tmp-<pid>-<random>` in the same directory, fsync it,
-//!   copy the old file's permission bits, rename it over the file, fsync
-//!   the directory. The rename is the commit point.
+//!   `.<name>.baton-tmp-<pid>-<random>` in the same directory, give it the
+//!   old file's group and permission bits (and owner, as root), fsync it,
+//!   rename it over the file, fsync the directory. The rename is the commit
+//!   point.
 //! - **append** ([`append`], [`append_locked`]): under the lock, check all
 //!   records, cut off a torn last line (keeping its bytes in `FILE.torn`),
-//!   write the records with one `write`, fdatasync.
+//!   write the records with one `write` (cut back off if it fails),
+//!   fdatasync. The write is the commit point.
 //! - **get** ([`get`], [`read_locked`]): read under a shared lock; the
 //!   content comes with its [`Version`], a content hash that
 //!   [`Options::if_version`] turns an edit into a compare-and-swap.
@@ -30,6 +32,16 @@
 //! - When an edit or append returns `Ok`, its data has been flushed with
 //!   fsync/fdatasync (and the directory too, when a name changed), so it
 //!   survives a power loss on file systems that honour fsync.
+//! - When it returns an error, the file's content is as it was, so the call
+//!   may be repeated — except for [`StateError::NotDurable`]: the change was
+//!   made (after the commit point) but flushing it failed, and repeating it
+//!   without a compare-and-swap could apply it twice; and for
+//!   [`StateError::PartlyAppended`] below ([`StateError::changed`] says
+//!   which case it is).
+//! - One append writes all of its records or none: they go to the file in
+//!   one `write`, and a write that fails or comes up short (disk full, file
+//!   size limit) is cut back to the file's previous length. Only if that
+//!   cut fails too is the result [`StateError::PartlyAppended`].
 //! - Writers that use the same lock are serialised, so no update is lost;
 //!   a compare-and-swap fails instead of overwriting a change it has not
 //!   seen.
@@ -38,6 +50,10 @@
 //!   live writer can own the temp file). A writer killed mid-append leaves a
 //!   torn last line, which the next append or edit moves to `FILE.torn` —
 //!   moved, never silently dropped. Reads of a `.jsonl` file leave it out.
+//! - A `.jsonl` file whose last line is a whole JSON record lacking only its
+//!   newline (written by another tool) is not torn: reads, versions and
+//!   edits see the record, and the next append writes the newline before
+//!   its own records.
 //!
 //! ## What is not
 //!
@@ -51,13 +67,33 @@
 //!   compare-and-swap expecting A succeeds. 64 bits of SHA-256 make an
 //!   accidental collision negligible; they do not resist a forger.
 //! - Replacing creates a new inode: other hard links of the file keep the
-//!   old content, and extended attributes and ACLs are not copied. The owner
-//!   is kept only where the writer may set it (root); otherwise the new file
-//!   belongs to the writer. New files get mode 0666 minus the umask.
+//!   old content, and extended attributes and ACLs are not copied. The
+//!   permission bits are kept. The owner is kept only when the writer is
+//!   root (nobody else may give a file away): otherwise the new file belongs
+//!   to the writer and the old owner keeps only the access its group or
+//!   others have. The group is set separately and kept whenever the writer
+//!   may set it (root, or a member of the group), so a file shared through
+//!   a group stays shared whoever edits it. Where the group cannot be kept,
+//!   the file gets the writer's group, which gets no more access than
+//!   others had; set-user-ID and set-group-ID bits are kept only with the
+//!   owner and group they refer to. New files get mode 0666 minus the
+//!   umask; a new `FILE.torn` gets the state file's owner, group and bits
+//!   (without execute) on the same terms.
 //! - Appends of several records in one call are one `write`, but a reader
-//!   that does not take the lock may see a prefix of them.
+//!   that does not take the lock may see a prefix of them, and a writer
+//!   killed or a machine crashing in the middle of that write may leave a
+//!   prefix: the records before the cut stay, the one cut is a torn line.
+//!   All-or-none holds for errors, not for crashes; where part of a batch
+//!   would be wrong, make the batch one record.
+//! - A directory the writer cannot read cannot be opened to flush it:
+//!   changes there that create or rename a file end in
+//!   [`StateError::NotDurable`].
 //! - A crash while a torn line is being moved may leave it twice in
 //!   `FILE.torn`.
+//! - A last line without its newline counts as whole only in a `.jsonl`
+//!   file, and only if it is one JSON value other than a bare number (`12`
+//!   may be `123` cut between digits): such a line, and any unterminated
+//!   last line of another file, is treated as torn.
 //! - Symbolic links are resolved before the lock is taken; a file that is a
 //!   link to another file in the same directory is edited through its
 //!   target (the link stays); links to other directories are refused.

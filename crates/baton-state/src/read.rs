@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use baton_lock::LockGuard;
 
-use crate::atomic::{self, complete_prefix};
+use crate::atomic;
 use crate::error::StateError;
 use crate::file::{Format, StateFile};
 use crate::version::Version;
@@ -20,7 +20,9 @@ pub struct Snapshot {
     /// The version of `content`.
     pub version: Version,
     /// The content; `None` if the file does not exist. For a `.jsonl` file,
-    /// its complete lines only (a torn last line is left out).
+    /// its complete lines only: a torn last line is left out, and a last
+    /// line that is a whole record lacking its newline counts, newline
+    /// added (as the next append will write it).
     pub content: Option<Vec<u8>>,
 }
 
@@ -54,10 +56,7 @@ pub fn read_locked(file: &StateFile, held: &LockGuard) -> Result<Snapshot, State
     let _ = held;
     let current = atomic::read(file)?;
     let content = match (current.bytes, file.format()) {
-        (Some(mut b), Format::JsonLines) => {
-            b.truncate(complete_prefix(&b));
-            Some(b)
-        }
+        (Some(b), Format::JsonLines) => Some(atomic::counted_lines(&b).0.into_owned()),
         (b, _) => b,
     };
     Ok(Snapshot {

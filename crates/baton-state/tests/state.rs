@@ -149,29 +149,58 @@ fn processes_editing_and_appending_lose_nothing() {
 }
 
 #[test]
-fn appends_from_threads_are_whole_lines() {
+fn compare_and_swap_appends_from_threads_form_one_unbroken_chain() {
+    // What the lock adds to O_APPEND: the version check and the write are one
+    // step. Each record names the number of records its writer saw; with the
+    // check and the write serialised, record k saw exactly k records, so the
+    // numbers run 0, 1, 2, ... without a repeat. Two writers that both passed
+    // the check on one version would write the same number.
     let (t, dir) = setup();
-    let path = t.path().join("log.jsonl");
-    let pad = "p".repeat(3000); // larger than PIPE_BUF, so interleaving would show
+    let path = t.path().join("chain.jsonl");
+    let (writers, per_writer) = (8, 25);
+    let refused = std::sync::atomic::AtomicUsize::new(0);
     thread::scope(|s| {
-        for w in 0..8 {
-            let (path, dir, pad) = (&path, &dir, &pad);
+        for w in 0..writers {
+            let (path, dir, refused) = (&path, &dir, &refused);
             s.spawn(move || {
-                for i in 0..25 {
-                    let rec = format!("{{\"w\":{w},\"i\":{i},\"pad\":\"{pad}\"}}");
-                    append(dir, path, &Options::new(), &[rec.as_str(), "{}"]).unwrap();
+                let mut written = 0;
+                while written < per_writer {
+                    let snap = get(dir, path, &Options::new()).unwrap();
+                    let seen = snap
+                        .content
+                        .as_deref()
+                        .map_or(0, |c| c.iter().filter(|&&b| b == b'\n').count());
+                    let rec = format!("{{\"seen\":{seen},\"w\":{w}}}");
+                    let opts = Options::new().if_version(snap.version);
+                    match append(dir, path, &opts, &[rec.as_str()]) {
+                        Ok(_) => written += 1,
+                        Err(StateError::VersionMismatch { .. }) => {
+                            refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
                 }
             });
         }
     });
     let text = fs::read_to_string(&path).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 400);
-    for pair in lines.chunks(2) {
-        let v: serde_json::Value = serde_json::from_str(pair[0]).unwrap();
-        assert_eq!(v["pad"].as_str().unwrap().len(), 3000);
-        assert_eq!(pair[1], "{}", "the records of one call stay together");
-    }
+    let seen: Vec<usize> = text
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["seen"].as_u64().unwrap() as usize
+        })
+        .collect();
+    let expected: Vec<usize> = (0..writers * per_writer).collect();
+    assert_eq!(
+        seen, expected,
+        "two appends passed the check on one version"
+    );
+    // The writers did race: some checks failed and were retried.
+    assert!(
+        refused.into_inner() > 0,
+        "no append ever met a stale version"
+    );
 }
 
 #[test]
@@ -227,30 +256,85 @@ fn editing_a_file_under_a_lock_this_thread_holds_is_refused_not_deadlocked() {
     assert_eq!(counter(&path), 1);
 }
 
+/// Reads `child`'s stdout line by line, keeping what it has read (unlike
+/// `expect_line`, which drops what follows the marker).
+struct Lines(std::io::BufReader<std::process::ChildStdout>);
+
+impl Lines {
+    fn of(child: &mut Child) -> Lines {
+        Lines(std::io::BufReader::new(child.stdout.take().unwrap()))
+    }
+
+    /// Reads until a line contains `marker`; false if the output ends first.
+    fn until(&mut self, marker: &str) -> bool {
+        use std::io::BufRead;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.0.read_line(&mut line).unwrap() == 0 {
+                return false;
+            }
+            if line.contains(marker) {
+                return true;
+            }
+        }
+    }
+}
+
+/// How long creating, writing and flushing a file of `len` bytes in `dir`
+/// takes: the part of an edit before its rename.
+fn write_phase(dir: &Path, len: usize) -> Duration {
+    let probe = dir.join("write-phase-probe");
+    let start = Instant::now();
+    let mut f = fs::File::create(&probe).unwrap();
+    f.write_all(&vec![b'x'; len]).unwrap();
+    f.sync_all().unwrap();
+    let took = start.elapsed();
+    fs::remove_file(&probe).unwrap();
+    took
+}
+
 #[test]
 fn sigkill_at_random_points_leaves_old_or_new_content() {
     let (t, dir) = setup();
-    let path = t.path().join("state.json");
+    // Not .json: validating a big document would delay the write.
+    let path = t.path().join("state.txt");
     let p = path.to_str().unwrap();
-    let pad = 256 * 1024;
-    // Calibrate: how long does one whole edit take from spawn to exit?
+    let pad = 1 << 20;
+    let pad_arg = pad.to_string();
+    // Calibrate: how long from "computed" (the write starts) to the exit
+    // (which includes flushing the directory, often the longest part), and
+    // how long the write itself, up to the rename, takes.
+    let mut ch = child(&dir, "big-edit", &[p, &pad_arg]);
+    let mut out = Lines::of(&mut ch);
+    assert!(out.until("computed"));
     let start = Instant::now();
-    assert!(child(&dir, "big-edit", &[p, &pad.to_string()])
-        .wait()
-        .unwrap()
-        .success());
-    let full = start.elapsed();
+    assert!(ch.wait().unwrap().success());
+    let window = start.elapsed();
+    let write = write_phase(t.path(), pad);
     let mut rng = Rng::seeded();
-    eprintln!("seed {}, one edit takes {full:?}", rng.seed);
-    let (mut killed_mid_write, mut old_kept, mut new_seen) = (0, 0, 0);
-    for round in 0..100 {
+    eprintln!(
+        "seed {}, write {write:?}, write to exit {window:?}",
+        rng.seed
+    );
+    let rounds = 60;
+    let (mut in_flight, mut temp_left, mut old_kept, mut new_seen) = (0, 0, 0, 0);
+    for round in 0..rounds {
         let old = fs::read(&path).unwrap();
         let old_n = counter(&path);
-        let mut ch = child(&dir, "big-edit", &[p, &pad.to_string()]);
-        let delay = full.mul_f64(rng.unit() * 1.2);
-        thread::sleep(delay); // the random kill point is the subject of this test
+        let mut ch = child(&dir, "big-edit", &[p, &pad_arg]);
+        let mut out = Lines::of(&mut ch);
+        assert!(out.until("computed"), "round {round}: the child failed");
+        // The random kill point is the subject of this test, not a wait:
+        // every other round somewhere in the write, else anywhere from the
+        // start of the write to a little after the exit.
+        let span = if round % 2 == 0 { write } else { window };
+        thread::sleep(span.mul_f64(rng.unit() * 1.2));
         ch.kill().unwrap();
         ch.wait().unwrap();
+        if !out.until("done") {
+            in_flight += 1; // killed between computing the content and edit() returning
+        }
         let now = fs::read(&path).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&now)
             .unwrap_or_else(|e| panic!("round {round}: not JSON after kill: {e}"));
@@ -262,16 +346,26 @@ fn sigkill_at_random_points_leaves_old_or_new_content() {
             assert_eq!(n, old_n + 1, "round {round}: neither old nor new");
             new_seen += 1;
         }
-        if !temps_of(t.path(), "state.json").is_empty() {
-            killed_mid_write += 1;
+        if !temps_of(t.path(), "state.txt").is_empty() {
+            temp_left += 1; // killed after creating the temp file, before the rename
         }
     }
-    eprintln!("old kept {old_kept}, new seen {new_seen}, temp left {killed_mid_write}");
+    eprintln!(
+        "killed in flight {in_flight}, with a temp file {temp_left}; old kept {old_kept}, new seen {new_seen}"
+    );
+    // The kills must have hit the write, or this test proves nothing.
+    assert!(
+        temp_left >= 1,
+        "no kill landed between creating the temp file and the rename"
+    );
+    assert!(
+        in_flight >= rounds / 10,
+        "only {in_flight} of {rounds} kills landed while the edit was in progress"
+    );
     let before = counter(&path);
-    let done = edit(&dir, &path, &Options::new(), increment).unwrap();
+    edit(&dir, &path, &Options::new(), increment).unwrap();
     assert_eq!(counter(&path), before + 1);
-    assert!(temps_of(t.path(), "state.json").is_empty());
-    let _ = done;
+    assert!(temps_of(t.path(), "state.txt").is_empty());
 }
 
 #[test]
@@ -351,6 +445,46 @@ fn a_torn_last_line_is_moved_to_the_torn_file_and_kept() {
     assert!(done.torn.is_some());
     assert_eq!(fs::read_to_string(&path).unwrap(), "{\"x\":2}\n");
     assert!(fs::read_to_string(&torn).unwrap().ends_with("{\"y\"\n"));
+}
+
+#[test]
+fn a_complete_last_record_without_its_newline_is_kept_not_torn() {
+    let (t, dir) = setup();
+    let path = t.path().join("events.jsonl");
+    let torn = t.path().join("events.jsonl.torn");
+    let whole = &b"{\"a\":1}\n{\"b\":2}\n"[..];
+    fs::write(&path, "{\"a\":1}\n{\"b\":2}").unwrap();
+    // get, and so the version, count the record, with its newline.
+    let snap = get(&dir, &path, &Options::new()).unwrap();
+    assert_eq!(snap.content.as_deref(), Some(whole));
+    assert_eq!(snap.version, Version::of(Some(whole)));
+    // append keeps it, ends it, then appends; a compare-and-swap agrees.
+    let opts = Options::new().if_version(snap.version);
+    let done = append(&dir, &path, &opts, &["{\"c\":3}"]).unwrap();
+    assert_eq!(done.torn, None);
+    assert_eq!(
+        fs::read_to_string(&path).unwrap(),
+        "{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n"
+    );
+    // An edit sees it too (and so does not drop it from the new content).
+    fs::write(&path, "{\"a\":1}\n[\"b\"]").unwrap();
+    let done = edit(&dir, &path, &Options::new(), |old| {
+        let mut new = old.unwrap().to_vec();
+        new.extend_from_slice(b"{\"c\":3}\n");
+        Ok::<_, Never>(Some(new))
+    })
+    .unwrap();
+    assert_eq!(done.torn, None);
+    assert_eq!(
+        fs::read_to_string(&path).unwrap(),
+        "{\"a\":1}\n[\"b\"]\n{\"c\":3}\n"
+    );
+    assert!(!torn.exists());
+    // A number may be cut between digits, so a bare number stays torn.
+    fs::write(&path, "{\"a\":1}\n12").unwrap();
+    let done = append(&dir, &path, &Options::new(), &["3"]).unwrap();
+    assert_eq!(done.torn.unwrap().bytes, 2);
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\"a\":1}\n3\n");
 }
 
 #[test]
