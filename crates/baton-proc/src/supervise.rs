@@ -97,13 +97,14 @@ impl Supervisor {
         check_cwd(&self.spec)?;
         let mut signals =
             SignalCatcher::new().map_err(|e| ProcError::io("install the signal handlers", e))?;
-        let child = spawn(&self.spec)?;
+        let terminal = TerminalHandover::wanted();
+        let child = spawn(&self.spec, terminal)?;
         let started = Instant::now();
         let mut child = ChildGuard::new(child);
         // Dropped when `run` returns: on the normal path the child has been
         // reaped by then; on an error path the terminal is taken back before
         // the child guard kills the group.
-        let _terminal = TerminalHandover::give(child.pid);
+        let _terminal = terminal.then(|| TerminalHandover::give(child.pid));
         let pidfd = pidfd_open(child.pid, PidfdFlags::empty())
             .map_err(|e| ProcError::io("open a pidfd for the child", e))?;
         on_start(Started {
@@ -421,7 +422,7 @@ fn check_cwd(spec: &RunSpec) -> Result<(), ProcError> {
     })
 }
 
-fn spawn(spec: &RunSpec) -> Result<Child, ProcError> {
+fn spawn(spec: &RunSpec, take_terminal: bool) -> Result<Child, ProcError> {
     let mut command = Command::new(&spec.program);
     command.args(&spec.args);
     command.envs(spec.env.iter().map(|(k, v)| (k, v)));
@@ -430,6 +431,14 @@ fn spawn(spec: &RunSpec) -> Result<Child, ProcError> {
     }
     command.process_group(0);
     die_with_parent(&mut command);
+    if take_terminal {
+        // SAFETY: runs between fork and exec, after std made the child's
+        // process group; `take_in_child` makes only async-signal-safe calls
+        // (sigprocmask, ioctl) and touches no shared state.
+        unsafe {
+            command.pre_exec(crate::terminal::take_in_child);
+        }
+    }
     command.spawn().map_err(|source| spawn_error(spec, source))
 }
 

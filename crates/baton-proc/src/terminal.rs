@@ -18,20 +18,39 @@ pub(crate) struct TerminalHandover {
 }
 
 impl TerminalHandover {
-    /// Makes `child_group` the foreground group of our standard input's
-    /// terminal, if stdin is a terminal whose foreground group is ours.
-    pub(crate) fn give(child_group: Pid) -> Option<TerminalHandover> {
+    /// Whether the command should get the terminal: our standard input is a
+    /// terminal whose foreground group is ours. Decided before the spawn, so
+    /// the child can take the terminal itself before it runs anything.
+    pub(crate) fn wanted() -> bool {
         let stdin = stdin();
-        if !rustix::termios::isatty(stdin) {
-            return None;
-        }
-        let ours = rustix::process::getpgrp();
-        if rustix::termios::tcgetpgrp(stdin).ok()? != ours {
-            return None; // we run in the background ourselves: leave the terminal alone
-        }
-        rustix::termios::tcsetpgrp(stdin, child_group).ok()?;
-        Some(TerminalHandover { ours })
+        rustix::termios::isatty(stdin)
+            && rustix::termios::tcgetpgrp(stdin).ok() == Some(rustix::process::getpgrp())
     }
+
+    /// Makes `child_group` the terminal's foreground group (again: the child
+    /// did it before exec, see [`take_in_child`]) and returns the guard that
+    /// gives it back to our group.
+    pub(crate) fn give(child_group: Pid) -> TerminalHandover {
+        let ours = rustix::process::getpgrp();
+        // The child may have taken the terminal already, which makes us a
+        // background group: block SIGTTOU around the call.
+        with_sigttou_blocked(|| {
+            let _ = rustix::termios::tcsetpgrp(stdin(), child_group);
+        });
+        TerminalHandover { ours }
+    }
+}
+
+/// In the child, between fork and exec, after it made its own process group:
+/// take the terminal as a shell's job does, so a command that reads the
+/// terminal at once is never stopped by SIGTTIN before the parent's call.
+///
+/// Only async-signal-safe calls: `sigprocmask` and two `ioctl`s.
+pub(crate) fn take_in_child() -> std::io::Result<()> {
+    with_sigttou_blocked(|| {
+        let _ = rustix::termios::tcsetpgrp(stdin(), rustix::process::getpgrp());
+    });
+    Ok(())
 }
 
 impl Drop for TerminalHandover {
