@@ -253,7 +253,22 @@ fn killing_the_supervisor_frees_the_key_and_takes_the_child_down() {
         "-c",
         &format!("echo $$ > {}; sleep 30", pidfile.display()),
     ]);
-    let child_pid = wait_for_file(&pidfile).trim().to_string();
+    // Wait for the whole line: an empty file would name no process at all.
+    let mut child_pid = String::new();
+    wait_until(Duration::from_secs(20), || {
+        child_pid = fs::read_to_string(&pidfile).unwrap_or_default();
+        child_pid.ends_with('\n')
+    });
+    let child_pid: i32 = child_pid.trim().parse().unwrap();
+    // Its start time tells it apart from a process that reuses its pid later.
+    let start_of = |pid: i32| -> Option<(char, u64)> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest = stat.rsplit(')').next()?;
+        let mut f = rest.split_whitespace();
+        let state = f.next()?.chars().next()?;
+        Some((state, f.nth(18)?.parse().ok()?))
+    };
+    let (_, child_start) = start_of(child_pid).expect("the command runs");
     let next = env.spawn(&[
         "run",
         "--group",
@@ -275,12 +290,9 @@ fn killing_the_supervisor_frees_the_key_and_takes_the_child_down() {
     );
     assert!(next.wait_with_output().unwrap().status.success());
     // The orphaned command did not keep running unsupervised.
-    wait_until(Duration::from_secs(5), || {
-        !std::path::Path::new(&format!("/proc/{child_pid}")).exists() || {
-            fs::read_to_string(format!("/proc/{child_pid}/stat"))
-                .map(|s| s.contains(") Z "))
-                .unwrap_or(true)
-        }
+    wait_until(Duration::from_secs(5), || match start_of(child_pid) {
+        None => true,
+        Some((state, start)) => start != child_start || state == 'Z',
     });
 }
 

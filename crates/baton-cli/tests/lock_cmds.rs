@@ -155,20 +155,27 @@ fn acquired_lock_ends_with_ttl_or_with_the_calling_process() {
 fn acquire_inside_a_command_substitution_watches_the_script_not_the_subshell() {
     let env = Env::new();
     let held_file = env.path("held");
-    let script = format!(
-        "T=$({b} --dir {d} lock acquire subst || exit 1); sleep 0.4; {b} --dir {d} lock status subst --json > {h}; sleep 0.2",
-        b = env!("CARGO_BIN_EXE_baton"),
-        d = env.dir.display(),
-        h = held_file.display()
-    );
-    for shell in ["sh", "bash"] {
-        let status = Command::new(shell).arg("-c").arg(&script).status().unwrap();
+    // `|| exit 1` makes the shell fork a subshell; a pipe inside `$(...)`
+    // makes it run a pipeline whose members' parent is that subshell.
+    let scripts = ["|| exit 1", "--json | cat"].map(|tail| {
+        format!(
+            "T=$({b} --dir {d} lock acquire subst {tail}); sleep 0.4; {b} --dir {d} lock status subst --json > {h}; sleep 0.2",
+            b = env!("CARGO_BIN_EXE_baton"),
+            d = env.dir.display(),
+            h = held_file.display()
+        )
+    });
+    for (shell, script) in ["sh", "bash"]
+        .into_iter()
+        .flat_map(|sh| scripts.iter().map(move |s| (sh, s)))
+    {
+        let status = Command::new(shell).arg("-c").arg(script).status().unwrap();
         assert!(status.success());
         let st: serde_json::Value =
             serde_json::from_str(&fs::read_to_string(&held_file).unwrap()).unwrap();
         assert_eq!(
             st["held"], true,
-            "{shell}: released while the script still ran: {st}"
+            "{shell} {script}: released while the script still ran: {st}"
         );
         env.wait_for_held("subst", false);
     }

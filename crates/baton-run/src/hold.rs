@@ -57,26 +57,49 @@ pub struct HoldRequest {
 /// The process whose exit should release a lock taken by `baton lock
 /// acquire`, with its start time: the caller, i.e. the parent process —
 /// except inside a command substitution such as `T=$(baton lock acquire x ||
-/// exit 1)`, where the parent is a short-lived subshell. Ancestors whose
-/// standard output is the same pipe as ours belong to that substitution, so
-/// we walk up past them to the shell that reads it.
+/// exit 1)` or `T=$(baton lock acquire x --json | jq -r .token)`, where the
+/// parent is a short-lived subshell. A subshell of a command substitution
+/// writes into a pipe that its own parent (the script's shell) reads, so we
+/// walk up past every ancestor whose standard output is a pipe held open by
+/// that ancestor's parent. A script whose output is piped elsewhere
+/// (`./script | tee log`) is not skipped: the reader there is not its parent.
 pub fn caller_to_watch() -> Option<(i32, u64)> {
-    let ours = std::fs::read_link("/proc/self/fd/1").ok();
-    let in_pipe = ours
-        .as_ref()
-        .is_some_and(|p| p.to_string_lossy().starts_with("pipe:"));
     let mut pid = rustix::process::getppid()?.as_raw_nonzero().get();
     for _ in 0..16 {
-        let theirs = std::fs::read_link(format!("/proc/{pid}/fd/1")).ok();
-        if !(in_pipe && theirs == ours) {
+        let Some(parent) = baton_lock::parent_of(pid).filter(|p| *p > 1) else {
+            break;
+        };
+        let Some(out) = std::fs::read_link(format!("/proc/{pid}/fd/1")).ok() else {
+            break;
+        };
+        let is_pipe = out.to_string_lossy().starts_with("pipe:");
+        if !(is_pipe && reads(parent, &out)) {
             break;
         }
-        match baton_lock::parent_of(pid) {
-            Some(up) if up > 1 => pid = up,
-            _ => break,
-        }
+        pid = parent;
     }
     Some((pid, start_time(pid)?))
+}
+
+/// Whether process `pid` has the read end of pipe `link` (`pipe:[1234]`)
+/// open. Both ends have the same link; the access mode in `fdinfo` tells
+/// them apart (a parent that merely shares the child's stdout holds the
+/// write end).
+fn reads(pid: i32, link: &Path) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).is_ok_and(|l| l == link) && {
+            let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
+            std::fs::read_to_string(info).is_ok_and(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("flags:"))
+                    .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+                    .is_some_and(|flags| flags & 0o3 != 0o1) // not O_WRONLY
+            })
+        }
+    })
 }
 
 /// What the holder reports once it holds the lock.
