@@ -319,9 +319,13 @@ nothing and exits 75.")]
         /// The lock.
         #[arg(value_parser = lock_name)]
         name: LockName,
-        /// The token printed by `acquire`.
+        /// The token printed by `acquire`. Without it, only a hold that this
+        /// script (the process that ran `acquire`) took is released.
         #[arg(long, value_name = "N")]
         token: Option<u64>,
+        /// Release the hold even if another script took it.
+        #[arg(long)]
+        force: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,

@@ -177,7 +177,12 @@ fn lock(dir: &BatonDir, cmd: LockCommand) -> u8 {
                 Err(e) => fail(&e, for_run_error(&e)),
             }
         }
-        LockCommand::Release { name, token, json } => match release_held(dir, &name, token) {
+        LockCommand::Release {
+            name,
+            token,
+            force,
+            json,
+        } => match release_held(dir, &name, token, caller_to_watch(), force) {
             Ok(report) => output::released(&report, json),
             Err(e) => fail(&e, for_run_error(&e)),
         },

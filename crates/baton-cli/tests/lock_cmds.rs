@@ -285,3 +285,47 @@ fn an_abandoned_acquire_leaves_the_line() {
     let out = env.run(&["run", "--lock", "line", "--no-wait", "--", "true"]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+#[test]
+fn release_without_a_token_never_frees_another_scripts_hold() {
+    let env = Env::new();
+    let b = env!("CARGO_BIN_EXE_baton");
+    let d = env.dir.display().to_string();
+    let go = env.path("go");
+    // Script A takes the lock and keeps working until told to stop.
+    let script_a = format!(
+        "T=$({b} --dir {d} lock acquire memory) || exit 1; while [ ! -e {g} ]; do sleep 0.01; done; {b} --dir {d} lock release memory",
+        g = go.display()
+    );
+    let mut a = Command::new("sh").arg("-c").arg(&script_a).spawn().unwrap();
+    env.wait_for_held("memory", true);
+    // Script B's acquire fails; its EXIT trap releases "its" lock anyway.
+    let script_b = format!(
+        "trap '{b} --dir {d} lock release memory' EXIT; {b} --dir {d} lock acquire memory --no-wait"
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&script_b)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("not for this script"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(env.status("memory")["held"], true, "B freed A's lock");
+    // A releases its own without a token; --force is there for an operator.
+    fs::write(&go, "").unwrap();
+    assert!(a.wait().unwrap().success());
+    env.wait_for_held("memory", false);
+    let out = env.run(&["lock", "acquire", "memory"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let other = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{b} --dir {d} lock release memory --force"))
+        .output()
+        .unwrap();
+    assert!(other.status.success(), "{}", stderr(&other));
+    env.wait_for_held("memory", false);
+}

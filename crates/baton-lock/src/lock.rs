@@ -80,6 +80,9 @@ pub struct LockRequest {
     pub kind: String,
     /// Ends the wait early, from another thread, with [`LockError::Cancelled`].
     pub cancel: Option<CancelToken>,
+    /// The process the lock is held for, when the holder acts for another
+    /// (recorded; see [`HolderRecord::acquired_for`]).
+    pub acquired_for: Option<ProcessIdentity>,
 }
 
 impl LockRequest {
@@ -94,6 +97,7 @@ impl LockRequest {
             run_id: None,
             kind: "library".into(),
             cancel: None,
+            acquired_for: None,
         }
     }
 
@@ -746,6 +750,7 @@ fn record_grant(
         slot,
         kind: req.kind.clone(),
         command_group: None,
+        acquired_for: req.acquired_for.clone(),
     });
     write_doc(at.file, doc).at("cannot write lock metadata to", at.path)?;
     Ok((doc.token, run_id))

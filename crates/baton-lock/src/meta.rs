@@ -42,6 +42,10 @@ pub struct HolderRecord {
     /// holder dies, the next holder terminates what is left of it first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_group: Option<CommandGroup>,
+    /// The process this holder holds the lock for (the script that ran
+    /// `baton lock acquire`), which alone may release it without its token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquired_for: Option<ProcessIdentity>,
 }
 
 /// The process group a holder's command runs in (DESIGN.md, decision 11).

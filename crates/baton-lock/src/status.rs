@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::dir::BatonDir;
 use crate::error::{IoContext, LockError};
-use crate::identity::Liveness;
+use crate::identity::{Liveness, ProcessIdentity};
 use crate::layout::{count_tickets, held_slots};
 use crate::lock::MetaLock;
 use crate::meta::{read_doc, DocRead, HolderRecord};
@@ -55,6 +55,8 @@ pub struct HolderInfo {
     pub start_time: u64,
     /// Boot id of its machine.
     pub boot_id: String,
+    /// The process it holds the lock for (`baton lock acquire`: the calling script).
+    pub acquired_for: Option<ProcessIdentity>,
 }
 
 impl HolderInfo {
@@ -75,6 +77,7 @@ impl HolderInfo {
             kind: r.kind.clone(),
             start_time: r.process.start_time,
             boot_id: r.process.boot_id.clone(),
+            acquired_for: r.acquired_for.clone(),
         }
     }
 }

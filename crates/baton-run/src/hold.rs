@@ -260,6 +260,7 @@ fn hold(
         .kind("hold");
     lock_req.owner = req.owner.clone();
     lock_req.operation = req.operation.clone();
+    lock_req.acquired_for = req.watch_pid.and_then(baton_lock::ProcessIdentity::of_pid);
     // The `acquire` process that started us waits for our report; if it is
     // gone (Ctrl-C, `timeout`), nobody wants the lock any more.
     let requester =
@@ -359,13 +360,29 @@ pub struct ReleaseReport {
 ///
 /// With `token`, only the grant with that token is released; a token that is
 /// not current changes nothing and is reported as [`LockError::StaleToken`].
+/// Without it, only a hold taken for `caller` (the script asking, see
+/// [`caller_to_watch`]) is released, unless `force`: a script must never
+/// free a lock that another script holds (`trap 'baton lock release x' EXIT`
+/// after a failed acquire, say).
 pub fn release_held(
     dir: &BatonDir,
     name: &LockName,
     token: Option<u64>,
+    caller: Option<(i32, u64)>,
+    force: bool,
 ) -> Result<ReleaseReport, RunError> {
     let st = status(dir, name)?;
     let holds: Vec<&HolderInfo> = st.holders.iter().filter(|h| h.kind == "hold").collect();
+    let mine: Vec<&HolderInfo> = holds
+        .iter()
+        .copied()
+        .filter(|h| {
+            force
+                || h.acquired_for.as_ref().is_some_and(|f| {
+                    caller.is_some_and(|(pid, start)| f.pid == pid && f.start_time == start)
+                })
+        })
+        .collect();
     let target = match token {
         Some(t) => match st.holders.iter().find(|h| h.token == t) {
             Some(h) if h.kind == "hold" => h,
@@ -398,28 +415,41 @@ pub fn release_held(
                 .into());
             }
         },
-        None => match holds.as_slice() {
-            [one] => *one,
-            [] if st.held => {
+        None => match (mine.as_slice(), holds.as_slice()) {
+            ([one], _) => *one,
+            ([], []) if st.held => {
                 return Err(LockError::Refused {
                     name: name.to_string(),
                     reason: "it is not held by `baton lock acquire` (a `baton run` or library holder releases it itself; use `baton lock break` to stop one)".into(),
                 }
                 .into())
             }
-            [] => {
+            ([], []) => {
                 return Err(LockError::NotHeld {
                     name: name.to_string(),
                     detail: None,
                 }
                 .into())
             }
-            _ => {
+            ([], [other, ..]) => {
+                let whose = other
+                    .acquired_for
+                    .as_ref()
+                    .map_or_else(|| "another process".to_string(), |f| format!("process {}", f.pid));
+                return Err(LockError::Refused {
+                    name: name.to_string(),
+                    reason: format!(
+                        "it was acquired for {whose}, not for this script; release it with the token `acquire` printed (--token), or with --force"
+                    ),
+                }
+                .into());
+            }
+            (_, _) => {
                 return Err(LockError::Refused {
                     name: name.to_string(),
                     reason: format!(
                         "{} background holders hold it; say which with --token",
-                        holds.len()
+                        mine.len()
                     ),
                 }
                 .into())
