@@ -171,6 +171,7 @@ fn lock(dir: &BatonDir, cmd: LockCommand) -> u8 {
                 operation: holder.operation,
                 watch_pid: caller.map(|c| c.0),
                 watch_start_time: caller.map(|c| c.1),
+                grace_ms: None,
             };
             match start_holder(&exe, dir, &req) {
                 Ok(held) => output::acquired(&held, json),

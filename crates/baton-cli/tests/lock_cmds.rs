@@ -125,9 +125,27 @@ fn acquire_prints_a_token_and_release_checks_it() {
 #[test]
 fn acquired_lock_ends_with_ttl_or_with_the_calling_process() {
     let env = Env::new();
-    let out = env.run(&["lock", "acquire", "ttl", "--ttl", "300ms"]);
-    assert!(out.status.success());
-    assert_eq!(env.status("ttl")["held"], true);
+    // The ttl ends the hold while the script still works under the lock:
+    // the script is stopped first (TERM), and only then is the lock free.
+    let at_term = env.path("at-term");
+    let script = format!(
+        "{b} --dir {d} lock acquire ttl --ttl 300ms >/dev/null || exit 1; trap '{b} --dir {d} lock status ttl --json > {t}; exit 3' TERM; while :; do sleep 0.05; done",
+        b = env!("CARGO_BIN_EXE_baton"),
+        d = env.dir.display(),
+        t = at_term.display()
+    );
+    let mut sh = Command::new("sh").arg("-c").arg(&script).spawn().unwrap();
+    assert_eq!(
+        sh.wait().unwrap().code(),
+        Some(3),
+        "the script was not stopped"
+    );
+    let st: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&at_term).unwrap()).unwrap();
+    assert_eq!(
+        st["held"], true,
+        "released before its caller was stopped: {st}"
+    );
     env.wait_for_held("ttl", false);
 
     // The caller (a shell) exits: the holder notices through its pidfd.
@@ -328,4 +346,32 @@ fn release_without_a_token_never_frees_another_scripts_hold() {
         .unwrap();
     assert!(other.status.success(), "{}", stderr(&other));
     env.wait_for_held("memory", false);
+}
+
+#[test]
+fn break_of_an_acquired_lock_stops_the_script_before_the_lock_is_free() {
+    let env = Env::new();
+    let at_term = env.path("at-term");
+    let script = format!(
+        "{b} --dir {d} lock acquire brk2 >/dev/null || exit 1; trap '{b} --dir {d} lock status brk2 --json > {t}; exit 3' TERM; while :; do sleep 0.05; done",
+        b = env!("CARGO_BIN_EXE_baton"),
+        d = env.dir.display(),
+        t = at_term.display()
+    );
+    let mut sh = Command::new("sh").arg("-c").arg(&script).spawn().unwrap();
+    env.wait_for_held("brk2", true);
+    let out = env.run(&["lock", "break", "brk2", "--grace", "5s"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        sh.wait().unwrap().code(),
+        Some(3),
+        "the script was not stopped"
+    );
+    let st: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&at_term).unwrap()).unwrap();
+    assert_eq!(
+        st["held"], true,
+        "released before its caller was stopped: {st}"
+    );
+    assert_eq!(env.status("brk2")["held"], false);
 }

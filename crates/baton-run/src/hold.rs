@@ -52,6 +52,10 @@ pub struct HoldRequest {
     pub watch_pid: Option<i32>,
     /// Start time of `watch_pid`, to tell a reused pid apart.
     pub watch_start_time: Option<u64>,
+    /// Time between TERM and KILL when the caller must be stopped before the
+    /// hold ends (ttl, break); 10 s when absent.
+    #[serde(default)]
+    pub grace_ms: Option<u64>,
 }
 
 /// The process whose exit should release a lock taken by `baton lock
@@ -233,6 +237,12 @@ fn hold(
         let tx = sig_tx.try_clone().map_err(|e| e.to_string())?;
         signal_hook::low_level::pipe::register(sig, tx).map_err(|e| e.to_string())?;
     }
+    // SIGUSR1 is `baton lock release`: the caller is done, just let go.
+    let (release_rx, release_tx) = UnixStream::pair().map_err(|e| e.to_string())?;
+    release_rx
+        .set_nonblocking(true)
+        .map_err(|e| e.to_string())?;
+    signal_hook::low_level::pipe::register(libc::SIGUSR1, release_tx).map_err(|e| e.to_string())?;
     let watched = match (req.watch_pid, req.watch_start_time) {
         (Some(pid), Some(start)) => {
             let pidfd = Pid::from_raw(pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
@@ -280,6 +290,7 @@ fn hold(
         let mut fds = vec![
             PollFd::new(&done_rx, PollFlags::IN),
             PollFd::new(&sig_rx, PollFlags::IN),
+            PollFd::new(&release_rx, PollFlags::IN),
         ];
         if let Some(w) = &watched {
             fds.push(PollFd::new(w, PollFlags::IN));
@@ -319,7 +330,9 @@ fn hold(
     let deadline = req
         .ttl_ms
         .map(|ms| Instant::now() + Duration::from_millis(ms));
-    loop {
+    // Why the hold ends: only `release` and the caller's own exit end it
+    // while the caller may still work under the lock.
+    let forced = loop {
         let timeout = deadline.map(|d| {
             let left = d.saturating_duration_since(Instant::now());
             Timespec {
@@ -328,21 +341,53 @@ fn hold(
             }
         });
         if timeout.is_some_and(|t| t.tv_sec == 0 && t.tv_nsec == 0) {
-            break;
+            break true; // ttl elapsed
         }
-        let mut fds = vec![PollFd::new(&sig_rx, PollFlags::IN)];
+        let mut fds = vec![
+            PollFd::new(&sig_rx, PollFlags::IN),
+            PollFd::new(&release_rx, PollFlags::IN),
+        ];
         if let Some(w) = &watched {
             fds.push(PollFd::new(w, PollFlags::IN));
         }
         match rustix::event::poll(&mut fds, timeout.as_ref()) {
-            Ok(0) => break, // ttl elapsed
-            Ok(_) => break, // release request or caller gone
+            Ok(0) => break true,                         // ttl elapsed
+            Ok(_) => break !fds[0].revents().is_empty(), // TERM/INT/HUP: forced
             Err(rustix::io::Errno::INTR) => continue,
-            Err(_) => break,
+            Err(_) => break true,
         }
+    };
+    if forced {
+        stop_caller_first(req, watched.as_ref());
     }
     guard.release().map_err(|e| e.to_string())?;
     Ok(HoldEnd::Done)
+}
+
+/// The hold ends while the caller may still be working under the lock
+/// (`--ttl` elapsed, `break`, a TERM from anyone): stop the caller first
+/// (TERM, grace, KILL, identity-checked), so that it never works beside the
+/// next holder. If it cannot be stopped (another user's process), the hold
+/// lasts until it exits by itself.
+fn stop_caller_first(req: &HoldRequest, watched: Option<&rustix::fd::OwnedFd>) {
+    let (Some(pid), Some(start), Some(pidfd)) = (req.watch_pid, req.watch_start_time, watched)
+    else {
+        return;
+    };
+    let grace = Duration::from_millis(req.grace_ms.unwrap_or(10_000));
+    let stopped = terminate_verified(pid, grace, || start_time(pid) == Some(start));
+    if !matches!(
+        stopped,
+        Ok(TerminateReport::AlreadyGone
+            | TerminateReport::ExitedAfterTerm
+            | TerminateReport::Killed)
+    ) {
+        let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+        while matches!(
+            rustix::event::poll(&mut fds, None),
+            Err(rustix::io::Errno::INTR)
+        ) {}
+    }
 }
 
 /// What `release` did.
@@ -456,7 +501,7 @@ pub fn release_held(
             }
         },
     };
-    stop_holder(name, target, Duration::from_secs(10))?;
+    ask_to_release(name, target)?;
     Ok(ReleaseReport {
         name: name.to_string(),
         token: target.token,
@@ -541,6 +586,12 @@ pub fn break_lock(
         }
     }
     for h in &st.holders {
+        // A script holding through `lock acquire` is stopped before its
+        // holder lets go, so it never works beside the next holder.
+        if let Some(caller) = h.acquired_for.as_ref().filter(|_| h.kind == "hold") {
+            let (pid, start) = (caller.pid, caller.start_time);
+            let _ = terminate_verified(pid, grace, || start_time(pid) == Some(start));
+        }
         let action = stop_holder(name, h, grace)?;
         report.stopped.push(BrokenHolder {
             holder: h.clone(),
@@ -549,6 +600,47 @@ pub fn break_lock(
     }
     report.free_now = !status(dir, name)?.held;
     Ok(report)
+}
+
+/// Asks a background holder to let go (SIGUSR1, through a pidfd after an
+/// identity check) and waits until it has exited.
+fn ask_to_release(name: &LockName, h: &HolderInfo) -> Result<(), RunError> {
+    let refused = |reason: String| -> RunError {
+        LockError::Refused {
+            name: name.to_string(),
+            reason,
+        }
+        .into()
+    };
+    let Some(pidfd) = Pid::from_raw(h.pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok())
+    else {
+        return Ok(()); // gone already: the kernel released the lock
+    };
+    if start_time(h.pid) != Some(h.start_time) {
+        return Ok(());
+    }
+    rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::USR1)
+        .map_err(|e| refused(format!("cannot signal its holder pid {}: {e}", h.pid)))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let timeout = Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(0) => {
+                return Err(refused(format!(
+                    "its holder pid {} did not let go within 10 s (stopped?)",
+                    h.pid
+                )))
+            }
+            Ok(_) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(refused(format!("cannot wait for its holder: {e}"))),
+        }
+    }
 }
 
 fn stop_holder(name: &LockName, h: &HolderInfo, grace: Duration) -> Result<&'static str, RunError> {
