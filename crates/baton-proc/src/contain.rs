@@ -209,6 +209,17 @@ pub(crate) fn stop_orphans(grace: Duration) -> Vec<Leftover> {
     if !is_subreaper() {
         return Vec::new();
     }
+    // One system call in the usual case: no child at all (ECHILD), so no
+    // orphan came to us and nothing needs a scan of /proc.
+    let any_child = rustix::process::waitid(
+        rustix::process::WaitId::All,
+        rustix::process::WaitIdOptions::EXITED
+            | rustix::process::WaitIdOptions::NOHANG
+            | rustix::process::WaitIdOptions::NOWAIT,
+    );
+    if any_child.is_err() {
+        return Vec::new();
+    }
     let me = std::process::id() as i32;
     let supervised = SUPERVISED.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let all = procfs::scan(|_, _| true);
