@@ -2,8 +2,17 @@
 
 use std::time::Duration;
 
-/// Parses a duration: a non-negative number followed by `ms`, `s`, `m` or `h`.
+/// Parses a duration: a non-negative number followed by `ms`, `s`, `m` or
+/// `h` (decimals allowed: `1.5s`), or anything humantime accepts (`1m30s`,
+/// `1d`, `2h 15m`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    match parse_simple(s) {
+        Ok(d) => Ok(d),
+        Err(e) => humantime::parse_duration(s.trim()).map_err(|_| e),
+    }
+}
+
+fn parse_simple(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     if t.starts_with('-') {
         return Err(format!("'{s}' is negative: a duration must be 0 or more"));
@@ -56,6 +65,9 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86400)));
+        assert_eq!(parse_duration("2h 15m"), Ok(Duration::from_secs(8100)));
     }
 
     #[test]
@@ -67,7 +79,17 @@ mod tests {
 
     #[test]
     fn rejects_negative_garbage_and_missing_units() {
-        for bad in ["-5s", "5", "abc", "5x", "", "s", "1..2s", "5 s", "1e400h"] {
+        for bad in [
+            "-5s",
+            "5",
+            "abc",
+            "5x",
+            "",
+            "s",
+            "1..2s",
+            "1e400h",
+            "5 parsecs",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
     }

@@ -78,7 +78,7 @@ fn bad_flags_values_and_missing_command_are_rejected() {
     );
     assert_rejected(
         &env,
-        &["run", "--lock", "x", "--grace", "5y", "--", "true"],
+        &["run", "--lock", "x", "--grace", "5q", "--", "true"],
         "unknown unit",
     );
     assert_rejected(&env, &["run", "--lock", "x"], "CMD");

@@ -456,3 +456,21 @@ fn an_interactive_command_owns_the_terminal_while_it_runs() {
     assert_eq!(out.matches("got-INT").count(), 1, "{out}");
     assert!(out.contains("baton-rc=5"), "{out}");
 }
+
+#[test]
+fn a_nested_run_keeps_the_outer_run_id_in_baton_parent_run_id() {
+    let env = Env::new();
+    let inner = format!(
+        "echo outer=$BATON_RUN_ID; {} --dir {} run --lock inner -- sh -c 'echo inner=$BATON_RUN_ID parent=$BATON_PARENT_RUN_ID'",
+        env!("CARGO_BIN_EXE_baton"),
+        env.dir.display()
+    );
+    let out = env.run(&["run", "--lock", "outer", "--", "sh", "-c", &inner]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let outer = text.lines().next().unwrap().strip_prefix("outer=").unwrap();
+    assert_eq!(outer.len(), 16, "{text}");
+    let inner_line = text.lines().nth(1).unwrap();
+    assert!(inner_line.ends_with(&format!("parent={outer}")), "{text}");
+    assert!(!inner_line.starts_with(&format!("inner={outer}")), "{text}");
+}

@@ -222,6 +222,10 @@ fn command_env(
         ("BATON_RUN_ID".into(), run_id.into()),
         ("BATON_DIR".into(), dir.path().as_os_str().to_owned()),
     ];
+    // A run inside a run: the outer run's id stays reachable.
+    if let Some(outer) = std::env::var_os("BATON_RUN_ID").filter(|v| !v.is_empty()) {
+        env.push(("BATON_PARENT_RUN_ID".into(), outer));
+    }
     let join =
         |f: &dyn Fn(&LockGuard) -> String| guards.iter().map(f).collect::<Vec<_>>().join(",");
     if !guards.is_empty() {
