@@ -375,3 +375,102 @@ fn break_of_an_acquired_lock_stops_the_script_before_the_lock_is_free() {
     );
     assert_eq!(env.status("brk2")["held"], false);
 }
+
+#[test]
+fn a_semaphore_waiter_still_waits_when_inotify_instances_are_used_up() {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    // A user of our own (a numeric uid: /etc is not touched) whose inotify
+    // instances (max_user_instances) are all taken by another process.
+    let uid = 47_000 + (std::process::id() % 1000);
+    let env = Env::new();
+    fs::set_permissions(env.tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let work = env.path("work");
+    fs::create_dir(&work).unwrap();
+    chown(&work, Some(uid), Some(uid)).unwrap();
+    let dir = work.join("baton");
+    let as_user = |args: &[&str]| {
+        let mut c = Command::new("setpriv");
+        c.args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_baton"),
+            "--dir",
+            dir.to_str().unwrap(),
+        ])
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(&work);
+        c
+    };
+    let limit: usize = fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let hog_code = format!(
+        "import ctypes,sys,time\nlibc=ctypes.CDLL(None,use_errno=True)\nn=0\nwhile n<{limit} and libc.inotify_init1(0)>=0: n+=1\nprint(n,flush=True)\ntime.sleep(60)"
+    );
+    let mut hog = Command::new("setpriv")
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+            // Debian's Python: one under root's home is not open to that user.
+            "/usr/bin/python3",
+            "-c",
+            &hog_code,
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(hog.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(
+        line.trim().parse::<usize>().unwrap() > 0,
+        "the hog took no instance"
+    );
+    // Both slots taken; a third run must wait, not fail.
+    let go = work.join("go");
+    let hold = format!("while [ ! -e {} ]; do sleep 0.01; done", go.display());
+    let holders: Vec<_> = (0..2)
+        .map(|_| {
+            as_user(&[
+                "run", "--lock", "sem", "--max", "2", "--", "sh", "-c", &hold,
+            ])
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let st = || {
+        let out = as_user(&["lock", "status", "sem", "--json"])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
+    };
+    wait_until(Duration::from_secs(20), || {
+        st()["holders"].as_array().is_some_and(|h| h.len() == 2)
+    });
+    let waiter = as_user(&[
+        "run", "--lock", "sem", "--max", "2", "--wait", "30s", "--", "echo", "got",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_until(Duration::from_secs(20), || st()["waiters"] == 1);
+    fs::write(&go, "").unwrap();
+    let out = waiter.wait_with_output().unwrap();
+    let _ = hog.kill();
+    let _ = hog.wait();
+    for mut h in holders {
+        assert!(h.wait().unwrap().success());
+    }
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "got");
+}

@@ -18,7 +18,7 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
@@ -41,14 +41,47 @@ pub(crate) fn wait_any_slot(
     WATCHER.with(|cell| {
         let mut cell = cell.borrow_mut();
         if cell.is_none() {
-            *cell = Some(inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?);
+            // Out of inotify instances (`max_user_instances`) or none at all:
+            // wait anyway, by trying the slots at growing intervals.
+            match inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK) {
+                Ok(fd) => *cell = Some(fd),
+                Err(_) => return wait_polling(file, slots, deadline, cancel),
+            }
         }
         match cell.as_ref() {
             Some(watch) => wait_with(watch, file, path, slots, deadline, cancel),
-            None => Err(io::Error::other("inotify instance missing")),
+            None => wait_polling(file, slots, deadline, cancel),
         }
     })
 }
+
+/// The fallback without inotify: try every slot at 1 ms, doubling up to
+/// [`MAX_PAUSE`], until one is free or the deadline passes.
+fn wait_polling(
+    file: &File,
+    slots: u32,
+    deadline: Option<Instant>,
+    cancel: Option<&CancelToken>,
+) -> io::Result<Option<u32>> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if let Some(slot) = try_slots(file, Mode::Semaphore(slots), slots)? {
+            return Ok(Some(slot));
+        }
+        if cancel.is_some_and(CancelToken::is_cancelled) {
+            return Err(cancelled());
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Ok(None);
+        }
+        std::thread::sleep(deadline.map_or(pause, |d| pause.min(d - now)));
+        pause = (pause * 2).min(MAX_PAUSE);
+    }
+}
+
+/// Longest pause of the fallback without inotify.
+const MAX_PAUSE: Duration = Duration::from_millis(50);
 
 fn wait_with(
     watch: &OwnedFd,
@@ -58,11 +91,15 @@ fn wait_with(
     deadline: Option<Instant>,
     cancel: Option<&CancelToken>,
 ) -> io::Result<Option<u32>> {
-    let wd = inotify::add_watch(
+    let wd = match inotify::add_watch(
         watch,
         path,
         WatchFlags::MODIFY | WatchFlags::CLOSE_WRITE | WatchFlags::ATTRIB,
-    )?;
+    ) {
+        Ok(wd) => wd,
+        // Out of watches (`max_user_watches`): wait without them.
+        Err(_) => return wait_polling(file, slots, deadline, cancel),
+    };
     let result = wait_events(watch, file, slots, deadline, cancel);
     let _ = inotify::remove_watch(watch, wd);
     result
@@ -76,6 +113,10 @@ fn wait_events(
     cancel: Option<&CancelToken>,
 ) -> io::Result<Option<u32>> {
     let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+    // The kernel reports a close (`__fput`: fsnotify before the file's locks
+    // are removed) a moment before a dead holder's slot is free: after an
+    // event that found no free slot, look again at 1, 4, 16 and 64 ms.
+    let mut recheck: Option<Duration> = None;
     // Only to be interrupted by a cancel: the poll's own timeout is the deadline.
     let _alarm = match Alarm::for_wait(None, cancel)? {
         AlarmFor::Armed(alarm) => alarm,
@@ -88,22 +129,32 @@ fn wait_events(
         if let Some(slot) = try_slots(file, Mode::Semaphore(slots), slots)? {
             return Ok(Some(slot));
         }
-        let timeout = match deadline {
+        let left = match deadline {
             None => None,
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Ok(None);
                 }
-                Some(Timespec {
-                    tv_sec: left.as_secs() as i64,
-                    tv_nsec: i64::from(left.subsec_nanos()),
-                })
+                Some(left)
             }
         };
+        let wait = match (left, recheck) {
+            (Some(l), Some(r)) => Some(l.min(r)),
+            (l, r) => l.or(r),
+        };
+        let timeout = wait.map(|w| Timespec {
+            tv_sec: w.as_secs() as i64,
+            tv_nsec: i64::from(w.subsec_nanos()),
+        });
         let mut fds = [PollFd::new(watch, PollFlags::IN)];
         match rustix::event::poll(&mut fds, timeout.as_ref()) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Ok(0) => {
+                // A re-check came due (or the deadline): next one later, if any.
+                recheck = recheck.map(|r| r * 4).filter(|r| *r <= RECHECK_LAST);
+            }
+            Ok(_) => recheck = Some(RECHECK_FIRST),
+            Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(e.into()),
         }
         if cancel.is_some_and(CancelToken::is_cancelled) {
@@ -111,6 +162,10 @@ fn wait_events(
         }
     }
 }
+
+/// First and last re-check after an event that found no free slot.
+const RECHECK_FIRST: Duration = Duration::from_millis(1);
+const RECHECK_LAST: Duration = Duration::from_millis(64);
 
 /// Reads and discards whatever events are queued.
 fn drain(watch: &OwnedFd, buf: &mut [MaybeUninit<u8>]) -> io::Result<()> {
