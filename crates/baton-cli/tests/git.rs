@@ -7,6 +7,8 @@
 mod common;
 
 use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -82,6 +84,52 @@ impl GitEnv {
         self.baton(args).output().unwrap()
     }
 
+    /// Puts a `git` in front of the real one for the baton commands built
+    /// by [`GitEnv::stalled`]: `git ... SUBCOMMAND ...` writes its pid to
+    /// [`Stall::pid`] and waits until the stall is released (by its fifo)
+    /// before it becomes the real git. Every other git command runs at once.
+    fn stall_git(&self, subcommand: &str) -> Stall {
+        let bin = self.env.path("stall-bin");
+        fs::create_dir_all(&bin).unwrap();
+        let real = String::from_utf8(
+            Command::new("sh")
+                .args(["-c", "command -v git"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
+        .trim()
+        .to_string();
+        assert!(real.starts_with('/'), "git not found: {real:?}");
+        let pid = self.env.path("stall.pid");
+        let fifo = self.env.path("stall.fifo");
+        let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        let shim = bin.join("git");
+        fs::write(
+            &shim,
+            format!(
+                "#!/bin/sh\nfor a in \"$@\"; do\n  if [ \"$a\" = {subcommand} ]; then\n    echo $$ > {pid}.tmp && mv {pid}.tmp {pid}\n    read _ < {fifo}\n    break\n  fi\ndone\nexec {real} \"$@\"\n",
+                pid = pid.display(),
+                fifo = fifo.display(),
+            ),
+        )
+        .unwrap();
+        fs::set_permissions(&shim, fs::Permissions::from_mode(0o755)).unwrap();
+        Stall { bin, pid, fifo }
+    }
+
+    /// `baton ARGS` (with this test's baton dir) whose git is `stall`'s.
+    fn stalled(&self, stall: &Stall, args: &[&str]) -> Command {
+        let mut c = self.baton(args);
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs = vec![stall.bin.clone()];
+        dirs.extend(std::env::split_paths(&path));
+        c.env("PATH", std::env::join_paths(dirs).unwrap());
+        c
+    }
+
     fn workspaces(&self) -> Vec<serde_json::Value> {
         let out = self.run(&["workspace", "list", "--json"]);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -119,6 +167,51 @@ impl GitEnv {
             stderr(&fsck)
         );
     }
+}
+
+/// A stalled git (see [`GitEnv::stall_git`]); released when dropped.
+struct Stall {
+    bin: PathBuf,
+    pid: PathBuf,
+    fifo: PathBuf,
+}
+
+impl Stall {
+    /// Waits until a git command reached the stall; returns its pid.
+    fn wait(&self) -> i32 {
+        wait_until(Duration::from_secs(20), || self.pid.exists());
+        fs::read_to_string(&self.pid)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// Lets a stalled git go on (if one waits).
+    fn release(&self) {
+        let _ = fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&self.fifo)
+            .and_then(|mut f| f.write_all(b"go\n"));
+    }
+}
+
+impl Drop for Stall {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Whether `pid` runs (exists and is not a zombie).
+fn alive(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
 }
 
 /// Scenario 1: 10 concurrent `baton run --workspace` (5 clone, 5 worktree),
@@ -598,4 +691,31 @@ fn workspace_errors_are_one_line_with_exit_125() {
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
     assert!(g.workspaces().is_empty());
+}
+
+/// Issue 18: `kill -9` of `baton run --workspace` while it creates the
+/// workspace takes its git along; gc then removes what is left.
+#[test]
+fn killing_baton_during_workspace_creation_kills_its_git() {
+    let g = GitEnv::new();
+    let stall = g.stall_git("checkout");
+    let mut run = g
+        .stalled(
+            &stall,
+            &["run", "--workspace", g.base.to_str().unwrap(), "--", "true"],
+        )
+        .spawn()
+        .unwrap();
+    let git = stall.wait();
+    assert!(alive(git));
+    run.kill().unwrap();
+    run.wait().unwrap();
+    wait_until(Duration::from_secs(10), || !alive(git));
+
+    let out = g.run(&["workspace", "gc", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["removed"].as_array().unwrap().len(), 1, "{report}");
+    assert!(g.workspaces().is_empty());
+    assert!(g.leftovers().is_empty(), "{:?}", g.leftovers());
 }

@@ -5,8 +5,20 @@
 //! closed, no terminal prompt, and without `GIT_DIR`-style variables
 //! inherited from a hook that may have started baton (they would redirect the
 //! command to another repository).
+//!
+//! **git dies with baton.** Each git child gets `PR_SET_PDEATHSIG(SIGKILL)`
+//! between fork and exec (and gives up if baton already died), so a `kill -9`
+//! of baton in the middle of a `clone` or `checkout` does not leave git
+//! writing into a workspace that gc is about to remove. Linux sends the signal
+//! when the spawning *thread* exits; every git command is spawned and waited
+//! for on the calling thread. git stays in baton's process group, so a
+//! terminal's Ctrl-C reaches both and ssh can still prompt on the terminal.
+//! Not covered: processes git itself starts (hooks, filters, credential
+//! helpers) outlive a SIGKILLed git.
 
 use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -43,6 +55,7 @@ where
         c.env_remove(v);
     }
     c.env("GIT_TERMINAL_PROMPT", "0").stdin(Stdio::null());
+    die_with_parent(&mut c);
     let line = format!(
         "git -C {} {}",
         dir.display(),
@@ -52,6 +65,31 @@ where
             .join(" ")
     );
     (c, line)
+}
+
+/// Makes the child get `SIGKILL` when the thread that spawned it dies, even
+/// by `SIGKILL` (as `baton_proc` does for commands).
+fn die_with_parent(command: &mut Command) {
+    let parent = rustix::process::getpid();
+    let hook = move || -> io::Result<()> {
+        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+        // If baton died before the prctl, the signal will never come: we
+        // have been re-parented already, so do not run at all.
+        if rustix::process::getppid() != Some(parent) {
+            return Err(io::Error::from_raw_os_error(
+                rustix::io::Errno::SRCH.raw_os_error(),
+            ));
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the child between fork and exec, where only
+    // async-signal-safe operations are allowed. It makes two raw system calls
+    // through rustix (prctl, getppid), does not allocate (an `io::Error` made
+    // from a raw errno is stored inline), takes no locks and touches no
+    // shared state.
+    unsafe {
+        command.pre_exec(hook);
+    }
 }
 
 /// Runs git and returns its output whatever its status.
