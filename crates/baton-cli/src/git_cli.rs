@@ -105,10 +105,11 @@ pub enum WorkspaceCommand {
 
 clone (default): `git clone --local` (objects hardlinked, a fully independent .git), origin
 re-pointed to the base's own origin URL. worktree: `git worktree add`, sharing the base's .git.
-Only the git commands on the base's shared metadata run under the repository's lock; checking
-files out does not. The workspace lives under <baton dir>/workspaces/, its path contains the
-run id, and it is recorded with its owner (the process that ran this command, usually your
-shell): once the owner has exited, `baton workspace gc` removes it.
+Only the git commands on the base's shared metadata run under the repository's lock (in
+<git common dir>/baton, whatever your baton dir); checking files out does not. The workspace
+lives under <baton dir>/workspaces/, its path contains the run id, and it is recorded with its
+owner (the process that ran this command, usually your shell): once the owner has exited,
+`baton workspace gc` removes it.
 
 Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait; 125 failed.")]
     Create {
@@ -190,7 +191,9 @@ pub enum GitCommand {
   baton git push
   baton git push --remote origin --branch main --attempts 8
 
-Pushes to one remote branch from this machine wait in line for each other. A rejection as
+Pushes to one remote branch from this machine wait in line for each other, whatever their
+baton dirs: the line is in the remote's own <git dir>/baton when the remote is a local path,
+else in the per-user $XDG_RUNTIME_DIR/baton (or <temp dir>/baton-<uid>). A rejection as
 non-fast-forward is answered by fetching the remote branch, rebasing onto it and pushing
 again: the first retry at once, later ones after --base-delay, doubling up to --max-delay,
 each +-25% random. If the rebase conflicts it is aborted, the local commits are left exactly
@@ -374,8 +377,9 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
     }
 }
 
-/// Runs a `baton git` command; returns the exit code.
-pub fn run_git(dir: &BatonDir, cmd: GitCommand) -> u8 {
+/// Runs a `baton git` command; returns the exit code. The caller's baton dir
+/// is not used: a push queues in the remote's place, whatever the caller's.
+pub fn run_git(_dir: &BatonDir, cmd: GitCommand) -> u8 {
     match cmd {
         GitCommand::Push {
             repo,
@@ -399,7 +403,7 @@ pub fn run_git(dir: &BatonDir, cmd: GitCommand) -> u8 {
             req.lock_wait = WaitPolicy::from(wait.git_lock_wait);
             req.run_id = std::env::var("BATON_RUN_ID").ok().filter(|r| !r.is_empty());
             req.log = true;
-            match push(dir, &req) {
+            match push(&req) {
                 Ok(r) if json => print_json(&r),
                 Ok(_) => 0,
                 Err(e) => fail(&e, code(&e)),

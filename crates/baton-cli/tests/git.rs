@@ -10,7 +10,7 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{code, stderr, stdout, wait_until, Env};
@@ -82,6 +82,37 @@ impl GitEnv {
 
     fn run(&self, args: &[&str]) -> Output {
         self.baton(args).output().unwrap()
+    }
+
+    /// `baton ARGS` started in `cwd` with neither `--dir` nor `BATON_DIR`:
+    /// it uses the default baton dir of `cwd` (`<git common dir>/baton`
+    /// inside a repository), as an agent working there would.
+    fn baton_in(&self, cwd: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_baton"));
+        c.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .current_dir(cwd)
+            .args(args)
+            .stdin(Stdio::null());
+        git_env(&mut c, self.env.tmp.path());
+        c
+    }
+
+    /// Holds the lock of `repo` the way a caller inside it would (`baton
+    /// run --lock <its name>` with the default baton dir) until dropped.
+    fn hold_repo_lock(&self, repo: &Path) -> Killed {
+        let name = baton_git::Repo::open(repo).unwrap().lock_name().unwrap();
+        let ready = self.env.path("repo-lock-held");
+        let script = format!("touch {}; exec sleep 600", ready.display());
+        let child = self
+            .baton_in(
+                repo,
+                &["run", "--lock", name.as_str(), "--", "sh", "-c", &script],
+            )
+            .spawn()
+            .unwrap();
+        wait_until(Duration::from_secs(20), || ready.exists());
+        Killed(child)
     }
 
     /// Puts a `git` in front of the real one for the baton commands built
@@ -166,6 +197,16 @@ impl GitEnv {
             "git fsck: {}",
             stderr(&fsck)
         );
+    }
+}
+
+/// A child that is SIGKILLed and reaped when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -518,11 +559,9 @@ fn a_busy_repository_does_not_delay_another_and_its_timeout_names_the_holder() {
         &["clone", "-q", g.base.to_str().unwrap(), "other"],
     );
 
-    let dir = baton_lock::BatonDir::open(&g.env.dir).unwrap();
     let busy = baton_git::Repo::open(&g.base).unwrap();
     let guard = busy
         .lock(
-            &dir,
             baton_lock::WaitPolicy::Immediately,
             "a long git gc",
             "test-run",
@@ -691,6 +730,107 @@ fn workspace_errors_are_one_line_with_exit_125() {
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
     assert!(g.workspaces().is_empty());
+}
+
+/// Issue 17: the repository lock lives in the repository itself, so a
+/// caller whose baton dir is elsewhere (another cwd, `--dir`, `BATON_DIR`)
+/// still waits for a holder working inside the repository.
+#[test]
+fn repository_lock_is_shared_by_callers_with_different_baton_dirs() {
+    let g = GitEnv::new();
+    let _held = g.hold_repo_lock(&g.base);
+    let common = baton_git::Repo::open(&g.base).unwrap().common_dir;
+    // From the temp dir, with this test's own --dir.
+    let out = g.run(&[
+        "workspace",
+        "create",
+        "--repo",
+        g.base.to_str().unwrap(),
+        "--git-lock-wait",
+        "200ms",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 75, "{err}");
+    assert!(err.contains(common.to_str().unwrap()), "{err}");
+    assert!(g.workspaces().is_empty());
+}
+
+/// Makes a clone of the remote with one new commit of its own file.
+fn pusher(g: &GitEnv, name: &str) -> PathBuf {
+    g.git_ok(
+        g.env.tmp.path(),
+        &["clone", "-q", g.remote.to_str().unwrap(), name],
+    );
+    let dir = g.env.path(name);
+    fs::write(dir.join(format!("{name}.txt")), "x\n").unwrap();
+    g.git_ok(&dir, &["add", "."]);
+    g.git_ok(&dir, &["commit", "-qm", name]);
+    dir
+}
+
+/// Issue 17: pushes to one remote branch queue on one lock whatever the
+/// pushers' baton dirs: two clones, each with its own default baton dir
+/// (`<clone>/.git/baton`), do not push at once.
+#[test]
+fn pushes_from_clones_with_their_own_baton_dirs_queue_on_one_lock() {
+    let g = GitEnv::new();
+    let a = pusher(&g, "a");
+    let b = pusher(&g, "b");
+    // a's push stops in its pre-push hook, under the push lock.
+    let ready = g.env.path("a-pushing");
+    let fifo = g.env.path("a.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let hook = a.join(".git/hooks/pre-push");
+    fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\ntouch {}\nread _ < {}\n",
+            ready.display(),
+            fifo.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+    let stall = Stall {
+        bin: PathBuf::new(),
+        pid: PathBuf::new(),
+        fifo,
+    };
+    let first = g
+        .baton_in(&a, &["git", "push", "--branch", "main"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(20), || ready.exists());
+
+    let out = g
+        .baton_in(
+            &b,
+            &[
+                "git",
+                "push",
+                "--branch",
+                "main",
+                "--git-lock-wait",
+                "300ms",
+            ],
+        )
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(code(&out), 75, "{err}");
+    assert!(err.contains("cannot lock pushes"), "{err}");
+
+    stall.release();
+    let out = first.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let log = g.git_ok(&g.remote, &["log", "--format=%s", "main"]);
+    assert_eq!(log, "a\ninit");
 }
 
 /// Issue 18: `kill -9` of `baton run --workspace` while it creates the

@@ -90,7 +90,7 @@ pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
         let Ok(repo) = Repo::open(&base) else {
             continue;
         };
-        match repo.run_locked(dir, opts.git_lock_wait, "gc", &["worktree", "prune"]) {
+        match repo.run_locked(opts.git_lock_wait, "gc", &["worktree", "prune"]) {
             Ok(_) => report.pruned.push(repo.path),
             Err(e) => report.failed.push(GcFailure {
                 id: String::new(),

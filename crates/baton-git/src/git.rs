@@ -1,4 +1,4 @@
-//! Running `git` and the repository lock.
+//! Running `git`, and where the locks that protect a repository live.
 //!
 //! git is driven through its CLI (DESIGN.md, decision 9), so users' hooks,
 //! credentials and config apply. Every command runs with `-C DIR`, stdin
@@ -15,6 +15,13 @@
 //! terminal's Ctrl-C reaches both and ssh can still prompt on the terminal.
 //! Not covered: processes git itself starts (hooks, filters, credential
 //! helpers) outlive a SIGKILLed git.
+//!
+//! **A lock lives with what it protects**, never in the caller's baton dir,
+//! so every caller on the machine meets in one place whatever its cwd,
+//! `--dir` or `BATON_DIR`: a repository's lock in `<git common dir>/baton`
+//! ([`Repo::baton_dir`]), the push queue of a remote branch in the remote
+//! repository's own baton dir when the remote is a local path, else in the
+//! per-user machine-wide baton dir ([`machine_dir`]).
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -23,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use baton_lock::{acquire, BatonDir, LockGuard, LockName, LockRequest, WaitPolicy};
+use baton_lock::{acquire, BatonDir, LockError, LockGuard, LockName, LockRequest, WaitPolicy};
 use sha2::{Digest, Sha256};
 
 use crate::error::GitError;
@@ -89,6 +96,40 @@ fn die_with_parent(command: &mut Command) {
     // shared state.
     unsafe {
         command.pre_exec(hook);
+    }
+}
+
+/// The per-user baton dir shared by every process of this user on this
+/// machine, whatever their cwd or `BATON_DIR`: `$XDG_RUNTIME_DIR/baton`, else
+/// `<temp dir>/baton-<uid>` (the last two steps of DESIGN.md's decision 10).
+/// It holds the locks of what has no directory of its own here: pushes to a
+/// network remote, and repositories whose own baton dir cannot be used.
+pub fn machine_dir() -> Result<BatonDir, GitError> {
+    let path = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(run) if Path::new(&run).is_dir() => PathBuf::from(run).join("baton"),
+        _ => {
+            let uid = rustix::process::geteuid().as_raw();
+            std::env::temp_dir().join(format!("baton-{uid}"))
+        }
+    };
+    BatonDir::open(path).map_err(|e| GitError::Lock(Box::new(e)))
+}
+
+/// `<git dir>/baton` of a repository, else (another user's repository, a
+/// read-only one) the [`machine_dir`].
+pub(crate) fn baton_dir_of(common_dir: &Path) -> Result<BatonDir, GitError> {
+    match BatonDir::open(common_dir.join("baton")) {
+        Ok(dir) => Ok(dir),
+        Err(LockError::UnsafeDir { .. }) => machine_dir(),
+        Err(LockError::Io { ref source, .. })
+            if matches!(
+                rustix::io::Errno::from_io_error(source),
+                Some(rustix::io::Errno::ACCESS | rustix::io::Errno::PERM | rustix::io::Errno::ROFS)
+            ) =>
+        {
+            machine_dir()
+        }
+        Err(e) => Err(GitError::Lock(Box::new(e))),
     }
 }
 
@@ -193,11 +234,21 @@ impl Repo {
         hashed_name("git", self.common_dir.as_os_str().as_encoded_bytes())
     }
 
+    /// Where this repository's lock lives: `<git common dir>/baton`, the
+    /// default baton dir of every caller inside the repository (DESIGN.md,
+    /// decision 10), shared by all its worktrees and never tracked by git.
+    /// When that directory cannot be used (it belongs to another user, or the
+    /// repository is read-only) the per-user [`machine_dir`] takes its place.
+    pub fn baton_dir(&self) -> Result<BatonDir, GitError> {
+        baton_dir_of(&self.common_dir)
+    }
+
     /// Takes this repository's lock for one git operation on its shared
-    /// metadata. Hold the guard only for the duration of that command.
+    /// metadata. Hold the guard only for the duration of that command. The
+    /// lock is in [`Repo::baton_dir`], whatever the caller's baton dir, so
+    /// every process on the machine meets there.
     pub fn lock(
         &self,
-        dir: &BatonDir,
         wait: WaitPolicy,
         operation: &str,
         run_id: &str,
@@ -207,21 +258,27 @@ impl Repo {
             .operation(format!("{operation} in {}", self.common_dir.display()))
             .run_id(run_id)
             .kind("git");
-        acquire(dir, &req).map_err(|source| GitError::RepoLock {
+        let failed = |source| GitError::RepoLock {
             repo: self.common_dir.clone(),
             operation: operation.to_string(),
             source: Box::new(source),
-        })
+        };
+        let dir = match self.baton_dir() {
+            Ok(dir) => dir,
+            Err(GitError::Lock(e)) => return Err(failed(*e)),
+            Err(e) => return Err(e),
+        };
+        acquire(&dir, &req).map_err(failed)
     }
 
-    /// Runs one git command in this repository while holding its lock.
-    pub(crate) fn run_locked<S: AsRef<OsStr>>(
+    /// Runs one git command in this repository while holding its lock;
+    /// returns its output whatever its status.
+    pub(crate) fn output_locked<S: AsRef<OsStr>>(
         &self,
-        dir: &BatonDir,
         wait: WaitPolicy,
         run_id: &str,
         args: &[S],
-    ) -> Result<String, GitError> {
+    ) -> Result<(Output, String), GitError> {
         let what = format!(
             "git {}",
             args.iter()
@@ -230,10 +287,25 @@ impl Repo {
                 .collect::<Vec<_>>()
                 .join(" ")
         );
-        let guard = self.lock(dir, wait, &what, run_id)?;
-        let result = run(&self.path, args);
+        let guard = self.lock(wait, &what, run_id)?;
+        let result = output(&self.path, args);
         drop(guard);
         result
+    }
+
+    /// Runs one git command in this repository while holding its lock.
+    pub(crate) fn run_locked<S: AsRef<OsStr>>(
+        &self,
+        wait: WaitPolicy,
+        run_id: &str,
+        args: &[S],
+    ) -> Result<String, GitError> {
+        let (out, line) = self.output_locked(wait, run_id, args)?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        } else {
+            Err(failed(line, &out))
+        }
     }
 }
 

@@ -1,19 +1,24 @@
 //! Git safety for parallel agents (DESIGN.md, decision 9).
 //!
 //! - **A repository lock**, keyed by the canonical path of the repository's
-//!   common git dir, held only for the duration of each git command that
-//!   writes shared metadata (`worktree add/prune`, `clone --local` from it,
-//!   `fetch` into it), never while an agent runs. Different repositories never
-//!   block each other; the wait is bounded ([`DEFAULT_GIT_LOCK_WAIT`]) and a
-//!   timeout names the repository and the holder.
+//!   common git dir and kept in that repository (`<git common dir>/baton`,
+//!   [`Repo::baton_dir`]), so every caller on the machine meets there whatever
+//!   its cwd or baton dir. It is held only for the duration of each git
+//!   command that writes shared metadata (`worktree add/prune`, `clone
+//!   --local` from it, `fetch` into it), never while an agent runs. Different
+//!   repositories never block each other; the wait is bounded
+//!   ([`DEFAULT_GIT_LOCK_WAIT`]) and a timeout names the repository and the
+//!   holder.
 //! - **Workspaces** ([`create`], [`list`], [`remove`], [`gc`]): an isolated
 //!   checkout per run, by `git clone --local` or `git worktree add`, recorded
 //!   in a registry in the baton dir with its owner's process identity, so the
 //!   leftovers of a crashed run are found and removed.
-//! - **Push** ([`push`]): serialised per remote branch on this machine; a
-//!   non-fast-forward rejection is answered by fetch, rebase and a retry with
-//!   exponential backoff and jitter. A conflict aborts the rebase and leaves
-//!   the local commits as they were. Nothing is ever force-pushed.
+//! - **Push** ([`push`]): serialised per remote branch on this machine, in
+//!   the remote's own baton dir (a local remote) or the per-user
+//!   [`machine_dir`] (a network one); a non-fast-forward rejection is
+//!   answered by fetch, rebase and a retry with exponential backoff and
+//!   jitter. A conflict aborts the rebase and leaves the local commits as
+//!   they were. Nothing is ever force-pushed.
 //!
 //! git is always driven through its CLI, so users' hooks, credentials and
 //! configuration apply; status checks use `--no-optional-locks`.
@@ -27,7 +32,7 @@ mod workspace;
 
 pub use error::GitError;
 pub use gc::{gc, GcFailure, GcOptions, GcReport};
-pub use git::{Repo, DEFAULT_GIT_LOCK_WAIT};
+pub use git::{machine_dir, Repo, DEFAULT_GIT_LOCK_WAIT};
 pub use push::{init_attributes, push, Backoff, PushReport, PushRequest, JSONL_UNION};
 pub use workspace::{
     create, get, list, remove, validate_id, Strategy, Workspace, WorkspaceInfo, WorkspaceRequest,

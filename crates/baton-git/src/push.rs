@@ -1,9 +1,16 @@
 //! `baton git push`: land local commits on a remote branch without losing
 //! any and without storms.
 //!
-//! Pushes to one remote branch from this machine are serialised by a lock
-//! (`git-push/<hash of remote URL and branch>`), so local agents queue
-//! instead of all being rejected at once. A non-fast-forward rejection can
+//! Pushes to one remote branch from this machine are serialised by a lock,
+//! so local agents queue instead of all being rejected at once. The lock
+//! lives with the remote, not in the pusher's baton dir, so clones with
+//! different baton dirs meet on it: for a remote that is a local repository,
+//! `git-push/<hash of its canonical git dir and the branch>` in that
+//! repository's own baton dir (`<git dir>/baton`); for a network remote,
+//! `git-push/<hash of the URL and the branch>` in the per-user machine-wide
+//! baton dir ([`machine_dir`]). Two spellings of one network remote (ssh and
+//! https) are two queues, and pushers of other users or machines are not in
+//! the queue; their pushes are handled by the rebase and retry below. A non-fast-forward rejection can
 //! then only come from a push that was not in our line (another machine, a
 //! push without baton), and is answered by fetch, rebase onto the remote
 //! branch and another push. The first retry follows its rebase at once (the
@@ -22,7 +29,7 @@ use baton_lock::{acquire, new_run_id, BatonDir, LockRequest, WaitPolicy};
 use serde::Serialize;
 
 use crate::error::{GitError, IoContext};
-use crate::git::{self, hashed_name, Repo, DEFAULT_GIT_LOCK_WAIT};
+use crate::git::{self, hashed_name, machine_dir, Repo, DEFAULT_GIT_LOCK_WAIT};
 
 /// Retry policy of a push.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -139,12 +146,11 @@ pub struct PushReport {
 /// Pushes `HEAD` to the remote branch; rebases and retries on non-fast-forward.
 ///
 /// ```no_run
-/// let dir = baton_lock::BatonDir::resolve(None)?;
-/// let report = baton_git::push(&dir, &baton_git::PushRequest::new("."))?;
+/// let report = baton_git::push(&baton_git::PushRequest::new("."))?;
 /// println!("{} at {}", report.branch, report.commit);
 /// # Ok::<(), baton_git::GitError>(())
 /// ```
-pub fn push(dir: &BatonDir, req: &PushRequest) -> Result<PushReport, GitError> {
+pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
     let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
     let repo = Repo::open(&req.repo)?;
     let work = repo.toplevel.clone().ok_or_else(|| {
@@ -171,9 +177,6 @@ pub fn push(dir: &BatonDir, req: &PushRequest) -> Result<PushReport, GitError> {
             .unwrap_or_else(|| "origin".into()),
     };
     let url = git::run(&work, ["remote", "get-url", remote.as_str()])?;
-    let url_key = fs::canonicalize(work.join(&url))
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| url.clone());
     let log = |msg: &str| {
         if req.log {
             eprintln!(
@@ -183,7 +186,16 @@ pub fn push(dir: &BatonDir, req: &PushRequest) -> Result<PushReport, GitError> {
         }
     };
 
-    let mut key = url_key.into_bytes();
+    let lock_failed = |source| GitError::PushLock {
+        remote: url.clone(),
+        branch: branch.clone(),
+        source: Box::new(source),
+    };
+    let (queue, mut key) = match push_queue(&work, &url) {
+        Ok(q) => q,
+        Err(GitError::Lock(e)) => return Err(lock_failed(*e)),
+        Err(e) => return Err(e),
+    };
     key.push(0);
     key.extend_from_slice(branch.as_bytes());
     let lock = LockRequest::new(hashed_name("git-push", &key)?)
@@ -194,11 +206,7 @@ pub fn push(dir: &BatonDir, req: &PushRequest) -> Result<PushReport, GitError> {
         ))
         .run_id(run_id.clone())
         .kind("git");
-    let guard = acquire(dir, &lock).map_err(|source| GitError::PushLock {
-        remote: url.clone(),
-        branch: branch.clone(),
-        source: Box::new(source),
-    })?;
+    let guard = acquire(&queue, &lock).map_err(lock_failed)?;
 
     let orig = git::run(&work, ["rev-parse", "--verify", "HEAD"])?;
     let refspec = format!("HEAD:refs/heads/{branch}");
@@ -253,7 +261,6 @@ pub fn push(dir: &BatonDir, req: &PushRequest) -> Result<PushReport, GitError> {
         std::thread::sleep(delay);
         let fetch_spec = format!("refs/heads/{branch}");
         repo.run_locked(
-            dir,
             req.lock_wait,
             &run_id,
             &["fetch", "--quiet", remote.as_str(), fetch_spec.as_str()],
@@ -269,6 +276,38 @@ pub fn push(dir: &BatonDir, req: &PushRequest) -> Result<PushReport, GitError> {
         branch,
         attempts,
     })
+}
+
+/// Where pushes to `url` queue: the baton dir their lock lives in, and the
+/// key its name is made from. A remote that is a local repository queues in
+/// its own baton dir, keyed by its canonical git dir (so every spelling of
+/// its path meets there); any other in the [`machine_dir`], keyed by the URL.
+fn push_queue(work: &Path, url: &str) -> Result<(BatonDir, Vec<u8>), GitError> {
+    if let Some(path) = local_path(work, url) {
+        if let Ok(remote) = Repo::open(&path) {
+            let key = remote.common_dir.as_os_str().as_encoded_bytes().to_vec();
+            return Ok((remote.baton_dir()?, key));
+        }
+    }
+    Ok((machine_dir()?, url.as_bytes().to_vec()))
+}
+
+/// The path a remote URL names when git would read it as a local path:
+/// `file://PATH`, or anything without `://` that is not scp-like
+/// (`host:path`, a colon before the first slash); relative to `work`.
+fn local_path(work: &Path, url: &str) -> Option<PathBuf> {
+    if let Some(path) = url.strip_prefix("file://") {
+        return Some(PathBuf::from(path));
+    }
+    if url.contains("://") {
+        return None;
+    }
+    if let Some(colon) = url.find(':') {
+        if !url[..colon].contains('/') {
+            return None;
+        }
+    }
+    Some(work.join(url))
 }
 
 /// Whether a failed push was rejected because the remote moved on.
@@ -384,6 +423,32 @@ mod tests {
         let spread: std::collections::HashSet<u128> =
             (0..20).map(|_| b.delay(3).as_micros()).collect();
         assert!(spread.len() > 1, "no jitter");
+    }
+
+    #[test]
+    fn local_remotes_are_told_from_network_ones_as_git_does() {
+        let work = Path::new("/w");
+        assert_eq!(
+            local_path(work, "/srv/r.git"),
+            Some(PathBuf::from("/srv/r.git"))
+        );
+        assert_eq!(
+            local_path(work, "../r.git"),
+            Some(PathBuf::from("/w/../r.git"))
+        );
+        assert_eq!(
+            local_path(work, "file:///srv/r.git"),
+            Some(PathBuf::from("/srv/r.git"))
+        );
+        assert_eq!(local_path(work, "./a:b"), Some(PathBuf::from("/w/./a:b")));
+        for network in [
+            "git@github.com:o/r.git",
+            "host:r.git",
+            "ssh://host/r.git",
+            "https://example.com/r.git",
+        ] {
+            assert_eq!(local_path(work, network), None, "{network}");
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 use std::fs;
 use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -185,7 +185,7 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
             .map_err(|_| GitError::Invalid(format!("invalid branch name {b:?}")))?;
     }
     if req.fetch {
-        fetch_base(dir, &repo, req, &run_id)?;
+        fetch_base(&repo, req, &run_id)?;
     }
     let reference = req.reference.clone().unwrap_or_else(|| "HEAD".into());
     let commit = resolve(&repo, &reference)?;
@@ -213,7 +213,7 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
     }
     // Record first: whatever happens from here on, gc can find it.
     registry::insert(dir, &ws)?;
-    match populate(dir, &repo, &ws, req) {
+    match populate(&repo, &ws, req) {
         Ok(()) => Ok(ws),
         Err(e) => {
             let _ = remove_workspace(dir, &ws, req.git_lock_wait);
@@ -222,12 +222,7 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
     }
 }
 
-fn populate(
-    dir: &BatonDir,
-    repo: &Repo,
-    ws: &Workspace,
-    req: &WorkspaceRequest,
-) -> Result<(), GitError> {
+fn populate(repo: &Repo, ws: &Workspace, req: &WorkspaceRequest) -> Result<(), GitError> {
     let path = ws.path.as_os_str();
     let wait = req.git_lock_wait;
     let existing_branch = match &ws.branch {
@@ -252,7 +247,7 @@ fn populate(
             {
                 // One lock for prune and add: a worktree whose directory
                 // vanished (a crashed run) no longer blocks its branch.
-                let guard = repo.lock(dir, wait, "git worktree add", &ws.run_id)?;
+                let guard = repo.lock(wait, "git worktree add", &ws.run_id)?;
                 git::run(&repo.path, ["worktree", "prune"])?;
                 git::run(&repo.path, &args)?;
                 drop(guard);
@@ -262,7 +257,6 @@ fn populate(
         Strategy::Clone => {
             let source = repo.common_dir.as_os_str();
             repo.run_locked(
-                dir,
                 wait,
                 &ws.run_id,
                 &[
@@ -292,22 +286,18 @@ fn populate(
 
 /// `git fetch origin` into the base, at most once per debounce interval:
 /// concurrent requests queue on the repository lock, and the ones after the
-/// first find a fresh stamp and skip their fetch.
-fn fetch_base(
-    dir: &BatonDir,
-    repo: &Repo,
-    req: &WorkspaceRequest,
-    run_id: &str,
-) -> Result<(), GitError> {
-    let stamps = registry::workspaces_dir(dir)?.join(".fetch");
-    match fs::create_dir(&stamps) {
+/// first find a fresh stamp (next to the lock, in the repository's baton dir)
+/// and skip their fetch.
+fn fetch_base(repo: &Repo, req: &WorkspaceRequest, run_id: &str) -> Result<(), GitError> {
+    let stamps = repo.baton_dir()?.path().join("fetch");
+    match fs::DirBuilder::new().mode(0o700).create(&stamps) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e).at("cannot create directory", &stamps),
     }
     let name = repo.lock_name()?;
     let stamp = stamps.join(name.as_str().replace('/', "-"));
-    let guard = repo.lock(dir, req.git_lock_wait, "git fetch", run_id)?;
+    let guard = repo.lock(req.git_lock_wait, "git fetch", run_id)?;
     let fresh = fs::metadata(&stamp)
         .and_then(|m| m.modified())
         .ok()
@@ -523,7 +513,7 @@ fn remove_workspace(dir: &BatonDir, ws: &Workspace, wait: WaitPolicy) -> Result<
     if ws.strategy == Strategy::Worktree {
         // The base may be gone too; then there is nothing to prune.
         if let Ok(repo) = Repo::open(&ws.base_repo) {
-            repo.run_locked(dir, wait, &ws.run_id, &["worktree", "prune"])?;
+            repo.run_locked(wait, &ws.run_id, &["worktree", "prune"])?;
         }
     }
     registry::delete(dir, &ws.id)
