@@ -168,8 +168,10 @@ Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait;
   baton workspace gc
   baton workspace gc --older-than 2h --json
 
-A workspace that cannot be removed is reported with its path and a remedy; the others are
-still removed. Exit status: 0 if everything due was removed, 125 if something could not be.")]
+A workspace being created or removed right now is left alone (reported as skipped). A
+workspace that cannot be removed is reported with its path and a remedy; the others are still
+removed. Exit status: 0 if everything due was removed or skipped, 125 if something could not
+be removed.")]
     Gc {
         /// Also remove workspaces older than this whose owner lives but that no process uses
         /// (no process has its working directory inside).
@@ -177,7 +179,7 @@ still removed. Exit status: 0 if everything due was removed, 125 if something co
         older_than: Option<Duration>,
         #[command(flatten)]
         wait: GitLockWaitArg,
-        /// Print JSON {removed, failed, pruned}.
+        /// Print JSON {removed, skipped, failed, pruned}.
         #[arg(long)]
         json: bool,
     },
@@ -365,6 +367,14 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
                 }
                 0
             };
+            for s in &report.skipped {
+                eprintln!(
+                    "baton: gc: skipped workspace '{}' at '{}': {}",
+                    s.id,
+                    s.path.display(),
+                    s.reason
+                );
+            }
             for f in &report.failed {
                 eprintln!("baton: gc: {}", f.error);
             }

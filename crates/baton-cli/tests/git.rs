@@ -859,3 +859,61 @@ fn killing_baton_during_workspace_creation_kills_its_git() {
     assert!(g.workspaces().is_empty());
     assert!(g.leftovers().is_empty(), "{:?}", g.leftovers());
 }
+
+/// Issue 18: gc leaves alone a workspace whose creation is still running,
+/// even when the process it was created for has died meanwhile.
+#[test]
+fn gc_leaves_a_workspace_whose_creation_is_in_progress() {
+    let g = GitEnv::new();
+    let stall = g.stall_git("checkout");
+    let out_file = g.env.path("create.out");
+    // The owner is this shell; it is killed while the creation runs on.
+    let baton = g.stalled(
+        &stall,
+        &[
+            "workspace",
+            "create",
+            "--repo",
+            g.base.to_str().unwrap(),
+            "--id",
+            "wip",
+        ],
+    );
+    let mut shell = Command::new("sh");
+    shell
+        .arg("-c")
+        .arg(format!(
+            "\"$0\" \"$@\" > {} 2>&1 & wait",
+            out_file.display()
+        ))
+        .arg(baton.get_program())
+        .args(baton.get_args())
+        .env_clear()
+        .envs(baton.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(g.env.tmp.path())
+        .stdin(Stdio::null());
+    let mut owner = shell.spawn().unwrap();
+    stall.wait();
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    assert_eq!(g.workspaces()[0]["owner_alive"], "dead");
+
+    let out = g.run(&["workspace", "gc", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["removed"].as_array().unwrap().is_empty(), "{report}");
+    assert_eq!(report["skipped"][0]["id"], "wip", "{report}");
+    assert_eq!(g.workspaces().len(), 1);
+
+    stall.release();
+    wait_until(Duration::from_secs(20), || {
+        fs::read_to_string(&out_file).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let path = PathBuf::from(fs::read_to_string(&out_file).unwrap().trim());
+    assert!(path.join("a.txt").is_file(), "{}", path.display());
+    // Created, and its owner is dead: now gc removes it.
+    let out = g.run(&["workspace", "gc", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["removed"].as_array().unwrap().len(), 1, "{report}");
+    assert!(!path.exists());
+}

@@ -1,5 +1,9 @@
 //! Garbage collection of workspaces: those of dead owners (a run killed in
 //! its workspace), and with `older_than` old ones nobody uses.
+//!
+//! gc never touches a workspace being created or removed right now (its lock
+//! is busy; gc does not wait for it), and it drops a record only once the
+//! directory is gone.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -11,7 +15,7 @@ use serde::Serialize;
 use crate::error::GitError;
 use crate::git::Repo;
 use crate::registry;
-use crate::workspace::{remove, Strategy, Workspace};
+use crate::workspace::{remove_if, Removal, Strategy, Workspace};
 
 /// What `gc` should remove besides workspaces of dead owners.
 #[derive(Clone, Copy, Debug)]
@@ -36,11 +40,27 @@ pub struct GcFailure {
     pub error: String,
 }
 
+/// A workspace due for removal that gc left alone because another process
+/// is creating or removing it.
+#[derive(Clone, Debug, Serialize)]
+pub struct GcSkipped {
+    /// The workspace id.
+    pub id: String,
+    /// Its path.
+    pub path: PathBuf,
+    /// The run that created it.
+    pub run_id: String,
+    /// Why it was left alone (the busy lock and its holder).
+    pub reason: String,
+}
+
 /// What `gc` did.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct GcReport {
     /// Workspaces removed.
     pub removed: Vec<Workspace>,
+    /// Workspaces being created or removed by another process: left alone.
+    pub skipped: Vec<GcSkipped>,
     /// Workspaces that could not be removed.
     pub failed: Vec<GcFailure>,
     /// Base repositories in which `git worktree prune` ran.
@@ -70,14 +90,25 @@ pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
         if ws.strategy == Strategy::Worktree && !bases.contains(&ws.base_repo) {
             bases.push(ws.base_repo.clone());
         }
-        let dead = ws.owner.liveness() == Liveness::Dead;
-        let stale = opts.older_than.is_some_and(|d| ws.age() >= d) && !in_use(&ws.path);
-        if !(dead || stale) {
+        let due = |ws: &Workspace| {
+            let dead = ws.owner.liveness() == Liveness::Dead;
+            let stale = opts.older_than.is_some_and(|d| ws.age() >= d) && !in_use(&ws.path);
+            dead || stale
+        };
+        if !due(&ws) {
             continue;
         }
-        match remove(dir, &ws.id, opts.git_lock_wait) {
-            Ok(ws) => report.removed.push(ws),
-            Err(GitError::NoSuchWorkspace { .. }) => {}
+        // Checked again under the workspace's lock: the record may have
+        // changed, and a creation in progress holds that lock.
+        match remove_if(dir, &ws.id, opts.git_lock_wait, due) {
+            Ok(Removal::Removed(ws)) => report.removed.push(*ws),
+            Ok(Removal::NotDue | Removal::Gone) => {}
+            Ok(Removal::Busy(reason)) => report.skipped.push(GcSkipped {
+                id: ws.id.clone(),
+                path: ws.path.clone(),
+                run_id: ws.run_id.clone(),
+                reason,
+            }),
             Err(e) => report.failed.push(GcFailure {
                 id: ws.id.clone(),
                 path: ws.path.clone(),

@@ -31,7 +31,7 @@ mod registry;
 mod workspace;
 
 pub use error::GitError;
-pub use gc::{gc, GcFailure, GcOptions, GcReport};
+pub use gc::{gc, GcFailure, GcOptions, GcReport, GcSkipped};
 pub use git::{machine_dir, Repo, DEFAULT_GIT_LOCK_WAIT};
 pub use push::{init_attributes, push, Backoff, PushReport, PushRequest, JSONL_UNION};
 pub use workspace::{

@@ -8,6 +8,10 @@
 //! touches only the new workspace and runs outside the lock, so creations on
 //! one repository overlap as much as git allows, and creations on different
 //! repositories never wait for each other.
+//!
+//! A workspace is locked (`workspace/<id>` in the caller's baton dir) while it
+//! is created and while it is removed, so gc never removes one that is still
+//! being made.
 
 use std::collections::HashSet;
 use std::fs;
@@ -17,7 +21,8 @@ use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use baton_lock::{
-    acquire, new_run_id, BatonDir, Liveness, LockName, LockRequest, ProcessIdentity, WaitPolicy,
+    acquire, new_run_id, BatonDir, Liveness, LockGuard, LockName, LockRequest, ProcessIdentity,
+    WaitPolicy,
 };
 use serde::{Deserialize, Serialize};
 
@@ -165,6 +170,9 @@ pub fn validate_id(id: &str) -> Result<(), GitError> {
 
 /// Creates a workspace and records it in the registry.
 ///
+/// The workspace is locked while it is made (gc leaves it alone); if the
+/// creation fails, its directory and record are removed again.
+///
 /// ```no_run
 /// use baton_git::{create, Strategy, WorkspaceRequest};
 /// let dir = baton_lock::BatonDir::resolve(None)?;
@@ -211,15 +219,40 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
     if let Some(branch) = &ws.branch {
         clean_stale_for_branch(dir, &ws, branch, req.git_lock_wait)?;
     }
-    // Record first: whatever happens from here on, gc can find it.
+    // Locked until complete, so gc and remove leave it alone meanwhile; then
+    // recorded: whatever happens from here on, gc can find it.
+    let guard = lock_workspace(
+        dir,
+        &ws.id,
+        req.git_lock_wait,
+        "create workspace",
+        &ws.run_id,
+    )?;
     registry::insert(dir, &ws)?;
-    match populate(&repo, &ws, req) {
-        Ok(()) => Ok(ws),
-        Err(e) => {
-            let _ = remove_workspace(dir, &ws, req.git_lock_wait);
-            Err(e)
-        }
+    let made = populate(&repo, &ws, req);
+    if made.is_err() {
+        let _ = remove_workspace(dir, &ws, req.git_lock_wait);
     }
+    drop(guard);
+    made.map(|()| ws)
+}
+
+/// Takes the lock of workspace `id` (held while it is created or removed).
+fn lock_workspace(
+    dir: &BatonDir,
+    id: &str,
+    wait: WaitPolicy,
+    operation: &str,
+    run_id: &str,
+) -> Result<LockGuard, GitError> {
+    let mut req = LockRequest::new(LockName::new(format!("workspace/{id}"))?)
+        .wait(wait)
+        .operation(operation)
+        .kind("git");
+    if !run_id.is_empty() {
+        req = req.run_id(run_id);
+    }
+    Ok(acquire(dir, &req)?)
 }
 
 fn populate(repo: &Repo, ws: &Workspace, req: &WorkspaceRequest) -> Result<(), GitError> {
@@ -460,30 +493,68 @@ pub fn get(dir: &BatonDir, id: &str) -> Result<Workspace, GitError> {
 /// Removes a workspace (directory, worktree registration, record), whoever owns it.
 pub fn remove(dir: &BatonDir, id: &str, git_lock_wait: WaitPolicy) -> Result<Workspace, GitError> {
     validate_id(id)?;
-    let name = LockName::new(format!("workspace/{id}"))?;
-    let guard = acquire(
-        dir,
-        &LockRequest::new(name)
-            .wait(WaitPolicy::AtMost(Duration::from_secs(5)))
-            .operation("remove workspace")
-            .kind("git"),
-    )?;
+    let five = WaitPolicy::AtMost(Duration::from_secs(5));
+    let guard = lock_workspace(dir, id, five, "remove workspace", "")?;
     let ws = registry::get(dir, id)?;
     remove_workspace(dir, &ws, git_lock_wait)?;
     drop(guard);
     Ok(ws)
 }
 
-fn remove_workspace(dir: &BatonDir, ws: &Workspace, wait: WaitPolicy) -> Result<(), GitError> {
-    let root = registry::workspaces_dir(dir)?;
-    // Never delete outside the workspaces dir, whatever a record says.
-    let inside = ws.path.starts_with(&root)
+/// What [`remove_if`] did.
+pub(crate) enum Removal {
+    /// Removed.
+    Removed(Box<Workspace>),
+    /// Not removed: no longer due (re-checked under its lock).
+    NotDue,
+    /// Not removed: being created or removed by another process.
+    Busy(String),
+    /// Removed by someone else meanwhile.
+    Gone,
+}
+
+/// Removes workspace `id` if `due` holds for its record as read under its
+/// lock, without waiting for the lock: a workspace being created or removed
+/// is left alone.
+pub(crate) fn remove_if(
+    dir: &BatonDir,
+    id: &str,
+    wait: WaitPolicy,
+    due: impl Fn(&Workspace) -> bool,
+) -> Result<Removal, GitError> {
+    let guard = match lock_workspace(dir, id, WaitPolicy::Immediately, "gc workspace", "") {
+        Ok(g) => g,
+        Err(e) if e.is_busy() => return Ok(Removal::Busy(baton_lock::one_line(&e))),
+        Err(e) => return Err(e),
+    };
+    let ws = match registry::get(dir, id) {
+        Ok(ws) => ws,
+        Err(GitError::NoSuchWorkspace { .. }) => return Ok(Removal::Gone),
+        Err(e) => return Err(e),
+    };
+    if !due(&ws) {
+        return Ok(Removal::NotDue);
+    }
+    remove_workspace(dir, &ws, wait)?;
+    drop(guard);
+    Ok(Removal::Removed(Box::new(ws)))
+}
+
+/// Whether the record's path is a directory under `<baton dir>/workspaces`.
+fn inside_workspaces(dir: &BatonDir, ws: &Workspace) -> bool {
+    let root = dir.path().join("workspaces");
+    ws.path.starts_with(&root)
         && ws.path != root
         && ws
             .path
             .components()
-            .all(|c| !matches!(c, Component::ParentDir));
-    if !inside {
+            .all(|c| !matches!(c, Component::ParentDir))
+}
+
+fn remove_workspace(dir: &BatonDir, ws: &Workspace, wait: WaitPolicy) -> Result<(), GitError> {
+    let root = registry::workspaces_dir(dir)?;
+    // Never delete outside the workspaces dir, whatever a record says.
+    if !inside_workspaces(dir, ws) {
         return Err(GitError::Invalid(format!(
             "workspace '{}' (run {}) records path '{}', outside '{}': refusing to delete it; remove the record '{}' by hand",
             ws.id,
@@ -493,30 +564,61 @@ fn remove_workspace(dir: &BatonDir, ws: &Workspace, wait: WaitPolicy) -> Result<
             root.join(".registry").join(format!("{}.json", ws.id)).display()
         )));
     }
-    match fs::remove_dir_all(&ws.path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(source) => {
-            return Err(GitError::RemoveFailed {
-                id: ws.id.clone(),
-                path: ws.path.clone(),
-                run_id: ws.run_id.clone(),
-                remedy: format!(
-                "make it writable (`chmod -R u+w '{}'`) and run `baton workspace remove {}` again",
-                ws.path.display(),
-                ws.id
-            ),
-                source,
-            })
-        }
-    }
+    remove_dir(ws)?;
     if ws.strategy == Strategy::Worktree {
         // The base may be gone too; then there is nothing to prune.
         if let Ok(repo) = Repo::open(&ws.base_repo) {
             repo.run_locked(wait, &ws.run_id, &["worktree", "prune"])?;
         }
     }
+    // Only now, with the directory gone, may the record go.
     registry::delete(dir, &ws.id)
+}
+
+/// Deletes the workspace's directory and checks that it is gone (a process
+/// still writing into it could have made it again).
+fn remove_dir(ws: &Workspace) -> Result<(), GitError> {
+    let gone = match fs::remove_dir_all(&ws.path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+    .and_then(|()| match fs::symlink_metadata(&ws.path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+        Ok(_) => Err(io::Error::from_raw_os_error(
+            rustix::io::Errno::NOTEMPTY.raw_os_error(),
+        )),
+    });
+    gone.map_err(|source| GitError::RemoveFailed {
+        id: ws.id.clone(),
+        path: ws.path.clone(),
+        run_id: ws.run_id.clone(),
+        remedy: remedy(&source, ws),
+        source,
+    })
+}
+
+/// What to do when a workspace directory cannot be deleted, by the cause.
+fn remedy(e: &io::Error, ws: &Workspace) -> String {
+    use rustix::io::Errno;
+    let path = ws.path.display();
+    let again = format!("run `baton workspace remove {}` again", ws.id);
+    match Errno::from_io_error(e) {
+        Some(Errno::ACCESS | Errno::PERM) => {
+            format!("make it writable (`chmod -R u+w '{path}'`), then {again}")
+        }
+        Some(Errno::NOTEMPTY | Errno::EXIST) => format!(
+            "a process is still writing into it (`lsof +D '{path}'` names it): stop it, then {again}"
+        ),
+        Some(Errno::BUSY) => format!(
+            "something is mounted in it or keeps it busy (`findmnt -R '{path}'`): unmount or stop it, then {again}"
+        ),
+        Some(Errno::ROFS) => {
+            format!("its filesystem is read-only: remount it read-write, then {again}")
+        }
+        _ => format!("fix the cause, then {again}"),
+    }
 }
 
 /// Bytes allocated on disk under `path`, each inode counted once.
@@ -552,6 +654,35 @@ mod tests {
         let long = "x".repeat(65);
         for bad in ["", ".hidden", "-x", "a/b", "..", "a b", "é", long.as_str()] {
             assert!(validate_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn remove_failure_remedy_matches_the_cause() {
+        let ws = Workspace {
+            id: "w1".into(),
+            path: PathBuf::from("/b/workspaces/w1"),
+            strategy: Strategy::Clone,
+            base_repo: PathBuf::from("/src"),
+            base_git_dir: PathBuf::from("/src/.git"),
+            reference: "HEAD".into(),
+            commit: "0".repeat(40),
+            branch: None,
+            owner: ProcessIdentity::current(),
+            run_id: "r1".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+        };
+        let of = |errno: rustix::io::Errno| {
+            remedy(&io::Error::from_raw_os_error(errno.raw_os_error()), &ws)
+        };
+        let busy = of(rustix::io::Errno::NOTEMPTY);
+        assert!(
+            busy.contains("still writing") && !busy.contains("chmod"),
+            "{busy}"
+        );
+        assert!(of(rustix::io::Errno::ACCESS).contains("chmod -R u+w"));
+        for errno in [rustix::io::Errno::NOTEMPTY, rustix::io::Errno::IO] {
+            assert!(of(errno).contains("baton workspace remove w1"));
         }
     }
 
