@@ -168,13 +168,12 @@ Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait;
   baton workspace gc
   baton workspace gc --older-than 2h --json
 
-A workspace being created or removed right now is left alone (reported as skipped). A
-workspace that cannot be removed is reported with its path and a remedy; the others are still
-removed. Exit status: 0 if everything due was removed or skipped, 125 if something could not
-be removed.")]
+The workspace of a live owner (boot id + pid + start time) is never removed, however old;
+nor is one being created or removed right now (reported as skipped). A workspace that cannot
+be removed is reported with its path and a remedy; the others are still removed. Exit status:
+0 if everything due was removed or skipped, 125 if something could not be removed.")]
     Gc {
-        /// Also remove workspaces older than this whose owner lives but that no process uses
-        /// (no process has its working directory inside).
+        /// Only remove workspaces (of dead owners) at least this old.
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         older_than: Option<Duration>,
         #[command(flatten)]

@@ -917,3 +917,19 @@ fn gc_leaves_a_workspace_whose_creation_is_in_progress() {
     assert_eq!(report["removed"].as_array().unwrap().len(), 1, "{report}");
     assert!(!path.exists());
 }
+
+/// Issue 19: `gc --older-than` never removes the workspace of a live owner
+/// (here this test process), however old.
+#[test]
+fn gc_older_than_never_removes_a_live_owners_workspace() {
+    let g = GitEnv::new();
+    let out = g.run(&["workspace", "create", "--repo", g.base.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let path = PathBuf::from(stdout(&out).trim());
+    let out = g.run(&["workspace", "gc", "--older-than", "0s", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["removed"].as_array().unwrap().is_empty(), "{report}");
+    assert!(path.join("a.txt").is_file());
+    assert_eq!(g.workspaces().len(), 1);
+}

@@ -1,12 +1,13 @@
-//! Garbage collection of workspaces: those of dead owners (a run killed in
-//! its workspace), and with `older_than` old ones nobody uses.
+//! Garbage collection of workspaces: those whose owner is dead (a run killed
+//! in its workspace, a shell that created one and exited).
 //!
-//! gc never touches a workspace being created or removed right now (its lock
-//! is busy; gc does not wait for it), and it drops a record only once the
-//! directory is gone.
+//! gc never touches the workspace of a live owner (identity: boot id, pid,
+//! start time), nor one whose owner it cannot judge (recorded on another
+//! host), nor one being created or removed right now (its lock is busy; gc
+//! does not wait for it), and it drops a record only once the directory is
+//! gone.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_lock::{BatonDir, Liveness, WaitPolicy};
@@ -17,11 +18,12 @@ use crate::git::Repo;
 use crate::registry;
 use crate::workspace::{remove_if, Removal, Strategy, Workspace};
 
-/// What `gc` should remove besides workspaces of dead owners.
+/// What `gc` should remove.
 #[derive(Clone, Copy, Debug)]
 pub struct GcOptions {
-    /// Also remove workspaces older than this whose owner lives but that no
-    /// process uses (no process has its working directory inside).
+    /// Only remove workspaces at least this old (so that a crashed run's
+    /// workspace can be inspected for a while). It never widens what gc
+    /// removes: a workspace whose owner lives is kept, however old.
     pub older_than: Option<Duration>,
     /// How long to wait for each repository lock.
     pub git_lock_wait: WaitPolicy,
@@ -67,11 +69,16 @@ pub struct GcReport {
     pub pruned: Vec<PathBuf>,
 }
 
-/// Removes workspaces whose owner is dead (and, with `older_than`, unused old
+/// Removes workspaces whose owner is dead (with `older_than`, only old
 /// ones), then runs `git worktree prune` in every base repository with
 /// worktrees. A failure to remove one workspace is reported and does not stop
 /// the others.
 pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
+    let wait = opts.git_lock_wait;
+    let due = |ws: &Workspace| {
+        ws.owner.liveness() == Liveness::Dead
+            && !matches!(opts.older_than, Some(min) if ws.age() < min)
+    };
     let mut report = GcReport::default();
     let mut bases: Vec<PathBuf> = Vec::new();
     for rec in registry::all(dir)? {
@@ -90,17 +97,12 @@ pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
         if ws.strategy == Strategy::Worktree && !bases.contains(&ws.base_repo) {
             bases.push(ws.base_repo.clone());
         }
-        let due = |ws: &Workspace| {
-            let dead = ws.owner.liveness() == Liveness::Dead;
-            let stale = opts.older_than.is_some_and(|d| ws.age() >= d) && !in_use(&ws.path);
-            dead || stale
-        };
         if !due(&ws) {
             continue;
         }
         // Checked again under the workspace's lock: the record may have
         // changed, and a creation in progress holds that lock.
-        match remove_if(dir, &ws.id, opts.git_lock_wait, due) {
+        match remove_if(dir, &ws.id, wait, due) {
             Ok(Removal::Removed(ws)) => report.removed.push(*ws),
             Ok(Removal::NotDue | Removal::Gone) => {}
             Ok(Removal::Busy(reason)) => report.skipped.push(GcSkipped {
@@ -121,7 +123,7 @@ pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
         let Ok(repo) = Repo::open(&base) else {
             continue;
         };
-        match repo.run_locked(opts.git_lock_wait, "gc", &["worktree", "prune"]) {
+        match repo.run_locked(wait, "gc", &["worktree", "prune"]) {
             Ok(_) => report.pruned.push(repo.path),
             Err(e) => report.failed.push(GcFailure {
                 id: String::new(),
@@ -132,18 +134,4 @@ pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
         }
     }
     Ok(report)
-}
-
-/// Whether any process we can see has its working directory inside `path`.
-fn in_use(path: &Path) -> bool {
-    let Ok(procs) = fs::read_dir("/proc") else {
-        return false;
-    };
-    procs.flatten().any(|p| {
-        p.file_name()
-            .to_string_lossy()
-            .bytes()
-            .all(|b| b.is_ascii_digit())
-            && fs::read_link(p.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(path))
-    })
 }

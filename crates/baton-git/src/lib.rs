@@ -12,7 +12,8 @@
 //! - **Workspaces** ([`create`], [`list`], [`remove`], [`gc`]): an isolated
 //!   checkout per run, by `git clone --local` or `git worktree add`, recorded
 //!   in a registry in the baton dir with its owner's process identity, so the
-//!   leftovers of a crashed run are found and removed.
+//!   leftovers of a crashed run are found and removed, and the workspace of a
+//!   live owner, or one still being created, never is.
 //! - **Push** ([`push`]): serialised per remote branch on this machine, in
 //!   the remote's own baton dir (a local remote) or the per-user
 //!   [`machine_dir`] (a network one); a non-fast-forward rejection is
@@ -21,7 +22,8 @@
 //!   they were. Nothing is ever force-pushed.
 //!
 //! git is always driven through its CLI, so users' hooks, credentials and
-//! configuration apply; status checks use `--no-optional-locks`.
+//! configuration apply; status checks use `--no-optional-locks`; a git child
+//! dies with the baton process that started it.
 
 mod error;
 mod gc;
