@@ -40,8 +40,9 @@ impl From<StrategyArg> for Strategy {
 /// `--git-lock-wait`.
 #[derive(Debug, Args, Clone, Copy)]
 pub struct GitLockWaitArg {
-    /// Longest wait for a repository's lock (held by others only while they run a short
-    /// git command on its shared metadata); past it, exit 75 naming the holder.
+    /// Longest wait for locks, all together: the repository's (held by others only while
+    /// they run a short git command on its shared metadata) and the workspace's (held while
+    /// it is created or removed); past it, exit 75 naming the holder.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
     pub git_lock_wait: Duration,
 }
@@ -74,7 +75,7 @@ pub struct RunWorkspaceArgs {
     #[arg(long, requires = "workspace")]
     pub include_ignored: bool,
 
-    /// Longest wait for the repository's lock.
+    /// Longest wait for the repository's and the workspace's locks, all together.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "workspace")]
     pub git_lock_wait: Option<Duration>,
 }

@@ -933,3 +933,60 @@ fn gc_older_than_never_removes_a_live_owners_workspace() {
     assert!(path.join("a.txt").is_file());
     assert_eq!(g.workspaces().len(), 1);
 }
+
+/// Issue 20: `--git-lock-wait` bounds the whole creation, not each lock
+/// taken during it (a failed worktree creation used to wait twice).
+#[test]
+fn git_lock_wait_is_one_deadline_for_the_whole_create() {
+    let g = GitEnv::new();
+    let _held = g.hold_repo_lock(&g.base);
+    let start = Instant::now();
+    let out = g
+        .baton_in(
+            &g.base,
+            &[
+                "workspace",
+                "create",
+                "--strategy",
+                "worktree",
+                "--git-lock-wait",
+                "1s",
+            ],
+        )
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_millis(1800),
+        "took {took:?}"
+    );
+}
+
+/// Issue 20: a creation that fails leaves no registry record behind.
+#[test]
+fn a_failed_create_leaves_no_registry_record() {
+    let g = GitEnv::new();
+    let _held = g.hold_repo_lock(&g.base);
+    let out = g
+        .baton_in(
+            &g.base,
+            &[
+                "workspace",
+                "create",
+                "--strategy",
+                "worktree",
+                "--git-lock-wait",
+                "100ms",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let out = g
+        .baton_in(&g.base, &["workspace", "list", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "[]");
+}

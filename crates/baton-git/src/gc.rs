@@ -14,7 +14,7 @@ use baton_lock::{BatonDir, Liveness, WaitPolicy};
 use serde::Serialize;
 
 use crate::error::GitError;
-use crate::git::Repo;
+use crate::git::{self, Repo};
 use crate::registry;
 use crate::workspace::{remove_if, Removal, Strategy, Workspace};
 
@@ -25,7 +25,7 @@ pub struct GcOptions {
     /// workspace can be inspected for a while). It never widens what gc
     /// removes: a workspace whose owner lives is kept, however old.
     pub older_than: Option<Duration>,
-    /// How long to wait for each repository lock.
+    /// How long to wait for repository locks, all together.
     pub git_lock_wait: WaitPolicy,
 }
 
@@ -74,7 +74,7 @@ pub struct GcReport {
 /// worktrees. A failure to remove one workspace is reported and does not stop
 /// the others.
 pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
-    let wait = opts.git_lock_wait;
+    let wait = git::deadline(opts.git_lock_wait);
     let due = |ws: &Workspace| {
         ws.owner.liveness() == Liveness::Dead
             && !matches!(opts.older_than, Some(min) if ws.age() < min)

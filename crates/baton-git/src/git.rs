@@ -28,7 +28,7 @@ use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use baton_lock::{acquire, BatonDir, LockError, LockGuard, LockName, LockRequest, WaitPolicy};
 use sha2::{Digest, Sha256};
@@ -96,6 +96,27 @@ fn die_with_parent(command: &mut Command) {
     // shared state.
     unsafe {
         command.pre_exec(hook);
+    }
+}
+
+/// Turns a wait into a deadline fixed now, so that every lock taken during
+/// one operation shares it (`--git-lock-wait 1s` bounds the whole operation).
+pub(crate) fn deadline(wait: WaitPolicy) -> WaitPolicy {
+    match wait {
+        WaitPolicy::AtMost(_) => match wait.deadline_from(Instant::now()) {
+            Some(t) => WaitPolicy::Until(t),
+            None => WaitPolicy::Forever,
+        },
+        other => other,
+    }
+}
+
+/// What is left of a wait fixed by [`deadline`], as the policy of one
+/// acquisition (so that a busy lock reports "waiting at most 700ms").
+pub(crate) fn remaining(wait: WaitPolicy) -> WaitPolicy {
+    match wait {
+        WaitPolicy::Until(t) => WaitPolicy::from(t.saturating_duration_since(Instant::now())),
+        other => other,
     }
 }
 
@@ -254,7 +275,7 @@ impl Repo {
         run_id: &str,
     ) -> Result<LockGuard, GitError> {
         let req = LockRequest::new(self.lock_name()?)
-            .wait(wait)
+            .wait(remaining(wait))
             .operation(format!("{operation} in {}", self.common_dir.display()))
             .run_id(run_id)
             .kind("git");

@@ -7,8 +7,8 @@
 //!   command that writes shared metadata (`worktree add/prune`, `clone
 //!   --local` from it, `fetch` into it), never while an agent runs. Different
 //!   repositories never block each other; the wait is bounded
-//!   ([`DEFAULT_GIT_LOCK_WAIT`]) and a timeout names the repository and the
-//!   holder.
+//!   ([`DEFAULT_GIT_LOCK_WAIT`], one deadline per operation) and a timeout
+//!   names the repository and the holder.
 //! - **Workspaces** ([`create`], [`list`], [`remove`], [`gc`]): an isolated
 //!   checkout per run, by `git clone --local` or `git worktree add`, recorded
 //!   in a registry in the baton dir with its owner's process identity, so the

@@ -11,7 +11,8 @@
 //!
 //! A workspace is locked (`workspace/<id>` in the caller's baton dir) while it
 //! is created and while it is removed, so gc never removes one that is still
-//! being made.
+//! being made, and `--git-lock-wait` is one deadline for every lock an
+//! operation takes.
 
 use std::collections::HashSet;
 use std::fs;
@@ -75,7 +76,8 @@ pub struct WorkspaceRequest {
     pub fetch: bool,
     /// Fetches within this long of the last one are skipped (shared).
     pub fetch_debounce: Duration,
-    /// How long to wait for the repository lock.
+    /// How long to wait for locks (the repository's, the workspace's), all
+    /// together: one deadline for the whole creation.
     pub git_lock_wait: WaitPolicy,
 }
 
@@ -184,6 +186,7 @@ pub fn validate_id(id: &str) -> Result<(), GitError> {
 /// # Ok::<(), baton_git::GitError>(())
 /// ```
 pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitError> {
+    let wait = git::deadline(req.git_lock_wait);
     let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
     let id = req.id.clone().unwrap_or_else(|| run_id.clone());
     validate_id(&id)?;
@@ -193,7 +196,7 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
             .map_err(|_| GitError::Invalid(format!("invalid branch name {b:?}")))?;
     }
     if req.fetch {
-        fetch_base(&repo, req, &run_id)?;
+        fetch_base(&repo, req, wait, &run_id)?;
     }
     let reference = req.reference.clone().unwrap_or_else(|| "HEAD".into());
     let commit = resolve(&repo, &reference)?;
@@ -217,21 +220,15 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
         created_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
     };
     if let Some(branch) = &ws.branch {
-        clean_stale_for_branch(dir, &ws, branch, req.git_lock_wait)?;
+        clean_stale_for_branch(dir, &ws, branch, wait)?;
     }
     // Locked until complete, so gc and remove leave it alone meanwhile; then
     // recorded: whatever happens from here on, gc can find it.
-    let guard = lock_workspace(
-        dir,
-        &ws.id,
-        req.git_lock_wait,
-        "create workspace",
-        &ws.run_id,
-    )?;
+    let guard = lock_workspace(dir, &ws.id, wait, "create workspace", &ws.run_id)?;
     registry::insert(dir, &ws)?;
-    let made = populate(&repo, &ws, req);
+    let made = populate(&repo, &ws, req, wait);
     if made.is_err() {
-        let _ = remove_workspace(dir, &ws, req.git_lock_wait);
+        discard(dir, &ws, wait);
     }
     drop(guard);
     made.map(|()| ws)
@@ -246,7 +243,7 @@ fn lock_workspace(
     run_id: &str,
 ) -> Result<LockGuard, GitError> {
     let mut req = LockRequest::new(LockName::new(format!("workspace/{id}"))?)
-        .wait(wait)
+        .wait(git::remaining(wait))
         .operation(operation)
         .kind("git");
     if !run_id.is_empty() {
@@ -255,9 +252,29 @@ fn lock_workspace(
     Ok(acquire(dir, &req)?)
 }
 
-fn populate(repo: &Repo, ws: &Workspace, req: &WorkspaceRequest) -> Result<(), GitError> {
+/// Cleans up after a failed creation: the directory, a worktree's entry in
+/// the base (best effort: every worktree creation prunes first anyway), and
+/// the record, unless the directory could not be removed (then gc finds it
+/// by its record).
+fn discard(dir: &BatonDir, ws: &Workspace, wait: WaitPolicy) {
+    if !inside_workspaces(dir, ws) || remove_dir(ws).is_err() {
+        return;
+    }
+    if ws.strategy == Strategy::Worktree {
+        if let Ok(repo) = Repo::open(&ws.base_repo) {
+            let _ = repo.run_locked(wait, &ws.run_id, &["worktree", "prune"]);
+        }
+    }
+    let _ = registry::delete(dir, &ws.id);
+}
+
+fn populate(
+    repo: &Repo,
+    ws: &Workspace,
+    req: &WorkspaceRequest,
+    wait: WaitPolicy,
+) -> Result<(), GitError> {
     let path = ws.path.as_os_str();
-    let wait = req.git_lock_wait;
     let existing_branch = match &ws.branch {
         Some(b) => branch_commit(repo, b)?,
         None => None,
@@ -321,7 +338,12 @@ fn populate(repo: &Repo, ws: &Workspace, req: &WorkspaceRequest) -> Result<(), G
 /// concurrent requests queue on the repository lock, and the ones after the
 /// first find a fresh stamp (next to the lock, in the repository's baton dir)
 /// and skip their fetch.
-fn fetch_base(repo: &Repo, req: &WorkspaceRequest, run_id: &str) -> Result<(), GitError> {
+fn fetch_base(
+    repo: &Repo,
+    req: &WorkspaceRequest,
+    wait: WaitPolicy,
+    run_id: &str,
+) -> Result<(), GitError> {
     let stamps = repo.baton_dir()?.path().join("fetch");
     match fs::DirBuilder::new().mode(0o700).create(&stamps) {
         Ok(()) => {}
@@ -330,7 +352,7 @@ fn fetch_base(repo: &Repo, req: &WorkspaceRequest, run_id: &str) -> Result<(), G
     }
     let name = repo.lock_name()?;
     let stamp = stamps.join(name.as_str().replace('/', "-"));
-    let guard = repo.lock(req.git_lock_wait, "git fetch", run_id)?;
+    let guard = repo.lock(wait, "git fetch", run_id)?;
     let fresh = fs::metadata(&stamp)
         .and_then(|m| m.modified())
         .ok()
@@ -490,13 +512,15 @@ pub fn get(dir: &BatonDir, id: &str) -> Result<Workspace, GitError> {
     registry::get(dir, id)
 }
 
-/// Removes a workspace (directory, worktree registration, record), whoever owns it.
+/// Removes a workspace (directory, worktree registration, record), whoever
+/// owns it. `git_lock_wait` bounds the whole removal (the workspace's lock, which a
+/// creation or another removal holds, and the repository's).
 pub fn remove(dir: &BatonDir, id: &str, git_lock_wait: WaitPolicy) -> Result<Workspace, GitError> {
     validate_id(id)?;
-    let five = WaitPolicy::AtMost(Duration::from_secs(5));
-    let guard = lock_workspace(dir, id, five, "remove workspace", "")?;
+    let wait = git::deadline(git_lock_wait);
+    let guard = lock_workspace(dir, id, wait, "remove workspace", "")?;
     let ws = registry::get(dir, id)?;
-    remove_workspace(dir, &ws, git_lock_wait)?;
+    remove_workspace(dir, &ws, wait)?;
     drop(guard);
     Ok(ws)
 }
