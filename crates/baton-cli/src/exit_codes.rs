@@ -39,6 +39,8 @@ pub fn for_run_error(e: &RunError) -> u8 {
         RunError::Lock(l) => for_lock_error(l),
         RunError::Proc(p) => u8::try_from(p.exit_code()).unwrap_or(BATON_FAILED),
         RunError::Holder { busy: true, .. } | RunError::NotAdmitted(_) => NOT_ACQUIRED,
+        // A workspace's lock (or the repository's) stayed busy, as for `workspace create`.
+        RunError::Workspace(g) if g.is_busy() => NOT_ACQUIRED,
         _ => BATON_FAILED,
     }
 }

@@ -990,3 +990,29 @@ fn a_failed_create_leaves_no_registry_record() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "[]");
 }
+
+/// Issue 20: `baton run --workspace` exits 75 like `workspace create` when
+/// the repository lock stays busy.
+#[test]
+fn run_in_a_workspace_exits_75_when_the_repository_lock_stays_busy() {
+    let g = GitEnv::new();
+    let _held = g.hold_repo_lock(&g.base);
+    let out = g
+        .baton_in(
+            &g.base,
+            &[
+                "run",
+                "--workspace",
+                ".",
+                "--git-lock-wait",
+                "100ms",
+                "--",
+                "true",
+            ],
+        )
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(code(&out), 75, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
