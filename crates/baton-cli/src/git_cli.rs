@@ -110,7 +110,10 @@ Only the git commands on the base's shared metadata run under the repository's l
 <git common dir>/baton, whatever your baton dir); checking files out does not. The workspace
 lives under <baton dir>/workspaces/, its path contains the run id, and it is recorded with its
 owner (the process that ran this command, usually your shell): once the owner has exited,
-`baton workspace gc` removes it.
+`baton workspace gc` removes it. When a clone on --branch is removed, commits on the branch
+that exist nowhere else are fetched into the base's branch first; if the base cannot take
+them (the branch is checked out there, or has diverged) the removal is refused and says how
+to keep them.
 
 Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait; 125 failed.")]
     Create {

@@ -37,7 +37,13 @@ impl GitEnv {
     /// A bare remote with one commit on `main`, and a clone of it as the base.
     fn new() -> GitEnv {
         let env = Env::new();
-        fs::write(env.path("gitconfig"), "[init]\n\tdefaultBranch = main\n").unwrap();
+        // No auto maintenance: git 2.47 detaches it from `git commit` into
+        // its own session, and `baton run` then reports it as a leftover.
+        fs::write(
+            env.path("gitconfig"),
+            "[init]\n\tdefaultBranch = main\n[maintenance]\n\tauto = false\n[gc]\n\tauto = 0\n",
+        )
+        .unwrap();
         let remote = env.path("remote.git");
         let base = env.path("base");
         let g = GitEnv { env, remote, base };
@@ -1015,4 +1021,66 @@ fn run_in_a_workspace_exits_75_when_the_repository_lock_stays_busy() {
     let err = stderr(&out);
     assert_eq!(code(&out), 75, "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+/// Issue 20: the commits made on `--branch` in a clone workspace survive its
+/// removal: they are fetched back into the base's branch, as a worktree keeps
+/// them.
+#[test]
+fn removing_a_clone_workspace_keeps_its_branch_commits_in_the_base() {
+    let g = GitEnv::new();
+    let out = g.run(&[
+        "run",
+        "--workspace",
+        g.base.to_str().unwrap(),
+        "--branch",
+        "feat",
+        "--",
+        "sh",
+        "-c",
+        "echo x > f.txt && git add f.txt && git commit -qm 'work on feat'",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!stderr(&out).contains("workspace"), "{}", stderr(&out));
+    assert!(g.workspaces().is_empty());
+    let log = g.git_ok(&g.base, &["log", "--format=%s", "feat"]);
+    assert_eq!(log, "work on feat\ninit");
+}
+
+/// Issue 20: when the commits cannot be kept in the base (its branch is
+/// checked out there), removal is refused, saying how to keep them.
+#[test]
+fn removing_a_clone_workspace_refuses_to_drop_commits_it_cannot_keep() {
+    let g = GitEnv::new();
+    let out = g.run(&[
+        "run",
+        "--workspace",
+        g.base.to_str().unwrap(),
+        "--branch",
+        "main",
+        "--",
+        "sh",
+        "-c",
+        "echo x > f.txt && git add f.txt && git commit -qm unpushed",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stderr(&out).contains("unpushed"), "{}", stderr(&out));
+    let listed = g.workspaces();
+    assert_eq!(listed.len(), 1);
+    let path = PathBuf::from(listed[0]["path"].as_str().unwrap());
+    let id = listed[0]["id"].as_str().unwrap().to_string();
+    assert_eq!(g.git_ok(&path, &["log", "-1", "--format=%s"]), "unpushed");
+
+    let out = g.run(&["workspace", "remove", &id]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 125, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("git push") && err.contains(&id), "{err}");
+    assert!(path.is_dir());
+    // Pushed, it goes.
+    let out = g.run(&["git", "push", "--repo", path.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = g.run(&["workspace", "remove", &id]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!path.exists());
 }

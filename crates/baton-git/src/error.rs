@@ -121,6 +121,23 @@ pub enum GitError {
         #[source]
         source: io::Error,
     },
+    /// A clone workspace has commits on its branch that exist nowhere else,
+    /// and they could not be handed to the base repository's branch (it is
+    /// checked out there, it has diverged, or the base is gone): the
+    /// workspace is left as it is.
+    #[error("workspace '{id}' at '{}' has unpushed commits on branch '{branch}' that cannot be kept in '{}' ({reason}): push them (`baton git push --repo '{}'`), keep them under another name (`git -C '{}' fetch '{}' {branch}:{branch}-kept`) or discard them (`rm -rf '{}'`), then run `baton workspace remove {id}`", path.display(), base.display(), path.display(), base.display(), path.display(), path.display())]
+    Unpushed {
+        /// The workspace id.
+        id: String,
+        /// Its path.
+        path: PathBuf,
+        /// The branch with the commits.
+        branch: String,
+        /// The base repository.
+        base: PathBuf,
+        /// Why they could not be kept there (git's words).
+        reason: String,
+    },
     /// HEAD is detached and no branch was named.
     #[error("HEAD of '{}' is detached: name the branch to push with --branch", repo.display())]
     DetachedHead {

@@ -12,7 +12,10 @@
 //! A workspace is locked (`workspace/<id>` in the caller's baton dir) while it
 //! is created and while it is removed, so gc never removes one that is still
 //! being made, and `--git-lock-wait` is one deadline for every lock an
-//! operation takes.
+//! operation takes. A clone workspace on a branch keeps its work when it goes:
+//! commits that exist nowhere else are fetched back into the base's branch
+//! first (where a worktree would have left them), and if that is impossible
+//! the removal is refused with the ways to keep them.
 
 use std::collections::HashSet;
 use std::fs;
@@ -389,21 +392,7 @@ fn resolve(repo: &Repo, reference: &str) -> Result<String, GitError> {
 }
 
 fn branch_commit(repo: &Repo, branch: &str) -> Result<Option<String>, GitError> {
-    let full = format!("refs/heads/{branch}");
-    let (out, _) = git::output(
-        &repo.path,
-        [
-            "--no-optional-locks",
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            full.as_str(),
-        ],
-    )?;
-    Ok(out
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()))
+    commit_of(&repo.path, &format!("refs/heads/{branch}"))
 }
 
 fn origin_url(repo: &Repo) -> Result<Option<String>, GitError> {
@@ -425,8 +414,8 @@ fn origin_url(repo: &Repo) -> Result<Option<String>, GitError> {
     }
 }
 
-/// Removes workspaces of dead owners that hold `branch` of the same base, so
-/// a crashed run never blocks its branch.
+/// Removes worktrees of dead owners that hold `branch` of the same base, so
+/// a crashed run never blocks its branch (a clone blocks nothing).
 fn clean_stale_for_branch(
     dir: &BatonDir,
     new: &Workspace,
@@ -434,7 +423,8 @@ fn clean_stale_for_branch(
     wait: WaitPolicy,
 ) -> Result<(), GitError> {
     for old in registry::all(dir)?.into_iter().flatten() {
-        if old.base_git_dir == new.base_git_dir
+        if old.strategy == Strategy::Worktree
+            && old.base_git_dir == new.base_git_dir
             && old.branch.as_deref() == Some(branch)
             && old.owner.liveness() == Liveness::Dead
         {
@@ -513,7 +503,9 @@ pub fn get(dir: &BatonDir, id: &str) -> Result<Workspace, GitError> {
 }
 
 /// Removes a workspace (directory, worktree registration, record), whoever
-/// owns it. `git_lock_wait` bounds the whole removal (the workspace's lock, which a
+/// owns it. A clone on a branch first hands commits that exist nowhere else
+/// to the base's branch, or refuses ([`GitError::Unpushed`]).
+/// `git_lock_wait` bounds the whole removal (the workspace's lock, which a
 /// creation or another removal holds, and the repository's).
 pub fn remove(dir: &BatonDir, id: &str, git_lock_wait: WaitPolicy) -> Result<Workspace, GitError> {
     validate_id(id)?;
@@ -588,6 +580,9 @@ fn remove_workspace(dir: &BatonDir, ws: &Workspace, wait: WaitPolicy) -> Result<
             root.join(".registry").join(format!("{}.json", ws.id)).display()
         )));
     }
+    if let (Strategy::Clone, Some(branch)) = (ws.strategy, &ws.branch) {
+        keep_branch(ws, branch, wait)?;
+    }
     remove_dir(ws)?;
     if ws.strategy == Strategy::Worktree {
         // The base may be gone too; then there is nothing to prune.
@@ -643,6 +638,99 @@ fn remedy(e: &io::Error, ws: &Workspace) -> String {
         }
         _ => format!("fix the cause, then {again}"),
     }
+}
+
+/// Before a clone workspace on `branch` goes, hands the commits of its branch
+/// that exist nowhere else to the base repository's branch of the same name,
+/// where a worktree would have left them. "Nowhere else": not reachable from
+/// the workspace's remote-tracking refs (what it pushed, and the base's
+/// branches as they were when it was cloned), from the commit it started at,
+/// or from the base's branch. The fetch into the base is a fast-forward or
+/// nothing (no `+`), and git refuses to move a branch checked out in a work
+/// tree of the base; then the removal is refused with the ways to keep them.
+fn keep_branch(ws: &Workspace, branch: &str, wait: WaitPolicy) -> Result<(), GitError> {
+    if !ws.path.join(".git").is_dir() {
+        return Ok(()); // never got as far as a clone
+    }
+    let full = format!("refs/heads/{branch}");
+    let Some(tip) = commit_of(&ws.path, &full)? else {
+        return Ok(()); // the branch was deleted in the workspace
+    };
+    let new = git::run(
+        &ws.path,
+        [
+            "rev-list",
+            "-n1",
+            "--ignore-missing",
+            tip.as_str(),
+            "--not",
+            "--remotes",
+            ws.commit.as_str(),
+        ],
+    )?;
+    if new.is_empty() {
+        return Ok(());
+    }
+    let unpushed = |reason: String| GitError::Unpushed {
+        id: ws.id.clone(),
+        path: ws.path.clone(),
+        branch: branch.to_string(),
+        base: ws.base_repo.clone(),
+        reason,
+    };
+    let base = Repo::open(&ws.base_repo)
+        .map_err(|e| unpushed(format!("it cannot be opened: {}", baton_lock::one_line(&e))))?;
+    if let Some(kept) = commit_of(&base.path, &full)? {
+        let (out, _) = git::output(
+            &base.path,
+            ["merge-base", "--is-ancestor", tip.as_str(), kept.as_str()],
+        )?;
+        if out.status.success() {
+            return Ok(()); // the base's branch has them already
+        }
+    }
+    let refspec = format!("{full}:{full}");
+    let (out, _) = base.output_locked(
+        wait,
+        &ws.run_id,
+        &[
+            "fetch".as_ref(),
+            "--quiet".as_ref(),
+            ws.path.as_os_str(),
+            refspec.as_ref(),
+        ],
+    )?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Err(unpushed(
+        stderr
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; "),
+    ))
+}
+
+/// The commit `full_ref` points at in `repo`, if it exists.
+fn commit_of(repo: &Path, full_ref: &str) -> Result<Option<String>, GitError> {
+    let spec = format!("{full_ref}^{{commit}}");
+    let (out, _) = git::output(
+        repo,
+        [
+            "--no-optional-locks",
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            spec.as_str(),
+        ],
+    )?;
+    Ok(out
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()))
 }
 
 /// Bytes allocated on disk under `path`, each inode counted once.
