@@ -75,6 +75,15 @@ pub struct RunWorkspaceArgs {
     #[arg(long, requires = "workspace")]
     pub include_ignored: bool,
 
+    /// First refresh the repository from its origin (`git fetch origin`), shared with other
+    /// fetches within --fetch-debounce.
+    #[arg(long, requires = "workspace")]
+    pub fetch: bool,
+
+    /// Skip the fetch if the repository was fetched this recently.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s", requires = "fetch")]
+    pub fetch_debounce: Duration,
+
     /// Longest wait for the repository's and the workspace's locks, all together.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "workspace")]
     pub git_lock_wait: Option<Duration>,
@@ -89,6 +98,8 @@ impl RunWorkspaceArgs {
         req.branch = self.branch.clone();
         req.strategy = self.strategy.into();
         req.include_ignored = self.include_ignored;
+        req.fetch = self.fetch;
+        req.fetch_debounce = self.fetch_debounce;
         if let Some(w) = self.git_lock_wait {
             req.git_lock_wait = WaitPolicy::from(w);
         }

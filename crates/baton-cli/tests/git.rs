@@ -1084,3 +1084,23 @@ fn removing_a_clone_workspace_refuses_to_drop_commits_it_cannot_keep() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(!path.exists());
 }
+
+/// Issue 20: `baton run --workspace --fetch`, as documented, refreshes the
+/// base from its origin first.
+#[test]
+fn run_with_a_workspace_accepts_fetch_as_documented() {
+    let g = GitEnv::new();
+    let other = pusher(&g, "other");
+    g.git_ok(&other, &["push", "-q", "origin", "main"]);
+    let tip = g.git_ok(&other, &["rev-parse", "HEAD"]);
+    let out = g.run(&[
+        "run",
+        "--workspace",
+        g.base.to_str().unwrap(),
+        "--fetch",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(g.git_ok(&g.base, &["rev-parse", "origin/main"]), tip);
+}
