@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Git workspaces and pushes: baton against plain git.
 
-    python3 bench/git_bench.py [--files 3000] [--trials 7] [--agents 10] [--rounds 3] [--skip-build]
+    python3 bench/git_bench.py [--files 3000] [--trials 7] [--agents 10] [--rounds 3]
+                               [--skip-build] [--baton PATH] [--skip-creation]
 
 Creation: on a generated repository of --files files (a few directories deep,
 ~1 KiB each, one commit), the median time over --trials of
@@ -13,9 +14,16 @@ Each created workspace is removed outside the timed part.
 
 Pushes: --agents agents each have their own clone with one new commit of their
 own file, and all start pushing to one bare remote at one instant:
-  baton git push                               (serialised per remote branch, fetch+rebase+retry, backoff)
+  baton git push                               (run in each clone with its own default baton dir,
+                                                <clone>/.git/baton, as agents do: the push queue must
+                                                still be one per remote branch)
+  baton git push, one shared BATON_DIR         (the same with every pusher in one baton dir)
   naive loop                                   (for 3 attempts: git push || git pull --rebase)
-reported as commits landed on the remote and wall time, median of --rounds.
+reported as commits landed on the remote, push attempts (max over agents) and
+wall time, median of --rounds.
+
+--baton PATH measures a prebuilt binary (e.g. one of another commit, for a
+before/after comparison) instead of building this checkout's.
 
 git never sees the user's configuration (temp HOME, GIT_CONFIG_GLOBAL,
 GIT_CONFIG_NOSYSTEM). Standard library only; markdown table on stdout,
@@ -25,6 +33,7 @@ progress on stderr.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -125,7 +134,7 @@ def creation(bench: Bench, base: str, trials: int) -> list[tuple[str, float]]:
     return [(k, statistics.median(v)) for k, v in results.items()]
 
 
-def push_round(bench: Bench, remote: str, base: str, agents: int, tool: str, rnd: int) -> tuple[int, float]:
+def push_round(bench: Bench, remote: str, base: str, agents: int, tool: str, rnd: int) -> tuple[int, float, int]:
     # Fresh remote branch state: reset remote main to the base commit.
     start_commit = bench.git("rev-parse", "main", cwd=base)
     bench.git("update-ref", "refs/heads/main", start_commit, cwd=remote)
@@ -138,8 +147,12 @@ def push_round(bench: Bench, remote: str, base: str, agents: int, tool: str, rnd
         bench.git("add", ".", cwd=d)
         bench.git("commit", "-qm", f"agent {i}", cwd=d)
         dirs.append(d)
+    shared = os.path.join(bench.tmp, f"shared-{rnd}")
     if tool == "baton":
-        cmd = f'exec "{bench.baton}" --dir "{bench.dir}" git push --branch main'
+        # No --dir, no BATON_DIR: each clone's default baton dir.
+        cmd = f'exec "{bench.baton}" git push --branch main --json > ../{{name}}.json'
+    elif tool == "baton-shared":
+        cmd = f'BATON_DIR="{shared}" exec "{bench.baton}" git push --branch main --json > ../{{name}}.json'
     else:
         cmd = (
             "for i in 1 2 3; do git push -q origin HEAD:main 2>/dev/null && exit 0; "
@@ -148,7 +161,7 @@ def push_round(bench: Bench, remote: str, base: str, agents: int, tool: str, rnd
     # All agents block on one pipe and start when it closes.
     r, w = os.pipe()
     procs = [
-        subprocess.Popen(["sh", "-c", f"read _ <&3; {cmd}"], cwd=d, env=bench.env, pass_fds=(r,),
+        subprocess.Popen(["sh", "-c", f"read _ <&3; {cmd.replace('{name}', os.path.basename(d))}"], cwd=d, env=bench.env, pass_fds=(r,),
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          preexec_fn=lambda: os.dup2(r, 3))
         for d in dirs
@@ -162,9 +175,17 @@ def push_round(bench: Bench, remote: str, base: str, agents: int, tool: str, rnd
     os.close(r)
     log_lines = bench.git("log", "--format=%s", "main", cwd=remote).splitlines()
     landed = sum(1 for line in log_lines if line.startswith("agent "))
+    attempts = 0
     for d in dirs:
         shutil.rmtree(d)
-    return landed, wall
+        report = d + ".json"
+        if os.path.exists(report):
+            with open(report) as f:
+                text = f.read().strip()
+            if text:
+                attempts = max(attempts, json.loads(text)["attempts"])
+            os.remove(report)
+    return landed, wall, attempts
 
 
 def main() -> None:
@@ -174,36 +195,45 @@ def main() -> None:
     ap.add_argument("--agents", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-build", action="store_true")
+    ap.add_argument("--baton", help="measure this prebuilt baton binary")
+    ap.add_argument("--skip-creation", action="store_true", help="measure pushes only")
     args = ap.parse_args()
-    if not args.skip_build:
-        log("building baton (release)")
-        subprocess.run(["cargo", "build", "--release", "-q", "-p", "baton"], cwd=ROOT, check=True)
-    baton = str(target_dir() / "release" / "baton")
+    if args.baton:
+        baton = os.path.abspath(args.baton)
+    else:
+        if not args.skip_build:
+            log("building baton (release)")
+            subprocess.run(["cargo", "build", "--release", "-q", "-p", "baton"], cwd=ROOT, check=True)
+        baton = str(target_dir() / "release" / "baton")
     with tempfile.TemporaryDirectory(prefix="baton-git-bench-") as tmp:
         bench = Bench(tmp, baton)
         log(f"generating a repository of {args.files} files")
         remote, base = bench.make_repo(args.files)
-        rows = creation(bench, base, args.trials)
+        rows = [] if args.skip_creation else creation(bench, base, args.trials)
         pushes = {}
-        for tool in ("baton", "naive"):
+        for tool in ("baton", "baton-shared", "naive"):
             runs = [push_round(bench, remote, base, args.agents, tool, r) for r in range(args.rounds)]
             log(f"{tool}: {runs}")
             pushes[tool] = runs
-    worktree = dict(rows)["git worktree add --detach (plain)"]
-    print(f"Workspace creation, repository of {args.files} files, median of {args.trials}:\n")
-    print("| method | median | vs plain `git worktree add` |")
-    print("|---|---:|---:|")
-    for name, secs in rows:
-        print(f"| {name} | {secs * 1000:.1f} ms | {secs / worktree:.2f}x |")
-    print(f"\n{args.agents} agents pushing one commit each to one bare remote at once, {args.rounds} rounds:\n")
-    print("| method | commits landed (per round) | wall time, median |")
-    print("|---|---|---:|")
-    labels = {"baton": "`baton git push` (defaults: 5 attempts, backoff 1s..16s)",
+    if rows:
+        worktree = dict(rows)["git worktree add --detach (plain)"]
+        print(f"Workspace creation, repository of {args.files} files, median of {args.trials}:\n")
+        print("| method | median | vs plain `git worktree add` |")
+        print("|---|---:|---:|")
+        for name, secs in rows:
+            print(f"| {name} | {secs * 1000:.1f} ms | {secs / worktree:.2f}x |")
+        print()
+    print(f"{args.agents} agents pushing one commit each to one bare remote at once, {args.rounds} rounds:\n")
+    print("| method | commits landed (per round) | attempts, max (per round) | wall time, median |")
+    print("|---|---|---|---:|")
+    labels = {"baton": "`baton git push`, each clone its own default baton dir",
+              "baton-shared": "`baton git push`, one shared `BATON_DIR`",
               "naive": "naive loop: 3 x (`git push` \\|\\| `git pull --rebase`)"}
     for tool, runs in pushes.items():
-        landed = ", ".join(f"{n}/{args.agents}" for n, _ in runs)
-        wall = statistics.median(w for _, w in runs)
-        print(f"| {labels[tool]} | {landed} | {wall * 1000:.0f} ms |")
+        landed = ", ".join(f"{n}/{args.agents}" for n, _, _ in runs)
+        attempts = ", ".join(str(a) for _, _, a in runs) if tool != "naive" else "-"
+        wall = statistics.median(w for _, w, _ in runs)
+        print(f"| {labels[tool]} | {landed} | {attempts} | {wall * 1000:.0f} ms |")
 
 
 if __name__ == "__main__":
