@@ -127,25 +127,8 @@ fn acquired_lock_ends_with_ttl_or_with_the_calling_process() {
     let env = Env::new();
     // The ttl ends the hold while the script still works under the lock:
     // the script is stopped first (TERM), and only then is the lock free.
-    let at_term = env.path("at-term");
-    let script = format!(
-        "{b} --dir {d} lock acquire ttl --ttl 300ms >/dev/null || exit 1; trap '{b} --dir {d} lock status ttl --json > {t}; exit 3' TERM; while :; do sleep 0.05; done",
-        b = env!("CARGO_BIN_EXE_baton"),
-        d = env.dir.display(),
-        t = at_term.display()
-    );
-    let mut sh = Command::new("sh").arg("-c").arg(&script).spawn().unwrap();
-    assert_eq!(
-        sh.wait().unwrap().code(),
-        Some(3),
-        "the script was not stopped"
-    );
-    let st: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(&at_term).unwrap()).unwrap();
-    assert_eq!(
-        st["held"], true,
-        "released before its caller was stopped: {st}"
-    );
+    let script = ScriptHolding::start(&env, "ttl", "--ttl 300ms");
+    script.assert_stopped_while_held();
     env.wait_for_held("ttl", false);
 
     // The caller (a shell) exits: the holder notices through its pidfd.
@@ -351,29 +334,45 @@ fn release_without_a_token_never_frees_another_scripts_hold() {
 #[test]
 fn break_of_an_acquired_lock_stops_the_script_before_the_lock_is_free() {
     let env = Env::new();
-    let at_term = env.path("at-term");
-    let script = format!(
-        "{b} --dir {d} lock acquire brk2 >/dev/null || exit 1; trap '{b} --dir {d} lock status brk2 --json > {t}; exit 3' TERM; while :; do sleep 0.05; done",
-        b = env!("CARGO_BIN_EXE_baton"),
-        d = env.dir.display(),
-        t = at_term.display()
-    );
-    let mut sh = Command::new("sh").arg("-c").arg(&script).spawn().unwrap();
+    let script = ScriptHolding::start(&env, "brk2", "");
     env.wait_for_held("brk2", true);
     let out = env.run(&["lock", "break", "brk2", "--grace", "5s"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(
-        sh.wait().unwrap().code(),
-        Some(3),
-        "the script was not stopped"
-    );
-    let st: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(&at_term).unwrap()).unwrap();
-    assert_eq!(
-        st["held"], true,
-        "released before its caller was stopped: {st}"
-    );
+    script.assert_stopped_while_held();
     assert_eq!(env.status("brk2")["held"], false);
+}
+
+/// A shell script that holds `name` through `lock acquire` and works until
+/// it is stopped; on TERM it records the lock's status and exits 3.
+struct ScriptHolding {
+    child: std::process::Child,
+    at_term: std::path::PathBuf,
+}
+
+impl ScriptHolding {
+    fn start(env: &Env, name: &str, acquire_args: &str) -> ScriptHolding {
+        let at_term = env.path(&format!("{name}-at-term"));
+        let script = format!(
+            "{b} --dir {d} lock acquire {name} {acquire_args} >/dev/null || exit 1; trap '{b} --dir {d} lock status {name} --json > {t}; exit 3' TERM; while :; do sleep 0.05; done",
+            b = env!("CARGO_BIN_EXE_baton"),
+            d = env.dir.display(),
+            t = at_term.display()
+        );
+        let child = Command::new("sh").arg("-c").arg(&script).spawn().unwrap();
+        ScriptHolding { child, at_term }
+    }
+
+    /// The script was stopped by TERM while the lock was still held.
+    fn assert_stopped_while_held(mut self) {
+        let code = self.child.wait().unwrap().code();
+        assert_eq!(code, Some(3), "the script was not stopped");
+        let st: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&self.at_term).unwrap()).unwrap();
+        assert_eq!(
+            st["held"], true,
+            "released before its caller was stopped: {st}"
+        );
+    }
 }
 
 #[test]
