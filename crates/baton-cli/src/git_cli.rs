@@ -14,10 +14,7 @@ use serde::Serialize;
 
 use crate::commands::fail;
 use crate::duration::parse_duration;
-use crate::exit_codes::{BATON_FAILED, NOT_ACQUIRED};
-
-/// Exit code of `baton git push` when the rebase onto the remote branch conflicts.
-pub const PUSH_CONFLICT: u8 = 1;
+use crate::exit_codes::{BATON_FAILED, NOT_ACQUIRED, PUSH_CONFLICT};
 
 /// Workspace strategies on the command line.
 #[derive(Debug, Clone, Copy, ValueEnum)]

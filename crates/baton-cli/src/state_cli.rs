@@ -16,13 +16,9 @@ use serde::Serialize;
 use crate::cli::WaitArgs;
 use crate::commands::fail;
 use crate::exit_codes::{
-    for_child, for_lock_error, BATON_FAILED, CHANGED_NOT_DURABLE, NOT_ACQUIRED,
+    for_child, for_lock_error, BATON_FAILED, CHANGED_NOT_DURABLE, NOT_ACQUIRED, NOT_EXECUTABLE,
+    NOT_FOUND,
 };
-
-/// The filter could not be executed.
-const NOT_EXECUTABLE: u8 = 126;
-/// The filter was not found.
-const NOT_FOUND: u8 = 127;
 
 fn lock_name(s: &str) -> Result<LockName, String> {
     LockName::new(s).map_err(|e| e.to_string())

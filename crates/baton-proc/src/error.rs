@@ -5,11 +5,11 @@ use std::io;
 use std::path::PathBuf;
 
 /// Exit code for "the command was not found" (as in POSIX shells).
-pub const EXIT_NOT_FOUND: i32 = 127;
+pub const EXIT_NOT_FOUND: i32 = baton_contract::exit::NOT_FOUND;
 /// Exit code for "the command was found but could not be executed".
-pub const EXIT_NOT_EXECUTABLE: i32 = 126;
+pub const EXIT_NOT_EXECUTABLE: i32 = baton_contract::exit::NOT_EXECUTABLE;
 /// Exit code for "baton itself failed".
-pub const EXIT_INTERNAL: i32 = 125;
+pub const EXIT_INTERNAL: i32 = baton_contract::exit::BATON_FAILED;
 
 /// Why a child could not be run or supervised, or a process could not be terminated.
 ///

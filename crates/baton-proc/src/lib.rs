@@ -86,9 +86,9 @@ pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 /// Exit code for a run that was killed because it exceeded its timeout.
-pub const EXIT_TIMED_OUT: i32 = 124;
+pub const EXIT_TIMED_OUT: i32 = baton_contract::exit::TIMED_OUT;
 /// Exit code for a run that was cancelled (in baton: superseded by a newer run).
-pub const EXIT_CANCELLED: i32 = 79;
+pub const EXIT_CANCELLED: i32 = baton_contract::exit::SUPERSEDED;
 
 /// What to run and how long to let it run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,7 +183,7 @@ impl Outcome {
     pub fn exit_code(&self) -> i32 {
         match *self {
             Outcome::Exited(code) => code,
-            Outcome::Signaled(signal) => 128 + signal,
+            Outcome::Signaled(signal) => baton_contract::exit::SIGNALED_BASE + signal,
             Outcome::TimedOut => EXIT_TIMED_OUT,
             Outcome::Cancelled => EXIT_CANCELLED,
         }

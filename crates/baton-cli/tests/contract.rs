@@ -1,0 +1,199 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! The machine contract (`baton_contract`): every `--json` output has exactly
+//! the documented fields, and the exit codes are the documented ones. Real
+//! binary, real locks, real git repositories.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::process::Command;
+
+use baton_contract::exit;
+use baton_contract::json::{self, Shape};
+use common::{code, stderr, stdout, Env};
+
+fn fields(v: &serde_json::Value) -> BTreeSet<String> {
+    v.as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .cloned()
+        .collect()
+}
+
+fn assert_shape(shape: Shape, v: &serde_json::Value) {
+    let want: BTreeSet<String> = shape.fields.iter().map(|f| f.to_string()).collect();
+    assert_eq!(
+        fields(v),
+        want,
+        "`baton {} --json` drifted from its contract",
+        shape.command
+    );
+}
+
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    assert!(out.status.success(), "{}", stderr(out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn lock_and_group_json_outputs_have_the_documented_fields() {
+    let env = Env::new();
+    let held = json_of(&env.run(&["lock", "acquire", "j", "--json"]));
+    assert_shape(json::LOCK_ACQUIRE, &held);
+    let st = json_of(&env.run(&["lock", "status", "j", "--json"]));
+    assert_shape(json::LOCK_STATUS, &st);
+    assert_shape(json::HOLDER, &st["holders"][0]);
+    let all = json_of(&env.run(&["lock", "list", "--json"]));
+    assert_shape(json::LOCK_STATUS, &all[0]);
+    let token = held["token"].to_string();
+    let rel = json_of(&env.run(&["lock", "release", "j", "--token", &token, "--json"]));
+    assert_shape(json::LOCK_RELEASE, &rel);
+
+    let ready = env.path("ready");
+    let cmd = format!("touch {}; sleep 30", ready.display());
+    let mut holder = env.spawn(&["run", "--lock", "b", "--", "sh", "-c", &cmd]);
+    common::wait_for_file(&ready);
+    let broke = json_of(&env.run(&["lock", "break", "b", "--json"]));
+    assert_shape(json::LOCK_BREAK, &broke);
+    holder.wait().unwrap();
+
+    assert!(env
+        .run(&["run", "--group", "g", "--", "true"])
+        .status
+        .success());
+    let g = json_of(&env.run(&["group", "status", "g", "--json"]));
+    assert_shape(json::GROUP_STATUS, &g);
+    let gs = json_of(&env.run(&["group", "status", "--json"]));
+    assert_shape(json::GROUP_STATUS, &gs[0]);
+}
+
+#[test]
+fn state_json_outputs_have_the_documented_fields() {
+    let env = Env::new();
+    let file = env.path("s.json");
+    fs::write(&file, "{}\n").unwrap();
+    let f = file.to_str().unwrap();
+    let got = json_of(&env.run(&["state", "get", f, "--json"]));
+    assert_shape(json::STATE_GET, &got);
+    let edited = json_of(&env.run(&["state", "edit", f, "--json", "--", "echo", "{\"a\":1}"]));
+    assert_shape(json::STATE_EDIT, &edited);
+}
+
+#[test]
+fn workspace_and_push_json_outputs_have_the_documented_fields() {
+    let env = Env::new();
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let out = Command::new("git")
+            .current_dir(dir)
+            .args(["-c", "user.email=t@t", "-c", "user.name=t"])
+            .args(args)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
+    };
+    let remote = env.path("remote.git");
+    let repo = env.path("repo");
+    fs::create_dir(&repo).unwrap();
+    git(
+        env.tmp.path(),
+        &[
+            "init",
+            "-q",
+            "--bare",
+            "-b",
+            "main",
+            remote.to_str().unwrap(),
+        ],
+    );
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "one"]);
+    git(
+        &repo,
+        &["remote", "add", "origin", remote.to_str().unwrap()],
+    );
+    git(&repo, &["push", "-q", "-u", "origin", "main"]);
+    let in_repo = |args: &[&str]| {
+        env.baton(args)
+            .current_dir(&repo)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap()
+    };
+    let ws = json_of(&in_repo(&["workspace", "create", "--json"]));
+    assert_shape(json::WORKSPACE, &ws);
+    let listed = json_of(&in_repo(&["workspace", "list", "--json"]));
+    assert_shape(json::WORKSPACE_LISTED, &listed[0]);
+    let gc = json_of(&in_repo(&["workspace", "gc", "--json"]));
+    assert_shape(json::WORKSPACE_GC, &gc);
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "two"]);
+    let pushed = json_of(&in_repo(&["git", "push", "--json"]));
+    assert_shape(json::GIT_PUSH, &pushed);
+}
+
+#[test]
+fn exit_codes_are_the_documented_ones() {
+    let env = Env::new();
+    let run = |args: &[&str]| code(&env.run(args));
+    assert_eq!(run(&["run", "--lock", "x", "--", "sh", "-c", "exit 7"]), 7);
+    assert_eq!(
+        run(&["run", "--lock", "x", "--", "sh", "-c", "kill -9 $$"]),
+        exit::SIGNALED_BASE + 9
+    );
+    assert_eq!(
+        run(&["run", "--lock", "x", "--", "/nonexistent/cmd"]),
+        exit::NOT_FOUND
+    );
+    assert_eq!(
+        run(&["run", "--lock", "x", "--", "/dev/null"]),
+        exit::NOT_EXECUTABLE
+    );
+    assert_eq!(
+        run(&[
+            "run",
+            "--lock",
+            "x",
+            "--timeout",
+            "100ms",
+            "--",
+            "sleep",
+            "5"
+        ]),
+        exit::TIMED_OUT
+    );
+    assert_eq!(
+        run(&["run", "--lock", "../x", "--", "true"]),
+        exit::BATON_FAILED
+    );
+    let held = env.run(&["lock", "acquire", "busy"]);
+    assert!(held.status.success(), "{}", stderr(&held));
+    assert_eq!(
+        run(&["run", "--lock", "busy", "--no-wait", "--", "true"]),
+        exit::NOT_ACQUIRED
+    );
+    let token = stdout(&held).trim().to_string();
+    assert_eq!(
+        run(&["lock", "release", "busy", "--token", &token]),
+        exit::SUCCESS
+    );
+    let file = env.path("s.json");
+    fs::write(&file, "{}\n").unwrap();
+    let f = file.to_str().unwrap();
+    assert_eq!(
+        run(&[
+            "state",
+            "edit",
+            f,
+            "--if-version",
+            "0000000000000000",
+            "--",
+            "cat"
+        ]),
+        exit::NOT_ACQUIRED
+    );
+    // Every code in the table is one of those above or documented elsewhere.
+    for (c, _) in exit::TABLE {
+        assert!((0..=255).contains(c));
+    }
+}

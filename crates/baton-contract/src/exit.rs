@@ -1,0 +1,72 @@
+//! Exit codes (DESIGN.md, "Exit codes"). No other file writes these numbers.
+//!
+//! | code | constant | meaning |
+//! |---|---|---|
+//! | 0 | [`SUCCESS`] | done (for `baton run`: the command exited 0) |
+//! | the command's | — | `baton run`: the command ran; its own status passes through |
+//! | 128+N | [`SIGNALED_BASE`] + N | `baton run`: the command was killed by signal N |
+//! | 1 | [`GIT_CONFLICT`] | `baton git push`: a rebase conflict (local commits untouched) |
+//! | 74 | [`CHANGED_NOT_DURABLE`] | `baton state`: changed, but durability unknown; check before repeating |
+//! | 75 | [`NOT_ACQUIRED`] | not acquired: busy with `--no-wait`, `--wait` elapsed, skipped, `--max-pending`, a stale token or version |
+//! | 79 | [`SUPERSEDED`] | superseded by a newer run of the same group (or cancelled) |
+//! | 124 | [`TIMED_OUT`] | the command ran past `--timeout` and was killed |
+//! | 125 | [`BATON_FAILED`] | baton itself failed: bad usage, bad input, I/O error |
+//! | 126 | [`NOT_EXECUTABLE`] | the command could not be executed |
+//! | 127 | [`NOT_FOUND`] | the command was not found |
+
+/// Success.
+pub const SUCCESS: i32 = 0;
+/// `baton git push`: the rebase onto the remote conflicted.
+pub const GIT_CONFLICT: i32 = 1;
+/// `baton state`: the change was made (or an append failed part-way and
+/// could not be undone) but could not be confirmed durable (sysexits' EX_IOERR).
+pub const CHANGED_NOT_DURABLE: i32 = 74;
+/// Not acquired: busy, wait elapsed, skipped by the group, stale token or version.
+pub const NOT_ACQUIRED: i32 = 75;
+/// Superseded by a newer run of the group, or cancelled.
+pub const SUPERSEDED: i32 = 79;
+/// The command ran past its timeout and was killed.
+pub const TIMED_OUT: i32 = 124;
+/// baton itself failed (bad usage, bad input, I/O error).
+pub const BATON_FAILED: i32 = 125;
+/// The command exists but could not be executed.
+pub const NOT_EXECUTABLE: i32 = 126;
+/// The command was not found.
+pub const NOT_FOUND: i32 = 127;
+/// A command killed by signal N exits `SIGNALED_BASE + N`, as in shells.
+pub const SIGNALED_BASE: i32 = 128;
+
+/// Every code baton itself decides, with its meaning (for `--help` texts and tests).
+pub const TABLE: &[(i32, &str)] = &[
+    (SUCCESS, "done"),
+    (GIT_CONFLICT, "git push: rebase conflict"),
+    (CHANGED_NOT_DURABLE, "state: changed, durability unknown"),
+    (NOT_ACQUIRED, "not acquired"),
+    (SUPERSEDED, "superseded"),
+    (TIMED_OUT, "timed out"),
+    (BATON_FAILED, "baton failed"),
+    (NOT_EXECUTABLE, "command not executable"),
+    (NOT_FOUND, "command not found"),
+];
+
+/// The process exit status for `code`: codes outside 0–255 (which a process
+/// cannot exit with) become [`BATON_FAILED`].
+pub fn to_status(code: i32) -> u8 {
+    u8::try_from(code).unwrap_or(BATON_FAILED as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_distinct_and_fit_a_process_status() {
+        for (i, (a, _)) in TABLE.iter().enumerate() {
+            assert!((0..=255).contains(a));
+            assert!(TABLE[i + 1..].iter().all(|(b, _)| a != b), "{a} twice");
+        }
+        assert_eq!(to_status(300), 125);
+        assert_eq!(to_status(-1), 125);
+        assert_eq!(to_status(SIGNALED_BASE + 9), 137);
+    }
+}

@@ -1,0 +1,205 @@
+//! Every `--json` output: the command, the library type it serializes, and
+//! its top-level fields. Fields are only ever added; scripts may ignore
+//! fields they do not know. `null` stands for "none" where a field is optional.
+//!
+//! | command | type | shape |
+//! |---|---|---|
+//! | `lock status NAME --json` | `baton_lock::LockStatus` | object, [`LOCK_STATUS`] |
+//! | `lock status --json`, `lock list --json` | `Vec<LockStatus>` | array of [`LOCK_STATUS`] |
+//! | `lock acquire --json` | `baton_run::hold::Held` | object, [`LOCK_ACQUIRE`] |
+//! | `lock release --json` | `baton_run::hold::ReleaseReport` | object, [`LOCK_RELEASE`] |
+//! | `lock break --json` | `baton_run::hold::BreakReport` | object, [`LOCK_BREAK`] |
+//! | `group status KEY --json` | `baton_run::GroupStatus` | object, [`GROUP_STATUS`] |
+//! | `group status --json` | `Vec<GroupStatus>` | array of [`GROUP_STATUS`] |
+//! | `state get --json` | `baton_state` read result | object, [`STATE_GET`] |
+//! | `state edit --json` | `baton_state::Edited` | object, [`STATE_EDIT`] |
+//! | `workspace create --json` | `baton_git::Workspace` | object, [`WORKSPACE`] |
+//! | `workspace list --json` | workspace records | array of [`WORKSPACE_LISTED`] |
+//! | `workspace gc --json` | `baton_git::GcReport` | object, [`WORKSPACE_GC`] |
+//! | `git push --json` | `baton_git::PushReport` | object, [`GIT_PUSH`] |
+//!
+//! A holder inside `holders`/`holder`/`last_holder` has the fields [`HOLDER`].
+
+/// One JSON output: the command that prints it and its top-level fields.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// The command, without `--json`.
+    pub command: &'static str,
+    /// Its top-level fields, sorted.
+    pub fields: &'static [&'static str],
+}
+
+/// `baton lock status NAME --json` (and each element of `lock list --json`).
+pub const LOCK_STATUS: Shape = Shape {
+    command: "lock status NAME",
+    fields: &[
+        "content",
+        "content_error",
+        "held",
+        "held_through_replaced_file",
+        "holder",
+        "holders",
+        "last_holder",
+        "last_holder_died",
+        "last_token",
+        "max",
+        "mode",
+        "name",
+        "path",
+        "waiters",
+    ],
+};
+
+/// A holder in `lock status`.
+pub const HOLDER: Shape = Shape {
+    command: "lock status NAME (a holder)",
+    fields: &[
+        "acquired_at",
+        "acquired_for",
+        "alive",
+        "boot_id",
+        "host",
+        "kind",
+        "liveness",
+        "mode",
+        "operation",
+        "owner",
+        "pid",
+        "run_id",
+        "slot",
+        "start_time",
+        "token",
+    ],
+};
+
+/// `baton lock acquire --json`.
+pub const LOCK_ACQUIRE: Shape = Shape {
+    command: "lock acquire NAME",
+    fields: &["holder_pid", "name", "run_id", "token"],
+};
+
+/// `baton lock release --json`.
+pub const LOCK_RELEASE: Shape = Shape {
+    command: "lock release NAME",
+    fields: &["holder_pid", "name", "token"],
+};
+
+/// `baton lock break --json`.
+pub const LOCK_BREAK: Shape = Shape {
+    command: "lock break NAME",
+    fields: &["free_now", "name", "stopped", "was_held"],
+};
+
+/// `baton group status KEY --json`.
+pub const GROUP_STATUS: Shape = Shape {
+    command: "group status KEY",
+    fields: &[
+        "completed",
+        "generation",
+        "key",
+        "max",
+        "mode",
+        "running",
+        "skipped",
+        "superseded",
+        "waiting",
+    ],
+};
+
+/// `baton state get --json`.
+pub const STATE_GET: Shape = Shape {
+    command: "state get FILE",
+    fields: &["content", "version"],
+};
+
+/// `baton state edit --json`.
+pub const STATE_EDIT: Shape = Shape {
+    command: "state edit FILE",
+    fields: &["changed", "path", "previous", "version"],
+};
+
+/// `baton workspace create --json`.
+pub const WORKSPACE: Shape = Shape {
+    command: "workspace create",
+    fields: &[
+        "base_git_dir",
+        "base_repo",
+        "branch",
+        "commit",
+        "created_at",
+        "id",
+        "owner",
+        "path",
+        "reference",
+        "run_id",
+        "strategy",
+    ],
+};
+
+/// Each element of `baton workspace list --json`.
+pub const WORKSPACE_LISTED: Shape = Shape {
+    command: "workspace list",
+    fields: &[
+        "age_secs",
+        "base_git_dir",
+        "base_repo",
+        "branch",
+        "commit",
+        "created_at",
+        "exists",
+        "id",
+        "owner",
+        "owner_alive",
+        "path",
+        "reference",
+        "run_id",
+        "size_bytes",
+        "strategy",
+    ],
+};
+
+/// `baton workspace gc --json`.
+pub const WORKSPACE_GC: Shape = Shape {
+    command: "workspace gc",
+    fields: &["failed", "pruned", "removed", "skipped"],
+};
+
+/// `baton git push --json`.
+pub const GIT_PUSH: Shape = Shape {
+    command: "git push",
+    fields: &[
+        "attempts", "branch", "commit", "rebases", "remote", "repo", "run_id",
+    ],
+};
+
+/// Every shape, for tests and documentation.
+pub const ALL: &[Shape] = &[
+    LOCK_STATUS,
+    HOLDER,
+    LOCK_ACQUIRE,
+    LOCK_RELEASE,
+    LOCK_BREAK,
+    GROUP_STATUS,
+    STATE_GET,
+    STATE_EDIT,
+    WORKSPACE,
+    WORKSPACE_LISTED,
+    WORKSPACE_GC,
+    GIT_PUSH,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_sorted_and_unique() {
+        for s in ALL {
+            assert!(
+                s.fields.windows(2).all(|w| w[0] < w[1]),
+                "{}: fields must be sorted and unique",
+                s.command
+            );
+        }
+    }
+}
