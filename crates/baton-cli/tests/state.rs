@@ -595,8 +595,16 @@ fn append_reads_records_from_stdin_and_get_prints_content_and_versions() {
 #[test]
 fn a_shared_lock_covers_several_files_and_busy_exits_75() {
     let env = Env::new();
-    let out = env.run(&["lock", "acquire", "memory"]);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // Held by another script (a descendant of the holder would use its hold).
+    let go = env.path("go");
+    let holder = format!(
+        "T=$({b} --dir {d} lock acquire memory) || exit 1; while [ ! -e {g} ]; do sleep 0.01; done; {b} --dir {d} lock release memory",
+        b = env!("CARGO_BIN_EXE_baton"),
+        d = env.dir.display(),
+        g = go.display()
+    );
+    let mut holder = Command::new("sh").arg("-c").arg(&holder).spawn().unwrap();
+    env.wait_for_held("memory", true);
     let tasks = env.path("tasks.json");
     let events = env.path("events.jsonl");
     let mut busy = vec![
@@ -627,7 +635,8 @@ fn a_shared_lock_covers_several_files_and_busy_exits_75() {
         code(&env.run(&["state", "append", s(&events), "--no-wait", "{}"])),
         0
     );
-    assert_eq!(code(&env.run(&["lock", "release", "memory"])), 0);
+    fs::write(&go, "").unwrap();
+    assert!(holder.wait().unwrap().success());
     assert_eq!(code(&env.run(&busy)), 0);
     let out = env.run(&[
         "state",
@@ -894,4 +903,76 @@ fn append_keeps_a_complete_last_record_that_lacks_its_newline() {
         "{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n"
     );
     assert!(!env.path("events.jsonl.torn").exists());
+}
+
+#[test]
+fn several_files_change_under_one_lock_the_script_already_holds() {
+    let env = Env::new();
+    let b = env!("CARGO_BIN_EXE_baton");
+    let d = env.dir.display().to_string();
+    let tasks = env.path("tasks.json");
+    let log = env.path("log.jsonl");
+    fs::write(&tasks, "{\"n\":0}\n").unwrap();
+    let edit = format!(
+        "{b} --dir {d} state edit {t} --lock memory -- sh -c 'echo {{\\\"n\\\":1}}' && echo '{{\"e\":1}}' | {b} --dir {d} state append {l} --lock memory",
+        t = tasks.display(),
+        l = log.display()
+    );
+    // 1. Inside `baton run --lock memory`: the edits use the run's hold.
+    let out = env.run(&["run", "--lock", "memory", "--", "sh", "-c", &edit]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(&tasks).unwrap().trim(), "{\"n\":1}");
+    // 2. After `lock acquire memory` in the script; an outsider still waits.
+    let script = format!(
+        "T=$({b} --dir {d} lock acquire memory) || exit 1; {edit} || exit 2; {b} --dir {d} state edit {t} --lock memory --no-wait -- cat </dev/null >/dev/null; echo inner=$?; {b} --dir {d} lock release memory --token $T",
+        t = tasks.display()
+    );
+    let out = Command::new("sh").arg("-c").arg(&script).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("inner=0"), "{}", stdout(&out));
+    assert_eq!(fs::read_to_string(&log).unwrap().lines().count(), 2);
+    // A process that is not part of the holding script waits as usual.
+    let go = env.path("go");
+    let holder = format!(
+        "T=$({b} --dir {d} lock acquire memory) || exit 1; while [ ! -e {g} ]; do sleep 0.01; done; {b} --dir {d} lock release memory",
+        g = go.display()
+    );
+    let mut a = Command::new("sh").arg("-c").arg(&holder).spawn().unwrap();
+    env.wait_for_held("memory", true);
+    let outsider = env.run(&[
+        "state",
+        "edit",
+        s(&tasks),
+        "--lock",
+        "memory",
+        "--no-wait",
+        "--",
+        "cat",
+    ]);
+    assert_eq!(code(&outsider), 75, "{}", stderr(&outsider));
+    fs::write(&go, "").unwrap();
+    assert!(a.wait().unwrap().success());
+}
+
+#[test]
+fn descendants_using_their_scripts_hold_still_exclude_each_other() {
+    // Two background jobs of one holding script both use its hold: they must
+    // still not edit at the same time (no lost update).
+    let env = Env::new();
+    let b = env!("CARGO_BIN_EXE_baton");
+    let d = env.dir.display().to_string();
+    let counter = env.path("counter.json");
+    fs::write(&counter, "{\"n\":0}\n").unwrap();
+    let bump = format!(
+        "for i in $(seq 40); do {b} --dir {d} state edit {c} --lock memory -- python3 -c 'import json,sys; v=json.load(sys.stdin); v[\"n\"]+=1; print(json.dumps(v))' || exit 1; done",
+        c = counter.display()
+    );
+    let script = format!(
+        "T=$({b} --dir {d} lock acquire memory) || exit 1; ({bump}) & ({bump}) & wait; {b} --dir {d} lock release memory --token $T"
+    );
+    let out = Command::new("sh").arg("-c").arg(&script).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&counter).unwrap()).unwrap();
+    assert_eq!(v["n"], 80, "lost updates between two users of one hold");
 }

@@ -10,6 +10,9 @@ use crate::ofd::{self, Kind};
 
 /// Guards reads and writes of the JSON document and ticket allocation.
 pub(crate) const META: u64 = 1 << 40;
+/// Users of an ancestor's hold of slot `i` lock byte `BORROW_BASE + i`
+/// among themselves (see `LockRequest::use_ancestor_hold`).
+pub(crate) const BORROW_BASE: u64 = (1 << 40) + (1 << 32);
 /// Slot `i` of the lock is byte `SLOT_BASE + i`; exclusive and shared locks use slot 0.
 pub(crate) const SLOT_BASE: u64 = 1 << 41;
 /// Waiter ticket `t` is byte `TICKET_BASE + t`, write-locked while the waiter waits.

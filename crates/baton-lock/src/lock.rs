@@ -18,7 +18,9 @@ use crate::cancel::CancelToken;
 use crate::dir::BatonDir;
 use crate::error::{IoContext, LockError};
 use crate::identity::{default_owner, new_run_id, Liveness, ProcessIdentity};
-use crate::layout::{greatest_ticket_below, held_slots, META, SLOT_BASE, TICKET_BASE, TICKET_END};
+use crate::layout::{
+    greatest_ticket_below, held_slots, BORROW_BASE, META, SLOT_BASE, TICKET_BASE, TICKET_END,
+};
 use crate::meta::{read_doc, write_doc, CommandGroup, DocRead, HolderRecord, LockDoc};
 use crate::name::LockName;
 use crate::ofd::{self, Kind};
@@ -83,6 +85,13 @@ pub struct LockRequest {
     /// The process the lock is held for, when the holder acts for another
     /// (recorded; see [`HolderRecord::acquired_for`]).
     pub acquired_for: Option<ProcessIdentity>,
+    /// When an ancestor of this process holds the lock (a `baton run --lock`
+    /// whose command we are part of, or a `baton lock acquire` by the script
+    /// that runs us), use its hold instead of waiting for it: the guard is
+    /// then [borrowed](LockGuard::is_borrowed). Identity-checked (pid and
+    /// start time of a live holder of a held slot), never taken from the
+    /// environment.
+    pub use_ancestor_hold: bool,
 }
 
 impl LockRequest {
@@ -98,7 +107,15 @@ impl LockRequest {
             kind: "library".into(),
             cancel: None,
             acquired_for: None,
+            use_ancestor_hold: false,
         }
+    }
+
+    /// Uses a hold of an ancestor process instead of waiting for it (see
+    /// [`LockRequest::use_ancestor_hold`]).
+    pub fn use_ancestor_hold(mut self) -> Self {
+        self.use_ancestor_hold = true;
+        self
     }
 
     /// Lets `token` cancel the wait.
@@ -158,9 +175,18 @@ pub struct LockGuard {
     mode: Mode,
     key: HeldKey,
     released: bool,
+    /// The lock is held by an ancestor process; this guard only uses it.
+    borrowed: bool,
 }
 
 impl LockGuard {
+    /// Whether this guard uses an ancestor's hold (see
+    /// [`LockRequest::use_ancestor_hold`]): the lock stays held by the
+    /// ancestor, and releasing this guard releases nothing.
+    pub fn is_borrowed(&self) -> bool {
+        self.borrowed
+    }
+
     /// The fencing token of this grant: larger than that of every earlier grant of this lock.
     pub fn token(&self) -> u64 {
         self.token
@@ -195,6 +221,9 @@ impl LockGuard {
     /// if this process dies, the next holder terminates what is left of the
     /// group before it proceeds (DESIGN.md, decision 11).
     pub fn set_command_group(&self, group: CommandGroup) -> Result<(), LockError> {
+        if self.borrowed {
+            return Ok(());
+        }
         let result = (|| -> std::io::Result<()> {
             let _meta = MetaLock::write(&self.file)?;
             if let DocRead::Valid(mut doc) = read_doc(&self.file)? {
@@ -216,6 +245,12 @@ impl LockGuard {
     fn release_inner(&mut self) -> Result<(), LockError> {
         if self.released {
             return Ok(());
+        }
+        if self.borrowed {
+            self.released = true;
+            forget_held(&self.key);
+            let byte = BORROW_BASE + u64::from(self.slot);
+            return ofd::unlock(self.file.as_fd(), byte, 1).at("cannot release lock", &self.path);
         }
         self.released = true;
         forget_held(&self.key);
@@ -289,17 +324,18 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
         };
         let result = acquire_in(&at, req, start, deadline);
         match result {
-            Ok(Some((slot, token, run_id))) => {
+            Ok(Some(g)) => {
                 return Ok(LockGuard {
                     file,
                     name: req.name.clone(),
                     path,
-                    token,
-                    run_id,
-                    slot,
+                    token: g.token,
+                    run_id: g.run_id,
+                    slot: g.slot,
                     mode: req.mode.normalized(),
                     key,
                     released: false,
+                    borrowed: g.borrowed,
                 })
             }
             // The file was deleted or replaced while we waited: use the new one.
@@ -310,6 +346,14 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
             }
         }
     }
+}
+
+/// What an acquisition got.
+struct Grant {
+    slot: u32,
+    token: u64,
+    run_id: String,
+    borrowed: bool,
 }
 
 /// The lock file being acquired.
@@ -441,7 +485,7 @@ fn acquire_in(
     req: &LockRequest,
     start: Instant,
     deadline: Option<Instant>,
-) -> Result<Option<(u32, u64, String)>, LockError> {
+) -> Result<Option<Grant>, LockError> {
     let (file, path) = (at.file, at.path);
     let fd = file.as_fd();
     let mode = req.mode.normalized();
@@ -496,6 +540,28 @@ fn acquire_in(
         if waiting.is_none() {
             if let Some(slot) = try_slots(file, mode, slots).at("cannot lock", path)? {
                 return take_over(at, req, mode, slot, Some((meta, doc)), deadline, busy);
+            }
+        }
+        if req.use_ancestor_hold {
+            if let Some(h) = held_for_ancestor(fd, &doc, mode).at("cannot inspect lock", path)? {
+                drop(meta);
+                // Users of one ancestor's hold (say, two background jobs of
+                // the script) still exclude each other, on a byte of their own.
+                let kind = if mode == Mode::Shared {
+                    Kind::Read
+                } else {
+                    Kind::Write
+                };
+                let byte = BORROW_BASE + u64::from(h.slot);
+                if !ofd::lock_wait(fd, kind, byte, 1, deadline, cancel).map_err(cancelled)? {
+                    return Err(busy(describe_holders(&doc)));
+                }
+                return Ok(Some(Grant {
+                    slot: h.slot,
+                    token: h.token,
+                    run_id: h.run_id,
+                    borrowed: true,
+                }));
             }
         }
         if req.wait == WaitPolicy::Immediately || deadline.is_some_and(|d| Instant::now() >= d) {
@@ -559,7 +625,7 @@ fn take_over(
     locked: Option<(MetaLock<'_>, LockDoc)>,
     deadline: Option<Instant>,
     busy: impl Fn(Option<String>) -> LockError,
-) -> Result<Option<(u32, u64, String)>, LockError> {
+) -> Result<Option<Grant>, LockError> {
     let (file, path) = (at.file, at.path);
     let fd = file.as_fd();
     let give_back = || {
@@ -628,7 +694,12 @@ fn take_over(
         record_grant(at, &mut doc, req, mode, slot)
     })();
     match result {
-        Ok((token, run_id)) => Ok(Some((slot, token, run_id))),
+        Ok((token, run_id)) => Ok(Some(Grant {
+            slot,
+            token,
+            run_id,
+            borrowed: false,
+        })),
         Err(e) => {
             give_back();
             Err(e)
@@ -761,6 +832,40 @@ fn clock_micros() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A live holder of a held slot that holds it for an ancestor of this
+/// process, in a mode that covers `mode`: a `run` holder that is an
+/// ancestor, or a `hold` holder acquired for an ancestor.
+fn held_for_ancestor(
+    fd: std::os::fd::BorrowedFd<'_>,
+    doc: &LockDoc,
+    mode: Mode,
+) -> std::io::Result<Option<HolderRecord>> {
+    let local = |p: &ProcessIdentity| {
+        p.host == crate::identity::hostname() && p.boot_id == crate::identity::boot_id()
+    };
+    let covers = |h: &HolderRecord| h.mode != "shared" || mode == Mode::Shared;
+    let candidates: Vec<&HolderRecord> = doc
+        .holders
+        .iter()
+        .filter(|h| (h.kind == "run" || h.kind == "hold") && local(&h.process) && covers(h))
+        .collect();
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    let held = held_slots(fd, doc.max.max(1))?;
+    let ancestors = crate::identity::ancestors();
+    let is_ancestor = |p: &ProcessIdentity| ancestors.contains(&(p.pid, p.start_time));
+    Ok(candidates
+        .into_iter()
+        .filter(|h| held.iter().any(|(s, _)| *s == h.slot))
+        .filter(|h| h.process.liveness() == Liveness::Alive)
+        .find(|h| match h.kind.as_str() {
+            "run" => is_ancestor(&h.process),
+            _ => h.acquired_for.as_ref().is_some_and(is_ancestor),
+        })
+        .cloned())
 }
 
 /// A `baton run` holder of one of the held slots that is an ancestor of this process.

@@ -246,10 +246,13 @@ fn lock_as(
         .operation
         .clone()
         .unwrap_or_else(|| format!("{verb} {}", file.path().display()));
+    // Run by a script that already holds the lock (`baton run --lock`, or
+    // `baton lock acquire` in the script): use that hold.
     let req = LockRequest::new(name)
         .mode(mode)
         .wait(opts.wait)
-        .operation(operation);
+        .operation(operation)
+        .use_ancestor_hold();
     Ok(acquire(dir, &req)?)
 }
 
