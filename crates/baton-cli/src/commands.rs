@@ -70,6 +70,7 @@ pub fn main() -> u8 {
                     LeftoverPolicy::Terminate
                 },
                 control: RunControl::new(),
+                forward_signals: true,
             };
             // This process runs one command: orphans of its descendants come
             // back to it, so that they can be stopped when the command ends.

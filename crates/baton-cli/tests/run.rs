@@ -474,3 +474,105 @@ fn a_nested_run_keeps_the_outer_run_id_in_baton_parent_run_id() {
     assert!(inner_line.ends_with(&format!("parent={outer}")), "{text}");
     assert!(!inner_line.starts_with(&format!("inner={outer}")), "{text}");
 }
+
+#[test]
+fn ctrl_z_fg_and_bg_work_on_baton_run_as_on_the_command_itself() {
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    let env = Env::new();
+    let pidfile = env.path("pid");
+    let tick = env.path("tick");
+    let inner = format!(
+        "echo $$ > {p}; i=0; while :; do i=$((i+1)); echo $i > {t}; sleep 0.02; done",
+        p = pidfile.display(),
+        t = tick.display()
+    );
+    // An interactive bash in a pseudo-terminal, typed at through `script`.
+    let mut shell = Command::new("timeout")
+        .args([
+            "60",
+            "script",
+            "-qec",
+            "bash --norc --noprofile -i",
+            "/dev/null",
+        ])
+        .env("PS1", "$ ")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut keys = shell.stdin.take().unwrap();
+    let screen = Arc::new(Mutex::new(String::new()));
+    let mut out = shell.stdout.take().unwrap();
+    let s = screen.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            s.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let mut type_in = |text: &str| {
+        keys.write_all(text.as_bytes()).unwrap();
+        keys.flush().unwrap();
+    };
+    let state_of = |pid: &str| -> char {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .chars()
+            .next()
+            .unwrap_or('?')
+    };
+    let ticks = || -> u64 {
+        fs::read_to_string(&tick)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let seen = |what: &str| screen.lock().unwrap().matches(what).count();
+    let limit = Duration::from_secs(20);
+
+    type_in(&format!(
+        "{} --dir {} run --lock jc -- sh -c '{inner}'\n",
+        env!("CARGO_BIN_EXE_baton"),
+        env.dir.display()
+    ));
+    let mut pid = String::new();
+    common::wait_until(limit, || {
+        pid = fs::read_to_string(&pidfile).unwrap_or_default();
+        pid.ends_with('\n') && ticks() > 0
+    });
+    let pid = pid.trim().to_string();
+
+    // Ctrl-Z: the shell sees the job stopped and gets its prompt back.
+    type_in("\x1a");
+    common::wait_until(limit, || seen("Stopped") >= 1);
+    common::wait_until(limit, || state_of(&pid) == 'T');
+    // fg: the command runs again, in the foreground.
+    type_in("fg\n");
+    common::wait_until(limit, || state_of(&pid) != 'T');
+    let before = ticks();
+    common::wait_until(limit, || ticks() > before + 2);
+    // Ctrl-Z, then bg: it runs on while the shell takes commands.
+    type_in("\x1a");
+    common::wait_until(limit, || seen("Stopped") >= 2);
+    type_in("bg\n");
+    common::wait_until(limit, || state_of(&pid) != 'T');
+    type_in("echo shell-is-free\n");
+    common::wait_until(limit, || seen("shell-is-free") >= 2); // the echo of the line, then its output
+    let before = ticks();
+    common::wait_until(limit, || ticks() > before + 2);
+    // kill %1 reaches baton, which stops the command.
+    type_in("kill %1; wait; exit\n");
+    let status = shell.wait().unwrap();
+    assert!(status.success(), "{}", screen.lock().unwrap());
+    common::wait_until(limit, || matches!(state_of(&pid), '?' | 'Z'));
+}

@@ -108,6 +108,13 @@ pub struct RunSpec {
     /// What to do with processes of the command's group (and, in a subreaper,
     /// its orphans) still running when the command exits.
     pub leftovers: LeftoverPolicy,
+    /// Forward SIGINT, SIGTERM, SIGHUP and SIGQUIT received by this process to
+    /// the command's group while it runs, and (when this process is the
+    /// terminal's foreground job) hand it the terminal and proxy job control.
+    /// This installs process-wide signal handlers for the duration of the
+    /// run: right for a program that runs one command (`baton run`), wrong
+    /// for one that hosts many runs, so it is off unless asked for.
+    pub forward_signals: bool,
 }
 
 impl RunSpec {
@@ -122,6 +129,7 @@ impl RunSpec {
             timeout: None,
             grace: DEFAULT_GRACE,
             leftovers: LeftoverPolicy::Terminate,
+            forward_signals: false,
         }
     }
 

@@ -14,7 +14,7 @@ use rustix::process::{kill_process_group, pidfd_open, Pid, PidfdFlags, Signal};
 use crate::cancel::{CancelShared, Canceller};
 use crate::contain::{stop_orphans, terminate_group, GroupIdentity, LeftoverPolicy, SUPERVISED};
 use crate::signals::SignalCatcher;
-use crate::terminal::TerminalHandover;
+use crate::terminal::{child_stopped, proxy_stop, StopWatch, TerminalHandover};
 use crate::{Finished, Outcome, ProcError, RunSpec, Started};
 
 /// Supervises one child command; see the [crate documentation](crate) for what it does.
@@ -95,9 +95,22 @@ impl Supervisor {
         }
 
         check_cwd(&self.spec)?;
-        let mut signals =
-            SignalCatcher::new().map_err(|e| ProcError::io("install the signal handlers", e))?;
-        let terminal = TerminalHandover::wanted();
+        // Process-wide signal handling only when asked (`baton run` asks; a
+        // service that hosts many runs does not).
+        let mut signals = match self.spec.forward_signals {
+            true => Some(
+                SignalCatcher::new()
+                    .map_err(|e| ProcError::io("install the signal handlers", e))?,
+            ),
+            false => None,
+        };
+        let terminal = self.spec.forward_signals && TerminalHandover::wanted();
+        let mut stops = match terminal {
+            true => {
+                Some(StopWatch::new().map_err(|e| ProcError::io("watch for a stopped child", e))?)
+            }
+            false => None,
+        };
         let child = spawn(&self.spec, terminal)?;
         let started = Instant::now();
         let mut child = ChildGuard::new(child);
@@ -121,7 +134,7 @@ impl Supervisor {
             phase: Phase::Running,
         };
         loop {
-            let events = wait_for_events(&pidfd, &signals, &waker, &state)?;
+            let events = wait_for_events(&pidfd, signals.as_ref(), stops.as_ref(), &waker, &state)?;
             if events.child_exited {
                 if state.phase != Phase::Running {
                     // The leader is gone but not reaped, so its id still pins the group: kill
@@ -137,8 +150,18 @@ impl Supervisor {
                 return Ok(Finished { outcome, leftovers });
             }
             if events.signals {
-                for signal in signals.pending() {
-                    state.on_signal(signal);
+                if let Some(signals) = signals.as_mut() {
+                    for signal in signals.pending() {
+                        state.on_signal(signal);
+                    }
+                }
+            }
+            if events.stopped {
+                if let Some(stops) = stops.as_mut() {
+                    stops.drain();
+                }
+                if child_stopped(child.pid) && state.phase == Phase::Running {
+                    proxy_stop(child.pid);
                 }
             }
             if events.cancel {
@@ -307,39 +330,47 @@ fn signal_group(pgid: Pid, signal: Signal) {
 struct Events {
     child_exited: bool,
     signals: bool,
+    stopped: bool,
     cancel: bool,
 }
 
 /// Block in `poll` until the child exits, a signal or a cancel arrives, or the next deadline.
 fn wait_for_events(
     pidfd: &OwnedFd,
-    signals: &SignalCatcher,
+    signals: Option<&SignalCatcher>,
+    stops: Option<&StopWatch>,
     waker: &OwnedFd,
     state: &State,
 ) -> Result<Events, ProcError> {
     let timeout = state
         .next_deadline()
         .map(|at| timespec(at.saturating_duration_since(Instant::now())));
+    let mut fds = vec![PollFd::new(pidfd, PollFlags::IN)];
+    // Once we are terminating, a cancel changes nothing: stop watching the
+    // (level-triggered, never drained) eventfd so `poll` does not spin.
     let watch_cancel = state.phase == Phase::Running;
-    let signal_fd = signals.fd();
-    let mut fds = [
-        PollFd::new(pidfd, PollFlags::IN),
-        PollFd::from_borrowed_fd(signal_fd, PollFlags::IN),
-        // Once we are terminating, a cancel changes nothing: stop watching the (level-triggered,
-        // never drained) eventfd so `poll` does not spin.
-        PollFd::new(waker, PollFlags::IN),
-    ];
-    let count = if watch_cancel { 3 } else { 2 };
-    match poll(&mut fds[..count], timeout.as_ref()) {
+    if watch_cancel {
+        fds.push(PollFd::new(waker, PollFlags::IN));
+    }
+    let signal_at = signals.map(|s| {
+        fds.push(PollFd::from_borrowed_fd(s.fd(), PollFlags::IN));
+        fds.len() - 1
+    });
+    let stop_at = stops.map(|s| {
+        fds.push(PollFd::from_borrowed_fd(s.fd(), PollFlags::IN));
+        fds.len() - 1
+    });
+    match poll(&mut fds, timeout.as_ref()) {
         Ok(_) => {}
         Err(Errno::INTR) => return Ok(Events::default()),
         Err(e) => return Err(ProcError::io("poll for child events", e)),
     }
-    let ready = |fd: &PollFd<'_>| !fd.revents().is_empty();
+    let ready = |i: Option<usize>| i.is_some_and(|i| !fds[i].revents().is_empty());
     Ok(Events {
-        child_exited: ready(&fds[0]),
-        signals: ready(&fds[1]),
-        cancel: watch_cancel && ready(&fds[2]),
+        child_exited: ready(Some(0)),
+        cancel: watch_cancel && ready(Some(1)),
+        signals: ready(signal_at),
+        stopped: ready(stop_at),
     })
 }
 

@@ -7,10 +7,22 @@
 //! make the command's group the terminal's foreground group while it runs,
 //! and take the terminal back once it has been reaped. Keyboard signals
 //! (Ctrl-C, Ctrl-\) then reach the command directly, exactly once.
+//!
+//! Job control is proxied: when the command is stopped (Ctrl-Z, or SIGTTIN
+//! in the background), the supervisor takes the terminal back and stops
+//! itself the same way, so the shell sees the job stopped and gets the
+//! terminal; when the shell continues the job (`fg` or `bg`), the supervisor
+//! hands the terminal on (only if it was given it: `fg`) and continues the
+//! command's group.
 
-use std::os::fd::BorrowedFd;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
 
-use rustix::process::Pid;
+use rustix::process::{Pid, Signal};
+use signal_hook::consts::signal::SIGCHLD;
+use signal_hook::iterator::backend::SignalDelivery;
+use signal_hook::iterator::exfiltrator::SignalOnly;
 
 /// Gives the terminal back to our own process group when dropped.
 pub(crate) struct TerminalHandover {
@@ -81,4 +93,58 @@ fn with_sigttou_blocked(f: impl FnOnce()) {
         f();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
     }
+}
+
+/// Wakes the supervisor when a child changes state (SIGCHLD), for the job
+/// control proxy. Only used when the command has the terminal.
+pub(crate) struct StopWatch {
+    delivery: SignalDelivery<UnixStream, SignalOnly>,
+}
+
+impl StopWatch {
+    pub(crate) fn new() -> io::Result<StopWatch> {
+        let (read, write) = UnixStream::pair()?;
+        let delivery = SignalDelivery::with_pipe(read, write, SignalOnly, [SIGCHLD])?;
+        Ok(StopWatch { delivery })
+    }
+
+    /// Readable when a SIGCHLD arrived.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.delivery.get_read().as_fd()
+    }
+
+    /// Forgets the signals that arrived.
+    pub(crate) fn drain(&mut self) {
+        let _ = self.delivery.pending().count();
+    }
+}
+
+/// Whether the child `pid` has stopped (the stop is reported once).
+pub(crate) fn child_stopped(pid: Pid) -> bool {
+    matches!(
+        rustix::process::waitid(
+            rustix::process::WaitId::Pid(pid),
+            rustix::process::WaitIdOptions::STOPPED | rustix::process::WaitIdOptions::NOHANG,
+        ),
+        Ok(Some(_))
+    )
+}
+
+/// The command's group stopped: take the terminal back and stop this
+/// process too, so that the shell sees its job stopped. Returns when the
+/// shell continues us; then hand the terminal on if the shell gave it to us
+/// (`fg`), and continue the command's group (`fg` and `bg` alike).
+pub(crate) fn proxy_stop(child_group: Pid) {
+    let ours = rustix::process::getpgrp();
+    with_sigttou_blocked(|| {
+        let _ = rustix::termios::tcsetpgrp(stdin(), ours);
+    });
+    let _ = rustix::process::kill_process(rustix::process::getpid(), Signal::STOP);
+    // Continued by the shell.
+    if rustix::termios::tcgetpgrp(stdin()).ok() == Some(ours) {
+        with_sigttou_blocked(|| {
+            let _ = rustix::termios::tcsetpgrp(stdin(), child_group);
+        });
+    }
+    let _ = rustix::process::kill_process_group(child_group, Signal::CONT);
 }

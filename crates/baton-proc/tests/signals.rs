@@ -32,6 +32,7 @@ fn helper() {
     let mut spec = RunSpec::new("sh").arg("-c").arg(script);
     let grace_ms = std::env::var("BATON_PROC_HELPER_GRACE_MS").unwrap_or_default();
     spec.grace = Duration::from_millis(grace_ms.parse().unwrap_or(20_000));
+    spec.forward_signals = true;
     let code = match baton_proc::run(&spec) {
         Ok(outcome) => outcome.exit_code(),
         Err(err) => {

@@ -50,6 +50,10 @@ pub struct RunRequest {
     /// Stops the run from another thread (and is how a newer run of the
     /// group supersedes it).
     pub control: RunControl,
+    /// Forward the signals this process receives to the command, give it
+    /// the terminal and proxy job control (`baton run`); off for a process
+    /// that hosts many runs (see [`RunSpec::forward_signals`]).
+    pub forward_signals: bool,
 }
 
 /// How a run ended.
@@ -125,6 +129,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     spec.timeout = req.timeout;
     spec.grace = req.grace;
     spec.leftovers = req.leftovers;
+    spec.forward_signals = req.forward_signals;
     spec.env = command_env(dir, req, &run_id, &guards, member.as_ref());
     if let Some((ws, _)) = &workspace {
         spec.cwd = Some(ws.path.clone());

@@ -27,6 +27,7 @@ fn request(group: Option<GroupRequest>, script: &str) -> RunRequest {
         keep_workspace: false,
         leftovers: LeftoverPolicy::Terminate,
         control: RunControl::new(),
+        forward_signals: false,
     }
 }
 
