@@ -659,9 +659,14 @@ fn take_over(
                 (meta, doc)
             }
         };
-        let new_file = doc.inode != Some(at.id.ino);
+        // A file new to the lock: look once for holders through an older
+        // file while still under META, so that in the usual case (none) the
+        // grant is recorded in the same section as ever and `status` never
+        // sees the slot held without its holder.
+        let replaced_holders = doc.inode != Some(at.id.ino)
+            && !replaced::holders_elsewhere(at.mark, Some(at.id)).is_empty();
         let leftovers = dead_command_groups(&doc, mode, slot);
-        if new_file || !leftovers.is_empty() {
+        if replaced_holders || !leftovers.is_empty() {
             // Slow, rare work: never while holding META. Publish the slot
             // count first, so that others meeting our slot agree with it.
             if doc.max != mode.slots() {
@@ -669,7 +674,7 @@ fn take_over(
                 write_doc(file, &mut doc).at("cannot write lock metadata to", path)?;
             }
             drop(meta);
-            if new_file && !replaced::wait_until_gone(at.mark, at.id, deadline) {
+            if replaced_holders && !replaced::wait_until_gone(at.mark, at.id, deadline) {
                 return Err(busy(Some(
                     "a holder through a deleted or replaced lock file".into(),
                 )));
