@@ -123,8 +123,9 @@ impl Member {
 
 impl Drop for Member {
     fn drop(&mut self) {
-        // No more wake-ups, then hand the slot on, then the bookkeeping.
-        drop(self.watcher.take());
+        // Hand the slot on first (the next run waits for it), then the
+        // bookkeeping; a wake-up that still arrives meanwhile finds the run
+        // over and changes nothing.
         drop(self.slot.take());
         match &self.end {
             End::Finished(code) => self
@@ -135,5 +136,6 @@ impl Drop for Member {
                 .finish(GroupEvent::Superseded, None, Some(by)),
             End::GaveUp => self.membership.finish(GroupEvent::GaveUp, None, None),
         }
+        drop(self.watcher.take());
     }
 }
