@@ -349,3 +349,41 @@ fn deleting_with_every_mode() {
         }
     }
 }
+
+#[test]
+fn a_leader_that_lost_its_parent_death_signal_is_stopped_by_the_next_holder() {
+    // The kernel clears the parent-death signal when the command executes a
+    // setuid program (`su`, `sudo`); clearing it with prctl does the same.
+    let env = Env::new();
+    let pidfile = env.path("pid");
+    let script = format!(
+        "import ctypes,os,time\nctypes.CDLL(None).prctl(1,0,0,0,0)\nopen('{p}.tmp','w').write(str(os.getpid()))\nos.rename('{p}.tmp','{p}')\ntime.sleep(300)",
+        p = pidfile.display()
+    );
+    let mut first = env.spawn(&["run", "--lock", "p", "--", "python3", "-c", &script]);
+    let leader: i32 = common::wait_for_file(&pidfile).trim().parse().unwrap();
+    let supervisor = first.id().to_string();
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // The fault: with no death signal the leader outlives its supervisor
+    // (wait until it has been re-parented).
+    wait_until(Duration::from_secs(10), || {
+        fs::read_to_string(format!("/proc/{leader}/stat")).map_or(true, |s| {
+            let ppid = s
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().nth(1));
+            ppid != Some(supervisor.as_str())
+        })
+    });
+    assert!(
+        running(leader),
+        "the leader died with its supervisor: nothing tested"
+    );
+    let out = env.run(&["run", "--lock", "p", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        !running(leader),
+        "the leader still runs beside the next holder"
+    );
+}
