@@ -248,10 +248,53 @@ fn usage_error(e: clap::Error) -> u8 {
                 .collect();
             let joined = para.join(" ");
             let first = joined.strip_prefix("error: ").unwrap_or(&joined);
-            eprintln!("baton: {first} (see 'baton --help')");
+            let path = subcommand_path(std::env::args_os().skip(1));
+            eprintln!("baton: {first} (see '{path} --help')");
             BATON_FAILED
         }
     }
+}
+
+/// The command whose help explains the arguments `args` (argv without the
+/// program name), e.g. `baton lock acquire`: the subcommands named in
+/// `args`, found by walking the command tree the way clap parses it (an
+/// option that takes a value consumes the next argument unless written
+/// `--opt=value`). Stops at `--`, at the first unknown word and at anything
+/// that is not UTF-8, so it never names a command that does not exist.
+fn subcommand_path(args: impl IntoIterator<Item = std::ffi::OsString>) -> String {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    cmd.build();
+    let mut path = vec![cmd.get_name().to_string()];
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let Some(arg) = arg.to_str() else { break };
+        if arg == "--" {
+            break;
+        }
+        if let Some(long) = arg.strip_prefix("--") {
+            let takes_value = !long.contains('=')
+                && cmd
+                    .get_arguments()
+                    .any(|a| a.get_long() == Some(long) && a.get_action().takes_values());
+            if takes_value {
+                args.next();
+            }
+            continue;
+        }
+        if arg.starts_with('-') {
+            continue; // -h, -V: no short option takes a value
+        }
+        if !cmd.has_subcommands() {
+            continue; // a positional argument of the command reached
+        }
+        let Some(sub) = cmd.find_subcommand(arg).cloned() else {
+            break;
+        };
+        path.push(sub.get_name().to_string());
+        cmd = sub;
+    }
+    path.join(" ")
 }
 
 /// Prints an error and its causes on one line; returns `code`.

@@ -199,3 +199,47 @@ fn garbage_in_a_lock_file_is_reported_and_repaired_by_the_next_holder() {
         assert!(st["last_token"].as_u64().unwrap() >= 1);
     }
 }
+
+#[test]
+fn usage_errors_point_to_the_help_of_the_subcommand_at_fault() {
+    let env = Env::new();
+    for (args, help) in [
+        (
+            &["lock", "acquire", "x", "--bogus"][..],
+            "(see 'baton lock acquire --help')",
+        ),
+        (
+            &["run", "--lock", "x", "--bogus", "--", "true"],
+            "(see 'baton run --help')",
+        ),
+        (
+            &["run", "--lock", "x", "--wait", "soon", "--", "true"],
+            "(see 'baton run --help')",
+        ),
+        (
+            &["group", "status", "--bogus"],
+            "(see 'baton group status --help')",
+        ),
+        (
+            &["state", "edit", "--bogus"],
+            "(see 'baton state edit --help')",
+        ),
+        (&["lock", "frob"], "(see 'baton lock --help')"),
+        (&["frobnicate"], "(see 'baton --help')"),
+    ] {
+        assert_rejected(&env, args, help);
+    }
+    // An option's value that happens to be a command's name is not a command.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["--dir", "lock", "lock", "status", "--bogus"])
+        .current_dir(env.tmp.path())
+        .env_clear()
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 125);
+    assert!(
+        stderr(&out).ends_with("(see 'baton lock status --help')\n"),
+        "{}",
+        stderr(&out)
+    );
+}
