@@ -7,10 +7,21 @@ use std::time::Duration;
 use baton_lock::LockName;
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
+use crate::commands::InvalidInput;
 use crate::duration::{parse_duration, parse_positive_duration};
 
 fn lock_name(s: &str) -> Result<LockName, String> {
     LockName::new(s).map_err(|e| e.to_string())
+}
+
+/// A fencing token as `lock acquire` prints it: a positive integer (grants
+/// start at 1, so 0 names none).
+fn token(s: &str) -> Result<u64, InvalidInput> {
+    s.parse::<u64>().ok().filter(|t| *t > 0).ok_or_else(|| {
+        InvalidInput(format!(
+            "invalid token '{s}': a token is a positive integer printed by `baton lock acquire`"
+        ))
+    })
 }
 
 /// Concurrency control for AI agents and scripts that share git repositories and state files.
@@ -321,7 +332,7 @@ nothing and exits 75.")]
         name: LockName,
         /// The token printed by `acquire`. Without it, only a hold that this
         /// script (the process that ran `acquire`) took is released.
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", value_parser = token, allow_hyphen_values = true)]
         token: Option<u64>,
         /// Release the hold even if another script took it.
         #[arg(long)]

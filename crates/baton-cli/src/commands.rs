@@ -248,12 +248,32 @@ fn usage_error(e: clap::Error) -> u8 {
                 .collect();
             let joined = para.join(" ");
             let first = joined.strip_prefix("error: ").unwrap_or(&joined);
+            // A value parser that words the whole message itself (see
+            // `InvalidInput`) is printed as it is, without clap's framing.
+            let own = std::error::Error::source(&e)
+                .and_then(|s| s.downcast_ref::<InvalidInput>())
+                .map(ToString::to_string);
+            let message = own.as_deref().unwrap_or(first);
             let path = subcommand_path(std::env::args_os().skip(1));
-            eprintln!("baton: {first} (see '{path} --help')");
+            eprintln!("baton: {message} (see '{path} --help')");
             BATON_FAILED
         }
     }
 }
+
+/// An invalid command-line value, with a message that stands on its own
+/// ("invalid token '-1': ..."): printed instead of clap's "invalid value
+/// '-1' for '--token <N>': ...".
+#[derive(Debug)]
+pub(crate) struct InvalidInput(pub(crate) String);
+
+impl std::fmt::Display for InvalidInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Error for InvalidInput {}
 
 /// The command whose help explains the arguments `args` (argv without the
 /// program name), e.g. `baton lock acquire`: the subcommands named in

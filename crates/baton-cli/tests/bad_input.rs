@@ -243,3 +243,21 @@ fn usage_errors_point_to_the_help_of_the_subcommand_at_fault() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_token_that_is_not_a_positive_integer_is_called_invalid() {
+    let env = Env::new();
+    for bad in ["-1", "abc", "0", "1.5", "", "18446744073709551616"] {
+        let out = env.run(&["lock", "release", "x", "--token", bad]);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 125, "{bad:?}: {err}");
+        assert_eq!(
+            err,
+            format!(
+                "baton: invalid token '{bad}': a token is a positive integer printed by `baton lock acquire` (see 'baton lock release --help')\n"
+            ),
+            "{bad:?}"
+        );
+        assert!(!env.dir.exists(), "{bad:?} created the baton dir");
+    }
+}
