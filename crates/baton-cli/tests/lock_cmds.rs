@@ -473,3 +473,68 @@ fn a_semaphore_waiter_still_waits_when_inotify_instances_are_used_up() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "got");
 }
+
+/// `lock acquire` fails the way `run --lock` does, in the same words: the
+/// background holder is an implementation detail, not part of the message.
+#[test]
+fn acquire_fails_with_the_same_message_and_code_as_run() {
+    let env = Env::new();
+    let mut holder = env.spawn(&["run", "--lock", "x", "--", "sleep", "30"]);
+    env.wait_for_held("x", true);
+    fs::create_dir_all(env.dir.join("locks/dir.lock")).unwrap();
+    for (flags, want) in [
+        (&["x", "--no-wait"][..], 75),
+        (&["x", "--max", "2", "--no-wait"], 125),
+        (&["dir"], 125),
+    ] {
+        let mut run_args = vec!["run", "--lock"];
+        run_args.extend_from_slice(flags);
+        run_args.extend_from_slice(&["--", "true"]);
+        let by_run = env.run(&run_args);
+        let mut acquire_args = vec!["lock", "acquire"];
+        acquire_args.extend_from_slice(flags);
+        let by_acquire = env.run(&acquire_args);
+        assert_eq!(code(&by_run), want, "{flags:?}: {}", stderr(&by_run));
+        assert_eq!(code(&by_acquire), want, "{flags:?}");
+        assert_eq!(stderr(&by_acquire), stderr(&by_run), "{flags:?}");
+    }
+    // A wait that elapsed: only the time actually waited may differ.
+    let err = stderr(&env.run(&["lock", "acquire", "x", "--wait", "100ms"]));
+    assert!(
+        err.starts_with("baton: lock 'x' is busy (held by pid")
+            && err.contains("gave up after")
+            && err.ends_with("(waiting at most 100ms)\n"),
+        "{err}"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
+
+/// A fault of the holder itself says what failed: here it is killed while it
+/// waits in line, before it could report.
+#[test]
+fn a_holder_that_dies_before_reporting_is_named_in_plain_words() {
+    let env = Env::new();
+    let mut holder = env.spawn(&["run", "--lock", "x", "--", "sleep", "30"]);
+    env.wait_for_held("x", true);
+    let acquire = env.spawn(&["lock", "acquire", "x"]);
+    env.wait_for_waiters("x", 1);
+    // The one waiter is the background holder that `acquire` started.
+    let children = format!("/proc/{0}/task/{0}/children", acquire.id());
+    let hold_pid = fs::read_to_string(children).unwrap();
+    let hold_pid = hold_pid.trim();
+    assert!(hold_pid.parse::<u32>().is_ok(), "one child: {hold_pid:?}");
+    assert!(Command::new("kill")
+        .args(["-KILL", hold_pid])
+        .status()
+        .unwrap()
+        .success());
+    let out = acquire.wait_with_output().unwrap();
+    assert_eq!(code(&out), 125);
+    assert_eq!(
+        stderr(&out),
+        format!("baton: lock 'x' was not acquired: its background holder (pid {hold_pid}) was killed by signal 9 before reporting whether it got the lock\n")
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}

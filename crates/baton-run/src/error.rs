@@ -37,8 +37,11 @@ pub enum RunError {
     /// No command was given.
     #[error("no command given: put it after `--`")]
     NoCommand,
-    /// The background holder could not be started or reported a failure.
-    #[error("background lock holder: {message}")]
+    /// `baton lock acquire`: the background holder did not get the lock.
+    /// The message is complete, worded like the same failure of `baton run`
+    /// ("lock 'x' is busy ...; gave up after ...") or, for a fault of the
+    /// holder itself, saying what failed.
+    #[error("{message}")]
     Holder {
         /// Whether it failed because the lock was busy (not a fault).
         busy: bool,

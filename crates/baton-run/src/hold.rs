@@ -131,7 +131,7 @@ enum Report {
 /// holds the lock or gives up.
 pub fn start_holder(exe: &Path, dir: &BatonDir, req: &HoldRequest) -> Result<Held, RunError> {
     let json = serde_json::to_string(req).map_err(|e| RunError::Io {
-        op: "encode the hold request",
+        op: "cannot encode the request for the background lock holder",
         source: e.into(),
     })?;
     let mut child = Command::new(exe)
@@ -145,7 +145,7 @@ pub fn start_holder(exe: &Path, dir: &BatonDir, req: &HoldRequest) -> Result<Hel
         .process_group(0)
         .spawn()
         .map_err(|source| RunError::Io {
-            op: "start the background lock holder",
+            op: "cannot start the background lock holder",
             source,
         })?;
     let mut line = String::new();
@@ -153,7 +153,7 @@ pub fn start_holder(exe: &Path, dir: &BatonDir, req: &HoldRequest) -> Result<Hel
         BufReader::new(out)
             .read_line(&mut line)
             .map_err(|source| RunError::Io {
-                op: "read from the background lock holder",
+                op: "cannot read the background lock holder's report",
                 source,
             })?;
     }
@@ -174,10 +174,22 @@ pub fn start_holder(exe: &Path, dir: &BatonDir, req: &HoldRequest) -> Result<Hel
             })
         }
         Err(_) => {
-            let status = child.wait().ok();
+            use std::os::unix::process::ExitStatusExt;
+            let pid = child.id();
+            let how = match child.wait() {
+                Ok(s) => match (s.code(), s.signal()) {
+                    (Some(code), _) => format!("exited with code {code}"),
+                    (None, Some(sig)) => format!("was killed by signal {sig}"),
+                    (None, None) => "ended".to_string(),
+                },
+                Err(e) => format!("ended (how is unknown: {e})"),
+            };
             Err(RunError::Holder {
                 busy: false,
-                message: format!("ended without reporting ({status:?})"),
+                message: format!(
+                    "lock '{}' was not acquired: its background holder (pid {pid}) {how} before reporting whether it got the lock",
+                    req.name
+                ),
             })
         }
     }
@@ -201,7 +213,9 @@ pub fn serve_hold(dir: &BatonDir) -> i32 {
             report(
                 &mut out,
                 &Report::Failed {
-                    message: format!("missing or invalid {HOLD_REQUEST_ENV}"),
+                    message: format!(
+                        "the background lock holder got no valid request in {HOLD_REQUEST_ENV} (it is started by `baton lock acquire`)"
+                    ),
                 },
             );
             return 125;
@@ -230,31 +244,44 @@ fn hold(
     req: &HoldRequest,
     report: &mut dyn FnMut(&Report),
 ) -> Result<HoldEnd, String> {
+    // Every error says what failed, on its own: it is what `lock acquire` prints.
+    let fault = |what: &'static str| {
+        move |e: std::io::Error| {
+            format!(
+                "the background holder of lock '{}' could not {what}: {e}",
+                req.name
+            )
+        }
+    };
+    let signals = fault("set up its signal handling");
     // Signals first, so a release request that arrives early is not lost.
-    let (sig_rx, sig_tx) = UnixStream::pair().map_err(|e| e.to_string())?;
-    sig_rx.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let (sig_rx, sig_tx) = UnixStream::pair().map_err(signals)?;
+    sig_rx.set_nonblocking(true).map_err(signals)?;
     for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-        let tx = sig_tx.try_clone().map_err(|e| e.to_string())?;
-        signal_hook::low_level::pipe::register(sig, tx).map_err(|e| e.to_string())?;
+        let tx = sig_tx.try_clone().map_err(signals)?;
+        signal_hook::low_level::pipe::register(sig, tx).map_err(signals)?;
     }
     // SIGUSR1 is `baton lock release`: the caller is done, just let go.
-    let (release_rx, release_tx) = UnixStream::pair().map_err(|e| e.to_string())?;
-    release_rx
-        .set_nonblocking(true)
-        .map_err(|e| e.to_string())?;
-    signal_hook::low_level::pipe::register(libc::SIGUSR1, release_tx).map_err(|e| e.to_string())?;
+    let (release_rx, release_tx) = UnixStream::pair().map_err(signals)?;
+    release_rx.set_nonblocking(true).map_err(signals)?;
+    signal_hook::low_level::pipe::register(libc::SIGUSR1, release_tx).map_err(signals)?;
     let watched = match (req.watch_pid, req.watch_start_time) {
         (Some(pid), Some(start)) => {
             let pidfd = Pid::from_raw(pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
             // Checked after opening: the pidfd now pins the process we verified.
             match pidfd {
                 Some(fd) if start_time(pid) == Some(start) => Some(fd),
-                _ => return Err(format!("the calling process {pid} has already exited")),
+                _ => {
+                    return Err(format!(
+                        "lock '{}' was not acquired: the process to hold it for (pid {pid}) has already exited",
+                        req.name
+                    ))
+                }
             }
         }
         _ => None,
     };
-    let name = LockName::new(req.name.clone()).map_err(|e| e.to_string())?;
+    let name = LockName::new(req.name.clone()).map_err(|e| baton_lock::one_line(&e))?;
     let mode = if req.shared {
         Mode::Shared
     } else {
@@ -278,7 +305,7 @@ fn hold(
     // Wait for the lock in a thread, so that this thread can give up when the
     // requester or the caller dies or a signal asks us to stop: exiting the
     // process is what takes us out of the line.
-    let (done_rx, done_tx) = UnixStream::pair().map_err(|e| e.to_string())?;
+    let (done_rx, done_tx) = UnixStream::pair().map_err(fault("wait for the lock"))?;
     let (result_tx, result_rx) = std::sync::mpsc::channel();
     let dir_for_thread = dir.clone();
     std::thread::spawn(move || {
@@ -301,7 +328,7 @@ fn hold(
         match rustix::event::poll(&mut fds, None) {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(fault("wait for the lock")(e.into())),
         }
         if fds[0].revents().is_empty() {
             // Asked to stop, or everyone who wanted the lock is gone: return,
@@ -314,12 +341,19 @@ fn hold(
         Ok(Ok(g)) => g,
         Ok(Err(e @ LockError::Busy { .. })) => {
             report(&Report::Busy {
-                message: e.to_string(),
+                message: baton_lock::one_line(&e),
             });
             return Ok(HoldEnd::Done);
         }
-        Ok(Err(e)) => return Err(e.to_string()),
-        Err(_) => return Err("the waiting thread ended without a result".into()),
+        // The same message as `baton run` gives for it (e.g. a mode mismatch).
+        Ok(Err(e)) => return Err(baton_lock::one_line(&e)),
+        Err(_) => {
+            let what = "failed: its waiting thread ended without a result";
+            return Err(format!(
+                "the background holder of lock '{}' {what}",
+                req.name
+            ));
+        }
     };
     report(&Report::Held(Held {
         token: guard.token(),
@@ -360,7 +394,7 @@ fn hold(
     if forced {
         stop_caller_first(req, watched.as_ref());
     }
-    guard.release().map_err(|e| e.to_string())?;
+    guard.release().map_err(|e| baton_lock::one_line(&e))?;
     Ok(HoldEnd::Done)
 }
 
