@@ -5,7 +5,7 @@ mod common;
 
 use std::fs;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{code, stderr, stdout, wait_for_file, wait_until, Env};
 
@@ -131,11 +131,14 @@ fn acquired_lock_ends_with_ttl_or_with_the_calling_process() {
     script.assert_stopped_while_held();
     env.wait_for_held("ttl", false);
 
-    // The caller (a shell) exits: the holder notices through its pidfd.
+    // The caller (a shell) exits: the holder notices through its pidfd. The
+    // shell keeps the lock until told to exit, so the test sees it held.
+    let go = env.path("go");
     let script = format!(
-        "{} --dir {} lock acquire parent; sleep 0.3",
+        "{} --dir {} lock acquire parent || exit 1; while [ ! -e {g} ]; do sleep 0.01; done",
         env!("CARGO_BIN_EXE_baton"),
-        env.dir.display()
+        env.dir.display(),
+        g = go.display()
     );
     let mut sh = Command::new("sh")
         .arg("-c")
@@ -144,10 +147,9 @@ fn acquired_lock_ends_with_ttl_or_with_the_calling_process() {
         .spawn()
         .unwrap();
     env.wait_for_held("parent", true);
+    fs::write(&go, "").unwrap();
     assert!(sh.wait().unwrap().success());
-    let gone = Instant::now();
     env.wait_for_held("parent", false);
-    assert!(gone.elapsed() < Duration::from_secs(5));
 }
 
 /// `T=$(baton lock acquire x || exit 1)` runs acquire in a subshell that
@@ -156,13 +158,17 @@ fn acquired_lock_ends_with_ttl_or_with_the_calling_process() {
 fn acquire_inside_a_command_substitution_watches_the_script_not_the_subshell() {
     let env = Env::new();
     let held_file = env.path("held");
+    let shell_pid = env.path("shell-pid");
     // `|| exit 1` makes the shell fork a subshell; a pipe inside `$(...)`
-    // makes it run a pipeline whose members' parent is that subshell.
+    // makes it run a pipeline whose members' parent is that subshell. The
+    // holder must be watching the script's own shell (`$$`): checked from
+    // the status, not by waiting for a wrong watch to end the hold.
     let scripts = ["|| exit 1", "--json | cat"].map(|tail| {
         format!(
-            "T=$({b} --dir {d} lock acquire subst {tail}); sleep 0.4; {b} --dir {d} lock status subst --json > {h}; sleep 0.2",
+            "T=$({b} --dir {d} lock acquire subst {tail}); echo $$ > {p}; {b} --dir {d} lock status subst --json > {h}",
             b = env!("CARGO_BIN_EXE_baton"),
             d = env.dir.display(),
+            p = shell_pid.display(),
             h = held_file.display()
         )
     });
@@ -174,10 +180,17 @@ fn acquire_inside_a_command_substitution_watches_the_script_not_the_subshell() {
         assert!(status.success());
         let st: serde_json::Value =
             serde_json::from_str(&fs::read_to_string(&held_file).unwrap()).unwrap();
+        let pid: u64 = fs::read_to_string(&shell_pid)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(st["held"], true, "{shell} {script}: {st}");
         assert_eq!(
-            st["held"], true,
-            "{shell} {script}: released while the script still ran: {st}"
+            st["holder"]["acquired_for"]["pid"], pid,
+            "{shell} {script}: held for another process than the script's shell: {st}"
         );
+        // And the script's exit ends the hold.
         env.wait_for_held("subst", false);
     }
 }
@@ -343,7 +356,9 @@ fn break_of_an_acquired_lock_stops_the_script_before_the_lock_is_free() {
 }
 
 /// A shell script that holds `name` through `lock acquire` and works until
-/// it is stopped; on TERM it records the lock's status and exits 3.
+/// it is stopped; on TERM it records the lock's status and exits 3. The trap
+/// is set before `acquire`, so however late the script runs after it, a
+/// TERM (from a short `--ttl`, say) always finds it in place.
 struct ScriptHolding {
     child: std::process::Child,
     at_term: std::path::PathBuf,
@@ -353,7 +368,7 @@ impl ScriptHolding {
     fn start(env: &Env, name: &str, acquire_args: &str) -> ScriptHolding {
         let at_term = env.path(&format!("{name}-at-term"));
         let script = format!(
-            "{b} --dir {d} lock acquire {name} {acquire_args} >/dev/null || exit 1; trap '{b} --dir {d} lock status {name} --json > {t}; exit 3' TERM; while :; do sleep 0.05; done",
+            "trap '{b} --dir {d} lock status {name} --json > {t}; exit 3' TERM; {b} --dir {d} lock acquire {name} {acquire_args} >/dev/null || exit 1; while :; do sleep 0.05; done",
             b = env!("CARGO_BIN_EXE_baton"),
             d = env.dir.display(),
             t = at_term.display()
