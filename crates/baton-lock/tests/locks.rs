@@ -237,28 +237,52 @@ fn waiters_are_served_in_arrival_order() {
 #[test]
 fn a_waiter_behind_a_timed_out_waiter_still_gets_the_lock() {
     let (_t, dir) = tempdir();
-    let g = acquire(&dir, &LockRequest::new(name("q"))).unwrap();
-    let d1 = dir.clone();
-    let quitter = thread::spawn(move || {
-        acquire(
-            &d1,
-            &LockRequest::new(name("q")).wait(Duration::from_millis(200)),
-        )
-        .map(|_| ())
-    });
-    wait_for_waiters(&dir, "q", 1);
-    let d2 = dir.clone();
-    let patient =
-        thread::spawn(move || acquire(&d2, &LockRequest::new(name("q"))).map(|g| g.token()));
-    wait_for_waiters(&dir, "q", 2);
-    assert!(matches!(
-        quitter.join().unwrap(),
-        Err(LockError::Busy { .. })
-    ));
-    wait_for_waiters(&dir, "q", 1);
-    let first = g.token();
-    drop(g);
-    assert_eq!(patient.join().unwrap().unwrap(), first + 1);
+    // The quitter's deadline must expire while the patient waiter is in line
+    // behind it. A deadline cannot be held back until then, so an attempt in
+    // which the quitter gave up before both were seen waiting at once proves
+    // nothing and is repeated with a longer deadline.
+    for (attempt, ms) in [200, 1_000, 5_000, 30_000].into_iter().enumerate() {
+        let lock = format!("q{attempt}");
+        let g = acquire(&dir, &LockRequest::new(name(&lock))).unwrap();
+        let (d1, l1) = (dir.clone(), lock.clone());
+        let quitter = thread::spawn(move || {
+            acquire(
+                &d1,
+                &LockRequest::new(name(&l1)).wait(Duration::from_millis(ms)),
+            )
+            .map(|_| ())
+        });
+        // Only the waiters of this test are in line: `n` waiting while the
+        // quitter has not returned includes the quitter.
+        let seen_waiting = |n: usize| {
+            while !quitter.is_finished() {
+                if status(&dir, &name(&lock)).unwrap().waiters == n {
+                    return true;
+                }
+                thread::sleep(Duration::from_millis(1));
+            }
+            false
+        };
+        let quitter_waits = seen_waiting(1);
+        let (d2, l2) = (dir.clone(), lock.clone());
+        let patient =
+            thread::spawn(move || acquire(&d2, &LockRequest::new(name(&l2))).map(|g| g.token()));
+        let both_waited = quitter_waits && seen_waiting(2);
+        let quit = quitter.join().unwrap();
+        let first = g.token();
+        if !both_waited {
+            drop(g);
+            patient.join().unwrap().unwrap();
+            eprintln!("attempt {attempt}: the quitter gave up before the other joined; again");
+            continue;
+        }
+        assert!(matches!(quit, Err(LockError::Busy { .. })), "{quit:?}");
+        wait_for_waiters(&dir, &lock, 1);
+        drop(g);
+        assert_eq!(patient.join().unwrap().unwrap(), first + 1);
+        return;
+    }
+    panic!("the quitter never waited long enough for another waiter to join");
 }
 
 #[test]
