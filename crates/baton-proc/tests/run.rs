@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use baton_proc::{
     run, terminate_process, Outcome, ProcError, RunSpec, Supervisor, TerminateReport,
 };
-use common::{pidfd, pidfd_exits_within, sh, wait_for_line, PATIENCE};
+use common::{
+    first_line, pidfd, pidfd_exits_within, sh, wait_for_line, GROWING_TIMEOUTS, PATIENCE,
+};
 
 #[test]
 fn exit_code_is_passed_through() {
@@ -116,57 +118,103 @@ fn child_inherits_no_descriptor_of_ours() {
 
 #[test]
 fn timeout_kills_a_child_that_ignores_term_after_grace() {
-    let mut spec = sh("trap '' TERM; sleep 30");
-    spec.timeout = Some(Duration::from_millis(200));
-    spec.grace = Duration::from_millis(300);
-    let start = Instant::now();
-    let outcome = run(&spec).expect("run");
-    let elapsed = start.elapsed();
-    assert_eq!(outcome, Outcome::TimedOut);
-    assert_eq!(outcome.exit_code(), 124);
-    assert!(elapsed >= Duration::from_millis(500), "{elapsed:?}");
-    assert!(elapsed < PATIENCE, "{elapsed:?}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ready = dir.path().join("ready");
+    // "ready" is written once TERM is ignored: without it the TERM came first.
+    for timeout in GROWING_TIMEOUTS {
+        let _ = std::fs::remove_file(&ready);
+        let mut spec = sh(r#"trap '' TERM; echo ready > "$READY"; sleep 30"#);
+        spec.env.push(("READY".into(), ready.clone().into()));
+        spec.timeout = Some(timeout);
+        spec.grace = Duration::from_millis(300);
+        let start = Instant::now();
+        let outcome = run(&spec).expect("run");
+        let elapsed = start.elapsed();
+        assert_eq!(outcome, Outcome::TimedOut);
+        assert_eq!(outcome.exit_code(), 124);
+        if !ready.exists() {
+            eprintln!("not ready within {timeout:?}; again");
+            continue;
+        }
+        assert!(elapsed >= timeout + spec.grace, "{elapsed:?}");
+        assert!(elapsed < timeout + PATIENCE, "{elapsed:?}");
+        return;
+    }
+    panic!("the child never set its trap before the timeout");
 }
 
 #[test]
 fn timeout_sends_term_before_kill() {
     let dir = tempfile::tempdir().expect("tempdir");
     let marker = dir.path().join("marker");
-    let mut spec = sh(r#"trap 'echo got-term > "$MARKER"; exit 0' TERM; sleep 30 & wait"#);
-    spec.env.push(("MARKER".into(), marker.clone().into()));
-    spec.timeout = Some(Duration::from_millis(200));
-    let start = Instant::now();
-    let outcome = run(&spec).expect("run");
-    let elapsed = start.elapsed();
-    assert_eq!(outcome, Outcome::TimedOut);
-    // It ended long before the 20 s grace, so it was the TERM that stopped it.
-    assert!(elapsed < spec.grace / 2, "{elapsed:?}");
-    let content = std::fs::read_to_string(&marker).expect("TERM trap wrote the marker");
-    assert_eq!(content, "got-term\n");
+    let ready = dir.path().join("ready");
+    // "ready" is written once the trap is set: without it the TERM came first.
+    for timeout in GROWING_TIMEOUTS {
+        let _ = std::fs::remove_file(&ready);
+        let _ = std::fs::remove_file(&marker);
+        let mut spec = sh(
+            r#"trap 'echo got-term > "$MARKER"; exit 0' TERM; echo ready > "$READY"; sleep 30 & wait"#,
+        );
+        spec.env.push(("MARKER".into(), marker.clone().into()));
+        spec.env.push(("READY".into(), ready.clone().into()));
+        spec.timeout = Some(timeout);
+        let start = Instant::now();
+        let outcome = run(&spec).expect("run");
+        let elapsed = start.elapsed();
+        assert_eq!(outcome, Outcome::TimedOut);
+        if !ready.exists() {
+            eprintln!("not ready within {timeout:?}; again");
+            continue;
+        }
+        // It ended long before the 20 s grace, so it was the TERM that stopped it.
+        assert!(elapsed < timeout + spec.grace / 2, "{elapsed:?}");
+        let content = std::fs::read_to_string(&marker).expect("TERM trap wrote the marker");
+        assert_eq!(content, "got-term\n");
+        return;
+    }
+    panic!("the child never set its trap before the timeout");
 }
 
 #[test]
 fn timeout_kills_the_whole_process_group() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pidfile = dir.path().join("grandchild");
-    // The grandchild ignores TERM and outlives the leader, which dies of the TERM.
-    let mut spec = sh(r#"(trap '' TERM; exec sleep 30) & echo $! > "$PIDFILE"; wait"#);
-    spec.env.push(("PIDFILE".into(), pidfile.clone().into()));
-    spec.timeout = Some(Duration::from_millis(500));
-
-    let supervisor = std::thread::spawn(move || {
-        let start = Instant::now();
-        (run(&spec), start.elapsed())
-    });
-    let grandchild: i32 = wait_for_line(&pidfile).parse().expect("pid");
-    let grandchild = pidfd(grandchild).expect("grandchild alive before the timeout");
-    let (outcome, elapsed) = supervisor.join().expect("join");
-    assert_eq!(outcome.expect("run"), Outcome::TimedOut);
-    assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
-    assert!(
-        pidfd_exits_within(&grandchild, Duration::from_secs(5)),
-        "the grandchild survived the timeout"
-    );
+    // The grandchild ignores TERM and outlives the leader, which dies of the
+    // TERM. It writes its pid once it ignores TERM; an attempt in which the
+    // timeout came first, or the test could not open a pidfd for it while the
+    // run went on, proves nothing and is repeated with a longer timeout.
+    for timeout in GROWING_TIMEOUTS {
+        let _ = std::fs::remove_file(&pidfile);
+        let mut spec = sh(r#"sh -c 'trap "" TERM; echo $$ > "$PIDFILE"; exec sleep 30' & wait"#);
+        spec.env.push(("PIDFILE".into(), pidfile.clone().into()));
+        spec.timeout = Some(timeout);
+        let supervisor = std::thread::spawn(move || {
+            let start = Instant::now();
+            (run(&spec), start.elapsed())
+        });
+        let grandchild = loop {
+            if let Some(pid) = first_line(&pidfile) {
+                break pidfd(pid.parse().expect("pid")).filter(|_| !supervisor.is_finished());
+            }
+            if supervisor.is_finished() {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let (outcome, elapsed) = supervisor.join().expect("join");
+        assert_eq!(outcome.expect("run"), Outcome::TimedOut);
+        let Some(grandchild) = grandchild else {
+            eprintln!("not ready within {timeout:?}; again");
+            continue;
+        };
+        assert!(elapsed < timeout + PATIENCE, "{elapsed:?}");
+        assert!(
+            pidfd_exits_within(&grandchild, Duration::from_secs(5)),
+            "the grandchild survived the timeout"
+        );
+        return;
+    }
+    panic!("the grandchild never set its trap before the timeout");
 }
 
 #[test]

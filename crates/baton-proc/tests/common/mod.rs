@@ -17,14 +17,29 @@ pub fn sh(script: &str) -> RunSpec {
     spec
 }
 
+/// Timeouts for a test whose child must set itself up (a TERM trap, say)
+/// before its timeout fires, shortest first. A timeout cannot wait for the
+/// child, so an attempt in which the child was not ready in time proves
+/// nothing and is repeated with the next one.
+pub const GROWING_TIMEOUTS: [Duration; 4] = [
+    Duration::from_millis(200),
+    Duration::from_secs(1),
+    Duration::from_secs(5),
+    Duration::from_secs(20),
+];
+
+/// The complete first line of `path`, if it has one yet.
+pub fn first_line(path: &Path) -> Option<String> {
+    let content = std::fs::read_to_string(path).ok()?;
+    content.split_once('\n').map(|(line, _)| line.to_owned())
+}
+
 /// Wait (bounded) until `path` exists and has a complete first line; returns that line.
 pub fn wait_for_line(path: &Path) -> String {
     let start = Instant::now();
     loop {
-        if let Ok(content) = std::fs::read_to_string(path) {
-            if let Some((line, _)) = content.split_once('\n') {
-                return line.to_owned();
-            }
+        if let Some(line) = first_line(path) {
+            return line;
         }
         assert!(
             start.elapsed() < PATIENCE,
