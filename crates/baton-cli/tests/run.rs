@@ -59,52 +59,59 @@ fn exit_codes_follow_the_table() {
         r(&["run", "--lock", "x", "--", script.to_str().unwrap()]),
         126
     );
+    // TERM, then (--grace later) KILL, for a command that set its TERM trap
+    // in time: the timeout cannot wait for that, so an attempt whose command
+    // was not ready (no "ready" file: the TERM came first) proves nothing
+    // and is repeated with a longer timeout.
     let marker = env.path("got-term");
-    let cmd = format!(
-        "trap 'echo term > {}; exit 1' TERM; sleep 30 & wait",
-        marker.display()
-    );
-    let start = Instant::now();
-    assert_eq!(
-        r(&[
+    let ready = env.path("ready");
+    let timed_out = |trap: &str, timeout_ms: u64, grace: &str| {
+        let _ = fs::remove_file(&ready);
+        let cmd = format!("{trap}; touch {}; sleep 30 & wait", ready.display());
+        let start = Instant::now();
+        let timeout = format!("{timeout_ms}ms");
+        let out = env.run(&[
             "run",
             "--lock",
             "x",
             "--timeout",
-            "300ms",
+            &timeout,
             "--grace",
-            "5s",
+            grace,
             "--",
             "sh",
             "-c",
-            &cmd
-        ]),
-        124
+            &cmd,
+        ]);
+        assert_eq!(code(&out), 124, "{}", stderr(&out));
+        ready.exists().then(|| {
+            start
+                .elapsed()
+                .saturating_sub(Duration::from_millis(timeout_ms))
+        })
+    };
+    let trap = format!("trap 'echo term > {}; exit 1' TERM", marker.display());
+    let after_timeout = [300, 1_000, 5_000, 20_000]
+        .into_iter()
+        .find_map(|ms| timed_out(&trap, ms, "5s"))
+        .expect("the command was never ready before its timeout");
+    assert!(
+        after_timeout < Duration::from_secs(5),
+        "ended by its TERM trap"
     );
-    assert!(start.elapsed() < Duration::from_secs(5));
     assert_eq!(
         fs::read_to_string(&marker).unwrap().trim(),
         "term",
         "TERM before KILL"
     );
-    let start = Instant::now();
-    assert_eq!(
-        r(&[
-            "run",
-            "--lock",
-            "x",
-            "--timeout",
-            "200ms",
-            "--grace",
-            "300ms",
-            "--",
-            "sh",
-            "-c",
-            "trap '' TERM; sleep 30"
-        ]),
-        124
+    let after_timeout = [200, 1_000, 5_000, 20_000]
+        .into_iter()
+        .find_map(|ms| timed_out("trap '' TERM", ms, "300ms"))
+        .expect("the command was never ready before its timeout");
+    assert!(
+        after_timeout >= Duration::from_millis(300) && after_timeout < Duration::from_secs(10),
+        "KILL after grace: {after_timeout:?}"
     );
-    assert!(start.elapsed() < Duration::from_secs(5), "KILL after grace");
 }
 
 #[test]
@@ -286,12 +293,13 @@ fn waiters_run_in_arrival_order() {
 #[test]
 fn shared_holders_overlap_and_semaphores_cap_concurrency() {
     let env = Env::new();
-    // Two shared holders at once: each waits for the other's marker.
+    // Two shared holders at once: each waits (30 s or more: a deadline that a
+    // loaded machine does not reach) for the other's marker.
     let a = env.path("a");
     let b = env.path("b");
     let wait_other = |me: &std::path::Path, other: &std::path::Path| {
         format!(
-            "touch {}; for i in $(seq 400); do test -e {} && exit 0; sleep 0.01; done; exit 1",
+            "touch {}; for i in $(seq 3000); do test -e {} && exit 0; sleep 0.01; done; exit 1",
             me.display(),
             other.display()
         )
@@ -322,14 +330,22 @@ fn shared_holders_overlap_and_semaphores_cap_concurrency() {
     );
     assert!(kb.wait_with_output().unwrap().status.success());
 
-    // --max 2: track the peak number of concurrent holders.
+    // --max 2: track the peak number of concurrent holders. The first
+    // holders wait (30 s or more) until two hold at once, so that "two ran at
+    // once" does not depend on how fast the second one starts.
     let dir = env.path("running");
     fs::create_dir(&dir).unwrap();
     let peak = env.path("peak");
+    let met = env.path("met");
     let body = format!(
-        "touch {d}/$$; n=$(ls {d} | wc -l); echo $n >> {p}; sleep 0.2; rm {d}/$$",
+        "touch {d}/$$; n=$(ls {d} | wc -l); echo $n >> {p}; \
+         i=0; while [ ! -e {m} ]; do \
+           [ \"$(ls {d} | wc -l)\" -ge 2 ] && touch {m}; \
+           i=$((i+1)); [ $i -le 1500 ] || exit 1; sleep 0.02; \
+         done; sleep 0.2; rm {d}/$$",
         d = dir.display(),
-        p = peak.display()
+        p = peak.display(),
+        m = met.display()
     );
     let kids: Vec<_> = (0..6)
         .map(|_| {
