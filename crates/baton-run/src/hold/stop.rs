@@ -1,0 +1,285 @@
+//! Ending someone's hold from outside: `baton lock release` (the holder lets
+//! go when asked) and `baton lock break` (the holder, and the script it
+//! holds for, are stopped).
+
+use std::time::{Duration, Instant};
+
+use baton_lock::{start_time, status, BatonDir, HolderInfo, Liveness, LockError, LockName};
+use baton_proc::{terminate_verified, TerminateReport};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::process::{pidfd_open, Pid, PidfdFlags};
+use serde::Serialize;
+
+use crate::error::RunError;
+
+/// What `release` did.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReleaseReport {
+    /// The lock.
+    pub name: String,
+    /// The token released.
+    pub token: u64,
+    /// Pid of the background holder that was stopped.
+    pub holder_pid: i32,
+}
+
+/// Releases a lock held by a background holder (`baton lock acquire`).
+///
+/// With `token`, only the grant with that token is released; a token that is
+/// not current changes nothing and is reported as [`LockError::StaleToken`].
+/// Without it, only a hold taken for `caller` (the script asking, see
+/// [`caller_to_watch`]) is released, unless `force`: a script must never
+/// free a lock that another script holds (`trap 'baton lock release x' EXIT`
+/// after a failed acquire, say).
+pub fn release_held(
+    dir: &BatonDir,
+    name: &LockName,
+    token: Option<u64>,
+    caller: Option<(i32, u64)>,
+    force: bool,
+) -> Result<ReleaseReport, RunError> {
+    let st = status(dir, name)?;
+    let holds: Vec<&HolderInfo> = st.holders.iter().filter(|h| h.kind == "hold").collect();
+    let mine: Vec<&HolderInfo> = holds
+        .iter()
+        .copied()
+        .filter(|h| {
+            force
+                || h.acquired_for.as_ref().is_some_and(|f| {
+                    caller.is_some_and(|(pid, start)| f.pid == pid && f.start_time == start)
+                })
+        })
+        .collect();
+    let target = match token {
+        Some(t) => match st.holders.iter().find(|h| h.token == t) {
+            Some(h) if h.kind == "hold" => h,
+            Some(h) => {
+                return Err(LockError::Refused {
+                    name: name.to_string(),
+                    reason: format!(
+                        "token {t} belongs to a `baton {}` process (pid {}), which releases the lock itself when it ends; use `baton lock break` to stop it",
+                        if h.kind == "run" { "run" } else { "library" },
+                        h.pid
+                    ),
+                }
+                .into())
+            }
+            None => {
+                let current = st
+                    .holders
+                    .iter()
+                    .map(|h| h.token.to_string())
+                    .collect::<Vec<_>>();
+                return Err(LockError::StaleToken {
+                    name: name.to_string(),
+                    given: t,
+                    current: if current.is_empty() {
+                        "none, the lock is free".into()
+                    } else {
+                        current.join(", ")
+                    },
+                }
+                .into());
+            }
+        },
+        None => match (mine.as_slice(), holds.as_slice()) {
+            ([one], _) => *one,
+            ([], []) if st.held => {
+                return Err(LockError::Refused {
+                    name: name.to_string(),
+                    reason: "it is not held by `baton lock acquire` (a `baton run` or library holder releases it itself; use `baton lock break` to stop one)".into(),
+                }
+                .into())
+            }
+            ([], []) => {
+                return Err(LockError::NotHeld {
+                    name: name.to_string(),
+                    detail: None,
+                }
+                .into())
+            }
+            ([], [other, ..]) => {
+                let whose = other
+                    .acquired_for
+                    .as_ref()
+                    .map_or_else(|| "another process".to_string(), |f| format!("process {}", f.pid));
+                return Err(LockError::Refused {
+                    name: name.to_string(),
+                    reason: format!(
+                        "it was acquired for {whose}, not for this script; release it with the token `acquire` printed (--token), or with --force"
+                    ),
+                }
+                .into());
+            }
+            (_, _) => {
+                return Err(LockError::Refused {
+                    name: name.to_string(),
+                    reason: format!(
+                        "{} background holders hold it; say which with --token",
+                        mine.len()
+                    ),
+                }
+                .into())
+            }
+        },
+    };
+    ask_to_release(name, target)?;
+    Ok(ReleaseReport {
+        name: name.to_string(),
+        token: target.token,
+        holder_pid: target.pid,
+    })
+}
+
+/// One holder stopped by `break`.
+#[derive(Clone, Debug, Serialize)]
+pub struct BrokenHolder {
+    /// Who held it.
+    pub holder: HolderInfo,
+    /// `exited after TERM`, `killed`, `kill pending` or `already gone`.
+    pub action: String,
+}
+
+/// What `break` did.
+#[derive(Clone, Debug, Serialize)]
+pub struct BreakReport {
+    /// The lock.
+    pub name: String,
+    /// Whether it was held when `break` started.
+    pub was_held: bool,
+    /// Holders stopped.
+    pub stopped: Vec<BrokenHolder>,
+    /// Whether it is free now.
+    pub free_now: bool,
+}
+
+/// Stops the live holders of a lock on this host: TERM, `grace`, KILL.
+///
+/// Never unlinks or rewrites a lock file; the kernel releases the lock when
+/// the holder exits. Holders on another host, or a held lock whose recorded
+/// holder is gone, are refused with an explanation.
+pub fn break_lock(
+    dir: &BatonDir,
+    name: &LockName,
+    grace: Duration,
+) -> Result<BreakReport, RunError> {
+    let st = status(dir, name)?;
+    let mut report = BreakReport {
+        name: name.to_string(),
+        was_held: st.held,
+        stopped: Vec::new(),
+        free_now: !st.held,
+    };
+    if !st.held {
+        return Ok(report);
+    }
+    if st.holders.is_empty() {
+        return Err(LockError::Refused {
+            name: name.to_string(),
+            reason: "it is held, but its metadata names no holder (unreadable or missing); find the holder with `fuser` on the lock file".into(),
+        }
+        .into());
+    }
+    for h in &st.holders {
+        match h.liveness {
+            Liveness::Unknown => {
+                return Err(LockError::Refused {
+                    name: name.to_string(),
+                    reason: format!(
+                        "it is held by pid {} on host '{}', and baton can only stop holders on this host ('{}'); stop it there",
+                        h.pid,
+                        h.host,
+                        baton_lock::hostname()
+                    ),
+                }
+                .into())
+            }
+            Liveness::Dead => {
+                return Err(LockError::Refused {
+                    name: name.to_string(),
+                    reason: format!(
+                        "it is held, but its recorded holder pid {} is gone: another process inherited the lock file; find it with `fuser` on the lock file",
+                        h.pid
+                    ),
+                }
+                .into())
+            }
+            Liveness::Alive => {}
+        }
+    }
+    for h in &st.holders {
+        // A script holding through `lock acquire` is stopped before its
+        // holder lets go, so it never works beside the next holder.
+        if let Some(caller) = h.acquired_for.as_ref().filter(|_| h.kind == "hold") {
+            let (pid, start) = (caller.pid, caller.start_time);
+            let _ = terminate_verified(pid, grace, || start_time(pid) == Some(start));
+        }
+        let action = stop_holder(name, h, grace)?;
+        report.stopped.push(BrokenHolder {
+            holder: h.clone(),
+            action: action.into(),
+        });
+    }
+    report.free_now = !status(dir, name)?.held;
+    Ok(report)
+}
+
+/// Asks a background holder to let go (SIGUSR1, through a pidfd after an
+/// identity check) and waits until it has exited.
+fn ask_to_release(name: &LockName, h: &HolderInfo) -> Result<(), RunError> {
+    let refused = |reason: String| -> RunError {
+        LockError::Refused {
+            name: name.to_string(),
+            reason,
+        }
+        .into()
+    };
+    let Some(pidfd) = Pid::from_raw(h.pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok())
+    else {
+        return Ok(()); // gone already: the kernel released the lock
+    };
+    if start_time(h.pid) != Some(h.start_time) {
+        return Ok(());
+    }
+    rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::USR1)
+        .map_err(|e| refused(format!("cannot signal its holder pid {}: {e}", h.pid)))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let timeout = Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(0) => {
+                return Err(refused(format!(
+                    "its holder pid {} did not let go within 10 s (stopped?)",
+                    h.pid
+                )))
+            }
+            Ok(_) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(refused(format!("cannot wait for its holder: {e}"))),
+        }
+    }
+}
+
+fn stop_holder(name: &LockName, h: &HolderInfo, grace: Duration) -> Result<&'static str, RunError> {
+    if h.pid == std::process::id() as i32 {
+        return Err(LockError::Refused {
+            name: name.to_string(),
+            reason: "it is held by this very process".into(),
+        }
+        .into());
+    }
+    let expected = h.start_time;
+    let pid = h.pid;
+    let report = terminate_verified(pid, grace, || start_time(pid) == Some(expected))?;
+    Ok(match report {
+        TerminateReport::AlreadyGone => "already gone",
+        TerminateReport::ExitedAfterTerm => "exited after TERM",
+        TerminateReport::Killed => "killed",
+        _ => "kill pending",
+    })
+}
