@@ -278,7 +278,7 @@ impl Repo {
             .wait(remaining(wait))
             .operation(format!("{operation} in {}", self.common_dir.display()))
             .run_id(run_id)
-            .kind("git");
+            .kind(baton_lock::HolderKind::Git);
         let failed = |source| GitError::RepoLock {
             repo: self.common_dir.clone(),
             operation: operation.to_string(),

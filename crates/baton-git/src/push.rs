@@ -205,7 +205,7 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
             work.display()
         ))
         .run_id(run_id.clone())
-        .kind("git");
+        .kind(baton_lock::HolderKind::Git);
     let guard = acquire(&queue, &lock).map_err(lock_failed)?;
 
     let orig = git::run(&work, ["rev-parse", "--verify", "HEAD"])?;

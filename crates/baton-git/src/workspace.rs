@@ -248,7 +248,7 @@ fn lock_workspace(
     let mut req = LockRequest::new(LockName::new(format!("workspace/{id}"))?)
         .wait(git::remaining(wait))
         .operation(operation)
-        .kind("git");
+        .kind(baton_lock::HolderKind::Git);
     if !run_id.is_empty() {
         req = req.run_id(run_id);
     }

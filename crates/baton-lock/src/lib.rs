@@ -47,7 +47,7 @@ pub use identity::{
     ProcessIdentity,
 };
 pub use lock::{acquire, acquire_all, LockGuard, LockRequest, Mode};
-pub use meta::{CommandGroup, HolderRecord, LockDoc};
+pub use meta::{CommandGroup, HolderKind, HolderRecord, LockDoc};
 pub use name::{LockName, MAX_NAME_LEN};
 pub use status::{list, status, Content, HolderInfo, LockStatus};
 pub use wait::WaitPolicy;

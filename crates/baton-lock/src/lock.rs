@@ -21,7 +21,7 @@ use crate::identity::{default_owner, new_run_id, Liveness, ProcessIdentity};
 use crate::layout::{
     greatest_ticket_below, held_slots, BORROW_BASE, META, SLOT_BASE, TICKET_BASE, TICKET_END,
 };
-use crate::meta::{read_doc, write_doc, CommandGroup, DocRead, HolderRecord, LockDoc};
+use crate::meta::{read_doc, write_doc, CommandGroup, DocRead, HolderKind, HolderRecord, LockDoc};
 use crate::name::LockName;
 use crate::ofd::{self, Kind};
 use crate::replaced::{self, FileId};
@@ -78,8 +78,8 @@ pub struct LockRequest {
     pub operation: Option<String>,
     /// Run id to record; a new one is made if absent.
     pub run_id: Option<String>,
-    /// Kind of holder process recorded in metadata (`library`, `run`, `hold`).
-    pub kind: String,
+    /// Kind of holder process recorded in metadata.
+    pub kind: HolderKind,
     /// Ends the wait early, from another thread, with [`LockError::Cancelled`].
     pub cancel: Option<CancelToken>,
     /// The process the lock is held for, when the holder acts for another
@@ -104,7 +104,7 @@ impl LockRequest {
             owner: None,
             operation: None,
             run_id: None,
-            kind: "library".into(),
+            kind: HolderKind::Library,
             cancel: None,
             acquired_for: None,
             use_ancestor_hold: false,
@@ -155,8 +155,8 @@ impl LockRequest {
     }
 
     /// Sets the holder kind recorded in metadata.
-    pub fn kind(mut self, kind: impl Into<String>) -> Self {
-        self.kind = kind.into();
+    pub fn kind(mut self, kind: HolderKind) -> Self {
+        self.kind = kind;
         self
     }
 }
@@ -576,7 +576,7 @@ fn acquire_in(
                 return Err(LockError::HeldByAncestor {
                     name: req.name.to_string(),
                     pid: h.process.pid,
-                    kind: h.kind.clone(),
+                    kind: h.kind.as_str().to_string(),
                 });
             }
         }
@@ -824,7 +824,7 @@ fn record_grant(
         token: doc.token,
         mode: mode.as_str().into(),
         slot,
-        kind: req.kind.clone(),
+        kind: req.kind,
         command_group: None,
         acquired_for: req.acquired_for.clone(),
     });
@@ -854,7 +854,9 @@ fn held_for_ancestor(
     let candidates: Vec<&HolderRecord> = doc
         .holders
         .iter()
-        .filter(|h| (h.kind == "run" || h.kind == "hold") && local(&h.process) && covers(h))
+        .filter(|h| {
+            matches!(h.kind, HolderKind::Run | HolderKind::Hold) && local(&h.process) && covers(h)
+        })
         .collect();
     if candidates.is_empty() {
         return Ok(None);
@@ -866,8 +868,8 @@ fn held_for_ancestor(
         .into_iter()
         .filter(|h| held.iter().any(|(s, _)| *s == h.slot))
         .filter(|h| h.process.liveness() == Liveness::Alive)
-        .find(|h| match h.kind.as_str() {
-            "run" => is_ancestor(&h.process),
+        .find(|h| match h.kind {
+            HolderKind::Run => is_ancestor(&h.process),
             _ => h.acquired_for.as_ref().is_some_and(is_ancestor),
         })
         .cloned())
@@ -882,7 +884,7 @@ fn held_by_ancestor(
         .holders
         .iter()
         .filter(|h| {
-            h.kind == "run"
+            h.kind == HolderKind::Run
                 && h.process.host == crate::identity::hostname()
                 && h.process.boot_id == crate::identity::boot_id()
         })

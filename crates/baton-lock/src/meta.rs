@@ -35,9 +35,9 @@ pub struct HolderRecord {
     /// Which slot of a semaphore is held (0 otherwise).
     #[serde(default)]
     pub slot: u32,
-    /// What kind of process holds it: `run`, `hold` (from `baton lock acquire`) or `library`.
-    #[serde(default = "default_kind")]
-    pub kind: String,
+    /// What kind of process holds it.
+    #[serde(default)]
+    pub kind: HolderKind,
     /// The process group of the command the holder runs, once it runs: if the
     /// holder dies, the next holder terminates what is left of it first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -60,8 +60,35 @@ pub struct CommandGroup {
     pub grace_ms: u64,
 }
 
-fn default_kind() -> String {
-    "library".into()
+/// What kind of process holds a lock (`kind` in metadata and `--json`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HolderKind {
+    /// A program using the library directly.
+    #[default]
+    Library,
+    /// A `baton run` supervisor (it releases the lock when its command ends).
+    Run,
+    /// The background holder of `baton lock acquire`.
+    Hold,
+    /// baton's git operations (repository lock, push queue, workspaces).
+    Git,
+    /// Written by a newer baton: shown, never acted on.
+    #[serde(other)]
+    Other,
+}
+
+impl HolderKind {
+    /// The name used in metadata and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HolderKind::Library => "library",
+            HolderKind::Run => "run",
+            HolderKind::Hold => "hold",
+            HolderKind::Git => "git",
+            HolderKind::Other => "other",
+        }
+    }
 }
 
 /// The whole document.

@@ -19,7 +19,7 @@ use crate::error::{IoContext, LockError};
 use crate::identity::{Liveness, ProcessIdentity};
 use crate::layout::{count_tickets, held_slots};
 use crate::lock::MetaLock;
-use crate::meta::{read_doc, DocRead, HolderRecord};
+use crate::meta::{read_doc, DocRead, HolderKind, HolderRecord};
 use crate::name::LockName;
 use crate::ofd::Kind;
 use crate::replaced::{holders_elsewhere, marker, FileId};
@@ -49,8 +49,8 @@ pub struct HolderInfo {
     pub mode: String,
     /// Slot held (semaphores).
     pub slot: u32,
-    /// `run`, `hold` or `library`.
-    pub kind: String,
+    /// What kind of process holds it.
+    pub kind: HolderKind,
     /// Process start time in clock ticks since boot.
     pub start_time: u64,
     /// Boot id of its machine.
@@ -74,7 +74,7 @@ impl HolderInfo {
             liveness,
             mode: r.mode.clone(),
             slot: r.slot,
-            kind: r.kind.clone(),
+            kind: r.kind,
             start_time: r.process.start_time,
             boot_id: r.process.boot_id.clone(),
             acquired_for: r.acquired_for.clone(),

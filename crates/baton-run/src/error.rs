@@ -48,6 +48,20 @@ pub enum RunError {
         /// What happened.
         message: String,
     },
+    /// The event log could not be read or written.
+    #[error(transparent)]
+    EventLog(#[from] crate::events::EventLogError),
+    /// A file or directory of a group could not be used.
+    #[error("cannot {op} '{}'", path.display())]
+    File {
+        /// What was being done, as a verb phrase.
+        op: &'static str,
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// An I/O error while talking to the background holder.
     #[error("{op}")]
     Io {

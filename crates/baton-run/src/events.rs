@@ -186,15 +186,6 @@ pub struct EventLogError {
     pub source: io::Error,
 }
 
-impl From<EventLogError> for RunError {
-    fn from(e: EventLogError) -> RunError {
-        RunError::Io {
-            op: "event log",
-            source: io::Error::new(e.source.kind(), e),
-        }
-    }
-}
-
 /// Attaches an operation and a path to an I/O error.
 fn at<'p, E: Into<io::Error>>(
     op: &'static str,

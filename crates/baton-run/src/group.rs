@@ -212,8 +212,9 @@ fn read_doc(path: &Path, key: &LockName) -> Result<GroupDoc, RunError> {
             key: key.to_string(),
             ..GroupDoc::default()
         }),
-        Err(source) => Err(RunError::Io {
+        Err(source) => Err(RunError::File {
             op: "read the group document",
+            path: path.to_path_buf(),
             source,
         }),
     }
@@ -223,8 +224,9 @@ fn read_doc(path: &Path, key: &LockName) -> Result<GroupDoc, RunError> {
 /// directory), so a reader or a crash never sees half of it. No fsync: the
 /// document describes live processes, which a power loss ends anyway.
 fn write_doc(path: &Path, doc: &GroupDoc) -> Result<(), RunError> {
-    let io = |source| RunError::Io {
+    let io = |source| RunError::File {
         op: "write the group document",
+        path: path.to_path_buf(),
         source,
     };
     let bytes = serde_json::to_vec_pretty(doc).map_err(|e| io(e.into()))?;
@@ -391,7 +393,7 @@ impl Membership {
                 .mode(mode)
                 .wait(wait)
                 .run_id(self.run_id.clone())
-                .kind("run")
+                .kind(baton_lock::HolderKind::Run)
                 .cancel(cancel),
         )?)
     }
@@ -500,8 +502,9 @@ pub fn group_status(dir: &BatonDir, key: Option<&LockName>) -> Result<Vec<GroupS
                 Ok(e) => e,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
                 Err(source) => {
-                    return Err(RunError::Io {
-                        op: "list groups",
+                    return Err(RunError::File {
+                        op: "list groups in",
+                        path: root.clone(),
                         source,
                     })
                 }

@@ -207,7 +207,7 @@ fn lock_requests(
                 .wait(req.wait)
                 .operation(operation.clone())
                 .run_id(run_id.to_string())
-                .kind("run")
+                .kind(baton_lock::HolderKind::Run)
                 .cancel(control.waits());
             r.owner = req.owner.clone();
             r

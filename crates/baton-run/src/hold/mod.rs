@@ -296,7 +296,7 @@ fn hold(
     let mut lock_req = LockRequest::new(name.clone())
         .mode(mode)
         .wait(wait)
-        .kind("hold");
+        .kind(baton_lock::HolderKind::Hold);
     lock_req.owner = req.owner.clone();
     lock_req.operation = req.operation.clone();
     lock_req.acquired_for = req.watch_pid.and_then(baton_lock::ProcessIdentity::of_pid);

@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use baton_lock::{start_time, status, BatonDir, HolderInfo, Liveness, LockError, LockName};
+use baton_lock::{
+    start_time, status, BatonDir, HolderInfo, HolderKind, Liveness, LockError, LockName,
+};
 use baton_proc::{terminate_verified, TerminateReport};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::{pidfd_open, Pid, PidfdFlags};
@@ -39,7 +41,11 @@ pub fn release_held(
     force: bool,
 ) -> Result<ReleaseReport, RunError> {
     let st = status(dir, name)?;
-    let holds: Vec<&HolderInfo> = st.holders.iter().filter(|h| h.kind == "hold").collect();
+    let holds: Vec<&HolderInfo> = st
+        .holders
+        .iter()
+        .filter(|h| h.kind == HolderKind::Hold)
+        .collect();
     let mine: Vec<&HolderInfo> = holds
         .iter()
         .copied()
@@ -52,13 +58,13 @@ pub fn release_held(
         .collect();
     let target = match token {
         Some(t) => match st.holders.iter().find(|h| h.token == t) {
-            Some(h) if h.kind == "hold" => h,
+            Some(h) if h.kind == HolderKind::Hold => h,
             Some(h) => {
                 return Err(LockError::Refused {
                     name: name.to_string(),
                     reason: format!(
                         "token {t} belongs to a `baton {}` process (pid {}), which releases the lock itself when it ends; use `baton lock break` to stop it",
-                        if h.kind == "run" { "run" } else { "library" },
+                        h.kind.as_str(),
                         h.pid
                     ),
                 }
@@ -210,7 +216,11 @@ pub fn break_lock(
     for h in &st.holders {
         // A script holding through `lock acquire` is stopped before its
         // holder lets go, so it never works beside the next holder.
-        if let Some(caller) = h.acquired_for.as_ref().filter(|_| h.kind == "hold") {
+        if let Some(caller) = h
+            .acquired_for
+            .as_ref()
+            .filter(|_| h.kind == HolderKind::Hold)
+        {
             let (pid, start) = (caller.pid, caller.start_time);
             let _ = terminate_verified(pid, grace, || start_time(pid) == Some(start));
         }
