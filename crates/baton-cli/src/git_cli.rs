@@ -10,11 +10,11 @@ use baton_git::{
 };
 use baton_lock::{BatonDir, ProcessIdentity, WaitPolicy};
 use clap::{Args, Subcommand, ValueEnum};
-use serde::Serialize;
 
 use crate::commands::fail;
 use crate::duration::parse_duration;
 use crate::exit_codes::{BATON_FAILED, NOT_ACQUIRED, PUSH_CONFLICT};
+use crate::output::print_json;
 
 /// Workspace strategies on the command line.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -255,16 +255,6 @@ fn code(e: &GitError) -> u8 {
         GitError::Conflict { .. } => PUSH_CONFLICT,
         e if e.is_busy() => NOT_ACQUIRED,
         _ => BATON_FAILED,
-    }
-}
-
-fn print_json<T: Serialize + ?Sized>(value: &T) -> u8 {
-    match serde_json::to_string_pretty(value) {
-        Ok(s) => {
-            println!("{s}");
-            0
-        }
-        Err(e) => fail(&e, BATON_FAILED),
     }
 }
 

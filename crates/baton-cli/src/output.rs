@@ -10,8 +10,27 @@ use serde::Serialize;
 
 use crate::exit_codes::BATON_FAILED;
 
-fn print_json<T: Serialize + ?Sized>(value: &T) -> u8 {
-    match serde_json::to_string_pretty(value) {
+/// How a `--json` document is laid out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// Indented, for reports (`lock status`, `workspace list`, ...).
+    Pretty,
+    /// One line, for values that scripts pipe on (`state get`, `state edit`).
+    Line,
+}
+
+/// The one JSON printer of the CLI; returns the exit code.
+pub(crate) fn print_json<T: Serialize + ?Sized>(value: &T) -> u8 {
+    write_json(value, Layout::Pretty)
+}
+
+/// Prints `value` as JSON laid out as asked; returns the exit code.
+pub(crate) fn write_json<T: Serialize + ?Sized>(value: &T, layout: Layout) -> u8 {
+    let text = match layout {
+        Layout::Pretty => serde_json::to_string_pretty(value),
+        Layout::Line => serde_json::to_string(value),
+    };
+    match text {
         Ok(s) => {
             println!("{s}");
             0

@@ -19,6 +19,7 @@ use crate::exit_codes::{
     for_child, for_lock_error, BATON_FAILED, CHANGED_NOT_DURABLE, NOT_ACQUIRED, NOT_EXECUTABLE,
     NOT_FOUND,
 };
+use crate::output::{write_json, Layout};
 
 fn lock_name(s: &str) -> Result<LockName, String> {
     LockName::new(s).map_err(|e| e.to_string())
@@ -269,13 +270,7 @@ fn note_torn_bytes(bytes: u64, path: &std::path::Path, saved_to: &std::path::Pat
 }
 
 fn print_json<T: Serialize>(value: &T) -> u8 {
-    match serde_json::to_string(value) {
-        Ok(s) => {
-            println!("{s}");
-            0
-        }
-        Err(e) => fail(&e, BATON_FAILED),
-    }
+    write_json(value, Layout::Line)
 }
 
 fn options(lock: LockArgs) -> Options {
