@@ -197,7 +197,7 @@ fn a_reused_process_group_id_of_a_dead_holder_is_not_signalled() {
     let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let host = String::from_utf8(Command::new("hostname").output().unwrap().stdout).unwrap();
     let lock = env.dir.join("locks/r.lock");
-    let write_dead_holder = |leader_start: u64| {
+    let write_dead_holder = |leader_start: u64, session: i32| {
         let mut doc: serde_json::Value =
             serde_json::from_str(fs::read_to_string(&lock).unwrap().lines().next().unwrap())
                 .unwrap();
@@ -205,20 +205,29 @@ fn a_reused_process_group_id_of_a_dead_holder_is_not_signalled() {
             "pid": dead_pid, "start_time": 1, "boot_id": boot.trim(), "host": host.trim(),
             "owner": "x", "run_id": "0000000000000000", "acquired_at": "2026-01-01T00:00:00Z",
             "token": doc["token"], "mode": "exclusive", "slot": 0, "kind": "run",
-            "command_group": {"pgid": victim, "leader_start_time": leader_start, "grace_ms": 100}
+            "command_group": {"pgid": victim, "leader_start_time": leader_start, "grace_ms": 100, "session": session}
         }]);
         fs::write(&lock, format!("{doc}\n")).unwrap();
     };
     // The recorded group id now names another group (its leader started at
     // another time): not ours to touch.
-    write_dead_holder(victim_start + 1);
+    write_dead_holder(victim_start + 1, victim);
     assert!(env
         .run(&["run", "--lock", "r", "--", "true"])
         .status
         .success());
     assert!(running(victim), "an unrelated process was signalled");
-    // Control: with the right identity the same record does stop it.
-    write_dead_holder(victim_start);
+    // The id is now another session's (a daemon's setsid): not ours either.
+    write_dead_holder(victim_start, std::process::id() as i32);
+    assert!(env
+        .run(&["run", "--lock", "r", "--", "true"])
+        .status
+        .success());
+    assert!(
+        running(victim),
+        "a process of another session was signalled"
+    );
+    write_dead_holder(victim_start, victim);
     assert!(env
         .run(&["run", "--lock", "r", "--", "true"])
         .status

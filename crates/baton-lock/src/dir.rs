@@ -52,6 +52,9 @@ impl BatonDir {
             Err(e) => return Err(e).at("cannot inspect baton dir", &path),
         }
         vet(&path)?;
+        // One spelling per directory (`d/`, `./d`, a symlinked parent): the
+        // marker of a lock is derived from this path (LOCKING.md).
+        let path = fs::canonicalize(&path).at("cannot resolve baton dir", &path)?;
         let dir = BatonDir { path };
         let locks = dir.locks_dir();
         match fs::DirBuilder::new().mode(0o700).create(&locks) {

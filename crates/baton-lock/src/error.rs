@@ -51,7 +51,7 @@ pub enum LockError {
         name: String,
     },
     /// An ancestor of this process holds the lock; waiting for it would never end.
-    #[error("lock '{name}' is held by pid {pid}, an ancestor of this process ({kind}); waiting for it would deadlock (a command run under a lock cannot take that lock again)")]
+    #[error("lock '{name}' is held for an ancestor of this process (holder pid {pid}, {kind}); waiting for it would deadlock (a command run under a lock, or a script holding it, cannot take that lock again)")]
     HeldByAncestor {
         /// The lock's name.
         name: String,

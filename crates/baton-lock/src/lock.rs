@@ -543,7 +543,9 @@ fn acquire_in(
             }
         }
         if req.use_ancestor_hold {
-            if let Some(h) = held_for_ancestor(fd, &doc, mode).at("cannot inspect lock", path)? {
+            if let Some(h) =
+                held_for_ancestor(fd, &doc, Some(mode)).at("cannot inspect lock", path)?
+            {
                 drop(meta);
                 // Users of one ancestor's hold (say, two background jobs of
                 // the script) still exclude each other, on a byte of their own.
@@ -572,7 +574,7 @@ fn acquire_in(
         // never end: that supervisor waits for us. Refuse instead. Other
         // holders (a library user that spawned us) may well release first.
         if req.wait == WaitPolicy::Forever {
-            if let Some(h) = held_by_ancestor(fd, &doc).at("cannot inspect lock", path)? {
+            if let Some(h) = held_for_ancestor(fd, &doc, None).at("cannot inspect lock", path)? {
                 return Err(LockError::HeldByAncestor {
                     name: req.name.to_string(),
                     pid: h.process.pid,
@@ -644,7 +646,7 @@ fn take_over(
         give_back();
         return Ok(None);
     }
-    let result = (|| -> Result<(u64, String), LockError> {
+    let result = (|| -> Result<Option<(u64, String)>, LockError> {
         let (meta, mut doc) = match locked {
             Some(l) => l,
             None => {
@@ -674,15 +676,31 @@ fn take_over(
                 write_doc(file, &mut doc).at("cannot write lock metadata to", path)?;
             }
             drop(meta);
-            if replaced_holders && !replaced::wait_until_gone(at.mark, at.id, deadline) {
-                return Err(busy(Some(
-                    "a holder through a deleted or replaced lock file".into(),
-                )));
+            if replaced_holders {
+                match replaced::wait_until_gone(at.mark, at.id, path, deadline, req.cancel.as_ref())
+                {
+                    replaced::Gone::Clear => {}
+                    // Our own file went away meanwhile: start again on the new one.
+                    replaced::Gone::OursReplaced => return Ok(None),
+                    replaced::Gone::Cancelled => {
+                        return Err(LockError::Cancelled {
+                            name: req.name.to_string(),
+                        })
+                    }
+                    replaced::Gone::TimedOut => {
+                        return Err(busy(Some(
+                            "a holder through a deleted or replaced lock file".into(),
+                        )))
+                    }
+                }
             }
             for g in leftovers {
                 baton_proc::terminate_group(
                     g.pgid,
-                    baton_proc::GroupIdentity::LeaderStartedAt(g.leader_start_time),
+                    baton_proc::GroupIdentity::Recorded {
+                        leader_start_time: g.leader_start_time,
+                        session: g.session,
+                    },
                     std::time::Duration::from_millis(g.grace_ms),
                 );
             }
@@ -694,17 +712,21 @@ fn take_over(
                     ))
                 })?;
             let mut doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
-            return record_grant(at, &mut doc, req, mode, slot);
+            return record_grant(at, &mut doc, req, mode, slot).map(Some);
         }
-        record_grant(at, &mut doc, req, mode, slot)
+        record_grant(at, &mut doc, req, mode, slot).map(Some)
     })();
     match result {
-        Ok((token, run_id)) => Ok(Some(Grant {
+        Ok(Some((token, run_id))) => Ok(Some(Grant {
             slot,
             token,
             run_id,
             borrowed: false,
         })),
+        Ok(None) => {
+            give_back();
+            Ok(None)
+        }
         Err(e) => {
             give_back();
             Err(e)
@@ -840,17 +862,21 @@ fn clock_micros() -> u64 {
 }
 
 /// A live holder of a held slot that holds it for an ancestor of this
-/// process, in a mode that covers `mode`: a `run` holder that is an
-/// ancestor, or a `hold` holder acquired for an ancestor.
+/// process (in a mode that covers `mode`, if given): a `run` holder that is
+/// an ancestor, or a `hold` holder acquired for an ancestor. Waiting forever
+/// for such a holder would deadlock; a request that may use its hold does.
 fn held_for_ancestor(
     fd: std::os::fd::BorrowedFd<'_>,
     doc: &LockDoc,
-    mode: Mode,
+    mode: Option<Mode>,
 ) -> std::io::Result<Option<HolderRecord>> {
     let local = |p: &ProcessIdentity| {
         p.host == crate::identity::hostname() && p.boot_id == crate::identity::boot_id()
     };
-    let covers = |h: &HolderRecord| h.mode != "shared" || mode == Mode::Shared;
+    let covers = |h: &HolderRecord| match mode {
+        Some(m) => h.mode != "shared" || m == Mode::Shared,
+        None => true,
+    };
     let candidates: Vec<&HolderRecord> = doc
         .holders
         .iter()
@@ -872,32 +898,6 @@ fn held_for_ancestor(
             HolderKind::Run => is_ancestor(&h.process),
             _ => h.acquired_for.as_ref().is_some_and(is_ancestor),
         })
-        .cloned())
-}
-
-/// A `baton run` holder of one of the held slots that is an ancestor of this process.
-fn held_by_ancestor(
-    fd: std::os::fd::BorrowedFd<'_>,
-    doc: &LockDoc,
-) -> std::io::Result<Option<HolderRecord>> {
-    let candidates: Vec<&HolderRecord> = doc
-        .holders
-        .iter()
-        .filter(|h| {
-            h.kind == HolderKind::Run
-                && h.process.host == crate::identity::hostname()
-                && h.process.boot_id == crate::identity::boot_id()
-        })
-        .collect();
-    if candidates.is_empty() {
-        return Ok(None); // the common case: no need to walk /proc
-    }
-    let held = held_slots(fd, doc.max.max(1))?;
-    let ancestors = crate::identity::ancestors();
-    Ok(candidates
-        .into_iter()
-        .filter(|h| held.iter().any(|(s, _)| *s == h.slot))
-        .find(|h| ancestors.contains(&(h.process.pid, h.process.start_time)))
         .cloned())
 }
 

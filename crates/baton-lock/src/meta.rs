@@ -58,6 +58,9 @@ pub struct CommandGroup {
     pub leader_start_time: u64,
     /// How long the holder would have waited between TERM and KILL.
     pub grace_ms: u64,
+    /// The session the group belongs to (0: not recorded).
+    #[serde(default)]
+    pub session: i32,
 }
 
 /// What kind of process holds a lock (`kind` in metadata and `--json`).

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use crate::cancel::CancelToken;
+
 /// First marker byte; markers span 2^48 bytes above it.
 const MARK_BASE: u64 = 1 << 48;
 
@@ -164,6 +166,18 @@ fn for_each_fdinfo(f: &mut dyn FnMut(&str)) {
     }
 }
 
+/// How [`wait_until_gone`] ended.
+pub(crate) enum Gone {
+    /// No holder through another file is left.
+    Clear,
+    /// Our own file is no longer at the lock's path: start again.
+    OursReplaced,
+    /// The request was cancelled.
+    Cancelled,
+    /// The deadline passed.
+    TimedOut,
+}
+
 /// Waits until no file other than `ours` carries a marker of this lock.
 /// `Ok(false)` when `deadline` passes first.
 ///
@@ -171,15 +185,29 @@ fn for_each_fdinfo(f: &mut dyn FnMut(&str)) {
 /// longer open, so this is the one wait in baton that polls `/proc/locks`
 /// (from 1 ms, doubling up to 50 ms): it happens only after someone deleted or
 /// replaced a lock file while it was held.
-pub(crate) fn wait_until_gone(mark: u64, ours: FileId, deadline: Option<Instant>) -> bool {
+pub(crate) fn wait_until_gone(
+    mark: u64,
+    ours: FileId,
+    path: &Path,
+    deadline: Option<Instant>,
+    cancel: Option<&CancelToken>,
+) -> Gone {
     let mut pause = Duration::from_millis(1);
     loop {
         if holders_elsewhere(mark, Some(ours)).is_empty() {
-            return true;
+            return Gone::Clear;
+        }
+        // Deleted again while we wait: whoever holds the newest file must
+        // not wait for us, nor we for them (LOCKING.md).
+        if !still_at_path(ours, path) {
+            return Gone::OursReplaced;
+        }
+        if cancel.is_some_and(CancelToken::is_cancelled) {
+            return Gone::Cancelled;
         }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
-            return false;
+            return Gone::TimedOut;
         }
         let nap = deadline.map_or(pause, |d| pause.min(d - now));
         std::thread::sleep(nap);

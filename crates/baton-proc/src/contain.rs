@@ -57,9 +57,19 @@ pub enum GroupIdentity {
     /// The group's leader has been reaped by us: a process whose pid is the
     /// group id can only be a newer process that reused the id.
     LeaderReaped,
-    /// The leader, if it still exists, started at this time (clock ticks since
-    /// boot); a leader with another start time means the id was reused.
-    LeaderStartedAt(u64),
+    /// As recorded when the command started: the leader's start time (clock
+    /// ticks since boot) and the group's session. A leader with another start
+    /// time means the id was reused; members must be in that session (a
+    /// process cannot join a group of another session, and a daemon that
+    /// made the id its own session with `setsid` is not ours) and must have
+    /// started no earlier than the leader. A session of 0 is not checked
+    /// (records written before it was recorded).
+    Recorded {
+        /// The leader's start time.
+        leader_start_time: u64,
+        /// The group's session id.
+        session: i32,
+    },
 }
 
 static SUBREAPER: AtomicBool = AtomicBool::new(false);
@@ -131,14 +141,23 @@ pub fn terminate_group(pgid: i32, identity: GroupIdentity, grace: Duration) -> V
         if let Some(leader) = procfs::stat(pgid).filter(|st| !st.exited) {
             let ours = match identity {
                 GroupIdentity::LeaderReaped => false,
-                GroupIdentity::LeaderStartedAt(t) => leader.start_time == t && leader.pgrp == pgid,
+                GroupIdentity::Recorded {
+                    leader_start_time, ..
+                } => leader.start_time == leader_start_time && leader.pgrp == pgid,
             };
             if !ours {
                 break; // the id was reused: not ours to touch
             }
         }
+        let belongs = |st: &ProcStat| match identity {
+            GroupIdentity::LeaderReaped => true,
+            GroupIdentity::Recorded {
+                leader_start_time,
+                session,
+            } => st.start_time >= leader_start_time && (session == 0 || st.session == session),
+        };
         let members: Vec<Pinned> =
-            procfs::scan(|pid, st| st.pgrp == pgid && !st.exited && pid != me)
+            procfs::scan(|pid, st| st.pgrp == pgid && !st.exited && pid != me && belongs(st))
                 .into_iter()
                 .filter_map(|(pid, st)| pin(pid, &st))
                 .collect();
@@ -157,6 +176,52 @@ pub fn terminate_group(pgid: i32, identity: GroupIdentity, grace: Duration) -> V
         stop_all(members, if round == 0 { Some(grace) } else { None });
     }
     found
+}
+
+/// Terminates process `pid` (if it still is the process that started at
+/// `start_time`) together with all its descendants: TERM (and CONT) to each,
+/// up to `grace`, then KILL, and waits until they are gone (at most
+/// [`KILL_WAIT`] after the kill). For a script that must stop before a lock
+/// it holds is given to someone else: its children work under the lock too,
+/// and under an agent the script shares the agent's process group, so the
+/// group cannot be used. Returns whether every process found has exited.
+pub fn terminate_tree(pid: i32, start_time: u64, grace: Duration) -> bool {
+    let Some(root) = procfs::stat(pid).filter(|st| !st.exited && st.start_time == start_time)
+    else {
+        return true; // gone already
+    };
+    let all = procfs::scan(|_, st| !st.exited);
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    for (p, st) in &all {
+        children.entry(st.ppid).or_default().push(*p);
+    }
+    let stats: HashMap<i32, &ProcStat> = all.iter().map(|(p, st)| (*p, st)).collect();
+    let mut tree = vec![(pid, root)];
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        for c in children.get(&p).into_iter().flatten() {
+            if let Some(st) = stats.get(c) {
+                tree.push((*c, (*st).clone()));
+                todo.push(*c);
+            }
+        }
+    }
+    let me = std::process::id() as i32;
+    let pinned: Vec<Pinned> = tree
+        .iter()
+        .filter(|(p, _)| *p != me)
+        .filter_map(|(p, st)| pin(*p, st))
+        .collect();
+    let mut alive = pinned;
+    for p in &alive {
+        let _ = pidfd_send_signal(&p.fd, Signal::TERM);
+        let _ = pidfd_send_signal(&p.fd, Signal::CONT);
+    }
+    alive = wait_all(alive, grace);
+    for p in &alive {
+        let _ = pidfd_send_signal(&p.fd, Signal::KILL);
+    }
+    wait_all(alive, KILL_WAIT).is_empty()
 }
 
 /// TERM (when `grace` is given) then KILL, waiting for the processes to exit.

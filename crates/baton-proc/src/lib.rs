@@ -75,7 +75,8 @@ use std::time::Duration;
 
 pub use cancel::Canceller;
 pub use contain::{
-    become_subreaper, is_subreaper, terminate_group, GroupIdentity, Leftover, LeftoverPolicy,
+    become_subreaper, is_subreaper, terminate_group, terminate_tree, GroupIdentity, Leftover,
+    LeftoverPolicy,
 };
 pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 pub use signals::FORWARDED_SIGNALS;

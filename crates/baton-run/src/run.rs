@@ -256,10 +256,12 @@ fn command_env(
 /// if this process dies, whoever takes them next stops what is left of the
 /// command first (DESIGN.md, decision 11).
 fn record_command(started: Started, grace_ms: u64, guards: &[LockGuard], member: Option<&Member>) {
+    let leader = baton_proc::procfs::stat(started.pgid);
     let group = CommandGroup {
         pgid: started.pgid,
-        leader_start_time: baton_proc::procfs::stat(started.pgid).map_or(0, |s| s.start_time),
+        leader_start_time: leader.as_ref().map_or(0, |s| s.start_time),
         grace_ms,
+        session: leader.as_ref().map_or(0, |s| s.session),
     };
     for g in guards.iter().chain(member.and_then(Member::slot)) {
         let _ = g.set_command_group(group);

@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use baton_lock::{
     acquire, start_time, BatonDir, LockError, LockName, LockRequest, Mode, WaitPolicy,
 };
-use baton_proc::{terminate_verified, TerminateReport};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::{pidfd_open, Pid, PidfdFlags};
 use serde::{Deserialize, Serialize};
@@ -65,26 +64,42 @@ pub struct HoldRequest {
 /// except inside a command substitution such as `T=$(baton lock acquire x ||
 /// exit 1)` or `T=$(baton lock acquire x --json | jq -r .token)`, where the
 /// parent is a short-lived subshell. A subshell of a command substitution
-/// writes into a pipe that its own parent (the script's shell) reads, so we
-/// walk up past every ancestor whose standard output is a pipe held open by
-/// that ancestor's parent. A script whose output is piped elsewhere
-/// (`./script | tee log`) is not skipped: the reader there is not its parent.
+/// is a fork of the script's shell (same command line, no exec) that writes
+/// into a pipe its parent reads, so we walk up past every such ancestor. A
+/// program whose output its parent captures (`OUT=$(./step.sh)`, an agent's
+/// `subprocess.run(..., capture_output=True)`) is a program of its own, not
+/// a subshell, and is watched; so is a script piped elsewhere (`| tee`).
+/// Wrappers that fork the command and wait for it (`timeout`, `xargs`) are
+/// walked past too: they end with `acquire`, not with the script.
 pub fn caller_to_watch() -> Option<(i32, u64)> {
     let mut pid = rustix::process::getppid()?.as_raw_nonzero().get();
     for _ in 0..16 {
         let Some(parent) = baton_lock::parent_of(pid).filter(|p| *p > 1) else {
             break;
         };
-        let Some(out) = std::fs::read_link(format!("/proc/{pid}/fd/1")).ok() else {
-            break;
-        };
-        let is_pipe = out.to_string_lossy().starts_with("pipe:");
-        if !(is_pipe && reads(parent, &out)) {
+        if !(is_substitution_subshell(pid, parent) || is_forking_wrapper(pid)) {
             break;
         }
         pid = parent;
     }
     Some((pid, start_time(pid)?))
+}
+
+/// `pid` is a forked subshell of `parent` writing into a pipe that `parent` reads.
+fn is_substitution_subshell(pid: i32, parent: i32) -> bool {
+    let Some(out) = std::fs::read_link(format!("/proc/{pid}/fd/1")).ok() else {
+        return false;
+    };
+    let cmdline = |p: i32| std::fs::read(format!("/proc/{p}/cmdline")).ok();
+    out.to_string_lossy().starts_with("pipe:")
+        && cmdline(pid).is_some_and(|c| Some(c) == cmdline(parent))
+        && reads(parent, &out)
+}
+
+/// `pid` runs a tool that starts the command as its child and exits with it.
+fn is_forking_wrapper(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .is_ok_and(|c| matches!(c.trim(), "timeout" | "xargs" | "time"))
 }
 
 /// Whether process `pid` has the read end of pipe `link` (`pipe:[1234]`)
@@ -411,13 +426,8 @@ fn stop_caller_first(req: &HoldRequest, watched: Option<&rustix::fd::OwnedFd>) {
         return;
     };
     let grace = Duration::from_millis(req.grace_ms.unwrap_or(10_000));
-    let stopped = terminate_verified(pid, grace, || start_time(pid) == Some(start));
-    if !matches!(
-        stopped,
-        Ok(TerminateReport::AlreadyGone
-            | TerminateReport::ExitedAfterTerm
-            | TerminateReport::Killed)
-    ) {
+    // The script and everything it started: its children work under the lock too.
+    if !baton_proc::terminate_tree(pid, start, grace) {
         let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
         while matches!(
             rustix::event::poll(&mut fds, None),

@@ -221,8 +221,7 @@ pub fn break_lock(
             .as_ref()
             .filter(|_| h.kind == HolderKind::Hold)
         {
-            let (pid, start) = (caller.pid, caller.start_time);
-            let _ = terminate_verified(pid, grace, || start_time(pid) == Some(start));
+            baton_proc::terminate_tree(caller.pid, caller.start_time, grace);
         }
         let action = stop_holder(name, h, grace)?;
         report.stopped.push(BrokenHolder {
