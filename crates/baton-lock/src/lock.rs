@@ -274,6 +274,19 @@ impl LockGuard {
             }
             Ok(())
         })();
+        // Processes still working under this hold (borrowers, see
+        // `use_ancestor_hold`: a script's `state edit` left running in the
+        // background) finish first; a stopped one is waited for at most
+        // BORROWER_PATIENCE.
+        let borrowers = BORROW_BASE + u64::from(self.slot);
+        let _ = ofd::lock_wait(
+            fd,
+            Kind::Write,
+            borrowers,
+            1,
+            Some(Instant::now() + BORROWER_PATIENCE),
+            None,
+        );
         let unlock = ofd::unlock(fd, SLOT_BASE + u64::from(self.slot), 1);
         unlock.at("cannot release lock", &self.path)?;
         record.at("cannot update lock metadata in", &self.path)?;
@@ -422,6 +435,9 @@ fn open_lock_file(path: &Path) -> Result<File, LockError> {
         .open(path)
         .at("cannot open lock file", path)
 }
+
+/// How long a release waits for processes still using the hold (borrowers).
+const BORROWER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long bookkeeping (a release, recording a command) waits for META.
 const META_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);

@@ -373,9 +373,13 @@ pub(crate) fn join(
 }
 
 fn meta_lock(paths: &GroupPaths, key: &LockName) -> Result<LockGuard, RunError> {
+    // Held for a few system calls at a time: a long wait means a process
+    // stopped inside its bookkeeping; never wait for it forever.
     Ok(acquire(
         &paths.meta,
-        &LockRequest::new(key.clone()).operation("group bookkeeping"),
+        &LockRequest::new(key.clone())
+            .operation("group bookkeeping")
+            .wait(std::time::Duration::from_secs(5)),
     )?)
 }
 

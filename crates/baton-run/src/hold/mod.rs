@@ -215,10 +215,11 @@ pub fn start_holder(exe: &Path, dir: &BatonDir, req: &HoldRequest) -> Result<Hel
 /// The body of the background holder; returns its exit code.
 pub fn serve_hold(dir: &BatonDir) -> i32 {
     let mut out = std::io::stdout();
-    let report = |out: &mut std::io::Stdout, r: &Report| {
-        if let Ok(s) = serde_json::to_string(r) {
-            let _ = writeln!(out, "{s}");
-            let _ = out.flush();
+    // Whether the report reached `acquire` (it may have been killed).
+    let report = |out: &mut std::io::Stdout, r: &Report| -> bool {
+        match serde_json::to_string(r) {
+            Ok(s) => writeln!(out, "{s}").and_then(|()| out.flush()).is_ok(),
+            Err(_) => false,
         }
     };
     let req: HoldRequest = match std::env::var(HOLD_REQUEST_ENV)
@@ -227,7 +228,7 @@ pub fn serve_hold(dir: &BatonDir) -> i32 {
     {
         Some(r) => r,
         None => {
-            report(
+            let _ = report(
                 &mut out,
                 &Report::Failed {
                     message: format!(
@@ -242,7 +243,7 @@ pub fn serve_hold(dir: &BatonDir) -> i32 {
         Ok(HoldEnd::Done) => 0,
         Ok(HoldEnd::Abandoned) => 1,
         Err(message) => {
-            report(&mut out, &Report::Failed { message });
+            let _ = report(&mut out, &Report::Failed { message });
             125
         }
     }
@@ -259,7 +260,7 @@ enum HoldEnd {
 fn hold(
     dir: &BatonDir,
     req: &HoldRequest,
-    report: &mut dyn FnMut(&Report),
+    report: &mut dyn FnMut(&Report) -> bool,
 ) -> Result<HoldEnd, String> {
     // Every error says what failed, on its own: it is what `lock acquire` prints.
     let fault = |what: &'static str| {
@@ -357,7 +358,7 @@ fn hold(
     let guard = match result_rx.recv() {
         Ok(Ok(g)) => g,
         Ok(Err(e @ LockError::Busy { .. })) => {
-            report(&Report::Busy {
+            let _ = report(&Report::Busy {
                 message: baton_lock::one_line(&e),
             });
             return Ok(HoldEnd::Done);
@@ -372,12 +373,18 @@ fn hold(
             ));
         }
     };
-    report(&Report::Held(Held {
+    let told = report(&Report::Held(Held {
         token: guard.token(),
         run_id: guard.run_id().to_string(),
         holder_pid: std::process::id() as i32,
         name: name.to_string(),
     }));
+    if !told {
+        // `acquire` died before it could print the token: nobody knows the
+        // lock is held, so nobody would release it. Let go at once.
+        guard.release().map_err(|e| e.to_string())?;
+        return Ok(HoldEnd::Abandoned);
+    }
     let deadline = req
         .ttl_ms
         .map(|ms| Instant::now() + Duration::from_millis(ms));
