@@ -248,3 +248,32 @@ fn group_bookkeeping_behind_a_stuck_process_is_bounded() {
     fs::write(&go, "").unwrap();
     assert!(stuck.wait().unwrap().success());
 }
+
+#[test]
+fn a_lock_file_restored_from_a_backup_does_not_send_tokens_backwards() {
+    let env = Env::new();
+    let token = || -> u64 {
+        let out = env.run(&[
+            "run",
+            "--lock",
+            "x",
+            "--",
+            "sh",
+            "-c",
+            "echo $BATON_FENCING_TOKEN",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out).trim().parse().unwrap()
+    };
+    let first = token();
+    let lock = env.dir.join("locks/x.lock");
+    let backup = fs::read(&lock).unwrap();
+    let later: Vec<u64> = (0..3).map(|_| token()).collect();
+    // Written back into the same file (same inode), as `cp save x.lock` does.
+    fs::write(&lock, &backup).unwrap();
+    let after = token();
+    assert!(
+        later.iter().chain([&first]).all(|t| after > *t),
+        "token {after} after {first} {later:?}"
+    );
+}

@@ -38,7 +38,7 @@ fn command_gets_its_environment_and_exit_code_passes_through() {
         "echo $BATON_FENCING_TOKEN",
     ]);
     let second: u64 = stdout(&out).trim().parse().unwrap();
-    assert_eq!(second, first + 1, "tokens increase by one per grant");
+    assert!(second > first, "tokens increase: {second} after {first}");
 }
 
 #[test]
@@ -167,7 +167,7 @@ fn eight_processes_times_200_increments_lose_nothing() {
     }
     assert_eq!(fs::read_to_string(&counter).unwrap().trim(), "1600");
     let last = env.status("counter")["last_token"].as_u64().unwrap();
-    assert_eq!(last, base + 1600, "one token per grant");
+    assert!(last >= base + 1600, "at least one more per grant");
 }
 
 #[test]

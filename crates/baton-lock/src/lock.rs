@@ -812,10 +812,10 @@ pub(crate) fn try_slots(file: &File, mode: Mode, slots: u32) -> std::io::Result<
 
 /// Issues the next fencing token and records the holder. Caller holds META.
 ///
-/// Tokens increase by one per grant. In a file that is new to the lock (or
-/// was copied, or whose document was lost) they continue from the wall
-/// clock in microseconds instead, which is larger than any token issued
-/// earlier as long as the clock does not go back (`LOCKING.md`, "Fencing tokens").
+/// A token is the larger of the last one + 1 and the wall clock in
+/// microseconds, so tokens increase across grants, lost or deleted files and
+/// files restored from a backup, as long as the clock does not go back
+/// (`LOCKING.md`, "Fencing tokens").
 fn record_grant(
     at: &Target<'_>,
     doc: &mut LockDoc,
@@ -832,11 +832,9 @@ fn record_grant(
         .ok_or_else(|| LockError::TokensExhausted {
             name: req.name.to_string(),
         })?;
-    doc.token = if doc.inode == Some(id.ino) {
-        next
-    } else {
-        next.max(clock_micros())
-    };
+    // Never below the clock: a lock file restored from a backup (same
+    // inode, older counter) must not hand out old tokens again.
+    doc.token = next.max(clock_micros());
     doc.inode = Some(id.ino);
     doc.format = 1;
     doc.name = req.name.to_string();
