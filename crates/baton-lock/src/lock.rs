@@ -304,7 +304,7 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
     let deadline = req.wait.deadline_from(start);
     let path = dir.lock_path(&req.name);
     let mark = replaced::marker(dir.path(), req.name.as_str());
-    let _span = tracing::debug_span!("lock", name = %req.name).entered();
+    let _span = tracing::debug_span!("lock", lock = %req.name).entered();
     tracing::debug!(lock = %req.name, mode = req.mode.as_str(), wait = %req.wait, file = %path.display(), "acquiring");
     loop {
         let file = open_lock_file(&path)?;
