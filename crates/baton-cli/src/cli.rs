@@ -44,6 +44,8 @@ fn token(s: &str) -> Result<u64, InvalidInput> {
   baton lock release memory --token \"$TOKEN\"       ...and release it
   baton run --group issue/42 --mode supersede -- ./agent.sh   newest run wins, older ones stop
   baton state edit tasks.json -- jq '.n += 1'     atomic read-modify-write of a state file
+  baton -vv run --lock deploy -- ./deploy.sh      show what baton does and waits for
+  baton doctor                                    can baton work here? what to fix, and how
 
 Exit codes: the command's own code; 75 busy / not acquired; 79 superseded; 124 timed out;
 125 baton failed (bad usage, bad input, I/O); 126 / 127 command not executable / not found.")]
