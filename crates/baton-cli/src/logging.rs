@@ -7,11 +7,17 @@
 //! the `baton{run_id=...}` span that [`enter_run_span`] opens, so it carries
 //! the run id of this invocation (for `baton run`, the command's
 //! `BATON_RUN_ID`; for `lock acquire`, the hold's).
+//!
+//! `BATON_LOG` is a list of `target=level` directives and a bare default
+//! level (`debug`, `baton_lock=trace,info`), parsed by `Targets`, not
+//! `EnvFilter`: no span or field filters, and no regex engine in a binary
+//! that starts once per `baton run`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
 
 use crate::cli::LogFormat;
 
@@ -35,26 +41,29 @@ pub fn run_id() -> &'static str {
 /// neither is given. A malformed `BATON_LOG` is an error (one line).
 pub fn init(verbose: u8, format: LogFormat) -> Result<(), String> {
     let filter = match std::env::var(LOG_ENV) {
-        Ok(spec) if !spec.trim().is_empty() => EnvFilter::try_new(spec.trim())
+        Ok(spec) if !spec.trim().is_empty() => spec
+            .trim()
+            .parse::<Targets>()
             .map_err(|e| format!("invalid {LOG_ENV} {:?}: {e}", spec.trim()))?,
-        _ => match verbose {
+        _ => Targets::new().with_default(match verbose {
             0 => return Ok(()),
-            1 => EnvFilter::new("info"),
-            2 => EnvFilter::new("debug"),
-            _ => EnvFilter::new("trace"),
-        },
+            1 => LevelFilter::INFO,
+            2 => LevelFilter::DEBUG,
+            _ => LevelFilter::TRACE,
+        }),
     };
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_max_level(LevelFilter::TRACE)
         .with_writer(std::io::stderr);
     let installed = match format {
-        LogFormat::Text => tracing::subscriber::set_global_default(builder.finish()),
+        LogFormat::Text => tracing::subscriber::set_global_default(builder.finish().with(filter)),
         LogFormat::Json => tracing::subscriber::set_global_default(
             builder
                 .json()
                 .with_current_span(true)
                 .with_span_list(true)
-                .finish(),
+                .finish()
+                .with(filter),
         ),
     };
     installed.map_err(|e| format!("cannot install the diagnostics subscriber: {e}"))?;
