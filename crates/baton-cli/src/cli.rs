@@ -44,6 +44,8 @@ fn token(s: &str) -> Result<u64, InvalidInput> {
   baton lock release memory --token \"$TOKEN\"       ...and release it
   baton run --group issue/42 --mode supersede -- ./agent.sh   newest run wins, older ones stop
   baton state edit tasks.json -- jq '.n += 1'     atomic read-modify-write of a state file
+  baton -vv run --lock deploy -- ./deploy.sh      show what baton does and waits for
+  baton doctor                                    can baton work here? what to fix, and how
 
 Exit codes: the command's own code; 75 busy / not acquired; 79 superseded; 124 timed out;
 125 baton failed (bad usage, bad input, I/O); 126 / 127 command not executable / not found.")]
@@ -53,9 +55,34 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 
+    /// Show on stderr what baton does and waits for: -v the main steps, -vv also the lock
+    /// line (position, holder waited for), git commands and retries, -vvv everything.
+    /// BATON_LOG (a filter: `debug`, `baton_lock=debug,info`) overrides. Nothing without it.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    /// Format of the -v diagnostics: text, or one JSON object per line.
+    #[arg(
+        long,
+        value_enum,
+        global = true,
+        default_value = "text",
+        value_name = "FORMAT"
+    )]
+    pub log_format: LogFormat,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How diagnostics (`-v`) are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One line per event: time, level, span (with the run id), target, message, fields.
+    Text,
+    /// One JSON object per line, with the spans (and so the run id) in `spans`.
+    Json,
 }
 
 /// Top-level commands.
@@ -121,6 +148,43 @@ Exit status: the command's own (128+N if killed by signal N); 75 if the lock was
     /// Safe git operations: a push that rebases and retries instead of losing commits.
     #[command(subcommand)]
     Git(crate::git_cli::GitCommand),
+
+    /// Check that baton can work here and explain what is not right, with remedies.
+    #[command(
+        after_help = "Checks: where the baton dir is and which rule chose it (--dir,
+$BATON_DIR, git repository, $XDG_RUNTIME_DIR, temp dir); its owner and permissions; the
+filesystem under it (network and FUSE filesystems are warned about loudly: kernel locks there
+depend on a server or a daemon); whether OFD locks work there (a real probe); inotify; the git
+version; free space for workspaces; leftover workspaces of dead owners.
+
+Exit status: 0 all well; 1 warnings (baton works, see the remedies); 125 baton cannot work there.
+
+Example:\n  baton doctor\n  baton --dir /mnt/shared/baton doctor --json | jq '.checks[] | select(.status != \"ok\")'"
+    )]
+    Doctor {
+        /// Print JSON {baton_dir, rule, status, checks: [{name, status, summary, remedy, detail}]}.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
+    #[command(after_help = "Examples:
+  baton completions bash > ~/.local/share/bash-completion/completions/baton
+  baton completions zsh > \"${fpath[1]}/_baton\"
+  baton completions fish > ~/.config/fish/completions/baton.fish")]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+
+    /// Write man pages for baton and every subcommand into the directory given by --dir.
+    #[command(after_help = "Example:
+  baton man --dir ~/.local/share/man/man1     # baton.1, baton-run.1, baton-lock-status.1, ...
+
+Here --dir names where the pages go (created if missing), not a baton dir; the paths
+written are printed, one per line.")]
+    Man,
 
     /// Internal: the background holder started by `baton lock acquire`.
     #[command(name = "__hold", hide = true)]

@@ -12,9 +12,9 @@ use baton_run::hold::{
 use baton_run::{group_status, run, GroupMode, GroupRequest, RunControl, RunRequest};
 use clap::Parser;
 
-use crate::cli::{Cli, Command, GroupCommand, LockCommand, ModeArg, ModeArgs, WaitArgs};
+use crate::cli::{Cli, Command, GroupCommand, LockCommand, LogFormat, ModeArg, ModeArgs, WaitArgs};
 use crate::exit_codes::{for_child, for_lock_error, for_run_error, BATON_FAILED};
-use crate::output;
+use crate::{docs, doctor, logging, output};
 
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> u8 {
@@ -22,9 +22,34 @@ pub fn main() -> u8 {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
-    let dir = match BatonDir::resolve(cli.dir.as_deref()) {
+    if let Err(e) = logging::init(cli.verbose, cli.log_format) {
+        eprintln!("baton: {e}");
+        return BATON_FAILED;
+    }
+    // The background holder opens its own span, with the hold's run id.
+    let _span = (!matches!(cli.command, Command::Hold)).then(logging::enter_run_span);
+    // Commands that need no baton dir (and must not create one).
+    match &cli.command {
+        Command::Completions { shell } => return docs::completions(*shell),
+        Command::Man => return docs::man(cli.dir.as_deref()),
+        Command::Doctor { json } => {
+            restore_default_sigpipe();
+            return doctor::doctor(cli.dir.as_deref(), *json);
+        }
+        _ => {}
+    }
+    let dir = match BatonDir::locate(cli.dir.as_deref()).and_then(|(path, rule)| {
+        if !matches!(cli.command, Command::Hold) {
+            tracing::info!(path = %path.display(), rule = rule.as_str(), "baton dir ({rule})");
+        }
+        BatonDir::open(path)
+    }) {
         Ok(d) => d,
         Err(e) => return fail(&e, for_lock_error(&e)),
+    };
+    let flags = CliFlags {
+        verbose: cli.verbose,
+        log_format: cli.log_format,
     };
     match cli.command {
         Command::Run(args) => {
@@ -71,14 +96,27 @@ pub fn main() -> u8 {
                 },
                 control: RunControl::new(),
                 forward_signals: true,
+                run_id: Some(logging::run_id().to_string()),
             };
+            doctor::warn_if_remote(&dir);
             // This process runs one command: orphans of its descendants come
             // back to it, so that they can be stopped when the command ends.
             if let Err(e) = baton_proc::become_subreaper() {
                 eprintln!("baton: warning: {e}; processes that leave the command's process group are not contained");
             }
+            tracing::info!(
+                locks = ?req.locks.iter().map(|l| l.as_str()).collect::<Vec<_>>(),
+                group = req.group.as_ref().map(|g| g.key.as_str()),
+                command = %baton_run::command_line(&req.command),
+                "run: taking the group slot and locks, then running the command"
+            );
             match run(&dir, &req) {
                 Ok(report) => {
+                    tracing::info!(
+                        ran = report.ran,
+                        exit_code = report.outcome.exit_code(),
+                        "run: done"
+                    );
                     if let (false, Some(by), Some(g)) =
                         (report.ran, &report.superseded_by, &req.group)
                     {
@@ -105,7 +143,7 @@ pub fn main() -> u8 {
             }
         }
         Command::Hold => u8::try_from(serve_hold(&dir)).unwrap_or(BATON_FAILED),
-        Command::Lock(cmd) => lock(&dir, cmd),
+        Command::Lock(cmd) => lock(&dir, cmd, &flags),
         Command::Group(GroupCommand::Status { key, json }) => {
             restore_default_sigpipe();
             match group_status(&dir, key.as_ref()) {
@@ -124,10 +162,27 @@ pub fn main() -> u8 {
         Command::State(cmd) => crate::state_cli::run(&dir, cmd),
         Command::Workspace(cmd) => crate::git_cli::run_workspace(&dir, cmd),
         Command::Git(cmd) => crate::git_cli::run_git(&dir, cmd),
+        // Handled above, before the baton dir was resolved.
+        Command::Doctor { .. } | Command::Completions { .. } | Command::Man => BATON_FAILED,
     }
 }
 
-fn lock(dir: &BatonDir, cmd: LockCommand) -> u8 {
+/// The global flags a subcommand may pass on.
+struct CliFlags {
+    verbose: u8,
+    log_format: LogFormat,
+}
+
+/// The global flags that give the background holder the same diagnostics.
+fn holder_args(verbose: u8, format: LogFormat) -> Vec<String> {
+    let mut args: Vec<String> = (0..verbose.min(3)).map(|_| "-v".to_string()).collect();
+    if format == LogFormat::Json {
+        args.extend(["--log-format".to_string(), "json".to_string()]);
+    }
+    args
+}
+
+fn lock(dir: &BatonDir, cmd: LockCommand, flags: &CliFlags) -> u8 {
     restore_default_sigpipe();
     match cmd {
         LockCommand::Status {
@@ -173,7 +228,12 @@ fn lock(dir: &BatonDir, cmd: LockCommand) -> u8 {
                 watch_pid: caller.map(|c| c.0),
                 watch_start_time: caller.map(|c| c.1),
                 grace_ms: None,
+                run_id: Some(logging::run_id().to_string()),
+                share_stderr: logging::active(),
+                holder_args: holder_args(flags.verbose, flags.log_format),
             };
+            doctor::warn_if_remote(dir);
+            tracing::info!(lock = %name, "lock acquire: starting the background holder");
             match start_holder(&exe, dir, &req) {
                 Ok(held) => output::acquired(&held, json),
                 Err(e) => fail(&e, for_run_error(&e)),

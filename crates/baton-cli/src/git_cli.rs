@@ -412,7 +412,10 @@ pub fn run_git(_dir: &BatonDir, cmd: GitCommand) -> u8 {
                 ..Backoff::default()
             };
             req.lock_wait = WaitPolicy::from(wait.git_lock_wait);
-            req.run_id = std::env::var("BATON_RUN_ID").ok().filter(|r| !r.is_empty());
+            req.run_id = std::env::var("BATON_RUN_ID")
+                .ok()
+                .filter(|r| !r.is_empty())
+                .or_else(|| Some(crate::logging::run_id().to_string()));
             req.log = true;
             match push(&req) {
                 Ok(r) if json => print_json(&r),

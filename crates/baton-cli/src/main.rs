@@ -1,13 +1,5 @@
-//! The `baton` binary: parses arguments, calls the libraries, prints results.
-
-mod cli;
-mod commands;
-mod duration;
-mod exit_codes;
-mod git_cli;
-mod output;
-mod state_cli;
+//! The `baton` binary: everything is in the library part of this crate.
 
 fn main() -> std::process::ExitCode {
-    std::process::ExitCode::from(commands::main())
+    std::process::ExitCode::from(baton::main())
 }

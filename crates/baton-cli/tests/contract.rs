@@ -133,6 +133,25 @@ fn workspace_and_push_json_outputs_have_the_documented_fields() {
 }
 
 #[test]
+fn doctor_json_has_the_documented_fields() {
+    let env = Env::new();
+    let r = json_of(&env.run(&["doctor", "--json"]));
+    assert_shape(json::DOCTOR, &r);
+    let checks = r["checks"].as_array().unwrap();
+    for c in checks {
+        assert_shape(json::DOCTOR_CHECK, c);
+        assert!(c["detail"].is_object(), "{c}");
+    }
+    let names: Vec<&str> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, json::DOCTOR_CHECKS);
+    assert!(
+        json::DIR_RULES.contains(&r["rule"].as_str().unwrap()),
+        "{r}"
+    );
+    assert_eq!(r["status"], "ok");
+}
+
+#[test]
 fn exit_codes_are_the_documented_ones() {
     let env = Env::new();
     let run = |args: &[&str]| code(&env.run(args));
@@ -192,6 +211,26 @@ fn exit_codes_are_the_documented_ones() {
         ]),
         exit::NOT_ACQUIRED
     );
+    let doctor = |magic: &str| {
+        code(
+            &env.baton(&["doctor"])
+                .env("BATON_TEST_FS_MAGIC", magic)
+                .output()
+                .unwrap(),
+        )
+    };
+    assert_eq!(doctor("0xef53"), exit::SUCCESS);
+    assert_eq!(doctor("0x6969"), exit::DOCTOR_WARNINGS);
+    let open = env.path("open");
+    fs::create_dir(&open).unwrap();
+    fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let refused = env
+        .baton(&["doctor"])
+        .arg("--dir")
+        .arg(&open)
+        .output()
+        .unwrap();
+    assert_eq!(code(&refused), exit::BATON_FAILED);
     // Every code in the table is one of those above or documented elsewhere.
     for (c, _) in exit::TABLE {
         assert!((0..=255).contains(c));

@@ -6,6 +6,7 @@
 //! | the command's | — | `baton run`: the command ran; its own status passes through |
 //! | 128+N | [`SIGNALED_BASE`] + N | `baton run`: the command was killed by signal N |
 //! | 1 | [`GIT_CONFLICT`] | `baton git push`: a rebase conflict (local commits untouched) |
+//! | 1 | [`DOCTOR_WARNINGS`] | `baton doctor`: baton works here, with warnings (each names a remedy) |
 //! | 74 | [`CHANGED_NOT_DURABLE`] | `baton state`: changed, but durability unknown; check before repeating |
 //! | 75 | [`NOT_ACQUIRED`] | not acquired: busy with `--no-wait`, `--wait` elapsed, skipped, `--max-pending`, a stale token or version |
 //! | 79 | [`SUPERSEDED`] | superseded by a newer run of the same group (or cancelled) |
@@ -18,6 +19,9 @@
 pub const SUCCESS: i32 = 0;
 /// `baton git push`: the rebase onto the remote conflicted.
 pub const GIT_CONFLICT: i32 = 1;
+/// `baton doctor`: every check passed or warned, none failed; a failure
+/// (baton cannot work there) is [`BATON_FAILED`].
+pub const DOCTOR_WARNINGS: i32 = 1;
 /// `baton state`: the change was made (or an append failed part-way and
 /// could not be undone) but could not be confirmed durable (sysexits' EX_IOERR).
 pub const CHANGED_NOT_DURABLE: i32 = 74;
@@ -39,7 +43,7 @@ pub const SIGNALED_BASE: i32 = 128;
 /// Every code baton itself decides, with its meaning (for `--help` texts and tests).
 pub const TABLE: &[(i32, &str)] = &[
     (SUCCESS, "done"),
-    (GIT_CONFLICT, "git push: rebase conflict"),
+    (GIT_CONFLICT, "git push: rebase conflict; doctor: warnings"),
     (CHANGED_NOT_DURABLE, "state: changed, durability unknown"),
     (NOT_ACQUIRED, "not acquired"),
     (SUPERSEDED, "superseded"),

@@ -17,6 +17,7 @@
 //! | `workspace list --json` | workspace records | array of [`WORKSPACE_LISTED`] |
 //! | `workspace gc --json` | `baton_git::GcReport` | object, [`WORKSPACE_GC`] |
 //! | `git push --json` | `baton_git::PushReport` | object, [`GIT_PUSH`] |
+//! | `doctor --json` | the CLI's doctor report | object, [`DOCTOR`]; each of `checks`, [`DOCTOR_CHECK`] |
 //!
 //! A holder inside `holders`/`holder`/`last_holder` has the fields [`HOLDER`].
 
@@ -172,6 +173,38 @@ pub const GIT_PUSH: Shape = Shape {
     ],
 };
 
+/// `baton doctor --json`. `status` is the worst status of the checks (`ok`,
+/// `warning` or `error`), `baton_dir` and `rule` (see [`DIR_RULES`]) are
+/// `null` when no baton dir could be located.
+pub const DOCTOR: Shape = Shape {
+    command: "doctor",
+    fields: &["baton_dir", "checks", "rule", "status"],
+};
+
+/// One check of `baton doctor --json`: `name` (one of [`DOCTOR_CHECKS`]),
+/// `status` (`ok`, `warning`, `error` or `skipped`), a one-line `summary`,
+/// the `remedy` (`null` when all is well) and a `detail` object of facts.
+pub const DOCTOR_CHECK: Shape = Shape {
+    command: "doctor (a check)",
+    fields: &["detail", "name", "remedy", "status", "summary"],
+};
+
+/// The checks of `baton doctor`, in the order they run.
+pub const DOCTOR_CHECKS: &[&str] = &[
+    "baton_dir",
+    "permissions",
+    "filesystem",
+    "locks",
+    "inotify",
+    "git",
+    "free_space",
+    "workspaces",
+];
+
+/// The rules that choose a baton dir (`rule` of `baton doctor --json`), in
+/// resolution order (DESIGN.md, decision 10).
+pub const DIR_RULES: &[&str] = &["explicit", "env", "git", "xdg_runtime_dir", "temp_dir"];
+
 /// Every shape, for tests and documentation.
 pub const ALL: &[Shape] = &[
     LOCK_STATUS,
@@ -186,6 +219,8 @@ pub const ALL: &[Shape] = &[
     WORKSPACE_LISTED,
     WORKSPACE_GC,
     GIT_PUSH,
+    DOCTOR,
+    DOCTOR_CHECK,
 ];
 
 #[cfg(test)]

@@ -69,6 +69,22 @@ pub struct GcReport {
     pub pruned: Vec<PathBuf>,
 }
 
+/// The workspaces that [`gc`] would remove now (their owner is dead), and
+/// the records it cannot read, without touching anything; none when the
+/// baton dir has no workspace registry yet (nothing is created).
+pub fn dead_owners(dir: &BatonDir) -> Result<Vec<Result<Workspace, GitError>>, GitError> {
+    if !dir.path().join("workspaces").join(".registry").is_dir() {
+        return Ok(Vec::new());
+    }
+    Ok(registry::all(dir)?
+        .into_iter()
+        .filter(|r| match r {
+            Ok(ws) => ws.owner.liveness() == Liveness::Dead,
+            Err(_) => true,
+        })
+        .collect())
+}
+
 /// Removes workspaces whose owner is dead (with `older_than`, only old
 /// ones), then runs `git worktree prune` in every base repository with
 /// worktrees. A failure to remove one workspace is reported and does not stop

@@ -161,11 +161,61 @@ where
     S: AsRef<OsStr>,
 {
     let (mut c, line) = command(dir, args);
+    tracing::debug!(command = %line, "running git");
+    let started = Instant::now();
     let out = c.output().map_err(|source| GitError::Spawn {
         command: line.clone(),
         source,
     })?;
+    tracing::debug!(
+        command = %line,
+        status = %out.status,
+        elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "git finished"
+    );
     Ok((out, line))
+}
+
+/// The oldest git baton works with (`rev-parse --path-format=absolute`
+/// appeared in 2.31).
+pub const MIN_GIT_VERSION: (u32, u32, u32) = (2, 31, 0);
+
+/// The installed git, as `git --version` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GitVersion {
+    /// The output of `git --version`, trimmed (`git version 2.43.0`).
+    pub text: String,
+    /// Major, minor and patch numbers, when the text has them.
+    pub number: Option<(u32, u32, u32)>,
+}
+
+impl GitVersion {
+    /// Whether it is at least [`MIN_GIT_VERSION`] (false when unknown).
+    pub fn is_supported(&self) -> bool {
+        self.number.is_some_and(|n| n >= MIN_GIT_VERSION)
+    }
+}
+
+/// Runs `git --version` (with baton's usual environment for git).
+pub fn git_version() -> Result<GitVersion, GitError> {
+    let text = run(Path::new("/"), ["--version"])?;
+    Ok(GitVersion {
+        number: parse_version(&text),
+        text,
+    })
+}
+
+/// `git version 2.43.0` (or `2.39.3 (Apple Git-146)`, `2.45.0.windows.1`) to numbers.
+fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let v = text
+        .strip_prefix("git version ")?
+        .split_whitespace()
+        .next()?;
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
+    let major = parts.next()??;
+    let minor = parts.next()??;
+    let patch = parts.next().flatten().unwrap_or(0);
+    Some((major, minor, patch))
 }
 
 /// Runs git; fails with its stderr unless it succeeds; returns stdout, trimmed.
@@ -340,6 +390,28 @@ pub(crate) fn hashed_name(prefix: &str, key: &[u8]) -> Result<LockName, GitError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn git_versions_are_read_from_what_git_prints() {
+        assert_eq!(parse_version("git version 2.43.0"), Some((2, 43, 0)));
+        assert_eq!(
+            parse_version("git version 2.39.3 (Apple Git-146)"),
+            Some((2, 39, 3))
+        );
+        assert_eq!(
+            parse_version("git version 2.45.0.windows.1"),
+            Some((2, 45, 0))
+        );
+        assert_eq!(parse_version("git version 2.31"), Some((2, 31, 0)));
+        assert_eq!(parse_version("hub version 1"), None);
+        let old = GitVersion {
+            text: String::new(),
+            number: Some((2, 30, 9)),
+        };
+        assert!(!old.is_supported());
+        let installed = git_version().unwrap();
+        assert!(installed.number.is_some(), "{installed:?}");
+    }
 
     #[test]
     fn lock_names_are_short_distinct_and_stable() {

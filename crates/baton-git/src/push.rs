@@ -178,6 +178,7 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
     };
     let url = git::run(&work, ["remote", "get-url", remote.as_str()])?;
     let log = |msg: &str| {
+        tracing::debug!(repo = %work.display(), "git push: {msg}");
         if req.log {
             eprintln!(
                 "baton: git push (run {run_id}) in '{}': {msg}",
@@ -206,6 +207,7 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
         ))
         .run_id(run_id.clone())
         .kind(baton_lock::HolderKind::Git);
+    tracing::debug!(remote = %url, branch = %branch, queue = %queue.path().display(), "waiting for the push queue of the remote branch");
     let guard = acquire(&queue, &lock).map_err(lock_failed)?;
 
     let orig = git::run(&work, ["rev-parse", "--verify", "HEAD"])?;
@@ -213,6 +215,7 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
     let onto_name = format!("{remote}/{branch}");
     let attempts = req.backoff.attempts.max(1);
     for attempt in 1..=attempts {
+        tracing::debug!(attempt, attempts, "git push: attempt");
         let (out, line) = git::output(
             &work,
             ["push", "--quiet", remote.as_str(), refspec.as_str()],

@@ -19,15 +19,73 @@ pub struct BatonDir {
     path: PathBuf,
 }
 
+/// Which rule of the resolution order (DESIGN.md, decision 10) chose a baton
+/// dir; see [`BatonDir::locate`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DirRule {
+    /// Given explicitly (`--dir`).
+    Explicit,
+    /// The `BATON_DIR` environment variable.
+    Env,
+    /// `<git common dir>/baton` of the repository around the working directory.
+    GitRepository {
+        /// The repository's common git dir.
+        common_dir: PathBuf,
+    },
+    /// `$XDG_RUNTIME_DIR/baton`.
+    XdgRuntimeDir,
+    /// `<temp dir>/baton-<uid>`, the last resort.
+    TempDir,
+}
+
+impl DirRule {
+    /// A stable short name: `explicit`, `env`, `git`, `xdg_runtime_dir`, `temp_dir`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DirRule::Explicit => "explicit",
+            DirRule::Env => "env",
+            DirRule::GitRepository { .. } => "git",
+            DirRule::XdgRuntimeDir => "xdg_runtime_dir",
+            DirRule::TempDir => "temp_dir",
+        }
+    }
+}
+
+impl std::fmt::Display for DirRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DirRule::Explicit => f.write_str("given with --dir"),
+            DirRule::Env => f.write_str("from $BATON_DIR"),
+            DirRule::GitRepository { common_dir } => write!(
+                f,
+                "inside a git repository: <git common dir>/baton of '{}'",
+                common_dir.display()
+            ),
+            DirRule::XdgRuntimeDir => {
+                f.write_str("no --dir, $BATON_DIR or git repository: $XDG_RUNTIME_DIR/baton")
+            }
+            DirRule::TempDir => f.write_str(
+                "no --dir, $BATON_DIR, git repository or $XDG_RUNTIME_DIR: <temp dir>/baton-<uid>",
+            ),
+        }
+    }
+}
+
 impl BatonDir {
     /// Resolves the baton dir from an explicit path, the environment or the
     /// working directory, creates it if needed and vets it.
     pub fn resolve(explicit: Option<&Path>) -> Result<BatonDir, LockError> {
-        let path = match explicit {
-            Some(p) => p.to_path_buf(),
-            None => default_location()?,
-        };
+        let (path, _) = BatonDir::locate(explicit)?;
         BatonDir::open(path)
+    }
+
+    /// Where [`BatonDir::resolve`] would put the baton dir, and which rule
+    /// chose it; creates and vets nothing.
+    pub fn locate(explicit: Option<&Path>) -> Result<(PathBuf, DirRule), LockError> {
+        match explicit {
+            Some(p) => Ok((p.to_path_buf(), DirRule::Explicit)),
+            None => default_location(),
+        }
     }
 
     /// Uses `path` as the baton dir, creating it (mode 0700) if needed.
@@ -112,22 +170,28 @@ fn vet(path: &Path) -> Result<(), LockError> {
     Ok(())
 }
 
-fn default_location() -> Result<PathBuf, LockError> {
+fn default_location() -> Result<(PathBuf, DirRule), LockError> {
     if let Some(dir) = std::env::var_os("BATON_DIR").filter(|d| !d.is_empty()) {
-        return Ok(PathBuf::from(dir));
+        return Ok((PathBuf::from(dir), DirRule::Env));
     }
     let cwd = std::env::current_dir().at("cannot read the working directory", ".")?;
     if let Some(common) = git_common_dir(&cwd) {
-        return Ok(common.join("baton"));
+        return Ok((
+            common.join("baton"),
+            DirRule::GitRepository { common_dir: common },
+        ));
     }
     if let Some(run) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         let run = PathBuf::from(run);
         if run.is_dir() {
-            return Ok(run.join("baton"));
+            return Ok((run.join("baton"), DirRule::XdgRuntimeDir));
         }
     }
     let uid = rustix::process::geteuid().as_raw();
-    Ok(std::env::temp_dir().join(format!("baton-{uid}")))
+    Ok((
+        std::env::temp_dir().join(format!("baton-{uid}")),
+        DirRule::TempDir,
+    ))
 }
 
 /// The common git dir of the repository containing `start`, found without

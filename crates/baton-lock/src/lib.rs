@@ -26,6 +26,7 @@
 //! ```
 
 mod cancel;
+mod diagnose;
 mod dir;
 mod error;
 mod identity;
@@ -40,7 +41,10 @@ mod status;
 mod wait;
 
 pub use cancel::CancelToken;
-pub use dir::{git_common_dir, BatonDir};
+pub use diagnose::{
+    filesystem, free_space, inotify, probe_locks, Filesystem, FsClass, Inotify, LockProbe, Space,
+};
+pub use dir::{git_common_dir, BatonDir, DirRule};
 pub use error::{one_line, LockError};
 pub use identity::{
     ancestors, boot_id, default_owner, hostname, new_run_id, parent_of, start_time, Liveness,

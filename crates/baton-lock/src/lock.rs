@@ -317,6 +317,8 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
     let deadline = req.wait.deadline_from(start);
     let path = dir.lock_path(&req.name);
     let mark = replaced::marker(dir.path(), req.name.as_str());
+    let _span = tracing::debug_span!("lock", lock = %req.name).entered();
+    tracing::debug!(lock = %req.name, mode = req.mode.as_str(), wait = %req.wait, file = %path.display(), "acquiring");
     loop {
         let file = open_lock_file(&path)?;
         let key = held_key(&file, &path)?;
@@ -338,6 +340,7 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
         let result = acquire_in(&at, req, start, deadline);
         match result {
             Ok(Some(g)) => {
+                tracing::debug!(lock = %req.name, token = g.token, slot = g.slot, borrowed = g.borrowed, waited_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX), "granted");
                 return Ok(LockGuard {
                     file,
                     name: req.name.clone(),
@@ -349,11 +352,12 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
                     key,
                     released: false,
                     borrowed: g.borrowed,
-                })
+                });
             }
             // The file was deleted or replaced while we waited: use the new one.
             Ok(None) => forget_held(&key),
             Err(e) => {
+                tracing::debug!(lock = %req.name, error = %e, waited_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX), "not acquired");
                 forget_held(&key);
                 return Err(e);
             }
@@ -555,6 +559,7 @@ fn acquire_in(
         }
         if waiting.is_none() {
             if let Some(slot) = try_slots(file, mode, slots).at("cannot lock", path)? {
+                tracing::debug!(lock = %req.name, slot, "free and nobody waiting: taking it at once");
                 return take_over(at, req, mode, slot, Some((meta, doc)), deadline, busy);
             }
         }
@@ -563,6 +568,7 @@ fn acquire_in(
                 held_for_ancestor(fd, &doc, Some(mode)).at("cannot inspect lock", path)?
             {
                 drop(meta);
+                tracing::debug!(lock = %req.name, ancestor_pid = h.process.pid, token = h.token, "held by an ancestor of this process: using its hold");
                 // Users of one ancestor's hold (say, two background jobs of
                 // the script) still exclude each other, on a byte of their own.
                 let kind = if mode == Mode::Shared {
@@ -606,6 +612,7 @@ fn acquire_in(
         while !ofd::try_lock(fd, Kind::Write, t, 1).at("cannot join the queue of", path)? {
             t += 1;
         }
+        tracing::debug!(lock = %req.name, position = crate::layout::count_tickets(fd).map_or(0, |n| n + 1), ticket = t - TICKET_BASE, holder = describe_holders(&doc).as_deref().unwrap_or("unknown"), "joined the line (position 1 is next); waiting for the holder");
         drop(meta);
         t
     };
@@ -778,11 +785,16 @@ fn wait_in_line(
     // Wait for our immediate predecessor only; when it leaves (granted, gave
     // up or died), look again: there may be an earlier one still waiting.
     while let Some(pred) = greatest_ticket_below(fd, ticket)? {
+        tracing::debug!(
+            ahead = pred - TICKET_BASE,
+            "waiting for the waiter ahead to leave the line"
+        );
         if !ofd::lock_wait(fd, Kind::Read, pred, 1, deadline, cancel)? {
             return Ok(None);
         }
         ofd::unlock(fd, pred, 1)?;
     }
+    tracing::debug!("first in line: waiting for a holder to release");
     match mode {
         Mode::Exclusive => {
             Ok(ofd::lock_wait(fd, Kind::Write, SLOT_BASE, 1, deadline, cancel)?.then_some(0))

@@ -54,6 +54,10 @@ pub struct RunRequest {
     /// the terminal and proxy job control (`baton run`); off for a process
     /// that hosts many runs (see [`RunSpec::forward_signals`]).
     pub forward_signals: bool,
+    /// The run id (`BATON_RUN_ID`, recorded in every lock and event); a new
+    /// one if absent. A caller that logs gives its own, so that its log lines
+    /// and the run's carry the same id.
+    pub run_id: Option<String>,
 }
 
 /// How a run ended.
@@ -87,9 +91,10 @@ pub struct RunReport {
 /// handler, so a process may own many runs at once.
 pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     let (program, args) = req.command.split_first().ok_or(RunError::NoCommand)?;
-    let run_id = new_run_id();
+    let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
     let line = command_line(&req.command);
     let control = &req.control;
+    tracing::debug!(run_id = %run_id, command = %line, locks = req.locks.len(), group = req.group.as_ref().map(|g| g.key.as_str()), "run started");
 
     // 1. The group's slot.
     let mut member = match &req.group {
@@ -103,7 +108,10 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
 
     // 2. The locks, then the workspace.
     let guards = match acquire_all(dir, &lock_requests(req, &run_id, &line, control)) {
-        Ok(g) => g,
+        Ok(g) => {
+            tracing::debug!(locks = g.len(), "locks held; starting the command");
+            g
+        }
         Err(LockError::Cancelled { .. }) => {
             return Ok(match (member.take(), &req.group) {
                 (Some(m), Some(g)) => match crate::member::stopped(m, control) {
@@ -178,6 +186,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     if let (Some(g), Some(by)) = (&req.group, &superseded_by) {
         run_hook(req, g.key.as_str(), &run_id, by);
     }
+    tracing::debug!(run_id = %run_id, outcome = ?outcome.as_ref().map(Outcome::exit_code), leftovers = leftovers.len(), superseded_by = superseded_by.as_deref(), "run ended; locks released");
     let outcome = outcome?;
     if let Some(e) = release_error {
         return Err(e.into());

@@ -28,6 +28,7 @@ fn request(group: Option<GroupRequest>, script: &str) -> RunRequest {
         leftovers: LeftoverPolicy::Terminate,
         control: RunControl::new(),
         forward_signals: false,
+        run_id: None,
     }
 }
 

@@ -57,6 +57,18 @@ pub struct HoldRequest {
     /// hold ends (ttl, break); 10 s when absent.
     #[serde(default)]
     pub grace_ms: Option<u64>,
+    /// The run id to record; a new one when absent.
+    #[serde(default)]
+    pub run_id: Option<String>,
+    /// Let the holder write its diagnostics (`-v`) to the caller's stderr
+    /// until it reports; after the report its stderr is /dev/null, so that
+    /// `$(baton lock acquire ...)` and pipes on stderr do not wait for it.
+    #[serde(default)]
+    pub share_stderr: bool,
+    /// Global arguments given to the holder before `__hold`, such as the
+    /// caller's `-vv --log-format json`.
+    #[serde(default)]
+    pub holder_args: Vec<String>,
 }
 
 /// The process whose exit should release a lock taken by `baton lock
@@ -154,11 +166,16 @@ pub fn start_holder(exe: &Path, dir: &BatonDir, req: &HoldRequest) -> Result<Hel
     let mut child = Command::new(exe)
         .arg("--dir")
         .arg(dir.path())
+        .args(&req.holder_args)
         .arg("__hold")
         .env(HOLD_REQUEST_ENV, json)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(if req.share_stderr {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
         .process_group(0)
         .spawn()
         .map_err(|source| RunError::Io {
@@ -221,6 +238,11 @@ pub fn serve_hold(dir: &BatonDir) -> i32 {
             Ok(s) => writeln!(out, "{s}").and_then(|()| out.flush()).is_ok(),
             Err(_) => false,
         }
+        // The caller has its answer: stop holding its stderr open (see
+        // `HoldRequest::share_stderr`); later diagnostics go nowhere.
+        if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+            let _ = rustix::stdio::dup2_stderr(&null);
+        }
     };
     let req: HoldRequest = match std::env::var(HOLD_REQUEST_ENV)
         .ok()
@@ -238,6 +260,13 @@ pub fn serve_hold(dir: &BatonDir) -> i32 {
             );
             return 125;
         }
+    };
+    let run_id = req.run_id.clone().unwrap_or_else(baton_lock::new_run_id);
+    let _span = tracing::info_span!("baton", run_id = %run_id).entered();
+    tracing::debug!(lock = %req.name, pid = std::process::id(), "background holder started");
+    let req = HoldRequest {
+        run_id: Some(run_id),
+        ..req
     };
     match hold(dir, &req, &mut |r| report(&mut out, r)) {
         Ok(HoldEnd::Done) => 0,
@@ -315,6 +344,7 @@ fn hold(
         .kind(baton_lock::HolderKind::Hold);
     lock_req.owner = req.owner.clone();
     lock_req.operation = req.operation.clone();
+    lock_req.run_id = req.run_id.clone();
     lock_req.acquired_for = req.watch_pid.and_then(baton_lock::ProcessIdentity::of_pid);
     // The `acquire` process that started us waits for our report; if it is
     // gone (Ctrl-C, `timeout`), nobody wants the lock any more.
@@ -326,7 +356,9 @@ fn hold(
     let (done_rx, done_tx) = UnixStream::pair().map_err(fault("wait for the lock"))?;
     let (result_tx, result_rx) = std::sync::mpsc::channel();
     let dir_for_thread = dir.clone();
+    let span = tracing::Span::current();
     std::thread::spawn(move || {
+        let _span = span.entered();
         let result = acquire(&dir_for_thread, &lock_req);
         let _ = result_tx.send(result);
         drop(done_tx); // wakes the poll below with end-of-file

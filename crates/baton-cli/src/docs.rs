@@ -1,0 +1,93 @@
+//! `baton completions SHELL` and `baton man --dir D`: generated from the
+//! same clap definitions as `--help` ([`crate::cli::Cli`]), so they cannot
+//! drift from the commands.
+
+use std::path::{Path, PathBuf};
+
+use clap::CommandFactory;
+
+use crate::cli::Cli;
+use crate::exit_codes::BATON_FAILED;
+
+/// `baton completions SHELL`: the script on stdout.
+pub fn completions(shell: clap_complete::Shell) -> u8 {
+    let mut cmd = without_hidden_subcommands(&Cli::command());
+    let mut out = std::io::stdout().lock();
+    clap_complete::generate(shell, &mut cmd, "baton", &mut out);
+    0
+}
+
+/// The root command without its hidden subcommands (the internal `__hold`),
+/// which clap_complete would otherwise offer.
+fn without_hidden_subcommands(root: &clap::Command) -> clap::Command {
+    let mut cmd = clap::Command::new("baton")
+        .version(env!("CARGO_PKG_VERSION"))
+        .propagate_version(true)
+        .subcommand_required(root.is_subcommand_required_set());
+    if let Some(about) = root.get_about() {
+        cmd = cmd.about(about.clone());
+    }
+    for arg in root.get_arguments() {
+        cmd = cmd.arg(arg.clone());
+    }
+    for sub in root.get_subcommands().filter(|s| !s.is_hide_set()) {
+        cmd = cmd.subcommand(sub.clone());
+    }
+    cmd
+}
+
+/// The commands that get a man page: `baton` and every visible subcommand,
+/// at every depth, with their display names (`baton-lock-status`).
+pub fn documented_commands() -> Vec<clap::Command> {
+    fn walk(cmd: &clap::Command, out: &mut Vec<clap::Command>) {
+        out.push(cmd.clone());
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            walk(sub, out);
+        }
+    }
+    let mut root = Cli::command().disable_help_subcommand(true);
+    root.build();
+    let mut out = Vec::new();
+    walk(&root, &mut out);
+    out
+}
+
+/// `baton man --dir D`: writes one page per command into `dir` (created if
+/// missing) and prints the paths written.
+pub fn man(dir: Option<&Path>) -> u8 {
+    let Some(dir) = dir else {
+        eprintln!(
+            "baton: man needs --dir DIR, the directory to write the pages to (see 'baton man --help')"
+        );
+        return BATON_FAILED;
+    };
+    match write_pages(dir) {
+        Ok(paths) => {
+            for p in paths {
+                println!("{}", p.display());
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("baton: {e}");
+            BATON_FAILED
+        }
+    }
+}
+
+fn write_pages(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create directory '{}': {e}", dir.display()))?;
+    let mut written = Vec::new();
+    for cmd in documented_commands() {
+        let page = clap_mangen::Man::new(cmd).source(concat!("baton ", env!("CARGO_PKG_VERSION")));
+        let path = dir.join(page.get_filename());
+        let mut text = Vec::new();
+        page.render(&mut text)
+            .map_err(|e| format!("cannot render man page '{}': {e}", path.display()))?;
+        std::fs::write(&path, text)
+            .map_err(|e| format!("cannot write man page '{}': {e}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}

@@ -1,0 +1,487 @@
+//! `baton doctor`: checks that baton can work where it is pointed, and says
+//! what to do about anything that is not right. Also the warning `baton run`
+//! and `baton lock acquire` print when the baton dir is on a network or FUSE
+//! filesystem.
+//!
+//! The facts come from the libraries (`baton_lock::BatonDir::locate`,
+//! `baton_lock::{filesystem, probe_locks, inotify, free_space}`,
+//! `baton_git::{git_version, dead_owners}`); this module only judges them
+//! and words the remedies. The JSON shape is `baton_contract::json::DOCTOR`.
+//!
+//! Test seam: `BATON_TEST_FS_MAGIC` (a `statfs` type such as `0x6969`)
+//! replaces the filesystem type of the baton dir, so that the network and
+//! FUSE warnings can be tested without such a mount.
+
+use std::path::{Path, PathBuf};
+
+use baton_contract::exit;
+use baton_lock::{BatonDir, DirRule, Filesystem, FsClass, LockError, LockProbe};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::exit_codes::BATON_FAILED;
+
+/// The test seam described in the module doc.
+const FS_MAGIC_ENV: &str = "BATON_TEST_FS_MAGIC";
+/// Less free space than this for workspaces is a warning.
+const LOW_SPACE: u64 = 1 << 30;
+/// Fewer free inodes than this is a warning.
+const LOW_INODES: u64 = 10_000;
+
+/// How a check came out; a report's status is its worst check's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Status {
+    Ok,
+    Skipped,
+    Warning,
+    Error,
+}
+
+#[derive(Debug, Serialize)]
+struct Check {
+    name: &'static str,
+    status: Status,
+    summary: String,
+    remedy: Option<String>,
+    detail: Value,
+}
+
+impl Check {
+    fn new(name: &'static str, status: Status, summary: impl Into<String>) -> Check {
+        Check {
+            name,
+            status,
+            summary: summary.into(),
+            remedy: None,
+            detail: json!({}),
+        }
+    }
+
+    fn remedy(mut self, remedy: impl Into<String>) -> Check {
+        self.remedy = Some(remedy.into());
+        self
+    }
+
+    fn detail(mut self, detail: Value) -> Check {
+        self.detail = detail;
+        self
+    }
+
+    fn skipped(name: &'static str, why: &str) -> Check {
+        Check::new(name, Status::Skipped, format!("not checked: {why}"))
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    baton_dir: Option<PathBuf>,
+    rule: Option<&'static str>,
+    status: Status,
+    checks: Vec<Check>,
+}
+
+/// The filesystem under `path`, or the one `BATON_TEST_FS_MAGIC` names.
+pub fn filesystem_of(path: &Path) -> Result<Filesystem, LockError> {
+    let seam = std::env::var(FS_MAGIC_ENV).ok().and_then(|v| {
+        let v = v.trim();
+        match v.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).ok(),
+            None => v.parse().ok(),
+        }
+    });
+    match seam {
+        Some(magic) => Ok(Filesystem::from_magic(magic)),
+        None => baton_lock::filesystem(path),
+    }
+}
+
+/// What a network or FUSE filesystem means for locks, in one sentence.
+fn danger(fs: &Filesystem) -> String {
+    let what = match fs.class {
+        FsClass::Fuse => "a FUSE filesystem, whose locks a user-space daemon implements, if at all: exclusion, and the release of a dead holder's lock, are only as good as that daemon",
+        _ => "a network filesystem, whose locks a server's lock manager keeps, not this kernel: a holder on another machine that dies keeps its lock until the server notices, and exclusion is only as good as that server",
+    };
+    format!("{} ({what})", fs.name)
+}
+
+fn local_dir_remedy() -> String {
+    let uid = rustix::process::geteuid().as_raw();
+    let local = std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|d| !d.is_empty())
+        .map(|d| PathBuf::from(d).join("baton"))
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("baton-{uid}")));
+    format!(
+        "keep the baton dir on a local filesystem: --dir {0} or BATON_DIR={0} (every process that shares locks must use the same one)",
+        local.display()
+    )
+}
+
+/// `baton run` and `baton lock acquire`: one warning on stderr when the
+/// baton dir is on a network or FUSE filesystem (nothing otherwise, and
+/// nothing when the type cannot be read: the command itself will say).
+pub fn warn_if_remote(dir: &BatonDir) {
+    if let Ok(fs) = filesystem_of(dir.path()) {
+        if fs.class.is_remote() {
+            eprintln!(
+                "baton: warning: the baton dir '{}' is on {}; {} (run `baton doctor`)",
+                dir.path().display(),
+                danger(&fs),
+                local_dir_remedy()
+            );
+        }
+    }
+}
+
+/// `baton doctor [--json]`: runs every check, prints them, returns 0 (all
+/// well), 1 (warnings) or 125 (baton cannot work there).
+pub fn doctor(explicit: Option<&Path>, json: bool) -> u8 {
+    let report = run_checks(explicit);
+    if json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("baton: cannot encode JSON: {e}");
+                return BATON_FAILED;
+            }
+        }
+    } else {
+        print_text(&report);
+    }
+    let code = match report.status {
+        Status::Ok | Status::Skipped => exit::SUCCESS,
+        Status::Warning => exit::DOCTOR_WARNINGS,
+        Status::Error => exit::BATON_FAILED,
+    };
+    exit::to_status(code)
+}
+
+fn run_checks(explicit: Option<&Path>) -> Report {
+    let mut checks = Vec::new();
+    let (path, rule) = match BatonDir::locate(explicit) {
+        Ok(found) => found,
+        Err(e) => {
+            checks.push(
+                Check::new("baton_dir", Status::Error, baton_lock::one_line(&e))
+                    .remedy("name a baton dir with --dir DIR or BATON_DIR=DIR"),
+            );
+            for name in &baton_contract::json::DOCTOR_CHECKS[1..] {
+                checks.push(Check::skipped(name, "no baton dir"));
+            }
+            return report(None, None, checks);
+        }
+    };
+    let path = std::path::absolute(&path).unwrap_or(path);
+    checks.push(
+        Check::new(
+            "baton_dir",
+            Status::Ok,
+            format!("{} ({rule})", path.display()),
+        )
+        .detail(json!({
+            "path": path,
+            "rule": rule.as_str(),
+            "git_common_dir": match &rule { DirRule::GitRepository { common_dir } => Some(common_dir), _ => None },
+        })),
+    );
+    let existed = path.exists();
+    let dir = match BatonDir::open(&path) {
+        Ok(dir) => {
+            checks.push(permissions(&dir, existed));
+            Some(dir)
+        }
+        Err(e) => {
+            checks.push(refused(&e));
+            None
+        }
+    };
+    checks.push(filesystem(&path));
+    match &dir {
+        Some(d) => checks.push(locks(d)),
+        None => checks.push(Check::skipped("locks", "the baton dir cannot be used")),
+    }
+    checks.push(inotify(dir.as_ref().map_or(path.as_path(), |d| d.path())));
+    checks.push(git());
+    checks.push(space(&path));
+    match &dir {
+        Some(d) => checks.push(workspaces(d)),
+        None => checks.push(Check::skipped("workspaces", "the baton dir cannot be used")),
+    }
+    report(Some(path), Some(rule.as_str()), checks)
+}
+
+fn report(baton_dir: Option<PathBuf>, rule: Option<&'static str>, checks: Vec<Check>) -> Report {
+    // A skipped check follows from another one's error; it adds nothing.
+    let status = checks
+        .iter()
+        .map(|c| c.status)
+        .filter(|s| *s != Status::Skipped)
+        .max()
+        .unwrap_or(Status::Ok);
+    Report {
+        baton_dir,
+        rule,
+        status,
+        checks,
+    }
+}
+
+fn permissions(dir: &BatonDir, existed: bool) -> Check {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = match std::fs::metadata(dir.path()) {
+        Ok(m) => m,
+        Err(e) => {
+            return Check::new(
+                "permissions",
+                Status::Error,
+                format!("cannot inspect '{}': {e}", dir.path().display()),
+            )
+        }
+    };
+    let mode = meta.permissions().mode() & 0o7777;
+    let created = if existed { "" } else { "; created just now" };
+    let detail = json!({ "uid": meta.uid(), "gid": meta.gid(), "mode": format!("{mode:04o}"), "created": !existed });
+    if mode & 0o020 != 0 {
+        return Check::new(
+            "permissions",
+            Status::Warning,
+            format!("owned by you (uid {}), mode {mode:04o}: writable by its group, whose members could replace lock files{created}", meta.uid()),
+        )
+        .remedy(format!("chmod g-w '{}'", dir.path().display()))
+        .detail(detail);
+    }
+    Check::new(
+        "permissions",
+        Status::Ok,
+        format!(
+            "owned by you (uid {}), mode {mode:04o}{created}",
+            meta.uid()
+        ),
+    )
+    .detail(detail)
+}
+
+fn refused(e: &LockError) -> Check {
+    let remedy = match e {
+        LockError::UnsafeDir { path, reason } if reason.contains("writable by every user") => format!(
+            "chmod o-w '{}' if it is yours to change, or choose a directory of your own with --dir or BATON_DIR",
+            path.display()
+        ),
+        LockError::UnsafeDir { reason, .. } if reason.contains("symbolic link") => {
+            "give the real directory path (--dir or BATON_DIR), not a symbolic link".into()
+        }
+        LockError::UnsafeDir { .. } => {
+            "use a directory you own: --dir DIR or BATON_DIR=DIR".into()
+        }
+        _ => "check that the parent directory exists and that you may write to it, or choose another with --dir or BATON_DIR".into(),
+    };
+    Check::new(
+        "permissions",
+        Status::Error,
+        format!("refused: {}", baton_lock::one_line(e)),
+    )
+    .remedy(remedy)
+}
+
+fn filesystem(path: &Path) -> Check {
+    // The type of the nearest existing ancestor: where the dir would be created.
+    let existing = path.ancestors().find(|p| p.exists()).unwrap_or(path);
+    let fs = match filesystem_of(existing) {
+        Ok(fs) => fs,
+        Err(e) => {
+            return Check::new("filesystem", Status::Warning, baton_lock::one_line(&e))
+                .remedy(local_dir_remedy())
+        }
+    };
+    let detail =
+        json!({ "type": format!("{:#x}", fs.magic), "name": fs.name, "class": fs.class.as_str() });
+    match fs.class {
+        FsClass::Local => Check::new(
+            "filesystem",
+            Status::Ok,
+            format!("{} (local, statfs type {:#x})", fs.name, fs.magic),
+        ),
+        FsClass::Network | FsClass::Fuse => Check::new(
+            "filesystem",
+            Status::Warning,
+            format!(
+                "NOT A LOCAL FILESYSTEM: {} (statfs type {:#x}); baton's guarantees (a dead holder's lock is released at once, one holder at a time) do not hold there",
+                danger(&fs),
+                fs.magic
+            ),
+        )
+        .remedy(local_dir_remedy()),
+        FsClass::Unknown => Check::new(
+            "filesystem",
+            Status::Warning,
+            format!(
+                "unrecognised filesystem type {:#x}: baton cannot tell whether it is local",
+                fs.magic
+            ),
+        )
+        .remedy(format!("if it is a network or FUSE filesystem, {}", local_dir_remedy())),
+    }
+    .detail(detail)
+}
+
+fn locks(dir: &BatonDir) -> Check {
+    let bad =
+        |summary: String| Check::new("locks", Status::Error, summary).remedy(local_dir_remedy());
+    match baton_lock::probe_locks(dir.path()) {
+        Ok(LockProbe::Works) => Check::new(
+            "locks",
+            Status::Ok,
+            "OFD locks work: of two descriptions of one file, the second was refused and blocked until the first released",
+        ),
+        Ok(LockProbe::Unsupported(e)) => bad(format!("the filesystem refuses OFD locks ({e}): baton cannot lock here")),
+        Ok(LockProbe::NotExclusive) => bad("OFD locks do not exclude here: two descriptions held one lock at once".into()),
+        Ok(LockProbe::NotReleased) => bad("a released OFD lock was not handed to the waiting description within 2 s".into()),
+        Err(e) => bad(format!("cannot probe locks: {}", baton_lock::one_line(&e))),
+    }
+}
+
+fn inotify(dir: &Path) -> Check {
+    let i = baton_lock::inotify(dir);
+    let detail = json!({
+        "usable": i.usable.is_ok(),
+        "max_user_instances": i.max_user_instances,
+        "max_user_watches": i.max_user_watches,
+        "max_queued_events": i.max_queued_events,
+    });
+    let show = |v: Option<u64>| v.map_or("?".to_string(), |v| v.to_string());
+    let limits = format!(
+        "limits: {} instances, {} watches, {} queued events per user",
+        show(i.max_user_instances),
+        show(i.max_user_watches),
+        show(i.max_queued_events)
+    );
+    match &i.usable {
+        Ok(()) => Check::new("inotify", Status::Ok, format!("available; {limits}")),
+        Err(e) => Check::new(
+            "inotify",
+            Status::Warning,
+            format!("unavailable ({e}); waiters for semaphore slots poll every 1-50 ms instead; {limits}"),
+        )
+        .remedy("raise fs.inotify.max_user_instances and fs.inotify.max_user_watches (sysctl), or close programs that use many"),
+    }
+    .detail(detail)
+}
+
+fn git() -> Check {
+    let v = match baton_git::git_version() {
+        Ok(v) => v,
+        Err(e) => {
+            return Check::new(
+                "git",
+                Status::Warning,
+                format!("cannot run git ({}); locks, runs and state files work, workspaces and `baton git` do not", baton_lock::one_line(&e)),
+            )
+            .remedy("install git, or put it on PATH")
+        }
+    };
+    let detail = json!({ "version": v.text, "supported": v.is_supported() });
+    if v.is_supported() {
+        return Check::new("git", Status::Ok, v.text).detail(detail);
+    }
+    let (a, b, c) = baton_git::MIN_GIT_VERSION;
+    Check::new(
+        "git",
+        Status::Warning,
+        format!("{}: older than {a}.{b}.{c}; `baton workspace`, `baton git` and `run --workspace` need {a}.{b}.{c} or later", v.text),
+    )
+    .remedy(format!("install git {a}.{b} or later"))
+    .detail(detail)
+}
+
+fn space(path: &Path) -> Check {
+    let existing = path.ancestors().find(|p| p.exists()).unwrap_or(path);
+    let s = match baton_lock::free_space(existing) {
+        Ok(s) => s,
+        Err(e) => return Check::new("free_space", Status::Warning, baton_lock::one_line(&e)),
+    };
+    let gib = |b: u64| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64);
+    let detail = json!({ "available_bytes": s.available_bytes, "total_bytes": s.total_bytes, "available_inodes": s.available_inodes });
+    let summary = format!(
+        "{} free of {}, {} inodes free (workspaces are created under the baton dir)",
+        gib(s.available_bytes),
+        gib(s.total_bytes),
+        s.available_inodes
+    );
+    if s.available_bytes < LOW_SPACE || s.available_inodes < LOW_INODES {
+        Check::new("free_space", Status::Warning, format!("low: {summary}"))
+            .remedy("free some space (`baton workspace gc` removes leftover workspaces), or use a baton dir on a roomier filesystem")
+            .detail(detail)
+    } else {
+        Check::new("free_space", Status::Ok, summary).detail(detail)
+    }
+}
+
+fn workspaces(dir: &BatonDir) -> Check {
+    let found = match baton_git::dead_owners(dir) {
+        Ok(found) => found,
+        Err(e) => {
+            return Check::new(
+                "workspaces",
+                Status::Warning,
+                format!(
+                    "cannot read the workspace registry: {}",
+                    baton_lock::one_line(&e)
+                ),
+            )
+        }
+    };
+    if found.is_empty() {
+        return Check::new("workspaces", Status::Ok, "no leftover workspaces");
+    }
+    let mut ids = Vec::new();
+    let mut names = Vec::new();
+    for r in &found {
+        match r {
+            Ok(ws) => {
+                ids.push(json!({ "id": ws.id, "path": ws.path, "run_id": ws.run_id }));
+                names.push(format!("{} ({})", ws.id, ws.path.display()));
+            }
+            Err(e) => names.push(format!("unreadable record: {}", baton_lock::one_line(e))),
+        }
+    }
+    Check::new(
+        "workspaces",
+        Status::Warning,
+        format!(
+            "{} leftover workspace(s) of dead owners: {}",
+            found.len(),
+            names.join(", ")
+        ),
+    )
+    .remedy("baton workspace gc (removes workspaces whose owner is dead; never a live owner's)")
+    .detail(json!({ "leftovers": ids }))
+}
+
+fn print_text(r: &Report) {
+    for c in &r.checks {
+        let tag = match c.status {
+            Status::Ok => "ok",
+            Status::Skipped => "skipped",
+            Status::Warning => "WARNING",
+            Status::Error => "ERROR",
+        };
+        println!("{tag:<8} {:<12} {}", c.name, c.summary);
+        if let Some(remedy) = &c.remedy {
+            println!("{:<8} {:<12} remedy: {remedy}", "", "");
+        }
+    }
+    let count = |s: Status| r.checks.iter().filter(|c| c.status == s).count();
+    println!();
+    match r.status {
+        Status::Error => println!(
+            "baton cannot work here: {} error(s), {} warning(s)",
+            count(Status::Error),
+            count(Status::Warning)
+        ),
+        Status::Warning => println!(
+            "baton works here, with {} warning(s): see the remedies above",
+            count(Status::Warning)
+        ),
+        _ => println!("all good"),
+    }
+}

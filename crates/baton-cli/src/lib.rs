@@ -1,0 +1,22 @@
+//! The `baton` command: argument parsing, dispatch to the library crates,
+//! and output. It has no logic of its own and no stable Rust API: it is a
+//! library only so that tests can reach the command-line definitions
+//! ([`command`]) that `--help`, the man pages and the completions come from.
+
+mod cli;
+mod commands;
+mod docs;
+mod doctor;
+mod duration;
+mod exit_codes;
+mod git_cli;
+mod logging;
+mod output;
+mod state_cli;
+
+pub use commands::main;
+
+/// The clap definition of the whole command line, every subcommand included.
+pub fn command() -> clap::Command {
+    <cli::Cli as clap::CommandFactory>::command()
+}

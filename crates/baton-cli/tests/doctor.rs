@@ -1,0 +1,314 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! `baton doctor` and the network-filesystem warning of `run` and `lock
+//! acquire`. Real binary, real directories, a real OFD probe; only the
+//! filesystem type is injected (`BATON_TEST_FS_MAGIC`), since a network or
+//! FUSE mount cannot be made here.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use baton_contract::exit;
+use baton_contract::json::DOCTOR_CHECKS;
+use common::{code, stderr, stdout, Env};
+
+const NFS: &str = "0x6969";
+const FUSE: &str = "0x65735546";
+
+fn report(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json: {e}: {}{}", stdout(out), stderr(out)))
+}
+
+fn check<'a>(r: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name} in {r}"))
+}
+
+/// `baton ARGS` with a cleared environment, in `cwd`, with no `--dir`.
+fn bare(env: &Env, cwd: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_baton"));
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", env.tmp.path())
+        .env("TMPDIR", env.tmp.path())
+        .current_dir(cwd)
+        .args(args)
+        .stdin(Stdio::null());
+    c
+}
+
+#[test]
+fn doctor_on_a_fresh_temp_dir_is_all_good() {
+    let env = Env::new();
+    let out = env.run(&["doctor", "--json"]);
+    let r = report(&out);
+    assert_eq!(code(&out), exit::SUCCESS, "{r:#}");
+    assert_eq!(r["status"], "ok");
+    assert_eq!(r["rule"], "explicit");
+    assert_eq!(r["baton_dir"], env.dir.to_str().unwrap());
+    let names: Vec<&str> = r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, DOCTOR_CHECKS);
+    for c in r["checks"].as_array().unwrap() {
+        assert_eq!(c["status"], "ok", "{c:#}");
+        assert!(c["remedy"].is_null(), "{c:#}");
+    }
+    assert_eq!(check(&r, "locks")["status"], "ok");
+    assert_eq!(check(&r, "filesystem")["detail"]["class"], "local");
+    // The probe left nothing behind in the baton dir.
+    let left: Vec<_> = fs::read_dir(&env.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["locks"], "{left:?}");
+
+    let text = env.run(&["doctor"]);
+    assert_eq!(code(&text), exit::SUCCESS);
+    assert!(stdout(&text).contains("all good"), "{}", stdout(&text));
+    assert!(stderr(&text).is_empty(), "{}", stderr(&text));
+}
+
+#[test]
+fn doctor_refuses_a_world_writable_dir_and_names_the_remedy() {
+    let env = Env::new();
+    fs::create_dir(&env.dir).unwrap();
+    fs::set_permissions(&env.dir, fs::Permissions::from_mode(0o777)).unwrap();
+    let out = env.run(&["doctor", "--json"]);
+    let r = report(&out);
+    assert_eq!(code(&out), exit::BATON_FAILED, "{r:#}");
+    assert_eq!(r["status"], "error");
+    let perm = check(&r, "permissions");
+    assert_eq!(perm["status"], "error");
+    assert!(
+        perm["summary"]
+            .as_str()
+            .unwrap()
+            .contains("writable by every user"),
+        "{perm:#}"
+    );
+    assert!(
+        perm["remedy"].as_str().unwrap().contains("chmod o-w"),
+        "{perm:#}"
+    );
+    assert_eq!(check(&r, "locks")["status"], "skipped");
+    // Nothing was created in a directory baton refuses.
+    assert_eq!(fs::read_dir(&env.dir).unwrap().count(), 0);
+
+    let text = env.run(&["doctor"]);
+    assert_eq!(code(&text), exit::BATON_FAILED);
+    let s = stdout(&text);
+    assert!(s.contains("ERROR    permissions"), "{s}");
+    assert!(s.contains("remedy: chmod o-w"), "{s}");
+    assert!(s.contains("baton cannot work here"), "{s}");
+}
+
+#[test]
+fn doctor_warns_loudly_about_network_and_fuse_filesystems() {
+    for (magic, name, class) in [(NFS, "nfs", "network"), (FUSE, "fuse", "fuse")] {
+        let env = Env::new();
+        let out = env
+            .baton(&["doctor", "--json"])
+            .env("BATON_TEST_FS_MAGIC", magic)
+            .output()
+            .unwrap();
+        let r = report(&out);
+        assert_eq!(code(&out), exit::DOCTOR_WARNINGS, "{r:#}");
+        assert_eq!(r["status"], "warning");
+        let fs_check = check(&r, "filesystem");
+        assert_eq!(fs_check["status"], "warning", "{fs_check:#}");
+        assert_eq!(fs_check["detail"]["name"], name);
+        assert_eq!(fs_check["detail"]["class"], class);
+        let summary = fs_check["summary"].as_str().unwrap();
+        assert!(summary.starts_with("NOT A LOCAL FILESYSTEM"), "{summary}");
+        assert!(
+            fs_check["remedy"]
+                .as_str()
+                .unwrap()
+                .contains("local filesystem"),
+            "{fs_check:#}"
+        );
+        // Every other check still passes: the warning is the filesystem's.
+        for c in r["checks"].as_array().unwrap() {
+            if c["name"] != "filesystem" {
+                assert_eq!(c["status"], "ok", "{c:#}");
+            }
+        }
+    }
+}
+
+#[test]
+fn doctor_reports_which_rule_chose_the_baton_dir() {
+    let env = Env::new();
+    let plain = env.path("plain");
+    fs::create_dir(&plain).unwrap();
+    assert_eq!(
+        baton_lock::git_common_dir(&plain),
+        None,
+        "the temp dir must not be inside a git repository for this test"
+    );
+    let rule_of = |c: &mut Command| {
+        let out = c.output().unwrap();
+        let r = report(&out);
+        assert_eq!(code(&out), exit::SUCCESS, "{r:#}");
+        (
+            r["rule"].as_str().unwrap().to_string(),
+            r["baton_dir"].as_str().unwrap().to_string(),
+        )
+    };
+
+    let from_env = env.path("from-env");
+    let (rule, dir) =
+        rule_of(bare(&env, &plain, &["doctor", "--json"]).env("BATON_DIR", &from_env));
+    assert_eq!(
+        (rule.as_str(), dir.as_str()),
+        ("env", from_env.to_str().unwrap())
+    );
+
+    let repo = env.path("repo");
+    fs::create_dir(&repo).unwrap();
+    let init = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&repo)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{}", stderr(&init));
+    let (rule, dir) = rule_of(&mut bare(&env, &repo, &["doctor", "--json"]));
+    let want = fs::canonicalize(repo.join(".git")).unwrap().join("baton");
+    assert_eq!((rule.as_str(), Path::new(&dir)), ("git", want.as_path()));
+
+    let run = env.path("run");
+    fs::create_dir(&run).unwrap();
+    let (rule, dir) =
+        rule_of(bare(&env, &plain, &["doctor", "--json"]).env("XDG_RUNTIME_DIR", &run));
+    assert_eq!(
+        (rule.as_str(), Path::new(&dir)),
+        ("xdg_runtime_dir", run.join("baton").as_path())
+    );
+
+    // The last resort: <temp dir>/baton-<uid> (TMPDIR is the test's own dir).
+    let (rule, dir) = rule_of(&mut bare(&env, &plain, &["doctor", "--json"]));
+    assert_eq!(rule, "temp_dir");
+    assert!(
+        Path::new(&dir).starts_with(env.tmp.path()) && dir.contains("baton-"),
+        "{dir}"
+    );
+
+    let text = bare(&env, &plain, &["doctor"])
+        .env("BATON_DIR", &from_env)
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&text).contains("from $BATON_DIR"),
+        "{}",
+        stdout(&text)
+    );
+}
+
+#[test]
+fn doctor_lists_leftover_workspaces_of_dead_owners_and_names_gc() {
+    let env = Env::new();
+    let repo = env.path("repo");
+    fs::create_dir(&repo).unwrap();
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &[
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "one",
+        ],
+    ] {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
+    }
+    // The owner of a workspace is the process that ran `workspace create`'s
+    // parent: a shell that exits right after (`; true` keeps it from exec'ing).
+    let script = format!(
+        "'{}' --dir '{}' workspace create --json; true",
+        env!("CARGO_BIN_EXE_baton"),
+        env.dir.display()
+    );
+    let created = Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(&repo)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    let ws: serde_json::Value = serde_json::from_slice(&created.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", stderr(&created)));
+
+    let out = env.run(&["doctor", "--json"]);
+    let r = report(&out);
+    assert_eq!(code(&out), exit::DOCTOR_WARNINGS, "{r:#}");
+    let c = check(&r, "workspaces");
+    assert_eq!(c["status"], "warning", "{c:#}");
+    assert_eq!(c["detail"]["leftovers"][0]["id"], ws["id"]);
+    assert!(c["remedy"].as_str().unwrap().contains("baton workspace gc"));
+
+    // After gc, all is well again.
+    let gc = env.run(&["workspace", "gc"]);
+    assert!(gc.status.success(), "{}", stderr(&gc));
+    let after = env.run(&["doctor", "--json"]);
+    assert_eq!(code(&after), exit::SUCCESS, "{:#}", report(&after));
+}
+
+#[test]
+fn run_and_lock_acquire_warn_once_on_a_network_filesystem() {
+    let env = Env::new();
+    let out = env
+        .baton(&["run", "--lock", "x", "--", "true"])
+        .env("BATON_TEST_FS_MAGIC", NFS)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("baton: warning: the baton dir"), "{err}");
+    assert!(err.contains("nfs (a network filesystem"), "{err}");
+
+    let held = env
+        .baton(&["lock", "acquire", "y"])
+        .env("BATON_TEST_FS_MAGIC", FUSE)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(code(&held), 0, "{}", stderr(&held));
+    let err = stderr(&held);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("fuse (a FUSE filesystem"), "{err}");
+    let token = stdout(&held).trim().to_string();
+    let rel = env.run(&["lock", "release", "y", "--token", &token]);
+    assert!(rel.status.success(), "{}", stderr(&rel));
+
+    // Commands that only read say nothing.
+    let st = env
+        .baton(&["lock", "status", "y"])
+        .env("BATON_TEST_FS_MAGIC", NFS)
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    assert!(stderr(&st).is_empty(), "{}", stderr(&st));
+}

@@ -1,0 +1,173 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! Shell completions and man pages: produced by the real binary, and
+//! mentioning every subcommand. The list of subcommands comes from clap's
+//! own definition of the command line (`baton::command()`), so a new
+//! subcommand is covered without touching this file.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::fs;
+
+use common::{code, stderr, stdout, Env};
+
+/// Every visible command as its path of names: `[]` is `baton` itself,
+/// `["lock", "status"]` is `baton lock status`.
+fn commands() -> Vec<Vec<String>> {
+    fn walk(cmd: &clap::Command, path: Vec<String>, out: &mut Vec<Vec<String>>) {
+        out.push(path.clone());
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let mut p = path.clone();
+            p.push(sub.get_name().to_string());
+            walk(sub, p, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(&baton::command(), Vec::new(), &mut out);
+    // A sanity check on the walk itself, so an empty list cannot pass.
+    assert!(out.len() > 20, "{out:?}");
+    assert!(out.contains(&vec!["lock".to_string(), "status".to_string()]));
+    out
+}
+
+fn hidden() -> Vec<String> {
+    baton::command()
+        .get_subcommands()
+        .filter(|s| s.is_hide_set())
+        .map(|s| s.get_name().to_string())
+        .collect()
+}
+
+#[test]
+fn completions_are_produced_for_every_shell_and_mention_every_subcommand() {
+    let env = Env::new();
+    let names: BTreeSet<String> = commands().into_iter().flatten().collect();
+    let hidden = hidden();
+    assert!(
+        !hidden.is_empty(),
+        "expected the internal __hold subcommand"
+    );
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = env.run(&["completions", shell]);
+        assert_eq!(code(&out), 0, "{shell}: {}", stderr(&out));
+        assert!(stderr(&out).is_empty(), "{shell}: {}", stderr(&out));
+        let script = stdout(&out);
+        for name in &names {
+            assert!(
+                script.contains(name.as_str()),
+                "{shell} completion does not mention '{name}'"
+            );
+        }
+        for name in &hidden {
+            assert!(
+                !script.contains(name.as_str()),
+                "{shell} completion offers the hidden '{name}'"
+            );
+        }
+    }
+    // Neither command needs or makes a baton dir.
+    assert!(!env.dir.exists());
+}
+
+#[test]
+fn the_bash_completion_is_valid_bash_and_completes_subcommands() {
+    let env = Env::new();
+    let out = env.run(&["completions", "bash"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let script = env.path("baton.bash");
+    fs::write(&script, &out.stdout).unwrap();
+    // Source it and ask for the completions of `baton lock st`, as bash would.
+    let probe = format!(
+        "source '{}'; COMP_WORDS=(baton lock st); COMP_CWORD=2; _baton baton st lock; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        script.display()
+    );
+    let done = std::process::Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", &probe])
+        .output()
+        .unwrap();
+    assert!(done.status.success(), "{}", stderr(&done));
+    let offered: Vec<String> = stdout(&done).lines().map(str::to_string).collect();
+    assert_eq!(offered, ["status"], "{}", stderr(&done));
+}
+
+#[test]
+fn man_pages_are_written_for_every_subcommand() {
+    let env = Env::new();
+    let dir = env.path("man/man1");
+    let out = env.baton(&["man"]).arg("--dir").arg(&dir).output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let want: BTreeSet<String> = commands()
+        .iter()
+        .map(|p| {
+            let mut name = String::from("baton");
+            for part in p {
+                name.push('-');
+                name.push_str(part);
+            }
+            format!("{name}.1")
+        })
+        .collect();
+    let written: BTreeSet<String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(written, want);
+    // The paths written are printed, one per line.
+    let printed: BTreeSet<String> = stdout(&out)
+        .lines()
+        .map(|l| {
+            let p = std::path::Path::new(l);
+            assert_eq!(p.parent(), Some(dir.as_path()), "{l}");
+            p.file_name().unwrap().to_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(printed, want);
+    for path in commands() {
+        let page_name = std::iter::once("baton")
+            .chain(path.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join("-");
+        // roff escapes hyphens (`init\-attributes`).
+        let page = fs::read_to_string(dir.join(format!("{page_name}.1")))
+            .unwrap()
+            .replace("\\-", "-");
+        assert!(
+            page.contains(&format!(".TH {page_name} 1")),
+            "{page_name}: {page}"
+        );
+        // Each page lists the subcommands below it.
+        let cmd = path.iter().fold(baton::command(), |c, name| {
+            c.find_subcommand(name).unwrap().clone()
+        });
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            assert!(
+                page.contains(sub.get_name()),
+                "{page_name}.1 does not mention '{}'",
+                sub.get_name()
+            );
+        }
+    }
+    let root = fs::read_to_string(dir.join("baton.1")).unwrap();
+    assert!(
+        !root.contains("__hold"),
+        "baton.1 documents the hidden __hold"
+    );
+}
+
+#[test]
+fn man_without_a_directory_is_a_one_line_error() {
+    let env = Env::new();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("man")
+        .env_clear()
+        .current_dir(env.tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 125);
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("baton: man needs --dir DIR"), "{err}");
+}
