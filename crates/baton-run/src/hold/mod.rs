@@ -234,15 +234,16 @@ pub fn serve_hold(dir: &BatonDir) -> i32 {
     let mut out = std::io::stdout();
     // Whether the report reached `acquire` (it may have been killed).
     let report = |out: &mut std::io::Stdout, r: &Report| -> bool {
-        match serde_json::to_string(r) {
+        let told = match serde_json::to_string(r) {
             Ok(s) => writeln!(out, "{s}").and_then(|()| out.flush()).is_ok(),
             Err(_) => false,
-        }
+        };
         // The caller has its answer: stop holding its stderr open (see
         // `HoldRequest::share_stderr`); later diagnostics go nowhere.
         if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
             let _ = rustix::stdio::dup2_stderr(&null);
         }
+        told
     };
     let req: HoldRequest = match std::env::var(HOLD_REQUEST_ENV)
         .ok()
