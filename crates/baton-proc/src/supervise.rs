@@ -13,6 +13,7 @@ use rustix::process::{kill_process_group, pidfd_open, Pid, PidfdFlags, Signal};
 
 use crate::cancel::{CancelShared, Canceller};
 use crate::contain::{stop_orphans, terminate_group, GroupIdentity, LeftoverPolicy, SUPERVISED};
+use crate::handshake::{go, read_pid, Handshake};
 use crate::signals::SignalCatcher;
 use crate::terminal::{child_stopped, proxy_stop, StopWatch, TerminalHandover};
 use crate::{Finished, Outcome, ProcError, RunSpec, Started};
@@ -70,15 +71,16 @@ impl Supervisor {
         self.run_with(|_| {}).map(|f| f.outcome)
     }
 
-    /// Like [`Supervisor::run`], and calls `on_start` once the child runs (it
-    /// may already have started processes of its own), so the caller can record
-    /// its process group; reports the processes the command left behind, which
-    /// were terminated unless [`RunSpec::leftovers`] says to leave them.
+    /// Like [`Supervisor::run`], and calls `on_start` (on another thread)
+    /// once the child exists but before it executes the command, so the
+    /// caller can record its process group before anything of the command
+    /// runs; reports the processes the command left behind, which were
+    /// terminated unless [`RunSpec::leftovers`] says to leave them.
     ///
     /// # Errors
     ///
     /// As [`Supervisor::run`].
-    pub fn run_with(self, on_start: impl FnOnce(Started)) -> Result<Finished, ProcError> {
+    pub fn run_with(self, on_start: impl FnOnce(Started) + Send) -> Result<Finished, ProcError> {
         let cancelled = Finished {
             outcome: Outcome::Cancelled,
             leftovers: Vec::new(),
@@ -111,7 +113,23 @@ impl Supervisor {
             }
             false => None,
         };
-        let child = spawn(&self.spec, terminal)?;
+        let mut handshake =
+            Handshake::new().map_err(|e| ProcError::io("create the start handshake pipes", e))?;
+        let child = std::thread::scope(|scope| {
+            let (pid_read, go_write) = (&handshake.pid_read, &handshake.go_write);
+            let recorder = scope.spawn(move || {
+                if let Some(pgid) = read_pid(pid_read) {
+                    on_start(Started { pgid });
+                    go(go_write);
+                }
+            });
+            let child = spawn(&self.spec, terminal, &handshake);
+            // The child has exec'd or failed: a recorder still waiting for
+            // a pid (the child never got that far) reads end of file now.
+            drop(handshake.pid_write.take());
+            let _ = recorder.join();
+            child
+        })?;
         let started = Instant::now();
         let mut child = ChildGuard::new(child);
         // Dropped when `run` returns: on the normal path the child has been
@@ -120,9 +138,6 @@ impl Supervisor {
         let _terminal = terminal.then(|| TerminalHandover::give(child.pid));
         let pidfd = pidfd_open(child.pid, PidfdFlags::empty())
             .map_err(|e| ProcError::io("open a pidfd for the child", e))?;
-        on_start(Started {
-            pgid: child.pid.as_raw_nonzero().get(),
-        });
 
         let mut state = State {
             pgid: child.pid,
@@ -453,7 +468,7 @@ fn check_cwd(spec: &RunSpec) -> Result<(), ProcError> {
     })
 }
 
-fn spawn(spec: &RunSpec, take_terminal: bool) -> Result<Child, ProcError> {
+fn spawn(spec: &RunSpec, take_terminal: bool, handshake: &Handshake) -> Result<Child, ProcError> {
     let mut command = Command::new(&spec.program);
     command.args(&spec.args);
     command.envs(spec.env.iter().map(|(k, v)| (k, v)));
@@ -469,6 +484,12 @@ fn spawn(spec: &RunSpec, take_terminal: bool) -> Result<Child, ProcError> {
         unsafe {
             command.pre_exec(crate::terminal::take_in_child);
         }
+    }
+    // SAFETY: the hook runs between fork and exec and makes only
+    // async-signal-safe system calls (getpid, write, close, read) on
+    // descriptors of this handshake; see `handshake.rs`.
+    unsafe {
+        command.pre_exec(handshake.child_hook());
     }
     command.spawn().map_err(|source| spawn_error(spec, source))
 }
