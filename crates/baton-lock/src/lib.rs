@@ -29,13 +29,16 @@ mod cancel;
 mod diagnose;
 mod dir;
 mod error;
+mod grant;
 mod identity;
 mod layout;
 mod lock;
 mod meta;
 mod name;
 mod ofd;
+mod reentrant;
 mod replaced;
+mod request;
 mod slots;
 mod status;
 mod wait;
@@ -50,8 +53,9 @@ pub use identity::{
     ancestors, boot_id, default_owner, hostname, new_run_id, parent_of, start_time, Liveness,
     ProcessIdentity,
 };
-pub use lock::{acquire, acquire_all, LockGuard, LockRequest, Mode};
+pub use lock::{acquire, acquire_all, LockGuard};
 pub use meta::{CommandGroup, HolderKind, HolderRecord, LockDoc};
 pub use name::{LockName, MAX_NAME_LEN};
+pub use request::{LockRequest, Mode};
 pub use status::{list, status, Content, HolderInfo, LockStatus};
 pub use wait::WaitPolicy;

@@ -8,158 +8,24 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::thread::ThreadId;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use crate::cancel::CancelToken;
 use crate::dir::BatonDir;
 use crate::error::{IoContext, LockError};
-use crate::identity::{default_owner, new_run_id, Liveness, ProcessIdentity};
+use crate::grant::{held_for_ancestor, take_over};
 use crate::layout::{
     greatest_ticket_below, held_slots, BORROW_BASE, META, SLOT_BASE, TICKET_BASE, TICKET_END,
 };
-use crate::meta::{read_doc, write_doc, CommandGroup, DocRead, HolderKind, HolderRecord, LockDoc};
+use crate::meta::{read_doc, write_doc, CommandGroup, DocRead, LockDoc};
 use crate::name::LockName;
 use crate::ofd::{self, Kind};
+use crate::reentrant::{forget_held, held_key, remember_held, HeldKey};
 use crate::replaced::{self, FileId};
+use crate::request::{LockRequest, Mode};
 use crate::wait::WaitPolicy;
-
-/// How a lock is shared between holders.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// One holder at a time.
-    Exclusive,
-    /// Any number of shared holders at a time, or one exclusive holder.
-    Shared,
-    /// Up to N holders at a time (N >= 1); `Semaphore(1)` is `Exclusive`.
-    Semaphore(u32),
-}
-
-impl Mode {
-    fn slots(self) -> u32 {
-        match self {
-            Mode::Exclusive | Mode::Shared => 1,
-            Mode::Semaphore(n) => n.max(1),
-        }
-    }
-
-    fn normalized(self) -> Mode {
-        match self {
-            Mode::Semaphore(n) if n <= 1 => Mode::Exclusive,
-            m => m,
-        }
-    }
-
-    /// The mode's name as it appears in metadata and status.
-    pub fn as_str(self) -> &'static str {
-        match self.normalized() {
-            Mode::Exclusive => "exclusive",
-            Mode::Shared => "shared",
-            Mode::Semaphore(_) => "semaphore",
-        }
-    }
-}
-
-/// What to acquire and how to describe the holder.
-#[derive(Clone, Debug)]
-pub struct LockRequest {
-    /// The lock's name.
-    pub name: LockName,
-    /// Exclusive, shared or semaphore.
-    pub mode: Mode,
-    /// How long to wait.
-    pub wait: WaitPolicy,
-    /// Who the holder acts for; default `user@host`.
-    pub owner: Option<String>,
-    /// What the holder does, free text.
-    pub operation: Option<String>,
-    /// Run id to record; a new one is made if absent.
-    pub run_id: Option<String>,
-    /// Kind of holder process recorded in metadata.
-    pub kind: HolderKind,
-    /// Ends the wait early, from another thread, with [`LockError::Cancelled`].
-    pub cancel: Option<CancelToken>,
-    /// The process the lock is held for, when the holder acts for another
-    /// (recorded; see [`HolderRecord::acquired_for`]).
-    pub acquired_for: Option<ProcessIdentity>,
-    /// When an ancestor of this process holds the lock (a `baton run --lock`
-    /// whose command we are part of, or a `baton lock acquire` by the script
-    /// that runs us), use its hold instead of waiting for it: the guard is
-    /// then [borrowed](LockGuard::is_borrowed). Identity-checked (pid and
-    /// start time of a live holder of a held slot), never taken from the
-    /// environment.
-    pub use_ancestor_hold: bool,
-}
-
-impl LockRequest {
-    /// An exclusive request that waits forever.
-    pub fn new(name: LockName) -> LockRequest {
-        LockRequest {
-            name,
-            mode: Mode::Exclusive,
-            wait: WaitPolicy::Forever,
-            owner: None,
-            operation: None,
-            run_id: None,
-            kind: HolderKind::Library,
-            cancel: None,
-            acquired_for: None,
-            use_ancestor_hold: false,
-        }
-    }
-
-    /// Uses a hold of an ancestor process instead of waiting for it (see
-    /// [`LockRequest::use_ancestor_hold`]).
-    pub fn use_ancestor_hold(mut self) -> Self {
-        self.use_ancestor_hold = true;
-        self
-    }
-
-    /// Lets `token` cancel the wait.
-    pub fn cancel(mut self, token: CancelToken) -> Self {
-        self.cancel = Some(token);
-        self
-    }
-
-    /// Sets the mode.
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// Sets the wait policy.
-    pub fn wait(mut self, wait: impl Into<WaitPolicy>) -> Self {
-        self.wait = wait.into();
-        self
-    }
-
-    /// Sets the owner recorded in metadata.
-    pub fn owner(mut self, owner: impl Into<String>) -> Self {
-        self.owner = Some(owner.into());
-        self
-    }
-
-    /// Sets the operation recorded in metadata.
-    pub fn operation(mut self, operation: impl Into<String>) -> Self {
-        self.operation = Some(operation.into());
-        self
-    }
-
-    /// Sets the run id recorded in metadata.
-    pub fn run_id(mut self, run_id: impl Into<String>) -> Self {
-        self.run_id = Some(run_id.into());
-        self
-    }
-
-    /// Sets the holder kind recorded in metadata.
-    pub fn kind(mut self, kind: HolderKind) -> Self {
-        self.kind = kind;
-        self
-    }
-}
 
 /// A held lock. Dropping it releases the lock; [`LockGuard::release`] does
 /// the same and reports errors.
@@ -366,19 +232,19 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
 }
 
 /// What an acquisition got.
-struct Grant {
-    slot: u32,
-    token: u64,
-    run_id: String,
-    borrowed: bool,
+pub(crate) struct Grant {
+    pub(crate) slot: u32,
+    pub(crate) token: u64,
+    pub(crate) run_id: String,
+    pub(crate) borrowed: bool,
 }
 
 /// The lock file being acquired.
-struct Target<'a> {
-    file: &'a File,
-    path: &'a Path,
-    id: FileId,
-    mark: u64,
+pub(crate) struct Target<'a> {
+    pub(crate) file: &'a File,
+    pub(crate) path: &'a Path,
+    pub(crate) id: FileId,
+    pub(crate) mark: u64,
 }
 
 /// Acquires several locks in one canonical order (sorted by name), so that
@@ -638,138 +504,6 @@ fn acquire_in(
     granted
 }
 
-/// Holding `slot` (and META with the document just read, on the fast path):
-/// make sure nobody holds this lock through a deleted or replaced file, stop
-/// what a dead previous holder's command left running, then record the grant.
-/// `Ok(None)` when our own file was deleted or replaced (the slot is released).
-fn take_over(
-    at: &Target<'_>,
-    req: &LockRequest,
-    mode: Mode,
-    slot: u32,
-    locked: Option<(MetaLock<'_>, LockDoc)>,
-    deadline: Option<Instant>,
-    busy: impl Fn(Option<String>) -> LockError,
-) -> Result<Option<Grant>, LockError> {
-    let (file, path) = (at.file, at.path);
-    let fd = file.as_fd();
-    let give_back = || {
-        let _ = ofd::unlock(fd, SLOT_BASE + u64::from(slot), 1);
-        let _ = ofd::unlock(fd, at.mark, 1);
-    };
-    // The marker first, then the path check: an acquirer that creates a new
-    // file either sees our marker or we see that our file is no longer there.
-    // Read locks on markers never conflict: this always succeeds.
-    let marked = ofd::try_lock(fd, Kind::Read, at.mark, 1).at("cannot lock", path);
-    if let Err(e) = marked {
-        give_back();
-        return Err(e);
-    }
-    if !replaced::still_at_path(at.id, path) {
-        give_back();
-        return Ok(None);
-    }
-    let result = (|| -> Result<Option<(u64, String)>, LockError> {
-        let (meta, mut doc) = match locked {
-            Some(l) => l,
-            None => {
-                let meta = MetaLock::write_until(file, deadline, req.cancel.as_ref())
-                    .at("cannot lock metadata of", path)?
-                    .ok_or_else(|| {
-                        busy(Some(
-                            "a process that holds the lock's metadata (stopped?)".into(),
-                        ))
-                    })?;
-                let doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
-                (meta, doc)
-            }
-        };
-        // A file new to the lock: look once for holders through an older
-        // file while still under META, so that in the usual case (none) the
-        // grant is recorded in the same section as ever and `status` never
-        // sees the slot held without its holder.
-        let replaced_holders = doc.inode != Some(at.id.ino)
-            && !replaced::holders_elsewhere(at.mark, Some(at.id)).is_empty();
-        let leftovers = dead_command_groups(&doc, mode, slot);
-        if replaced_holders || !leftovers.is_empty() {
-            // Slow, rare work: never while holding META. Publish the slot
-            // count first, so that others meeting our slot agree with it.
-            if doc.max != mode.slots() {
-                doc.max = mode.slots();
-                write_doc(file, &mut doc).at("cannot write lock metadata to", path)?;
-            }
-            drop(meta);
-            if replaced_holders {
-                match replaced::wait_until_gone(at.mark, at.id, path, deadline, req.cancel.as_ref())
-                {
-                    replaced::Gone::Clear => {}
-                    // Our own file went away meanwhile: start again on the new one.
-                    replaced::Gone::OursReplaced => return Ok(None),
-                    replaced::Gone::Cancelled => {
-                        return Err(LockError::Cancelled {
-                            name: req.name.to_string(),
-                        })
-                    }
-                    replaced::Gone::TimedOut => {
-                        return Err(busy(Some(
-                            "a holder through a deleted or replaced lock file".into(),
-                        )))
-                    }
-                }
-            }
-            for g in leftovers {
-                baton_proc::terminate_group(
-                    g.pgid,
-                    baton_proc::GroupIdentity::Recorded {
-                        leader_start_time: g.leader_start_time,
-                        session: g.session,
-                    },
-                    std::time::Duration::from_millis(g.grace_ms),
-                );
-            }
-            let _meta = MetaLock::write_until(file, deadline, req.cancel.as_ref())
-                .at("cannot lock metadata of", path)?
-                .ok_or_else(|| {
-                    busy(Some(
-                        "a process that holds the lock's metadata (stopped?)".into(),
-                    ))
-                })?;
-            let mut doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
-            return record_grant(at, &mut doc, req, mode, slot).map(Some);
-        }
-        record_grant(at, &mut doc, req, mode, slot).map(Some)
-    })();
-    match result {
-        Ok(Some((token, run_id))) => Ok(Some(Grant {
-            slot,
-            token,
-            run_id,
-            borrowed: false,
-        })),
-        Ok(None) => {
-            give_back();
-            Ok(None)
-        }
-        Err(e) => {
-            give_back();
-            Err(e)
-        }
-    }
-}
-
-/// Process groups of dead holders whose records the grant of `slot` replaces.
-fn dead_command_groups(doc: &LockDoc, mode: Mode, slot: u32) -> Vec<CommandGroup> {
-    doc.holders
-        .iter()
-        .filter(|h| h.command_group.is_some() && (h.slot == slot || mode == Mode::Shared))
-        .filter(|h| {
-            h.process.liveness() == Liveness::Dead
-                && h.process.boot_id == crate::identity::boot_id()
-        })
-        .filter_map(|h| h.command_group)
-        .collect()
-}
-
 /// Waits for every predecessor in line, then for a slot. `Ok(None)` when the
 /// deadline passed first.
 fn wait_in_line(
@@ -822,111 +556,6 @@ pub(crate) fn try_slots(file: &File, mode: Mode, slots: u32) -> std::io::Result<
     Ok(None)
 }
 
-/// Issues the next fencing token and records the holder. Caller holds META.
-///
-/// A token is the larger of the last one + 1 and the wall clock in
-/// microseconds, so tokens increase across grants, lost or deleted files and
-/// files restored from a backup, as long as the clock does not go back
-/// (`LOCKING.md`, "Fencing tokens").
-fn record_grant(
-    at: &Target<'_>,
-    doc: &mut LockDoc,
-    req: &LockRequest,
-    mode: Mode,
-    slot: u32,
-) -> Result<(u64, String), LockError> {
-    let id = at.id;
-    let floor = doc.holders.iter().map(|h| h.token).max().unwrap_or(0);
-    let next = doc
-        .token
-        .max(floor)
-        .checked_add(1)
-        .ok_or_else(|| LockError::TokensExhausted {
-            name: req.name.to_string(),
-        })?;
-    // Never below the clock: a lock file restored from a backup (same
-    // inode, older counter) must not hand out old tokens again.
-    doc.token = next.max(clock_micros());
-    doc.inode = Some(id.ino);
-    doc.format = 1;
-    doc.name = req.name.to_string();
-    doc.max = mode.slots();
-    // Records that cannot belong to a current holder: anything on the slot we
-    // now hold, except other shared holders that still run.
-    doc.holders.retain(|h| {
-        h.slot != slot
-            || (mode == Mode::Shared
-                && h.mode == "shared"
-                && h.process.liveness() != Liveness::Dead)
-    });
-    let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
-    doc.holders.push(HolderRecord {
-        process: ProcessIdentity::current(),
-        owner: req
-            .owner
-            .clone()
-            .unwrap_or_else(|| default_owner().to_string()),
-        operation: req.operation.clone(),
-        run_id: run_id.clone(),
-        acquired_at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
-        token: doc.token,
-        mode: mode.as_str().into(),
-        slot,
-        kind: req.kind,
-        command_group: None,
-        acquired_for: req.acquired_for.clone(),
-    });
-    write_doc(at.file, doc).at("cannot write lock metadata to", at.path)?;
-    Ok((doc.token, run_id))
-}
-
-/// Microseconds since the Unix epoch (0 if the clock is before it).
-fn clock_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-}
-
-/// A live holder of a held slot that holds it for an ancestor of this
-/// process (in a mode that covers `mode`, if given): a `run` holder that is
-/// an ancestor, or a `hold` holder acquired for an ancestor. Waiting forever
-/// for such a holder would deadlock; a request that may use its hold does.
-fn held_for_ancestor(
-    fd: std::os::fd::BorrowedFd<'_>,
-    doc: &LockDoc,
-    mode: Option<Mode>,
-) -> std::io::Result<Option<HolderRecord>> {
-    let local = |p: &ProcessIdentity| {
-        p.host == crate::identity::hostname() && p.boot_id == crate::identity::boot_id()
-    };
-    let covers = |h: &HolderRecord| match mode {
-        Some(m) => h.mode != "shared" || m == Mode::Shared,
-        None => true,
-    };
-    let candidates: Vec<&HolderRecord> = doc
-        .holders
-        .iter()
-        .filter(|h| {
-            matches!(h.kind, HolderKind::Run | HolderKind::Hold) && local(&h.process) && covers(h)
-        })
-        .collect();
-    if candidates.is_empty() {
-        return Ok(None);
-    }
-    let held = held_slots(fd, doc.max.max(1))?;
-    let ancestors = crate::identity::ancestors();
-    let is_ancestor = |p: &ProcessIdentity| ancestors.contains(&(p.pid, p.start_time));
-    Ok(candidates
-        .into_iter()
-        .filter(|h| held.iter().any(|(s, _)| *s == h.slot))
-        .filter(|h| h.process.liveness() == Liveness::Alive)
-        .find(|h| match h.kind {
-            HolderKind::Run => is_ancestor(&h.process),
-            _ => h.acquired_for.as_ref().is_some_and(is_ancestor),
-        })
-        .cloned())
-}
-
 fn describe_max(max: u32) -> String {
     if max <= 1 {
         "an exclusive/shared lock (--max 1)".into()
@@ -950,40 +579,4 @@ pub(crate) fn describe_holders(doc: &LockDoc) -> Option<String> {
         s.push_str(&format!(" and {} more", doc.holders.len() - 1));
     }
     Some(s)
-}
-
-/// Identifies a lock file and the thread that holds it, for re-entrancy checks.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct HeldKey {
-    dev: u64,
-    ino: u64,
-    thread: ThreadId,
-}
-
-static HELD: Mutex<Vec<HeldKey>> = Mutex::new(Vec::new());
-
-fn held_key(file: &File, path: &Path) -> Result<HeldKey, LockError> {
-    let meta = file.metadata().at("cannot inspect lock file", path)?;
-    Ok(HeldKey {
-        dev: meta.dev(),
-        ino: meta.ino(),
-        thread: std::thread::current().id(),
-    })
-}
-
-/// Records that this thread holds or waits for the lock; false if it already does.
-fn remember_held(key: HeldKey) -> bool {
-    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
-    if held.contains(&key) {
-        return false;
-    }
-    held.push(key);
-    true
-}
-
-fn forget_held(key: &HeldKey) {
-    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(i) = held.iter().position(|k| k == key) {
-        held.swap_remove(i);
-    }
 }

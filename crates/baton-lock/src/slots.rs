@@ -24,8 +24,9 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
 
 use crate::cancel::CancelToken;
-use crate::lock::{try_slots, Mode};
+use crate::lock::try_slots;
 use crate::ofd::{cancelled, Alarm, AlarmFor};
+use crate::request::Mode;
 
 thread_local! {
     static WATCHER: RefCell<Option<OwnedFd>> = const { RefCell::new(None) };

@@ -1,0 +1,253 @@
+//! Taking over a slot: the steps between holding the kernel lock and
+//! recording the grant (`LOCKING.md`: "When the lock file is deleted or
+//! replaced", "A dead holder's command", "Using an ancestor's hold",
+//! "Fencing tokens").
+
+use std::os::fd::AsFd;
+use std::time::{Instant, SystemTime};
+
+use crate::error::{IoContext, LockError};
+use crate::identity::{default_owner, new_run_id, Liveness, ProcessIdentity};
+use crate::layout::{held_slots, SLOT_BASE};
+use crate::lock::{Grant, MetaLock, Target};
+use crate::meta::{read_doc, write_doc, CommandGroup, HolderKind, HolderRecord, LockDoc};
+use crate::ofd::{self, Kind};
+use crate::replaced;
+use crate::request::{LockRequest, Mode};
+
+/// Holding `slot` (and META with the document just read, on the fast path):
+/// make sure nobody holds this lock through a deleted or replaced file, stop
+/// what a dead previous holder's command left running, then record the grant.
+/// `Ok(None)` when our own file was deleted or replaced (the slot is released).
+pub(crate) fn take_over(
+    at: &Target<'_>,
+    req: &LockRequest,
+    mode: Mode,
+    slot: u32,
+    locked: Option<(MetaLock<'_>, LockDoc)>,
+    deadline: Option<Instant>,
+    busy: impl Fn(Option<String>) -> LockError,
+) -> Result<Option<Grant>, LockError> {
+    let (file, path) = (at.file, at.path);
+    let fd = file.as_fd();
+    let give_back = || {
+        let _ = ofd::unlock(fd, SLOT_BASE + u64::from(slot), 1);
+        let _ = ofd::unlock(fd, at.mark, 1);
+    };
+    // The marker first, then the path check: an acquirer that creates a new
+    // file either sees our marker or we see that our file is no longer there.
+    // Read locks on markers never conflict: this always succeeds.
+    let marked = ofd::try_lock(fd, Kind::Read, at.mark, 1).at("cannot lock", path);
+    if let Err(e) = marked {
+        give_back();
+        return Err(e);
+    }
+    if !replaced::still_at_path(at.id, path) {
+        give_back();
+        return Ok(None);
+    }
+    let result = (|| -> Result<Option<(u64, String)>, LockError> {
+        let (meta, mut doc) = match locked {
+            Some(l) => l,
+            None => {
+                let meta = MetaLock::write_until(file, deadline, req.cancel.as_ref())
+                    .at("cannot lock metadata of", path)?
+                    .ok_or_else(|| {
+                        busy(Some(
+                            "a process that holds the lock's metadata (stopped?)".into(),
+                        ))
+                    })?;
+                let doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
+                (meta, doc)
+            }
+        };
+        // A file new to the lock: look once for holders through an older
+        // file while still under META, so that in the usual case (none) the
+        // grant is recorded in the same section as ever and `status` never
+        // sees the slot held without its holder.
+        let replaced_holders = doc.inode != Some(at.id.ino)
+            && !replaced::holders_elsewhere(at.mark, Some(at.id)).is_empty();
+        let leftovers = dead_command_groups(&doc, mode, slot);
+        if replaced_holders || !leftovers.is_empty() {
+            // Slow, rare work: never while holding META. Publish the slot
+            // count first, so that others meeting our slot agree with it.
+            if doc.max != mode.slots() {
+                doc.max = mode.slots();
+                write_doc(file, &mut doc).at("cannot write lock metadata to", path)?;
+            }
+            drop(meta);
+            if replaced_holders {
+                match replaced::wait_until_gone(at.mark, at.id, path, deadline, req.cancel.as_ref())
+                {
+                    replaced::Gone::Clear => {}
+                    // Our own file went away meanwhile: start again on the new one.
+                    replaced::Gone::OursReplaced => return Ok(None),
+                    replaced::Gone::Cancelled => {
+                        return Err(LockError::Cancelled {
+                            name: req.name.to_string(),
+                        })
+                    }
+                    replaced::Gone::TimedOut => {
+                        return Err(busy(Some(
+                            "a holder through a deleted or replaced lock file".into(),
+                        )))
+                    }
+                }
+            }
+            for g in leftovers {
+                baton_proc::terminate_group(
+                    g.pgid,
+                    baton_proc::GroupIdentity::Recorded {
+                        leader_start_time: g.leader_start_time,
+                        session: g.session,
+                    },
+                    std::time::Duration::from_millis(g.grace_ms),
+                );
+            }
+            let _meta = MetaLock::write_until(file, deadline, req.cancel.as_ref())
+                .at("cannot lock metadata of", path)?
+                .ok_or_else(|| {
+                    busy(Some(
+                        "a process that holds the lock's metadata (stopped?)".into(),
+                    ))
+                })?;
+            let mut doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
+            return record_grant(at, &mut doc, req, mode, slot).map(Some);
+        }
+        record_grant(at, &mut doc, req, mode, slot).map(Some)
+    })();
+    match result {
+        Ok(Some((token, run_id))) => Ok(Some(Grant {
+            slot,
+            token,
+            run_id,
+            borrowed: false,
+        })),
+        Ok(None) => {
+            give_back();
+            Ok(None)
+        }
+        Err(e) => {
+            give_back();
+            Err(e)
+        }
+    }
+}
+
+/// Process groups of dead holders whose records the grant of `slot` replaces.
+fn dead_command_groups(doc: &LockDoc, mode: Mode, slot: u32) -> Vec<CommandGroup> {
+    doc.holders
+        .iter()
+        .filter(|h| h.command_group.is_some() && (h.slot == slot || mode == Mode::Shared))
+        .filter(|h| {
+            h.process.liveness() == Liveness::Dead
+                && h.process.boot_id == crate::identity::boot_id()
+        })
+        .filter_map(|h| h.command_group)
+        .collect()
+}
+
+/// Issues the next fencing token and records the holder. Caller holds META.
+///
+/// A token is the larger of the last one + 1 and the wall clock in
+/// microseconds, so tokens increase across grants, lost or deleted files and
+/// files restored from a backup, as long as the clock does not go back
+/// (`LOCKING.md`, "Fencing tokens").
+fn record_grant(
+    at: &Target<'_>,
+    doc: &mut LockDoc,
+    req: &LockRequest,
+    mode: Mode,
+    slot: u32,
+) -> Result<(u64, String), LockError> {
+    let id = at.id;
+    let floor = doc.holders.iter().map(|h| h.token).max().unwrap_or(0);
+    let next = doc
+        .token
+        .max(floor)
+        .checked_add(1)
+        .ok_or_else(|| LockError::TokensExhausted {
+            name: req.name.to_string(),
+        })?;
+    // Never below the clock: a lock file restored from a backup (same
+    // inode, older counter) must not hand out old tokens again.
+    doc.token = next.max(clock_micros());
+    doc.inode = Some(id.ino);
+    doc.format = 1;
+    doc.name = req.name.to_string();
+    doc.max = mode.slots();
+    // Records that cannot belong to a current holder: anything on the slot we
+    // now hold, except other shared holders that still run.
+    doc.holders.retain(|h| {
+        h.slot != slot
+            || (mode == Mode::Shared
+                && h.mode == "shared"
+                && h.process.liveness() != Liveness::Dead)
+    });
+    let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
+    doc.holders.push(HolderRecord {
+        process: ProcessIdentity::current(),
+        owner: req
+            .owner
+            .clone()
+            .unwrap_or_else(|| default_owner().to_string()),
+        operation: req.operation.clone(),
+        run_id: run_id.clone(),
+        acquired_at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+        token: doc.token,
+        mode: mode.as_str().into(),
+        slot,
+        kind: req.kind,
+        command_group: None,
+        acquired_for: req.acquired_for.clone(),
+    });
+    write_doc(at.file, doc).at("cannot write lock metadata to", at.path)?;
+    Ok((doc.token, run_id))
+}
+
+/// Microseconds since the Unix epoch (0 if the clock is before it).
+fn clock_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A live holder of a held slot that holds it for an ancestor of this
+/// process (in a mode that covers `mode`, if given): a `run` holder that is
+/// an ancestor, or a `hold` holder acquired for an ancestor. Waiting forever
+/// for such a holder would deadlock; a request that may use its hold does.
+pub(crate) fn held_for_ancestor(
+    fd: std::os::fd::BorrowedFd<'_>,
+    doc: &LockDoc,
+    mode: Option<Mode>,
+) -> std::io::Result<Option<HolderRecord>> {
+    let local = |p: &ProcessIdentity| {
+        p.host == crate::identity::hostname() && p.boot_id == crate::identity::boot_id()
+    };
+    let covers = |h: &HolderRecord| match mode {
+        Some(m) => h.mode != "shared" || m == Mode::Shared,
+        None => true,
+    };
+    let candidates: Vec<&HolderRecord> = doc
+        .holders
+        .iter()
+        .filter(|h| {
+            matches!(h.kind, HolderKind::Run | HolderKind::Hold) && local(&h.process) && covers(h)
+        })
+        .collect();
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    let held = held_slots(fd, doc.max.max(1))?;
+    let ancestors = crate::identity::ancestors();
+    let is_ancestor = |p: &ProcessIdentity| ancestors.contains(&(p.pid, p.start_time));
+    Ok(candidates
+        .into_iter()
+        .filter(|h| held.iter().any(|(s, _)| *s == h.slot))
+        .filter(|h| h.process.liveness() == Liveness::Alive)
+        .find(|h| match h.kind {
+            HolderKind::Run => is_ancestor(&h.process),
+            _ => h.acquired_for.as_ref().is_some_and(is_ancestor),
+        })
+        .cloned())
+}
