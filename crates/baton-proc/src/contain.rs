@@ -173,7 +173,7 @@ pub fn terminate_group(pgid: i32, identity: GroupIdentity, grace: Duration) -> V
                 });
             }
         }
-        stop_all(members, if round == 0 { Some(grace) } else { None });
+        let _ = stop_all(members, if round == 0 { Some(grace) } else { None });
     }
     found
 }
@@ -212,20 +212,12 @@ pub fn terminate_tree(pid: i32, start_time: u64, grace: Duration) -> bool {
         .filter(|(p, _)| *p != me)
         .filter_map(|(p, st)| pin(*p, st))
         .collect();
-    let mut alive = pinned;
-    for p in &alive {
-        let _ = pidfd_send_signal(&p.fd, Signal::TERM);
-        let _ = pidfd_send_signal(&p.fd, Signal::CONT);
-    }
-    alive = wait_all(alive, grace);
-    for p in &alive {
-        let _ = pidfd_send_signal(&p.fd, Signal::KILL);
-    }
-    wait_all(alive, KILL_WAIT).is_empty()
+    stop_all(pinned, Some(grace))
 }
 
-/// TERM (when `grace` is given) then KILL, waiting for the processes to exit.
-fn stop_all(procs: Vec<Pinned>, grace: Option<Duration>) {
+/// TERM (when `grace` is given) then KILL, waiting for the processes to
+/// exit; returns whether they all did.
+fn stop_all(procs: Vec<Pinned>, grace: Option<Duration>) -> bool {
     let mut alive = procs;
     if let Some(grace) = grace {
         for p in &alive {
@@ -237,7 +229,7 @@ fn stop_all(procs: Vec<Pinned>, grace: Option<Duration>) {
     for p in &alive {
         let _ = pidfd_send_signal(&p.fd, Signal::KILL);
     }
-    let _ = wait_all(alive, KILL_WAIT);
+    wait_all(alive, KILL_WAIT).is_empty()
 }
 
 /// Waits until every process has exited or `limit` passes; returns those still running.
@@ -328,7 +320,7 @@ pub(crate) fn stop_orphans(grace: Duration) -> Vec<Leftover> {
             escaped: true,
         })
         .collect();
-    stop_all(pinned, Some(grace));
+    let _ = stop_all(pinned, Some(grace));
     // Our direct children are zombies now (or were already): reap them.
     for pid in orphans {
         if let Some(pid) = Pid::from_raw(pid) {
