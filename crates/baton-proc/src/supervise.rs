@@ -119,8 +119,10 @@ impl Supervisor {
             let (pid_read, go_write) = (&handshake.pid_read, &handshake.go_write);
             let recorder = scope.spawn(move || {
                 if let Some(pgid) = read_pid(pid_read) {
+                    // The child waits for this byte: send it on every path,
+                    // a panicking `on_start` included.
+                    let _go = GoOnDrop(go_write);
                     on_start(Started { pgid });
-                    go(go_write);
                 }
             });
             let child = spawn(&self.spec, terminal, &handshake);
@@ -203,6 +205,15 @@ fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<crate::Leftover> {
     };
     found.extend(stop_orphans(grace));
     found
+}
+
+/// Lets the waiting child go on to exec when dropped.
+struct GoOnDrop<'a>(&'a OwnedFd);
+
+impl Drop for GoOnDrop<'_> {
+    fn drop(&mut self) {
+        go(self.0);
+    }
 }
 
 /// Clears the canceller's wake-up fd when `run` returns.
