@@ -13,13 +13,7 @@ use common::{code, stderr, stdout, wait_until, Env};
 
 /// Whether `pid` runs (exists and is not a zombie).
 fn running(pid: i32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
-            !(state.starts_with('Z') || state.starts_with('X'))
-        }
-        Err(_) => false,
-    }
+    baton_proc::procfs::stat(pid).is_some_and(|st| !st.exited)
 }
 
 fn pids(text: &str) -> Vec<i32> {
@@ -209,12 +203,7 @@ fn a_reused_process_group_id_of_a_dead_holder_is_not_signalled() {
     let mut dead = Command::new("true").spawn().unwrap();
     let dead_pid = dead.id() as i32;
     dead.wait().unwrap();
-    let start_of = |pid: i32| -> u64 {
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        let rest = stat.rsplit(')').next().unwrap();
-        rest.split_whitespace().nth(19).unwrap().parse().unwrap()
-    };
-    let victim_start = start_of(victim);
+    let victim_start = baton_proc::procfs::stat(victim).unwrap().start_time;
     let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let host = String::from_utf8(Command::new("hostname").output().unwrap().stdout).unwrap();
     let lock = env.dir.join("locks/r.lock");
@@ -399,13 +388,7 @@ fn a_leader_that_lost_its_parent_death_signal_is_stopped_by_the_next_holder() {
     // The fault: with no death signal the leader outlives its supervisor
     // (wait until it has been re-parented).
     wait_until(Duration::from_secs(10), || {
-        fs::read_to_string(format!("/proc/{leader}/stat")).map_or(true, |s| {
-            let ppid = s
-                .rsplit(')')
-                .next()
-                .and_then(|r| r.split_whitespace().nth(1));
-            ppid != Some(supervisor.as_str())
-        })
+        baton_proc::procfs::stat(leader).map_or(true, |st| st.ppid.to_string() != supervisor)
     });
     assert!(
         running(leader),

@@ -252,13 +252,7 @@ impl Drop for Stall {
 
 /// Whether `pid` runs (exists and is not a zombie).
 fn alive(pid: i32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
+    baton_proc::procfs::stat(pid).is_some_and(|st| !st.exited)
 }
 
 /// Scenario 1: 10 concurrent `baton run --workspace` (5 clone, 5 worktree),

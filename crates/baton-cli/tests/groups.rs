@@ -302,13 +302,7 @@ fn killing_the_supervisor_frees_the_key_and_takes_the_child_down() {
     });
     let child_pid: i32 = child_pid.trim().parse().unwrap();
     // Its start time tells it apart from a process that reuses its pid later.
-    let start_of = |pid: i32| -> Option<(char, u64)> {
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let rest = stat.rsplit(')').next()?;
-        let mut f = rest.split_whitespace();
-        let state = f.next()?.chars().next()?;
-        Some((state, f.nth(18)?.parse().ok()?))
-    };
+    let start_of = |pid: i32| baton_proc::procfs::stat(pid).map(|st| (st.state, st.start_time));
     let (_, child_start) = start_of(child_pid).expect("the command runs");
     let next = env.spawn(&[
         "run",

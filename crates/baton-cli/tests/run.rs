@@ -538,14 +538,10 @@ fn ctrl_z_fg_and_bg_work_on_baton_run_as_on_the_command_itself() {
         keys.flush().unwrap();
     };
     let state_of = |pid: &str| -> char {
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        stat.rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .chars()
-            .next()
-            .unwrap_or('?')
+        pid.parse()
+            .ok()
+            .and_then(baton_proc::procfs::stat)
+            .map_or('?', |st| st.state)
     };
     let ticks = || -> u64 {
         fs::read_to_string(&tick)

@@ -7,6 +7,8 @@ use std::fs;
 pub struct ProcStat {
     /// The command name (field 2, at most 15 bytes, as the kernel keeps it).
     pub comm: String,
+    /// The state letter (field 3): R, S, D, T (stopped), Z (zombie), X, ...
+    pub state: char,
     /// State Z (zombie) or X (dead): the process has exited.
     pub exited: bool,
     /// Parent pid (field 4).
@@ -32,13 +34,15 @@ fn parse(text: &str) -> Option<ProcStat> {
     let close = text.rfind(')')?;
     let comm = text.get(open + 1..close)?.to_string();
     let mut fields = text.get(close + 1..)?.split_whitespace();
-    let exited = matches!(fields.next(), Some("Z") | Some("X")); // field 3
+    let state = fields.next()?.chars().next()?; // field 3
+    let exited = matches!(state, 'Z' | 'X');
     let ppid = fields.next()?.parse().ok()?; // field 4
     let pgrp = fields.next()?.parse().ok()?; // field 5
     let session = fields.next()?.parse().ok()?; // field 6
     let start_time = fields.nth(15)?.parse().ok()?; // field 22
     Some(ProcStat {
         comm,
+        state,
         exited,
         ppid,
         pgrp,
@@ -71,6 +75,7 @@ mod tests {
         assert_eq!(st.comm, "a) (b c)");
         assert_eq!((st.ppid, st.pgrp, st.session), (7, 42, 42));
         assert_eq!(st.start_time, 123456);
+        assert_eq!(st.state, 'S');
         assert!(!st.exited);
     }
 
