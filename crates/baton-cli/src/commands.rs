@@ -97,6 +97,9 @@ pub fn main() -> u8 {
                 control: RunControl::new(),
                 forward_signals: true,
                 run_id: Some(logging::run_id().to_string()),
+                env: Vec::new(),
+                cwd: None,
+                stdio: Default::default(),
             };
             doctor::warn_if_remote(&dir);
             // This process runs one command: orphans of its descendants come

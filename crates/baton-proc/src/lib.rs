@@ -71,7 +71,9 @@ mod terminal;
 mod terminate;
 
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use cancel::Canceller;
@@ -82,6 +84,7 @@ pub use contain::{
 pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 pub use signals::FORWARDED_SIGNALS;
 pub use supervise::Supervisor;
+
 pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL_WAIT};
 
 /// The grace period callers use by default between `SIGTERM` and `SIGKILL`.
@@ -117,6 +120,57 @@ pub struct RunSpec {
     /// run: right for a program that runs one command (`baton run`), wrong
     /// for one that hosts many runs, so it is off unless asked for.
     pub forward_signals: bool,
+    /// Where the command's standard input, output and error go; inherited
+    /// from this process by default.
+    pub stdio: StdioSpec,
+}
+
+/// Where one of the command's standard streams goes.
+#[derive(Debug, Clone, Default)]
+pub enum Stdio {
+    /// This process's own stream.
+    #[default]
+    Inherit,
+    /// `/dev/null`.
+    Null,
+    /// A descriptor of the caller's (a file, a pipe's end); the command gets
+    /// a duplicate, the caller keeps this one.
+    Fd(Arc<OwnedFd>),
+}
+
+impl PartialEq for Stdio {
+    fn eq(&self, other: &Stdio) -> bool {
+        match (self, other) {
+            (Stdio::Inherit, Stdio::Inherit) | (Stdio::Null, Stdio::Null) => true,
+            (Stdio::Fd(a), Stdio::Fd(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Stdio {}
+
+impl Stdio {
+    /// The descriptor as the standard library's `Stdio` (a duplicate, for
+    /// [`Stdio::Fd`]).
+    pub(crate) fn to_std(&self) -> std::io::Result<std::process::Stdio> {
+        Ok(match self {
+            Stdio::Inherit => std::process::Stdio::inherit(),
+            Stdio::Null => std::process::Stdio::null(),
+            Stdio::Fd(fd) => std::process::Stdio::from(fd.try_clone()?),
+        })
+    }
+}
+
+/// The command's three standard streams.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StdioSpec {
+    /// Standard input.
+    pub stdin: Stdio,
+    /// Standard output.
+    pub stdout: Stdio,
+    /// Standard error.
+    pub stderr: Stdio,
 }
 
 impl RunSpec {
@@ -132,6 +186,7 @@ impl RunSpec {
             grace: DEFAULT_GRACE,
             leftovers: LeftoverPolicy::Terminate,
             forward_signals: false,
+            stdio: StdioSpec::default(),
         }
     }
 

@@ -486,6 +486,13 @@ fn spawn(spec: &RunSpec, take_terminal: bool, handshake: &Handshake) -> Result<C
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
     }
+    let stdio = |s: &crate::Stdio| {
+        s.to_std()
+            .map_err(|e| ProcError::io("duplicate a descriptor for the command's stdio", e))
+    };
+    command.stdin(stdio(&spec.stdio.stdin)?);
+    command.stdout(stdio(&spec.stdio.stdout)?);
+    command.stderr(stdio(&spec.stdio.stderr)?);
     command.process_group(0);
     die_with_parent(&mut command);
     if take_terminal {

@@ -2,13 +2,14 @@
 //! release.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_lock::{
     acquire_all, new_run_id, BatonDir, CommandGroup, LockError, LockGuard, LockName, LockRequest,
     Mode, WaitPolicy,
 };
-use baton_proc::{Leftover, LeftoverPolicy, Outcome, RunSpec, Started, Supervisor};
+use baton_proc::{Leftover, LeftoverPolicy, Outcome, RunSpec, Started, StdioSpec, Supervisor};
 
 use crate::control::{RunControl, StopReason};
 use crate::error::RunError;
@@ -58,6 +59,43 @@ pub struct RunRequest {
     /// one if absent. A caller that logs gives its own, so that its log lines
     /// and the run's carry the same id.
     pub run_id: Option<String>,
+    /// Variables the command gets besides baton's own (a caller's, such as
+    /// a job template's); baton's `BATON_*` variables win.
+    pub env: Vec<(OsString, OsString)>,
+    /// The command's working directory when it has no workspace; the
+    /// caller's when `None`.
+    pub cwd: Option<PathBuf>,
+    /// The command's standard streams (inherited by default).
+    pub stdio: StdioSpec,
+}
+
+impl RunRequest {
+    /// A run of `command` with no locks, no group, no timeout, waiting as
+    /// long as it takes, with the default grace period, leftovers
+    /// terminated, no signal forwarding and the caller's stdio.
+    pub fn new(command: Vec<OsString>) -> RunRequest {
+        RunRequest {
+            locks: Vec::new(),
+            mode: Mode::Exclusive,
+            wait: WaitPolicy::Forever,
+            group: None,
+            on_superseded: None,
+            owner: None,
+            operation: None,
+            command,
+            timeout: None,
+            grace: baton_proc::DEFAULT_GRACE,
+            workspace: None,
+            keep_workspace: false,
+            leftovers: LeftoverPolicy::Terminate,
+            control: RunControl::new(),
+            forward_signals: false,
+            run_id: None,
+            env: Vec::new(),
+            cwd: None,
+            stdio: StdioSpec::default(),
+        }
+    }
 }
 
 /// How a run ended.
@@ -138,7 +176,11 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     spec.grace = req.grace;
     spec.leftovers = req.leftovers;
     spec.forward_signals = req.forward_signals;
-    spec.env = command_env(dir, req, &run_id, &guards, member.as_ref());
+    spec.stdio = req.stdio.clone();
+    spec.cwd = req.cwd.clone();
+    spec.env = req.env.clone();
+    spec.env
+        .extend(command_env(dir, req, &run_id, &guards, member.as_ref()));
     if let Some((ws, _)) = &workspace {
         spec.cwd = Some(ws.path.clone());
         spec.env

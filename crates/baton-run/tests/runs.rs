@@ -29,6 +29,9 @@ fn request(group: Option<GroupRequest>, script: &str) -> RunRequest {
         control: RunControl::new(),
         forward_signals: false,
         run_id: None,
+        env: Vec::new(),
+        cwd: None,
+        stdio: Default::default(),
     }
 }
 
