@@ -100,6 +100,8 @@ pub fn main() -> u8 {
                 env: Vec::new(),
                 cwd: None,
                 stdio: Default::default(),
+                setup: None,
+                on_start: None,
             };
             doctor::warn_if_remote(&dir);
             // This process runs one command: orphans of its descendants come

@@ -18,4 +18,4 @@ mod run;
 pub use control::{RunControl, StopReason};
 pub use error::RunError;
 pub use group::{group_status, GroupEvent, GroupMode, GroupRequest, GroupStatus, RunState};
-pub use run::{command_line, run, RunReport, RunRequest};
+pub use run::{command_line, run, OnStart, RunReport, RunRequest};

@@ -67,6 +67,25 @@ pub struct RunRequest {
     pub cwd: Option<PathBuf>,
     /// The command's standard streams (inherited by default).
     pub stdio: StdioSpec,
+    /// A command run in the workspace before the command (e.g. `git-crypt
+    /// unlock KEY`), supervised like it, with the same environment and
+    /// stdio; if it fails, the command does not run and the report says so.
+    pub setup: Option<Vec<OsString>>,
+    /// Called once the command's process group exists, before the command
+    /// executes (the command waits for it): a caller that must be able to
+    /// stop what is left of the command after its own crash records the
+    /// group here (the job service stores it with the job).
+    pub on_start: Option<OnStart>,
+}
+
+/// A callback for [`RunRequest::on_start`].
+#[derive(Clone)]
+pub struct OnStart(pub std::sync::Arc<dyn Fn(CommandGroup) + Send + Sync>);
+
+impl std::fmt::Debug for OnStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnStart(..)")
+    }
 }
 
 impl RunRequest {
@@ -94,6 +113,8 @@ impl RunRequest {
             env: Vec::new(),
             cwd: None,
             stdio: StdioSpec::default(),
+            setup: None,
+            on_start: None,
         }
     }
 }
@@ -115,6 +136,9 @@ pub struct RunReport {
     /// Processes still running when the command exited, terminated before
     /// the locks were released (unless [`RunRequest::leftovers`] said to leave them).
     pub leftovers: Vec<Leftover>,
+    /// The setup command ([`RunRequest::setup`]) failed: the command did
+    /// not run, and [`RunReport::outcome`] is the setup's.
+    pub setup_failed: bool,
 }
 
 /// Joins the group (if any), acquires the locks, runs the command with
@@ -186,12 +210,34 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         spec.env
             .push(("BATON_WORKSPACE".into(), ws.path.as_os_str().to_owned()));
     }
-    let supervisor = Supervisor::new(spec);
-    control.attach(supervisor.canceller());
     let grace_ms = u64::try_from(req.grace.as_millis()).unwrap_or(u64::MAX);
-    let finished = supervisor.run_with(|started| {
-        record_command(started, grace_ms, &guards, member.as_ref());
-    });
+    let mut setup_failed = false;
+    let mut finished = None;
+    if let Some((setup_program, setup_args)) = req.setup.as_ref().and_then(|s| s.split_first()) {
+        let mut setup = spec.clone();
+        setup.program = setup_program.clone();
+        setup.args = setup_args.to_vec();
+        let supervisor = Supervisor::new(setup);
+        control.attach(supervisor.canceller());
+        let done = supervisor.run_with(|started| {
+            record_command(started, grace_ms, &guards, member.as_ref(), req.on_start.as_ref());
+        });
+        if !matches!(&done, Ok(f) if f.outcome == Outcome::Exited(0)) {
+            tracing::debug!(run_id = %run_id, "setup command failed; the command does not run");
+            setup_failed = true;
+            finished = Some(done);
+        }
+    }
+    let finished = match finished {
+        Some(done) => done,
+        None => {
+            let supervisor = Supervisor::new(spec);
+            control.attach(supervisor.canceller());
+            supervisor.run_with(|started| {
+                record_command(started, grace_ms, &guards, member.as_ref(), req.on_start.as_ref());
+            })
+        }
+    };
     let (outcome, leftovers) = match finished {
         Ok(f) => (Ok(f.outcome), f.leftovers),
         Err(e) => (Err(e), Vec::new()),
@@ -240,6 +286,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         superseded_by,
         workspace_error: workspace_error.map(|e| e.to_string()),
         leftovers,
+        setup_failed,
     })
 }
 
@@ -306,7 +353,13 @@ fn command_env(
 /// Records the command's process group with every lock and the group slot:
 /// if this process dies, whoever takes them next stops what is left of the
 /// command first (DESIGN.md, decision 11).
-fn record_command(started: Started, grace_ms: u64, guards: &[LockGuard], member: Option<&Member>) {
+fn record_command(
+    started: Started,
+    grace_ms: u64,
+    guards: &[LockGuard],
+    member: Option<&Member>,
+    on_start: Option<&OnStart>,
+) {
     let leader = baton_proc::procfs::stat(started.pgid);
     let group = CommandGroup {
         pgid: started.pgid,
@@ -316,6 +369,9 @@ fn record_command(started: Started, grace_ms: u64, guards: &[LockGuard], member:
     };
     for g in guards.iter().chain(member.and_then(Member::slot)) {
         let _ = g.set_command_group(group);
+    }
+    if let Some(f) = on_start {
+        (f.0)(group);
     }
 }
 
@@ -339,6 +395,7 @@ fn not_run(req: &RunRequest, g: &GroupRequest, run_id: &str, by: Option<String>)
         superseded_by: by,
         workspace_error: None,
         leftovers: Vec::new(),
+        setup_failed: false,
     }
 }
 
@@ -350,6 +407,7 @@ fn not_run_cancelled(run_id: &str) -> RunReport {
         superseded_by: None,
         workspace_error: None,
         leftovers: Vec::new(),
+        setup_failed: false,
     }
 }
 

@@ -32,6 +32,8 @@ fn request(group: Option<GroupRequest>, script: &str) -> RunRequest {
         env: Vec::new(),
         cwd: None,
         stdio: Default::default(),
+        setup: None,
+        on_start: None,
     }
 }
 
