@@ -149,6 +149,18 @@ Exit status: the command's own (128+N if killed by signal N); 75 if the lock was
     #[command(subcommand)]
     Git(crate::git_cli::GitCommand),
 
+    /// Run the job service: agent jobs over HTTP, queued, limited, each in its own workspace.
+    #[command(after_help = "Examples:
+  baton serve                                   127.0.0.1:7420, jobs in <baton dir>/serve.db
+  baton serve --config /etc/baton/serve.toml    templates, token, limits (see README \"Job service\")
+  baton serve --listen 127.0.0.1:0 --max-concurrency 4
+
+Flags override the config file. The first line on stdout is
+`baton serve: listening on http://ADDR`. SIGTERM or SIGINT drains: new jobs are refused
+(503), running ones may finish for drain_timeout, then they are cancelled; queued jobs
+stay for the next start. Exit status: 0 after a drain; 125 if the service could not start.")]
+    Serve(ServeArgs),
+
     /// Check that baton can work here and explain what is not right, with remedies.
     #[command(
         after_help = "Checks: where the baton dir is and which rule chose it (--dir,
@@ -189,6 +201,29 @@ written are printed, one per line.")]
     /// Internal: the background holder started by `baton lock acquire`.
     #[command(name = "__hold", hide = true)]
     Hold,
+}
+
+/// `baton serve` options.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The TOML configuration file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:7420]; a non-loopback one requires a token.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Jobs running at once [default: 10].
+    #[arg(long, value_name = "N")]
+    pub max_concurrency: Option<u64>,
+    /// Running + queued jobs never exceed this; beyond it submissions get 429 [default: 100].
+    #[arg(long, value_name = "N")]
+    pub max_queue_depth: Option<u64>,
+    /// Finished jobs and their logs are removed this long after they end [default: 1h].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub job_ttl: Option<Duration>,
+    /// The job store [default: sqlite://<baton dir>/serve.db].
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
 }
 
 /// How long to wait for a lock.

@@ -52,6 +52,7 @@ pub fn main() -> u8 {
         log_format: cli.log_format,
     };
     match cli.command {
+        Command::Serve(args) => serve(args, dir),
         Command::Run(args) => {
             let group = args.group.map(|key| {
                 let gmode = match args.mode {
@@ -386,4 +387,23 @@ fn subcommand_path(args: impl IntoIterator<Item = std::ffi::OsString>) -> String
 pub(crate) fn fail(e: &dyn Error, code: u8) -> u8 {
     eprintln!("baton: {}", baton_lock::one_line(e));
     code
+}
+
+/// `baton serve`.
+fn serve(args: crate::cli::ServeArgs, dir: BatonDir) -> u8 {
+    let overrides = baton_serve::Overrides {
+        listen: args.listen,
+        max_concurrency: args.max_concurrency,
+        max_queue_depth: args.max_queue_depth,
+        job_ttl: args.job_ttl,
+        store: args.store,
+    };
+    let config = match baton_serve::Config::load(args.config.as_deref(), &overrides) {
+        Ok(c) => c,
+        Err(e) => return fail(&e, BATON_FAILED),
+    };
+    match baton_serve::run(config, dir) {
+        Ok(()) => 0,
+        Err(e) => fail(&e, BATON_FAILED),
+    }
 }

@@ -1,0 +1,557 @@
+//! The HTTP API (`/v1/jobs`, `/health`, `/metrics`): JSON in and out,
+//! errors as `{"error": {"code", "message"}}`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::model::{now_ms, rfc3339, Job, JobMode, JobStatus, ListFilter, NewJob, Submitted};
+use crate::output::{self, Stream};
+use crate::service::{Cancelled, Service};
+use crate::store::StoreError;
+
+/// Shared state of the handlers.
+pub type AppState = Arc<Service>;
+
+/// The most stdout shown with a job.
+pub const OUTPUT_TAIL_BYTES: u64 = 64 * 1024;
+
+/// An API error: status, a stable code, a one-line message.
+#[derive(Debug)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// A stable, machine-readable code.
+    pub code: &'static str,
+    /// What went wrong, naming the thing and the reason.
+    pub message: String,
+    /// Seconds to wait before retrying (429, 503).
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    /// An error with no retry hint.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// 400 naming a bad field.
+    pub fn bad(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    /// 404 for a job id.
+    pub fn no_job(id: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no job '{id}' (unknown, or evicted after job_ttl)"),
+        )
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        tracing::error!(error = %e, "store error");
+        let mut err = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string());
+        err.retry_after = Some(1);
+        err
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let mut resp = (self.status, Json(body)).into_response();
+        if let Some(s) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        resp
+    }
+}
+
+/// A JSON body, with every way it can be wrong reported as an [`ApiError`].
+pub fn parse_body<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let bytes = body.map_err(|r| {
+        let status = r.status();
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "body_too_large"
+        } else {
+            "invalid_body"
+        };
+        ApiError::new(status, code, format!("cannot read the request body: {}", r.body_text()))
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad(format!("invalid JSON body: {e}")))
+}
+
+/// `POST /v1/jobs`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    /// The template to run (default: the configured default).
+    pub template: Option<String>,
+    /// The prompt.
+    pub prompt: Option<String>,
+    /// The concurrency group.
+    pub group: Option<String>,
+    /// How the job joins its group.
+    pub mode: Option<String>,
+    /// Timeout: a duration ("90s", "15m") or a number of seconds.
+    pub timeout: Option<Value>,
+    /// Workspace options.
+    pub workspace: Option<WorkspaceOptions>,
+    /// Raw argv (only with `allow_raw_commands`).
+    pub command: Option<Vec<String>>,
+}
+
+/// Per-job workspace options.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceOptions {
+    /// The branch the job's workspace works on.
+    pub branch: Option<String>,
+}
+
+/// Validates a submission and resolves it into a job to store.
+pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError> {
+    let config = &service.config;
+    let template_name = match req.template.or_else(|| config.default_template.clone()) {
+        Some(t) => t,
+        None if req.command.is_some() => "raw".to_string(),
+        None => {
+            return Err(ApiError::bad(
+                "missing field 'template': the service has no default_template",
+            ))
+        }
+    };
+    let template = config.templates.get(&template_name);
+    if let Some(cmd) = &req.command {
+        if !config.allow_raw_commands {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "raw_command_forbidden",
+                "field 'command' is refused: this service runs configured templates only (allow_raw_commands = false)",
+            ));
+        }
+        if cmd.is_empty() || cmd[0].is_empty() {
+            return Err(ApiError::bad("invalid field 'command': it must name a program"));
+        }
+    } else if template.is_none() {
+        let known: Vec<&str> = config.templates.keys().map(String::as_str).collect();
+        return Err(ApiError::bad(format!(
+            "invalid field 'template': no template '{template_name}' (configured: {})",
+            if known.is_empty() { "none".to_string() } else { known.join(", ") }
+        )));
+    }
+    if let Some(g) = &req.group {
+        baton_lock::LockName::new(g)
+            .map_err(|e| ApiError::bad(format!("invalid field 'group': {e}")))?;
+    }
+    let mode = match req.mode.as_deref() {
+        None => JobMode::Queue,
+        Some(m) => {
+            let mode = JobMode::parse(m).ok_or_else(|| {
+                ApiError::bad(format!(
+                    "invalid field 'mode': '{m}' (use queue, supersede, coalesce or skip)"
+                ))
+            })?;
+            if req.group.is_none() {
+                return Err(ApiError::bad("invalid field 'mode': a mode needs a 'group'"));
+            }
+            mode
+        }
+    };
+    let timeout = match &req.timeout {
+        None => template
+            .and_then(|t| t.timeout)
+            .unwrap_or(config.default_timeout),
+        Some(v) => parse_timeout(v, config.max_timeout)?,
+    };
+    let branch = match req.workspace.and_then(|w| w.branch) {
+        None => None,
+        Some(b) => {
+            if template.and_then(|t| t.workspace.as_ref()).is_none() || req.command.is_some() {
+                return Err(ApiError::bad(format!(
+                    "invalid field 'workspace.branch': template '{template_name}' has no workspace"
+                )));
+            }
+            if !valid_branch(&b) {
+                return Err(ApiError::bad(format!(
+                    "invalid field 'workspace.branch': '{b}' is not a branch name git accepts"
+                )));
+            }
+            Some(b)
+        }
+    };
+    Ok(NewJob {
+        id: baton_lock::new_run_id(),
+        template: template_name,
+        prompt: req.prompt,
+        group: req.group,
+        mode,
+        timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        branch,
+        command: req.command,
+        created_at: now_ms(),
+    })
+}
+
+fn parse_timeout(v: &Value, max: Duration) -> Result<Duration, ApiError> {
+    let d = match v {
+        Value::Number(n) => n
+            .as_f64()
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(Duration::from_secs_f64),
+        Value::String(s) => humantime::parse_duration(s.trim()).ok(),
+        _ => None,
+    }
+    .filter(|d| !d.is_zero())
+    .ok_or_else(|| {
+        ApiError::bad(format!(
+            "invalid field 'timeout': {v} (use a duration such as \"90s\" or \"15m\", or a number of seconds)"
+        ))
+    })?;
+    if d > max {
+        return Err(ApiError::bad(format!(
+            "invalid field 'timeout': {v} is longer than this service's max_timeout ({})",
+            humantime::format_duration(max)
+        )));
+    }
+    Ok(d)
+}
+
+/// What `git check-ref-format --branch` would accept, conservatively.
+fn valid_branch(b: &str) -> bool {
+    !b.is_empty()
+        && b.len() <= 200
+        && !b.starts_with(['-', '/', '.'])
+        && !b.ends_with(['/', '.'])
+        && !b.ends_with(".lock")
+        && !b.contains("..")
+        && !b.contains("//")
+        && !b.contains("@{")
+        && b
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._/-+".contains(c))
+}
+
+/// Stores a job, refusing when draining or full.
+pub async fn submit(service: &Service, job: NewJob) -> Result<(Job, u64), ApiError> {
+    if service.is_draining() {
+        let mut e = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "the service is shutting down and accepts no new jobs",
+        );
+        e.retry_after = Some(5);
+        return Err(e);
+    }
+    match service.store.submit(job, service.config.max_queue_depth).await? {
+        Submitted::Queued { job, position, superseded } => {
+            if !superseded.is_empty() {
+                tracing::info!(job = %job.spec.id, superseded = ?superseded, "queued jobs superseded");
+            }
+            service.wake();
+            Ok((*job, position))
+        }
+        Submitted::Full { counts } => {
+            let mut e = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "queue_full",
+                format!(
+                    "the queue is full: {} running + {} queued reach max_queue_depth {}",
+                    counts.running, counts.queued, service.config.max_queue_depth
+                ),
+            );
+            e.retry_after = Some(1);
+            Err(e)
+        }
+    }
+}
+
+/// `POST /v1/jobs`.
+pub async fn post_job(
+    State(service): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: SubmitRequest = parse_body(body)?;
+    let job = resolve(&service, req)?;
+    let (job, position) = submit(&service, job).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, format!("/v1/jobs/{}", job.spec.id))],
+        Json(json!({"id": job.spec.id, "status": job.status.as_str(), "position": position})),
+    )
+        .into_response())
+}
+
+/// A job as the API shows it; `output` adds the stdout tail.
+pub fn job_json(service: &Service, job: &Job, output: bool) -> Value {
+    let now = now_ms();
+    let queue_wait_ms = match job.started_at {
+        Some(s) => Some(s - job.spec.created_at),
+        None if job.status == JobStatus::Queued => Some(now - job.spec.created_at),
+        None => None,
+    };
+    let run_ms = job.started_at.map(|s| job.finished_at.unwrap_or(now) - s);
+    let mut v = json!({
+        "id": job.spec.id,
+        "template": job.spec.template,
+        "status": job.status.as_str(),
+        "exit_code": job.exit_code,
+        "error": job.error,
+        "created_at": rfc3339(job.spec.created_at),
+        "started_at": job.started_at.map(rfc3339),
+        "finished_at": job.finished_at.map(rfc3339),
+        "queue_wait_ms": queue_wait_ms,
+        "run_ms": run_ms,
+        "group": job.spec.group,
+        "mode": job.spec.mode.as_str(),
+        "timeout_ms": job.spec.timeout_ms,
+        "branch": job.spec.branch,
+        "workspace": job.workspace,
+        "superseded_by": job.superseded_by,
+        "attempts": job.attempts,
+    });
+    if output {
+        v["output"] = Value::String(output::tail(
+            &service.files(&job.spec.id).stream(Stream::Stdout),
+            OUTPUT_TAIL_BYTES,
+        ));
+    }
+    v
+}
+
+/// `GET /v1/jobs/{id}`.
+pub async fn get_job(
+    State(service): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let job = service
+        .store
+        .get(&id)
+        .await?
+        .ok_or_else(|| ApiError::no_job(&id))?;
+    Ok(Json(job_json(&service, &job, true)))
+}
+
+/// `GET /v1/jobs` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    status: Option<String>,
+    group: Option<String>,
+    limit: Option<u32>,
+    cursor: Option<String>,
+}
+
+/// `GET /v1/jobs?status=&group=&limit=&cursor=`, newest first.
+pub async fn list_jobs(
+    State(service): State<AppState>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad(format!("invalid query: {}", e.body_text())))?;
+    let status = match q.status.as_deref() {
+        None | Some("") => None,
+        Some(s) => Some(JobStatus::parse(s).ok_or_else(|| {
+            ApiError::bad(format!("invalid parameter 'status': '{s}' is not a job status"))
+        })?),
+    };
+    let limit = q.limit.unwrap_or(50);
+    if limit == 0 || limit > 1000 {
+        return Err(ApiError::bad("invalid parameter 'limit': use 1 to 1000"));
+    }
+    let before_seq = match q.cursor.as_deref() {
+        None | Some("") => None,
+        Some(c) => Some(c.parse::<i64>().map_err(|_| {
+            ApiError::bad(format!("invalid parameter 'cursor': '{c}' (use next_cursor of the previous page)"))
+        })?),
+    };
+    let jobs = service
+        .store
+        .list(&ListFilter {
+            status,
+            group: q.group.filter(|g| !g.is_empty()),
+            limit,
+            before_seq,
+        })
+        .await?;
+    let next_cursor = (jobs.len() == limit as usize)
+        .then(|| jobs.last().map(|j| j.seq.to_string()))
+        .flatten();
+    let items: Vec<Value> = jobs.iter().map(|j| job_json(&service, j, false)).collect();
+    Ok(Json(json!({"jobs": items, "next_cursor": next_cursor})))
+}
+
+/// `DELETE /v1/jobs/{id}`.
+pub async fn cancel_job(
+    State(service): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    match service.cancel(&id).await? {
+        Cancelled::Done(job) => Ok(Json(job_json(&service, &job, false))),
+        Cancelled::Unknown => Err(ApiError::no_job(&id)),
+        Cancelled::Finished(status) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "already_finished",
+            format!("job '{id}' has already ended ({})", status.as_str()),
+        )),
+        Cancelled::NotHere => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_on_this_node",
+            format!("job '{id}' runs on another node"),
+        )),
+    }
+}
+
+/// `GET /v1/jobs/{id}/log` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogQuery {
+    follow: Option<bool>,
+    stream: Option<String>,
+}
+
+/// `GET /v1/jobs/{id}/log[?follow=true][&stream=stderr]`: the captured
+/// output as text; with follow, streamed until the job ends.
+pub async fn job_log(
+    State(service): State<AppState>,
+    Path(id): Path<String>,
+    query: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad(format!("invalid query: {}", e.body_text())))?;
+    let stream = match q.stream.as_deref() {
+        None | Some("stdout") => Stream::Stdout,
+        Some("stderr") => Stream::Stderr,
+        Some(s) => return Err(ApiError::bad(format!("invalid parameter 'stream': '{s}' (use stdout or stderr)"))),
+    };
+    let job = service
+        .store
+        .get(&id)
+        .await?
+        .ok_or_else(|| ApiError::no_job(&id))?;
+    let path = service.files(&id).stream(stream);
+    let text = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
+    if !q.follow.unwrap_or(false) || job.status.is_final() {
+        let all = output::read_from(&path, 0, u64::MAX)
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "io", format!("cannot read the job's log: {e}")))?;
+        return Ok((text, all).into_response());
+    }
+    let body = Body::from_stream(follow(service, id, path));
+    Ok((text, body).into_response())
+}
+
+/// Streams a job's output file from the start until the job has ended
+/// (and everything it wrote has been sent).
+pub fn follow(
+    service: AppState,
+    id: String,
+    path: std::path::PathBuf,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    struct St {
+        service: AppState,
+        id: String,
+        path: std::path::PathBuf,
+        offset: u64,
+        ended: bool,
+    }
+    let st = St { service, id, path, offset: 0, ended: false };
+    futures_util::stream::unfold(st, |mut st| async move {
+        loop {
+            let chunk = match output::read_from(&st.path, st.offset, 64 * 1024) {
+                Ok(c) => c,
+                Err(e) => return Some((Err(e), St { ended: true, ..st })),
+            };
+            if !chunk.is_empty() {
+                st.offset += chunk.len() as u64;
+                return Some((Ok(Bytes::from(chunk)), st));
+            }
+            if st.ended {
+                return None;
+            }
+            // Nothing new: has the job ended? Then one last read.
+            match st.service.live(&st.id) {
+                Some(mut live) => {
+                    let mut done = live.done.clone();
+                    tokio::select! {
+                        _ = live.stdout.changed() => {}
+                        _ = done.wait_for(|d| *d) => {}
+                        _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                    }
+                }
+                None => {
+                    let final_now = match st.service.store.get(&st.id).await {
+                        Ok(Some(j)) => j.status.is_final(),
+                        _ => true,
+                    };
+                    if final_now {
+                        st.ended = true;
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// `GET /health`: `{status, busy, active, queued, capacity}`; 503 while draining.
+pub async fn health(State(service): State<AppState>) -> Response {
+    let capacity = service.config.max_concurrency;
+    let draining = service.is_draining();
+    match service.store.counts().await {
+        Ok(c) => {
+            let body = json!({
+                "status": if draining { "draining" } else { "ok" },
+                "busy": c.running >= capacity,
+                "active": c.running,
+                "queued": c.queued,
+                "capacity": capacity,
+            });
+            let code = if draining { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+            (code, Json(body)).into_response()
+        }
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({
+                "status": "degraded",
+                "busy": true,
+                "active": service.active(),
+                "queued": null,
+                "capacity": capacity,
+                "error": e.to_string(),
+            })),
+        )
+            .into_response(),
+    }
+}
+
+/// `GET /metrics` (Prometheus text format).
+pub async fn metrics(State(service): State<AppState>) -> Result<Response, ApiError> {
+    let by_status = service.store.status_counts().await?;
+    let counts = service.store.counts().await?;
+    let text = service
+        .metrics
+        .render(&by_status, counts, service.config.max_concurrency);
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        text,
+    )
+        .into_response())
+}

@@ -1,0 +1,411 @@
+//! The service's configuration: a TOML file, then command-line overrides,
+//! validated as a whole before anything starts.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A configuration problem, naming the setting and the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// Everything `baton serve` runs with.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The bearer token required on every route but `/health` (and the
+    /// dashboard page itself); required on a non-loopback address.
+    pub token: Option<String>,
+    /// Jobs running at once.
+    pub max_concurrency: u64,
+    /// Running + queued jobs never exceed this.
+    pub max_queue_depth: u64,
+    /// Finished jobs (and their logs) are removed this long after they end.
+    pub job_ttl: Duration,
+    /// A job's timeout when neither it nor its template names one.
+    pub default_timeout: Duration,
+    /// The longest timeout a request may ask for.
+    pub max_timeout: Duration,
+    /// Between TERM and KILL when a job is stopped.
+    pub grace: Duration,
+    /// On SIGTERM, how long running jobs may go on before they are cancelled.
+    pub drain_timeout: Duration,
+    /// The job store's URL.
+    pub store: String,
+    /// The template used when a request names none.
+    pub default_template: Option<String>,
+    /// The commands jobs may run, by name.
+    pub templates: BTreeMap<String, Template>,
+    /// Whether a request may give its own argv (`command`).
+    pub allow_raw_commands: bool,
+    /// The most output kept per job and stream, in bytes.
+    pub max_log_bytes: u64,
+    /// The largest request body, in bytes.
+    pub max_body_bytes: usize,
+}
+
+/// A command jobs may run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Template {
+    /// argv; an element that is exactly `{prompt}` is replaced by the prompt.
+    pub command: Vec<String>,
+    /// Variables set for the command, after `${VAR}` expansion from the
+    /// service's own environment.
+    pub env: Vec<(String, String)>,
+    /// Its jobs' timeout, unless the request names a shorter one.
+    pub timeout: Option<Duration>,
+    /// A workspace per job, cloned from a base repository.
+    pub workspace: Option<WorkspaceTemplate>,
+    /// Queue an interrupted job again (once) on restart instead of marking it interrupted.
+    pub retry_on_interrupt: bool,
+    /// The working directory when there is no workspace.
+    pub cwd: Option<PathBuf>,
+}
+
+/// How a template's jobs get their workspace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkspaceTemplate {
+    /// The base repository (a warm clone).
+    pub repo: PathBuf,
+    /// The branch the base follows; jobs start from it (and may ask for their own).
+    pub branch: Option<String>,
+    /// `clone` (default) or `worktree`.
+    pub strategy: baton_git::Strategy,
+    /// Refresh the base from origin at most this often (0: never fetch).
+    pub fetch_debounce: Option<Duration>,
+    /// A command run in the workspace before the job's (e.g. `git-crypt unlock KEY`).
+    pub setup: Option<Vec<String>>,
+}
+
+/// Command-line overrides; `None` keeps the file's (or the default) value.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// `--listen`.
+    pub listen: Option<String>,
+    /// `--max-concurrency`.
+    pub max_concurrency: Option<u64>,
+    /// `--max-queue-depth`.
+    pub max_queue_depth: Option<u64>,
+    /// `--job-ttl`.
+    pub job_ttl: Option<Duration>,
+    /// `--store`.
+    pub store: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    token: Option<String>,
+    max_concurrency: Option<u64>,
+    max_queue_depth: Option<u64>,
+    job_ttl: Option<String>,
+    default_timeout: Option<String>,
+    max_timeout: Option<String>,
+    grace: Option<String>,
+    drain_timeout: Option<String>,
+    store: Option<String>,
+    default_template: Option<String>,
+    allow_raw_commands: Option<bool>,
+    max_log_bytes: Option<u64>,
+    max_body_bytes: Option<usize>,
+    #[serde(default)]
+    templates: BTreeMap<String, FileTemplate>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTemplate {
+    command: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    timeout: Option<String>,
+    workspace: Option<FileWorkspace>,
+    #[serde(default)]
+    retry_on_interrupt: bool,
+    cwd: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWorkspace {
+    repo: PathBuf,
+    branch: Option<String>,
+    strategy: Option<String>,
+    fetch_debounce: Option<String>,
+    setup: Option<Vec<String>>,
+}
+
+/// The default address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
+
+fn duration(field: &str, value: Option<&str>, default: Duration) -> Result<Duration, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) => humantime::parse_duration(v.trim()).map_err(|e| {
+            ConfigError(format!(
+                "invalid {field} '{v}': {e} (use e.g. 30s, 15m, 1h)"
+            ))
+        }),
+    }
+}
+
+impl Config {
+    /// Reads `file` (if given), applies `overrides` and the environment
+    /// (`BATON_SERVE_TOKEN`), and validates the result.
+    ///
+    /// # Errors
+    ///
+    /// One line naming the file or setting and what is wrong with it.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let parsed: FileConfig = match file {
+            None => FileConfig::default(),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ConfigError(format!("cannot read config file '{}': {e}", path.display()))
+                })?;
+                toml::from_str(&text).map_err(|e| {
+                    let msg = e.message().to_string();
+                    ConfigError(format!("invalid config file '{}': {msg}", path.display()))
+                })?
+            }
+        };
+        let env_token = std::env::var("BATON_SERVE_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty());
+        let listen_text = overrides
+            .listen
+            .clone()
+            .or(parsed.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+        let listen: SocketAddr = listen_text.parse().map_err(|_| {
+            ConfigError(format!(
+                "invalid listen address '{listen_text}': use IP:PORT, e.g. 127.0.0.1:7420"
+            ))
+        })?;
+        let token = env_token.or(parsed.token).filter(|t| !t.is_empty());
+        if !listen.ip().is_loopback() && token.is_none() {
+            return Err(ConfigError(format!(
+                "refusing to listen on {listen} without a token: set `token` in the config file \
+                 or BATON_SERVE_TOKEN (a loopback address needs none)"
+            )));
+        }
+        let max_concurrency = overrides
+            .max_concurrency
+            .or(parsed.max_concurrency)
+            .unwrap_or(10);
+        if max_concurrency == 0 {
+            return Err(ConfigError(
+                "invalid max_concurrency 0: at least 1 job must be able to run".into(),
+            ));
+        }
+        let max_queue_depth = overrides
+            .max_queue_depth
+            .or(parsed.max_queue_depth)
+            .unwrap_or(100);
+        if max_queue_depth < max_concurrency {
+            return Err(ConfigError(format!(
+                "invalid max_queue_depth {max_queue_depth}: it counts running jobs too, so it \
+                 must be at least max_concurrency ({max_concurrency})"
+            )));
+        }
+        let job_ttl = match overrides.job_ttl {
+            Some(d) => d,
+            None => duration(
+                "job_ttl",
+                parsed.job_ttl.as_deref(),
+                Duration::from_secs(3600),
+            )?,
+        };
+        let default_timeout = duration(
+            "default_timeout",
+            parsed.default_timeout.as_deref(),
+            Duration::from_secs(900),
+        )?;
+        let max_timeout = duration(
+            "max_timeout",
+            parsed.max_timeout.as_deref(),
+            Duration::from_secs(24 * 3600),
+        )?;
+        let grace = duration("grace", parsed.grace.as_deref(), Duration::from_secs(10))?;
+        let drain_timeout = duration(
+            "drain_timeout",
+            parsed.drain_timeout.as_deref(),
+            Duration::from_secs(60),
+        )?;
+        let mut templates = BTreeMap::new();
+        for (name, t) in parsed.templates {
+            templates.insert(name.clone(), template(&name, t)?);
+        }
+        if let Some(d) = &parsed.default_template {
+            if !templates.contains_key(d) {
+                return Err(ConfigError(format!(
+                    "invalid default_template '{d}': no [templates.{d}] in the config file"
+                )));
+            }
+        }
+        let default_template = parsed.default_template.or_else(|| {
+            (templates.len() == 1)
+                .then(|| templates.keys().next().cloned())
+                .flatten()
+        });
+        Ok(Config {
+            listen,
+            token,
+            max_concurrency,
+            max_queue_depth,
+            job_ttl,
+            default_timeout,
+            max_timeout,
+            grace,
+            drain_timeout,
+            store: overrides
+                .store
+                .clone()
+                .or(parsed.store)
+                .unwrap_or_else(|| "sqlite://serve.db".to_string()),
+            default_template,
+            templates,
+            allow_raw_commands: parsed.allow_raw_commands.unwrap_or(false),
+            max_log_bytes: parsed.max_log_bytes.unwrap_or(16 * 1024 * 1024),
+            max_body_bytes: parsed.max_body_bytes.unwrap_or(1024 * 1024),
+        })
+    }
+}
+
+fn template(name: &str, t: FileTemplate) -> Result<Template, ConfigError> {
+    let field = |f: &str| format!("templates.{name}.{f}");
+    if t.command.is_empty() || t.command[0].is_empty() {
+        return Err(ConfigError(format!(
+            "invalid {}: it must name a program",
+            field("command")
+        )));
+    }
+    if t
+        .command
+        .iter()
+        .any(|a| a.contains("{prompt}") && a != "{prompt}")
+    {
+        return Err(ConfigError(format!(
+            "invalid {}: {{prompt}} may only be a whole argument, never part of one",
+            field("command")
+        )));
+    }
+    let mut env = Vec::new();
+    for (k, v) in t.env {
+        if k.is_empty() || k.contains('=') || k.starts_with("BATON_") {
+            return Err(ConfigError(format!(
+                "invalid {}: '{k}' is not a variable a template may set",
+                field("env")
+            )));
+        }
+        env.push((k, expand_env(&v).map_err(|e| ConfigError(format!("invalid {}: {e}", field("env"))))?));
+    }
+    let timeout = match t.timeout.as_deref() {
+        None => None,
+        Some(v) => Some(duration(&field("timeout"), Some(v), Duration::ZERO)?),
+    };
+    let workspace = match t.workspace {
+        None => None,
+        Some(w) => {
+            let strategy = match w.strategy.as_deref() {
+                None | Some("clone") => baton_git::Strategy::Clone,
+                Some("worktree") => baton_git::Strategy::Worktree,
+                Some(other) => {
+                    return Err(ConfigError(format!(
+                        "invalid {} '{other}': use clone or worktree",
+                        field("workspace.strategy")
+                    )))
+                }
+            };
+            if !w.repo.is_absolute() {
+                return Err(ConfigError(format!(
+                    "invalid {} '{}': use an absolute path",
+                    field("workspace.repo"),
+                    w.repo.display()
+                )));
+            }
+            let fetch_debounce = match w.fetch_debounce.as_deref() {
+                None => None,
+                Some(v) => Some(duration(
+                    &field("workspace.fetch_debounce"),
+                    Some(v),
+                    Duration::ZERO,
+                )?),
+            };
+            if w.setup.as_ref().is_some_and(|s| s.is_empty()) {
+                return Err(ConfigError(format!(
+                    "invalid {}: it must name a program",
+                    field("workspace.setup")
+                )));
+            }
+            Some(WorkspaceTemplate {
+                repo: w.repo,
+                branch: w.branch,
+                strategy,
+                fetch_debounce,
+                setup: w.setup,
+            })
+        }
+    };
+    Ok(Template {
+        command: t.command,
+        env,
+        timeout,
+        workspace,
+        retry_on_interrupt: t.retry_on_interrupt,
+        cwd: t.cwd,
+    })
+}
+
+/// Expands `${VAR}` from the service's environment (unset: an error, so a
+/// missing secret is found at start, not by the first job).
+fn expand_env(value: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("unterminated ${{ in '{value}'"))?;
+        let var = &after[..end];
+        let v = std::env::var(var)
+            .map_err(|_| format!("${{{var}}} is not set in the service's environment"))?;
+        out.push_str(&v);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompt_only_as_a_whole_argument() {
+        let t = FileTemplate {
+            command: vec!["sh".into(), "-c".into(), "echo {prompt}".into()],
+            env: BTreeMap::new(),
+            timeout: None,
+            workspace: None,
+            retry_on_interrupt: false,
+            cwd: None,
+        };
+        let e = template("x", t).err().map(|e| e.0).unwrap_or_default();
+        assert!(e.contains("templates.x.command"), "{e}");
+    }
+
+    #[test]
+    fn env_expansion_names_the_missing_variable() {
+        let e = expand_env("a${BATON_TEST_SURELY_UNSET_VAR}b").unwrap_err();
+        assert!(e.contains("BATON_TEST_SURELY_UNSET_VAR"), "{e}");
+        assert_eq!(expand_env("plain").unwrap(), "plain");
+    }
+}

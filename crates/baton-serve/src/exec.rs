@@ -1,0 +1,277 @@
+//! Running one job through the run library: the template's argv with the
+//! prompt as one element (never a shell), the prompt on stdin and in
+//! `$BATON_PROMPT`, output captured, its group and workspace, its timeout
+//! counted from the start of execution. Synchronous: the scheduler runs it
+//! on a blocking thread, which it holds until the command has ended (the
+//! command's parent-death signal is tied to that thread).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_lock::{BatonDir, CommandGroup, LockName, WaitPolicy};
+use baton_proc::{Outcome, Stdio, StdioSpec};
+use baton_run::{GroupMode, GroupRequest, OnStart, RunControl, RunError, RunRequest};
+use tokio::sync::watch;
+
+use crate::config::{Config, Template};
+use crate::model::{now_ms, Finish, Job, JobMode, JobStatus, RecordedGroup};
+use crate::output::{Capture, JobFiles, Stream};
+
+/// What a job needs from the service to run.
+pub struct ExecContext {
+    /// The baton dir: the job's group and workspace live there, shared
+    /// with every `baton run` on it.
+    pub dir: BatonDir,
+    /// The configuration.
+    pub config: Arc<Config>,
+    /// Where job files go.
+    pub jobs_root: PathBuf,
+    /// Set when the service shuts down (a cancel then reads "shutdown").
+    pub shutting_down: Arc<AtomicBool>,
+}
+
+/// Hooks the executor calls while the job runs.
+pub struct Hooks {
+    /// The command's process group exists (before it executes).
+    pub on_start: Arc<dyn Fn(RecordedGroup, Option<String>) + Send + Sync>,
+    /// Bytes of stdout captured so far.
+    pub stdout_progress: watch::Sender<u64>,
+}
+
+/// The argv, environment and working directory of a job, from its template
+/// (or its raw command, where allowed).
+pub fn command_for(
+    job: &Job,
+    template: Option<&Template>,
+) -> Result<(Vec<OsString>, Vec<(OsString, OsString)>), String> {
+    let prompt = job.spec.prompt.clone().unwrap_or_default();
+    let mut env: Vec<(OsString, OsString)> = vec![
+        ("BATON_PROMPT".into(), prompt.clone().into()),
+        ("BATON_JOB_ID".into(), job.spec.id.clone().into()),
+    ];
+    let argv: Vec<OsString> = match (&job.spec.command, template) {
+        (Some(raw), _) => raw.iter().map(OsString::from).collect(),
+        (None, Some(t)) => {
+            for (k, v) in &t.env {
+                env.insert(0, (k.into(), v.into()));
+            }
+            t.command
+                .iter()
+                .map(|a| match a.as_str() {
+                    "{prompt}" => OsString::from(&prompt),
+                    other => OsString::from(other),
+                })
+                .collect()
+        }
+        (None, None) => {
+            return Err(format!(
+                "template '{}' is no longer configured",
+                job.spec.template
+            ))
+        }
+    };
+    Ok((argv, env))
+}
+
+/// Runs `job` to its end and says how it ended. Never panics on the
+/// command's behalf; every failure becomes a [`Finish`].
+pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) -> Finish {
+    let template = ctx.config.templates.get(&job.spec.template);
+    let failed = |error: String| Finish {
+        status: JobStatus::Failed,
+        exit_code: Some(baton_contract::exit::BATON_FAILED),
+        error: Some(error),
+        superseded_by: None,
+        finished_at: now_ms(),
+    };
+    let (argv, env) = match command_for(job, template) {
+        Ok(c) => c,
+        Err(e) => return failed(e),
+    };
+    let files = JobFiles::new(&ctx.jobs_root, &job.spec.id);
+    if let Err(e) = files.create() {
+        return failed(format!(
+            "cannot create the job's directory '{}': {e}",
+            files.dir().display()
+        ));
+    }
+    let stdin = match &job.spec.prompt {
+        Some(p) => match files.prompt(p) {
+            Ok(f) => Stdio::Fd(Arc::new(f.into())),
+            Err(e) => return failed(format!("cannot write the job's prompt file: {e}")),
+        },
+        None => Stdio::Null,
+    };
+    let cap = ctx.config.max_log_bytes;
+    let (stderr_progress, _) = watch::channel(0);
+    let captures = Capture::start(&files.stream(Stream::Stdout), cap, hooks.stdout_progress)
+        .and_then(|out| {
+            Capture::start(&files.stream(Stream::Stderr), cap, stderr_progress).map(|e| (out, e))
+        });
+    let (out, err) = match captures {
+        Ok(c) => c,
+        Err(e) => return failed(format!("cannot capture the job's output: {e}")),
+    };
+
+    let mut req = RunRequest::new(argv);
+    req.run_id = Some(job.spec.id.clone());
+    req.owner = Some(format!("baton serve job {}", job.spec.id));
+    req.operation = Some(format!("job {} ({})", job.spec.id, job.spec.template));
+    req.control = control.clone();
+    req.grace = ctx.config.grace;
+    req.timeout = Some(Duration::from_millis(job.spec.timeout_ms));
+    req.env = env;
+    req.stdio = StdioSpec {
+        stdin,
+        stdout: Stdio::Fd(out.writer()),
+        stderr: Stdio::Fd(err.writer()),
+    };
+    if let Some(group) = &job.spec.group {
+        let key = match LockName::new(group) {
+            Ok(k) => k,
+            Err(e) => return failed(format!("invalid group '{group}': {e}")),
+        };
+        req.group = Some(GroupRequest {
+            key,
+            mode: match job.spec.mode {
+                JobMode::Queue => GroupMode::Queue,
+                JobMode::Supersede => GroupMode::Supersede,
+                JobMode::Coalesce => GroupMode::Coalesce,
+                JobMode::Skip => GroupMode::Skip,
+            },
+            max: 1,
+            max_pending: None,
+            wait: WaitPolicy::Forever,
+        });
+    }
+    match (template.and_then(|t| t.workspace.as_ref()), job.spec.command.is_some()) {
+        (Some(w), false) => {
+            let mut ws = baton_git::WorkspaceRequest::new(&w.repo);
+            ws.strategy = w.strategy;
+            ws.id = Some(job.spec.id.clone());
+            ws.fetch = w.fetch_debounce.is_some();
+            ws.fetch_debounce = w.fetch_debounce.unwrap_or_default();
+            ws.reference = w.branch.as_ref().map(|b| match ws.fetch {
+                true => format!("origin/{b}"),
+                false => b.clone(),
+            });
+            ws.branch = job.spec.branch.clone();
+            req.workspace = Some(ws);
+            req.setup = w
+                .setup
+                .as_ref()
+                .map(|s| s.iter().map(OsString::from).collect());
+        }
+        _ => req.cwd = template.and_then(|t| t.cwd.clone()),
+    }
+    let dir_path = ctx.dir.path().to_path_buf();
+    let job_id = job.spec.id.clone();
+    let on_start = Arc::clone(&hooks.on_start);
+    let with_workspace = req.workspace.is_some();
+    req.on_start = Some(OnStart(Arc::new(move |g: CommandGroup| {
+        let workspace = with_workspace
+            .then(|| BatonDir::open(dir_path.clone()).ok())
+            .flatten()
+            .and_then(|d| baton_git::get(&d, &job_id).ok())
+            .map(|w| w.path.display().to_string());
+        on_start(
+            RecordedGroup {
+                pgid: g.pgid,
+                leader_start_time: g.leader_start_time,
+                session: g.session,
+                grace_ms: g.grace_ms,
+            },
+            workspace,
+        );
+    })));
+
+    let result = baton_run::run(&ctx.dir, &req);
+    drop(req); // our copies of the pipes' write ends
+    out.finish(Duration::from_secs(2));
+    err.finish(Duration::from_secs(2));
+    finish_of(result, &control, ctx.shutting_down.load(Ordering::SeqCst))
+}
+
+fn finish_of(
+    result: Result<baton_run::RunReport, RunError>,
+    control: &RunControl,
+    shutting_down: bool,
+) -> Finish {
+    let now = now_ms();
+    let report = match result {
+        Ok(r) => r,
+        Err(RunError::NotAdmitted(why)) => {
+            return Finish {
+                status: JobStatus::Skipped,
+                exit_code: Some(baton_contract::exit::NOT_ACQUIRED),
+                error: Some(why),
+                superseded_by: None,
+                finished_at: now,
+            }
+        }
+        Err(e) => {
+            return Finish {
+                status: JobStatus::Failed,
+                exit_code: Some(e_exit_code(&e)),
+                error: Some(e.to_string()),
+                superseded_by: None,
+                finished_at: now,
+            }
+        }
+    };
+    let code = report.outcome.exit_code();
+    let (status, error) = match report.outcome {
+        _ if report.superseded_by.is_some() => (
+            JobStatus::Superseded,
+            Some(format!(
+                "superseded by {}",
+                report.superseded_by.as_deref().unwrap_or("a newer run")
+            )),
+        ),
+        Outcome::Cancelled => {
+            let why = match (control.stop_reason(), shutting_down) {
+                (_, true) => "cancelled: the service shut down and its drain timeout passed",
+                _ => "cancelled",
+            };
+            (JobStatus::Cancelled, Some(why.to_string()))
+        }
+        _ if report.setup_failed => (
+            JobStatus::Failed,
+            Some(format!(
+                "the workspace's setup command failed (exit {code}); the job's command did not run"
+            )),
+        ),
+        Outcome::Exited(0) => (JobStatus::Succeeded, None),
+        Outcome::Exited(c) => (JobStatus::Failed, Some(format!("exited with {c}"))),
+        Outcome::Signaled(s) => (
+            JobStatus::Failed,
+            Some(format!("killed by signal {s}")),
+        ),
+        Outcome::TimedOut => (
+            JobStatus::TimedOut,
+            Some("timed out (counted from the start of execution)".to_string()),
+        ),
+    };
+    let error = match (&report.workspace_error, error) {
+        (Some(w), Some(e)) => Some(format!("{e}; the workspace could not be removed: {w}")),
+        (Some(w), None) => Some(format!("the workspace could not be removed: {w}")),
+        (None, e) => e,
+    };
+    Finish {
+        status,
+        exit_code: Some(code),
+        error,
+        superseded_by: report.superseded_by,
+        finished_at: now,
+    }
+}
+
+fn e_exit_code(e: &RunError) -> i32 {
+    match e {
+        RunError::Proc(p) => p.exit_code(),
+        _ => baton_contract::exit::BATON_FAILED,
+    }
+}

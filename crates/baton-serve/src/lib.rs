@@ -1,0 +1,26 @@
+//! The baton job service (`baton serve`): agent jobs run in parallel over
+//! HTTP, each through the run library (its group, its workspace, its
+//! timeout), on a store that survives restarts.
+//!
+//! - [`config`]: the TOML file and its command-line overrides.
+//! - [`store`]: the job store trait and its SQLite implementation.
+//! - [`service`]: the scheduler (global semaphore, strict FIFO), cancel,
+//!   drain, restart recovery, eviction.
+//! - [`exec`]: running one job.
+//! - [`api`], [`compat`], [`dashboard`]: the HTTP front end.
+//! - [`server`]: `baton serve` itself.
+
+pub mod api;
+pub mod compat;
+pub mod config;
+pub mod dashboard;
+pub mod exec;
+pub mod metrics;
+pub mod model;
+pub mod output;
+pub mod server;
+pub mod service;
+pub mod store;
+
+pub use config::{Config, ConfigError, Overrides};
+pub use server::{run, ServeError};

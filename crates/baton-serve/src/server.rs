@@ -1,0 +1,205 @@
+//! `baton serve`: one service per baton dir (an exclusive baton lock says
+//! so), the router with its auth and body limit, and the shutdown sequence
+//! (SIGTERM or SIGINT: drain, then stop).
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use baton_lock::{BatonDir, LockError, LockName, LockRequest, WaitPolicy};
+
+use crate::api::{self, ApiError, AppState};
+use crate::config::Config;
+use crate::service::Service;
+use crate::store::{self, StoreError};
+
+/// Why the service could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The store could not be opened or recovered.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Another service uses this baton dir, or its lock could not be taken.
+    #[error("{0}")]
+    Instance(String),
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The async runtime or the server failed.
+    #[error("the service failed: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// Runs the service until SIGTERM or SIGINT, then drains and returns.
+pub fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
+    let name = LockName::new("serve/instance")
+        .map_err(|e| ServeError::Instance(e.to_string()))?;
+    let _instance = baton_lock::acquire(
+        &dir,
+        &LockRequest::new(name)
+            .wait(WaitPolicy::Immediately)
+            .operation("baton serve"),
+    )
+    .map_err(|e| match e {
+        LockError::Busy { .. } => ServeError::Instance(format!(
+            "another `baton serve` is running on the baton dir '{}' (see `baton lock status serve/instance`)",
+            dir.path().display()
+        )),
+        other => ServeError::Instance(other.to_string()),
+    })?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("baton-serve")
+        .build()
+        .map_err(ServeError::Runtime)?;
+    runtime.block_on(serve(config, dir))
+}
+
+/// The service on the current tokio runtime.
+pub async fn serve(config: Config, dir: BatonDir) -> Result<(), ServeError> {
+    let store: Arc<dyn store::Store> = Arc::from(store::open(&config.store, dir.path())?);
+    let listen = config.listen;
+    let service = Service::new(Arc::new(config), store, dir);
+    service.start().await?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|source| ServeError::Bind { addr: listen, source })?;
+    let local = listener.local_addr().map_err(ServeError::Runtime)?;
+    tracing::info!(address = %local, "listening");
+    // The one line a supervisor (or a test) waits for.
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "baton serve: listening on http://{local}");
+    let _ = out.flush();
+
+    let app = router(Arc::clone(&service));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let drainer = Arc::clone(&service);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutdown requested: draining");
+        drainer.drain().await;
+        let _ = stop_tx.send(());
+    });
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = stop_rx.await;
+    });
+    // Streams that follow a log may outlive the drain: give them a moment.
+    let done = tokio::select! {
+        r = server => r,
+        _ = async {
+            // Only reached once shutdown began and open connections linger.
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if service.is_draining() && service.active() == 0 {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    break;
+                }
+            }
+        } => Ok(()),
+    };
+    done.map_err(ServeError::Runtime)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending::<()>().await,
+    }
+}
+
+/// Every route, with auth and the body limit.
+pub fn router(service: AppState) -> Router {
+    let limit = service.config.max_body_bytes;
+    let protected = Router::new()
+        .route("/v1/jobs", get(api::list_jobs).post(api::post_job))
+        .route("/v1/jobs/{id}", get(api::get_job).delete(api::cancel_job))
+        .route("/v1/jobs/{id}/log", get(api::job_log))
+        .route("/metrics", get(api::metrics))
+        .merge(crate::compat::routes())
+        .merge(crate::dashboard::api_routes())
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&service), auth));
+    Router::new()
+        .route("/health", get(api::health))
+        .merge(crate::dashboard::page_routes())
+        .merge(protected)
+        .fallback(|| async {
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route (see /openapi.json)")
+        })
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(service)
+}
+
+/// `Authorization: Bearer <token>` when a token is configured; compared in
+/// constant time.
+async fn auth(State(service): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(expected) = service.config.token.as_deref() else {
+        return next.run(req).await;
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        return next.run(req).await;
+    }
+    let mut resp = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "missing or wrong token: send Authorization: Bearer <token>",
+    )
+    .into_response();
+    resp.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        axum::http::HeaderValue::from_static("Bearer"),
+    );
+    resp
+}
+
+/// Equal contents, in time that depends only on the lengths.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= usize::from(x ^ y);
+    }
+    diff == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn constant_time_eq_compares_contents_and_length() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
+}

@@ -1,0 +1,344 @@
+//! The service's state and its scheduler: a global semaphore of
+//! `max_concurrency` slots kept by the store (a claim moves the oldest
+//! queued job to running only while fewer than that many run), strict FIFO,
+//! and for each claimed job one blocking thread that runs it through the run
+//! library. Groups are the run library's, on the same baton dir as every
+//! `baton run --group`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use baton_lock::BatonDir;
+use baton_run::RunControl;
+use tokio::sync::{watch, Notify};
+
+use crate::config::Config;
+use crate::exec::{run_job, ExecContext, Hooks};
+use crate::metrics::Metrics;
+use crate::model::{now_ms, Finish, Job, JobStatus};
+use crate::output::JobFiles;
+use crate::store::{Store, StoreError};
+
+/// A job running on this node.
+#[derive(Clone)]
+pub struct Live {
+    /// Stops it.
+    pub control: RunControl,
+    /// Bytes of stdout captured so far.
+    pub stdout: watch::Receiver<u64>,
+    /// Becomes true when it has ended and its end is stored.
+    pub done: watch::Receiver<bool>,
+}
+
+/// The running service: shared by the HTTP handlers, the scheduler and the
+/// maintenance tasks.
+pub struct Service {
+    /// The configuration.
+    pub config: Arc<Config>,
+    /// Where jobs live.
+    pub store: Arc<dyn Store>,
+    /// The baton dir (groups, workspaces, job files).
+    pub dir: BatonDir,
+    /// `<baton dir>/serve/jobs`.
+    pub jobs_root: PathBuf,
+    /// This node's name in the store.
+    pub node: String,
+    /// Metrics kept in memory.
+    pub metrics: Metrics,
+    wake: Notify,
+    live: Mutex<HashMap<String, Live>>,
+    draining: AtomicBool,
+    shutting_down: Arc<AtomicBool>,
+}
+
+impl Service {
+    /// A service on `store`; nothing runs until [`Service::start`].
+    pub fn new(config: Arc<Config>, store: Arc<dyn Store>, dir: BatonDir) -> Arc<Service> {
+        let jobs_root = dir.path().join("serve").join("jobs");
+        Arc::new(Service {
+            config,
+            store,
+            dir,
+            jobs_root,
+            node: "local".to_string(),
+            metrics: Metrics::default(),
+            wake: Notify::new(),
+            live: Mutex::new(HashMap::new()),
+            draining: AtomicBool::new(false),
+            shutting_down: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Recovers what a previous instance left, then starts the scheduler
+    /// and the eviction task.
+    pub async fn start(self: &Arc<Service>) -> Result<(), StoreError> {
+        self.recover().await?;
+        self.evict().await;
+        tokio::spawn(Arc::clone(self).dispatch());
+        tokio::spawn(Arc::clone(self).evict_periodically());
+        Ok(())
+    }
+
+    /// Whether the service is draining (no new jobs accepted).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// The job `id` if it runs on this node.
+    pub fn live(&self, id: &str) -> Option<Live> {
+        self.lives().get(id).cloned()
+    }
+
+    /// How many jobs run on this node.
+    pub fn active(&self) -> u64 {
+        self.lives().len() as u64
+    }
+
+    /// Wakes the scheduler (a job was stored or ended).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The files of job `id`.
+    pub fn files(&self, id: &str) -> JobFiles {
+        JobFiles::new(&self.jobs_root, id)
+    }
+
+    fn lives(&self) -> std::sync::MutexGuard<'_, HashMap<String, Live>> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Jobs that were running when the previous instance died: their
+    /// leftover processes are stopped, their workspaces removed, and they
+    /// are marked interrupted (or queued again, per template).
+    async fn recover(self: &Arc<Service>) -> Result<(), StoreError> {
+        let config = Arc::clone(&self.config);
+        let retry = move |template: &str| {
+            config
+                .templates
+                .get(template)
+                .is_some_and(|t| t.retry_on_interrupt)
+        };
+        let recovered = self.store.recover(&self.node, &retry, now_ms()).await?;
+        for r in recovered {
+            let job = r.job;
+            tracing::warn!(job = %job.spec.id, requeued = r.requeued, "job interrupted by the previous instance's end");
+            let dir = self.dir.clone();
+            let group = job.process_group;
+            let id = job.spec.id.clone();
+            let had_workspace = job.workspace.is_some();
+            let _ = tokio::task::spawn_blocking(move || {
+                if let Some(g) = group {
+                    baton_proc::terminate_group(
+                        g.pgid,
+                        baton_proc::GroupIdentity::Recorded {
+                            leader_start_time: g.leader_start_time,
+                            session: g.session,
+                        },
+                        Duration::from_millis(g.grace_ms),
+                    );
+                }
+                if had_workspace {
+                    let _ = baton_git::remove(&dir, &id, baton_lock::WaitPolicy::AtMost(Duration::from_secs(30)));
+                }
+            })
+            .await;
+        }
+        Ok(())
+    }
+
+    /// The scheduler: claims jobs while slots are free, then sleeps until
+    /// woken (a submission, a job's end) or a slow safety poll.
+    async fn dispatch(self: Arc<Service>) {
+        let cap = self.config.max_concurrency;
+        loop {
+            if self.is_draining() {
+                return;
+            }
+            while self.active() < cap && !self.is_draining() {
+                match self.store.claim_next(&self.node, cap, now_ms()).await {
+                    Ok(Some(job)) => self.launch(job),
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot claim a job; retrying in 1s");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        break;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            }
+        }
+    }
+
+    fn launch(self: &Arc<Service>, job: Job) {
+        let control = RunControl::new();
+        let (stdout_tx, stdout_rx) = watch::channel(0u64);
+        let (done_tx, done_rx) = watch::channel(false);
+        self.lives().insert(
+            job.spec.id.clone(),
+            Live {
+                control: control.clone(),
+                stdout: stdout_rx,
+                done: done_rx,
+            },
+        );
+        let service = Arc::clone(self);
+        tokio::spawn(async move {
+            let id = job.spec.id.clone();
+            let queue_wait = job
+                .started_at
+                .map(|s| s - job.spec.created_at)
+                .unwrap_or(0);
+            let handle = tokio::runtime::Handle::current();
+            let store = Arc::clone(&service.store);
+            let recorder_id = id.clone();
+            let hooks = Hooks {
+                on_start: Arc::new(move |group, workspace: Option<String>| {
+                    // The command waits for this: its process group is on
+                    // disk before it runs, so a restarted service can stop it.
+                    let store = Arc::clone(&store);
+                    let id = recorder_id.clone();
+                    let _ = handle.block_on(async move {
+                        if let Some(w) = workspace {
+                            store.set_workspace(&id, &w).await?;
+                        }
+                        store.set_process_group(&id, group).await
+                    });
+                }),
+                stdout_progress: stdout_tx,
+            };
+            let ctx = ExecContext {
+                dir: service.dir.clone(),
+                config: Arc::clone(&service.config),
+                jobs_root: service.jobs_root.clone(),
+                shutting_down: Arc::clone(&service.shutting_down),
+            };
+            let ran = job.clone();
+            let finish = match tokio::task::spawn_blocking(move || run_job(&ctx, &ran, control, hooks)).await {
+                Ok(f) => f,
+                Err(e) => Finish {
+                    status: JobStatus::Failed,
+                    exit_code: Some(baton_contract::exit::BATON_FAILED),
+                    error: Some(format!("the job's thread failed: {e}")),
+                    superseded_by: None,
+                    finished_at: now_ms(),
+                },
+            };
+            let run_ms = job.started_at.map(|s| finish.finished_at - s).unwrap_or(0);
+            service.metrics.finished(queue_wait, run_ms, finish.status);
+            tracing::info!(job = %id, status = finish.status.as_str(), exit_code = ?finish.exit_code, "job ended");
+            // The end must be stored; retry while the store is unavailable.
+            let mut delay = Duration::from_millis(100);
+            loop {
+                match service.store.finish(&id, &finish).await {
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::error!(job = %id, error = %e, "cannot store a job's end; retrying");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(5));
+                    }
+                }
+            }
+            service.lives().remove(&id);
+            let _ = done_tx.send(true);
+            service.wake();
+        });
+    }
+
+    /// Removes finished jobs older than `job_ttl`, and their files.
+    pub async fn evict(&self) {
+        let ttl = i64::try_from(self.config.job_ttl.as_millis()).unwrap_or(i64::MAX);
+        match self.store.evict(now_ms().saturating_sub(ttl)).await {
+            Ok(ids) => {
+                for id in ids {
+                    if let Err(e) = self.files(&id).remove() {
+                        tracing::warn!(job = %id, error = %e, "cannot remove an evicted job's files");
+                    }
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot evict finished jobs"),
+        }
+    }
+
+    async fn evict_periodically(self: Arc<Service>) {
+        let every = (self.config.job_ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(60));
+        loop {
+            tokio::time::sleep(every).await;
+            self.evict().await;
+        }
+    }
+
+    /// Cancels job `id`: a queued job at once, a running one with TERM,
+    /// grace, KILL (waiting until it has ended, at most grace + 5 s).
+    pub async fn cancel(&self, id: &str) -> Result<Cancelled, StoreError> {
+        use crate::store::CancelQueued;
+        match self.store.cancel_queued(id, now_ms()).await? {
+            CancelQueued::Cancelled(job) => {
+                self.metrics.finished(0, 0, JobStatus::Cancelled);
+                Ok(Cancelled::Done(*job))
+            }
+            CancelQueued::Unknown => Ok(Cancelled::Unknown),
+            CancelQueued::NotQueued(JobStatus::Running) => {
+                let Some(live) = self.live(id) else {
+                    return Ok(Cancelled::NotHere);
+                };
+                live.control.cancel();
+                let mut done = live.done.clone();
+                let wait = self.config.grace + Duration::from_secs(5);
+                let _ = tokio::time::timeout(wait, done.wait_for(|d| *d)).await;
+                match self.store.get(id).await? {
+                    Some(job) => Ok(Cancelled::Done(job)),
+                    None => Ok(Cancelled::Unknown),
+                }
+            }
+            CancelQueued::NotQueued(status) => Ok(Cancelled::Finished(status)),
+        }
+    }
+
+    /// Stops accepting jobs, lets running ones finish for up to
+    /// `drain_timeout`, then cancels them; queued jobs stay for the next start.
+    pub async fn drain(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+        self.wake();
+        let deadline = tokio::time::Instant::now() + self.config.drain_timeout;
+        tracing::info!(running = self.active(), "draining: waiting for running jobs");
+        while self.active() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if self.active() > 0 {
+            self.shutting_down.store(true, Ordering::SeqCst);
+            let lives: Vec<Live> = self.lives().values().cloned().collect();
+            tracing::warn!(running = lives.len(), "drain timeout: cancelling running jobs");
+            for l in &lives {
+                l.control.cancel();
+            }
+            for l in lives {
+                let mut done = l.done.clone();
+                let _ = tokio::time::timeout(
+                    self.config.grace + Duration::from_secs(5),
+                    done.wait_for(|d| *d),
+                )
+                .await;
+            }
+        }
+    }
+}
+
+/// The result of [`Service::cancel`].
+#[derive(Debug)]
+pub enum Cancelled {
+    /// Cancelled (or ended meanwhile); the job as it is now.
+    Done(Job),
+    /// It had already ended with this status.
+    Finished(JobStatus),
+    /// Running, but not on this node.
+    NotHere,
+    /// No such job.
+    Unknown,
+}

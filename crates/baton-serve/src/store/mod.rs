@@ -1,0 +1,129 @@
+//! Where jobs live: a trait with one implementation per engine, selected by
+//! URL. No driver type crosses this boundary; every method is one atomic
+//! step (a transaction), so two callers in the same millisecond never both
+//! claim a job or both take the last place in the queue.
+
+mod sqlite;
+
+use std::path::Path;
+
+use async_trait::async_trait;
+
+use crate::model::{Counts, Finish, Job, JobStatus, ListFilter, NewJob, RecordedGroup, Submitted};
+
+pub use sqlite::SqliteStore;
+
+/// A store failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The URL names no engine this build knows.
+    #[error("unsupported store URL '{0}': use sqlite://PATH")]
+    UnsupportedUrl(String),
+    /// The store could not be opened or created.
+    #[error("cannot open the job store '{url}': {message}")]
+    Open {
+        /// The store's URL.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A query failed.
+    #[error("job store error while trying to {op}: {message}")]
+    Query {
+        /// What was being done.
+        op: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// What happened to a cancel of a queued job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CancelQueued {
+    /// It was queued and is now cancelled.
+    Cancelled(Box<Job>),
+    /// It is in another state (running, finished); nothing changed.
+    NotQueued(JobStatus),
+    /// No such job.
+    Unknown,
+}
+
+/// What restart recovery did with a job that was running.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recovered {
+    /// The job, as it was.
+    pub job: Job,
+    /// Whether it was queued again (`retry_on_interrupt`) rather than
+    /// marked interrupted.
+    pub requeued: bool,
+}
+
+/// The operations the service needs from a job store.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Stores `job` as queued unless running + queued jobs already reach
+    /// `max_depth`; in modes supersede and coalesce, marks the queued jobs
+    /// of its group superseded by it, in the same step.
+    async fn submit(&self, job: NewJob, max_depth: u64) -> Result<Submitted, StoreError>;
+
+    /// The job with this id.
+    async fn get(&self, id: &str) -> Result<Option<Job>, StoreError>;
+
+    /// Jobs matching `filter`, newest first.
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError>;
+
+    /// Moves the oldest queued job to running on `node` (if fewer than
+    /// `max_running` jobs run) and returns it.
+    async fn claim_next(
+        &self,
+        node: &str,
+        max_running: u64,
+        now: i64,
+    ) -> Result<Option<Job>, StoreError>;
+
+    /// Records the process group of a running job's command.
+    async fn set_process_group(&self, id: &str, group: RecordedGroup) -> Result<(), StoreError>;
+
+    /// Records a running job's workspace path.
+    async fn set_workspace(&self, id: &str, path: &str) -> Result<(), StoreError>;
+
+    /// Ends a running job. Returns false if it was not running.
+    async fn finish(&self, id: &str, finish: &Finish) -> Result<bool, StoreError>;
+
+    /// Cancels a job if it is queued.
+    async fn cancel_queued(&self, id: &str, now: i64) -> Result<CancelQueued, StoreError>;
+
+    /// After a restart: every job still marked running on `node` is queued
+    /// again (first in line) when `retry(template)` says so and it has not
+    /// been retried yet, else marked interrupted. Returns them as they were.
+    async fn recover(
+        &self,
+        node: &str,
+        retry: &(dyn for<'a> Fn(&'a str) -> bool + Send + Sync),
+        now: i64,
+    ) -> Result<Vec<Recovered>, StoreError>;
+
+    /// Removes finished jobs that ended before `before`; returns their ids.
+    async fn evict(&self, before: i64) -> Result<Vec<String>, StoreError>;
+
+    /// Jobs running and queued now.
+    async fn counts(&self) -> Result<Counts, StoreError>;
+
+    /// Jobs per status (all of them, for metrics).
+    async fn status_counts(&self) -> Result<Vec<(JobStatus, u64)>, StoreError>;
+}
+
+/// Opens the store named by `url` (`sqlite://PATH`; a relative PATH is
+/// taken from the baton dir).
+pub fn open(url: &str, baton_dir: &Path) -> Result<Box<dyn Store>, StoreError> {
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        let path = baton_dir.join(path);
+        return Ok(Box::new(SqliteStore::open(&path).map_err(|message| {
+            StoreError::Open {
+                url: url.to_string(),
+                message,
+            }
+        })?));
+    }
+    Err(StoreError::UnsupportedUrl(url.to_string()))
+}

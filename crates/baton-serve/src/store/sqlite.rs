@@ -1,0 +1,451 @@
+//! The embedded store: one SQLite file in WAL mode with `synchronous=FULL`,
+//! so a job is on disk (fsync'd) before it is acknowledged. Every method is
+//! one `BEGIN IMMEDIATE` transaction on one connection, run on tokio's
+//! blocking pool.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+
+use super::{CancelQueued, Recovered, Store, StoreError};
+use crate::model::{
+    Counts, Finish, Job, JobMode, JobStatus, ListFilter, NewJob, RecordedGroup, Submitted,
+};
+
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS jobs (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    id            TEXT NOT NULL UNIQUE,
+    template      TEXT NOT NULL,
+    prompt        TEXT,
+    grp           TEXT,
+    mode          TEXT NOT NULL,
+    timeout_ms    INTEGER NOT NULL,
+    branch        TEXT,
+    command       TEXT,
+    created_at    INTEGER NOT NULL,
+    status        TEXT NOT NULL,
+    exit_code     INTEGER,
+    error         TEXT,
+    started_at    INTEGER,
+    finished_at   INTEGER,
+    workspace     TEXT,
+    superseded_by TEXT,
+    node          TEXT,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    pgroup        TEXT,
+    priority      INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(status, priority DESC, seq);
+CREATE INDEX IF NOT EXISTS jobs_finished ON jobs(finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_group ON jobs(grp, status);
+";
+
+const COLUMNS: &str = "seq, id, template, prompt, grp, mode, timeout_ms, branch, command, \
+    created_at, status, exit_code, error, started_at, finished_at, workspace, superseded_by, \
+    node, attempts, pgroup";
+
+/// Jobs in an SQLite file.
+#[derive(Clone)]
+pub struct SqliteStore {
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SqliteStore")
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store at `path`, applying the schema.
+    ///
+    /// # Errors
+    ///
+    /// A message naming what failed.
+    pub fn open(path: &Path) -> Result<SqliteStore, String> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create '{}': {e}", parent.display()))?;
+        }
+        let conn = Connection::open(path).map_err(|e| e.to_string())?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(|e| e.to_string())?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| e.to_string())?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(|e| e.to_string())?;
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(|e| e.to_string())?;
+        if version > SCHEMA_VERSION {
+            return Err(format!(
+                "it was written by a newer baton (schema {version}, this one knows {SCHEMA_VERSION})"
+            ));
+        }
+        conn.execute_batch(SCHEMA).map_err(|e| e.to_string())?;
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(|e| e.to_string())?;
+        Ok(SqliteStore {
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    async fn with<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let conn = Arc::clone(&self.conn);
+        let query = move || {
+            let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+            f(&mut conn)
+        };
+        let joined = tokio::task::spawn_blocking(query).await;
+        match joined {
+            Ok(r) => r.map_err(|e| StoreError::Query {
+                op,
+                message: e.to_string(),
+            }),
+            Err(e) => Err(StoreError::Query {
+                op,
+                message: format!("the query's thread failed: {e}"),
+            }),
+        }
+    }
+}
+
+fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
+    let command: Option<String> = r.get(8)?;
+    let status: String = r.get(10)?;
+    let mode: String = r.get(5)?;
+    let pgroup: Option<String> = r.get(19)?;
+    Ok(Job {
+        seq: r.get(0)?,
+        spec: NewJob {
+            id: r.get(1)?,
+            template: r.get(2)?,
+            prompt: r.get(3)?,
+            group: r.get(4)?,
+            mode: JobMode::parse(&mode).unwrap_or_default(),
+            timeout_ms: u64::try_from(r.get::<_, i64>(6)?).unwrap_or(0),
+            branch: r.get(7)?,
+            command: command.and_then(|c| serde_json::from_str(&c).ok()),
+            created_at: r.get(9)?,
+        },
+        status: JobStatus::parse(&status).unwrap_or(JobStatus::Failed),
+        exit_code: r.get(11)?,
+        error: r.get(12)?,
+        started_at: r.get(13)?,
+        finished_at: r.get(14)?,
+        workspace: r.get(15)?,
+        superseded_by: r.get(16)?,
+        node: r.get(17)?,
+        attempts: u32::try_from(r.get::<_, i64>(18)?).unwrap_or(0),
+        process_group: pgroup.and_then(|p| serde_json::from_str(&p).ok()),
+    })
+}
+
+fn get_job(conn: &Connection, id: &str) -> rusqlite::Result<Option<Job>> {
+    conn.query_row(
+        &format!("SELECT {COLUMNS} FROM jobs WHERE id = ?1"),
+        [id],
+        job_from_row,
+    )
+    .optional()
+}
+
+fn counts(conn: &Connection) -> rusqlite::Result<Counts> {
+    conn.query_row(
+        "SELECT COALESCE(SUM(status = 'running'), 0), COALESCE(SUM(status = 'queued'), 0) \
+         FROM jobs WHERE status IN ('running', 'queued')",
+        [],
+        |r| {
+            Ok(Counts {
+                running: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
+                queued: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
+            })
+        },
+    )
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn submit(&self, job: NewJob, max_depth: u64) -> Result<Submitted, StoreError> {
+        self.with("store a job", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = counts(&tx)?;
+            if now.running + now.queued >= max_depth {
+                return Ok(Submitted::Full { counts: now });
+            }
+            let command = job
+                .command
+                .as_ref()
+                .map(|c| serde_json::to_string(c).unwrap_or_default());
+            tx.execute(
+                "INSERT INTO jobs (id, template, prompt, grp, mode, timeout_ms, branch, command, \
+                 created_at, status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'queued')",
+                params![
+                    job.id,
+                    job.template,
+                    job.prompt,
+                    job.group,
+                    job.mode.as_str(),
+                    to_i64(job.timeout_ms),
+                    job.branch,
+                    command,
+                    job.created_at,
+                ],
+            )?;
+            let mut superseded = Vec::new();
+            if let (Some(group), JobMode::Supersede | JobMode::Coalesce) = (&job.group, job.mode) {
+                let mut stmt = tx.prepare(
+                    "UPDATE jobs SET status = 'superseded', superseded_by = ?1, finished_at = ?2 \
+                     WHERE grp = ?3 AND status = 'queued' AND id != ?1 RETURNING id",
+                )?;
+                let rows = stmt.query_map(params![job.id, job.created_at, group], |r| r.get(0))?;
+                for id in rows {
+                    superseded.push(id?);
+                }
+            }
+            let position: i64 =
+                tx.query_row("SELECT COUNT(*) FROM jobs WHERE status = 'queued'", [], |r| {
+                    r.get(0)
+                })?;
+            let stored = get_job(&tx, &job.id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+            tx.commit()?;
+            Ok(Submitted::Queued {
+                job: Box::new(stored),
+                position: u64::try_from(position).unwrap_or(0),
+                superseded,
+            })
+        })
+        .await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {
+        let id = id.to_string();
+        self.with("read a job", move |conn| get_job(conn, &id)).await
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError> {
+        let f = filter.clone();
+        self.with("list jobs", move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM jobs WHERE (?1 IS NULL OR status = ?1) \
+                 AND (?2 IS NULL OR grp = ?2) AND (?3 IS NULL OR seq < ?3) \
+                 ORDER BY seq DESC LIMIT ?4"
+            ))?;
+            let rows = stmt.query_map(
+                params![
+                    f.status.map(JobStatus::as_str),
+                    f.group,
+                    f.before_seq,
+                    i64::from(f.limit)
+                ],
+                job_from_row,
+            )?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn claim_next(
+        &self,
+        node: &str,
+        max_running: u64,
+        now: i64,
+    ) -> Result<Option<Job>, StoreError> {
+        let node = node.to_string();
+        self.with("claim a job", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            if counts(&tx)?.running >= max_running {
+                return Ok(None);
+            }
+            let next: Option<String> = tx
+                .query_row(
+                    "SELECT id FROM jobs WHERE status = 'queued' ORDER BY priority DESC, seq LIMIT 1",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let Some(id) = next else {
+                return Ok(None);
+            };
+            tx.execute(
+                "UPDATE jobs SET status = 'running', started_at = ?1, node = ?2, \
+                 attempts = attempts + 1, pgroup = NULL, workspace = NULL WHERE id = ?3",
+                params![now, node, id],
+            )?;
+            let job = get_job(&tx, &id)?;
+            tx.commit()?;
+            Ok(job)
+        })
+        .await
+    }
+
+    async fn set_process_group(&self, id: &str, group: RecordedGroup) -> Result<(), StoreError> {
+        let id = id.to_string();
+        let json = serde_json::to_string(&group).unwrap_or_default();
+        self.with("record a job's process group", move |conn| {
+            conn.execute(
+                "UPDATE jobs SET pgroup = ?1 WHERE id = ?2 AND status = 'running'",
+                params![json, id],
+            )
+            .map(drop)
+        })
+        .await
+    }
+
+    async fn set_workspace(&self, id: &str, path: &str) -> Result<(), StoreError> {
+        let (id, path) = (id.to_string(), path.to_string());
+        self.with("record a job's workspace", move |conn| {
+            conn.execute(
+                "UPDATE jobs SET workspace = ?1 WHERE id = ?2",
+                params![path, id],
+            )
+            .map(drop)
+        })
+        .await
+    }
+
+    async fn finish(&self, id: &str, finish: &Finish) -> Result<bool, StoreError> {
+        let id = id.to_string();
+        let f = finish.clone();
+        self.with("record a job's end", move |conn| {
+            let n = conn.execute(
+                "UPDATE jobs SET status = ?1, exit_code = ?2, error = ?3, superseded_by = ?4, \
+                 finished_at = ?5, pgroup = NULL WHERE id = ?6 AND status = 'running'",
+                params![
+                    f.status.as_str(),
+                    f.exit_code,
+                    f.error,
+                    f.superseded_by,
+                    f.finished_at,
+                    id
+                ],
+            )?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    async fn cancel_queued(&self, id: &str, now: i64) -> Result<CancelQueued, StoreError> {
+        let id = id.to_string();
+        self.with("cancel a job", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let Some(job) = get_job(&tx, &id)? else {
+                return Ok(CancelQueued::Unknown);
+            };
+            if job.status != JobStatus::Queued {
+                return Ok(CancelQueued::NotQueued(job.status));
+            }
+            tx.execute(
+                "UPDATE jobs SET status = 'cancelled', finished_at = ?1, \
+                 error = 'cancelled while queued' WHERE id = ?2",
+                params![now, id],
+            )?;
+            let job = get_job(&tx, &id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+            tx.commit()?;
+            Ok(CancelQueued::Cancelled(Box::new(job)))
+        })
+        .await
+    }
+
+    async fn recover(
+        &self,
+        node: &str,
+        retry: &(dyn for<'a> Fn(&'a str) -> bool + Send + Sync),
+        now: i64,
+    ) -> Result<Vec<Recovered>, StoreError> {
+        let node = node.to_string();
+        let running = self
+            .with("find interrupted jobs", move |conn| {
+                let mut stmt = conn.prepare(&format!(
+                    "SELECT {COLUMNS} FROM jobs WHERE status = 'running' AND node = ?1 ORDER BY seq"
+                ))?;
+                let rows = stmt.query_map([node], job_from_row)?;
+                rows.collect::<rusqlite::Result<Vec<Job>>>()
+            })
+            .await?;
+        let plan: Vec<(Job, bool)> = running
+            .into_iter()
+            .map(|j| {
+                let again = retry(&j.spec.template) && j.attempts <= 1;
+                (j, again)
+            })
+            .collect();
+        let todo = plan.clone();
+        self.with("mark interrupted jobs", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            for (job, again) in &todo {
+                if *again {
+                    tx.execute(
+                        "UPDATE jobs SET status = 'queued', priority = 1, started_at = NULL, \
+                         node = NULL, pgroup = NULL, workspace = NULL, \
+                         error = 'interrupted by a restart; queued again' \
+                         WHERE id = ?1 AND status = 'running'",
+                        [&job.spec.id],
+                    )?;
+                } else {
+                    tx.execute(
+                        "UPDATE jobs SET status = 'interrupted', finished_at = ?1, pgroup = NULL, \
+                         error = 'the service stopped while the job ran' \
+                         WHERE id = ?2 AND status = 'running'",
+                        params![now, job.spec.id],
+                    )?;
+                }
+            }
+            tx.commit()
+        })
+        .await?;
+        Ok(plan
+            .into_iter()
+            .map(|(job, requeued)| Recovered { job, requeued })
+            .collect())
+    }
+
+    async fn evict(&self, before: i64) -> Result<Vec<String>, StoreError> {
+        self.with("evict finished jobs", move |conn| {
+            let mut stmt = conn.prepare(
+                "DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?1 \
+                 AND status NOT IN ('queued', 'running') RETURNING id",
+            )?;
+            let rows = stmt.query_map([before], |r| r.get(0))?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn counts(&self) -> Result<Counts, StoreError> {
+        self.with("count jobs", |conn| counts(conn)).await
+    }
+
+    async fn status_counts(&self) -> Result<Vec<(JobStatus, u64)>, StoreError> {
+        self.with("count jobs by status", |conn| {
+            let mut stmt = conn.prepare_cached("SELECT status, COUNT(*) FROM jobs GROUP BY status")?;
+            let rows = stmt.query_map([], |r| {
+                let s: String = r.get(0)?;
+                let n: i64 = r.get(1)?;
+                Ok((s, n))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (s, n) = row?;
+                if let Some(st) = JobStatus::parse(&s) {
+                    out.push((st, u64::try_from(n).unwrap_or(0)));
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
