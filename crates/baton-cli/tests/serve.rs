@@ -39,7 +39,10 @@ fn two_concurrent_jobs_both_run_and_a_third_waits_in_fifo_order() {
     assert_eq!(s.job(&c)["status"], "queued");
     assert_eq!(s.job(&d)["status"], "queued");
     let (_, h) = s.get("/health");
-    assert_eq!(h, json!({"status": "ok", "busy": true, "active": 2, "queued": 2, "capacity": 2}));
+    assert_eq!(
+        h,
+        json!({"status": "ok", "busy": true, "active": 2, "queued": 2, "capacity": 2})
+    );
     // b ends first: c (the older) takes its slot, not d.
     std::fs::write(format!("{t}/go.b"), "").unwrap();
     wait_for_file(std::path::Path::new(&format!("{t}/start.c")));
@@ -57,4 +60,203 @@ fn two_concurrent_jobs_both_run_and_a_third_waits_in_fifo_order() {
     let (_, h) = s.get("/health");
     assert_eq!(h["active"], 0);
     assert_eq!(h["busy"], false);
+}
+
+#[test]
+fn bad_requests_get_a_4xx_naming_the_problem_and_store_nothing() {
+    let s = server("max_body_bytes = 4096\nmax_timeout = \"1h\"", &[]);
+    let cases: Vec<(&[u8], u16, &str)> = vec![
+        (b"{not json", 400, "invalid JSON"),
+        (br#"{"template": "nope"}"#, 400, "no template 'nope'"),
+        (
+            br#"{"prompt": "x", "surprise": 1}"#,
+            400,
+            "unknown field `surprise`",
+        ),
+        (br#"{"timeout": "soon"}"#, 400, "field 'timeout'"),
+        (br#"{"timeout": -5}"#, 400, "field 'timeout'"),
+        (br#"{"timeout": "2h"}"#, 400, "max_timeout"),
+        (br#"{"group": "../etc"}"#, 400, "field 'group'"),
+        (br#"{"group": ""}"#, 400, "field 'group'"),
+        (br#"{"mode": "supersede"}"#, 400, "needs a 'group'"),
+        (br#"{"group": "g", "mode": "yolo"}"#, 400, "field 'mode'"),
+        (
+            br#"{"command": ["rm", "-rf", "/"]}"#,
+            403,
+            "allow_raw_commands",
+        ),
+        (
+            br#"{"workspace": {"branch": "x"}}"#,
+            400,
+            "has no workspace",
+        ),
+        (br#"[1, 2]"#, 400, "invalid JSON"),
+    ];
+    for (body, code, needle) in cases {
+        let (got, v) = s.post_raw("/v1/jobs", body);
+        let text = String::from_utf8_lossy(body);
+        assert_eq!(got, code, "{text}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(needle), "{text}: {v}");
+        assert!(v["error"]["code"].is_string(), "{text}: {v}");
+    }
+    let big = format!(r#"{{"prompt": "{}"}}"#, "x".repeat(8192));
+    let (got, v) = s.post_raw("/v1/jobs", big.as_bytes());
+    assert_eq!(got, 413, "{v}");
+    assert_eq!(v["error"]["code"], "body_too_large", "{v}");
+    // Nothing was stored.
+    let (_, list) = s.get("/v1/jobs");
+    assert_eq!(list["jobs"], json!([]), "{list}");
+    let (got, v) = s.get("/v1/jobs/0123456789abcdef");
+    assert_eq!(got, 404, "{v}");
+    let (got, v) = s.get("/v1/jobs?status=nope");
+    assert_eq!(got, 400, "{v}");
+}
+
+#[test]
+fn the_prompt_is_one_argument_an_env_var_and_stdin_never_a_shell() {
+    let s = Server::start(
+        r#"
+default_template = "show"
+[templates.show]
+command = ["sh", "-c", "printf '%s|' \"$#\" \"$1\" \"$BATON_PROMPT\" \"$(cat)\"", "job", "{prompt}"]
+"#,
+        &[],
+    );
+    let prompt = format!("a b; $(touch {}/pwned) `id` \"q\" 'x'\nline2", s.tmp());
+    let id = s.submit(json!({ "prompt": &prompt }));
+    let j = s.wait_final(&id);
+    assert_eq!(j["status"], "succeeded", "{j}");
+    assert_eq!(j["output"], format!("1|{prompt}|{prompt}|{prompt}|"), "{j}");
+    assert!(!s.path("pwned").exists());
+}
+
+#[test]
+fn a_job_list_pages_newest_first_and_filters() {
+    let s = server("", &["--max-concurrency", "1"]);
+    let t = s.tmp();
+    let ids: Vec<String> = (0..5)
+        .map(|i| s.submit(json!({"prompt": format!("p{i}"), "group": if i % 2 == 0 { "even" } else { "odd" }})))
+        .collect();
+    let (_, page1) = s.get("/v1/jobs?limit=2");
+    let got: Vec<&str> = page1["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, vec![ids[4].as_str(), ids[3].as_str()]);
+    let cursor = page1["next_cursor"].as_str().unwrap().to_string();
+    let (_, page2) = s.get(&format!("/v1/jobs?limit=2&cursor={cursor}"));
+    let got: Vec<&str> = page2["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, vec![ids[2].as_str(), ids[1].as_str()]);
+    let (_, even) = s.get("/v1/jobs?group=even");
+    assert_eq!(even["jobs"].as_array().unwrap().len(), 3);
+    wait_for_file(std::path::Path::new(&format!("{t}/start.p0")));
+    let (_, queued) = s.get("/v1/jobs?status=queued");
+    assert_eq!(queued["jobs"].as_array().unwrap().len(), 4, "{queued}");
+    for i in 0..5 {
+        std::fs::write(format!("{t}/go.p{i}"), "").unwrap();
+    }
+    for id in &ids {
+        assert_eq!(s.wait_final(id)["status"], "succeeded");
+    }
+}
+
+#[test]
+fn a_service_refuses_to_start_on_bad_configuration_with_one_line_and_125() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |config: &str, args: &[&str]| {
+        let path = tmp.path().join("c.toml");
+        std::fs::write(&path, config).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+            .arg("--dir")
+            .arg(tmp.path().join("baton"))
+            .args(["serve", "--config", path.to_str().unwrap()])
+            .args(args)
+            .env_remove("BATON_SERVE_TOKEN")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let cases: Vec<(&str, Vec<&str>, &str)> = vec![
+        ("", vec!["--listen", "0.0.0.0:0"], "without a token"),
+        ("listen = \"nowhere\"", vec![], "invalid listen address"),
+        ("max_concurrency = 0", vec![], "max_concurrency"),
+        (
+            "max_concurrency = 5\nmax_queue_depth = 2",
+            vec![],
+            "max_queue_depth",
+        ),
+        ("job_tll = \"1h\"", vec![], "job_tll"),
+        (
+            "[templates.a]\ncommand = [\"sh\", \"-c\", \"echo {prompt}\"]",
+            vec![],
+            "whole argument",
+        ),
+        ("[templates.a]\ncommand = []", vec![], "templates.a.command"),
+        ("default_template = \"zz\"", vec![], "default_template"),
+        (
+            "[templates.a]\ncommand = [\"x\"]\nenv = { K = \"${BATON_TEST_UNSET_VAR_XYZ}\" }",
+            vec![],
+            "BATON_TEST_UNSET_VAR_XYZ",
+        ),
+        ("grace = \"forever\"", vec![], "invalid grace"),
+        (
+            "store = \"mysql://x\"",
+            vec!["--listen", "127.0.0.1:0"],
+            "unsupported store URL",
+        ),
+    ];
+    for (config, args, needle) in cases {
+        let (code, err) = run(config, &args);
+        assert_eq!(code, Some(125), "{config}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{config}: {err}");
+        assert!(err.contains(needle), "{config}: {err}");
+    }
+}
+
+#[test]
+fn one_service_per_baton_dir() {
+    let s = server("", &[]);
+    let out = s
+        .baton(&[
+            "serve",
+            "--config",
+            s.config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another `baton serve` is running"), "{err}");
+    let (code, _) = s.get("/health");
+    assert_eq!(code, 200);
+}
+
+#[test]
+fn a_token_guards_everything_but_health() {
+    let mut s = Server::start(&gated("token = \"s3cret\""), &["--listen", "127.0.0.1:0"]);
+    let (code, v) = s.get("/v1/jobs");
+    assert_eq!(code, 401, "{v}");
+    assert_eq!(v["error"]["code"], "unauthorized");
+    let (code, _) = s.post("/v1/jobs", &json!({"prompt": "x"}));
+    assert_eq!(code, 401);
+    assert_eq!(s.get("/health").0, 200);
+    s.token = Some("wrong".into());
+    assert_eq!(s.get("/v1/jobs").0, 401);
+    s.token = Some("s3cret".into());
+    assert_eq!(s.get("/v1/jobs").0, 200);
+    let (_, list) = s.get("/v1/jobs");
+    assert_eq!(list["jobs"], json!([]));
 }

@@ -147,7 +147,10 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
             wait: WaitPolicy::Forever,
         });
     }
-    match (template.and_then(|t| t.workspace.as_ref()), job.spec.command.is_some()) {
+    match (
+        template.and_then(|t| t.workspace.as_ref()),
+        job.spec.command.is_some(),
+    ) {
         (Some(w), false) => {
             let mut ws = baton_git::WorkspaceRequest::new(&w.repo);
             ws.strategy = w.strategy;
@@ -246,10 +249,7 @@ fn finish_of(
         ),
         Outcome::Exited(0) => (JobStatus::Succeeded, None),
         Outcome::Exited(c) => (JobStatus::Failed, Some(format!("exited with {c}"))),
-        Outcome::Signaled(s) => (
-            JobStatus::Failed,
-            Some(format!("killed by signal {s}")),
-        ),
+        Outcome::Signaled(s) => (JobStatus::Failed, Some(format!("killed by signal {s}"))),
         Outcome::TimedOut => (
             JobStatus::TimedOut,
             Some("timed out (counted from the start of execution)".to_string()),
