@@ -260,3 +260,25 @@ fn a_token_guards_everything_but_health() {
     let (_, list) = s.get("/v1/jobs");
     assert_eq!(list["jobs"], json!([]));
 }
+
+#[test]
+fn a_job_whose_group_is_busy_never_holds_a_slot_others_could_use() {
+    // One slot... two: a job of group g runs; the next job of g must not
+    // take the second slot to wait in, so an ungrouped job behind it runs.
+    let s = server("", &["--max-concurrency", "2"]);
+    let t = s.tmp();
+    let g1 = s.submit(json!({"prompt": "g1", "group": "g"}));
+    wait_for_file(std::path::Path::new(&format!("{t}/start.g1")));
+    let g2 = s.submit(json!({"prompt": "g2", "group": "g"}));
+    let free = s.submit(json!({"prompt": "free"}));
+    wait_for_file(std::path::Path::new(&format!("{t}/start.free")));
+    assert_eq!(s.job(&g2)["status"], "queued");
+    std::fs::write(format!("{t}/go.g1"), "").unwrap();
+    wait_for_file(std::path::Path::new(&format!("{t}/start.g2")));
+    for p in ["g2", "free"] {
+        std::fs::write(format!("{t}/go.{p}"), "").unwrap();
+    }
+    for id in [&g1, &g2, &free] {
+        assert_eq!(s.wait_final(id)["status"], "succeeded");
+    }
+}

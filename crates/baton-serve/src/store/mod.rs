@@ -73,7 +73,10 @@ pub trait Store: Send + Sync + 'static {
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError>;
 
     /// Moves the oldest queued job to running on `node` (if fewer than
-    /// `max_running` jobs run) and returns it.
+    /// `max_running` jobs run) and returns it. A job in mode queue or
+    /// coalesce whose group already has a running job is passed over: it
+    /// could only wait for the group's slot while holding a service slot
+    /// (it keeps its place and runs once the group is free).
     async fn claim_next(
         &self,
         node: &str,

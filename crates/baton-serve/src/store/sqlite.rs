@@ -274,7 +274,10 @@ impl Store for SqliteStore {
             }
             let next: Option<String> = tx
                 .query_row(
-                    "SELECT id FROM jobs WHERE status = 'queued' ORDER BY priority DESC, seq LIMIT 1",
+                    "SELECT id FROM jobs WHERE status = 'queued' \
+                     AND NOT (grp IS NOT NULL AND mode IN ('queue', 'coalesce') AND grp IN \
+                         (SELECT grp FROM jobs WHERE status = 'running' AND grp IS NOT NULL)) \
+                     ORDER BY priority DESC, seq LIMIT 1",
                     [],
                     |r| r.get(0),
                 )
