@@ -41,12 +41,12 @@ pub struct Hooks {
     pub stdout_progress: watch::Sender<u64>,
 }
 
-/// The argv, environment and working directory of a job, from its template
+/// Variables for a command.
+pub type Env = Vec<(OsString, OsString)>;
+
+/// The argv and environment of a job, from its template
 /// (or its raw command, where allowed).
-pub fn command_for(
-    job: &Job,
-    template: Option<&Template>,
-) -> Result<(Vec<OsString>, Vec<(OsString, OsString)>), String> {
+pub fn command_for(job: &Job, template: Option<&Template>) -> Result<(Vec<OsString>, Env), String> {
     let prompt = job.spec.prompt.clone().unwrap_or_default();
     let mut env: Vec<(OsString, OsString)> = vec![
         ("BATON_PROMPT".into(), prompt.clone().into()),

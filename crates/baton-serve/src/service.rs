@@ -287,7 +287,7 @@ impl Service {
         match self.store.cancel_queued(id, now_ms()).await? {
             CancelQueued::Cancelled(job) => {
                 self.metrics.finished(0, 0, JobStatus::Cancelled);
-                Ok(Cancelled::Done(*job))
+                Ok(Cancelled::Done(job))
             }
             CancelQueued::Unknown => Ok(Cancelled::Unknown),
             CancelQueued::NotQueued(JobStatus::Running) => {
@@ -299,7 +299,7 @@ impl Service {
                 let wait = self.config.grace + Duration::from_secs(5);
                 let _ = tokio::time::timeout(wait, done.wait_for(|d| *d)).await;
                 match self.store.get(id).await? {
-                    Some(job) => Ok(Cancelled::Done(job)),
+                    Some(job) => Ok(Cancelled::Done(Box::new(job))),
                     None => Ok(Cancelled::Unknown),
                 }
             }
@@ -346,7 +346,7 @@ impl Service {
 #[derive(Debug)]
 pub enum Cancelled {
     /// Cancelled (or ended meanwhile); the job as it is now.
-    Done(Job),
+    Done(Box<Job>),
     /// It had already ended with this status.
     Finished(JobStatus),
     /// Running, but not on this node.
