@@ -283,3 +283,93 @@ fn a_job_whose_group_is_busy_never_holds_a_slot_others_could_use() {
         assert_eq!(s.wait_final(id)["status"], "succeeded");
     }
 }
+
+#[test]
+fn supersede_through_the_api_stops_the_running_job_and_drops_queued_ones() {
+    let s = server("grace = \"2s\"", &["--max-concurrency", "2"]);
+    let t = s.tmp();
+    let a = s.submit(json!({"prompt": "a", "group": "issue/42", "mode": "supersede"}));
+    wait_for_file(std::path::Path::new(&format!("{t}/start.a")));
+    let b = s.submit(json!({"prompt": "b", "group": "issue/42", "mode": "supersede"}));
+    let ja = s.wait_final(&a);
+    assert_eq!(ja["status"], "superseded", "{ja}");
+    assert_eq!(ja["superseded_by"], b.as_str(), "{ja}");
+    wait_for_file(std::path::Path::new(&format!("{t}/start.b")));
+    // A queued job of the group is superseded at once by a newer one.
+    let blocker = s.submit(json!({"prompt": "blocker"}));
+    wait_for_file(std::path::Path::new(&format!("{t}/start.blocker")));
+    let c = s.submit(json!({"prompt": "c", "group": "other", "mode": "supersede"}));
+    let d = s.submit(json!({"prompt": "d", "group": "other", "mode": "supersede"}));
+    let jc = s.job(&c);
+    assert_eq!(jc["status"], "superseded", "{jc}");
+    assert_eq!(jc["superseded_by"], d.as_str());
+    assert!(jc["started_at"].is_null(), "{jc}");
+    for p in ["b", "blocker", "d"] {
+        std::fs::write(format!("{t}/go.{p}"), "").unwrap();
+    }
+    for id in [&b, &blocker, &d] {
+        assert_eq!(s.wait_final(id)["status"], "succeeded");
+    }
+    assert!(!std::path::Path::new(&format!("{t}/start.c")).exists());
+}
+
+#[test]
+fn skip_and_coalesce_through_the_api() {
+    let s = server("", &["--max-concurrency", "3"]);
+    let t = s.tmp();
+    let a = s.submit(json!({"prompt": "a", "group": "sync", "mode": "skip"}));
+    wait_for_file(std::path::Path::new(&format!("{t}/start.a")));
+    let b = s.submit(json!({"prompt": "b", "group": "sync", "mode": "skip"}));
+    let jb = s.wait_final(&b);
+    assert_eq!(jb["status"], "skipped", "{jb}");
+    assert_eq!(jb["exit_code"], 75, "{jb}");
+    // Coalesce: the running job goes on, the waiting one is replaced.
+    let c1 = s.submit(json!({"prompt": "c1", "group": "idx", "mode": "coalesce"}));
+    wait_for_file(std::path::Path::new(&format!("{t}/start.c1")));
+    let c2 = s.submit(json!({"prompt": "c2", "group": "idx", "mode": "coalesce"}));
+    let c3 = s.submit(json!({"prompt": "c3", "group": "idx", "mode": "coalesce"}));
+    assert_eq!(s.job(&c2)["status"], "superseded");
+    assert_eq!(s.job(&c2)["superseded_by"], c3.as_str());
+    assert_eq!(s.job(&c1)["status"], "running");
+    for p in ["a", "c1", "c3"] {
+        std::fs::write(format!("{t}/go.{p}"), "").unwrap();
+    }
+    for id in [&a, &c1, &c3] {
+        assert_eq!(s.wait_final(id)["status"], "succeeded");
+    }
+}
+
+#[test]
+fn metrics_count_jobs_by_status_with_histograms() {
+    let s = Server::start(
+        r#"
+default_template = "t"
+[templates.t]
+command = ["sh", "-c", "exit $1", "job", "{prompt}"]
+"#,
+        &[],
+    );
+    let ok = s.submit(json!({"prompt": "0"}));
+    let bad = s.submit(json!({"prompt": "3"}));
+    assert_eq!(s.wait_final(&ok)["status"], "succeeded");
+    let jb = s.wait_final(&bad);
+    assert_eq!(jb["status"], "failed");
+    assert_eq!(jb["exit_code"], 3);
+    let (code, text) = s.get_text("/metrics");
+    assert_eq!(code, 200);
+    for line in [
+        "baton_jobs{status=\"succeeded\"} 1",
+        "baton_jobs{status=\"failed\"} 1",
+        "baton_jobs_ended_total{status=\"failed\"} 1",
+        "baton_jobs_active 0",
+        "baton_jobs_queued 0",
+        "baton_job_queue_wait_seconds_count 2",
+        "baton_job_run_seconds_count 2",
+        "baton_job_run_seconds_bucket{le=\"+Inf\"} 2",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in:\n{text}"
+        );
+    }
+}
