@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! The dashboard of `baton serve`: its JSON (`/v1/overview`) against a real
 //! service, and the page itself in a real headless Chromium driven by
 //! Selenium (`dashboard_test.py`).
@@ -20,15 +21,55 @@ const TOKEN: &str = "dash-token-7f3a";
 /// A token and a template whose job prints a line of HTML, records its pid
 /// in `{tmp}/start.<prompt>` and waits for `{tmp}/go.<prompt>`.
 fn config(token: bool) -> String {
-    let token = if token { format!("token = \"{TOKEN}\"") } else { String::new() };
+    let token = if token {
+        format!("token = \"{TOKEN}\"")
+    } else {
+        String::new()
+    };
     format!(
         r#"
 {token}
 default_template = "gated"
 [templates.gated]
 command = ["sh", "-c", "echo started $1; echo '<img id=\"injected\" src=\"x\">'; echo $$ > {{tmp}}/start.$1; while [ ! -e {{tmp}}/go.$1 ]; do sleep 0.05; done; echo done $1", "job", "{{prompt}}"]
+[templates.ws]
+command = ["sh", "-c", "echo $$ > {{tmp}}/start.$1; while [ ! -e {{tmp}}/go.$1 ]; do sleep 0.05; done", "job", "{{prompt}}"]
+workspace = {{ repo = "{{tmp}}/base", strategy = "worktree", fetch_debounce = "0s" }}
 "#
     )
+}
+
+/// A git repository with one commit at `<tmp>/base`, without an origin
+/// (template `ws` says `fetch_debounce = "0s"`: never fetch).
+fn base_repo(s: &Server) {
+    let base = s.path("base");
+    std::fs::create_dir_all(&base).unwrap();
+    std::fs::write(base.join("README"), "base\n").unwrap();
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["add", "README"],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.invalid",
+            "commit",
+            "-qm",
+            "init",
+        ],
+    ] {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(&base)
+            .env("HOME", s.tmp.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 fn workspace_root() -> PathBuf {
@@ -53,6 +94,7 @@ fn ids(list: &Value) -> Vec<String> {
 fn overview_shows_capacity_jobs_in_fifo_order_groups_and_locks() {
     let s = Server::start(&config(false), &["--max-concurrency", "1"]);
     let t = s.tmp();
+    base_repo(&s);
     let a = s.submit(json!({"prompt": "a", "group": "dash-a"}));
     wait_for_file(Path::new(&format!("{t}/start.a")));
     let b = s.submit(json!({"prompt": "b"}));
@@ -78,7 +120,10 @@ fn overview_shows_capacity_jobs_in_fifo_order_groups_and_locks() {
         .find(|g| g["key"] == "dash-a")
         .unwrap_or_else(|| panic!("no group dash-a in {o}"));
     assert_eq!(group["running"][0]["run_id"], a.as_str(), "{group}");
-    let cli = s.baton(&["group", "status", "dash-a", "--json"]).output().unwrap();
+    let cli = s
+        .baton(&["group", "status", "dash-a", "--json"])
+        .output()
+        .unwrap();
     let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
     assert_eq!(cli["running"][0]["run_id"], group["running"][0]["run_id"]);
     let instance = o["locks"]
@@ -103,6 +148,33 @@ fn overview_shows_capacity_jobs_in_fifo_order_groups_and_locks() {
     // Newest end first.
     assert_eq!(ids(&o["recent"]), vec![c, b, a]);
     assert_eq!(o["recent"][0]["status"], "succeeded");
+
+    // A job's workspace, as `baton workspace list --json` shows it.
+    let w = s.submit(json!({"template": "ws", "prompt": "w"}));
+    let j = s.wait_job(&w, std::time::Duration::from_secs(60), |v| {
+        v["status"] != "queued" && (v["status"] != "running" || s.path("start.w").exists())
+    });
+    assert_eq!(j["status"], "running", "{j}");
+    let (_, o) = s.get("/v1/overview");
+    let ws = o["workspaces"]
+        .as_array()
+        .expect("workspaces")
+        .iter()
+        .find(|x| x["id"] == w.as_str())
+        .unwrap_or_else(|| panic!("no workspace {w} in {o}"));
+    assert_eq!(ws["exists"], true, "{ws}");
+    assert_eq!(ws["owner_alive"], "alive", "{ws}");
+    let cli = s.baton(&["workspace", "list", "--json"]).output().unwrap();
+    let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert!(
+        cli.as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["id"] == w.as_str() && x["path"] == ws["path"]),
+        "{cli}"
+    );
+    std::fs::write(format!("{t}/go.w"), "").unwrap();
+    assert_eq!(s.wait_final(&w)["status"], "succeeded");
 }
 
 #[test]
@@ -142,12 +214,21 @@ fn log_follow_sends_output_while_the_job_runs_and_ends_with_it() {
     let mut buf = [0u8; 256];
     while !String::from_utf8_lossy(&seen).contains("started f") {
         let n = body.read(&mut buf).expect("read the followed log");
-        assert!(n > 0, "the log ended early: {:?}", String::from_utf8_lossy(&seen));
+        assert!(
+            n > 0,
+            "the log ended early: {:?}",
+            String::from_utf8_lossy(&seen)
+        );
         seen.extend_from_slice(&buf[..n]);
     }
-    assert_eq!(s.job(&id)["status"], "running", "the output came before the job ended");
+    assert_eq!(
+        s.job(&id)["status"],
+        "running",
+        "the output came before the job ended"
+    );
     std::fs::write(format!("{t}/go.f"), "").unwrap();
-    body.read_to_end(&mut seen).expect("read the followed log to its end");
+    body.read_to_end(&mut seen)
+        .expect("read the followed log to its end");
     let text = String::from_utf8_lossy(&seen);
     assert!(text.ends_with("done f\n"), "{text}");
     assert_eq!(s.wait_final(&id)["status"], "succeeded");
@@ -178,9 +259,15 @@ fn ensure_chromium() {
                   apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver";
     let mut cmd = Command::new("flock");
     cmd.arg(&lock).args(["sh", "-c", script]);
-    must(cmd, "install chromium and chromium-driver with apt-get (the browser test needs them)");
+    must(
+        cmd,
+        "install chromium and chromium-driver with apt-get (the browser test needs them)",
+    );
     for bin in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
-        assert!(Path::new(bin).exists(), "{bin} is missing after installing chromium and chromium-driver");
+        assert!(
+            Path::new(bin).exists(),
+            "{bin} is missing after installing chromium and chromium-driver"
+        );
     }
 }
 
@@ -188,7 +275,10 @@ fn ensure_chromium() {
 fn selenium_python() -> String {
     let mut cmd = Command::new(workspace_root().join("scripts/test-venv"));
     cmd.arg("selenium");
-    let out = must(cmd, "install the Python package selenium (scripts/test-venv selenium)");
+    let out = must(
+        cmd,
+        "install the Python package selenium (scripts/test-venv selenium)",
+    );
     out.lines().last().unwrap_or_default().trim().to_string()
 }
 
@@ -225,8 +315,13 @@ fn dashboard_in_chromium_asks_for_the_token_follows_a_job_and_cancels_it() {
     assert!(!alive(pid), "the cancelled job's shell {pid} still runs");
 
     let shot = artifacts.join("dashboard.png");
-    let png = std::fs::read(&shot).unwrap_or_else(|e| panic!("no screenshot {}: {e}", shot.display()));
-    assert!(png.starts_with(b"\x89PNG"), "{} is not a PNG", shot.display());
+    let png =
+        std::fs::read(&shot).unwrap_or_else(|e| panic!("no screenshot {}: {e}", shot.display()));
+    assert!(
+        png.starts_with(b"\x89PNG"),
+        "{} is not a PNG",
+        shot.display()
+    );
     for p in result["screenshots"].as_array().expect("screenshots") {
         println!("screenshot: {}", p.as_str().unwrap_or_default());
     }

@@ -40,23 +40,23 @@ pub const QUEUED_SHOWN: u32 = 200;
 /// The most finished jobs listed, newest end first.
 pub const RECENT_SHOWN: usize = 25;
 
-/// How long a workspace listing is reused: measuring workspaces walks their
-/// trees, too much work to repeat on every poll.
+/// How long a workspace listing is reused while the service's jobs stay the
+/// same: measuring workspaces walks their trees, too much work to repeat on
+/// every poll. (Workspaces of `baton run` outside the service show up within
+/// this time.)
 const WORKSPACES_FRESH: Duration = Duration::from_secs(5);
 
 /// Routes served without a token: the page itself and the OpenAPI document.
 pub fn page_routes() -> Router<AppState> {
-    Router::new()
-        .route("/", get(page))
-        .route(
-            "/openapi.json",
-            get(|| async {
-                (
-                    [(header::CONTENT_TYPE, "application/json")],
-                    include_str!("openapi.json"),
-                )
-            }),
-        )
+    Router::new().route("/", get(page)).route(
+        "/openapi.json",
+        get(|| async {
+            (
+                [(header::CONTENT_TYPE, "application/json")],
+                include_str!("openapi.json"),
+            )
+        }),
+    )
 }
 
 /// The data routes the page polls (behind auth).
@@ -100,14 +100,26 @@ pub async fn overview(State(service): State<AppState>) -> Result<Json<Value>, Ap
     queued.reverse();
     let recent = recent(&service).await?;
 
+    // Jobs create and remove workspaces: a change of the running or latest
+    // finished jobs makes the cached workspace listing stale.
+    let jobs_now: Vec<&str> = running
+        .iter()
+        .chain(recent.first())
+        .map(|j| j.spec.id.as_str())
+        .collect();
+    let fingerprint = jobs_now.join(",");
     let dir = service.dir.clone();
-    let (baton, errors) = tokio::task::spawn_blocking(move || baton_dir_sections(&dir))
-        .await
-        .unwrap_or_else(|e| {
-            let mut errors = Map::new();
-            errors.insert("baton_dir".into(), Value::String(format!("cannot read the baton dir: {e}")));
-            (Map::new(), errors)
-        });
+    let (baton, errors) =
+        tokio::task::spawn_blocking(move || baton_dir_sections(&dir, &fingerprint))
+            .await
+            .unwrap_or_else(|e| {
+                let mut errors = Map::new();
+                errors.insert(
+                    "baton_dir".into(),
+                    Value::String(format!("cannot read the baton dir: {e}")),
+                );
+                (Map::new(), errors)
+            });
     let as_json = |list: &[Job]| -> Vec<Value> {
         list.iter().map(|j| job_json(&service, j, false)).collect()
     };
@@ -148,7 +160,7 @@ async fn recent(service: &AppState) -> Result<Vec<Job>, ApiError> {
 
 /// Groups, locks and workspaces of the baton dir (blocking), and the error
 /// of each section that could not be read.
-fn baton_dir_sections(dir: &BatonDir) -> (Map<String, Value>, Map<String, Value>) {
+fn baton_dir_sections(dir: &BatonDir, jobs: &str) -> (Map<String, Value>, Map<String, Value>) {
     let mut out = Map::new();
     let mut errors = Map::new();
     let mut put = |name: &str, r: Result<Value, String>| match r {
@@ -171,7 +183,7 @@ fn baton_dir_sections(dir: &BatonDir) -> (Map<String, Value>, Map<String, Value>
             .map_err(|e| format!("cannot list the locks: {e}"))
             .and_then(to_json),
     );
-    put("workspaces", workspaces(dir));
+    put("workspaces", workspaces(dir, jobs));
     (out, errors)
 }
 
@@ -179,14 +191,19 @@ fn to_json<T: serde::Serialize>(v: T) -> Result<Value, String> {
     serde_json::to_value(v).map_err(|e| format!("cannot encode JSON: {e}"))
 }
 
-/// `baton_git::list`, reused for [`WORKSPACES_FRESH`] per baton dir.
-fn workspaces(dir: &BatonDir) -> Result<Value, String> {
-    type Cache = Mutex<HashMap<PathBuf, (Instant, Value)>>;
+/// `baton_git::list`, reused for [`WORKSPACES_FRESH`] per baton dir while
+/// `jobs` (the service's job fingerprint) stays the same.
+fn workspaces(dir: &BatonDir, jobs: &str) -> Result<Value, String> {
+    type Cache = Mutex<HashMap<PathBuf, (Instant, String, Value)>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Cache::default);
     let key = dir.path().to_path_buf();
-    if let Some((at, v)) = cache.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
-        if at.elapsed() < WORKSPACES_FRESH {
+    if let Some((at, seen, v)) = cache
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&key)
+    {
+        if at.elapsed() < WORKSPACES_FRESH && seen == jobs {
             return Ok(v.clone());
         }
     }
@@ -196,7 +213,7 @@ fn workspaces(dir: &BatonDir) -> Result<Value, String> {
     cache
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .insert(key, (Instant::now(), v.clone()));
+        .insert(key, (Instant::now(), jobs.to_string(), v.clone()));
     Ok(v)
 }
 
@@ -215,7 +232,13 @@ mod tests {
     /// Job data goes into the page as text, never as markup.
     #[test]
     fn the_page_never_parses_strings_as_markup() {
-        for sink in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("] {
+        for sink in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "eval(",
+        ] {
             assert!(!PAGE.contains(sink), "the dashboard uses {sink}");
         }
     }
