@@ -288,6 +288,8 @@ fn dashboard_in_chromium_asks_for_the_token_follows_a_job_and_cancels_it() {
     let python = selenium_python();
     let artifacts = target_dir().join("test-artifacts");
     std::fs::create_dir_all(&artifacts).expect("create target/test-artifacts");
+    // A failure screenshot of an earlier run would mislead.
+    let _ = std::fs::remove_file(artifacts.join("dashboard-failure.png"));
     let mut s = Server::start(&config(true), &["--max-concurrency", "2"]);
     let profile = s.path("chromium-profile");
     std::fs::create_dir_all(&profile).unwrap();
