@@ -530,6 +530,17 @@ pub fn follow(
             // Nothing new: has the job ended? Then one last read.
             match st.service.live(&st.id) {
                 Some(mut live) => {
+                    // A fresh clone of a receiver counts the current value as
+                    // unseen: without marking it seen, `changed()` is ready at
+                    // once and this loop spins without ever yielding the chunk
+                    // read above. (A write between the read above and this mark
+                    // is picked up by the sleep.) Once the job is done, one last
+                    // read, then the end.
+                    if *live.done.borrow() {
+                        st.ended = true;
+                        continue;
+                    }
+                    live.stdout.borrow_and_update();
                     let mut done = live.done.clone();
                     tokio::select! {
                         _ = live.stdout.changed() => {}

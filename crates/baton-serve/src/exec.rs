@@ -155,7 +155,8 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
             let mut ws = baton_git::WorkspaceRequest::new(&w.repo);
             ws.strategy = w.strategy;
             ws.id = Some(job.spec.id.clone());
-            ws.fetch = w.fetch_debounce.is_some();
+            // fetch_debounce = "0s" means never fetch (see the config).
+            ws.fetch = w.fetch_debounce.is_some_and(|d| !d.is_zero());
             ws.fetch_debounce = w.fetch_debounce.unwrap_or_default();
             ws.reference = w.branch.as_ref().map(|b| match ws.fetch {
                 true => format!("origin/{b}"),
