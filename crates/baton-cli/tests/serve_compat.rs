@@ -43,7 +43,10 @@ fn go(s: &Server, name: &str) {
 }
 
 fn started(s: &Server, name: &str) -> i32 {
-    wait_for_file(&s.path(&format!("start.{name}"))).trim().parse().unwrap()
+    wait_for_file(&s.path(&format!("start.{name}")))
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 fn agent() -> ureq::Agent {
@@ -64,7 +67,11 @@ fn post_with_headers(s: &Server, path: &str, body: &Value) -> (u16, Value, ureq:
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let text = resp.body_mut().read_to_string().unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)), headers)
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        headers,
+    )
 }
 
 fn chat(model: &str, prompt: &str) -> Value {
@@ -83,7 +90,8 @@ fn stream_http(
     mut on_text: impl FnMut(&str) -> bool,
 ) -> Vec<String> {
     let conn = std::net::TcpStream::connect(&s.addr).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
     let mut w = conn.try_clone().unwrap();
     write!(
         w,
@@ -103,11 +111,15 @@ fn stream_http(
         head.push(line.trim_end().to_ascii_lowercase());
     }
     assert!(head[0].starts_with("http/1.1 200"), "{head:?}");
-    assert!(head.iter().any(|h| h == "transfer-encoding: chunked"), "{head:?}");
+    assert!(
+        head.iter().any(|h| h == "transfer-encoding: chunked"),
+        "{head:?}"
+    );
     loop {
         let mut size = String::new();
         r.read_line(&mut size).unwrap();
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or_else(|_| panic!("chunk size {size:?}"));
+        let n = usize::from_str_radix(size.trim(), 16)
+            .unwrap_or_else(|_| panic!("chunk size {size:?}"));
         if n == 0 {
             return head;
         }
@@ -123,22 +135,32 @@ fn stream_http(
 /// `on_data` sees each and says whether to go on.
 fn read_sse(s: &Server, body: &Value, mut on_data: impl FnMut(&str) -> bool) {
     let mut text = String::new();
-    let head = stream_http(s, "POST", "/v1/chat/completions", &body.to_string(), |chunk| {
-        text.push_str(chunk);
-        // Events are separated by blank lines.
-        while let Some(end) = text.find("\n\n") {
-            let event: String = text.drain(..end + 2).collect();
-            for line in event.lines() {
-                if let Some(data) = line.strip_prefix("data: ") {
-                    if !on_data(data) {
-                        return false;
+    let head = stream_http(
+        s,
+        "POST",
+        "/v1/chat/completions",
+        &body.to_string(),
+        |chunk| {
+            text.push_str(chunk);
+            // Events are separated by blank lines.
+            while let Some(end) = text.find("\n\n") {
+                let event: String = text.drain(..end + 2).collect();
+                for line in event.lines() {
+                    if let Some(data) = line.strip_prefix("data: ") {
+                        if !on_data(data) {
+                            return false;
+                        }
                     }
                 }
             }
-        }
-        true
-    });
-    assert!(head.iter().any(|h| h.starts_with("content-type: text/event-stream")), "{head:?}");
+            true
+        },
+    );
+    assert!(
+        head.iter()
+            .any(|h| h.starts_with("content-type: text/event-stream")),
+        "{head:?}"
+    );
 }
 
 #[test]
@@ -185,7 +207,10 @@ fn execute_refuses_bad_input_and_a_full_queue() {
     ] {
         let (code, v) = s.post_raw("/execute", body);
         assert_eq!(code, 400, "{v}");
-        assert!(v["error"]["message"].as_str().unwrap().contains(needle), "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(needle),
+            "{v}"
+        );
     }
     let (_, list) = s.get("/v1/jobs");
     assert_eq!(list["jobs"], json!([]), "nothing stored on a bad request");
@@ -203,7 +228,10 @@ fn execute_refuses_bad_input_and_a_full_queue() {
     assert!(headers.contains_key("retry-after"));
     assert_eq!(headers["x-should-retry"], "true");
     go(&s, "q");
-    assert_eq!(s.wait_final(first["job_id"].as_str().unwrap())["status"], "succeeded");
+    assert_eq!(
+        s.wait_final(first["job_id"].as_str().unwrap())["status"],
+        "succeeded"
+    );
 }
 
 #[test]
@@ -225,7 +253,11 @@ fn concurrent_chat_completions_both_run() {
         for (call, p) in calls.into_iter().zip(["a", "b"]) {
             let (code, v) = call.join().unwrap();
             assert_eq!(code, 200, "{v}");
-            assert_eq!(v["choices"][0]["message"]["content"], format!("done {p}\n"), "{v}");
+            assert_eq!(
+                v["choices"][0]["message"]["content"],
+                format!("done {p}\n"),
+                "{v}"
+            );
         }
     });
 }
@@ -257,7 +289,10 @@ fn chat_completion_content_is_the_commands_stdout() {
     assert_eq!(v["choices"][0]["message"]["role"], "assistant");
     assert_eq!(v["choices"][0]["message"]["content"], prompt);
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
-    assert_eq!(v["usage"], json!({"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}));
+    assert_eq!(
+        v["usage"],
+        json!({"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0})
+    );
     let (_, job) = s.get(&format!("/v1/jobs/{job_id}"));
     assert_eq!(job["status"], "succeeded");
     assert_eq!(job["template"], "echo");
@@ -269,7 +304,10 @@ fn chat_completion_content_is_the_commands_stdout() {
     ]});
     let (code, v) = s.post("/v1/chat/completions", &body);
     assert_eq!(code, 200, "{v}");
-    assert_eq!(v["choices"][0]["message"]["content"], "system: be brief\n\nuser: one two");
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "system: be brief\n\nuser: one two"
+    );
 }
 
 #[test]
@@ -304,12 +342,18 @@ fn chat_refuses_malformed_bodies_and_unknown_models() {
 #[test]
 fn chat_answers_503_naming_the_job_when_it_fails_or_times_out() {
     let s = server("", &[]);
-    for (model, status, code) in [("fail", "failed", "job_failed"), ("slow", "timed_out", "job_timed_out")] {
+    for (model, status, code) in [
+        ("fail", "failed", "job_failed"),
+        ("slow", "timed_out", "job_timed_out"),
+    ] {
         let (http, v, headers) = post_with_headers(&s, "/v1/chat/completions", &chat(model, "x"));
         assert_eq!(http, 503, "{v}");
         assert_eq!(v["error"]["code"], code, "{v}");
         assert_eq!(v["error"]["type"], "server_error");
-        assert_eq!(headers["x-should-retry"], "false", "the job ran: clients must not run it again");
+        assert_eq!(
+            headers["x-should-retry"], "false",
+            "the job ran: clients must not run it again"
+        );
         let id = v["error"]["job_id"].as_str().unwrap();
         assert!(v["error"]["message"].as_str().unwrap().contains(id), "{v}");
         let (_, job) = s.get(&format!("/v1/jobs/{id}"));
@@ -361,7 +405,11 @@ fn streaming_sends_the_output_as_it_is_produced_then_done() {
         .collect();
     assert_eq!(content, "first part, second part: héllo");
     let n = events.len();
-    assert_eq!(events[n - 2]["choices"][0]["finish_reason"], "stop", "{events:?}");
+    assert_eq!(
+        events[n - 2]["choices"][0]["finish_reason"],
+        "stop",
+        "{events:?}"
+    );
     assert_eq!(events[n - 1]["choices"], json!([]));
     assert_eq!(events[n - 1]["usage"]["total_tokens"], 0);
     for e in &events[..n - 2] {
@@ -377,14 +425,20 @@ fn a_followed_log_delivers_output_while_the_job_runs() {
     let s = server("", &[]);
     let id = s.submit(json!({"template": "stream"}));
     let mut text = String::new();
-    stream_http(&s, "GET", &format!("/v1/jobs/{id}/log?follow=true"), "", |chunk| {
-        text.push_str(chunk);
-        if text == "first part, " {
-            assert!(!s.path("go.stream").exists());
-            go(&s, "stream");
-        }
-        true
-    });
+    stream_http(
+        &s,
+        "GET",
+        &format!("/v1/jobs/{id}/log?follow=true"),
+        "",
+        |chunk| {
+            text.push_str(chunk);
+            if text == "first part, " {
+                assert!(!s.path("go.stream").exists());
+                go(&s, "stream");
+            }
+            true
+        },
+    );
     assert_eq!(text, "first part, second part: héllo");
     assert_eq!(s.job(&id)["status"], "succeeded");
 }
@@ -392,7 +446,8 @@ fn a_followed_log_delivers_output_while_the_job_runs() {
 #[test]
 fn a_stream_whose_job_fails_ends_with_an_error_event() {
     let s = server("", &[]);
-    let body = json!({"model": "fail", "stream": true, "messages": [{"role": "user", "content": "x"}]});
+    let body =
+        json!({"model": "fail", "stream": true, "messages": [{"role": "user", "content": "x"}]});
     let mut datas = Vec::new();
     read_sse(&s, &body, |d| {
         datas.push(d.to_string());
@@ -404,7 +459,11 @@ fn a_stream_whose_job_fails_ends_with_an_error_event() {
     let content: String = datas[..datas.len() - 1]
         .iter()
         .map(|d| serde_json::from_str::<Value>(d).unwrap())
-        .filter_map(|e| e["choices"][0]["delta"]["content"].as_str().map(String::from))
+        .filter_map(|e| {
+            e["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
         .collect();
     assert_eq!(content, "partial\n");
 }
@@ -429,7 +488,10 @@ fn a_chat_client_that_disconnects_cancels_its_job() {
     assert_eq!(job["status"], "cancelled", "{job}");
     let start = Instant::now();
     while alive(pid) {
-        assert!(start.elapsed() < Duration::from_secs(30), "the job's command {pid} still runs");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the job's command {pid} still runs"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(!s.path("go.gone").exists());
@@ -441,7 +503,12 @@ fn models_list_the_templates() {
     let (code, v) = s.get("/v1/models");
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["object"], "list");
-    let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["echo", "fail", "gated", "slow", "stream"]);
     for m in v["data"].as_array().unwrap() {
         assert_eq!(m["object"], "model");
@@ -459,7 +526,10 @@ fn models_list_the_templates() {
 /// The tests' Python (`scripts/test-venv`) with `packages` installed.
 fn python(packages: &[&str]) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-venv");
-    let out = Command::new(script).args(packages).output().expect("run scripts/test-venv");
+    let out = Command::new(script)
+        .args(packages)
+        .output()
+        .expect("run scripts/test-venv");
     assert!(
         out.status.success(),
         "scripts/test-venv {packages:?} failed: {}",
@@ -473,14 +543,19 @@ fn run_python(python: &str, code: &str, args: &[&str]) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("script.py");
     std::fs::write(&script, code).unwrap();
-    let out = Command::new(python).arg(&script).args(args).output().unwrap();
+    let out = Command::new(python)
+        .arg(&script)
+        .args(args)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
         "python failed: {stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("python printed no JSON ({e}): {stdout}"))
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("python printed no JSON ({e}): {stdout}"))
 }
 
 const OPENAI_CLIENT: &str = r#"
@@ -541,7 +616,11 @@ fn the_official_openai_python_client_talks_to_the_chat_endpoint() {
     let mut s = server(r#"token = "sekrit""#, &[]);
     s.token = Some("sekrit".into());
     let out = run_python(&python, OPENAI_CLIENT, &[&s.url("/v1"), "sekrit"]);
-    assert_eq!(out["models"], json!(["echo", "fail", "gated", "slow", "stream"]), "{out}");
+    assert_eq!(
+        out["models"],
+        json!(["echo", "fail", "gated", "slow", "stream"]),
+        "{out}"
+    );
     let plain = &out["plain"];
     assert_eq!(plain["content"], "hello from python", "{out}");
     assert_eq!(plain["object"], "chat.completion");
@@ -549,7 +628,10 @@ fn the_official_openai_python_client_talks_to_the_chat_endpoint() {
     assert_eq!(plain["finish"], "stop");
     assert_eq!(plain["total_tokens"], 0);
     assert!(plain["id"].as_str().unwrap().starts_with("chatcmpl-"));
-    assert_eq!(out["stream"], json!({"content": "streamed hello", "finish": "stop", "roles": ["assistant"]}));
+    assert_eq!(
+        out["stream"],
+        json!({"content": "streamed hello", "finish": "stop", "roles": ["assistant"]})
+    );
     assert_eq!(out["unknown_model"], "model_not_found");
     assert_eq!(out["failed"], json!({"status": 503, "code": "job_failed"}));
     assert_eq!(out["wrong_key"], 401);
@@ -591,7 +673,11 @@ fn the_openapi_document_is_valid_and_documents_every_route() {
     let (code, text) = s.get_text("/openapi.json");
     assert_eq!(code, 200);
     let doc: Value = serde_json::from_str(&text).expect("/openapi.json is JSON");
-    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"), "{}", doc["openapi"]);
+    assert!(
+        doc["openapi"].as_str().unwrap().starts_with("3.1"),
+        "{}",
+        doc["openapi"]
+    );
     let paths = doc["paths"].as_object().unwrap();
     let mut documented: Vec<(String, String)> = Vec::new();
     for (path, item) in paths {
@@ -601,8 +687,10 @@ fn the_openapi_document_is_valid_and_documents_every_route() {
             }
         }
     }
-    let mut listed: Vec<(String, String)> =
-        ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
+    let mut listed: Vec<(String, String)> = ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
     documented.sort();
     listed.sort();
     assert_eq!(documented, listed, "the document and the route list differ");
@@ -620,7 +708,10 @@ fn the_openapi_document_is_valid_and_documents_every_route() {
         let mut resp = agent.run(req).unwrap();
         let code = resp.status().as_u16();
         let body = resp.body_mut().read_to_string().unwrap_or_default();
-        assert!(code != 405 && !body.contains("no such route"), "{method} {path}: {code} {body}");
+        assert!(
+            code != 405 && !body.contains("no such route"),
+            "{method} {path}: {code} {body}"
+        );
     }
     // ... and the fallback answers what is not.
     let (code, _) = s.get("/v1/nothing-here");

@@ -95,7 +95,12 @@ pub async fn get_job(
 
 /// `GET /v1/models`: every template, as an OpenAI model list.
 pub async fn models(State(service): State<AppState>) -> Json<Value> {
-    let data: Vec<Value> = service.config.templates.keys().map(|t| model_json(t)).collect();
+    let data: Vec<Value> = service
+        .config
+        .templates
+        .keys()
+        .map(|t| model_json(t))
+        .collect();
     Json(json!({"object": "list", "data": data}))
 }
 
@@ -138,14 +143,23 @@ pub struct OpenAiError {
 impl OpenAiError {
     /// 404 for a model that is not a template, naming the templates.
     pub fn unknown_model(service: &crate::service::Service, name: &str) -> OpenAiError {
-        let known: Vec<&str> = service.config.templates.keys().map(String::as_str).collect();
+        let known: Vec<&str> = service
+            .config
+            .templates
+            .keys()
+            .map(String::as_str)
+            .collect();
         OpenAiError {
             inner: ApiError::new(
                 StatusCode::NOT_FOUND,
                 "model_not_found",
                 format!(
                     "no model '{name}': models are this service's templates (configured: {})",
-                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
                 ),
             ),
             param: Some("model"),

@@ -115,7 +115,9 @@ pub struct Part {
 /// bad message otherwise.
 pub fn prompt_of(messages: &[Message]) -> Result<String, ApiError> {
     if messages.is_empty() {
-        return Err(ApiError::bad("invalid field 'messages': it must hold at least one message"));
+        return Err(ApiError::bad(
+            "invalid field 'messages': it must hold at least one message",
+        ));
     }
     let mut texts = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
@@ -181,7 +183,10 @@ pub async fn completions(
         if e.status == StatusCode::TOO_MANY_REQUESTS {
             e.status = StatusCode::SERVICE_UNAVAILABLE;
         }
-        OpenAiError { retry: Some(true), ..e.into() }
+        OpenAiError {
+            retry: Some(true),
+            ..e.into()
+        }
     })?;
     let id = job.spec.id.clone();
     let guard = CancelOnDrop::new(Arc::clone(&service), id.clone());
@@ -196,7 +201,9 @@ pub async fn completions(
             .and_then(|o| o.include_usage)
             .unwrap_or(false);
         let events = chunks(service, job, head, usage, guard);
-        return Ok(Sse::new(events).keep_alive(KeepAlive::new()).into_response());
+        return Ok(Sse::new(events)
+            .keep_alive(KeepAlive::new())
+            .into_response());
     }
     let ended = wait_final(&service, &job).await;
     guard.disarm();
@@ -283,8 +290,7 @@ fn job_error(job: &Job) -> OpenAiError {
 /// Waits until `job` has ended (see the module doc for the bounds).
 async fn wait_final(service: &Service, job: &Job) -> Result<Job, OpenAiError> {
     let id = job.spec.id.as_str();
-    let run_limit =
-        Duration::from_millis(job.spec.timeout_ms) + service.config.grace + WAIT_MARGIN;
+    let run_limit = Duration::from_millis(job.spec.timeout_ms) + service.config.grace + WAIT_MARGIN;
     let mut pause = Duration::from_millis(1);
     loop {
         if let Some(live) = service.live(id) {
@@ -332,7 +338,11 @@ struct CancelOnDrop {
 
 impl CancelOnDrop {
     fn new(service: AppState, id: String) -> CancelOnDrop {
-        CancelOnDrop { service, id, armed: true }
+        CancelOnDrop {
+            service,
+            id,
+            armed: true,
+        }
     }
 
     fn disarm(mut self) {
@@ -406,7 +416,9 @@ fn chunks(
             match st.phase {
                 Phase::Role => {
                     st.phase = Phase::Body;
-                    let ev = st.head.chunk(json!({"role": "assistant", "content": ""}), None);
+                    let ev = st
+                        .head
+                        .chunk(json!({"role": "assistant", "content": ""}), None);
                     return Some((Ok(ev), st));
                 }
                 Phase::Body => match st.out.next().await {
@@ -537,7 +549,11 @@ mod tests {
         assert!(prompt_of(&[]).is_err());
         let image = json!([{"type": "image_url", "image_url": {"url": "x"}}]);
         let err = prompt_of(&[msg("user", image)]).unwrap_err();
-        assert!(err.message.contains("messages[0].content[0]"), "{}", err.message);
+        assert!(
+            err.message.contains("messages[0].content[0]"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
