@@ -1,17 +1,18 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! The job service's compatibility routes: `/execute`, `/jobs/{id}`, the
 //! OpenAI-shaped chat completions and models (with the official `openai`
 //! Python package), and the OpenAPI document — a real `baton serve` on
 //! 127.0.0.1 running real commands.
 
 mod serve_common;
+mod serve_python;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use serve_common::{alive, wait_for_file, Server};
+use serve_python::{python, run_python};
 
 /// Templates: `gated` records its start (`{tmp}/start.<prompt>`, its pid)
 /// and waits for `{tmp}/go.<prompt>`; `echo` prints the prompt; `fail`
@@ -523,41 +524,6 @@ fn models_list_the_templates() {
     assert_eq!(v["error"]["code"], "model_not_found");
 }
 
-/// The tests' Python (`scripts/test-venv`) with `packages` installed.
-fn python(packages: &[&str]) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-venv");
-    let out = Command::new(script)
-        .args(packages)
-        .output()
-        .expect("run scripts/test-venv");
-    assert!(
-        out.status.success(),
-        "scripts/test-venv {packages:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-/// Runs `code` with the venv's python and `args`; returns its stdout as JSON.
-fn run_python(python: &str, code: &str, args: &[&str]) -> Value {
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("script.py");
-    std::fs::write(&script, code).unwrap();
-    let out = Command::new(python)
-        .arg(&script)
-        .args(args)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "python failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("python printed no JSON ({e}): {stdout}"))
-}
-
 const OPENAI_CLIENT: &str = r#"
 import json, sys
 import openai
@@ -638,88 +604,4 @@ fn the_official_openai_python_client_talks_to_the_chat_endpoint() {
     // Exactly the jobs asked for ran: the failed one was not retried.
     let (_, list) = s.get("/v1/jobs");
     assert_eq!(list["jobs"].as_array().unwrap().len(), 3, "{list}");
-}
-
-/// Every route the router serves: `(method, path)` as the OpenAPI document
-/// names them. Keep equal to `server.rs`, `compat.rs` and `dashboard.rs`.
-const ROUTES: &[(&str, &str)] = &[
-    ("get", "/"),
-    ("get", "/health"),
-    ("get", "/metrics"),
-    ("get", "/openapi.json"),
-    ("get", "/v1/jobs"),
-    ("post", "/v1/jobs"),
-    ("get", "/v1/jobs/{id}"),
-    ("delete", "/v1/jobs/{id}"),
-    ("get", "/v1/jobs/{id}/log"),
-    ("post", "/execute"),
-    ("get", "/jobs/{id}"),
-    ("post", "/v1/chat/completions"),
-    ("get", "/v1/models"),
-    ("get", "/v1/models/{model}"),
-];
-
-const VALIDATE_OPENAPI: &str = r#"
-import json, sys
-from openapi_spec_validator import validate
-with open(sys.argv[1]) as f:
-    validate(json.load(f))
-print(json.dumps({"valid": True}))
-"#;
-
-#[test]
-fn the_openapi_document_is_valid_and_documents_every_route() {
-    let s = server("", &[]);
-    let (code, text) = s.get_text("/openapi.json");
-    assert_eq!(code, 200);
-    let doc: Value = serde_json::from_str(&text).expect("/openapi.json is JSON");
-    assert!(
-        doc["openapi"].as_str().unwrap().starts_with("3.1"),
-        "{}",
-        doc["openapi"]
-    );
-    let paths = doc["paths"].as_object().unwrap();
-    let mut documented: Vec<(String, String)> = Vec::new();
-    for (path, item) in paths {
-        for method in item.as_object().unwrap().keys() {
-            if ["get", "post", "put", "delete", "patch"].contains(&method.as_str()) {
-                documented.push((method.clone(), path.clone()));
-            }
-        }
-    }
-    let mut listed: Vec<(String, String)> = ROUTES
-        .iter()
-        .map(|(m, p)| (m.to_string(), p.to_string()))
-        .collect();
-    documented.sort();
-    listed.sort();
-    assert_eq!(documented, listed, "the document and the route list differ");
-
-    // Every listed route is served (not the router's fallback, not 405).
-    let agent = agent();
-    for (method, path) in ROUTES {
-        let url = s.url(&path.replace("{id}", "nosuchjob").replace("{model}", "echo"));
-        let req = ureq::http::Request::builder()
-            .method(method.to_uppercase().as_str())
-            .uri(&url)
-            .header("Content-Type", "application/json")
-            .body(Vec::new())
-            .unwrap();
-        let mut resp = agent.run(req).unwrap();
-        let code = resp.status().as_u16();
-        let body = resp.body_mut().read_to_string().unwrap_or_default();
-        assert!(
-            code != 405 && !body.contains("no such route"),
-            "{method} {path}: {code} {body}"
-        );
-    }
-    // ... and the fallback answers what is not.
-    let (code, _) = s.get("/v1/nothing-here");
-    assert_eq!(code, 404);
-
-    let python = python(&["openapi-spec-validator"]);
-    let file = s.path("openapi.json");
-    std::fs::write(&file, &text).unwrap();
-    let out = run_python(&python, VALIDATE_OPENAPI, &[file.to_str().unwrap()]);
-    assert_eq!(out["valid"], true);
 }
