@@ -506,6 +506,13 @@ pub fn follow(
         path: std::path::PathBuf,
         offset: u64,
         ended: bool,
+        // The running job's channels, kept across reads: a receiver marks
+        // what it has seen, so a fresh clone each time would report every
+        // past write as new, and the loop would never wait (nor let the
+        // server flush what it sent).
+        live: Option<crate::service::Live>,
+        watch_live: bool,
+        stdout_open: bool,
     }
     let st = St {
         service,
@@ -513,9 +520,23 @@ pub fn follow(
         path,
         offset: 0,
         ended: false,
+        live: None,
+        watch_live: true,
+        stdout_open: true,
     };
     futures_util::stream::unfold(st, |mut st| async move {
         loop {
+            if st.live.is_none() && st.watch_live && !st.ended {
+                st.live = st.service.live(&st.id);
+            }
+            if let Some(live) = &mut st.live {
+                // Seen before the read: a write after it wakes the wait below.
+                live.stdout.borrow_and_update();
+                if *live.done.borrow_and_update() {
+                    // Ended and stored: what the read below gets is all.
+                    st.ended = true;
+                }
+            }
             let chunk = match output::read_from(&st.path, st.offset, 64 * 1024) {
                 Ok(c) => c,
                 Err(e) => return Some((Err(e), St { ended: true, ..st })),
@@ -527,24 +548,22 @@ pub fn follow(
             if st.ended {
                 return None;
             }
-            // Nothing new: has the job ended? Then one last read.
-            match st.service.live(&st.id) {
-                Some(mut live) => {
-                    // A fresh clone of a receiver counts the current value as
-                    // unseen: without marking it seen, `changed()` is ready at
-                    // once and this loop spins without ever yielding the chunk
-                    // read above. (A write between the read above and this mark
-                    // is picked up by the sleep.) Once the job is done, one last
-                    // read, then the end.
-                    if *live.done.borrow() {
-                        st.ended = true;
-                        continue;
-                    }
-                    live.stdout.borrow_and_update();
-                    let mut done = live.done.clone();
+            // Nothing new: wait for output or the job's end, then read again.
+            match &mut st.live {
+                Some(live) => {
+                    let (stdout, done) = (&mut live.stdout, &mut live.done);
                     tokio::select! {
-                        _ = live.stdout.changed() => {}
-                        _ = done.wait_for(|d| *d) => {}
+                        r = stdout.changed(), if st.stdout_open => {
+                            // Closed: the capture is over; the end is next.
+                            st.stdout_open = r.is_ok();
+                        }
+                        r = done.changed() => {
+                            if r.is_err() {
+                                // Gone without saying so: ask the store from now on.
+                                st.live = None;
+                                st.watch_live = false;
+                            }
+                        }
                         _ = tokio::time::sleep(Duration::from_millis(250)) => {}
                     }
                 }

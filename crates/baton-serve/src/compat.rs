@@ -1,12 +1,226 @@
-//! Compatibility routes: `POST /execute`, `GET /jobs/{id}` (the design this
-//! service replaces), and the OpenAI-shaped `POST /v1/chat/completions` and
-//! `GET /v1/models`.
+//! Compatibility routes, so that clients written for other services work
+//! unchanged:
+//!
+//! - `POST /execute {prompt, template?}` -> `202 {job_id, status}` and
+//!   `GET /jobs/{id}`: the single-endpoint agent service this one replaces.
+//! - `POST /v1/chat/completions`, `GET /v1/models`, `GET /v1/models/{model}`:
+//!   the OpenAI shape, so stock OpenAI clients run templates (a model is a
+//!   template). See [`chat`] for how messages become a prompt, how the call
+//!   waits, streams, and what a client disconnect does.
+//!
+//! Errors on the OpenAI routes use OpenAI's error shape
+//! (`{"error": {"message", "type", "param", "code"}}`), which keeps our
+//! `code` and `message`, so both kinds of clients read them.
 
-use axum::Router;
+pub mod chat;
 
-use crate::api::AppState;
+use std::sync::OnceLock;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::api::{self, ApiError, AppState, SubmitRequest};
+use crate::model::now_ms;
+
+/// When this process built its routes (seconds since the epoch): the
+/// `created` time of every model.
+static STARTED: OnceLock<i64> = OnceLock::new();
 
 /// The compatibility routes (behind auth).
 pub fn routes() -> Router<AppState> {
+    STARTED.get_or_init(|| now_ms() / 1000);
     Router::new()
+        .route("/execute", post(execute))
+        .route("/jobs/{id}", get(get_job))
+        .route("/v1/chat/completions", post(chat::completions))
+        .route("/v1/models", get(models))
+        .route("/v1/models/{model}", get(model))
+}
+
+/// `POST /execute` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteRequest {
+    /// The prompt.
+    pub prompt: String,
+    /// The template (default: the configured default).
+    pub template: Option<String>,
+}
+
+/// `POST /execute {prompt, template?}` -> `202 {job_id, status}`; `429` +
+/// `Retry-After` when the queue is full.
+pub async fn execute(
+    State(service): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: ExecuteRequest = api::parse_body(body)?;
+    let job = api::resolve(
+        &service,
+        SubmitRequest {
+            template: req.template,
+            prompt: Some(req.prompt),
+            ..SubmitRequest::default()
+        },
+    )?;
+    let (job, _position) = api::submit(&service, job).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, format!("/jobs/{}", job.spec.id))],
+        Json(json!({"job_id": job.spec.id, "status": job.status.as_str()})),
+    )
+        .into_response())
+}
+
+/// `GET /jobs/{id}`: the job as `GET /v1/jobs/{id}` shows it, plus `job_id`.
+pub async fn get_job(
+    State(service): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let job = service
+        .store
+        .get(&id)
+        .await?
+        .ok_or_else(|| ApiError::no_job(&id))?;
+    let mut v = api::job_json(&service, &job, true);
+    v["job_id"] = Value::String(job.spec.id.clone());
+    Ok(Json(v))
+}
+
+/// `GET /v1/models`: every template, as an OpenAI model list.
+pub async fn models(State(service): State<AppState>) -> Json<Value> {
+    let data: Vec<Value> = service
+        .config
+        .templates
+        .keys()
+        .map(|t| model_json(t))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+/// `GET /v1/models/{model}`: one template as an OpenAI model; 404 if unknown.
+pub async fn model(
+    State(service): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, OpenAiError> {
+    if service.config.templates.contains_key(&name) {
+        Ok(Json(model_json(&name)))
+    } else {
+        Err(OpenAiError::unknown_model(&service, &name))
+    }
+}
+
+fn model_json(name: &str) -> Value {
+    json!({
+        "id": name,
+        "object": "model",
+        "created": STARTED.get().copied().unwrap_or(0),
+        "owned_by": "baton",
+    })
+}
+
+/// An error in OpenAI's shape: `{"error": {"message", "type", "param",
+/// "code"}}` (plus `job_id` when a job is concerned), with `Retry-After` and
+/// `x-should-retry` headers where they apply.
+#[derive(Debug)]
+pub struct OpenAiError {
+    /// The error, as our own routes would report it.
+    pub inner: ApiError,
+    /// The request field at fault, if any.
+    pub param: Option<&'static str>,
+    /// The job concerned, if any.
+    pub job_id: Option<String>,
+    /// Whether a client should retry (OpenAI clients read `x-should-retry`).
+    pub retry: Option<bool>,
+}
+
+impl OpenAiError {
+    /// 404 for a model that is not a template, naming the templates.
+    pub fn unknown_model(service: &crate::service::Service, name: &str) -> OpenAiError {
+        let known: Vec<&str> = service
+            .config
+            .templates
+            .keys()
+            .map(String::as_str)
+            .collect();
+        OpenAiError {
+            inner: ApiError::new(
+                StatusCode::NOT_FOUND,
+                "model_not_found",
+                format!(
+                    "no model '{name}': models are this service's templates (configured: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ),
+            param: Some("model"),
+            job_id: None,
+            retry: Some(false),
+        }
+    }
+}
+
+impl From<ApiError> for OpenAiError {
+    fn from(inner: ApiError) -> OpenAiError {
+        OpenAiError {
+            inner,
+            param: None,
+            job_id: None,
+            retry: None,
+        }
+    }
+}
+
+impl From<crate::store::StoreError> for OpenAiError {
+    fn from(e: crate::store::StoreError) -> OpenAiError {
+        ApiError::from(e).into()
+    }
+}
+
+impl OpenAiError {
+    /// The body's `error` object.
+    pub fn error_json(&self) -> Value {
+        let kind = if self.inner.status.is_server_error() {
+            "server_error"
+        } else {
+            "invalid_request_error"
+        };
+        let mut e = json!({
+            "message": self.inner.message,
+            "type": kind,
+            "param": self.param,
+            "code": self.inner.code,
+        });
+        if let Some(id) = &self.job_id {
+            e["job_id"] = Value::String(id.clone());
+        }
+        e
+    }
+}
+
+impl IntoResponse for OpenAiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": self.error_json()});
+        let mut resp = (self.inner.status, Json(body)).into_response();
+        let headers = resp.headers_mut();
+        if let Some(s) = self.inner.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        if let Some(r) = self.retry {
+            headers.insert(
+                "x-should-retry",
+                HeaderValue::from_static(if r { "true" } else { "false" }),
+            );
+        }
+        resp
+    }
 }
