@@ -333,3 +333,71 @@ fn overload_answers_202_or_429_never_exceeds_the_queue_depth_and_runs_every_acce
     let listed = list["jobs"].as_array().map(Vec::len).unwrap_or(0);
     assert_eq!(listed, accepted.len(), "{list}");
 }
+
+#[test]
+fn kill9_during_a_workspace_job_removes_its_workspace_and_the_retry_gets_a_fresh_one() {
+    let root = tempfile::tempdir().unwrap();
+    let repo = Repo::new(root.path());
+    let config = format!(
+        "{}\n[templates.wsretry]\ncommand = [\"sh\", \"-c\", \"{{prompt}}\"]\nretry_on_interrupt = true\n\
+         workspace = {{ repo = \"{}\", branch = \"main\", fetch_debounce = \"30s\" }}\n",
+        ws_config(&repo),
+        repo.base.display()
+    );
+    let mut s = Server::start(&config, &[]);
+    gitconfig(s.tmp.path());
+    let t = s.tmp();
+    // The first run leaves a file in its workspace and waits; the second
+    // checks that it starts clean.
+    let script = format!(
+        "echo run >> {t}/runs; n=$(grep -c run {t}/runs); \
+         if [ -e dirty ]; then echo reused > {t}/reused; fi; echo x > dirty; \
+         pwd > {t}/cwd$n; if [ $n -eq 1 ]; then sleep 300 & echo $! > {t}/bg1; wait; fi"
+    );
+    let id = s.submit(json!({"template": "wsretry", "prompt": script}));
+    let bg = read_pid(format!("{t}/bg1"));
+    let first = PathBuf::from(wait_for_file(Path::new(&format!("{t}/cwd1"))).trim());
+    assert!(first.exists());
+    s.kill9();
+
+    s.spawn();
+    assert!(!alive(bg), "process {bg} of the interrupted run is still running");
+    let j = s.wait_final(&id);
+    assert_eq!(status(&j), "succeeded", "{j}");
+    assert!(!Path::new(&format!("{t}/reused")).exists(), "the retry reused the old workspace");
+    let second = PathBuf::from(wait_for_file(Path::new(&format!("{t}/cwd2"))).trim());
+    for w in [&first, &second] {
+        assert!(!w.exists(), "workspace {} was not removed", w.display());
+    }
+    let out = s.baton(&["workspace", "list", "--json"]).output().unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!listed.contains(&id), "workspace still listed: {listed}");
+}
+
+#[test]
+fn cancel_reaches_a_job_waiting_for_its_group_behind_a_cli_run() {
+    let s = Server::start(&sh_config(""), &[]);
+    let t = s.tmp();
+    let mut cli = s
+        .baton(&["run", "--group", "issue/42", "--", "sh", "-c", &format!("echo x > {t}/cli.started; sleep 300")])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(Path::new(&format!("{t}/cli.started")));
+    let id = s.submit(json!({"prompt": format!("echo ran > {t}/job.ran"), "group": "issue/42"}));
+    s.wait_job(&id, Duration::from_secs(30), |j| status(j) == "running");
+    let (code, j) = s.delete(&format!("/v1/jobs/{id}"));
+    assert_eq!(code, 200, "{j}");
+    assert_eq!(status(&j), "cancelled", "{j}");
+    assert!(cli.try_wait().unwrap().is_none(), "the CLI run was disturbed");
+    // TERM: the CLI run stops its whole group.
+    let pid = rustix::process::Pid::from_raw(cli.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    cli.wait().unwrap();
+    // The cancelled job never runs, even once the group is free.
+    let after = s.submit(json!({"prompt": "true", "group": "issue/42"}));
+    assert_eq!(status(&s.wait_final(&after)), "succeeded");
+    assert!(!Path::new(&format!("{t}/job.ran")).exists(), "a cancelled job ran");
+    let (_, h) = s.get("/health");
+    assert_eq!(h["active"], 0, "{h}");
+}
