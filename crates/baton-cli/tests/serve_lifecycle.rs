@@ -64,7 +64,10 @@ fn wait_exit(s: &mut Server) -> Option<i32> {
         if let Some(st) = child.try_wait().unwrap() {
             return st.code();
         }
-        assert!(start.elapsed() < Duration::from_secs(60), "baton serve did not exit");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "baton serve did not exit"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -95,7 +98,10 @@ fn kill9_with_running_and_queued_jobs_accounts_for_every_job_after_restart() {
     s.spawn();
     // Recovery happens before the service listens.
     for p in &old {
-        assert!(!alive(*p), "process {p} of an interrupted job is still running");
+        assert!(
+            !alive(*p),
+            "process {p} of an interrupted job is still running"
+        );
     }
     for id in [&a, &b] {
         let j = s.job(id);
@@ -107,7 +113,10 @@ fn kill9_with_running_and_queued_jobs_accounts_for_every_job_after_restart() {
         let j = s.wait_final(id);
         assert_eq!(status(&j), "succeeded", "{j}");
     }
-    assert_eq!(std::fs::read_to_string(format!("{t}/order")).unwrap(), "c\nd\ne\n");
+    assert_eq!(
+        std::fs::read_to_string(format!("{t}/order")).unwrap(),
+        "c\nd\ne\n"
+    );
     let (_, h) = s.get("/health");
     assert_eq!(h["active"], 0, "{h}");
     assert_eq!(h["queued"], 0, "{h}");
@@ -143,7 +152,11 @@ retry_on_interrupt = true
     // Queued again, ahead of q: it runs a second time while q waits.
     let second = pids(&t, "r2");
     let j = s.wait_job(&r, Duration::from_secs(30), |j| status(j) == "running");
-    assert_eq!(j["error"].as_str().unwrap_or(""), "interrupted by a restart; queued again", "{j}");
+    assert_eq!(
+        j["error"].as_str().unwrap_or(""),
+        "interrupted by a restart; queued again",
+        "{j}"
+    );
     assert_eq!(status(&s.job(&q)), "queued");
     s.kill9();
 
@@ -156,7 +169,10 @@ retry_on_interrupt = true
     assert_eq!(status(&j), "interrupted", "{j}");
     let j = s.wait_final(&q);
     assert_eq!(status(&j), "succeeded", "{j}");
-    assert_eq!(std::fs::read_to_string(format!("{t}/r.runs")).unwrap(), "run\nrun\n");
+    assert_eq!(
+        std::fs::read_to_string(format!("{t}/r.runs")).unwrap(),
+        "run\nrun\n"
+    );
     assert!(!Path::new(&format!("{t}/r3.pid")).exists());
 }
 
@@ -181,7 +197,11 @@ fn every_acknowledged_job_survives_kill9_right_after_its_202() {
         }
     }
     // At most one job ran at the kill.
-    assert!(succeeded >= ids.len() - 1, "{succeeded} of {} succeeded", ids.len());
+    assert!(
+        succeeded >= ids.len() - 1,
+        "{succeeded} of {} succeeded",
+        ids.len()
+    );
 }
 
 #[test]
@@ -203,7 +223,10 @@ fn sigterm_drains_running_jobs_refuses_new_ones_and_keeps_the_queue() {
             assert_eq!(code, 503, "{h}");
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "never draining: {h}");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never draining: {h}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let (code, v) = s.post("/v1/jobs", &json!({"prompt": "true"}));
@@ -218,7 +241,11 @@ fn sigterm_drains_running_jobs_refuses_new_ones_and_keeps_the_queue() {
     assert_eq!(status(&j), "succeeded", "{j}");
     assert_eq!(j["output"], "finished\n", "{j}");
     let j = s.wait_final(&queued);
-    assert_eq!(status(&j), "succeeded", "the queued job ran during the drain: {j}");
+    assert_eq!(
+        status(&j),
+        "succeeded",
+        "the queued job ran during the drain: {j}"
+    );
 }
 
 #[test]
@@ -231,17 +258,26 @@ fn drain_timeout_cancels_a_long_job_and_leaves_nothing_running() {
     sigterm(&s);
     assert_eq!(wait_exit(&mut s), Some(0));
     for p in &ids {
-        assert!(!alive(*p), "process {p} of the cancelled job is still running");
+        assert!(
+            !alive(*p),
+            "process {p} of the cancelled job is still running"
+        );
     }
     s.spawn();
     let j = s.job(&long);
     assert_eq!(status(&j), "cancelled", "{j}");
-    assert!(j["error"].as_str().unwrap_or("").contains("shut down"), "{j}");
+    assert!(
+        j["error"].as_str().unwrap_or("").contains("shut down"),
+        "{j}"
+    );
 }
 
 #[test]
 fn finished_jobs_are_evicted_after_job_ttl_with_their_files_but_running_ones_never() {
-    let s = Server::start(&sh_config(""), &["--job-ttl", "1s", "--max-concurrency", "2"]);
+    let s = Server::start(
+        &sh_config(""),
+        &["--job-ttl", "1s", "--max-concurrency", "2"],
+    );
     let t = s.tmp();
     let jobs_dir = |id: &str| s.dir.join("serve").join("jobs").join(id);
     let long = s.submit(json!({
@@ -261,12 +297,18 @@ fn finished_jobs_are_evicted_after_job_ttl_with_their_files_but_running_ones_nev
                 return;
             }
             assert_eq!(code, 200, "{v}");
-            assert!(start.elapsed() < Duration::from_secs(60), "job {id} never evicted: {v}");
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "job {id} never evicted: {v}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     };
     gone(&quick);
-    assert!(!jobs_dir(&quick).exists(), "the evicted job's files are still there");
+    assert!(
+        !jobs_dir(&quick).exists(),
+        "the evicted job's files are still there"
+    );
     let (code, _) = s.get_text(&format!("/v1/jobs/{quick}/log"));
     assert_eq!(code, 404);
     // `long` started before `quick` ended: it has run longer than job_ttl.
@@ -307,6 +349,9 @@ fn the_timeout_counts_from_the_start_of_execution_not_from_queue_wait() {
     assert_eq!(status(&j), "timed_out", "{j}");
     assert_eq!(j["exit_code"], 124, "{j}");
     for p in &ids {
-        assert!(!alive(*p), "process {p} of the timed-out job is still running");
+        assert!(
+            !alive(*p),
+            "process {p} of the timed-out job is still running"
+        );
     }
 }

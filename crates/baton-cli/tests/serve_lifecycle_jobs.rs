@@ -44,7 +44,10 @@ fn cancel_queued_running_finished_and_unknown_jobs() {
     let stubborn = s.submit(json!({
         "prompt": format!("trap '' TERM; echo $$ > {t}/s.pid; sleep 300 & echo $! > {t}/s.bg; wait")
     }));
-    let pids = [read_pid(format!("{t}/s.pid")), read_pid(format!("{t}/s.bg"))];
+    let pids = [
+        read_pid(format!("{t}/s.pid")),
+        read_pid(format!("{t}/s.bg")),
+    ];
     let queued = s.submit(json!({"prompt": format!("echo ran > {t}/q.ran")}));
 
     let (code, j) = s.delete(&format!("/v1/jobs/{queued}"));
@@ -58,13 +61,19 @@ fn cancel_queued_running_finished_and_unknown_jobs() {
     assert_eq!(code, 200, "{j}");
     assert_eq!(status(&j), "cancelled", "{j}");
     for p in pids {
-        assert!(!alive(p), "process {p} of the cancelled job is still running");
+        assert!(
+            !alive(p),
+            "process {p} of the cancelled job is still running"
+        );
     }
 
     // FIFO: had the cancelled job been run, it would have run before this.
     let after = s.submit(json!({"prompt": "echo after"}));
     assert_eq!(status(&s.wait_final(&after)), "succeeded");
-    assert!(!Path::new(&format!("{t}/q.ran")).exists(), "a cancelled queued job ran");
+    assert!(
+        !Path::new(&format!("{t}/q.ran")).exists(),
+        "a cancelled queued job ran"
+    );
     assert_eq!(status(&s.job(&queued)), "cancelled");
 
     let (code, j) = s.delete(&format!("/v1/jobs/{after}"));
@@ -132,11 +141,19 @@ impl Repo {
         std::fs::write(base.join("a.txt"), "one\n").unwrap();
         git(root, &base, &["add", "."]);
         git(root, &base, &["commit", "-qm", "init"]);
-        git(root, &base, &["remote", "add", "origin", remote.to_str().unwrap()]);
+        git(
+            root,
+            &base,
+            &["remote", "add", "origin", remote.to_str().unwrap()],
+        );
         git(root, &base, &["push", "-q", "origin", "main"]);
         git(root, &base, &["fetch", "-q", "origin"]);
         // Someone pushes after the base was cloned: the base is stale.
-        git(root, root, &["clone", "-q", remote.to_str().unwrap(), "other"]);
+        git(
+            root,
+            root,
+            &["clone", "-q", remote.to_str().unwrap(), "other"],
+        );
         let other = root.join("other");
         std::fs::write(other.join("b.txt"), "two\n").unwrap();
         git(root, &other, &["add", "."]);
@@ -184,21 +201,31 @@ fn each_job_runs_in_its_own_workspace_which_is_removed_afterwards() {
     let t = s.tmp();
     let a = s.submit(json!({"prompt": recording(&t, "a", 0)}));
     let b = s.submit(json!({"prompt": recording(&t, "b", 3)}));
-    let x = s.submit(json!({"prompt": recording(&t, "x", 0), "workspace": {"branch": "feature/x"}}));
+    let x =
+        s.submit(json!({"prompt": recording(&t, "x", 0), "workspace": {"branch": "feature/x"}}));
     let mut cwds = Vec::new();
     for (id, name) in [(&a, "a"), (&b, "b"), (&x, "x")] {
         // All three run at once, each in its own workspace.
         let cwd = wait_for_file(Path::new(&format!("{t}/{name}.branch")));
         assert!(!cwd.is_empty());
-        let cwd = PathBuf::from(std::fs::read_to_string(format!("{t}/{name}.cwd")).unwrap().trim());
+        let cwd = PathBuf::from(
+            std::fs::read_to_string(format!("{t}/{name}.cwd"))
+                .unwrap()
+                .trim(),
+        );
         let j = s.wait_job(id, Duration::from_secs(30), |j| !j["workspace"].is_null());
         assert_eq!(status(&j), "running", "{j}");
         assert_eq!(
-            Path::new(j["workspace"].as_str().unwrap()).canonicalize().unwrap(),
+            Path::new(j["workspace"].as_str().unwrap())
+                .canonicalize()
+                .unwrap(),
             cwd.canonicalize().unwrap(),
             "{j}"
         );
-        assert_ne!(cwd.canonicalize().unwrap(), repo.base.canonicalize().unwrap());
+        assert_ne!(
+            cwd.canonicalize().unwrap(),
+            repo.base.canonicalize().unwrap()
+        );
         // The setup ran in the workspace, before the command.
         let setup = std::fs::read_to_string(format!("{t}/{name}.setup")).unwrap();
         assert_eq!(setup.trim(), cwd.display().to_string());
@@ -209,7 +236,11 @@ fn each_job_runs_in_its_own_workspace_which_is_removed_afterwards() {
         let want = if name == "x" { "feature/x" } else { "HEAD" };
         assert_eq!(branch.trim(), want, "job {name}");
         let head = std::fs::read_to_string(format!("{t}/{name}.head")).unwrap();
-        assert_eq!(head.trim(), repo.head, "job {name} did not start at the remote's main");
+        assert_eq!(
+            head.trim(),
+            repo.head,
+            "job {name} did not start at the remote's main"
+        );
         cwds.push(cwd);
     }
     cwds.sort();
@@ -240,13 +271,20 @@ fn a_failing_setup_fails_the_job_without_running_its_command() {
     let j = s.wait_final(&id);
     assert_eq!(status(&j), "failed", "{j}");
     assert!(j["error"].as_str().unwrap_or("").contains("setup"), "{j}");
-    assert!(!Path::new(&format!("{t}/ran")).exists(), "the command ran after a failed setup");
+    assert!(
+        !Path::new(&format!("{t}/ran")).exists(),
+        "the command ran after a failed setup"
+    );
     if let Some(w) = j["workspace"].as_str() {
         assert!(!Path::new(w).exists(), "workspace {w} was not removed");
     }
     // Nothing is left under the baton dir's workspaces either.
     let out = s.baton(&["workspace", "list", "--json"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let listed = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(!listed.contains(&id), "workspace still listed: {listed}");
 }
@@ -301,11 +339,18 @@ fn overload_answers_202_or_429_never_exceeds_the_queue_depth_and_runs_every_acce
             })
         })
         .collect();
-    let results: Vec<_> = submitters.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let results: Vec<_> = submitters
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
     done.store(true, Ordering::SeqCst);
     let polls = monitor.join().unwrap();
     assert!(polls > 0);
-    assert!(max_seen.load(Ordering::SeqCst) <= 5, "active + queued reached {}", max_seen.load(Ordering::SeqCst));
+    assert!(
+        max_seen.load(Ordering::SeqCst) <= 5,
+        "active + queued reached {}",
+        max_seen.load(Ordering::SeqCst)
+    );
 
     let mut accepted = Vec::new();
     let mut refused = 0;
@@ -314,7 +359,11 @@ fn overload_answers_202_or_429_never_exceeds_the_queue_depth_and_runs_every_acce
             202 => accepted.push(body["id"].as_str().unwrap().to_string()),
             429 => {
                 refused += 1;
-                let secs: u64 = retry.as_deref().expect("429 without Retry-After").parse().unwrap();
+                let secs: u64 = retry
+                    .as_deref()
+                    .expect("429 without Retry-After")
+                    .parse()
+                    .unwrap();
                 assert!(secs >= 1, "Retry-After {secs}");
                 assert!(body["error"]["message"].as_str().is_some(), "{body}");
             }
@@ -361,10 +410,16 @@ fn kill9_during_a_workspace_job_removes_its_workspace_and_the_retry_gets_a_fresh
     s.kill9();
 
     s.spawn();
-    assert!(!alive(bg), "process {bg} of the interrupted run is still running");
+    assert!(
+        !alive(bg),
+        "process {bg} of the interrupted run is still running"
+    );
     let j = s.wait_final(&id);
     assert_eq!(status(&j), "succeeded", "{j}");
-    assert!(!Path::new(&format!("{t}/reused")).exists(), "the retry reused the old workspace");
+    assert!(
+        !Path::new(&format!("{t}/reused")).exists(),
+        "the retry reused the old workspace"
+    );
     let second = PathBuf::from(wait_for_file(Path::new(&format!("{t}/cwd2"))).trim());
     for w in [&first, &second] {
         assert!(!w.exists(), "workspace {} was not removed", w.display());
@@ -379,7 +434,15 @@ fn cancel_reaches_a_job_waiting_for_its_group_behind_a_cli_run() {
     let s = Server::start(&sh_config(""), &[]);
     let t = s.tmp();
     let mut cli = s
-        .baton(&["run", "--group", "issue/42", "--", "sh", "-c", &format!("echo x > {t}/cli.started; sleep 300")])
+        .baton(&[
+            "run",
+            "--group",
+            "issue/42",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo x > {t}/cli.started; sleep 300"),
+        ])
         .stdin(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -389,7 +452,10 @@ fn cancel_reaches_a_job_waiting_for_its_group_behind_a_cli_run() {
     let (code, j) = s.delete(&format!("/v1/jobs/{id}"));
     assert_eq!(code, 200, "{j}");
     assert_eq!(status(&j), "cancelled", "{j}");
-    assert!(cli.try_wait().unwrap().is_none(), "the CLI run was disturbed");
+    assert!(
+        cli.try_wait().unwrap().is_none(),
+        "the CLI run was disturbed"
+    );
     // TERM: the CLI run stops its whole group.
     let pid = rustix::process::Pid::from_raw(cli.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
@@ -397,7 +463,10 @@ fn cancel_reaches_a_job_waiting_for_its_group_behind_a_cli_run() {
     // The cancelled job never runs, even once the group is free.
     let after = s.submit(json!({"prompt": "true", "group": "issue/42"}));
     assert_eq!(status(&s.wait_final(&after)), "succeeded");
-    assert!(!Path::new(&format!("{t}/job.ran")).exists(), "a cancelled job ran");
+    assert!(
+        !Path::new(&format!("{t}/job.ran")).exists(),
+        "a cancelled job ran"
+    );
     let (_, h) = s.get("/health");
     assert_eq!(h["active"], 0, "{h}");
 }
