@@ -114,18 +114,13 @@ impl Service {
     /// Jobs that were running when the previous instance died: their
     /// leftover processes are stopped, their workspaces removed, and they
     /// are marked interrupted (or queued again, per template).
+    ///
+    /// In that order: a job is marked only once nothing of it runs, so an
+    /// instance killed in the middle of recovering (a stopping process may
+    /// take `grace`) leaves the job running in the store, with its process
+    /// group, for the next start to stop.
     async fn recover(self: &Arc<Service>) -> Result<(), StoreError> {
-        let config = Arc::clone(&self.config);
-        let retry = move |template: &str| {
-            config
-                .templates
-                .get(template)
-                .is_some_and(|t| t.retry_on_interrupt)
-        };
-        let recovered = self.store.recover(&self.node, &retry, now_ms()).await?;
-        for r in recovered {
-            let job = r.job;
-            tracing::warn!(job = %job.spec.id, requeued = r.requeued, "job interrupted by the previous instance's end");
+        for job in self.running_here().await? {
             let dir = self.dir.clone();
             let group = job.process_group;
             let id = job.spec.id.clone();
@@ -151,7 +146,43 @@ impl Service {
             })
             .await;
         }
+        let config = Arc::clone(&self.config);
+        let retry = move |template: &str| {
+            config
+                .templates
+                .get(template)
+                .is_some_and(|t| t.retry_on_interrupt)
+        };
+        let recovered = self.store.recover(&self.node, &retry, now_ms()).await?;
+        for r in recovered {
+            tracing::warn!(job = %r.job.spec.id, requeued = r.requeued, "job interrupted by the previous instance's end");
+        }
         Ok(())
+    }
+
+    /// The jobs the store says run on this node (at start: left by the
+    /// previous instance).
+    async fn running_here(&self) -> Result<Vec<Job>, StoreError> {
+        let mut found = Vec::new();
+        let mut filter = crate::model::ListFilter {
+            status: Some(JobStatus::Running),
+            group: None,
+            limit: 500,
+            before_seq: None,
+        };
+        loop {
+            let page = self.store.list(&filter).await?;
+            let last = page.last().map(|j| j.seq);
+            let full = page.len() == filter.limit as usize;
+            found.extend(
+                page.into_iter()
+                    .filter(|j| j.node.as_deref() == Some(self.node.as_str())),
+            );
+            match (full, last) {
+                (true, Some(seq)) => filter.before_seq = Some(seq),
+                _ => return Ok(found),
+            }
+        }
     }
 
     /// The scheduler: claims jobs while slots are free, then sleeps until
