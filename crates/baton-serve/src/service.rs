@@ -124,7 +124,16 @@ impl Service {
             let dir = self.dir.clone();
             let group = job.process_group;
             let id = job.spec.id.clone();
-            let had_workspace = job.workspace.is_some();
+            // Its workspace (id = job id) may exist without being recorded
+            // (killed between creating it and starting the command): look
+            // it up by id whenever the job could have had one.
+            let had_workspace = job.workspace.is_some()
+                || (job.spec.command.is_none()
+                    && self
+                        .config
+                        .templates
+                        .get(&job.spec.template)
+                        .is_some_and(|t| t.workspace.is_some()));
             let _ = tokio::task::spawn_blocking(move || {
                 if let Some(g) = group {
                     baton_proc::terminate_group(
@@ -136,7 +145,7 @@ impl Service {
                         Duration::from_millis(g.grace_ms),
                     );
                 }
-                if had_workspace {
+                if had_workspace && baton_git::get(&dir, &id).is_ok() {
                     let _ = baton_git::remove(
                         &dir,
                         &id,
