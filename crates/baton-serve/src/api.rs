@@ -459,6 +459,11 @@ pub async fn job_log(
 
 /// Streams a job's output file from the start until the job has ended
 /// (and everything it wrote has been sent).
+///
+/// While the job runs, the stream sleeps on the job's own watch channels
+/// (kept across wake-ups, so that a value already seen does not wake it
+/// again) and on a slow safety tick; a queued job is looked at in the store
+/// every 250 ms.
 pub fn follow(
     service: AppState,
     id: String,
@@ -470,10 +475,26 @@ pub fn follow(
         path: std::path::PathBuf,
         offset: u64,
         ended: bool,
+        /// The running job's channels, once seen; `None` again once it is done.
+        live: Option<crate::service::Live>,
+        /// Whether its stdout channel still has a sender.
+        stdout_open: bool,
     }
-    let st = St { service, id, path, offset: 0, ended: false };
+    let st = St {
+        service,
+        id,
+        path,
+        offset: 0,
+        ended: false,
+        live: None,
+        stdout_open: true,
+    };
     futures_util::stream::unfold(st, |mut st| async move {
         loop {
+            // Whatever the channel says now is covered by the read below.
+            if let Some(live) = st.live.as_mut() {
+                live.stdout.borrow_and_update();
+            }
             let chunk = match output::read_from(&st.path, st.offset, 64 * 1024) {
                 Ok(c) => c,
                 Err(e) => return Some((Err(e), St { ended: true, ..st })),
@@ -485,26 +506,39 @@ pub fn follow(
             if st.ended {
                 return None;
             }
-            // Nothing new: has the job ended? Then one last read.
-            match st.service.live(&st.id) {
-                Some(mut live) => {
-                    let mut done = live.done.clone();
-                    tokio::select! {
-                        _ = live.stdout.changed() => {}
-                        _ = done.wait_for(|d| *d) => {}
-                        _ = tokio::time::sleep(Duration::from_millis(250)) => {}
-                    }
+            if st.live.is_none() {
+                st.live = st.service.live(&st.id);
+                st.stdout_open = true;
+            }
+            let done = st.live.as_ref().map_or(true, |l| *l.done.borrow());
+            if done {
+                // Not running here (queued, ended, or on another node), or
+                // just ended: the store says whether it has ended.
+                st.live = None;
+                let final_now = match st.service.store.get(&st.id).await {
+                    Ok(Some(j)) => j.status.is_final(),
+                    _ => true,
+                };
+                if final_now {
+                    st.ended = true;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
                 }
-                None => {
-                    let final_now = match st.service.store.get(&st.id).await {
-                        Ok(Some(j)) => j.status.is_final(),
-                        _ => true,
-                    };
-                    if final_now {
-                        st.ended = true;
-                    } else {
-                        tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
+            }
+            if let Some(live) = st.live.as_mut() {
+                let mut done_rx = live.done.clone();
+                let stdout_open = st.stdout_open;
+                let stdout = &mut live.stdout;
+                tokio::select! {
+                    r = stdout.changed(), if stdout_open => {
+                        // The sender is gone once the command has ended.
+                        if r.is_err() {
+                            st.stdout_open = false;
+                        }
                     }
+                    _ = done_rx.wait_for(|d| *d) => {}
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 }
             }
         }
