@@ -245,7 +245,11 @@ pub fn run(args: JobArgs) -> u8 {
             Ok(job) => {
                 match job.status {
                     JobStatus::Cancelled => println!("job {}: cancelled", job.id),
-                    s => println!("job {}: ended {} before it was cancelled", job.id, s.as_str()),
+                    s => println!(
+                        "job {}: ended {} before it was cancelled",
+                        job.id,
+                        s.as_str()
+                    ),
                 }
                 0
             }
@@ -365,10 +369,10 @@ fn ms(v: Option<i64>) -> String {
         None => "-".to_string(),
         Some(ms) if ms < 1000 => format!("{}ms", ms.max(0)),
         Some(ms) if ms < 60_000 => format!("{:.1}s", ms as f64 / 1000.0),
-        Some(ms) => humantime::format_duration(Duration::from_secs(
-            u64::try_from(ms / 1000).unwrap_or(0),
-        ))
-        .to_string(),
+        Some(ms) => {
+            humantime::format_duration(Duration::from_secs(u64::try_from(ms / 1000).unwrap_or(0)))
+                .to_string()
+        }
     }
 }
 

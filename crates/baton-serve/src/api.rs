@@ -66,7 +66,11 @@ impl ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
         tracing::error!(error = %e, "store error");
-        let mut err = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string());
+        let mut err = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            e.to_string(),
+        );
         err.retry_after = Some(1);
         err
     }
@@ -95,7 +99,11 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(
         } else {
             "invalid_body"
         };
-        ApiError::new(status, code, format!("cannot read the request body: {}", r.body_text()))
+        ApiError::new(
+            status,
+            code,
+            format!("cannot read the request body: {}", r.body_text()),
+        )
     })?;
     serde_json::from_slice(&bytes).map_err(|e| ApiError::bad(format!("invalid JSON body: {e}")))
 }
@@ -150,13 +158,19 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
             ));
         }
         if cmd.is_empty() || cmd[0].is_empty() {
-            return Err(ApiError::bad("invalid field 'command': it must name a program"));
+            return Err(ApiError::bad(
+                "invalid field 'command': it must name a program",
+            ));
         }
     } else if template.is_none() {
         let known: Vec<&str> = config.templates.keys().map(String::as_str).collect();
         return Err(ApiError::bad(format!(
             "invalid field 'template': no template '{template_name}' (configured: {})",
-            if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
         )));
     }
     if let Some(g) = &req.group {
@@ -172,7 +186,9 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
                 ))
             })?;
             if req.group.is_none() {
-                return Err(ApiError::bad("invalid field 'mode': a mode needs a 'group'"));
+                return Err(ApiError::bad(
+                    "invalid field 'mode': a mode needs a 'group'",
+                ));
             }
             mode
         }
@@ -246,8 +262,7 @@ fn valid_branch(b: &str) -> bool {
         && !b.contains("..")
         && !b.contains("//")
         && !b.contains("@{")
-        && b
-            .chars()
+        && b.chars()
             .all(|c| c.is_ascii_alphanumeric() || "._/-+".contains(c))
 }
 
@@ -262,8 +277,16 @@ pub async fn submit(service: &Service, job: NewJob) -> Result<(Job, u64), ApiErr
         e.retry_after = Some(5);
         return Err(e);
     }
-    match service.store.submit(job, service.config.max_queue_depth).await? {
-        Submitted::Queued { job, position, superseded } => {
+    match service
+        .store
+        .submit(job, service.config.max_queue_depth)
+        .await?
+    {
+        Submitted::Queued {
+            job,
+            position,
+            superseded,
+        } => {
             if !superseded.is_empty() {
                 tracing::info!(job = %job.spec.id, superseded = ?superseded, "queued jobs superseded");
             }
@@ -370,7 +393,9 @@ pub async fn list_jobs(
     let status = match q.status.as_deref() {
         None | Some("") => None,
         Some(s) => Some(JobStatus::parse(s).ok_or_else(|| {
-            ApiError::bad(format!("invalid parameter 'status': '{s}' is not a job status"))
+            ApiError::bad(format!(
+                "invalid parameter 'status': '{s}' is not a job status"
+            ))
         })?),
     };
     let limit = q.limit.unwrap_or(50);
@@ -380,7 +405,9 @@ pub async fn list_jobs(
     let before_seq = match q.cursor.as_deref() {
         None | Some("") => None,
         Some(c) => Some(c.parse::<i64>().map_err(|_| {
-            ApiError::bad(format!("invalid parameter 'cursor': '{c}' (use next_cursor of the previous page)"))
+            ApiError::bad(format!(
+                "invalid parameter 'cursor': '{c}' (use next_cursor of the previous page)"
+            ))
         })?),
     };
     let jobs = service
@@ -439,7 +466,11 @@ pub async fn job_log(
     let stream = match q.stream.as_deref() {
         None | Some("stdout") => Stream::Stdout,
         Some("stderr") => Stream::Stderr,
-        Some(s) => return Err(ApiError::bad(format!("invalid parameter 'stream': '{s}' (use stdout or stderr)"))),
+        Some(s) => {
+            return Err(ApiError::bad(format!(
+                "invalid parameter 'stream': '{s}' (use stdout or stderr)"
+            )))
+        }
     };
     let job = service
         .store
@@ -449,8 +480,13 @@ pub async fn job_log(
     let path = service.files(&id).stream(stream);
     let text = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
     if !q.follow.unwrap_or(false) || job.status.is_final() {
-        let all = output::read_from(&path, 0, u64::MAX)
-            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "io", format!("cannot read the job's log: {e}")))?;
+        let all = output::read_from(&path, 0, u64::MAX).map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "io",
+                format!("cannot read the job's log: {e}"),
+            )
+        })?;
         return Ok((text, all).into_response());
     }
     let body = Body::from_stream(follow(service, id, path));
@@ -558,7 +594,11 @@ pub async fn health(State(service): State<AppState>) -> Response {
                 "queued": c.queued,
                 "capacity": capacity,
             });
-            let code = if draining { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+            let code = if draining {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::OK
+            };
             (code, Json(body)).into_response()
         }
         Err(e) => (
@@ -584,7 +624,10 @@ pub async fn metrics(State(service): State<AppState>) -> Result<Response, ApiErr
         .metrics
         .render(&by_status, counts, service.config.max_concurrency);
     Ok((
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         text,
     )
         .into_response())

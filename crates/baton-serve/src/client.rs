@@ -65,7 +65,9 @@ pub enum ClientError {
         hint: &'static str,
     },
     /// 429 or 503: full, or shutting down; try again later.
-    #[error("the job service at {server} cannot take the job now: {message}; retry in {retry_after} s")]
+    #[error(
+        "the job service at {server} cannot take the job now: {message}; retry in {retry_after} s"
+    )]
     Busy {
         /// The server.
         server: String,
@@ -377,7 +379,10 @@ impl Client {
     /// The job `id`, with its output's tail.
     pub fn job(&self, id: &str) -> Result<Job, ClientError> {
         let resp = self
-            .auth(self.agent.get(format!("{}/v1/jobs/{}", self.base, path_segment(id))))
+            .auth(
+                self.agent
+                    .get(format!("{}/v1/jobs/{}", self.base, path_segment(id))),
+            )
             .call()
             .map_err(|e| self.transport(e))?;
         self.json(resp)
@@ -407,7 +412,10 @@ impl Client {
     /// afterwards (it may have ended otherwise meanwhile).
     pub fn cancel(&self, id: &str) -> Result<Job, ClientError> {
         let resp = self
-            .auth(self.agent.delete(format!("{}/v1/jobs/{}", self.base, path_segment(id))))
+            .auth(
+                self.agent
+                    .delete(format!("{}/v1/jobs/{}", self.base, path_segment(id))),
+            )
             .call()
             .map_err(|e| self.transport(e))?;
         self.json(resp)
@@ -478,12 +486,13 @@ impl Client {
         skip: u64,
         out: &mut dyn Write,
     ) -> Result<u64, ClientError> {
-        let agent = if follow { &self.stream_agent } else { &self.agent };
-        let mut req = self.auth(agent.get(format!(
-            "{}/v1/jobs/{}/log",
-            self.base,
-            path_segment(id)
-        )));
+        let agent = if follow {
+            &self.stream_agent
+        } else {
+            &self.agent
+        };
+        let mut req =
+            self.auth(agent.get(format!("{}/v1/jobs/{}/log", self.base, path_segment(id))));
         if follow {
             req = req.query("follow", "true");
         }
@@ -656,6 +665,12 @@ mod tests {
         assert_eq!(job(JobStatus::Superseded, Some(143)).exit_code(), 79);
         assert_eq!(job(JobStatus::Skipped, Some(75)).exit_code(), 75);
         assert_eq!(job(JobStatus::Interrupted, None).exit_code(), 125);
+    }
+
+    #[test]
+    fn the_contract_names_every_job_status_in_order() {
+        let ours: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(ours, baton_contract::json::JOB_STATUSES);
     }
 
     #[test]
