@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! `baton job ...`, the CLI client of the job service, against a real
 //! `baton serve` on 127.0.0.1; and groups shared by jobs and `baton run
 //! --group` on the same baton dir (one group namespace per baton dir).
