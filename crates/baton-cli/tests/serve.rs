@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! The job service's scheduling: concurrency, FIFO, timeouts, limits, cancel
 //! — a real `baton serve` on 127.0.0.1 running real commands.
 
@@ -39,7 +40,10 @@ fn two_concurrent_jobs_both_run_and_a_third_waits_in_fifo_order() {
     assert_eq!(s.job(&c)["status"], "queued");
     assert_eq!(s.job(&d)["status"], "queued");
     let (_, h) = s.get("/health");
-    assert_eq!(h, json!({"status": "ok", "busy": true, "active": 2, "queued": 2, "capacity": 2}));
+    assert_eq!(
+        h,
+        json!({"status": "ok", "busy": true, "active": 2, "queued": 2, "capacity": 2})
+    );
     // b ends first: c (the older) takes its slot, not d.
     std::fs::write(format!("{t}/go.b"), "").unwrap();
     wait_for_file(std::path::Path::new(&format!("{t}/start.c")));

@@ -220,7 +220,13 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         let supervisor = Supervisor::new(setup);
         control.attach(supervisor.canceller());
         let done = supervisor.run_with(|started| {
-            record_command(started, grace_ms, &guards, member.as_ref(), req.on_start.as_ref());
+            record_command(
+                started,
+                grace_ms,
+                &guards,
+                member.as_ref(),
+                req.on_start.as_ref(),
+            );
         });
         if !matches!(&done, Ok(f) if f.outcome == Outcome::Exited(0)) {
             tracing::debug!(run_id = %run_id, "setup command failed; the command does not run");
@@ -234,7 +240,13 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
             let supervisor = Supervisor::new(spec);
             control.attach(supervisor.canceller());
             supervisor.run_with(|started| {
-                record_command(started, grace_ms, &guards, member.as_ref(), req.on_start.as_ref());
+                record_command(
+                    started,
+                    grace_ms,
+                    &guards,
+                    member.as_ref(),
+                    req.on_start.as_ref(),
+                );
             })
         }
     };

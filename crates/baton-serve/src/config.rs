@@ -286,8 +286,7 @@ fn template(name: &str, t: FileTemplate) -> Result<Template, ConfigError> {
             field("command")
         )));
     }
-    if t
-        .command
+    if t.command
         .iter()
         .any(|a| a.contains("{prompt}") && a != "{prompt}")
     {
@@ -304,7 +303,10 @@ fn template(name: &str, t: FileTemplate) -> Result<Template, ConfigError> {
                 field("env")
             )));
         }
-        env.push((k, expand_env(&v).map_err(|e| ConfigError(format!("invalid {}: {e}", field("env"))))?));
+        env.push((
+            k,
+            expand_env(&v).map_err(|e| ConfigError(format!("invalid {}: {e}", field("env"))))?,
+        ));
     }
     let timeout = match t.timeout.as_deref() {
         None => None,

@@ -41,12 +41,12 @@ pub struct Hooks {
     pub stdout_progress: watch::Sender<u64>,
 }
 
+/// A job's argv and the environment variables it adds.
+pub type CommandAndEnv = (Vec<OsString>, Vec<(OsString, OsString)>);
+
 /// The argv, environment and working directory of a job, from its template
 /// (or its raw command, where allowed).
-pub fn command_for(
-    job: &Job,
-    template: Option<&Template>,
-) -> Result<(Vec<OsString>, Vec<(OsString, OsString)>), String> {
+pub fn command_for(job: &Job, template: Option<&Template>) -> Result<CommandAndEnv, String> {
     let prompt = job.spec.prompt.clone().unwrap_or_default();
     let mut env: Vec<(OsString, OsString)> = vec![
         ("BATON_PROMPT".into(), prompt.clone().into()),
@@ -147,7 +147,10 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
             wait: WaitPolicy::Forever,
         });
     }
-    match (template.and_then(|t| t.workspace.as_ref()), job.spec.command.is_some()) {
+    match (
+        template.and_then(|t| t.workspace.as_ref()),
+        job.spec.command.is_some(),
+    ) {
         (Some(w), false) => {
             let mut ws = baton_git::WorkspaceRequest::new(&w.repo);
             ws.strategy = w.strategy;
@@ -246,10 +249,7 @@ fn finish_of(
         ),
         Outcome::Exited(0) => (JobStatus::Succeeded, None),
         Outcome::Exited(c) => (JobStatus::Failed, Some(format!("exited with {c}"))),
-        Outcome::Signaled(s) => (
-            JobStatus::Failed,
-            Some(format!("killed by signal {s}")),
-        ),
+        Outcome::Signaled(s) => (JobStatus::Failed, Some(format!("killed by signal {s}"))),
         Outcome::TimedOut => (
             JobStatus::TimedOut,
             Some("timed out (counted from the start of execution)".to_string()),

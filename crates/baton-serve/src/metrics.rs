@@ -73,13 +73,24 @@ impl Metrics {
         let mut out = String::new();
         out.push_str("# HELP baton_jobs Jobs in the store, by status.\n# TYPE baton_jobs gauge\n");
         for st in JobStatus::ALL {
-            let n = by_status.iter().find(|(s, _)| *s == st).map_or(0, |(_, n)| *n);
+            let n = by_status
+                .iter()
+                .find(|(s, _)| *s == st)
+                .map_or(0, |(_, n)| *n);
             let _ = writeln!(out, "baton_jobs{{status=\"{}\"}} {n}", st.as_str());
         }
         out.push_str("# HELP baton_jobs_ended_total Jobs that ended since the service started, by status.\n# TYPE baton_jobs_ended_total counter\n");
         for st in JobStatus::ALL.into_iter().filter(|s| s.is_final()) {
-            let n = m.ended.iter().find(|(s, _)| *s == st).map_or(0, |(_, n)| *n);
-            let _ = writeln!(out, "baton_jobs_ended_total{{status=\"{}\"}} {n}", st.as_str());
+            let n = m
+                .ended
+                .iter()
+                .find(|(s, _)| *s == st)
+                .map_or(0, |(_, n)| *n);
+            let _ = writeln!(
+                out,
+                "baton_jobs_ended_total{{status=\"{}\"}} {n}",
+                st.as_str()
+            );
         }
         let _ = writeln!(out, "# HELP baton_jobs_active Jobs running now.\n# TYPE baton_jobs_active gauge\nbaton_jobs_active {}", counts.running);
         let _ = writeln!(out, "# HELP baton_jobs_queued Jobs waiting for a slot.\n# TYPE baton_jobs_queued gauge\nbaton_jobs_queued {}", counts.queued);

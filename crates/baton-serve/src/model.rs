@@ -238,6 +238,7 @@ pub fn now_ms() -> i64 {
 
 /// `ms` since the epoch as RFC 3339 (UTC, milliseconds).
 pub fn rfc3339(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    let t =
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_millis(t).to_string()
 }

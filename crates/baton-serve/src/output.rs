@@ -153,7 +153,9 @@ fn copy_capped(mut from: File, to: &mut File, cap: u64, progress: &watch::Sender
         dropped += (n - keep) as u64;
     }
     if dropped > 0 {
-        let note = format!("\n[baton: output truncated: {dropped} bytes beyond the {cap}-byte cap were dropped]\n");
+        let note = format!(
+            "\n[baton: output truncated: {dropped} bytes beyond the {cap}-byte cap were dropped]\n"
+        );
         if to.write_all(note.as_bytes()).is_ok() {
             progress.send_replace(written + note.len() as u64);
         }

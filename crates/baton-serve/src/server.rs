@@ -47,8 +47,7 @@ pub enum ServeError {
 
 /// Runs the service until SIGTERM or SIGINT, then drains and returns.
 pub fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
-    let name = LockName::new("serve/instance")
-        .map_err(|e| ServeError::Instance(e.to_string()))?;
+    let name = LockName::new("serve/instance").map_err(|e| ServeError::Instance(e.to_string()))?;
     let _instance = baton_lock::acquire(
         &dir,
         &LockRequest::new(name)
@@ -78,7 +77,10 @@ pub async fn serve(config: Config, dir: BatonDir) -> Result<(), ServeError> {
     service.start().await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|source| ServeError::Bind { addr: listen, source })?;
+        .map_err(|source| ServeError::Bind {
+            addr: listen,
+            source,
+        })?;
     let local = listener.local_addr().map_err(ServeError::Runtime)?;
     tracing::info!(address = %local, "listening");
     // The one line a supervisor (or a test) waits for.
@@ -146,7 +148,11 @@ pub fn router(service: AppState) -> Router {
         .merge(crate::dashboard::page_routes())
         .merge(protected)
         .fallback(|| async {
-            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route (see /openapi.json)")
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such route (see /openapi.json)",
+            )
         })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(service)

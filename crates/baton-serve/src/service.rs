@@ -142,7 +142,11 @@ impl Service {
                     );
                 }
                 if had_workspace {
-                    let _ = baton_git::remove(&dir, &id, baton_lock::WaitPolicy::AtMost(Duration::from_secs(30)));
+                    let _ = baton_git::remove(
+                        &dir,
+                        &id,
+                        baton_lock::WaitPolicy::AtMost(Duration::from_secs(30)),
+                    );
                 }
             })
             .await;
@@ -191,10 +195,7 @@ impl Service {
         let service = Arc::clone(self);
         tokio::spawn(async move {
             let id = job.spec.id.clone();
-            let queue_wait = job
-                .started_at
-                .map(|s| s - job.spec.created_at)
-                .unwrap_or(0);
+            let queue_wait = job.started_at.map(|s| s - job.spec.created_at).unwrap_or(0);
             let handle = tokio::runtime::Handle::current();
             let store = Arc::clone(&service.store);
             let recorder_id = id.clone();
@@ -220,7 +221,11 @@ impl Service {
                 shutting_down: Arc::clone(&service.shutting_down),
             };
             let ran = job.clone();
-            let finish = match tokio::task::spawn_blocking(move || run_job(&ctx, &ran, control, hooks)).await {
+            let finish = match tokio::task::spawn_blocking(move || {
+                run_job(&ctx, &ran, control, hooks)
+            })
+            .await
+            {
                 Ok(f) => f,
                 Err(e) => Finish {
                     status: JobStatus::Failed,
@@ -267,7 +272,8 @@ impl Service {
     }
 
     async fn evict_periodically(self: Arc<Service>) {
-        let every = (self.config.job_ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(60));
+        let every =
+            (self.config.job_ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(60));
         loop {
             tokio::time::sleep(every).await;
             self.evict().await;
@@ -281,7 +287,7 @@ impl Service {
         match self.store.cancel_queued(id, now_ms()).await? {
             CancelQueued::Cancelled(job) => {
                 self.metrics.finished(0, 0, JobStatus::Cancelled);
-                Ok(Cancelled::Done(*job))
+                Ok(Cancelled::Done(job))
             }
             CancelQueued::Unknown => Ok(Cancelled::Unknown),
             CancelQueued::NotQueued(JobStatus::Running) => {
@@ -293,7 +299,7 @@ impl Service {
                 let wait = self.config.grace + Duration::from_secs(5);
                 let _ = tokio::time::timeout(wait, done.wait_for(|d| *d)).await;
                 match self.store.get(id).await? {
-                    Some(job) => Ok(Cancelled::Done(job)),
+                    Some(job) => Ok(Cancelled::Done(Box::new(job))),
                     None => Ok(Cancelled::Unknown),
                 }
             }
@@ -307,14 +313,20 @@ impl Service {
         self.draining.store(true, Ordering::SeqCst);
         self.wake();
         let deadline = tokio::time::Instant::now() + self.config.drain_timeout;
-        tracing::info!(running = self.active(), "draining: waiting for running jobs");
+        tracing::info!(
+            running = self.active(),
+            "draining: waiting for running jobs"
+        );
         while self.active() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         if self.active() > 0 {
             self.shutting_down.store(true, Ordering::SeqCst);
             let lives: Vec<Live> = self.lives().values().cloned().collect();
-            tracing::warn!(running = lives.len(), "drain timeout: cancelling running jobs");
+            tracing::warn!(
+                running = lives.len(),
+                "drain timeout: cancelling running jobs"
+            );
             for l in &lives {
                 l.control.cancel();
             }
@@ -334,7 +346,7 @@ impl Service {
 #[derive(Debug)]
 pub enum Cancelled {
     /// Cancelled (or ended meanwhile); the job as it is now.
-    Done(Job),
+    Done(Box<Job>),
     /// It had already ended with this status.
     Finished(JobStatus),
     /// Running, but not on this node.

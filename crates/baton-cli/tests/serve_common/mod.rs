@@ -2,6 +2,7 @@
 //! HTTP client for the tests of the job service.
 
 #![allow(dead_code)] // each test file uses a different subset
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -197,7 +198,10 @@ impl Server {
             if let Some(st) = c.try_wait().expect("wait") {
                 return st;
             }
-            assert!(start.elapsed() < limit, "baton serve did not exit after SIGTERM");
+            assert!(
+                start.elapsed() < limit,
+                "baton serve did not exit after SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -227,7 +231,11 @@ pub fn wait_for_file(path: &Path) -> String {
                 return s;
             }
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "{} never appeared", path.display());
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{} never appeared",
+            path.display()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -235,7 +243,12 @@ pub fn wait_for_file(path: &Path) -> String {
 /// Whether process `pid` exists (and is not a zombie).
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Ok(s) => !s
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
         Err(_) => false,
     }
 }

@@ -216,10 +216,11 @@ impl Store for SqliteStore {
                     superseded.push(id?);
                 }
             }
-            let position: i64 =
-                tx.query_row("SELECT COUNT(*) FROM jobs WHERE status = 'queued'", [], |r| {
-                    r.get(0)
-                })?;
+            let position: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM jobs WHERE status = 'queued'",
+                [],
+                |r| r.get(0),
+            )?;
             let stored = get_job(&tx, &job.id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
             tx.commit()?;
             Ok(Submitted::Queued {
@@ -233,7 +234,8 @@ impl Store for SqliteStore {
 
     async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {
         let id = id.to_string();
-        self.with("read a job", move |conn| get_job(conn, &id)).await
+        self.with("read a job", move |conn| get_job(conn, &id))
+            .await
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError> {
@@ -431,7 +433,8 @@ impl Store for SqliteStore {
 
     async fn status_counts(&self) -> Result<Vec<(JobStatus, u64)>, StoreError> {
         self.with("count jobs by status", |conn| {
-            let mut stmt = conn.prepare_cached("SELECT status, COUNT(*) FROM jobs GROUP BY status")?;
+            let mut stmt =
+                conn.prepare_cached("SELECT status, COUNT(*) FROM jobs GROUP BY status")?;
             let rows = stmt.query_map([], |r| {
                 let s: String = r.get(0)?;
                 let n: i64 = r.get(1)?;
