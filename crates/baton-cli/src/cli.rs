@@ -46,6 +46,7 @@ fn token(s: &str) -> Result<u64, InvalidInput> {
   baton state edit tasks.json -- jq '.n += 1'     atomic read-modify-write of a state file
   baton -vv run --lock deploy -- ./deploy.sh      show what baton does and waits for
   baton doctor                                    can baton work here? what to fix, and how
+  baton job submit --wait 'fix the tests'         a job on the job service (`baton serve`)
 
 Exit codes: the command's own code; 75 busy / not acquired; 79 superseded; 124 timed out;
 125 baton failed (bad usage, bad input, I/O); 126 / 127 command not executable / not found.")]
@@ -160,6 +161,21 @@ Flags override the config file. The first line on stdout is
 (503), running ones may finish for drain_timeout, then they are cancelled; queued jobs
 stay for the next start. Exit status: 0 after a drain; 125 if the service could not start.")]
     Serve(ServeArgs),
+
+    /// Submit, inspect, follow and cancel jobs of a job service (`baton serve`).
+    #[command(after_help = "Examples:
+  baton job submit 'fix the failing test'              prints the job's id
+  baton job submit --wait --group issue/42 --mode supersede 'handle the new comment'
+  baton job list --status running
+  baton job log \"$ID\" --follow
+  baton job cancel \"$ID\"
+  BATON_SERVER=http://build-box:7420 BATON_TOKEN=\"$(cat ~/.baton-token)\" baton job list
+
+The service is --server, else $BATON_SERVER, else http://127.0.0.1:7420; its token is read
+from --token-file, else $BATON_TOKEN (never put a token on the command line). Errors: 75 if
+the service is full or shutting down (retry after the time named), 125 if it cannot be
+reached or refuses the request; `submit --wait` exits with the job's code (see its help).")]
+    Job(crate::job_cli::JobArgs),
 
     /// Check that baton can work here and explain what is not right, with remedies.
     #[command(

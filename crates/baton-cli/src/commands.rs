@@ -38,8 +38,13 @@ pub fn main() -> u8 {
         }
         _ => {}
     }
+    // A client of a job service: no baton dir of its own.
+    let command = match cli.command {
+        Command::Job(args) => return crate::job_cli::run(args),
+        other => other,
+    };
     let dir = match BatonDir::locate(cli.dir.as_deref()).and_then(|(path, rule)| {
-        if !matches!(cli.command, Command::Hold) {
+        if !matches!(command, Command::Hold) {
             tracing::info!(path = %path.display(), rule = rule.as_str(), "baton dir ({rule})");
         }
         BatonDir::open(path)
@@ -51,7 +56,7 @@ pub fn main() -> u8 {
         verbose: cli.verbose,
         log_format: cli.log_format,
     };
-    match cli.command {
+    match command {
         Command::Serve(args) => serve(args, dir),
         Command::Run(args) => {
             let group = args.group.map(|key| {
@@ -169,7 +174,9 @@ pub fn main() -> u8 {
         Command::Workspace(cmd) => crate::git_cli::run_workspace(&dir, cmd),
         Command::Git(cmd) => crate::git_cli::run_git(&dir, cmd),
         // Handled above, before the baton dir was resolved.
-        Command::Doctor { .. } | Command::Completions { .. } | Command::Man => BATON_FAILED,
+        Command::Doctor { .. } | Command::Completions { .. } | Command::Man | Command::Job(_) => {
+            BATON_FAILED
+        }
     }
 }
 
@@ -260,7 +267,7 @@ fn lock(dir: &BatonDir, cmd: LockCommand, flags: &CliFlags) -> u8 {
 /// Lets `baton lock status | head` end quietly, as Unix tools do, instead
 /// of failing on a closed pipe. Not used for `run`, whose output is the
 /// command's own.
-fn restore_default_sigpipe() {
+pub(crate) fn restore_default_sigpipe() {
     // SAFETY: setting the disposition of SIGPIPE to its default is
     // async-signal-safe and affects only how this process reacts to writes to
     // a closed pipe; no handler of ours is replaced.

@@ -10,6 +10,7 @@ mod doctor;
 mod duration;
 mod exit_codes;
 mod git_cli;
+mod job_cli;
 mod logging;
 mod output;
 mod state_cli;

@@ -4,6 +4,7 @@
 //! binary, real locks, real git repositories.
 
 mod common;
+mod serve_common;
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -235,4 +236,100 @@ fn exit_codes_are_the_documented_ones() {
     for (c, _) in exit::TABLE {
         assert!((0..=255).contains(c));
     }
+}
+
+/// A job service whose default template runs its prompt with `sh -c`.
+fn job_service() -> serve_common::Server {
+    serve_common::Server::start(
+        "default_template = \"sh\"\nmax_concurrency = 1\nmax_queue_depth = 1\n[templates.sh]\ncommand = [\"sh\", \"-c\", \"{prompt}\"]\ncwd = \"{tmp}\"\n",
+        &[],
+    )
+}
+
+fn job_cmd(s: &serve_common::Server, args: &[&str]) -> std::process::Output {
+    let url = s.url("");
+    s.baton(&["job", "--server", &url])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn job_json_outputs_have_the_documented_fields() {
+    let s = job_service();
+    let queued = json_of(&job_cmd(&s, &["submit", "--json", "echo hi"]));
+    assert_shape(json::JOB_SUBMITTED, &queued);
+    let id = queued["id"].as_str().unwrap().to_string();
+    s.wait_final(&id);
+    let st = json_of(&job_cmd(&s, &["status", &id, "--json"]));
+    assert_shape(json::JOB, &st);
+    assert!(json::JOB_STATUSES.contains(&st["status"].as_str().unwrap()));
+    let waited = json_of(&job_cmd(&s, &["submit", "--wait", "--json", "true"]));
+    assert_shape(json::JOB, &waited);
+    let list = json_of(&job_cmd(&s, &["list", "--limit", "1", "--json"]));
+    assert_shape(json::JOB_LIST, &list);
+    assert_shape(json::JOB_LISTED, &list["jobs"][0]);
+    assert!(list["next_cursor"].is_string(), "{list}");
+    let running = s.submit(serde_json::json!({"prompt": "echo x > started; exec sleep 60"}));
+    serve_common::wait_for_file(&s.path("started"));
+    let cancelled = json_of(&job_cmd(&s, &["cancel", &running, "--json"]));
+    assert_shape(json::JOB_LISTED, &cancelled);
+    assert_eq!(cancelled["status"], "cancelled");
+}
+
+#[test]
+fn job_exit_codes_are_the_documented_ones() {
+    let s = job_service();
+    let wait = |script: &[&str]| code(&job_cmd(&s, &[&["submit", "--wait"], script].concat()));
+    assert_eq!(wait(&["true"]), exit::SUCCESS);
+    assert_eq!(wait(&["exit 9"]), 9);
+    assert_eq!(wait(&["kill -9 $$"]), exit::SIGNALED_BASE + 9);
+    assert_eq!(
+        wait(&["--timeout", "100ms", "exec sleep 60"]),
+        exit::TIMED_OUT
+    );
+    // Skipped: a `baton run` on the service's baton dir holds the group.
+    let mut holder = s
+        .baton(&[
+            "run",
+            "--group",
+            "g",
+            "--mode",
+            "skip",
+            "--",
+            "sh",
+            "-c",
+            "echo x > held; while [ ! -e release ]; do sleep 0.02; done",
+        ])
+        .spawn()
+        .unwrap();
+    serve_common::wait_for_file(&s.path("held"));
+    assert_eq!(
+        wait(&["--group", "g", "--mode", "skip", "true"]),
+        exit::NOT_ACQUIRED
+    );
+    fs::write(s.path("release"), "").unwrap();
+    assert!(holder.wait().unwrap().success());
+    // Full: one job runs, max_queue_depth 1.
+    let id = s.submit(serde_json::json!({"prompt": "echo x > full; exec sleep 60"}));
+    serve_common::wait_for_file(&s.path("full"));
+    assert_eq!(wait(&["true"]), exit::NOT_ACQUIRED);
+    assert_eq!(code(&job_cmd(&s, &["cancel", &id])), exit::SUCCESS);
+    assert_eq!(
+        code(&job_cmd(&s, &["cancel", &id])),
+        exit::BATON_FAILED,
+        "already ended"
+    );
+    assert_eq!(code(&job_cmd(&s, &["status", "nope"])), exit::BATON_FAILED);
+    assert_eq!(
+        code(&job_cmd(&s, &["submit", "--template", "nope", "x"])),
+        exit::BATON_FAILED
+    );
+    let gone = s.url("").replace(&s.addr, "127.0.0.1:1");
+    let unreachable = s
+        .baton(&["job", "--server", &gone, "list"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&unreachable), exit::BATON_FAILED);
 }

@@ -14,6 +14,16 @@
 //! | 125 | [`BATON_FAILED`] | baton itself failed: bad usage, bad input, I/O error |
 //! | 126 | [`NOT_EXECUTABLE`] | the command could not be executed |
 //! | 127 | [`NOT_FOUND`] | the command was not found |
+//!
+//! `baton job submit --wait` (and `--follow`) exits with the job's end in
+//! the same table: succeeded 0; failed, the command's own code (128+N if
+//! killed by signal N; 125 if it has none); timed out [`TIMED_OUT`];
+//! cancelled or superseded [`SUPERSEDED`]; skipped (mode skip, group busy)
+//! [`NOT_ACQUIRED`]; interrupted (the service stopped while it ran)
+//! [`BATON_FAILED`]. Every `baton job` command exits [`NOT_ACQUIRED`] when
+//! the service is full or draining (HTTP 429/503: try again later) and
+//! [`BATON_FAILED`] when it cannot be reached or refuses the request
+//! (401, 400, 403, 404, 409).
 
 /// Success.
 pub const SUCCESS: i32 = 0;
@@ -27,7 +37,8 @@ pub const DOCTOR_WARNINGS: i32 = 1;
 pub const CHANGED_NOT_DURABLE: i32 = 74;
 /// Not acquired: busy, wait elapsed, skipped by the group, stale token or version.
 pub const NOT_ACQUIRED: i32 = 75;
-/// Superseded by a newer run of the group, or cancelled.
+/// Superseded by a newer run of the group, or cancelled (also a job's end
+/// for `baton job submit --wait`).
 pub const SUPERSEDED: i32 = 79;
 /// The command ran past its timeout and was killed.
 pub const TIMED_OUT: i32 = 124;

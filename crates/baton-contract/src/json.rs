@@ -18,6 +18,10 @@
 //! | `workspace gc --json` | `baton_git::GcReport` | object, [`WORKSPACE_GC`] |
 //! | `git push --json` | `baton_git::PushReport` | object, [`GIT_PUSH`] |
 //! | `doctor --json` | the CLI's doctor report | object, [`DOCTOR`]; each of `checks`, [`DOCTOR_CHECK`] |
+//! | `job submit --json` | `baton_serve::client::Queued` | object, [`JOB_SUBMITTED`] |
+//! | `job submit --wait --json`, `job status --json` | `baton_serve::client::Job` | object, [`JOB`] |
+//! | `job cancel --json` | `baton_serve::client::Job` | object, [`JOB_LISTED`] |
+//! | `job list --json` | `baton_serve::client::JobList` | object, [`JOB_LIST`]; each of `jobs`, [`JOB_LISTED`] |
 //!
 //! A holder inside `holders`/`holder`/`last_holder` has the fields [`HOLDER`].
 
@@ -189,6 +193,84 @@ pub const DOCTOR_CHECK: Shape = Shape {
     fields: &["detail", "name", "remedy", "status", "summary"],
 };
 
+/// `baton job submit --json` (without `--wait`): the job as the service
+/// stored it; `status` is `queued`, `position` its 1-based place in the queue.
+pub const JOB_SUBMITTED: Shape = Shape {
+    command: "job submit",
+    fields: &["id", "position", "status"],
+};
+
+/// A job in `baton job list --json` and `job cancel --json`; `status` is
+/// one of [`JOB_STATUSES`], times are RFC 3339, durations milliseconds.
+pub const JOB_LISTED: Shape = Shape {
+    command: "job list (a job)",
+    fields: &[
+        "attempts",
+        "branch",
+        "created_at",
+        "error",
+        "exit_code",
+        "finished_at",
+        "group",
+        "id",
+        "mode",
+        "queue_wait_ms",
+        "run_ms",
+        "started_at",
+        "status",
+        "superseded_by",
+        "template",
+        "timeout_ms",
+        "workspace",
+    ],
+};
+
+/// `baton job status ID --json` and `job submit --wait --json`: a job as
+/// in [`JOB_LISTED`], plus `output` (the tail of its stdout).
+pub const JOB: Shape = Shape {
+    command: "job status ID",
+    fields: &[
+        "attempts",
+        "branch",
+        "created_at",
+        "error",
+        "exit_code",
+        "finished_at",
+        "group",
+        "id",
+        "mode",
+        "output",
+        "queue_wait_ms",
+        "run_ms",
+        "started_at",
+        "status",
+        "superseded_by",
+        "template",
+        "timeout_ms",
+        "workspace",
+    ],
+};
+
+/// `baton job list --json`: `jobs` newest first, `next_cursor` `null` on
+/// the last page.
+pub const JOB_LIST: Shape = Shape {
+    command: "job list",
+    fields: &["jobs", "next_cursor"],
+};
+
+/// A job's `status`, in lifecycle order.
+pub const JOB_STATUSES: &[&str] = &[
+    "queued",
+    "running",
+    "succeeded",
+    "failed",
+    "timed_out",
+    "cancelled",
+    "superseded",
+    "skipped",
+    "interrupted",
+];
+
 /// The checks of `baton doctor`, in the order they run.
 pub const DOCTOR_CHECKS: &[&str] = &[
     "baton_dir",
@@ -221,6 +303,10 @@ pub const ALL: &[Shape] = &[
     GIT_PUSH,
     DOCTOR,
     DOCTOR_CHECK,
+    JOB_SUBMITTED,
+    JOB_LISTED,
+    JOB,
+    JOB_LIST,
 ];
 
 #[cfg(test)]
@@ -236,5 +322,13 @@ mod tests {
                 s.command
             );
         }
+    }
+
+    #[test]
+    fn a_listed_job_is_a_job_without_its_output() {
+        let mut listed: Vec<&str> = JOB_LISTED.fields.to_vec();
+        listed.push("output");
+        listed.sort_unstable();
+        assert_eq!(listed, JOB.fields);
     }
 }

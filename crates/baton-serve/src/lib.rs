@@ -9,8 +9,10 @@
 //! - [`exec`]: running one job.
 //! - [`api`], [`compat`], [`dashboard`]: the HTTP front end.
 //! - [`server`]: `baton serve` itself.
+//! - [`client`]: a blocking client of the service (`baton job ...`).
 
 pub mod api;
+pub mod client;
 pub mod compat;
 pub mod config;
 pub mod dashboard;

@@ -2,6 +2,7 @@
 //! HTTP client for the tests of the job service.
 
 #![allow(dead_code)] // each test file uses a different subset
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
