@@ -17,6 +17,7 @@ pub mod compat;
 pub mod config;
 pub mod dashboard;
 pub mod exec;
+pub mod follow;
 pub mod metrics;
 pub mod model;
 pub mod output;

@@ -400,7 +400,11 @@ fn chunks(
     guard: CancelOnDrop,
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send {
     let path = service.files(&job.spec.id).stream(OutStream::Stdout);
-    let out: ByteStream = Box::pin(api::follow(Arc::clone(&service), job.spec.id.clone(), path));
+    let out: ByteStream = Box::pin(crate::follow::follow(
+        Arc::clone(&service),
+        job.spec.id.clone(),
+        path,
+    ));
     let st = ChunkState {
         service,
         job,
