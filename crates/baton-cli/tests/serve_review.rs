@@ -31,3 +31,30 @@ command = ["sleep", "30"]
         assert_eq!(v["status"], "cancelled", "cancel of {id}: {v}");
     }
 }
+
+/// The store file removed under a running service: the service used to go
+/// on storing (and acknowledging) jobs in the unlinked file, reporting
+/// itself healthy, and lost every one of them at the next start. It must
+/// say it is degraded and refuse jobs instead.
+#[test]
+fn a_store_file_removed_under_the_service_is_reported_not_used() {
+    let mut s = Server::start(
+        r#"
+[templates.echo]
+command = ["echo", "{prompt}"]
+"#,
+        &[],
+    );
+    let id = s.submit(json!({"template": "echo", "prompt": "before"}));
+    s.wait_final(&id);
+    for f in ["serve.db", "serve.db-wal", "serve.db-shm"] {
+        let _ = std::fs::remove_file(s.dir.join(f));
+    }
+    let (code, v) = s.get("/health");
+    assert_eq!(code, 503, "health with the store file gone: {v}");
+    assert_eq!(v["status"], "degraded", "{v}");
+    let (code, v) = s.post("/v1/jobs", &json!({"template": "echo", "prompt": "lost"}));
+    assert_eq!(code, 503, "a submission with the store file gone: {v}");
+    assert_eq!(v["error"]["code"], "store_unavailable", "{v}");
+    s.kill9();
+}
