@@ -58,3 +58,27 @@ command = ["echo", "{prompt}"]
     assert_eq!(v["error"]["code"], "store_unavailable", "{v}");
     s.kill9();
 }
+
+/// The store holds every prompt, yet was created world-readable (0644 with
+/// the usual umask), it and its -wal and -shm files, while the job files
+/// beside it are 0700: a store outside the baton dir exposed prompts.
+#[test]
+fn the_store_file_is_the_owners_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut s = Server::start(
+        r#"
+store = "sqlite://{tmp}/elsewhere/jobs.db"
+[templates.echo]
+command = ["echo", "{prompt}"]
+"#,
+        &[],
+    );
+    let id = s.submit(json!({"template": "echo", "prompt": "a secret"}));
+    s.wait_final(&id);
+    for f in ["jobs.db", "jobs.db-wal", "jobs.db-shm"] {
+        let path = s.tmp.path().join("elsewhere").join(f);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & 0o077, 0, "{} has mode {mode:o}", path.display());
+    }
+    s.kill9();
+}

@@ -3,7 +3,7 @@
 //! one `BEGIN IMMEDIATE` transaction on one connection, run on tokio's
 //! blocking pool.
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -78,6 +78,14 @@ impl SqliteStore {
             std::fs::create_dir_all(parent)
                 .map_err(|e| format!("cannot create '{}': {e}", parent.display()))?;
         }
+        // Prompts are stored: the file (and the -wal and -shm files SQLite
+        // creates with its mode) is the owner's only, wherever it is.
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| format!("cannot create '{}': {e}", path.display()))?;
         let conn = Connection::open(path).map_err(|e| e.to_string())?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(|e| e.to_string())?;
