@@ -82,3 +82,40 @@ command = ["echo", "{prompt}"]
     }
     s.kill9();
 }
+
+/// A prompt with a NUL byte (valid JSON: "\u0000") was accepted with 202,
+/// then the job failed with "could not start command" and no reason: the
+/// prompt is an argument and a variable, neither of which can hold it. It
+/// is refused at submission, on every route that takes a prompt.
+#[test]
+fn a_prompt_with_a_nul_byte_is_refused_at_submission() {
+    let mut s = Server::start(
+        r#"
+allow_raw_commands = true
+[templates.echo]
+command = ["echo", "{prompt}"]
+"#,
+        &[],
+    );
+    let (code, v) = s.post(
+        "/v1/jobs",
+        &json!({"template": "echo", "prompt": "a\u{0}b"}),
+    );
+    assert_eq!(code, 400, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("prompt"),
+        "{v}"
+    );
+    let (code, v) = s.post("/v1/jobs", &json!({"command": ["echo", "a\u{0}b"]}));
+    assert_eq!(code, 400, "{v}");
+    let (code, v) = s.post("/execute", &json!({"prompt": "a\u{0}b"}));
+    assert_eq!(code, 400, "{v}");
+    let (code, v) = s.post(
+        "/v1/chat/completions",
+        &json!({"model": "echo", "messages": [{"role": "user", "content": "a\u{0}b"}]}),
+    );
+    assert_eq!(code, 400, "{v}");
+    let (_, list) = s.get("/v1/jobs");
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 0, "{list}");
+    s.kill9();
+}
