@@ -119,3 +119,41 @@ command = ["echo", "{prompt}"]
     assert_eq!(list["jobs"].as_array().unwrap().len(), 0, "{list}");
     s.kill9();
 }
+
+/// Connections that never send a request (or send its headers a byte at
+/// a time) were held for ever: any client that can reach the port could
+/// take every descriptor of the service, and then its jobs could not get
+/// pipes or the store. The service closes such a connection once the
+/// headers have not come in time.
+#[test]
+fn a_connection_that_sends_no_request_is_closed() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    let mut s = Server::start(
+        r#"
+[templates.echo]
+command = ["echo", "{prompt}"]
+"#,
+        &[],
+    );
+    let mut idle = std::net::TcpStream::connect(&s.addr).unwrap();
+    let mut partial = std::net::TcpStream::connect(&s.addr).unwrap();
+    partial
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    // Far beyond the service's header timeout: reaching it means the
+    // connection was held open.
+    for c in [&mut idle, &mut partial] {
+        c.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
+        let mut rest = Vec::new();
+        let r = c.read_to_end(&mut rest);
+        assert!(
+            !matches!(&r, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+            "the service never closed an idle connection: {r:?}"
+        );
+    }
+    // And it still serves.
+    let (code, v) = s.get("/health");
+    assert_eq!(code, 200, "{v}");
+    s.kill9();
+}
