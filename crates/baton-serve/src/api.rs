@@ -149,7 +149,19 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
         }
     };
     let template = config.templates.get(&template_name);
+    // The prompt becomes an argument and a variable, where a NUL byte
+    // cannot go: refuse it here rather than fail the job at its start.
+    if req.prompt.as_deref().is_some_and(|p| p.contains('\0')) {
+        return Err(ApiError::bad(
+            "invalid field 'prompt': it contains a NUL byte (U+0000), which no command argument can hold",
+        ));
+    }
     if let Some(cmd) = &req.command {
+        if cmd.iter().any(|a| a.contains('\0')) {
+            return Err(ApiError::bad(
+                "invalid field 'command': an argument contains a NUL byte (U+0000)",
+            ));
+        }
         if !config.allow_raw_commands {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,

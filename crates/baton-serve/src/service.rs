@@ -50,6 +50,10 @@ pub struct Service {
     pub metrics: Metrics,
     wake: Notify,
     live: Mutex<HashMap<String, Live>>,
+    // Held from a claim in the store until its job is in `live`: a cancel
+    // that finds a job running but not live waits for it, instead of
+    // taking it for another node's.
+    claiming: tokio::sync::Mutex<()>,
     draining: AtomicBool,
     shutting_down: Arc<AtomicBool>,
 }
@@ -67,6 +71,7 @@ impl Service {
             metrics: Metrics::default(),
             wake: Notify::new(),
             live: Mutex::new(HashMap::new()),
+            claiming: tokio::sync::Mutex::new(()),
             draining: AtomicBool::new(false),
             shutting_down: Arc::new(AtomicBool::new(false)),
         })
@@ -203,8 +208,14 @@ impl Service {
                 return;
             }
             while self.active() < cap && !self.is_draining() {
-                match self.store.claim_next(&self.node, cap, now_ms()).await {
-                    Ok(Some(job)) => self.launch(job),
+                let claiming = self.claiming.lock().await;
+                let claimed = self.store.claim_next(&self.node, cap, now_ms()).await;
+                if let Ok(Some(job)) = &claimed {
+                    self.launch(job.clone());
+                }
+                drop(claiming);
+                match claimed {
+                    Ok(Some(_)) => {}
                     Ok(None) => break,
                     Err(e) => {
                         tracing::error!(error = %e, "cannot claim a job; retrying in 1s");
@@ -331,8 +342,20 @@ impl Service {
             }
             CancelQueued::Unknown => Ok(Cancelled::Unknown),
             CancelQueued::NotQueued(JobStatus::Running) => {
-                let Some(live) = self.live(id) else {
-                    return Ok(Cancelled::NotHere);
+                // Claimed a moment ago: wait until its claim has made it live.
+                let live = match self.live(id) {
+                    Some(l) => Some(l),
+                    None => {
+                        drop(self.claiming.lock().await);
+                        self.live(id)
+                    }
+                };
+                let Some(live) = live else {
+                    return match self.store.get(id).await? {
+                        Some(job) if job.status.is_final() => Ok(Cancelled::Finished(job.status)),
+                        Some(_) => Ok(Cancelled::NotHere),
+                        None => Ok(Cancelled::Unknown),
+                    };
                 };
                 live.control.cancel();
                 let mut done = live.done.clone();

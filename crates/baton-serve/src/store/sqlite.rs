@@ -3,7 +3,8 @@
 //! one `BEGIN IMMEDIATE` transaction on one connection, run on tokio's
 //! blocking pool.
 
-use std::path::Path;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
@@ -53,6 +54,11 @@ const COLUMNS: &str = "seq, id, template, prompt, grp, mode, timeout_ms, branch,
 #[derive(Clone)]
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
+    path: PathBuf,
+    // The file's device and inode when it was opened: a store file removed
+    // or replaced under the running service would take every job stored
+    // from then on with it, so every operation checks it is still there.
+    file: (u64, u64),
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -72,6 +78,14 @@ impl SqliteStore {
             std::fs::create_dir_all(parent)
                 .map_err(|e| format!("cannot create '{}': {e}", parent.display()))?;
         }
+        // Prompts are stored: the file (and the -wal and -shm files SQLite
+        // creates with its mode) is the owner's only, wherever it is.
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| format!("cannot create '{}': {e}", path.display()))?;
         let conn = Connection::open(path).map_err(|e| e.to_string())?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(|e| e.to_string())?;
@@ -90,9 +104,29 @@ impl SqliteStore {
         conn.execute_batch(SCHEMA).map_err(|e| e.to_string())?;
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(|e| e.to_string())?;
+        let meta = std::fs::metadata(path)
+            .map_err(|e| format!("cannot read '{}': {e}", path.display()))?;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
+            path: path.to_path_buf(),
+            file: (meta.dev(), meta.ino()),
         })
+    }
+
+    /// An error unless the store file is still the one opened.
+    fn check_file(path: &Path, file: (u64, u64)) -> Result<(), String> {
+        match std::fs::metadata(path) {
+            Ok(m) if (m.dev(), m.ino()) == file => Ok(()),
+            Ok(_) => Err(format!(
+                "the store file '{}' was replaced while the service ran (restart the service)",
+                path.display()
+            )),
+            Err(e) => Err(format!(
+                "the store file '{}' is gone ({e}): it was removed while the service ran \
+                 (restart the service)",
+                path.display()
+            )),
+        }
     }
 
     async fn with<T: Send + 'static>(
@@ -101,16 +135,15 @@ impl SqliteStore {
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, StoreError> {
         let conn = Arc::clone(&self.conn);
+        let (path, file) = (self.path.clone(), self.file);
         let query = move || {
             let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-            f(&mut conn)
+            SqliteStore::check_file(&path, file)?;
+            f(&mut conn).map_err(|e| e.to_string())
         };
         let joined = tokio::task::spawn_blocking(query).await;
         match joined {
-            Ok(r) => r.map_err(|e| StoreError::Query {
-                op,
-                message: e.to_string(),
-            }),
+            Ok(r) => r.map_err(|message| StoreError::Query { op, message }),
             Err(e) => Err(StoreError::Query {
                 op,
                 message: format!("the query's thread failed: {e}"),
