@@ -210,7 +210,7 @@ async fn auth(State(service): State<AppState>, req: Request, next: Next) -> Resp
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer)
         .unwrap_or("");
     if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
         return next.run(req).await;
@@ -228,6 +228,14 @@ async fn auth(State(service): State<AppState>, req: Request, next: Next) -> Resp
     resp
 }
 
+/// The credentials of `Bearer <token>` (the scheme is case-insensitive, RFC 9110).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start_matches(' '))
+}
+
 /// Equal contents, in time that depends only on the lengths.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = a.len() ^ b.len();
@@ -242,6 +250,15 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::constant_time_eq;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(super::bearer("Bearer abc"), Some("abc"));
+        assert_eq!(super::bearer("bearer abc"), Some("abc"));
+        assert_eq!(super::bearer("BEARER  abc"), Some("abc"));
+        assert_eq!(super::bearer("Basic abc"), None);
+        assert_eq!(super::bearer("Bearerabc"), None);
+    }
 
     #[test]
     fn constant_time_eq_compares_contents_and_length() {
