@@ -382,8 +382,8 @@ def details(res: Results, a: argparse.Namespace) -> str:
     out = [
         "Rounds (jobs/s): service "
         + ", ".join(f"{x:.0f}" for x in res.svc_jobs_s)
-        + f"; xargs " + ", ".join(f"{x:.0f}" for x in res.xargs_jobs_s)
-        + f"; the service's submissions alone (4 connections, each waiting for its 202): "
+        + "; xargs " + ", ".join(f"{x:.0f}" for x in res.xargs_jobs_s)
+        + "; the service's submissions alone (4 connections, each waiting for its 202): "
         + ", ".join(f"{x:.0f}" for x in res.svc_submit_s) + " jobs/s.",
     ]
     for name, r in (("running", res.lat), ("held", res.lat_queued)):
@@ -416,6 +416,7 @@ def main() -> None:
     if a.quick:
         a.jobs, a.rounds, a.duration, a.chat_n, a.mem_jobs = 500, 1, 3.0, 50, 2000
     baton, gen = build(a.skip_build, a.profile)
+    load0 = os.getloadavg()[0]
     res = Results()
     with tempfile.TemporaryDirectory(prefix="baton-serve-bench-", dir=a.dir) as tmp:
         work = Path(tmp).resolve()
@@ -433,9 +434,11 @@ def main() -> None:
         memory(baton, gen, work, a.mem_jobs, a.concurrency, res)
         fs = fs_type(work)
     cpu = platform.processor() or platform.machine()
+    load = " / ".join(f"{x:.1f}" for x in (load0, os.getloadavg()[0]))
     head = (
         f"`baton serve` ({a.profile} build) against its peers; throughput median of {a.rounds} rounds; "
-        f"files on {fs}; {os.cpu_count()} CPUs ({cpu}), Linux {platform.release()}"
+        f"files on {fs}; {os.cpu_count()} CPUs ({cpu}), Linux {platform.release()}; "
+        f"load average (1 min) before / after: {load}"
     )
     text = head + "\n\n" + table(res, a) + "\n\n" + details(res, a) + "\n"
     print(text)
