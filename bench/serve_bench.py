@@ -279,7 +279,7 @@ def chat_latency(baton: Path, gen: Path, work: Path, n: int, res: Results) -> No
     try:
         probe = gen_run(gen, "seq", "--addr", srv.addr, "--path", "/v1/chat/completions",
                         "--body", json.dumps(CHAT_BODY), "--count", "1")
-        if probe["statuses"].get("404"):
+        if probe["statuses"].get("404") and "model_not_found" not in (probe["first_error"] or ""):
             res.chat_skipped = "skipped (endpoint missing)"
             log("  chat: POST /v1/chat/completions answers 404: skipped")
             return
