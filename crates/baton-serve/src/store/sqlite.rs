@@ -1,7 +1,13 @@
-//! The embedded store: one SQLite file in WAL mode with `synchronous=FULL`,
-//! so a job is on disk (fsync'd) before it is acknowledged. Every method is
-//! one `BEGIN IMMEDIATE` transaction on one connection, run on tokio's
-//! blocking pool.
+//! The embedded store: one SQLite file in WAL mode. What is promised to a
+//! client (a job acknowledged, a cancel answered) is committed with
+//! `synchronous=FULL`: fsync'd before the answer. What only the service
+//! itself relies on (a claim, a process group, a job's end) is committed
+//! with `synchronous=NORMAL`: in WAL mode that survives a crash or `kill -9`
+//! of the service, and only a power loss can lose it — which also ends every
+//! job's processes, and such a job is then reported interrupted (or queued
+//! again) on the next start, never lost. The next FULL commit makes
+//! everything before it durable too. Every method is one `BEGIN IMMEDIATE`
+//! transaction on one connection, run on tokio's blocking pool.
 
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -129,9 +135,28 @@ impl SqliteStore {
         }
     }
 
+    /// Runs `f` committed with `synchronous=NORMAL` (see the module docs).
     async fn with<T: Send + 'static>(
         &self,
         op: &'static str,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.with_sync(op, "NORMAL", f).await
+    }
+
+    /// Runs `f` committed with `synchronous=FULL`: on disk before it returns.
+    async fn durably<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.with_sync(op, "FULL", f).await
+    }
+
+    async fn with_sync<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        sync: &'static str,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, StoreError> {
         let conn = Arc::clone(&self.conn);
@@ -139,6 +164,8 @@ impl SqliteStore {
         let query = move || {
             let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
             SqliteStore::check_file(&path, file)?;
+            conn.pragma_update(None, "synchronous", sync)
+                .map_err(|e| e.to_string())?;
             f(&mut conn).map_err(|e| e.to_string())
         };
         let joined = tokio::task::spawn_blocking(query).await;
@@ -213,7 +240,7 @@ fn to_i64(v: u64) -> i64 {
 #[async_trait]
 impl Store for SqliteStore {
     async fn submit(&self, job: NewJob, max_depth: u64) -> Result<Submitted, StoreError> {
-        self.with("store a job", move |conn| {
+        self.durably("store a job", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = counts(&tx)?;
             if now.running + now.queued >= max_depth {
@@ -378,7 +405,7 @@ impl Store for SqliteStore {
 
     async fn cancel_queued(&self, id: &str, now: i64) -> Result<CancelQueued, StoreError> {
         let id = id.to_string();
-        self.with("cancel a job", move |conn| {
+        self.durably("cancel a job", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let Some(job) = get_job(&tx, &id)? else {
                 return Ok(CancelQueued::Unknown);
@@ -422,7 +449,7 @@ impl Store for SqliteStore {
             })
             .collect();
         let todo = plan.clone();
-        self.with("mark interrupted jobs", move |conn| {
+        self.durably("mark interrupted jobs", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             for (job, again) in &todo {
                 if *again {
