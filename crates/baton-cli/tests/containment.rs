@@ -141,7 +141,11 @@ fn processes_left_by_a_command_that_exited_are_terminated_before_release() {
     let env = Env::new();
     let pidfile = env.path("pids");
     let cmd = format!(
-        "sleep 300 & echo $! >> {f}; setsid sleep 301 & echo $! >> {f}",
+        // The second child has left the group (setsid) before the command
+        // exits: it writes its pid only after setsid, and the command waits
+        // for that line.
+        "sleep 300 & echo $! >> {f}; setsid sh -c 'echo $$ >> {f}; exec sleep 301' & \
+         while [ $(wc -l < {f}) -lt 2 ]; do sleep 0.01; done",
         f = pidfile.display()
     );
     let out = env.run(&["run", "--lock", "L", "--", "sh", "-c", &cmd]);
