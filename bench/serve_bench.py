@@ -130,8 +130,14 @@ class Server:
         self.conn = http.client.HTTPConnection(host, int(port), timeout=60)
 
     def get(self, path: str) -> tuple[int, dict]:
-        self.conn.request("GET", path)
-        r = self.conn.getresponse()
+        try:
+            self.conn.request("GET", path)
+            r = self.conn.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionError):
+            # The service closes keep-alive connections idle for 30 s.
+            self.conn.close()
+            self.conn.request("GET", path)
+            r = self.conn.getresponse()
         body = r.read()
         return r.status, json.loads(body) if body else {}
 

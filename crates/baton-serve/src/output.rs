@@ -75,6 +75,25 @@ impl JobFiles {
         File::open(&path)
     }
 
+    /// Records the process group of the job's command (one small write;
+    /// read back by [`JobFiles::recorded_process_group`] after a crash).
+    pub fn record_process_group(&self, group: &crate::model::RecordedGroup) -> io::Result<()> {
+        let json = serde_json::to_vec(group).map_err(io::Error::other)?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(self.dir.join("process_group"))?;
+        f.write_all(&json)
+    }
+
+    /// The process group recorded by [`JobFiles::record_process_group`].
+    pub fn recorded_process_group(&self) -> Option<crate::model::RecordedGroup> {
+        let bytes = fs::read(self.dir.join("process_group")).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
     /// Removes the job's files (eviction).
     pub fn remove(&self) -> io::Result<()> {
         match fs::remove_dir_all(&self.dir) {

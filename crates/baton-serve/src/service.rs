@@ -127,7 +127,10 @@ impl Service {
     async fn recover(self: &Arc<Service>) -> Result<(), StoreError> {
         for job in self.running_here().await? {
             let dir = self.dir.clone();
-            let group = job.process_group;
+            // The job's directory has the latest attempt's group (written
+            // before its command ran); the store may not have it yet.
+            let files = self.files(&job.spec.id);
+            let group = files.recorded_process_group().or(job.process_group);
             let id = job.spec.id.clone();
             // Its workspace (id = job id) may exist without being recorded
             // (killed between creating it and starting the command): look
@@ -149,6 +152,7 @@ impl Service {
                         },
                         Duration::from_millis(g.grace_ms),
                     );
+                    let _ = std::fs::remove_file(files.dir().join("process_group"));
                 }
                 if had_workspace && baton_git::get(&dir, &id).is_ok() {
                     let _ = baton_git::remove(
@@ -250,13 +254,23 @@ impl Service {
             let handle = tokio::runtime::Handle::current();
             let store = Arc::clone(&service.store);
             let recorder_id = id.clone();
+            let files = service.files(&id);
             let hooks = Hooks {
                 on_start: Arc::new(move |group, workspace: Option<String>| {
-                    // The command waits for this: its process group is on
-                    // disk before it runs, so a restarted service can stop it.
+                    // The command waits for this (between fork and exec):
+                    // its process group goes into the job's directory with
+                    // one write, which survives a crash of the service, so
+                    // a restarted service can stop what is left of it. The
+                    // store learns it afterwards, off the command's path: a
+                    // forked child waiting on a store round trip makes every
+                    // write of this multi-threaded process a copy-on-write
+                    // fault meanwhile.
+                    if let Err(e) = files.record_process_group(&group) {
+                        tracing::warn!(job = %recorder_id, error = %e, "cannot record the job's process group");
+                    }
                     let store = Arc::clone(&store);
                     let id = recorder_id.clone();
-                    let _ = handle.block_on(async move {
+                    handle.spawn(async move {
                         if let Some(w) = workspace {
                             store.set_workspace(&id, &w).await?;
                         }
