@@ -281,9 +281,11 @@ fn finished_jobs_are_evicted_after_job_ttl_with_their_files_but_running_ones_nev
     let t = s.tmp();
     let jobs_dir = |id: &str| s.dir.join("serve").join("jobs").join(id);
     let long = s.submit(json!({
-        "prompt": format!("echo x > {t}/long.started; while [ ! -e {t}/go ]; do sleep 0.02; done")
+        "prompt": format!("echo running; echo x > {t}/long.started; while [ ! -e {t}/go ]; do sleep 0.02; done")
     }));
     wait_for_file(Path::new(&format!("{t}/long.started")));
+    // Output files are made with the first byte: `long` has printed one line.
+    wait_for_file(&jobs_dir(&long).join("stdout"));
     let quick = s.submit(json!({"prompt": "echo hi"}));
     let j = s.wait_final(&quick);
     assert_eq!(status(&j), "succeeded", "{j}");

@@ -92,16 +92,10 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
         Err(e) => return failed(e),
     };
     let files = JobFiles::new(&ctx.jobs_root, &job.spec.id);
-    if let Err(e) = files.create() {
-        return failed(format!(
-            "cannot create the job's directory '{}': {e}",
-            files.dir().display()
-        ));
-    }
     let stdin = match &job.spec.prompt {
-        Some(p) => match files.prompt(p) {
-            Ok(f) => Stdio::Fd(Arc::new(f.into())),
-            Err(e) => return failed(format!("cannot write the job's prompt file: {e}")),
+        Some(p) => match JobFiles::prompt(p) {
+            Ok(fd) => Stdio::Fd(Arc::new(fd)),
+            Err(e) => return failed(format!("cannot hold the job's prompt for its stdin: {e}")),
         },
         None => Stdio::Null,
     };

@@ -18,6 +18,7 @@ pub mod config;
 pub mod dashboard;
 pub mod exec;
 pub mod follow;
+pub mod journal;
 pub mod metrics;
 pub mod model;
 pub mod output;

@@ -1,7 +1,9 @@
-//! A job's files (`<baton dir>/serve/jobs/<id>/`: prompt, stdout, stderr)
-//! and the capture of its output: the command writes into pipes, a thread
-//! per stream copies into the file up to the per-job cap and keeps draining
-//! after it (a command is never blocked or killed for its output).
+//! A job's files (`<baton dir>/serve/jobs/<id>/`: stdout, stderr) and the
+//! capture of its output: the command writes into pipes, a thread per
+//! stream copies into the file up to the per-job cap and keeps draining
+//! after it (a command is never blocked or killed for its output). Files
+//! (and the directory) are created with the first byte: a job that prints
+//! nothing costs no inode. The prompt reaches stdin through a memfd.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -54,44 +56,14 @@ impl JobFiles {
         self.dir.join(s.file_name())
     }
 
-    /// Creates the directory (mode 0700: prompts and output may be secret).
-    pub fn create(&self) -> io::Result<()> {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.dir)
-    }
-
-    /// Writes the prompt and opens it for the command's stdin.
-    pub fn prompt(&self, prompt: &str) -> io::Result<File> {
-        let path = self.dir.join("prompt");
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&path)?;
+    /// An in-memory file holding `prompt`, positioned at its start, for
+    /// the command's stdin (nothing on disk).
+    pub fn prompt(prompt: &str) -> io::Result<OwnedFd> {
+        let fd = rustix::fs::memfd_create(c"baton-prompt", rustix::fs::MemfdFlags::CLOEXEC)?;
+        let mut f = File::from(fd);
         f.write_all(prompt.as_bytes())?;
-        File::open(&path)
-    }
-
-    /// Records the process group of the job's command (one small write;
-    /// read back by [`JobFiles::recorded_process_group`] after a crash).
-    pub fn record_process_group(&self, group: &crate::model::RecordedGroup) -> io::Result<()> {
-        let json = serde_json::to_vec(group).map_err(io::Error::other)?;
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(self.dir.join("process_group"))?;
-        f.write_all(&json)
-    }
-
-    /// The process group recorded by [`JobFiles::record_process_group`].
-    pub fn recorded_process_group(&self) -> Option<crate::model::RecordedGroup> {
-        let bytes = fs::read(self.dir.join("process_group")).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        f.seek(SeekFrom::Start(0))?;
+        Ok(f.into())
     }
 
     /// Removes the job's files (eviction).
@@ -113,20 +85,17 @@ pub struct Capture {
 }
 
 impl Capture {
-    /// Starts copying a new pipe into `path` (created), at most `cap`
-    /// bytes; `progress` gets the bytes written so far.
+    /// Starts copying a new pipe into `path` (created, with its directory,
+    /// when the first byte arrives), at most `cap` bytes; `progress` gets
+    /// the bytes written so far.
     pub fn start(path: &Path, cap: u64, progress: watch::Sender<u64>) -> io::Result<Capture> {
         let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(path)?;
         let (tx, done) = std::sync::mpsc::channel();
+        let path = path.to_path_buf();
         let thread = std::thread::Builder::new()
             .name("baton-serve-capture".into())
             .spawn(move || {
-                copy_capped(File::from(read), &mut file, cap, &progress);
+                copy_capped(File::from(read), &path, cap, &progress);
                 let _ = tx.send(());
             })?;
         Ok(Capture {
@@ -152,8 +121,24 @@ impl Capture {
     }
 }
 
-fn copy_capped(mut from: File, to: &mut File, cap: u64, progress: &watch::Sender<u64>) {
+/// Opens (creating it and its 0700 directory) a job's output file.
+fn create_output(path: &Path) -> io::Result<File> {
+    if let Some(dir) = path.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+}
+
+fn copy_capped(mut from: File, path: &Path, cap: u64, progress: &watch::Sender<u64>) {
     let mut buf = vec![0u8; 64 * 1024];
+    let mut to: Option<File> = None;
     let mut written: u64 = 0;
     let mut dropped: u64 = 0;
     loop {
@@ -163,11 +148,23 @@ fn copy_capped(mut from: File, to: &mut File, cap: u64, progress: &watch::Sender
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
+        if to.is_none() {
+            match create_output(path) {
+                Ok(f) => to = Some(f),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot create a job's output file; its output is dropped");
+                    dropped += n as u64;
+                    continue;
+                }
+            }
+        }
         let room = usize::try_from(cap.saturating_sub(written)).unwrap_or(usize::MAX);
         let keep = n.min(room);
-        if keep > 0 && to.write_all(&buf[..keep]).is_ok() {
-            written += keep as u64;
-            progress.send_replace(written);
+        if let Some(f) = to.as_mut() {
+            if keep > 0 && f.write_all(&buf[..keep]).is_ok() {
+                written += keep as u64;
+                progress.send_replace(written);
+            }
         }
         dropped += (n - keep) as u64;
     }
@@ -175,8 +172,10 @@ fn copy_capped(mut from: File, to: &mut File, cap: u64, progress: &watch::Sender
         let note = format!(
             "\n[baton: output truncated: {dropped} bytes beyond the {cap}-byte cap were dropped]\n"
         );
-        if to.write_all(note.as_bytes()).is_ok() {
-            progress.send_replace(written + note.len() as u64);
+        if let Some(f) = to.as_mut() {
+            if f.write_all(note.as_bytes()).is_ok() {
+                progress.send_replace(written + note.len() as u64);
+            }
         }
     }
 }

@@ -73,7 +73,7 @@ pub fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
 pub async fn serve(config: Config, dir: BatonDir) -> Result<(), ServeError> {
     let store: Arc<dyn store::Store> = Arc::from(store::open(&config.store, dir.path())?);
     let listen = config.listen;
-    let service = Service::new(Arc::new(config), store, dir);
+    let service = Service::new(Arc::new(config), store, dir).map_err(ServeError::Runtime)?;
     service.start().await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await

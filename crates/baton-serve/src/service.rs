@@ -17,6 +17,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::config::Config;
 use crate::exec::{run_job, ExecContext, Hooks};
+use crate::journal::StartJournal;
 use crate::metrics::Metrics;
 use crate::model::{now_ms, Finish, Job, JobStatus};
 use crate::output::JobFiles;
@@ -44,6 +45,8 @@ pub struct Service {
     pub dir: BatonDir,
     /// `<baton dir>/serve/jobs`.
     pub jobs_root: PathBuf,
+    /// Each job start's process group (read after a crash).
+    journal: Arc<StartJournal>,
     /// This node's name in the store.
     pub node: String,
     /// Metrics kept in memory.
@@ -60,9 +63,25 @@ pub struct Service {
 
 impl Service {
     /// A service on `store`; nothing runs until [`Service::start`].
-    pub fn new(config: Arc<Config>, store: Arc<dyn Store>, dir: BatonDir) -> Arc<Service> {
+    ///
+    /// # Errors
+    ///
+    /// The start journal (`<baton dir>/serve/starts.jsonl`) cannot be opened.
+    pub fn new(
+        config: Arc<Config>,
+        store: Arc<dyn Store>,
+        dir: BatonDir,
+    ) -> std::io::Result<Arc<Service>> {
         let jobs_root = dir.path().join("serve").join("jobs");
-        Arc::new(Service {
+        let journal_path = dir.path().join("serve").join("starts.jsonl");
+        let journal = StartJournal::open(&journal_path).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot open '{}': {e}", journal_path.display()),
+            )
+        })?;
+        Ok(Arc::new(Service {
+            journal: Arc::new(journal),
             config,
             store,
             dir,
@@ -74,7 +93,7 @@ impl Service {
             claiming: tokio::sync::Mutex::new(()),
             draining: AtomicBool::new(false),
             shutting_down: Arc::new(AtomicBool::new(false)),
-        })
+        }))
     }
 
     /// Recovers what a previous instance left, then starts the scheduler
@@ -125,12 +144,12 @@ impl Service {
     /// take `grace`) leaves the job running in the store, with its process
     /// group, for the next start to stop.
     async fn recover(self: &Arc<Service>) -> Result<(), StoreError> {
+        let started = self.journal.read();
         for job in self.running_here().await? {
             let dir = self.dir.clone();
-            // The job's directory has the latest attempt's group (written
-            // before its command ran); the store may not have it yet.
-            let files = self.files(&job.spec.id);
-            let group = files.recorded_process_group().or(job.process_group);
+            // The journal has the latest attempt's group (written before
+            // its command ran); the store may not have it yet.
+            let group = started.get(&job.spec.id).copied().or(job.process_group);
             let id = job.spec.id.clone();
             // Its workspace (id = job id) may exist without being recorded
             // (killed between creating it and starting the command): look
@@ -152,7 +171,6 @@ impl Service {
                         },
                         Duration::from_millis(g.grace_ms),
                     );
-                    let _ = std::fs::remove_file(files.dir().join("process_group"));
                 }
                 if had_workspace && baton_git::get(&dir, &id).is_ok() {
                     let _ = baton_git::remove(
@@ -174,6 +192,10 @@ impl Service {
         let recovered = self.store.recover(&self.node, &retry, now_ms()).await?;
         for r in recovered {
             tracing::warn!(job = %r.job.spec.id, requeued = r.requeued, "job interrupted by the previous instance's end");
+        }
+        // Nothing of the old jobs runs any more: start the journal afresh.
+        if let Err(e) = self.journal.compact(&|_| false, true) {
+            tracing::warn!(error = %e, "cannot compact the start journal");
         }
         Ok(())
     }
@@ -254,18 +276,18 @@ impl Service {
             let handle = tokio::runtime::Handle::current();
             let store = Arc::clone(&service.store);
             let recorder_id = id.clone();
-            let files = service.files(&id);
+            let journal = Arc::clone(&service.journal);
             let hooks = Hooks {
                 on_start: Arc::new(move |group, workspace: Option<String>| {
                     // The command waits for this (between fork and exec):
-                    // its process group goes into the job's directory with
+                    // its process group goes into the start journal with
                     // one write, which survives a crash of the service, so
                     // a restarted service can stop what is left of it. The
                     // store learns it afterwards, off the command's path: a
                     // forked child waiting on a store round trip makes every
                     // write of this multi-threaded process a copy-on-write
                     // fault meanwhile.
-                    if let Err(e) = files.record_process_group(&group) {
+                    if let Err(e) = journal.record(&recorder_id, group) {
                         tracing::warn!(job = %recorder_id, error = %e, "cannot record the job's process group");
                     }
                     let store = Arc::clone(&store);
@@ -342,6 +364,14 @@ impl Service {
         loop {
             tokio::time::sleep(every).await;
             self.evict().await;
+            let service = Arc::clone(&self);
+            let _ = tokio::task::spawn_blocking(move || {
+                let live = |id: &str| service.lives().contains_key(id);
+                if let Err(e) = service.journal.compact(&live, false) {
+                    tracing::warn!(error = %e, "cannot compact the start journal");
+                }
+            })
+            .await;
         }
     }
 
