@@ -362,6 +362,7 @@ pub fn job_json(service: &Service, job: &Job, output: bool) -> Value {
         "branch": job.spec.branch,
         "workspace": job.workspace,
         "superseded_by": job.superseded_by,
+        "node": job.node,
         "attempts": job.attempts,
     });
     if output {
