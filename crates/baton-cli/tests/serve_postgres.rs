@@ -314,3 +314,53 @@ fn a_bad_or_unreachable_database_fails_the_start_with_one_line() {
         assert!(!err.contains("secret"), "{url}: {err}");
     }
 }
+
+/// Every session of the database ended under the nodes (as a restart of
+/// PostgreSQL does): they resume by themselves, no acknowledged job is
+/// lost, and the jobs that were waiting run.
+#[test]
+fn nodes_resume_after_their_sessions_are_terminated() {
+    let db = TestDb::new();
+    let url = db.url();
+    let args = ["--store", url.as_str(), "--max-concurrency", "2"];
+    let nodes: Vec<Server> = (0..2)
+        .map(|_| Server::start(&config(EVAL), &args))
+        .collect();
+    let ids: Vec<String> = (0..20)
+        .map(|i| nodes[i % 2].submit(json!({"prompt": "sleep 0.3"})))
+        .collect();
+    nodes[0].wait_job(&ids[1], Duration::from_secs(30), |j| status(j) != "queued");
+    admin(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = '{}' AND pid <> pg_backend_pid()",
+        db.name
+    ));
+    // Submissions work again once the nodes have reconnected.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let late = loop {
+        let (code, v) = nodes[1].post("/v1/jobs", &json!({"prompt": "true"}));
+        if code == 202 {
+            break v["id"].as_str().unwrap().to_string();
+        }
+        assert_eq!(code, 503, "{v}");
+        assert!(Instant::now() < deadline, "never accepted again: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for (i, id) in ids.iter().enumerate() {
+        let j = nodes[i % 2].wait_final(id);
+        let st = status(&j);
+        if i >= 10 {
+            assert_eq!(st, "succeeded", "{j}");
+        } else {
+            assert!(
+                ["succeeded", "cancelled", "interrupted"].contains(&st),
+                "{j}"
+            );
+        }
+    }
+    assert_eq!(status(&nodes[0].wait_final(&late)), "succeeded");
+    for n in &nodes {
+        let (code, h) = n.get("/health");
+        assert_eq!((code, h["status"].as_str()), (200, Some("ok")), "{h}");
+    }
+}
