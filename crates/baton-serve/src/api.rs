@@ -362,6 +362,7 @@ pub fn job_json(service: &Service, job: &Job, output: bool) -> Value {
         "branch": job.spec.branch,
         "workspace": job.workspace,
         "superseded_by": job.superseded_by,
+        "node": job.node,
         "attempts": job.attempts,
     });
     if output {
@@ -509,7 +510,14 @@ pub async fn job_log(
 pub async fn health(State(service): State<AppState>) -> Response {
     let capacity = service.config.max_concurrency;
     let draining = service.is_draining();
-    match service.store.counts().await {
+    let counted = match service.store.counts().await {
+        Ok(_) if !service.store.is_live() => Err(StoreError::Query {
+            op: "hold this node's database session",
+            message: "the session is lost; re-establishing it".to_string(),
+        }),
+        other => other,
+    };
+    match counted {
         Ok(c) => {
             let body = json!({
                 "status": if draining { "draining" } else { "ok" },

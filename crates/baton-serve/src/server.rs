@@ -71,7 +71,7 @@ pub fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
 
 /// The service on the current tokio runtime.
 pub async fn serve(config: Config, dir: BatonDir) -> Result<(), ServeError> {
-    let store: Arc<dyn store::Store> = Arc::from(store::open(&config.store, dir.path())?);
+    let store: Arc<dyn store::Store> = Arc::from(store::open(&config.store, dir.path()).await?);
     let listen = config.listen;
     let service = Service::new(Arc::new(config), store, dir).map_err(ServeError::Runtime)?;
     service.start().await?;

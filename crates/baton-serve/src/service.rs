@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use baton_lock::BatonDir;
 use baton_run::RunControl;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{broadcast, watch, Notify};
 
 use crate::config::Config;
 use crate::exec::{run_job, ExecContext, Hooks};
@@ -21,7 +21,10 @@ use crate::journal::StartJournal;
 use crate::metrics::Metrics;
 use crate::model::{now_ms, Finish, Job, JobStatus};
 use crate::output::JobFiles;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, StoreEvent};
+
+/// How often a node looks for the jobs of dead nodes (shared stores).
+const REAP_EVERY: Duration = Duration::from_secs(3);
 
 /// A job running on this node.
 #[derive(Clone)]
@@ -80,13 +83,14 @@ impl Service {
                 format!("cannot open '{}': {e}", journal_path.display()),
             )
         })?;
+        let node = store.node().to_string();
         Ok(Arc::new(Service {
             journal: Arc::new(journal),
             config,
             store,
             dir,
             jobs_root,
-            node: "local".to_string(),
+            node,
             metrics: Metrics::default(),
             wake: Notify::new(),
             live: Mutex::new(HashMap::new()),
@@ -103,7 +107,73 @@ impl Service {
         self.evict().await;
         tokio::spawn(Arc::clone(self).dispatch());
         tokio::spawn(Arc::clone(self).evict_periodically());
+        if let Some(events) = self.store.events() {
+            tokio::spawn(Arc::clone(self).follow_events(events));
+            tokio::spawn(Arc::clone(self).reap_periodically());
+        }
         Ok(())
+    }
+
+    /// What other nodes (through a shared store) tell this one.
+    async fn follow_events(self: Arc<Service>, mut events: broadcast::Receiver<StoreEvent>) {
+        loop {
+            match events.recv().await {
+                Ok(StoreEvent::Wake) | Err(broadcast::error::RecvError::Lagged(_)) => self.wake(),
+                Ok(StoreEvent::Cancel(id)) => {
+                    let live = match self.live(&id) {
+                        Some(l) => Some(l),
+                        None => {
+                            // Claimed a moment ago: wait until it is live.
+                            drop(self.claiming.lock().await);
+                            self.live(&id)
+                        }
+                    };
+                    if let Some(live) = live {
+                        tracing::info!(job = %id, "cancel requested by another node");
+                        live.control.cancel();
+                    }
+                }
+                Ok(StoreEvent::Live(true)) => self.wake(),
+                Ok(StoreEvent::Live(false)) => {
+                    let lives: Vec<(String, Live)> = self
+                        .lives()
+                        .iter()
+                        .map(|(id, l)| (id.clone(), l.clone()))
+                        .collect();
+                    for (id, live) in lives {
+                        tracing::warn!(job = %id, "stopping: this node lost its database session");
+                        live.control.cancel();
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Every few seconds: jobs of nodes that died are marked interrupted
+    /// (or queued again), by whichever node looks first.
+    async fn reap_periodically(self: Arc<Service>) {
+        loop {
+            tokio::time::sleep(REAP_EVERY).await;
+            if self.is_draining() || !self.store.is_live() {
+                continue;
+            }
+            let config = Arc::clone(&self.config);
+            let retry = move |template: &str| {
+                config
+                    .templates
+                    .get(template)
+                    .is_some_and(|t| t.retry_on_interrupt)
+            };
+            match self.store.reap(&retry, now_ms()).await {
+                Ok(reaped) => {
+                    for r in reaped {
+                        tracing::warn!(job = %r.job.spec.id, node = ?r.job.node, requeued = r.requeued, "job of a dead node taken over");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot look for dead nodes' jobs"),
+            }
+        }
     }
 
     /// Whether the service is draining (no new jobs accepted).
@@ -233,7 +303,7 @@ impl Service {
             if self.is_draining() {
                 return;
             }
-            while self.active() < cap && !self.is_draining() {
+            while self.active() < cap && !self.is_draining() && self.store.is_live() {
                 let claiming = self.claiming.lock().await;
                 let claimed = self.store.claim_next(&self.node, cap, now_ms()).await;
                 if let Ok(Some(job)) = &claimed {
@@ -397,7 +467,7 @@ impl Service {
                 let Some(live) = live else {
                     return match self.store.get(id).await? {
                         Some(job) if job.status.is_final() => Ok(Cancelled::Finished(job.status)),
-                        Some(_) => Ok(Cancelled::NotHere),
+                        Some(_) => self.cancel_elsewhere(id).await,
                         None => Ok(Cancelled::Unknown),
                     };
                 };
@@ -411,6 +481,29 @@ impl Service {
                 }
             }
             CancelQueued::NotQueued(status) => Ok(Cancelled::Finished(status)),
+        }
+    }
+
+    /// Asks the node running job `id` to cancel it and waits for its end
+    /// (at most grace + 5 s; the request is repeated every second in case
+    /// that node's session was being re-established).
+    async fn cancel_elsewhere(&self, id: &str) -> Result<Cancelled, StoreError> {
+        let deadline = tokio::time::Instant::now() + self.config.grace + Duration::from_secs(5);
+        let mut asked = None::<tokio::time::Instant>;
+        loop {
+            let Some(job) = self.store.get(id).await? else {
+                return Ok(Cancelled::Unknown);
+            };
+            if job.status != JobStatus::Running || tokio::time::Instant::now() >= deadline {
+                return Ok(Cancelled::Done(Box::new(job)));
+            }
+            if asked.map_or(true, |t| t.elapsed() >= Duration::from_secs(1)) {
+                if !self.store.request_cancel(id).await? {
+                    return Ok(Cancelled::NotHere);
+                }
+                asked = Some(tokio::time::Instant::now());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

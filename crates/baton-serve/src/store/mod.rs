@@ -3,21 +3,26 @@
 //! step (a transaction), so two callers in the same millisecond never both
 //! claim a job or both take the last place in the queue.
 
+mod pg_session;
+mod pg_sql;
+mod postgres;
 mod sqlite;
 
 use std::path::Path;
 
 use async_trait::async_trait;
+use tokio::sync::broadcast;
 
 use crate::model::{Counts, Finish, Job, JobStatus, ListFilter, NewJob, RecordedGroup, Submitted};
 
+pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
 /// A store failure.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The URL names no engine this build knows.
-    #[error("unsupported store URL '{0}': use sqlite://PATH")]
+    #[error("unsupported store URL '{0}': use sqlite://PATH or postgres://USER@HOST/DB")]
     UnsupportedUrl(String),
     /// The store could not be opened or created.
     #[error("cannot open the job store '{url}': {message}")]
@@ -58,9 +63,55 @@ pub struct Recovered {
     pub requeued: bool,
 }
 
+/// Something a shared store tells the service of its node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreEvent {
+    /// A job was stored, ended or queued again somewhere: try to claim.
+    Wake,
+    /// Some node asks for job `id` to be cancelled if it runs here.
+    Cancel(String),
+    /// This node's liveness session was lost (`false`: stop the jobs running
+    /// here, claim nothing) or is back (`true`).
+    Live(bool),
+}
+
 /// The operations the service needs from a job store.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
+    /// This node's name in the store (the `node` of the jobs it runs).
+    fn node(&self) -> &str {
+        "local"
+    }
+
+    /// Events from other nodes, for a store shared by several; `None` for
+    /// a store only one node uses.
+    fn events(&self) -> Option<broadcast::Receiver<StoreEvent>> {
+        None
+    }
+
+    /// Whether this node may run jobs now (a shared store: it holds its
+    /// liveness session).
+    fn is_live(&self) -> bool {
+        true
+    }
+
+    /// Asks the node running job `id` to cancel it. False if this store has
+    /// no other nodes to ask.
+    async fn request_cancel(&self, _id: &str) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    /// Jobs running on nodes that are gone (their liveness lock is free)
+    /// are queued again or marked interrupted, as [`Store::recover`] does.
+    /// Returns them as they were.
+    async fn reap(
+        &self,
+        _retry: &(dyn for<'a> Fn(&'a str) -> bool + Send + Sync),
+        _now: i64,
+    ) -> Result<Vec<Recovered>, StoreError> {
+        Ok(Vec::new())
+    }
+
     /// Stores `job` as queued unless running + queued jobs already reach
     /// `max_depth`; in modes supersede and coalesce, marks the queued jobs
     /// of its group superseded by it, in the same step.
@@ -116,17 +167,24 @@ pub trait Store: Send + Sync + 'static {
     async fn status_counts(&self) -> Result<Vec<(JobStatus, u64)>, StoreError>;
 }
 
-/// Opens the store named by `url` (`sqlite://PATH`; a relative PATH is
-/// taken from the baton dir).
-pub fn open(url: &str, baton_dir: &Path) -> Result<Box<dyn Store>, StoreError> {
+/// Opens the store named by `url`: `sqlite://PATH` (a relative PATH is
+/// taken from the baton dir) or `postgres://...` / `postgresql://...` (a
+/// libpq-style URL; no TLS). For PostgreSQL this connects, migrates the
+/// schema and establishes this node's session before returning.
+pub async fn open(url: &str, baton_dir: &Path) -> Result<Box<dyn Store>, StoreError> {
+    let open_error = |message: String| StoreError::Open {
+        url: postgres::redact(url),
+        message,
+    };
     if let Some(path) = url.strip_prefix("sqlite://") {
         let path = baton_dir.join(path);
-        return Ok(Box::new(SqliteStore::open(&path).map_err(|message| {
-            StoreError::Open {
-                url: url.to_string(),
-                message,
-            }
-        })?));
+        return Ok(Box::new(SqliteStore::open(&path).map_err(open_error)?));
     }
-    Err(StoreError::UnsupportedUrl(url.to_string()))
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let node = postgres::node_id(baton_dir).map_err(open_error)?;
+        return Ok(Box::new(
+            PgStore::open(url, node).await.map_err(open_error)?,
+        ));
+    }
+    Err(StoreError::UnsupportedUrl(postgres::redact(url)))
 }

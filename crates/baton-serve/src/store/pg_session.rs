@@ -1,0 +1,223 @@
+//! A PostgreSQL node's session: one dedicated connection that holds the
+//! node's liveness lock (a session-level advisory lock on its number in
+//! `baton_nodes`), LISTENs for wake-ups and cancels, and heartbeats. While
+//! it is up the node is live; when it drops (database restart, network
+//! loss) the node is told at once, and the session is re-established in
+//! the background.
+//!
+//! Both ends are configured to notice a dead peer: the client with TCP
+//! keepalives (idle 5 s, interval 2 s, 3 probes) and `tcp_user_timeout`
+//! 10 s; the server side with the same `tcp_keepalives_*` and
+//! `tcp_user_timeout` settings for this session, so the server ends the
+//! session of a machine that died or was cut off, and frees its liveness
+//! lock, within about 11 s.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{broadcast, mpsc};
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use super::StoreEvent;
+
+/// The advisory lock class (first key) of node liveness locks.
+pub(super) const NODE_CLASS: i32 = 0x6261_746e; // "batn"
+
+/// How often a node heartbeats (and checks its session).
+const HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// How long a heartbeat may take before the session is taken as lost.
+const HEARTBEAT_LIMIT: Duration = Duration::from_secs(5);
+
+/// How long to wait for the liveness lock of this node id (held by a
+/// previous session of the same node the server has not ended yet).
+const LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// The state shared by the store and its session task.
+pub(super) struct Shared {
+    /// Whether the session (and so the liveness lock) is held now.
+    pub live: AtomicBool,
+    /// This node's number (the liveness lock's second key); 0 before the
+    /// first session.
+    pub num: AtomicI32,
+    /// Events for the service.
+    pub events: broadcast::Sender<StoreEvent>,
+}
+
+/// An established session.
+struct Connected {
+    client: tokio_postgres::Client,
+    notes: mpsc::UnboundedReceiver<(String, String)>,
+}
+
+/// Applies the keepalive settings described in the module docs to `cfg`.
+pub(super) fn keepalives(cfg: &mut tokio_postgres::Config) {
+    cfg.connect_timeout(Duration::from_secs(5))
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(5))
+        .keepalives_interval(Duration::from_secs(2))
+        .keepalives_retries(3)
+        .tcp_user_timeout(Duration::from_secs(10));
+}
+
+/// Establishes the first session (an error if it cannot), then keeps it up
+/// in the background for the life of the process.
+pub(super) async fn start(
+    cfg: tokio_postgres::Config,
+    node: String,
+    shared: Arc<Shared>,
+) -> Result<(), String> {
+    let first = connect(&cfg, &node, &shared).await?;
+    tokio::spawn(async move {
+        let mut session = first;
+        loop {
+            hold(session, &node, &shared).await;
+            session = loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                match connect(&cfg, &node, &shared).await {
+                    Ok(s) => break s,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot re-establish the database session; retrying")
+                    }
+                }
+            };
+            tracing::info!(node = %node, "database session re-established");
+        }
+    });
+    Ok(())
+}
+
+/// Connects, LISTENs, registers the node and takes its liveness lock.
+async fn connect(
+    cfg: &tokio_postgres::Config,
+    node: &str,
+    shared: &Shared,
+) -> Result<Connected, String> {
+    let (client, mut conn) = cfg.connect(NoTls).await.map_err(|e| one_line(&e))?;
+    let (tx, notes) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(m) = messages.next().await {
+            match m {
+                Ok(AsyncMessage::Notification(n)) => {
+                    let _ = tx.send((n.channel().to_string(), n.payload().to_string()));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %one_line(&e), "the database session ended");
+                    break;
+                }
+            }
+        }
+    });
+    for setting in [
+        "SET tcp_keepalives_idle = 5",
+        "SET tcp_keepalives_interval = 2",
+        "SET tcp_keepalives_count = 3",
+        "SET tcp_user_timeout = 10000",
+    ] {
+        // Best effort: a server that lacks one still works, only slower to
+        // notice a dead machine.
+        if let Err(e) = client.batch_execute(setting).await {
+            tracing::debug!(error = %one_line(&e), setting, "server setting refused");
+        }
+    }
+    client
+        .batch_execute("LISTEN baton_jobs; LISTEN baton_cancel")
+        .await
+        .map_err(|e| one_line(&e))?;
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    let pid = i32::try_from(std::process::id()).unwrap_or(0);
+    let row = client
+        .query_one(
+            "INSERT INTO baton_nodes (id, host, pid, started_at, heartbeat_at) \
+             VALUES ($1, $2, $3, now(), now()) \
+             ON CONFLICT (id) DO UPDATE SET host = $2, pid = $3, heartbeat_at = now() \
+             RETURNING num",
+            &[&node, &host, &pid],
+        )
+        .await
+        .map_err(|e| one_line(&e))?;
+    let num: i32 = row.get(0);
+    let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+    loop {
+        let got: bool = client
+            .query_one(
+                "SELECT pg_try_advisory_lock($1::int4, $2::int4)",
+                &[&NODE_CLASS, &num],
+            )
+            .await
+            .map_err(|e| one_line(&e))?
+            .get(0);
+        if got {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "the liveness lock of node '{node}' is held by another session (is another \
+                 `baton serve` using this baton dir's node id?)"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    shared.num.store(num, Ordering::SeqCst);
+    Ok(Connected { client, notes })
+}
+
+/// Holds the session until it drops: forwards notifications, heartbeats.
+async fn hold(mut session: Connected, node: &str, shared: &Shared) {
+    shared.live.store(true, Ordering::SeqCst);
+    let _ = shared.events.send(StoreEvent::Live(true));
+    // Notifications sent while there was no session are lost: look.
+    let _ = shared.events.send(StoreEvent::Wake);
+    let mut tick = tokio::time::interval(HEARTBEAT);
+    loop {
+        tokio::select! {
+            note = session.notes.recv() => match note {
+                Some((channel, payload)) => {
+                    let event = match channel.as_str() {
+                        "baton_cancel" => StoreEvent::Cancel(payload),
+                        _ => StoreEvent::Wake,
+                    };
+                    let _ = shared.events.send(event);
+                }
+                None => break,
+            },
+            _ = tick.tick() => {
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&node];
+                let beat = session.client.execute(
+                    "UPDATE baton_nodes SET heartbeat_at = now() WHERE id = $1",
+                    &params,
+                );
+                match tokio::time::timeout(HEARTBEAT_LIMIT, beat).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %one_line(&e), "heartbeat failed");
+                        break;
+                    }
+                    Err(_) => {
+                        tracing::warn!("heartbeat timed out");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    shared.live.store(false, Ordering::SeqCst);
+    tracing::error!(node = %node, "lost the database session: this node's jobs are stopped and it claims none until the session is back");
+    let _ = shared.events.send(StoreEvent::Live(false));
+}
+
+/// A driver error in one line.
+pub(super) fn one_line(e: &tokio_postgres::Error) -> String {
+    let text = match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
+    };
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}

@@ -1,0 +1,212 @@
+//! The PostgreSQL store's schema, its migration, and the SQL steps its
+//! operations share.
+
+use tokio_postgres::{GenericClient, Row};
+
+use super::pg_session::one_line;
+use crate::model::{Counts, Job, JobMode, JobStatus, NewJob};
+
+type PgResult<T> = Result<T, tokio_postgres::Error>;
+
+pub(super) const SCHEMA_VERSION: i32 = 1;
+
+/// The advisory lock (transaction level) that serialises submits and claims.
+pub(super) const QUEUE_KEY: i64 = 0x6261_746f_6e5f_7131; // "baton_q1"
+
+/// The advisory lock (transaction level) held while migrating.
+const MIGRATE_KEY: i64 = 0x6261_746f_6e5f_6d31; // "baton_m1"
+
+const SCHEMA_V1: &str = "
+CREATE TABLE baton_jobs (
+    seq           BIGSERIAL PRIMARY KEY,
+    id            TEXT NOT NULL UNIQUE,
+    template      TEXT NOT NULL,
+    prompt        TEXT,
+    grp           TEXT,
+    mode          TEXT NOT NULL,
+    timeout_ms    BIGINT NOT NULL,
+    branch        TEXT,
+    command       TEXT,
+    created_at    BIGINT NOT NULL,
+    status        TEXT NOT NULL,
+    exit_code     INTEGER,
+    error         TEXT,
+    started_at    BIGINT,
+    finished_at   BIGINT,
+    workspace     TEXT,
+    superseded_by TEXT,
+    node          TEXT,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    pgroup        TEXT,
+    priority      INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX baton_jobs_queue ON baton_jobs(status, priority DESC, seq);
+CREATE INDEX baton_jobs_finished ON baton_jobs(finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX baton_jobs_group ON baton_jobs(grp, status);
+CREATE INDEX baton_jobs_node ON baton_jobs(node, status);
+CREATE TABLE baton_nodes (
+    num          SERIAL PRIMARY KEY,
+    id           TEXT NOT NULL UNIQUE,
+    host         TEXT,
+    pid          INTEGER,
+    started_at   TIMESTAMPTZ,
+    heartbeat_at TIMESTAMPTZ
+);
+";
+
+pub(super) const COLUMNS: &str =
+    "seq, id, template, prompt, grp, mode, timeout_ms, branch, command, \
+    created_at, status, exit_code, error, started_at, finished_at, workspace, superseded_by, \
+    node, attempts, pgroup";
+
+pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), String> {
+    let tx = client.transaction().await.map_err(|e| one_line(&e))?;
+    let step = async {
+        tx.batch_execute(&format!(
+            "SELECT pg_advisory_xact_lock({MIGRATE_KEY}); \
+             CREATE TABLE IF NOT EXISTS baton_serve_schema (version INTEGER NOT NULL)"
+        ))
+        .await?;
+        let version: Option<i32> = tx
+            .query_one("SELECT max(version) FROM baton_serve_schema", &[])
+            .await?
+            .get(0);
+        Ok::<_, tokio_postgres::Error>(version.unwrap_or(0))
+    };
+    let version = step.await.map_err(|e| one_line(&e))?;
+    if version > SCHEMA_VERSION {
+        return Err(format!(
+            "it was written by a newer baton (schema {version}, this one knows {SCHEMA_VERSION})"
+        ));
+    }
+    if version < 1 {
+        tx.batch_execute(SCHEMA_V1)
+            .await
+            .map_err(|e| one_line(&e))?;
+        tx.execute("INSERT INTO baton_serve_schema (version) VALUES (1)", &[])
+            .await
+            .map_err(|e| one_line(&e))?;
+    }
+    tx.commit().await.map_err(|e| one_line(&e))
+}
+
+pub(super) fn job_from_row(r: &Row) -> Job {
+    let command: Option<String> = r.get(8);
+    let status: String = r.get(10);
+    let mode: String = r.get(5);
+    let pgroup: Option<String> = r.get(19);
+    Job {
+        seq: r.get(0),
+        spec: NewJob {
+            id: r.get(1),
+            template: r.get(2),
+            prompt: r.get(3),
+            group: r.get(4),
+            mode: JobMode::parse(&mode).unwrap_or_default(),
+            timeout_ms: u64::try_from(r.get::<_, i64>(6)).unwrap_or(0),
+            branch: r.get(7),
+            command: command.and_then(|c| serde_json::from_str(&c).ok()),
+            created_at: r.get(9),
+        },
+        status: JobStatus::parse(&status).unwrap_or(JobStatus::Failed),
+        exit_code: r.get(11),
+        error: r.get(12),
+        started_at: r.get(13),
+        finished_at: r.get(14),
+        workspace: r.get(15),
+        superseded_by: r.get(16),
+        node: r.get(17),
+        attempts: u32::try_from(r.get::<_, i32>(18)).unwrap_or(0),
+        process_group: pgroup.and_then(|p| serde_json::from_str(&p).ok()),
+    }
+}
+
+pub(super) async fn get_job(c: &impl GenericClient, id: &str) -> PgResult<Option<Job>> {
+    let row = c
+        .query_opt(
+            &format!("SELECT {COLUMNS} FROM baton_jobs WHERE id = $1"),
+            &[&id],
+        )
+        .await?;
+    Ok(row.as_ref().map(job_from_row))
+}
+
+pub(super) async fn counts(c: &impl GenericClient) -> PgResult<Counts> {
+    let r = c
+        .query_one(
+            "SELECT COUNT(*) FILTER (WHERE status = 'running'), \
+             COUNT(*) FILTER (WHERE status = 'queued') \
+             FROM baton_jobs WHERE status IN ('running', 'queued')",
+            &[],
+        )
+        .await?;
+    Ok(Counts {
+        running: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
+        queued: u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
+    })
+}
+
+pub(super) async fn lock_queue(c: &impl GenericClient) -> PgResult<()> {
+    c.batch_execute(&format!("SELECT pg_advisory_xact_lock({QUEUE_KEY})"))
+        .await
+}
+
+pub(super) fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Marks `jobs` (running) interrupted, or queued again first in line when
+/// `plan` says so; sends a wake-up if any was queued again.
+pub(super) async fn mark_interrupted(
+    c: &impl GenericClient,
+    plan: &[(Job, bool)],
+    now: i64,
+    why: &str,
+) -> PgResult<()> {
+    for (job, again) in plan {
+        if *again {
+            c.execute(
+                "UPDATE baton_jobs SET status = 'queued', priority = 1, started_at = NULL, \
+                 node = NULL, pgroup = NULL, workspace = NULL, error = $2 \
+                 WHERE id = $1 AND status = 'running'",
+                &[&job.spec.id, &format!("{why}; queued again")],
+            )
+            .await?;
+        } else {
+            c.execute(
+                "UPDATE baton_jobs SET status = 'interrupted', finished_at = $2, error = $3 \
+                 WHERE id = $1 AND status = 'running'",
+                &[&job.spec.id, &now, &why],
+            )
+            .await?;
+        }
+    }
+    if plan.iter().any(|(_, again)| *again) {
+        c.batch_execute("NOTIFY baton_jobs").await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn running_on(c: &impl GenericClient, node: &str) -> PgResult<Vec<Job>> {
+    let rows = c
+        .query(
+            &format!(
+                "SELECT {COLUMNS} FROM baton_jobs WHERE status = 'running' AND node = $1 \
+                 ORDER BY seq FOR UPDATE"
+            ),
+            &[&node],
+        )
+        .await?;
+    Ok(rows.iter().map(job_from_row).collect())
+}
+
+pub(super) type Retry<'a> = &'a (dyn for<'b> Fn(&'b str) -> bool + Send + Sync);
+
+pub(super) fn plan(jobs: Vec<Job>, retry: Retry<'_>) -> Vec<(Job, bool)> {
+    jobs.into_iter()
+        .map(|j| {
+            let again = retry(&j.spec.template) && j.attempts <= 1;
+            (j, again)
+        })
+        .collect()
+}

@@ -1,0 +1,581 @@
+//! The shared store: PostgreSQL, for several `baton serve` nodes that are
+//! one service. Connections are plain TCP without TLS (`NoTls`): put the
+//! database on a trusted network or a local socket, or tunnel it.
+//!
+//! Every submit and claim serialises on one transaction-level advisory lock
+//! (`QUEUE_KEY`), so the depth and concurrency caps are exact at every
+//! instant across nodes; FIFO is a `bigserial`. After a submit, a finish or
+//! a re-queue the transaction sends `NOTIFY baton_jobs`; cancels of jobs
+//! running elsewhere go out as `NOTIFY baton_cancel, '<id>'`. Node liveness
+//! is the session in `pg_session.rs`; `reap` takes over the jobs of nodes
+//! whose liveness lock is free.
+
+use std::hash::{BuildHasher, Hasher};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio::sync::broadcast;
+use tokio_postgres::NoTls;
+
+use super::pg_session::{self, one_line, Shared, NODE_CLASS};
+use super::pg_sql::{
+    counts, get_job, job_from_row, lock_queue, mark_interrupted, migrate, plan, running_on, to_i64,
+    Retry, COLUMNS,
+};
+use super::{CancelQueued, Recovered, Store, StoreError, StoreEvent};
+use crate::model::{
+    Counts, Finish, Job, JobMode, JobStatus, ListFilter, NewJob, RecordedGroup, Submitted,
+};
+
+/// How long one store operation may take before it fails.
+const OP_LIMIT: Duration = Duration::from_secs(10);
+
+type PgResult<T> = Result<T, tokio_postgres::Error>;
+
+/// Jobs in a PostgreSQL database shared by the nodes of one service.
+pub struct PgStore {
+    pool: Pool,
+    node: String,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PgStore")
+    }
+}
+
+/// `url` with its password, if any, replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (auth, host) = match rest.rsplit_once('@') {
+        Some(parts) => parts,
+        None => return url.to_string(),
+    };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+/// This baton dir's node id (`<host>-<random>`), made once and kept in
+/// `<baton dir>/serve/node-id` so that a restart recovers its own jobs.
+pub fn node_id(baton_dir: &Path) -> Result<String, String> {
+    let path = baton_dir.join("serve").join("node-id");
+    if let Ok(s) = std::fs::read_to_string(&path) {
+        let s = s.trim();
+        if !s.is_empty() {
+            return Ok(s.to_string());
+        }
+    }
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_i64(crate::model::now_ms());
+    let id = format!("{host}-{:08x}", h.finish() & 0xffff_ffff);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create '{}': {e}", parent.display()))?;
+    }
+    std::fs::write(&path, format!("{id}\n"))
+        .map_err(|e| format!("cannot write '{}': {e}", path.display()))?;
+    Ok(id)
+}
+
+impl PgStore {
+    /// Connects to `url`, creates or migrates the schema, and establishes
+    /// this node's session (liveness lock, LISTEN).
+    ///
+    /// # Errors
+    ///
+    /// A one-line message naming what failed.
+    pub async fn open(url: &str, node: String) -> Result<PgStore, String> {
+        let mut cfg: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e: tokio_postgres::Error| format!("invalid URL: {}", one_line(&e)))?;
+        pg_session::keepalives(&mut cfg);
+        let manager = Manager::from_config(
+            cfg.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(8)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(OP_LIMIT))
+            .create_timeout(Some(Duration::from_secs(5)))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let mut client = pool.get().await.map_err(|e| pool_error(&e))?;
+        migrate(&mut client).await?;
+        drop(client);
+        let (events, _) = broadcast::channel(1024);
+        let shared = Arc::new(Shared {
+            live: AtomicBool::new(false),
+            num: AtomicI32::new(0),
+            events,
+        });
+        pg_session::start(cfg, node.clone(), Arc::clone(&shared)).await?;
+        Ok(PgStore { pool, node, shared })
+    }
+
+    /// A pooled connection.
+    async fn conn(&self, op: &'static str) -> Result<deadpool_postgres::Object, StoreError> {
+        match tokio::time::timeout(OP_LIMIT, self.pool.get()).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(StoreError::Query {
+                op,
+                message: pool_error(&e),
+            }),
+            Err(_) => Err(StoreError::Query {
+                op,
+                message: "the database did not answer in time".into(),
+            }),
+        }
+    }
+}
+
+/// `f`, within `OP_LIMIT`, its error as a store error. A transaction
+/// dropped unfinished is rolled back by the driver.
+async fn timed<T>(
+    op: &'static str,
+    f: impl std::future::Future<Output = PgResult<T>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(OP_LIMIT, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(StoreError::Query {
+            op,
+            message: one_line(&e),
+        }),
+        Err(_) => Err(StoreError::Query {
+            op,
+            message: "the database did not answer in time".into(),
+        }),
+    }
+}
+
+fn pool_error(e: &deadpool_postgres::PoolError) -> String {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => one_line(e),
+        other => other.to_string(),
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    fn node(&self) -> &str {
+        &self.node
+    }
+
+    fn events(&self) -> Option<broadcast::Receiver<StoreEvent>> {
+        Some(self.shared.events.subscribe())
+    }
+
+    fn is_live(&self) -> bool {
+        self.shared.live.load(Ordering::SeqCst)
+    }
+
+    async fn submit(&self, job: NewJob, max_depth: u64) -> Result<Submitted, StoreError> {
+        let op = "store a job";
+        let mut c = self.conn(op).await?;
+        timed(op, async {
+            let tx = tokio_postgres::Client::transaction(&mut c).await?;
+            lock_queue(&tx).await?;
+            let now = counts(&tx).await?;
+            if now.running + now.queued >= max_depth {
+                return Ok(Submitted::Full { counts: now });
+            }
+            let command = job
+                .command
+                .as_ref()
+                .map(|c| serde_json::to_string(c).unwrap_or_default());
+            tx.execute(
+                "INSERT INTO baton_jobs (id, template, prompt, grp, mode, timeout_ms, branch, \
+                 command, created_at, status) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued')",
+                &[
+                    &job.id,
+                    &job.template,
+                    &job.prompt,
+                    &job.group,
+                    &job.mode.as_str(),
+                    &to_i64(job.timeout_ms),
+                    &job.branch,
+                    &command,
+                    &job.created_at,
+                ],
+            )
+            .await?;
+            let mut superseded = Vec::new();
+            if let (Some(group), JobMode::Supersede | JobMode::Coalesce) = (&job.group, job.mode) {
+                let rows = tx
+                    .query(
+                        "UPDATE baton_jobs SET status = 'superseded', superseded_by = $1, \
+                         finished_at = $2 WHERE grp = $3 AND status = 'queued' AND id != $1 \
+                         RETURNING id",
+                        &[&job.id, &job.created_at, group],
+                    )
+                    .await?;
+                superseded = rows.iter().map(|r| r.get(0)).collect();
+            }
+            let position: i64 = tx
+                .query_one(
+                    "SELECT COUNT(*) FROM baton_jobs WHERE status = 'queued'",
+                    &[],
+                )
+                .await?
+                .get(0);
+            let stored = get_job(&tx, &job.id).await?;
+            tx.batch_execute("NOTIFY baton_jobs").await?;
+            tx.commit().await?;
+            Ok(match stored {
+                Some(stored) => Submitted::Queued {
+                    job: Box::new(stored),
+                    position: u64::try_from(position).unwrap_or(0),
+                    superseded,
+                },
+                None => Submitted::Full { counts: now },
+            })
+        })
+        .await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {
+        let op = "read a job";
+        let c = self.conn(op).await?;
+        timed(op, get_job(&**c, id)).await
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError> {
+        let op = "list jobs";
+        let c = self.conn(op).await?;
+        let status = filter.status.map(JobStatus::as_str);
+        let limit = i64::from(filter.limit);
+        timed(op, async {
+            let rows = c
+                .query(
+                    &format!(
+                        "SELECT {COLUMNS} FROM baton_jobs WHERE ($1::text IS NULL OR status = $1) \
+                         AND ($2::text IS NULL OR grp = $2) AND ($3::bigint IS NULL OR seq < $3) \
+                         ORDER BY seq DESC LIMIT $4"
+                    ),
+                    &[&status, &filter.group, &filter.before_seq, &limit],
+                )
+                .await?;
+            Ok(rows.iter().map(job_from_row).collect())
+        })
+        .await
+    }
+
+    async fn claim_next(
+        &self,
+        node: &str,
+        max_running: u64,
+        now: i64,
+    ) -> Result<Option<Job>, StoreError> {
+        let op = "claim a job";
+        let num = self.shared.num.load(Ordering::SeqCst);
+        let mut c = self.conn(op).await?;
+        timed(op, async {
+            let tx = tokio_postgres::Client::transaction(&mut c).await?;
+            lock_queue(&tx).await?;
+            // Only while this node's liveness lock is held: a node whose
+            // session has gone (and whose jobs others take over) claims nothing.
+            let held: bool = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+                     AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                     AND classid = $1::int4::oid AND objid = $2::int4::oid AND objsubid = 2 \
+                     AND granted)",
+                    &[&NODE_CLASS, &num],
+                )
+                .await?
+                .get(0);
+            if !held || counts(&tx).await?.running >= max_running {
+                return Ok(None);
+            }
+            let next = tx
+                .query_opt(
+                    "SELECT id FROM baton_jobs WHERE status = 'queued' \
+                     AND NOT (grp IS NOT NULL AND mode IN ('queue', 'coalesce') AND grp IN \
+                         (SELECT grp FROM baton_jobs WHERE status = 'running' AND grp IS NOT NULL)) \
+                     ORDER BY priority DESC, seq LIMIT 1 FOR UPDATE SKIP LOCKED",
+                    &[],
+                )
+                .await?;
+            let Some(next) = next else {
+                return Ok(None);
+            };
+            let id: String = next.get(0);
+            let row = tx
+                .query_one(
+                    &format!(
+                        "UPDATE baton_jobs SET status = 'running', started_at = $1, node = $2, \
+                         attempts = attempts + 1, pgroup = NULL, workspace = NULL WHERE id = $3 \
+                         RETURNING {COLUMNS}"
+                    ),
+                    &[&now, &node, &id],
+                )
+                .await?;
+            tx.commit().await?;
+            Ok(Some(job_from_row(&row)))
+        })
+        .await
+    }
+
+    async fn set_process_group(&self, id: &str, group: RecordedGroup) -> Result<(), StoreError> {
+        let op = "record a job's process group";
+        let json = serde_json::to_string(&group).unwrap_or_default();
+        let c = self.conn(op).await?;
+        timed(
+            op,
+            c.execute(
+                "UPDATE baton_jobs SET pgroup = $1 WHERE id = $2 AND status = 'running' \
+                 AND node = $3",
+                &[&json, &id, &self.node],
+            ),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn set_workspace(&self, id: &str, path: &str) -> Result<(), StoreError> {
+        let op = "record a job's workspace";
+        let c = self.conn(op).await?;
+        timed(
+            op,
+            c.execute(
+                "UPDATE baton_jobs SET workspace = $1 WHERE id = $2 AND node = $3",
+                &[&path, &id, &self.node],
+            ),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn finish(&self, id: &str, f: &Finish) -> Result<bool, StoreError> {
+        let op = "record a job's end";
+        let mut c = self.conn(op).await?;
+        timed(op, async {
+            let tx = tokio_postgres::Client::transaction(&mut c).await?;
+            // Only this node's run: a job taken over (interrupted, queued
+            // again, maybe running elsewhere) is not ended by its old node.
+            let n = tx
+                .execute(
+                    "UPDATE baton_jobs SET status = $1, exit_code = $2, error = $3, \
+                     superseded_by = $4, finished_at = $5, pgroup = NULL \
+                     WHERE id = $6 AND status = 'running' AND node = $7",
+                    &[
+                        &f.status.as_str(),
+                        &f.exit_code,
+                        &f.error,
+                        &f.superseded_by,
+                        &f.finished_at,
+                        &id,
+                        &self.node,
+                    ],
+                )
+                .await?;
+            tx.batch_execute("NOTIFY baton_jobs").await?;
+            tx.commit().await?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    async fn cancel_queued(&self, id: &str, now: i64) -> Result<CancelQueued, StoreError> {
+        let op = "cancel a job";
+        let mut c = self.conn(op).await?;
+        timed(op, async {
+            let tx = tokio_postgres::Client::transaction(&mut c).await?;
+            let row = tx
+                .query_opt(
+                    "SELECT status FROM baton_jobs WHERE id = $1 FOR UPDATE",
+                    &[&id],
+                )
+                .await?;
+            let Some(row) = row else {
+                return Ok(CancelQueued::Unknown);
+            };
+            let status: String = row.get(0);
+            let status = JobStatus::parse(&status).unwrap_or(JobStatus::Failed);
+            if status != JobStatus::Queued {
+                return Ok(CancelQueued::NotQueued(status));
+            }
+            let row = tx
+                .query_one(
+                    &format!(
+                        "UPDATE baton_jobs SET status = 'cancelled', finished_at = $1, \
+                         error = 'cancelled while queued' WHERE id = $2 RETURNING {COLUMNS}"
+                    ),
+                    &[&now, &id],
+                )
+                .await?;
+            tx.commit().await?;
+            Ok(CancelQueued::Cancelled(Box::new(job_from_row(&row))))
+        })
+        .await
+    }
+
+    async fn request_cancel(&self, id: &str) -> Result<bool, StoreError> {
+        let op = "ask another node to cancel a job";
+        let c = self.conn(op).await?;
+        timed(
+            op,
+            c.execute("SELECT pg_notify('baton_cancel', $1)", &[&id]),
+        )
+        .await
+        .map(|_| true)
+    }
+
+    async fn recover(
+        &self,
+        node: &str,
+        retry: Retry<'_>,
+        now: i64,
+    ) -> Result<Vec<Recovered>, StoreError> {
+        let op = "mark interrupted jobs";
+        let mut c = self.conn(op).await?;
+        timed(op, async {
+            let tx = tokio_postgres::Client::transaction(&mut c).await?;
+            lock_queue(&tx).await?;
+            let plan = plan(running_on(&tx, node).await?, retry);
+            mark_interrupted(&tx, &plan, now, "interrupted by a restart").await?;
+            tx.commit().await?;
+            Ok(plan
+                .into_iter()
+                .map(|(job, requeued)| Recovered { job, requeued })
+                .collect())
+        })
+        .await
+    }
+
+    async fn reap(&self, retry: Retry<'_>, now: i64) -> Result<Vec<Recovered>, StoreError> {
+        let op = "take over the jobs of dead nodes";
+        let mut c = self.conn(op).await?;
+        let candidates = timed(
+            op,
+            c.query(
+                "SELECT DISTINCT j.node, n.num FROM baton_jobs j \
+                 LEFT JOIN baton_nodes n ON n.id = j.node \
+                 WHERE j.status = 'running' AND j.node IS NOT NULL AND j.node <> $1",
+                &[&self.node],
+            ),
+        )
+        .await?;
+        let mut out = Vec::new();
+        for row in candidates {
+            let node: String = row.get(0);
+            let num: Option<i32> = row.get(1);
+            let step = async {
+                // The node is dead when its liveness lock is free; holding
+                // it while its jobs are marked keeps a restart of that node
+                // from recovering them at the same time.
+                if let Some(num) = num {
+                    let free: bool = c
+                        .query_one(
+                            "SELECT pg_try_advisory_lock($1::int4, $2::int4)",
+                            &[&NODE_CLASS, &num],
+                        )
+                        .await?
+                        .get(0);
+                    if !free {
+                        return Ok(Vec::new());
+                    }
+                }
+                let marked = async {
+                    let tx = tokio_postgres::Client::transaction(&mut c).await?;
+                    lock_queue(&tx).await?;
+                    let plan = plan(running_on(&tx, &node).await?, retry);
+                    let why = format!("its node '{node}' died while the job ran");
+                    mark_interrupted(&tx, &plan, now, &why).await?;
+                    tx.commit().await?;
+                    Ok::<_, tokio_postgres::Error>(plan)
+                }
+                .await;
+                if let Some(num) = num {
+                    c.execute(
+                        "SELECT pg_advisory_unlock($1::int4, $2::int4)",
+                        &[&NODE_CLASS, &num],
+                    )
+                    .await?;
+                }
+                marked
+            };
+            match tokio::time::timeout(OP_LIMIT, step).await {
+                Ok(Ok(plan)) => out.extend(
+                    plan.into_iter()
+                        .map(|(job, requeued)| Recovered { job, requeued }),
+                ),
+                other => {
+                    // The connection may still hold the node's lock: close it.
+                    drop(deadpool_postgres::Object::take(c));
+                    return match other {
+                        Ok(Err(e)) => Err(StoreError::Query {
+                            op,
+                            message: one_line(&e),
+                        }),
+                        _ => Err(StoreError::Query {
+                            op,
+                            message: "the database did not answer in time".into(),
+                        }),
+                    };
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn evict(&self, before: i64) -> Result<Vec<String>, StoreError> {
+        let op = "evict finished jobs";
+        let c = self.conn(op).await?;
+        let rows = timed(
+            op,
+            c.query(
+                "DELETE FROM baton_jobs WHERE finished_at IS NOT NULL AND finished_at < $1 \
+                 AND status NOT IN ('queued', 'running') RETURNING id",
+                &[&before],
+            ),
+        )
+        .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn counts(&self) -> Result<Counts, StoreError> {
+        let op = "count jobs";
+        let c = self.conn(op).await?;
+        timed(op, counts(&**c)).await
+    }
+
+    async fn status_counts(&self) -> Result<Vec<(JobStatus, u64)>, StoreError> {
+        let op = "count jobs by status";
+        let c = self.conn(op).await?;
+        let rows = timed(
+            op,
+            c.query(
+                "SELECT status, COUNT(*) FROM baton_jobs GROUP BY status",
+                &[],
+            ),
+        )
+        .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let s: String = r.get(0);
+                let n: i64 = r.get(1);
+                JobStatus::parse(&s).map(|st| (st, u64::try_from(n).unwrap_or(0)))
+            })
+            .collect())
+    }
+}
