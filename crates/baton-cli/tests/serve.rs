@@ -373,3 +373,45 @@ command = ["sh", "-c", "exit $1", "job", "{prompt}"]
         );
     }
 }
+
+#[test]
+fn a_restart_stops_every_command_the_previous_instance_started_even_one_no_longer_marked_running() {
+    // On PostgreSQL another node marks a dead node's jobs interrupted; the
+    // node's processes must still be stopped when it starts again. Here the
+    // store is edited by hand (SQLite) to the state another node leaves.
+    let mut s = Server::start(
+        r#"
+default_template = "bg"
+[templates.bg]
+command = ["sh", "-c", "sleep 300 & echo $! > {tmp}/bg.pid; wait"]
+"#,
+        &[],
+    );
+    let id = s.submit(json!({}));
+    let pid: i32 = wait_for_file(&s.path("bg.pid")).trim().parse().unwrap();
+    s.wait_job(&id, Duration::from_secs(30), |j| j["status"] == "running");
+    s.kill9();
+    assert!(
+        serve_common::alive(pid),
+        "the background child died with the service"
+    );
+    let db = s.dir.join("serve.db");
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys,time; c=sqlite3.connect(sys.argv[1]); \
+             c.execute(\"UPDATE jobs SET status='interrupted', finished_at=? WHERE id=?\", (int(time.time()*1000), sys.argv[2])); c.commit()",
+            db.to_str().unwrap(),
+            &id,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s.spawn();
+    serve_common::wait_until_gone(pid);
+    assert_eq!(s.job(&id)["status"], "interrupted");
+}

@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::exec::{run_job, ExecContext, Hooks};
 use crate::journal::StartJournal;
 use crate::metrics::Metrics;
-use crate::model::{now_ms, Finish, Job, JobStatus};
+use crate::model::{now_ms, Finish, Job, JobStatus, RecordedGroup};
 use crate::output::JobFiles;
 use crate::store::{Store, StoreError, StoreEvent};
 
@@ -259,6 +259,27 @@ impl Service {
                 .get(template)
                 .is_some_and(|t| t.retry_on_interrupt)
         };
+        // Every command the previous instance started (the journal) is
+        // stopped, not only those the store still shows running here: on
+        // PostgreSQL another node may have marked this node's jobs
+        // interrupted meanwhile, and their processes would run on.
+        let stale: Vec<(String, RecordedGroup)> = started.into_iter().collect();
+        let _ = tokio::task::spawn_blocking(move || {
+            for (id, g) in stale {
+                let found = baton_proc::terminate_group(
+                    g.pgid,
+                    baton_proc::GroupIdentity::Recorded {
+                        leader_start_time: g.leader_start_time,
+                        session: g.session,
+                    },
+                    Duration::from_millis(g.grace_ms),
+                );
+                if !found.is_empty() {
+                    tracing::warn!(job = %id, processes = found.len(), "stopped what a job of the previous instance left running");
+                }
+            }
+        })
+        .await;
         let recovered = self.store.recover(&self.node, &retry, now_ms()).await?;
         for r in recovered {
             tracing::warn!(job = %r.job.spec.id, requeued = r.requeued, "job interrupted by the previous instance's end");

@@ -252,3 +252,15 @@ pub fn alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Waits (at most 60 s) until process `pid` is gone.
+pub fn wait_until_gone(pid: i32) {
+    let start = Instant::now();
+    while alive(pid) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "pid {pid} is still running"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
