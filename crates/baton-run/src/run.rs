@@ -36,7 +36,9 @@ pub struct RunRequest {
     pub operation: Option<String>,
     /// The command and its arguments.
     pub command: Vec<OsString>,
-    /// Kill the command's process group after this long.
+    /// Kill the command's process group after this long (counted from the
+    /// start of the [`RunRequest::setup`] command when there is one: one
+    /// budget for both).
     pub timeout: Option<Duration>,
     /// Time between TERM and KILL.
     pub grace: Duration,
@@ -214,6 +216,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     let mut setup_failed = false;
     let mut finished = None;
     if let Some((setup_program, setup_args)) = req.setup.as_ref().and_then(|s| s.split_first()) {
+        let setup_started = std::time::Instant::now();
         let mut setup = spec.clone();
         setup.program = setup_program.clone();
         setup.args = setup_args.to_vec();
@@ -233,6 +236,10 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
             setup_failed = true;
             finished = Some(done);
         }
+        // One timeout for the setup and the command together.
+        spec.timeout = spec
+            .timeout
+            .map(|t| t.saturating_sub(setup_started.elapsed()));
     }
     let finished = match finished {
         Some(done) => done,

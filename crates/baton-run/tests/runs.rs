@@ -164,3 +164,15 @@ fn baton_testkit_wait(mut cond: impl FnMut() -> bool) {
         thread::sleep(Duration::from_millis(5));
     }
 }
+
+#[test]
+fn the_setup_command_and_the_command_share_one_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let baton = baton_lock::BatonDir::open(dir.path().join("baton")).unwrap();
+    let mut req = RunRequest::new(vec!["sleep".into(), "1".into()]);
+    req.setup = Some(vec!["sleep".into(), "1".into()]);
+    req.timeout = Some(std::time::Duration::from_millis(1500));
+    let report = baton_run::run(&baton, &req).unwrap();
+    assert_eq!(report.outcome, baton_proc::Outcome::TimedOut, "{report:?}");
+    assert!(!report.setup_failed, "{report:?}");
+}
