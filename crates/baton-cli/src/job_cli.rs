@@ -111,6 +111,7 @@ tail of its stdout). Exit status: 0; 125 for an unknown (or evicted) job.")]
   baton job list
   baton job list --status running
   baton job list --group issue/42 --limit 5 --json | jq -r '.jobs[].id'
+  baton job list --limit 20 --cursor 1234        # the next page
 
 JSON: {jobs: [a job as `job status --json` shows it, without output], next_cursor}.")]
     List {
@@ -123,6 +124,9 @@ JSON: {jobs: [a job as `job status --json` shows it, without output], next_curso
         /// At most this many jobs.
         #[arg(long, value_name = "N", default_value = "50", value_parser = clap::value_parser!(u32).range(1..=1000))]
         limit: u32,
+        /// Continue after a previous page: its `next_cursor` (printed last).
+        #[arg(long, value_name = "CURSOR")]
+        cursor: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -226,13 +230,14 @@ pub fn run(args: JobArgs) -> u8 {
             status,
             group,
             limit,
+            cursor,
             json,
         } => {
             let q = ListQuery {
                 status: status.map(job_status),
                 group: group.map(|g| g.as_str().to_string()),
                 limit: Some(limit),
-                cursor: None,
+                cursor,
             };
             match client.list(&q) {
                 Ok(list) if json => print_json(&list),
@@ -468,8 +473,8 @@ fn print_list(list: &JobList) -> u8 {
     for r in &rows {
         line(r);
     }
-    if list.next_cursor.is_some() {
-        println!("(newest {} shown; raise --limit for more)", list.jobs.len());
+    if let Some(c) = &list.next_cursor {
+        println!("(more: --cursor {c})");
     }
     0
 }

@@ -415,3 +415,44 @@ command = ["sh", "-c", "sleep 300 & echo $! > {tmp}/bg.pid; wait"]
     serve_common::wait_until_gone(pid);
     assert_eq!(s.job(&id)["status"], "interrupted");
 }
+
+#[test]
+fn baton_job_list_pages_with_the_printed_cursor() {
+    let s = Server::start(
+        "default_template = \"t\"\n[templates.t]\ncommand = [\"true\"]\n",
+        &[],
+    );
+    let ids: Vec<String> = (0..3).map(|_| s.submit(json!({}))).collect();
+    for id in &ids {
+        s.wait_final(id);
+    }
+    let server = format!("http://{}", s.addr);
+    let list = |extra: &[&str]| {
+        let mut args = vec!["job", "list", "--server", server.as_str(), "--limit", "2"];
+        args.extend_from_slice(extra);
+        let out = s.baton(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = list(&[]);
+    assert!(
+        first.contains(&ids[2]) && first.contains(&ids[1]) && !first.contains(&ids[0]),
+        "{first}"
+    );
+    let cursor = first
+        .lines()
+        .find_map(|l| l.strip_prefix("(more: --cursor "))
+        .and_then(|l| l.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("no cursor in:\n{first}"))
+        .to_string();
+    let second = list(&["--cursor", &cursor]);
+    assert!(
+        second.contains(&ids[0]) && !second.contains(&ids[1]),
+        "{second}"
+    );
+    assert!(!second.contains("--cursor"), "{second}");
+}
