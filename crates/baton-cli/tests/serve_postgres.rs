@@ -364,3 +364,29 @@ fn nodes_resume_after_their_sessions_are_terminated() {
         assert_eq!((code, h["status"].as_str()), (200, Some("ok")), "{h}");
     }
 }
+
+/// A newer supersede job stops the running job of its group on another node.
+#[test]
+fn supersede_reaches_a_running_job_on_another_node() {
+    let db = TestDb::new();
+    let url = db.url();
+    // Node 1 runs one job at a time, so the newer job can only run on node 2.
+    let one = Server::start(
+        &config(EVAL),
+        &["--store", url.as_str(), "--max-concurrency", "1"],
+    );
+    let a = one.submit(json!({"prompt": "sleep 120", "group": "issue/7", "mode": "supersede"}));
+    let ja = one.wait_job(&a, Duration::from_secs(30), |j| status(j) == "running");
+    let two = Server::start(
+        &config(EVAL),
+        &["--store", url.as_str(), "--max-concurrency", "4"],
+    );
+    let b = two.submit(json!({"prompt": "echo newer", "group": "issue/7", "mode": "supersede"}));
+    let ja2 = two.wait_final(&a);
+    assert_eq!(status(&ja2), "superseded", "{ja2}");
+    assert_eq!(ja2["superseded_by"], b.as_str(), "{ja2}");
+    assert_eq!(ja2["node"], ja["node"], "{ja2}");
+    let jb = two.wait_final(&b);
+    assert_eq!(status(&jb), "succeeded", "{jb}");
+    assert_eq!(jb["node"].as_str(), Some(node_id(&two).as_str()), "{jb}");
+}

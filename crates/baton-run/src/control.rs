@@ -56,6 +56,15 @@ impl RunControl {
         self.stop(StopReason::Cancelled);
     }
 
+    /// Stops the run as superseded by run `by` (a newer run of its group
+    /// that this process learned of by other means than the group's own
+    /// machinery, e.g. from another machine); it then reports
+    /// [`RunReport::superseded_by`](crate::RunReport::superseded_by).
+    /// Idempotent; never blocks.
+    pub fn supersede(&self, by: impl Into<String>) {
+        self.stop(StopReason::Superseded { by: by.into() });
+    }
+
     /// Why the run was stopped, if it was.
     pub fn stop_reason(&self) -> Option<StopReason> {
         self.lock().reason.clone()

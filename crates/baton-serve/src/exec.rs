@@ -220,6 +220,15 @@ fn finish_of(
             }
         }
     };
+    // A run stopped through its control as superseded before it reached
+    // its group's machinery (e.g. by a newer job on another node) reports
+    // it through the control only.
+    let mut report = report;
+    if report.superseded_by.is_none() && report.outcome == Outcome::Cancelled {
+        if let Some(baton_run::StopReason::Superseded { by }) = control.stop_reason() {
+            report.superseded_by = Some(by);
+        }
+    }
     let code = report.outcome.exit_code();
     let (status, error) = match report.outcome {
         _ if report.superseded_by.is_some() => (

@@ -35,6 +35,10 @@ pub struct Live {
     pub stdout: watch::Receiver<u64>,
     /// Becomes true when it has ended and its end is stored.
     pub done: watch::Receiver<bool>,
+    /// Its concurrency group.
+    pub group: Option<String>,
+    /// Its place in the FIFO order (older jobs have smaller numbers).
+    pub seq: i64,
 }
 
 /// The running service: shared by the HTTP handlers, the scheduler and the
@@ -131,6 +135,18 @@ impl Service {
                     if let Some(live) = live {
                         tracing::info!(job = %id, "cancel requested by another node");
                         live.control.cancel();
+                    }
+                }
+                Ok(StoreEvent::Supersede { group, by, seq }) => {
+                    let older: Vec<(String, Live)> = self
+                        .lives()
+                        .iter()
+                        .filter(|(_, l)| l.group.as_deref() == Some(group.as_str()) && l.seq < seq)
+                        .map(|(id, l)| (id.clone(), l.clone()))
+                        .collect();
+                    for (id, live) in older {
+                        tracing::info!(job = %id, by = %by, "superseded by a newer job of its group");
+                        live.control.supersede(by.clone());
                     }
                 }
                 Ok(StoreEvent::Live(true)) => self.wake(),
@@ -358,6 +374,8 @@ impl Service {
                 control: control.clone(),
                 stdout: stdout_rx,
                 done: done_rx,
+                group: job.spec.group.clone(),
+                seq: job.seq,
             },
         );
         let service = Arc::clone(self);

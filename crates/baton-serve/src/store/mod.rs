@@ -70,6 +70,16 @@ pub enum StoreEvent {
     Wake,
     /// Some node asks for job `id` to be cancelled if it runs here.
     Cancel(String),
+    /// Job `by` (mode supersede) was stored in `group`: the group's jobs
+    /// running here stop as superseded by it.
+    Supersede {
+        /// The group key.
+        group: String,
+        /// The newer job's id.
+        by: String,
+        /// Its sequence number: only older jobs stop.
+        seq: i64,
+    },
     /// This node's liveness session was lost (`false`: stop the jobs running
     /// here, claim nothing) or is back (`true`).
     Live(bool),

@@ -125,7 +125,7 @@ async fn connect(
         }
     }
     client
-        .batch_execute("LISTEN baton_jobs; LISTEN baton_cancel")
+        .batch_execute("LISTEN baton_jobs; LISTEN baton_cancel; LISTEN baton_supersede")
         .await
         .map_err(|e| one_line(&e))?;
     let host = rustix::system::uname()
@@ -182,6 +182,21 @@ async fn hold(mut session: Connected, node: &str, shared: &Shared) {
                 Some((channel, payload)) => {
                     let event = match channel.as_str() {
                         "baton_cancel" => StoreEvent::Cancel(payload),
+                        "baton_supersede" => {
+                            let mut parts = payload.splitn(3, ' ');
+                            match (
+                                parts.next().and_then(|s| s.parse::<i64>().ok()),
+                                parts.next(),
+                                parts.next(),
+                            ) {
+                                (Some(seq), Some(by), Some(group)) => StoreEvent::Supersede {
+                                    group: group.to_string(),
+                                    by: by.to_string(),
+                                    seq,
+                                },
+                                _ => StoreEvent::Wake,
+                            }
+                        }
                         _ => StoreEvent::Wake,
                     };
                     let _ = shared.events.send(event);

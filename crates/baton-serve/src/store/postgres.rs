@@ -238,6 +238,14 @@ impl Store for PgStore {
                 .get(0);
             let stored = get_job(&tx, &job.id).await?;
             tx.batch_execute("NOTIFY baton_jobs").await?;
+            if let (Some(group), JobMode::Supersede) = (&job.group, job.mode) {
+                // Running jobs of the group on every node stop (each node
+                // stops its own); the payload is `<seq> <job id> <group>`.
+                let seq = stored.as_ref().map_or(0, |j| j.seq);
+                let payload = format!("{seq} {} {group}", job.id);
+                tx.execute("SELECT pg_notify('baton_supersede', $1)", &[&payload])
+                    .await?;
+            }
             tx.commit().await?;
             Ok(match stored {
                 Some(stored) => Submitted::Queued {
