@@ -143,6 +143,23 @@ pub struct RecordedGroup {
     pub grace_ms: u64,
 }
 
+impl RecordedGroup {
+    /// Stops what is left of the group (TERM, grace, KILL), checking the
+    /// leader's start time and the session so that a reused id is never
+    /// signalled; returns how many processes it found.
+    pub fn stop(&self) -> usize {
+        baton_proc::terminate_group(
+            self.pgid,
+            baton_proc::GroupIdentity::Recorded {
+                leader_start_time: self.leader_start_time,
+                session: self.session,
+            },
+            std::time::Duration::from_millis(self.grace_ms),
+        )
+        .len()
+    }
+}
+
 /// A stored job.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Job {

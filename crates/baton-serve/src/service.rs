@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::exec::{run_job, ExecContext, Hooks};
 use crate::journal::StartJournal;
 use crate::metrics::Metrics;
-use crate::model::{now_ms, Finish, Job, JobStatus, RecordedGroup};
+use crate::model::{now_ms, Finish, Job, JobStatus};
 use crate::output::JobFiles;
 use crate::store::{Store, StoreError, StoreEvent};
 
@@ -230,44 +230,54 @@ impl Service {
     /// take `grace`) leaves the job running in the store, with its process
     /// group, for the next start to stop.
     async fn recover(self: &Arc<Service>) -> Result<(), StoreError> {
-        let started = self.journal.read();
-        for job in self.running_here().await? {
-            let dir = self.dir.clone();
-            // The journal has the latest attempt's group (written before
-            // its command ran); the store may not have it yet.
-            let group = started.get(&job.spec.id).copied().or(job.process_group);
-            let id = job.spec.id.clone();
-            // Its workspace (id = job id) may exist without being recorded
-            // (killed between creating it and starting the command): look
-            // it up by id whenever the job could have had one.
-            let had_workspace = job.workspace.is_some()
-                || (job.spec.command.is_none()
-                    && self
-                        .config
-                        .templates
-                        .get(&job.spec.template)
-                        .is_some_and(|t| t.workspace.is_some()));
-            let _ = tokio::task::spawn_blocking(move || {
-                if let Some(g) = group {
-                    baton_proc::terminate_group(
-                        g.pgid,
-                        baton_proc::GroupIdentity::Recorded {
-                            leader_start_time: g.leader_start_time,
-                            session: g.session,
-                        },
-                        Duration::from_millis(g.grace_ms),
-                    );
+        // Every command the previous instance started (the journal has the
+        // latest attempt of each, written before it ran) is stopped, not
+        // only those the store still shows running here: on PostgreSQL
+        // another node may have marked this node's jobs interrupted
+        // meanwhile. A job the store shows running adds its stored group
+        // if the journal lacks one.
+        let mut groups = self.journal.read();
+        let running = self.running_here().await?;
+        for job in &running {
+            if let Some(g) = job.process_group {
+                groups.entry(job.spec.id.clone()).or_insert(g);
+            }
+        }
+        // Its workspace (id = job id) may exist without being recorded
+        // (killed between creating it and starting the command): look it up
+        // by id whenever the job could have had one.
+        let workspaces: Vec<String> = running
+            .iter()
+            .filter(|job| {
+                job.workspace.is_some()
+                    || (job.spec.command.is_none()
+                        && self
+                            .config
+                            .templates
+                            .get(&job.spec.template)
+                            .is_some_and(|t| t.workspace.is_some()))
+            })
+            .map(|job| job.spec.id.clone())
+            .collect();
+        let dir = self.dir.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            for (id, g) in groups {
+                let found = g.stop();
+                if found > 0 {
+                    tracing::warn!(job = %id, processes = found, "stopped what a job of the previous instance left running");
                 }
-                if had_workspace && baton_git::get(&dir, &id).is_ok() {
+            }
+            for id in workspaces {
+                if baton_git::get(&dir, &id).is_ok() {
                     let _ = baton_git::remove(
                         &dir,
                         &id,
                         baton_lock::WaitPolicy::AtMost(Duration::from_secs(30)),
                     );
                 }
-            })
-            .await;
-        }
+            }
+        })
+        .await;
         let config = Arc::clone(&self.config);
         let retry = move |template: &str| {
             config
@@ -275,27 +285,6 @@ impl Service {
                 .get(template)
                 .is_some_and(|t| t.retry_on_interrupt)
         };
-        // Every command the previous instance started (the journal) is
-        // stopped, not only those the store still shows running here: on
-        // PostgreSQL another node may have marked this node's jobs
-        // interrupted meanwhile, and their processes would run on.
-        let stale: Vec<(String, RecordedGroup)> = started.into_iter().collect();
-        let _ = tokio::task::spawn_blocking(move || {
-            for (id, g) in stale {
-                let found = baton_proc::terminate_group(
-                    g.pgid,
-                    baton_proc::GroupIdentity::Recorded {
-                        leader_start_time: g.leader_start_time,
-                        session: g.session,
-                    },
-                    Duration::from_millis(g.grace_ms),
-                );
-                if !found.is_empty() {
-                    tracing::warn!(job = %id, processes = found.len(), "stopped what a job of the previous instance left running");
-                }
-            }
-        })
-        .await;
         let recovered = self.store.recover(&self.node, &retry, now_ms()).await?;
         for r in recovered {
             tracing::warn!(job = %r.job.spec.id, requeued = r.requeued, "job interrupted by the previous instance's end");
