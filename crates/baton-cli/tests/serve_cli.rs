@@ -204,20 +204,10 @@ fn submit_wait_exits_with_the_jobs_code() {
     );
 
     // Cancelled while it waits: 79.
-    let mut waiter = job(
+    let (mut waiter, id) = spawn_submit(
         &s,
         &["submit", "--wait", "touch cancel.started; exec sleep 60"],
-    )
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut id = String::new();
-    BufReader::new(waiter.stdout.take().unwrap())
-        .read_line(&mut id)
-        .unwrap();
-    let id = id.trim().to_string();
+    );
     wait_exists(&s.path("cancel.started"));
     let c = run(job(&s, &["cancel", &id]));
     assert_eq!(code(&c), 0, "{}", err(&c));
@@ -407,6 +397,22 @@ fn wait_exists(path: &Path) {
     }
 }
 
+/// Starts `baton job ARGS` (a `submit --wait`) and reads the job id it
+/// prints first; the process goes on waiting.
+fn spawn_submit(s: &Server, args: &[&str]) -> (std::process::Child, String) {
+    let mut child = job(s, args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut id = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut id)
+        .unwrap();
+    (child, id.trim().to_string())
+}
+
 /// Waits (at most 60 s) for a spawned process to exit.
 fn wait_exit(child: &mut std::process::Child) -> i32 {
     let start = Instant::now();
@@ -501,7 +507,7 @@ fn a_queue_mode_job_waits_for_a_cli_run_of_its_group() {
         .spawn()
         .unwrap();
     wait_exists(&s.path("cli.started"));
-    let mut waiter = job(
+    let (mut waiter, id) = spawn_submit(
         &s,
         &[
             "submit",
@@ -510,16 +516,7 @@ fn a_queue_mode_job_waits_for_a_cli_run_of_its_group() {
             "issue/42",
             "if [ -e cli.done ]; then echo after; else echo before; fi",
         ],
-    )
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut id = String::new();
-    BufReader::new(waiter.stdout.take().unwrap())
-        .read_line(&mut id)
-        .unwrap();
-    let id = id.trim().to_string();
+    );
     // It holds a service slot but waits for the group.
     s.wait_job(&id, Duration::from_secs(30), |v| v["status"] == "running");
     assert!(!Path::new(&s.path("cli.done")).exists());

@@ -11,21 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use serve_common::{alive, wait_for_file, Server};
-
-/// A config whose default template runs its prompt as a shell script
-/// (the tests write the scripts; `{tmp}` is the server's temp dir).
-fn sh_config(extra: &str) -> String {
-    format!(
-        r#"
-default_template = "sh"
-grace = "1s"
-{extra}
-[templates.sh]
-command = ["sh", "-c", "{{prompt}}"]
-"#
-    )
-}
+use serve_common::{alive, sh_config, wait_for_file, Server};
 
 /// A script that starts a background child in its process group, records
 /// both pids (`{t}/NAME.pid`, `{t}/NAME.bg`) and waits for it.

@@ -14,19 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use serve_common::{alive, wait_for_file, Server};
-
-fn sh_config(extra: &str) -> String {
-    format!(
-        r#"
-default_template = "sh"
-grace = "1s"
-{extra}
-[templates.sh]
-command = ["sh", "-c", "{{prompt}}"]
-"#
-    )
-}
+use serve_common::{alive, sh_config, wait_for_file, Server};
 
 fn status(j: &Value) -> &str {
     j["status"].as_str().unwrap_or("")

@@ -264,3 +264,17 @@ pub fn wait_until_gone(pid: i32) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A config whose default template `sh` runs its prompt as a shell script
+/// (grace 1 s), with `extra` settings.
+pub fn sh_config(extra: &str) -> String {
+    format!(
+        r#"
+default_template = "sh"
+grace = "1s"
+{extra}
+[templates.sh]
+command = ["sh", "-c", "{{prompt}}"]
+"#
+    )
+}
