@@ -48,13 +48,28 @@ fn token(s: &str) -> Result<u64, InvalidInput> {
   baton doctor                                    can baton work here? what to fix, and how
   baton job submit --wait 'fix the tests'         a job on the job service (`baton serve`)
 
-Exit codes: the command's own code; 75 busy / not acquired; 79 superseded; 124 timed out;
+Exit codes: the command's own code; 75 busy / not acquired; 76 lock lost (--backend: its
+database session ended, the command was stopped); 79 superseded; 124 timed out;
 125 baton failed (bad usage, bad input, I/O); 126 / 127 command not executable / not found.")]
 pub struct Cli {
     /// Baton dir holding all coordination state [default: $BATON_DIR, else <git common
     /// dir>/baton inside a repository, else $XDG_RUNTIME_DIR/baton, else /tmp/baton-<uid>]
     #[arg(long, global = true, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+
+    /// Keep locks in a PostgreSQL database, shared by every machine using it, instead of
+    /// the baton dir: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE. Applies to `run
+    /// --lock` and the `lock` commands (not yet to groups); the tables are created on
+    /// first use (or by `baton db migrate`). A run whose database session ends stops its
+    /// command and exits 76.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "BATON_BACKEND",
+        hide_env_values = true
+    )]
+    pub backend: Option<String>,
 
     /// Show on stderr what baton does and waits for: -v the main steps, -vv also the lock
     /// line (position, holder waited for), git commands and retries, -vvv everything.
@@ -214,9 +229,25 @@ Here --dir names where the pages go (created if missing), not a baton dir; the p
 written are printed, one per line.")]
     Man,
 
+    /// The PostgreSQL backend's tables (--backend).
+    #[command(subcommand)]
+    Db(DbCommand),
+
     /// Internal: the background holder started by `baton lock acquire`.
     #[command(name = "__hold", hide = true)]
     Hold,
+}
+
+/// `baton db ...`.
+#[derive(Debug, Subcommand)]
+pub enum DbCommand {
+    /// Create or upgrade baton's tables in the --backend database (done on first use too;
+    /// run it once as the database's owner when agents connect as users who may not
+    /// create tables).
+    #[command(
+        after_help = "Example:\n  baton --backend postgres://admin@db.internal/agents db migrate"
+    )]
+    Migrate,
 }
 
 /// `baton serve` options.

@@ -3,16 +3,20 @@
 use std::error::Error;
 use std::time::Duration;
 
-use baton_lock::{list, status, BatonDir, Mode, WaitPolicy};
+use std::sync::Arc;
+
+use baton_lock::{list, BatonDir, Mode, WaitPolicy};
 use baton_proc::LeftoverPolicy;
 use baton_run::events::print_events;
 use baton_run::hold::{
-    break_lock, caller_to_watch, release_held, serve_hold, start_holder, HoldRequest,
+    break_lock, caller_to_watch, lock_status, release_held, serve_hold, start_holder, HoldRequest,
 };
-use baton_run::{group_status, run, GroupMode, GroupRequest, RunControl, RunRequest};
+use baton_run::{group_status, run, Backend, GroupMode, GroupRequest, RunControl, RunRequest};
 use clap::Parser;
 
-use crate::cli::{Cli, Command, GroupCommand, LockCommand, LogFormat, ModeArg, ModeArgs, WaitArgs};
+use crate::cli::{
+    Cli, Command, DbCommand, GroupCommand, LockCommand, LogFormat, ModeArg, ModeArgs, WaitArgs,
+};
 use crate::exit_codes::{for_child, for_lock_error, for_run_error, BATON_FAILED};
 use crate::{docs, doctor, logging, output};
 
@@ -52,9 +56,19 @@ pub fn main() -> u8 {
         Ok(d) => d,
         Err(e) => return fail(&e, for_lock_error(&e)),
     };
+    let backend_url = cli.backend.filter(|u| !u.is_empty());
+    let backend = match backend_url.as_deref() {
+        None => Backend::Local,
+        Some(url) => match baton_pg::Database::new(url) {
+            Ok(db) => Backend::Postgres(Arc::new(db)),
+            Err(e) => return fail(&e, BATON_FAILED),
+        },
+    };
     let flags = CliFlags {
         verbose: cli.verbose,
         log_format: cli.log_format,
+        backend,
+        backend_url,
     };
     match command {
         Command::Serve(args) => serve(args, dir),
@@ -84,6 +98,7 @@ pub fn main() -> u8 {
             };
             let req = RunRequest {
                 locks: args.locks,
+                backend: flags.backend.clone(),
                 mode: mode(lock_mode),
                 wait: wait(args.wait),
                 group,
@@ -155,6 +170,7 @@ pub fn main() -> u8 {
         }
         Command::Hold => u8::try_from(serve_hold(&dir)).unwrap_or(BATON_FAILED),
         Command::Lock(cmd) => lock(&dir, cmd, &flags),
+        Command::Db(cmd) => db(cmd, &flags.backend),
         Command::Group(GroupCommand::Status { key, json }) => {
             restore_default_sigpipe();
             match group_status(&dir, key.as_ref()) {
@@ -184,6 +200,10 @@ pub fn main() -> u8 {
 struct CliFlags {
     verbose: u8,
     log_format: LogFormat,
+    /// Where locks live (`--backend`).
+    backend: Backend,
+    /// The URL as given, password included, for the background holder.
+    backend_url: Option<String>,
 }
 
 /// The global flags that give the background holder the same diagnostics.
@@ -201,18 +221,26 @@ fn lock(dir: &BatonDir, cmd: LockCommand, flags: &CliFlags) -> u8 {
         LockCommand::Status {
             name: Some(name),
             json,
-        } => match status(dir, &name) {
+        } => match lock_status(&flags.backend, dir, &name) {
             Ok(st) => output::status(&st, json),
-            Err(e) => fail(&e, for_lock_error(&e)),
-        },
-        LockCommand::Status { name: None, json } | LockCommand::List { json } => match list(dir) {
-            Ok(all) => output::list(&all, json),
-            Err(e) => fail(&e, for_lock_error(&e)),
-        },
-        LockCommand::Break { name, grace, json } => match break_lock(dir, &name, grace) {
-            Ok(report) => output::broke(&report, json),
             Err(e) => fail(&e, for_run_error(&e)),
         },
+        LockCommand::Status { name: None, json } | LockCommand::List { json } => {
+            let all = match &flags.backend {
+                Backend::Local => list(dir).map_err(baton_run::RunError::from),
+                Backend::Postgres(db) => db.list().map_err(baton_run::RunError::from),
+            };
+            match all {
+                Ok(all) => output::list(&all, json),
+                Err(e) => fail(&e, for_run_error(&e)),
+            }
+        }
+        LockCommand::Break { name, grace, json } => {
+            match break_lock(&flags.backend, dir, &name, grace) {
+                Ok(report) => output::broke(&report, json),
+                Err(e) => fail(&e, for_run_error(&e)),
+            }
+        }
         LockCommand::Acquire {
             name,
             wait: w,
@@ -244,6 +272,7 @@ fn lock(dir: &BatonDir, cmd: LockCommand, flags: &CliFlags) -> u8 {
                 run_id: Some(logging::run_id().to_string()),
                 share_stderr: logging::active(),
                 holder_args: holder_args(flags.verbose, flags.log_format),
+                backend: flags.backend_url.clone(),
             };
             doctor::warn_if_remote(dir);
             tracing::info!(lock = %name, "lock acquire: starting the background holder");
@@ -257,9 +286,28 @@ fn lock(dir: &BatonDir, cmd: LockCommand, flags: &CliFlags) -> u8 {
             token,
             force,
             json,
-        } => match release_held(dir, &name, token, caller_to_watch(), force) {
+        } => match release_held(&flags.backend, dir, &name, token, caller_to_watch(), force) {
             Ok(report) => output::released(&report, json),
             Err(e) => fail(&e, for_run_error(&e)),
+        },
+    }
+}
+
+/// `baton db ...`.
+fn db(cmd: DbCommand, backend: &Backend) -> u8 {
+    let Backend::Postgres(db) = backend else {
+        eprintln!(
+            "baton: `baton db` needs --backend postgres://USER@HOST/DATABASE (or BATON_BACKEND)"
+        );
+        return BATON_FAILED;
+    };
+    match cmd {
+        DbCommand::Migrate => match db.migrate() {
+            Ok(v) => {
+                println!("baton's tables are at schema version {v} in {}", db.url());
+                0
+            }
+            Err(e) => fail(&e, BATON_FAILED),
         },
     }
 }

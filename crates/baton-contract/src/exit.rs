@@ -9,6 +9,7 @@
 //! | 1 | [`DOCTOR_WARNINGS`] | `baton doctor`: baton works here, with warnings (each names a remedy) |
 //! | 74 | [`CHANGED_NOT_DURABLE`] | `baton state`: changed, but durability unknown; check before repeating |
 //! | 75 | [`NOT_ACQUIRED`] | not acquired: busy with `--no-wait`, `--wait` elapsed, skipped, `--max-pending`, a stale token or version |
+//! | 76 | [`LOCK_LOST`] | `baton run --backend postgres://...`: the database session holding the lock ended while the command ran; the command was stopped |
 //! | 79 | [`SUPERSEDED`] | superseded by a newer run of the same group (or cancelled) |
 //! | 124 | [`TIMED_OUT`] | the command ran past `--timeout` and was killed |
 //! | 125 | [`BATON_FAILED`] | baton itself failed: bad usage, bad input, I/O error |
@@ -37,6 +38,10 @@ pub const DOCTOR_WARNINGS: i32 = 1;
 pub const CHANGED_NOT_DURABLE: i32 = 74;
 /// Not acquired: busy, wait elapsed, skipped by the group, stale token or version.
 pub const NOT_ACQUIRED: i32 = 75;
+/// `baton run` on the PostgreSQL backend: the database session holding
+/// its locks ended (terminated, server restart, network loss) while the
+/// command ran, so the command was stopped (TERM, grace, KILL).
+pub const LOCK_LOST: i32 = 76;
 /// Superseded by a newer run of the group, or cancelled (also a job's end
 /// for `baton job submit --wait`).
 pub const SUPERSEDED: i32 = 79;
@@ -57,6 +62,7 @@ pub const TABLE: &[(i32, &str)] = &[
     (GIT_CONFLICT, "git push: rebase conflict; doctor: warnings"),
     (CHANGED_NOT_DURABLE, "state: changed, durability unknown"),
     (NOT_ACQUIRED, "not acquired"),
+    (LOCK_LOST, "lock lost: database session ended"),
     (SUPERSEDED, "superseded"),
     (TIMED_OUT, "timed out"),
     (BATON_FAILED, "baton failed"),

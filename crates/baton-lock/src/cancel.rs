@@ -57,6 +57,21 @@ impl CancelToken {
         self.inner.cancelled.load(Ordering::SeqCst)
     }
 
+    /// Calls `fire` when the token is cancelled from now on: how a wait
+    /// that is not a kernel lock wait (a query waiting in a database
+    /// server, say) is interrupted. Replaces an earlier callback. Returns
+    /// whether the token was cancelled already; then `fire` is not called
+    /// and the caller must not start waiting. [`CancelToken::forget`]
+    /// removes the callback.
+    pub fn on_cancel(&self, fire: Box<dyn Fn() + Send>) -> bool {
+        self.attach(fire)
+    }
+
+    /// Removes the callback given to [`CancelToken::on_cancel`].
+    pub fn forget(&self) {
+        self.detach();
+    }
+
     /// Registers how to interrupt the waiting thread; returns whether the
     /// token was cancelled already (then the caller must not wait). Either
     /// `cancel` sees the waiter, or this sees the flag.

@@ -18,14 +18,16 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub(crate) fn slots(self) -> u32 {
+    /// How many holders it admits at once (1 for exclusive and shared).
+    pub fn slots(self) -> u32 {
         match self {
             Mode::Exclusive | Mode::Shared => 1,
             Mode::Semaphore(n) => n.max(1),
         }
     }
 
-    pub(crate) fn normalized(self) -> Mode {
+    /// The same mode in its canonical form (`Semaphore(1)` is `Exclusive`).
+    pub fn normalized(self) -> Mode {
         match self {
             Mode::Semaphore(n) if n <= 1 => Mode::Exclusive,
             m => m,

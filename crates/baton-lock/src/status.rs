@@ -60,7 +60,9 @@ pub struct HolderInfo {
 }
 
 impl HolderInfo {
-    fn from_record(r: &HolderRecord) -> HolderInfo {
+    /// What `status` shows for a holder record; its liveness is judged
+    /// from this machine (see [`ProcessIdentity::liveness`]).
+    pub fn from_record(r: &HolderRecord) -> HolderInfo {
         let liveness = r.process.liveness();
         HolderInfo {
             pid: r.process.pid,
@@ -176,6 +178,30 @@ pub fn list(dir: &BatonDir) -> Result<Vec<LockStatus>, LockError> {
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
+}
+
+impl LockStatus {
+    /// The status of a free lock that nobody has used yet, at `path` (for
+    /// a lock kept elsewhere than in a file, where it is kept).
+    pub fn unused(name: &str, path: PathBuf) -> LockStatus {
+        LockStatus {
+            name: name.to_string(),
+            path,
+            held: false,
+            mode: None,
+            max: 1,
+            holder: None,
+            holders: Vec::new(),
+            waiters: 0,
+            last_holder_died: false,
+            last_holder: None,
+            last_token: 0,
+            content: Content::Missing,
+            content_error: None,
+            held_through_replaced_file: Vec::new(),
+            inode: None,
+        }
+    }
 }
 
 fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus, LockError> {

@@ -21,6 +21,9 @@ pub enum StopReason {
     },
     /// [`RunControl::cancel`] was called.
     Cancelled,
+    /// The database session holding the run's locks ended (PostgreSQL
+    /// backend): the locks are no longer held, so the command must stop.
+    LockLost,
 }
 
 /// A handle that stops a run: clone it, keep one, put one in

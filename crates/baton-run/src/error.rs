@@ -3,6 +3,15 @@
 use baton_lock::LockError;
 use baton_proc::ProcError;
 
+impl From<baton_pg::PgError> for RunError {
+    fn from(e: baton_pg::PgError) -> RunError {
+        match e {
+            baton_pg::PgError::Lock(l) => RunError::Lock(l),
+            other => RunError::Database(other),
+        }
+    }
+}
+
 /// Everything that can stop a run or a hold.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -61,6 +70,17 @@ pub enum RunError {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// The PostgreSQL backend failed (connection, permission, statement).
+    #[error(transparent)]
+    Database(baton_pg::PgError),
+    /// The database session holding the run's locks ended while the command
+    /// ran (the server terminated it, restarted, or stopped answering): the
+    /// command was stopped, since the locks were no longer held.
+    #[error("lost the lock{}: its database session ended while the command ran; the command was stopped", if .locks.is_empty() { String::new() } else { format!(" '{}'", .locks) })]
+    LockLost {
+        /// The locks (comma-separated).
+        locks: String,
     },
     /// An I/O error while talking to the background holder.
     #[error("{op}")]

@@ -12,10 +12,12 @@ pub mod events;
 pub mod group;
 pub mod hold;
 mod inbox;
+mod locks;
 mod member;
 mod run;
 
 pub use control::{RunControl, StopReason};
 pub use error::RunError;
 pub use group::{group_status, GroupEvent, GroupMode, GroupRequest, GroupStatus, RunState};
+pub use locks::Backend;
 pub use run::{command_line, run, OnStart, RunReport, RunRequest};

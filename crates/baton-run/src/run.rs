@@ -6,14 +6,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_lock::{
-    acquire_all, new_run_id, BatonDir, CommandGroup, LockError, LockGuard, LockName, LockRequest,
-    Mode, WaitPolicy,
+    new_run_id, BatonDir, CommandGroup, LockError, LockName, LockRequest, Mode, WaitPolicy,
 };
 use baton_proc::{Leftover, LeftoverPolicy, Outcome, RunSpec, Started, StdioSpec, Supervisor};
 
 use crate::control::{RunControl, StopReason};
 use crate::error::RunError;
 use crate::group::GroupRequest;
+use crate::locks::{Backend, Held};
 use crate::member::{enter, End, Entered, Member};
 
 /// What to run, in which group and under which locks.
@@ -21,6 +21,9 @@ use crate::member::{enter, End, Entered, Member};
 pub struct RunRequest {
     /// Locks to hold while the command runs; taken in canonical (sorted) order.
     pub locks: Vec<LockName>,
+    /// Where the locks live: the baton dir, or a PostgreSQL database shared
+    /// by many machines (then no group may be given, yet).
+    pub backend: Backend,
     /// Mode of every lock.
     pub mode: Mode,
     /// How long to wait for the locks (and the group's slot), all together.
@@ -97,6 +100,7 @@ impl RunRequest {
     pub fn new(command: Vec<OsString>) -> RunRequest {
         RunRequest {
             locks: Vec::new(),
+            backend: Backend::Local,
             mode: Mode::Exclusive,
             wait: WaitPolicy::Forever,
             group: None,
@@ -160,6 +164,12 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     let control = &req.control;
     tracing::debug!(run_id = %run_id, command = %line, locks = req.locks.len(), group = req.group.as_ref().map(|g| g.key.as_str()), "run started");
 
+    if matches!(req.backend, Backend::Postgres(_)) && req.group.is_some() {
+        return Err(RunError::InvalidRequest(
+            "groups (--group) are not available on the PostgreSQL backend yet: use --lock there, or a local baton dir for groups".into(),
+        ));
+    }
+
     // 1. The group's slot.
     let mut member = match &req.group {
         None => None,
@@ -171,12 +181,21 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     };
 
     // 2. The locks, then the workspace.
-    let guards = match acquire_all(dir, &lock_requests(req, &run_id, &line, control)) {
+    let lost = control.clone();
+    let guards = match Held::acquire(
+        &req.backend,
+        dir,
+        &lock_requests(req, &run_id, &line, control),
+        move || {
+            tracing::error!("the database session holding the locks ended: stopping the command");
+            lost.stop(StopReason::LockLost);
+        },
+    ) {
         Ok(g) => {
-            tracing::debug!(locks = g.len(), "locks held; starting the command");
+            tracing::debug!(locks = g.tokens().len(), "locks held; starting the command");
             g
         }
-        Err(LockError::Cancelled { .. }) => {
+        Err(RunError::Lock(LockError::Cancelled { .. })) => {
             return Ok(match (member.take(), &req.group) {
                 (Some(m), Some(g)) => match crate::member::stopped(m, control) {
                     Entered::Superseded(by) => not_run(req, g, &run_id, Some(by)),
@@ -185,7 +204,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
                 _ => not_run_cancelled(&run_id),
             });
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(e),
     };
     let workspace = match &req.workspace {
         None => None,
@@ -269,12 +288,11 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     };
     // Errors here must not hide the command's outcome; the kernel releases
     // on exit regardless.
-    let mut release_error = None;
-    for g in guards.into_iter().rev() {
-        if let Err(e) = g.release() {
-            release_error.get_or_insert(e);
-        }
-    }
+    let lock_lost = guards.is_lost().then(|| {
+        let names: Vec<String> = guards.tokens().into_iter().map(|(n, _)| n).collect();
+        names.join(",")
+    });
+    let release_error = guards.release().err();
     let superseded_by = match control.stop_reason() {
         Some(StopReason::Superseded { by }) => Some(by),
         _ => None,
@@ -295,8 +313,11 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     }
     tracing::debug!(run_id = %run_id, outcome = ?outcome.as_ref().map(Outcome::exit_code), leftovers = leftovers.len(), superseded_by = superseded_by.as_deref(), "run ended; locks released");
     let outcome = outcome?;
+    if let Some(locks) = lock_lost {
+        return Err(RunError::LockLost { locks });
+    }
     if let Some(e) = release_error {
-        return Err(e.into());
+        return Err(e);
     }
     Ok(RunReport {
         run_id,
@@ -337,7 +358,7 @@ fn command_env(
     dir: &BatonDir,
     req: &RunRequest,
     run_id: &str,
-    guards: &[LockGuard],
+    guards: &Held,
     member: Option<&Member>,
 ) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = vec![
@@ -348,18 +369,16 @@ fn command_env(
     if let Some(outer) = std::env::var_os("BATON_RUN_ID").filter(|v| !v.is_empty()) {
         env.push(("BATON_PARENT_RUN_ID".into(), outer));
     }
-    let join =
-        |f: &dyn Fn(&LockGuard) -> String| guards.iter().map(f).collect::<Vec<_>>().join(",");
-    if !guards.is_empty() {
-        env.push(("BATON_LOCK".into(), join(&|g| g.name().to_string()).into()));
-        env.push((
-            "BATON_FENCING_TOKEN".into(),
-            join(&|g| g.token().to_string()).into(),
-        ));
+    let tokens = guards.tokens();
+    if !tokens.is_empty() {
+        let names: Vec<&str> = tokens.iter().map(|(n, _)| n.as_str()).collect();
+        let values: Vec<String> = tokens.iter().map(|(_, t)| t.to_string()).collect();
+        env.push(("BATON_LOCK".into(), names.join(",").into()));
+        env.push(("BATON_FENCING_TOKEN".into(), values.join(",").into()));
     }
     if let (Some(g), Some(slot)) = (&req.group, member.and_then(Member::slot)) {
         env.push(("BATON_GROUP".into(), g.key.to_string().into()));
-        if guards.is_empty() {
+        if tokens.is_empty() {
             env.push((
                 "BATON_FENCING_TOKEN".into(),
                 slot.token().to_string().into(),
@@ -375,7 +394,7 @@ fn command_env(
 fn record_command(
     started: Started,
     grace_ms: u64,
-    guards: &[LockGuard],
+    guards: &Held,
     member: Option<&Member>,
     on_start: Option<&OnStart>,
 ) {
@@ -386,8 +405,9 @@ fn record_command(
         grace_ms,
         session: leader.as_ref().map_or(0, |s| s.session),
     };
-    for g in guards.iter().chain(member.and_then(Member::slot)) {
-        let _ = g.set_command_group(group);
+    guards.set_command_group(group);
+    if let Some(slot) = member.and_then(Member::slot) {
+        let _ = slot.set_command_group(group);
     }
     if let Some(f) = on_start {
         (f.0)(group);

@@ -14,6 +14,7 @@ use baton_testkit::Rng;
 fn request(group: Option<GroupRequest>, script: &str) -> RunRequest {
     RunRequest {
         locks: Vec::new(),
+        backend: Default::default(),
         mode: baton_lock::Mode::Exclusive,
         wait: WaitPolicy::Forever,
         group,

@@ -17,17 +17,16 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use baton_lock::{
-    acquire, start_time, BatonDir, LockError, LockName, LockRequest, Mode, WaitPolicy,
-};
+use baton_lock::{start_time, BatonDir, LockError, LockName, LockRequest, Mode, WaitPolicy};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::{pidfd_open, Pid, PidfdFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::error::RunError;
+use crate::locks::{Backend, Held as HeldLocks};
 
 mod stop;
-pub use stop::{break_lock, release_held, BreakReport, BrokenHolder, ReleaseReport};
+pub use stop::{break_lock, lock_status, release_held, BreakReport, BrokenHolder, ReleaseReport};
 
 /// Environment variable carrying the request to the background holder.
 pub const HOLD_REQUEST_ENV: &str = "BATON_HOLD_REQUEST";
@@ -69,6 +68,9 @@ pub struct HoldRequest {
     /// caller's `-vv --log-format json`.
     #[serde(default)]
     pub holder_args: Vec<String>,
+    /// The PostgreSQL URL the lock lives in (`--backend`); the baton dir when absent.
+    #[serde(default)]
+    pub backend: Option<String>,
 }
 
 /// The process whose exit should release a lock taken by `baton lock
@@ -339,6 +341,12 @@ fn hold(
         None => WaitPolicy::Forever,
         Some(ms) => WaitPolicy::from(Duration::from_millis(ms)),
     };
+    let backend = match &req.backend {
+        None => Backend::Local,
+        Some(url) => Backend::Postgres(std::sync::Arc::new(
+            baton_pg::Database::new(url).map_err(|e| baton_lock::one_line(&e))?,
+        )),
+    };
     let mut lock_req = LockRequest::new(name.clone())
         .mode(mode)
         .wait(wait)
@@ -355,12 +363,16 @@ fn hold(
     // requester or the caller dies or a signal asks us to stop: exiting the
     // process is what takes us out of the line.
     let (done_rx, done_tx) = UnixStream::pair().map_err(fault("wait for the lock"))?;
+    // Written to when the database session holding the lock ends.
+    let (lost_rx, lost_tx) = UnixStream::pair().map_err(fault("wait for the lock"))?;
     let (result_tx, result_rx) = std::sync::mpsc::channel();
     let dir_for_thread = dir.clone();
     let span = tracing::Span::current();
     std::thread::spawn(move || {
         let _span = span.entered();
-        let result = acquire(&dir_for_thread, &lock_req);
+        let result = HeldLocks::acquire(&backend, &dir_for_thread, &[lock_req], move || {
+            let _ = (&lost_tx).write_all(b"x");
+        });
         let _ = result_tx.send(result);
         drop(done_tx); // wakes the poll below with end-of-file
     });
@@ -390,7 +402,7 @@ fn hold(
     }
     let guard = match result_rx.recv() {
         Ok(Ok(g)) => g,
-        Ok(Err(e @ LockError::Busy { .. })) => {
+        Ok(Err(e @ RunError::Lock(LockError::Busy { .. }))) => {
             let _ = report(&Report::Busy {
                 message: baton_lock::one_line(&e),
             });
@@ -406,9 +418,10 @@ fn hold(
             ));
         }
     };
+    let token = guard.tokens().first().map_or(0, |(_, t)| *t);
     let told = report(&Report::Held(Held {
-        token: guard.token(),
-        run_id: guard.run_id().to_string(),
+        token,
+        run_id: guard.run_id().unwrap_or_default(),
         holder_pid: std::process::id() as i32,
         name: name.to_string(),
     }));
@@ -436,14 +449,16 @@ fn hold(
         }
         let mut fds = vec![
             PollFd::new(&sig_rx, PollFlags::IN),
+            PollFd::new(&lost_rx, PollFlags::IN),
             PollFd::new(&release_rx, PollFlags::IN),
         ];
         if let Some(w) = &watched {
             fds.push(PollFd::new(w, PollFlags::IN));
         }
         match rustix::event::poll(&mut fds, timeout.as_ref()) {
-            Ok(0) => break true,                         // ttl elapsed
-            Ok(_) => break !fds[0].revents().is_empty(), // TERM/INT/HUP: forced
+            Ok(0) => break true, // ttl elapsed
+            // TERM/INT/HUP, or the lock was lost with its session: forced
+            Ok(_) => break !fds[0].revents().is_empty() || !fds[1].revents().is_empty(),
             Err(rustix::io::Errno::INTR) => continue,
             Err(_) => break true,
         }

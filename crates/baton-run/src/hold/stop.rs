@@ -13,6 +13,19 @@ use rustix::process::{pidfd_open, Pid, PidfdFlags};
 use serde::Serialize;
 
 use crate::error::RunError;
+use crate::locks::Backend;
+
+/// The status of `name` where it lives.
+pub fn lock_status(
+    backend: &Backend,
+    dir: &BatonDir,
+    name: &LockName,
+) -> Result<baton_lock::LockStatus, RunError> {
+    match backend {
+        Backend::Local => Ok(status(dir, name)?),
+        Backend::Postgres(db) => Ok(db.status(name)?),
+    }
+}
 
 /// What `release` did.
 #[derive(Clone, Debug, Serialize)]
@@ -34,13 +47,14 @@ pub struct ReleaseReport {
 /// free a lock that another script holds (`trap 'baton lock release x' EXIT`
 /// after a failed acquire, say).
 pub fn release_held(
+    backend: &Backend,
     dir: &BatonDir,
     name: &LockName,
     token: Option<u64>,
     caller: Option<(i32, u64)>,
     force: bool,
 ) -> Result<ReleaseReport, RunError> {
-    let st = status(dir, name)?;
+    let st = lock_status(backend, dir, name)?;
     let holds: Vec<&HolderInfo> = st
         .holders
         .iter()
@@ -129,6 +143,16 @@ pub fn release_held(
             }
         },
     };
+    if target.host != baton_lock::hostname() {
+        return Err(LockError::Refused {
+            name: name.to_string(),
+            reason: format!(
+                "its background holder (pid {}) runs on host '{}'; release it there, or end it with `baton lock break`",
+                target.pid, target.host
+            ),
+        }
+        .into());
+    }
     ask_to_release(name, target)?;
     Ok(ReleaseReport {
         name: name.to_string(),
@@ -165,10 +189,14 @@ pub struct BreakReport {
 /// the holder exits. Holders on another host, or a held lock whose recorded
 /// holder is gone, are refused with an explanation.
 pub fn break_lock(
+    backend: &Backend,
     dir: &BatonDir,
     name: &LockName,
     grace: Duration,
 ) -> Result<BreakReport, RunError> {
+    if let Backend::Postgres(db) = backend {
+        return break_remote(db, name);
+    }
     let st = status(dir, name)?;
     let mut report = BreakReport {
         name: name.to_string(),
@@ -231,6 +259,29 @@ pub fn break_lock(
     }
     report.free_now = !status(dir, name)?.held;
     Ok(report)
+}
+
+/// `break` on PostgreSQL: the holders' sessions are ended, wherever they
+/// run; each holder's supervisor then stops its command (and a new holder
+/// waits until it has).
+fn break_remote(db: &baton_pg::Database, name: &LockName) -> Result<BreakReport, RunError> {
+    let (done, free_now) = db.break_lock(name)?;
+    Ok(BreakReport {
+        name: name.to_string(),
+        was_held: !done.is_empty(),
+        stopped: done
+            .into_iter()
+            .map(|t| BrokenHolder {
+                holder: t.holder,
+                action: if t.terminated {
+                    "session terminated".into()
+                } else {
+                    "session already ended".into()
+                },
+            })
+            .collect(),
+        free_now,
+    })
 }
 
 /// Asks a background holder to let go (SIGUSR1, through a pidfd after an

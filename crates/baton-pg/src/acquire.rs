@@ -1,0 +1,426 @@
+//! Acquiring locks: the server's own lock queue does the waiting.
+//!
+//! Slot `s` of lock `id` is the session advisory lock `(SLOT_CLASS + s,
+//! id)`: exclusive and shared locks use slot 0 in the matching advisory
+//! mode, and the server queues waiters in order, so the line is FIFO and
+//! nobody polls. A semaphore's waiters first line up on `(QUEUE_CLASS,
+//! id)`; the head of that line takes the first free slot, woken by a
+//! NOTIFY from each release (and, for a holder that died, by a slow poll).
+//!
+//! A grant is one statement: the lock's token counter is incremented and
+//! the holder row inserted in the same transaction. Before it, rows left by
+//! sessions that ended without releasing are settled: their command must
+//! not run beside ours (see [`crate::settle`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_lock::{
+    default_owner, new_run_id, CancelToken, HolderRecord, LockError, LockRequest, Mode,
+    ProcessIdentity, WaitPolicy,
+};
+use tokio_postgres::NoTls;
+
+use crate::error::{sqlstate, PgError};
+use crate::holds::{Grant, Holds};
+use crate::schema;
+use crate::session::{Database, Session};
+
+/// First advisory key of slot `s`: `SLOT_CLASS + s` ("bt", then the slot).
+pub(crate) const SLOT_CLASS: i32 = 0x6274_0000;
+/// First advisory key of a semaphore's line ("bq").
+pub(crate) const QUEUE_CLASS: i32 = 0x6271_0000;
+/// The most slots a semaphore may have here.
+pub const MAX_SLOTS: u32 = 0xffff;
+/// The channel releases of semaphore slots are announced on.
+pub(crate) const FREE_CHANNEL: &str = "baton_lock_free";
+/// How often the head of a semaphore's line looks for a slot freed by a
+/// holder that died (a clean release wakes it at once).
+const SLOT_POLL: Duration = Duration::from_millis(200);
+
+impl Database {
+    /// Creates or upgrades baton's tables; returns the schema version.
+    ///
+    /// # Errors
+    ///
+    /// [`PgError`]: no connection, no permission to create tables.
+    pub fn migrate(&self) -> Result<i32, PgError> {
+        let session = self.connect()?;
+        let v = schema::migrate(&session);
+        session.close();
+        v
+    }
+
+    /// Acquires every lock in `reqs` on one new session, in name order
+    /// (a name given twice is taken once), within one deadline: the
+    /// earliest of the requests' wait policies. The locks are held until
+    /// [`Holds::release`] or until the session ends.
+    ///
+    /// # Errors
+    ///
+    /// [`PgError::Lock`] with [`LockError::Busy`] when the wait ends,
+    /// [`LockError::Cancelled`] when a request's cancel token fires,
+    /// [`LockError::ModeMismatch`] when holders disagree on the mode;
+    /// other variants when the database cannot be used. Nothing stays held.
+    pub fn acquire_all(&self, reqs: &[LockRequest]) -> Result<Holds, PgError> {
+        let start = Instant::now();
+        let mut sorted: Vec<&LockRequest> = reqs.iter().collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        sorted.dedup_by(|a, b| a.name == b.name);
+        let immediate = reqs.iter().any(|r| r.wait == WaitPolicy::Immediately);
+        let deadline = reqs
+            .iter()
+            .filter_map(|r| r.wait.deadline_from(start))
+            .min();
+        for r in &sorted {
+            if let Mode::Semaphore(n) = r.mode {
+                if n > MAX_SLOTS {
+                    return Err(LockError::Refused {
+                        name: r.name.to_string(),
+                        reason: format!("at most {MAX_SLOTS} slots on PostgreSQL"),
+                    }
+                    .into());
+                }
+            }
+        }
+        let mut session = self.connect()?;
+        let mut ctx = Waiting {
+            timeout_ms: 0,
+            start,
+        };
+        let mut grants = Vec::with_capacity(sorted.len());
+        for req in sorted {
+            let mut req = req.clone();
+            req.mode = req.mode.normalized();
+            let wait = match (immediate, deadline) {
+                (true, _) => None,
+                (false, d) => Some(d),
+            };
+            match acquire_one(&mut session, &mut ctx, &req, wait) {
+                Ok(g) => grants.push(g),
+                Err(e) => {
+                    session.close(); // the server lets go of what we took
+                    return Err(e);
+                }
+            }
+        }
+        session.start_heartbeat();
+        Ok(Holds::new(session, grants))
+    }
+}
+
+/// State of one acquisition across its locks.
+struct Waiting {
+    /// The `lock_timeout` now set on the session (0: none).
+    timeout_ms: u64,
+    start: Instant,
+}
+
+/// `wait`: `None` = do not wait; `Some(None)` = forever; `Some(Some(t))` = until t.
+fn acquire_one(
+    session: &mut Session,
+    ctx: &mut Waiting,
+    req: &LockRequest,
+    wait: Option<Option<Instant>>,
+) -> Result<Grant, PgError> {
+    let name = req.name.to_string();
+    let slots = req.mode.slots();
+    let id = lock_id(session, &name, slots)?;
+    let slot = match req.mode {
+        Mode::Semaphore(n) if n > 1 => take_any_slot(session, ctx, req, id, n, wait)?,
+        _ => {
+            let fun = if req.mode == Mode::Shared {
+                SHARED
+            } else {
+                EXCLUSIVE
+            };
+            if !take(session, ctx, req, fun, SLOT_CLASS, id, wait)? {
+                return Err(busy(session, req, ctx, id));
+            }
+            0
+        }
+    };
+    crate::settle::dead_holders(session, req, id, slot, wait.flatten())?;
+    grant(session, req, id, slot)
+}
+
+/// The lock's row id, created on first use (with the tables, on first use
+/// of the database).
+fn lock_id(session: &Session, name: &str, slots: u32) -> Result<i32, PgError> {
+    const SQL: &str = "WITH s AS (SELECT id FROM baton_locks WHERE name = $1), \
+         i AS (INSERT INTO baton_locks (name, slots) SELECT $1, $2 \
+               WHERE NOT EXISTS (SELECT 1 FROM s) ON CONFLICT (name) DO NOTHING RETURNING id) \
+         SELECT id FROM s UNION ALL SELECT id FROM i";
+    let slots = i32::try_from(slots).unwrap_or(i32::MAX);
+    for attempt in 0..3 {
+        let n = name.to_string();
+        let c = Arc::clone(&session.client);
+        let row = session
+            .rt
+            .block_on(async move { c.query_opt(SQL, &[&n, &slots]).await });
+        match row {
+            Ok(Some(r)) => return Ok(r.get(0)),
+            // Inserted by another session after our snapshot: look again.
+            Ok(None) => continue,
+            Err(e) if sqlstate(&e) == Some("42P01") && attempt == 0 => {
+                schema::migrate(session)?;
+            }
+            Err(e) => return Err(session.error("register the lock", &e)),
+        }
+    }
+    Err(PgError::Database {
+        op: "register the lock",
+        message: format!("lock '{name}' could not be registered (retried 3 times)"),
+    })
+}
+
+/// The server functions that take an advisory lock: (waiting, trying).
+type LockFns = (&'static str, &'static str);
+const EXCLUSIVE: LockFns = ("pg_advisory_lock", "pg_try_advisory_lock");
+const SHARED: LockFns = ("pg_advisory_lock_shared", "pg_try_advisory_lock_shared");
+
+/// Takes one advisory lock, waiting per `wait`; false when busy.
+fn take(
+    session: &Session,
+    ctx: &mut Waiting,
+    req: &LockRequest,
+    (fun, try_fun): LockFns,
+    key: i32,
+    id: i32,
+    wait: Option<Option<Instant>>,
+) -> Result<bool, PgError> {
+    let Some(deadline) = wait else {
+        let sql = format!("SELECT {try_fun}($1::int4, $2::int4)");
+        let c = Arc::clone(&session.client);
+        return session.run("try the lock", |_| async move {
+            Ok(c.query_one(&sql, &[&key, &id]).await?.get::<_, bool>(0))
+        });
+    };
+    let ms = match deadline {
+        None => 0,
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1)
+        }
+    };
+    if ms != ctx.timeout_ms {
+        let set = format!("SET lock_timeout = {ms}");
+        session.run(
+            "set the wait",
+            |c| async move { c.batch_execute(&set).await },
+        )?;
+        ctx.timeout_ms = ms;
+    }
+    let sql = format!("SELECT {fun}($1::int4, $2::int4)");
+    match blocking(session, req.cancel.as_ref(), &sql, key, id) {
+        Ok(()) => Ok(true),
+        Err(e) if sqlstate(&e) == Some("55P03") => Ok(false),
+        Err(e)
+            if sqlstate(&e) == Some("57014")
+                && req.cancel.as_ref().is_some_and(CancelToken::is_cancelled) =>
+        {
+            Err(LockError::Cancelled {
+                name: req.name.to_string(),
+            }
+            .into())
+        }
+        Err(e) => Err(session.error("wait for the lock", &e)),
+    }
+}
+
+/// Runs a statement that may wait in the server, cancelling it on the
+/// server when `cancel` fires. The cancel request is repeated until the
+/// statement ends, so one that reaches the server before the statement
+/// does is not lost.
+fn blocking(
+    session: &Session,
+    cancel: Option<&CancelToken>,
+    sql: &str,
+    key: i32,
+    id: i32,
+) -> Result<(), tokio_postgres::Error> {
+    let notify = Arc::new(tokio::sync::Notify::new());
+    if let Some(token) = cancel {
+        let n = Arc::clone(&notify);
+        if token.on_cancel(Box::new(move || n.notify_one())) {
+            notify.notify_one();
+        }
+    }
+    let c = Arc::clone(&session.client);
+    let canceller = session.client.cancel_token();
+    let result = session.rt.block_on(async move {
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&key, &id];
+        let query = c.query_one(sql, &params);
+        tokio::pin!(query);
+        let cancelling = async {
+            notify.notified().await;
+            loop {
+                let _ = canceller.cancel_query(NoTls).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::select! {
+            r = &mut query => r.map(|_| ()),
+            () = cancelling => Ok(()),
+        }
+    });
+    if let Some(token) = cancel {
+        token.forget();
+    }
+    result
+}
+
+/// The head of a semaphore's line takes the first free slot.
+fn take_any_slot(
+    session: &mut Session,
+    ctx: &mut Waiting,
+    req: &LockRequest,
+    id: i32,
+    n: u32,
+    wait: Option<Option<Instant>>,
+) -> Result<u32, PgError> {
+    if !take(session, ctx, req, EXCLUSIVE, QUEUE_CLASS, id, wait)? {
+        return Err(busy(session, req, ctx, id));
+    }
+    let listen = format!("LISTEN {FREE_CHANNEL}");
+    session.run("listen for released slots", |c| async move {
+        c.batch_execute(&listen).await
+    })?;
+    let n = i32::try_from(n).unwrap_or(i32::MAX);
+    let found = loop {
+        let c = Arc::clone(&session.client);
+        let free: Option<i32> = session.run("look for a free slot", |_| async move {
+            let row = c
+                .query_opt(
+                    "SELECT s FROM generate_series(0, $2::int4 - 1) s \
+                     WHERE pg_try_advisory_lock($3::int4 + s, $1::int4) LIMIT 1",
+                    &[&id, &n, &SLOT_CLASS],
+                )
+                .await?;
+            Ok(row.map(|r| r.get(0)))
+        })?;
+        if let Some(s) = free {
+            break Ok(u32::try_from(s).unwrap_or(0));
+        }
+        if req.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+            break Err(LockError::Cancelled {
+                name: req.name.to_string(),
+            }
+            .into());
+        }
+        let limit = match wait {
+            None => break Err(busy(session, req, ctx, id)),
+            Some(None) => SLOT_POLL,
+            Some(Some(d)) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break Err(busy(session, req, ctx, id));
+                }
+                left.min(SLOT_POLL)
+            }
+        };
+        let notes = &mut session.notes;
+        let _ = session
+            .rt
+            .block_on(async { tokio::time::timeout(limit, notes.recv()).await });
+    };
+    let unlisten =
+        format!("UNLISTEN {FREE_CHANNEL}; SELECT pg_advisory_unlock({QUEUE_CLASS}, {id})");
+    session.run("leave the line", |c| async move {
+        c.batch_execute(&unlisten).await
+    })?;
+    found
+}
+
+/// Records the grant: the next token and the holder row, in one statement.
+fn grant(session: &Session, req: &LockRequest, id: i32, slot: u32) -> Result<Grant, PgError> {
+    const SQL: &str = "WITH t AS (UPDATE baton_locks SET token = token + 1, slots = $2 WHERE id = $1 RETURNING token) \
+        INSERT INTO baton_lock_holders (lock_id, token, slot, mode, slots, session_pid, session_start, \
+            host, pid, owner, operation, run_id, record) \
+        SELECT $1, t.token, $3, $4, $2, pg_backend_pid(), \
+            (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()), \
+            $5, $6, $7, $8, $9, $10 FROM t RETURNING token";
+    let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
+    let owner = req
+        .owner
+        .clone()
+        .unwrap_or_else(|| default_owner().to_string());
+    let me = ProcessIdentity::current();
+    let record = HolderRecord {
+        process: me.clone(),
+        owner: owner.clone(),
+        operation: req.operation.clone(),
+        run_id: run_id.clone(),
+        acquired_at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+        token: 0,
+        mode: req.mode.as_str().into(),
+        slot,
+        kind: req.kind,
+        command_group: None,
+        acquired_for: req.acquired_for.clone(),
+    };
+    let record = serde_json::to_value(&record).map_err(|e| PgError::Database {
+        op: "record the holder",
+        message: e.to_string(),
+    })?;
+    let slots = i32::try_from(req.mode.slots()).unwrap_or(i32::MAX);
+    let slot_i = i32::try_from(slot).unwrap_or(0);
+    let mode = req.mode.as_str().to_string();
+    let (host, pid, operation, run) = (me.host, me.pid, req.operation.clone(), run_id.clone());
+    let token: i64 = session.run("record the grant", |c| async move {
+        let row = c
+            .query_one(
+                SQL,
+                &[
+                    &id, &slots, &slot_i, &mode, &host, &pid, &owner, &operation, &run, &record,
+                ],
+            )
+            .await?;
+        Ok(row.get(0))
+    })?;
+    Ok(Grant {
+        name: req.name.clone(),
+        token: u64::try_from(token).unwrap_or(0),
+        run_id,
+        slot,
+        mode: req.mode,
+        lock_id: id,
+    })
+}
+
+/// The error for a wait that ended without the lock, naming a live holder.
+fn busy(session: &Session, req: &LockRequest, ctx: &Waiting, id: i32) -> PgError {
+    let c = Arc::clone(&session.client);
+    let holder = session
+        .rt
+        .block_on(async move {
+            c.query_opt(
+                "SELECT pid, host, owner, operation FROM baton_lock_holders h WHERE lock_id = $1 \
+                 AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = h.session_pid \
+                 AND a.backend_start = h.session_start) ORDER BY token DESC LIMIT 1",
+                &[&id],
+            )
+            .await
+        })
+        .ok()
+        .flatten()
+        .map(|r| {
+            let (pid, host, owner, op): (i32, String, String, Option<String>) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
+            match op {
+                Some(op) => format!("pid {pid} on {host}, {owner}: {op}"),
+                None => format!("pid {pid} on {host}, {owner}"),
+            }
+        });
+    LockError::Busy {
+        name: req.name.to_string(),
+        path: std::path::PathBuf::from(session.db.url()),
+        holder,
+        waited: ctx.start.elapsed(),
+        policy: req.wait,
+    }
+    .into()
+}

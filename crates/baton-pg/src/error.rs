@@ -1,0 +1,100 @@
+//! Typed errors of the PostgreSQL backend.
+
+use baton_lock::LockError;
+
+/// Everything that can go wrong with locks on PostgreSQL.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PgError {
+    /// The backend URL cannot be used.
+    #[error("invalid backend URL '{url}': {reason}")]
+    Url {
+        /// The URL, its password replaced by `***`.
+        url: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// No session could be established (server unreachable, login refused,
+    /// no such database).
+    #[error("cannot connect to PostgreSQL at {url}: {reason}")]
+    Connect {
+        /// The URL, its password replaced by `***`.
+        url: String,
+        /// What the server or the network said, in one line.
+        reason: String,
+    },
+    /// The database user lacks a permission baton needs.
+    #[error("PostgreSQL at {url} refused to {op}: {reason}")]
+    Permission {
+        /// The URL, its password replaced by `***`.
+        url: String,
+        /// What was being done.
+        op: &'static str,
+        /// What the server said, with the remedy.
+        reason: String,
+    },
+    /// A statement failed, or the session ended while it ran.
+    #[error("PostgreSQL: cannot {op}: {message}")]
+    Database {
+        /// What was being done.
+        op: &'static str,
+        /// What the server or driver said, in one line.
+        message: String,
+    },
+    /// The database's schema is newer than this baton knows.
+    #[error("the baton tables in this database have schema version {found}, newer than this baton's {known}: upgrade baton")]
+    SchemaTooNew {
+        /// The version found.
+        found: i32,
+        /// The newest this build knows.
+        known: i32,
+    },
+    /// A lock-level failure, the same as on the local backend (busy,
+    /// cancelled, mode mismatch, not held, stale token, refused).
+    #[error(transparent)]
+    Lock(#[from] LockError),
+}
+
+/// A driver error in one line (SQLSTATE and message for server errors).
+pub(crate) fn one_line(e: &tokio_postgres::Error) -> String {
+    let text = match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => baton_lock::one_line(e),
+    };
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The SQLSTATE of a server error, if it is one.
+pub(crate) fn sqlstate(e: &tokio_postgres::Error) -> Option<&str> {
+    e.code().map(tokio_postgres::error::SqlState::code)
+}
+
+/// `url` with its password, if any, replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (auth, host) = match rest.rsplit_once('@') {
+        Some(parts) => parts,
+        None => return url.to_string(),
+    };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_hides_only_the_password() {
+        assert_eq!(
+            redact("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact("postgres://h/db"), "postgres://h/db");
+    }
+}

@@ -1,0 +1,181 @@
+//! Held locks: the session that holds them, and how they end.
+
+use std::sync::Arc;
+
+use baton_lock::{CommandGroup, LockName, Mode};
+
+use crate::acquire::FREE_CHANNEL;
+use crate::error::PgError;
+use crate::session::Session;
+
+/// One lock granted.
+#[derive(Clone, Debug)]
+pub struct Grant {
+    /// The lock's name.
+    pub name: LockName,
+    /// Its fencing token: larger than that of every earlier grant of this
+    /// lock in this database, issued in the same transaction as the holder row.
+    pub token: u64,
+    /// The run id recorded.
+    pub run_id: String,
+    /// The slot held (0 unless a semaphore).
+    pub slot: u32,
+    /// The mode it is held in.
+    pub mode: Mode,
+    pub(crate) lock_id: i32,
+}
+
+/// Locks held on one database session. They stay held until
+/// [`Holds::release`] (or drop), or until the session ends: then the
+/// server frees them, and [`Holds::on_lost`] callbacks run, so that the
+/// holder stops the work it does under them.
+#[must_use = "the locks are released as soon as this is dropped"]
+pub struct Holds {
+    session: Option<Session>,
+    grants: Vec<Grant>,
+}
+
+impl std::fmt::Debug for Holds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Holds")
+            .field("grants", &self.grants)
+            .finish()
+    }
+}
+
+impl Holds {
+    pub(crate) fn new(session: Session, grants: Vec<Grant>) -> Holds {
+        Holds {
+            session: Some(session),
+            grants,
+        }
+    }
+
+    /// The locks held, in name order.
+    pub fn grants(&self) -> &[Grant] {
+        &self.grants
+    }
+
+    /// Runs `f` once, from another thread, if the session ends before
+    /// [`Holds::release`]: the server terminated it, restarted, or stopped
+    /// answering (heartbeat). Runs it at once if that already happened.
+    pub fn on_lost(&self, f: impl Fn() + Send + 'static) {
+        if let Some(s) = &self.session {
+            s.lost.on_lost(Box::new(f));
+        }
+    }
+
+    /// Whether the session has ended: the locks are no longer held.
+    pub fn is_lost(&self) -> bool {
+        self.session.as_ref().is_some_and(|s| s.lost.is_lost())
+    }
+
+    /// Records the process group of the command run under these locks, so
+    /// that a holder on this machine that takes over after this process
+    /// died terminates what is left of it first.
+    ///
+    /// # Errors
+    ///
+    /// [`PgError::Database`] when the rows cannot be updated.
+    pub fn set_command_group(&self, group: CommandGroup) -> Result<(), PgError> {
+        let Some(session) = &self.session else {
+            return Ok(());
+        };
+        let value = serde_json::to_value(group).map_err(|e| PgError::Database {
+            op: "record the command's process group",
+            message: e.to_string(),
+        })?;
+        let (ids, tokens) = self.keys();
+        session.run("record the command's process group", |c| async move {
+            c.execute(
+                "UPDATE baton_lock_holders SET record = jsonb_set(record, '{command_group}', $3) \
+                 WHERE (lock_id, token) IN (SELECT * FROM unnest($1::int4[], $2::int8[]))",
+                &[&ids, &tokens, &value],
+            )
+            .await
+            .map(|_| ())
+        })
+    }
+
+    fn keys(&self) -> (Vec<i32>, Vec<i64>) {
+        self.grants
+            .iter()
+            .map(|g| (g.lock_id, i64::try_from(g.token).unwrap_or(i64::MAX)))
+            .unzip()
+    }
+
+    /// Releases every lock: removes the holder rows, then lets go. Call it
+    /// only once the work done under the locks has ended. After a lost
+    /// session it confirms, on a new session, that the work has ended, so
+    /// that the next holder need not wait for that any longer.
+    ///
+    /// # Errors
+    ///
+    /// [`PgError`] when the rows cannot be removed; the locks are free
+    /// regardless once this returns (the session is closed).
+    pub fn release(mut self) -> Result<(), PgError> {
+        self.release_inner()
+    }
+
+    fn release_inner(&mut self) -> Result<(), PgError> {
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        let (ids, tokens) = self.keys();
+        if ids.is_empty() {
+            session.close();
+            return Ok(());
+        }
+        let notify: Vec<String> = self
+            .grants
+            .iter()
+            .filter(|g| matches!(g.mode, Mode::Semaphore(n) if n > 1))
+            .map(|g| format!("NOTIFY {FREE_CHANNEL}, '{}'", g.lock_id))
+            .collect();
+        let mut then = notify.join("; ");
+        if session.lost.is_lost() {
+            let db = session.db.clone();
+            session.close();
+            let fresh = db.connect()?;
+            let result = remove_rows(&fresh, ids, tokens).and_then(|()| after(&fresh, then));
+            fresh.close();
+            return result;
+        }
+        // Unlock before announcing, so a woken waiter finds the slot free.
+        then.insert_str(0, "SELECT pg_advisory_unlock_all(); ");
+        let result = remove_rows(&session, ids, tokens).and_then(|()| after(&session, then));
+        session.close();
+        result
+    }
+}
+
+/// Runs `sql` (unlocks, announcements), if any.
+fn after(session: &Session, sql: String) -> Result<(), PgError> {
+    if sql.is_empty() {
+        return Ok(());
+    }
+    session.run("release the locks", |c| async move {
+        c.batch_execute(&sql).await
+    })
+}
+
+fn remove_rows(session: &Session, ids: Vec<i32>, tokens: Vec<i64>) -> Result<(), PgError> {
+    let c = Arc::clone(&session.client);
+    session.run("remove the holder rows", |_| async move {
+        c.execute(
+            "DELETE FROM baton_lock_holders \
+             WHERE (lock_id, token) IN (SELECT * FROM unnest($1::int4[], $2::int8[]))",
+            &[&ids, &tokens],
+        )
+        .await
+        .map(|_| ())
+    })
+}
+
+impl Drop for Holds {
+    fn drop(&mut self) {
+        if let Err(e) = self.release_inner() {
+            tracing::warn!(error = %e, "releasing locks on PostgreSQL");
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! baton's locks on PostgreSQL, for holders on many machines.
+//!
+//! Exclusion comes from the server, not from rows a client promises to
+//! delete: a lock is a session-level advisory lock held on the holder's own
+//! connection, so a holder whose process or machine dies loses it when its
+//! session ends (at once for a process, within about 11 s for a machine,
+//! through TCP keepalives on both ends). Waiting happens in the server's
+//! lock queue (FIFO, no polling). Fencing tokens come from the database,
+//! strictly increasing per lock and issued in the same transaction as the
+//! holder's row. A holder whose session ends is told ([`Holds::on_lost`])
+//! so it can stop its work, and a new holder does not start while an ended
+//! holder's command may still run (see the `settle` module).
+//!
+//! The tables (`baton_locks`, `baton_lock_holders`, `baton_lock_schema`)
+//! belong to this crate and are created on first use, or by
+//! [`Database::migrate`].
+//!
+//! ```no_run
+//! use baton_lock::{LockRequest, Mode};
+//! use baton_pg::Database;
+//!
+//! let db = Database::new("postgres://agent@db.internal/coordination")?;
+//! let req = LockRequest::new("deploy".parse()?).mode(Mode::Exclusive);
+//! let holds = db.acquire_all(&[req])?;
+//! holds.on_lost(|| eprintln!("lost the lock: stop working"));
+//! println!("token {}", holds.grants()[0].token);
+//! holds.release()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod acquire;
+mod error;
+mod holds;
+mod schema;
+mod session;
+mod settle;
+mod status;
+
+pub use acquire::MAX_SLOTS;
+pub use error::{redact, PgError};
+pub use holds::{Grant, Holds};
+pub use schema::SCHEMA_VERSION;
+pub use session::Database;
+pub use status::Terminated;

@@ -1,0 +1,110 @@
+//! The backend's tables and their migration. The schema belongs to this
+//! crate: it is created or upgraded on first use (and by `baton db
+//! migrate`), inside one transaction under an advisory lock, so two first
+//! users at the same instant do not race and a failure leaves nothing half
+//! created.
+
+use crate::error::{sqlstate, PgError};
+use crate::session::Session;
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// Transaction-level advisory lock held while migrating ("btmg").
+const MIGRATE_LOCK: i64 = 0x6274_6d67;
+
+const V1: &str = "
+CREATE TABLE baton_locks (
+    id          serial PRIMARY KEY,
+    name        text NOT NULL UNIQUE,
+    slots       integer NOT NULL DEFAULT 1,
+    token       bigint NOT NULL DEFAULT 0
+);
+CREATE TABLE baton_lock_holders (
+    lock_id       integer NOT NULL REFERENCES baton_locks(id),
+    token         bigint NOT NULL,
+    slot          integer NOT NULL,
+    mode          text NOT NULL,
+    slots         integer NOT NULL,
+    session_pid   integer NOT NULL,
+    session_start timestamptz NOT NULL,
+    host          text NOT NULL,
+    pid           integer NOT NULL,
+    owner         text NOT NULL,
+    operation     text,
+    run_id        text NOT NULL,
+    acquired_at   timestamptz NOT NULL DEFAULT now(),
+    record        jsonb NOT NULL,
+    PRIMARY KEY (lock_id, token)
+);
+";
+
+/// Creates or upgrades the tables; returns the version now in place.
+pub(crate) fn migrate(session: &Session) -> Result<i32, PgError> {
+    // The common case, one round trip: already there.
+    match current(session) {
+        Ok(Some(v)) if v == SCHEMA_VERSION => return Ok(v),
+        Ok(Some(v)) if v > SCHEMA_VERSION => {
+            return Err(PgError::SchemaTooNew {
+                found: v,
+                known: SCHEMA_VERSION,
+            })
+        }
+        _ => {}
+    }
+    let found = session.run("create baton's tables", |c| async move {
+        c.batch_execute("BEGIN").await?;
+        let result = async {
+            c.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])
+                .await?;
+            c.batch_execute(
+                "CREATE TABLE IF NOT EXISTS baton_lock_schema (version integer NOT NULL)",
+            )
+            .await?;
+            let v: Option<i32> = c
+                .query_opt("SELECT version FROM baton_lock_schema", &[])
+                .await?
+                .map(|r| r.get(0));
+            if v.is_none() {
+                c.batch_execute(V1).await?;
+                c.execute(
+                    "INSERT INTO baton_lock_schema (version) VALUES ($1)",
+                    &[&SCHEMA_VERSION],
+                )
+                .await?;
+            }
+            Ok::<_, tokio_postgres::Error>(v.unwrap_or(SCHEMA_VERSION))
+        }
+        .await;
+        match result {
+            Ok(v) => {
+                c.batch_execute("COMMIT").await?;
+                Ok(v)
+            }
+            Err(e) => {
+                let _ = c.batch_execute("ROLLBACK").await;
+                Err(e)
+            }
+        }
+    })?;
+    if found > SCHEMA_VERSION {
+        return Err(PgError::SchemaTooNew {
+            found,
+            known: SCHEMA_VERSION,
+        });
+    }
+    Ok(found)
+}
+
+/// The version in place, `None` when the tables do not exist yet.
+fn current(session: &Session) -> Result<Option<i32>, PgError> {
+    let c = std::sync::Arc::clone(&session.client);
+    match session.rt.block_on(async move {
+        c.query_opt("SELECT version FROM baton_lock_schema", &[])
+            .await
+    }) {
+        Ok(row) => Ok(row.map(|r| r.get(0))),
+        Err(e) if sqlstate(&e) == Some("42P01") => Ok(None),
+        Err(e) => Err(session.error("read baton's schema version", &e)),
+    }
+}

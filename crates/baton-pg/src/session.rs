@@ -1,0 +1,309 @@
+//! One database session: the connection a holder keeps for as long as it
+//! holds, since the server releases session advisory locks when it ends.
+//!
+//! The connection is driven by a task on a small runtime owned by the
+//! session, so its end is noticed the instant it happens (the server
+//! terminated it, restarted, or the socket failed), not at the next query.
+//! Both ends watch for a dead peer: the client with TCP keepalives (idle
+//! 5 s, interval 2 s, 3 probes) and `tcp_user_timeout` 10 s; the server
+//! with the same settings for this session, so the server ends the session
+//! of a machine that died or was cut off, and frees its locks, within about
+//! 11 s. While holding, a heartbeat every 2 s that does not answer within
+//! 5 s counts as a lost session too.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::runtime::Runtime;
+use tokio::sync::mpsc;
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use crate::error::{one_line, redact, sqlstate, PgError};
+
+/// How often a holding session checks that the server still answers.
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
+/// How long a heartbeat may take before the session counts as lost.
+pub(crate) const HEARTBEAT_LIMIT: Duration = Duration::from_secs(5);
+
+/// Where the locks live: a parsed backend URL.
+#[derive(Clone)]
+pub struct Database {
+    pub(crate) config: tokio_postgres::Config,
+    /// The URL with its password replaced, for messages.
+    pub(crate) shown: String,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("url", &self.shown)
+            .finish()
+    }
+}
+
+impl Database {
+    /// Parses a `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?options]` URL
+    /// (or `postgresql://`). Nothing is connected yet.
+    ///
+    /// # Errors
+    ///
+    /// [`PgError::Url`] naming what is wrong with it.
+    pub fn new(url: &str) -> Result<Database, PgError> {
+        let shown = redact(url);
+        let bad = |reason: String| PgError::Url {
+            url: shown.clone(),
+            reason,
+        };
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(bad(
+                "only postgres:// (or postgresql://) URLs are supported".into(),
+            ));
+        }
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e: tokio_postgres::Error| bad(one_line(&e)))?;
+        if config.get_hosts().is_empty() {
+            return Err(bad("it names no host".into()));
+        }
+        if config.get_dbname().is_none() {
+            return Err(bad(
+                "it names no database (postgres://USER@HOST/DATABASE)".into()
+            ));
+        }
+        if config.get_user().is_none() {
+            return Err(bad(
+                "it names no user (postgres://USER@HOST/DATABASE)".into()
+            ));
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("baton");
+        }
+        config
+            .connect_timeout(Duration::from_secs(5))
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(5))
+            .keepalives_interval(Duration::from_secs(2))
+            .keepalives_retries(3)
+            .tcp_user_timeout(Duration::from_secs(10));
+        Ok(Database { config, shown })
+    }
+
+    /// The URL, its password replaced by `***`.
+    pub fn url(&self) -> &str {
+        &self.shown
+    }
+
+    pub(crate) fn connect(&self) -> Result<Session, PgError> {
+        Session::connect(self)
+    }
+}
+
+/// Callbacks run once when the session ends unasked.
+#[derive(Default)]
+pub(crate) struct Lost {
+    state: Mutex<LostState>,
+}
+
+#[derive(Default)]
+struct LostState {
+    lost: bool,
+    closing: bool,
+    callbacks: Vec<Box<dyn Fn() + Send>>,
+}
+
+impl Lost {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LostState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The session ended: run the callbacks (once), unless we closed it.
+    pub(crate) fn fire(&self) {
+        let callbacks = {
+            let mut s = self.lock();
+            if s.lost || s.closing {
+                return;
+            }
+            s.lost = true;
+            std::mem::take(&mut s.callbacks)
+        };
+        for f in callbacks {
+            f();
+        }
+    }
+
+    /// Registers `f`; runs it at once if the session is already lost.
+    pub(crate) fn on_lost(&self, f: Box<dyn Fn() + Send>) {
+        let mut s = self.lock();
+        if s.lost {
+            drop(s);
+            f();
+        } else {
+            s.callbacks.push(f);
+        }
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lock().lost
+    }
+
+    /// We are ending the session ourselves: no callbacks.
+    pub(crate) fn closing(&self) {
+        self.lock().closing = true;
+    }
+}
+
+/// A connected session.
+pub(crate) struct Session {
+    pub(crate) rt: Runtime,
+    pub(crate) client: Arc<tokio_postgres::Client>,
+    pub(crate) lost: Arc<Lost>,
+    pub(crate) notes: mpsc::UnboundedReceiver<String>,
+    pub(crate) db: Database,
+}
+
+impl Session {
+    fn connect(db: &Database) -> Result<Session, PgError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("baton-pg")
+            .enable_all()
+            .build()
+            .map_err(|e| PgError::Database {
+                op: "start the database client",
+                message: e.to_string(),
+            })?;
+        let lost = Arc::new(Lost::default());
+        let (notes_tx, notes) = mpsc::unbounded_channel();
+        let driver_lost = Arc::clone(&lost);
+        let config = db.config.clone();
+        let client = rt.block_on(async move {
+            let (client, mut connection) = config.connect(NoTls).await?;
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            tokio::spawn(async move {
+                while let Some(m) = messages.next().await {
+                    match m {
+                        Ok(AsyncMessage::Notification(n)) => {
+                            let _ = notes_tx.send(n.payload().to_string());
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::debug!(error = %one_line(&e), "database session ended");
+                            break;
+                        }
+                    }
+                }
+                driver_lost.fire();
+            });
+            Ok::<_, tokio_postgres::Error>(client)
+        });
+        let client = client.map_err(|e| connect_error(db, &e))?;
+        let client = Arc::new(client);
+        let setup = "SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2; \
+                     SET tcp_keepalives_count = 3; SET tcp_user_timeout = 10000";
+        let c = Arc::clone(&client);
+        rt.block_on(async move { c.batch_execute(setup).await })
+            .map_err(|e| PgError::Database {
+                op: "start a session",
+                message: one_line(&e),
+            })?;
+        Ok(Session {
+            rt,
+            client,
+            lost,
+            notes,
+            db: db.clone(),
+        })
+    }
+
+    /// Runs `f` with the client on the session's runtime.
+    pub(crate) fn run<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T, PgError>
+    where
+        F: FnOnce(Arc<tokio_postgres::Client>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        self.rt
+            .block_on(f(Arc::clone(&self.client)))
+            .map_err(|e| self.error(op, &e))
+    }
+
+    /// A statement's error as a typed error.
+    pub(crate) fn error(&self, op: &'static str, e: &tokio_postgres::Error) -> PgError {
+        if sqlstate(e) == Some("42501") {
+            return PgError::Permission {
+                url: self.db.shown.clone(),
+                op,
+                reason: format!(
+                    "{} (grant the user the privilege, or run `baton db migrate` once as the database's owner)",
+                    one_line(e)
+                ),
+            };
+        }
+        PgError::Database {
+            op,
+            message: one_line(e),
+        }
+    }
+
+    /// Starts the heartbeat: a session whose server stops answering counts
+    /// as lost, even before TCP notices.
+    pub(crate) fn start_heartbeat(&self) {
+        let client = Arc::clone(&self.client);
+        let lost = Arc::clone(&self.lost);
+        self.rt.spawn(async move {
+            loop {
+                tokio::time::sleep(HEARTBEAT).await;
+                match tokio::time::timeout(HEARTBEAT_LIMIT, client.simple_query("")).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %one_line(&e), "heartbeat failed");
+                        lost.fire();
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!("heartbeat unanswered");
+                        lost.fire();
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Ends the session on purpose (its locks are released by the server).
+    pub(crate) fn close(self) {
+        self.lost.closing();
+        let Session { rt, client, .. } = self;
+        drop(client);
+        rt.shutdown_background();
+    }
+}
+
+/// Why a connection could not be made, in the words a user needs.
+fn connect_error(db: &Database, e: &tokio_postgres::Error) -> PgError {
+    let user = db.config.get_user().unwrap_or("?");
+    let dbname = db.config.get_dbname().unwrap_or("?");
+    let reason = match sqlstate(e) {
+        Some("28P01") | Some("28000") => format!(
+            "the server refused the login of user '{user}' ({})",
+            one_line(e)
+        ),
+        Some("3D000") => format!("database '{dbname}' does not exist (create it first)"),
+        Some("42501") => format!(
+            "user '{user}' may not connect to '{dbname}' ({})",
+            one_line(e)
+        ),
+        _ => {
+            let text = one_line(e);
+            if text.contains("timed out") {
+                "no answer within 5 s (is the server up, and the host and port right?)".into()
+            } else {
+                text
+            }
+        }
+    };
+    PgError::Connect {
+        url: db.shown.clone(),
+        reason,
+    }
+}

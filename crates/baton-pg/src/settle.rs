@@ -1,0 +1,157 @@
+//! Settling the rows of holders whose session ended without releasing.
+//!
+//! The server frees a lock the instant its holder's session ends, but the
+//! holder's command may still be running: the supervisor of a session that
+//! was terminated, or that lost its network, is only then stopping it
+//! (TERM, grace, KILL). So a new holder does not start while a conflicting
+//! row of an ended session remains (a supervisor deletes its rows once its
+//! command is gone). A row of this machine whose supervisor is dead is
+//! settled at once: what is left of its command's process group is
+//! terminated (identity-checked) and the row removed. A row of another
+//! machine whose supervisor never confirms (the machine died) is given up
+//! on after the longest a live supervisor needs to notice and stop its
+//! command: heartbeat interval + heartbeat limit + its grace + 1 s.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_lock::{CancelToken, HolderRecord, LockError, LockRequest, Mode};
+
+use crate::error::PgError;
+use crate::session::{Session, HEARTBEAT, HEARTBEAT_LIMIT};
+
+/// How often a pending row is looked at again.
+const RECHECK: Duration = Duration::from_millis(50);
+
+/// Grace assumed when a row records none (the run default).
+const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+/// A row of an ended session that conflicts with the grant to be made.
+struct DeadRow {
+    token: i64,
+    record: Option<HolderRecord>,
+}
+
+/// Waits until no row of an ended session conflicts with a grant of `slot`
+/// in `req.mode`, settling what can be settled from here.
+pub(crate) fn dead_holders(
+    session: &Session,
+    req: &LockRequest,
+    id: i32,
+    slot: u32,
+    deadline: Option<Instant>,
+) -> Result<(), PgError> {
+    let mut first_seen: HashMap<i64, Instant> = HashMap::new();
+    loop {
+        let rows = conflicting(session, req.mode, id, slot)?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut pending = false;
+        for row in rows {
+            let seen = *first_seen.entry(row.token).or_insert_with(Instant::now);
+            if settle(&row, seen) {
+                delete(session, id, row.token)?;
+            } else {
+                pending = true;
+            }
+        }
+        if !pending {
+            continue;
+        }
+        if req.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+            return Err(LockError::Cancelled {
+                name: req.name.to_string(),
+            }
+            .into());
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(LockError::Busy {
+                name: req.name.to_string(),
+                path: session.db.url().into(),
+                holder: Some(
+                    "a holder whose database session ended, still stopping its command".into(),
+                ),
+                waited: Duration::ZERO,
+                policy: req.wait,
+            }
+            .into());
+        }
+        std::thread::sleep(RECHECK);
+    }
+}
+
+/// Whether `row` may be removed now; terminates what is left of its
+/// command here when its supervisor is known dead.
+fn settle(row: &DeadRow, first_seen: Instant) -> bool {
+    let Some(rec) = &row.record else {
+        return true; // written by a newer baton: nothing we could act on
+    };
+    let grace = rec
+        .command_group
+        .map_or(DEFAULT_GRACE, |g| Duration::from_millis(g.grace_ms));
+    let bound = HEARTBEAT + HEARTBEAT_LIMIT + grace + Duration::from_secs(1);
+    let expired = first_seen.elapsed() >= bound;
+    let here =
+        rec.process.host == baton_lock::hostname() && rec.process.boot_id == baton_lock::boot_id();
+    if !here {
+        if expired {
+            tracing::warn!(token = row.token, host = %rec.process.host, pid = rec.process.pid, "a holder whose session ended never confirmed that its command stopped; going ahead");
+        }
+        return expired;
+    }
+    let supervisor_dead = rec.process.liveness() == baton_lock::Liveness::Dead;
+    if !(supervisor_dead || expired) {
+        return false; // it is stopping its command; it deletes the row when done
+    }
+    if let Some(g) = rec.command_group {
+        baton_proc::terminate_group(
+            g.pgid,
+            baton_proc::GroupIdentity::Recorded {
+                leader_start_time: g.leader_start_time,
+                session: g.session,
+            },
+            Duration::from_millis(g.grace_ms),
+        );
+    }
+    true
+}
+
+/// Rows of ended sessions that conflict with a grant of `slot` in `mode`.
+fn conflicting(session: &Session, mode: Mode, id: i32, slot: u32) -> Result<Vec<DeadRow>, PgError> {
+    let c = Arc::clone(&session.client);
+    let slot = i32::try_from(slot).unwrap_or(0);
+    let rows = session.run(
+        "look for holders that ended without releasing",
+        |_| async move {
+            c.query(
+            "SELECT token, mode, record FROM baton_lock_holders h WHERE lock_id = $1 AND slot = $2 \
+             AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = h.session_pid \
+             AND a.backend_start = h.session_start)",
+            &[&id, &slot],
+        )
+        .await
+        },
+    )?;
+    Ok(rows
+        .into_iter()
+        .filter(|r| mode != Mode::Shared || r.get::<_, String>(1) != "shared")
+        .map(|r| DeadRow {
+            token: r.get(0),
+            record: serde_json::from_value(r.get(2)).ok(),
+        })
+        .collect())
+}
+
+fn delete(session: &Session, id: i32, token: i64) -> Result<(), PgError> {
+    let c = Arc::clone(&session.client);
+    session.run("remove a dead holder's row", |_| async move {
+        c.execute(
+            "DELETE FROM baton_lock_holders WHERE lock_id = $1 AND token = $2",
+            &[&id, &token],
+        )
+        .await
+        .map(|_| ())
+    })
+}
