@@ -96,7 +96,16 @@ impl Database {
                 (true, _) => None,
                 (false, d) => Some(d),
             };
-            match acquire_one(&mut session, &mut ctx, &req, wait) {
+            let ours = || req.cancel.as_ref().is_some_and(CancelToken::is_cancelled);
+            let got = loop {
+                match acquire_one(&mut session, &mut ctx, LOCK_KIND, &req, wait) {
+                    // A wait cancelled from outside (`pg_cancel_backend`), not
+                    // by our token: wait on.
+                    Err(PgError::Lock(LockError::Cancelled { .. })) if !ours() => continue,
+                    other => break other,
+                }
+            };
+            match got {
                 Ok(g) => grants.push(g),
                 Err(e) => {
                     session.close(); // the server lets go of what we took
@@ -109,23 +118,28 @@ impl Database {
     }
 }
 
+/// The `kind` of the locks of `lock` and `run --lock` (group slots are `group`).
+pub(crate) const LOCK_KIND: &str = "lock";
+
 /// State of one acquisition across its locks.
-struct Waiting {
+pub(crate) struct Waiting {
     /// The `lock_timeout` now set on the session (0: none).
-    timeout_ms: u64,
-    start: Instant,
+    pub(crate) timeout_ms: u64,
+    pub(crate) start: Instant,
 }
 
+/// Takes one lock of `kind` (`lock`, or `group` for a group's slot).
 /// `wait`: `None` = do not wait; `Some(None)` = forever; `Some(Some(t))` = until t.
-fn acquire_one(
+pub(crate) fn acquire_one(
     session: &mut Session,
     ctx: &mut Waiting,
+    kind: &str,
     req: &LockRequest,
     wait: Option<Option<Instant>>,
 ) -> Result<Grant, PgError> {
     let name = req.name.to_string();
     let slots = req.mode.slots();
-    let id = lock_id(session, &name, slots)?;
+    let id = lock_id(session, kind, &name, slots)?;
     let slot = match req.mode {
         Mode::Semaphore(n) if n > 1 => take_any_slot(session, ctx, req, id, n, wait)?,
         _ => {
@@ -146,18 +160,18 @@ fn acquire_one(
 
 /// The lock's row id, created on first use (with the tables, on first use
 /// of the database).
-fn lock_id(session: &Session, name: &str, slots: u32) -> Result<i32, PgError> {
-    const SQL: &str = "WITH s AS (SELECT id FROM baton_locks WHERE name = $1), \
-         i AS (INSERT INTO baton_locks (name, slots) SELECT $1, $2 \
-               WHERE NOT EXISTS (SELECT 1 FROM s) ON CONFLICT (name) DO NOTHING RETURNING id) \
+fn lock_id(session: &Session, kind: &str, name: &str, slots: u32) -> Result<i32, PgError> {
+    const SQL: &str = "WITH s AS (SELECT id FROM baton_locks WHERE kind = $3 AND name = $1), \
+         i AS (INSERT INTO baton_locks (kind, name, slots) SELECT $3, $1, $2 \
+               WHERE NOT EXISTS (SELECT 1 FROM s) ON CONFLICT (kind, name) DO NOTHING RETURNING id) \
          SELECT id FROM s UNION ALL SELECT id FROM i";
     let slots = i32::try_from(slots).unwrap_or(i32::MAX);
     for attempt in 0..3 {
-        let n = name.to_string();
+        let (n, k) = (name.to_string(), kind.to_string());
         let c = Arc::clone(&session.client);
         let row = session
             .rt
-            .block_on(async move { c.query_opt(SQL, &[&n, &slots]).await });
+            .block_on(async move { c.query_opt(SQL, &[&n, &slots, &k]).await });
         match row {
             Ok(Some(r)) => return Ok(r.get(0)),
             // Inserted by another session after our snapshot: look again.
@@ -218,15 +232,12 @@ fn take(
     match blocking(session, req.cancel.as_ref(), &sql, key, id) {
         Ok(()) => Ok(true),
         Err(e) if sqlstate(&e) == Some("55P03") => Ok(false),
-        Err(e)
-            if sqlstate(&e) == Some("57014")
-                && req.cancel.as_ref().is_some_and(CancelToken::is_cancelled) =>
-        {
-            Err(LockError::Cancelled {
-                name: req.name.to_string(),
-            }
-            .into())
+        // Cancelled by our token, or from outside (`pg_cancel_backend` by a
+        // run that superseded ours): the caller tells which.
+        Err(e) if sqlstate(&e) == Some("57014") => Err(LockError::Cancelled {
+            name: req.name.to_string(),
         }
+        .into()),
         Err(e) => Err(session.error("wait for the lock", &e)),
     }
 }

@@ -33,6 +33,8 @@ pub struct Grant {
 pub struct Holds {
     session: Option<Session>,
     grants: Vec<Grant>,
+    /// (key, run id) of the group run whose slot these are: its row goes too.
+    group: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for Holds {
@@ -48,7 +50,14 @@ impl Holds {
         Holds {
             session: Some(session),
             grants,
+            group: None,
         }
+    }
+
+    /// These are a group run's slot: releasing also removes the run's row.
+    pub(crate) fn in_group(mut self, key: String, run_id: String) -> Holds {
+        self.group = Some((key, run_id));
+        self
     }
 
     /// The locks held, in name order.
@@ -137,13 +146,15 @@ impl Holds {
             let db = session.db.clone();
             session.close();
             let fresh = db.connect()?;
-            let result = remove_rows(&fresh, ids, tokens).and_then(|()| after(&fresh, then));
+            let result = remove_rows(&fresh, ids, tokens, self.group.take())
+                .and_then(|()| after(&fresh, then));
             fresh.close();
             return result;
         }
         // Unlock before announcing, so a woken waiter finds the slot free.
         then.insert_str(0, "SELECT pg_advisory_unlock_all(); ");
-        let result = remove_rows(&session, ids, tokens).and_then(|()| after(&session, then));
+        let result = remove_rows(&session, ids, tokens, self.group.take())
+            .and_then(|()| after(&session, then));
         session.close();
         result
     }
@@ -159,9 +170,21 @@ fn after(session: &Session, sql: String) -> Result<(), PgError> {
     })
 }
 
-fn remove_rows(session: &Session, ids: Vec<i32>, tokens: Vec<i64>) -> Result<(), PgError> {
+fn remove_rows(
+    session: &Session,
+    ids: Vec<i32>,
+    tokens: Vec<i64>,
+    group: Option<(String, String)>,
+) -> Result<(), PgError> {
     let c = Arc::clone(&session.client);
     session.run("remove the holder rows", |_| async move {
+        if let Some((key, run)) = &group {
+            c.execute(
+                "DELETE FROM baton_group_runs WHERE key = $1 AND run_id = $2",
+                &[key, run],
+            )
+            .await?;
+        }
         c.execute(
             "DELETE FROM baton_lock_holders \
              WHERE (lock_id, token) IN (SELECT * FROM unnest($1::int4[], $2::int8[]))",

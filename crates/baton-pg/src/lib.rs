@@ -30,6 +30,7 @@
 
 mod acquire;
 mod error;
+mod group;
 mod holds;
 mod schema;
 mod session;
@@ -38,6 +39,7 @@ mod status;
 
 pub use acquire::MAX_SLOTS;
 pub use error::{redact, PgError};
+pub use group::{GroupJoin, GroupSlot, Joined};
 pub use holds::{Grant, Holds};
 pub use schema::SCHEMA_VERSION;
 pub use session::Database;

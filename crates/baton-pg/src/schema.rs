@@ -16,9 +16,11 @@ const MIGRATE_LOCK: i64 = 0x6274_6d67;
 const V1: &str = "
 CREATE TABLE baton_locks (
     id          serial PRIMARY KEY,
-    name        text NOT NULL UNIQUE,
+    kind        text NOT NULL DEFAULT 'lock',
+    name        text NOT NULL,
     slots       integer NOT NULL DEFAULT 1,
-    token       bigint NOT NULL DEFAULT 0
+    token       bigint NOT NULL DEFAULT 0,
+    UNIQUE (kind, name)
 );
 CREATE TABLE baton_lock_holders (
     lock_id       integer NOT NULL REFERENCES baton_locks(id),
@@ -37,6 +39,24 @@ CREATE TABLE baton_lock_holders (
     record        jsonb NOT NULL,
     PRIMARY KEY (lock_id, token)
 );
+CREATE TABLE baton_group_runs (
+    key           text NOT NULL,
+    run_id        text NOT NULL,
+    seq           bigserial,
+    mode          text NOT NULL,
+    slots         integer NOT NULL,
+    state         text NOT NULL DEFAULT 'waiting',
+    session_pid   integer NOT NULL,
+    session_start timestamptz NOT NULL,
+    host          text NOT NULL,
+    pid           integer NOT NULL,
+    command       text NOT NULL,
+    queued_at     timestamptz NOT NULL DEFAULT now(),
+    started_at    timestamptz,
+    superseded_by text,
+    PRIMARY KEY (key, run_id)
+);
+CREATE INDEX baton_group_runs_order ON baton_group_runs (key, seq);
 ";
 
 /// Creates or upgrades the tables; returns the version now in place.

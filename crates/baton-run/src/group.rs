@@ -261,14 +261,8 @@ pub(crate) enum Joined {
     Refused(String),
 }
 
-/// Registers a new run: checks the mode, applies skip / max-pending, marks
-/// runs it supersedes. Returns whom to signal.
-pub(crate) fn join(
-    dir: &BatonDir,
-    req: &GroupRequest,
-    run_id: &str,
-    command: &str,
-) -> Result<Joined, RunError> {
+/// Refuses flags that the mode does not take.
+pub(crate) fn check_request(req: &GroupRequest) -> Result<(), RunError> {
     if req.mode != GroupMode::Queue && req.max > 1 {
         return Err(RunError::InvalidRequest(format!(
             "--max {} applies to mode queue only; mode {} runs one at a time",
@@ -282,6 +276,18 @@ pub(crate) fn join(
             req.mode.as_str()
         )));
     }
+    Ok(())
+}
+
+/// Registers a new run: checks the mode, applies skip / max-pending, marks
+/// runs it supersedes. Returns whom to signal.
+pub(crate) fn join(
+    dir: &BatonDir,
+    req: &GroupRequest,
+    run_id: &str,
+    command: &str,
+) -> Result<Joined, RunError> {
+    check_request(req)?;
     let paths = GroupPaths::new(dir, &req.key)?;
     let _meta = meta_lock(&paths, &req.key)?;
     let mut doc = read_doc(&paths.doc, &req.key)?;

@@ -7,7 +7,8 @@
 
 use std::sync::Arc;
 
-use baton_lock::{BatonDir, LockError, LockGuard, WaitPolicy};
+use baton_lock::{BatonDir, CommandGroup, LockError, LockGuard, WaitPolicy};
+use baton_pg::{Database, GroupJoin, GroupSlot, Joined as PgJoined};
 
 use crate::control::{RunControl, StopReason};
 use crate::error::RunError;
@@ -27,10 +28,21 @@ pub(crate) enum End {
 
 /// A registered run; see the module documentation.
 pub(crate) struct Member {
-    membership: Arc<Membership>,
-    slot: Option<LockGuard>,
-    watcher: Option<Watcher>,
+    place: Place,
     end: End,
+}
+
+/// Where the group lives.
+enum Place {
+    /// In the baton dir: a document, a slot lock, a supersede inbox.
+    Local {
+        membership: Arc<Membership>,
+        slot: Option<Box<LockGuard>>,
+        watcher: Option<Watcher>,
+    },
+    /// On PostgreSQL: the slot's session also carries the run's row and
+    /// its supersede watch; leaving releases both.
+    Remote(Option<GroupSlot>),
 }
 
 /// What [`enter`] ended with.
@@ -66,31 +78,95 @@ pub(crate) fn enter(
             stop.stop(StopReason::Superseded { by });
         }
     });
+    let watcher = watcher.map_err(io("start the supersede watcher"))?;
     let mut member = Member {
-        membership,
-        slot: None,
-        watcher: None,
+        place: Place::Local {
+            membership: Arc::clone(&membership),
+            slot: None,
+            watcher: Some(watcher),
+        },
         end: End::GaveUp,
     };
-    member.watcher = Some(watcher.map_err(io("start the supersede watcher"))?);
     notify(&targets);
     // In mode skip a run never waits: it runs now or not at all.
     let wait = match req.mode {
         GroupMode::Skip => WaitPolicy::Immediately,
         _ => req.wait,
     };
-    match member.membership.take_slot(wait, control.waits()) {
-        Ok(slot) => member.slot = Some(slot),
+    match membership.take_slot(wait, control.waits()) {
+        Ok(taken) => {
+            if let Place::Local { slot, .. } = &mut member.place {
+                *slot = Some(Box::new(taken));
+            }
+        }
         Err(RunError::Lock(LockError::Cancelled { .. })) => {
             return Ok(stopped(member, control));
         }
         Err(e) => return Err(e),
     }
-    if let Some(by) = member.membership.start()? {
+    if let Some(by) = membership.start()? {
         member.end = End::Superseded(by.clone());
         return Ok(Entered::Superseded(by));
     }
     Ok(Entered::Running(Box::new(member)))
+}
+
+/// [`enter`] for a group on PostgreSQL: the same modes, for runs on every
+/// machine using the database. A newer run's mark reaches this one while it
+/// waits (its wait in the server is cancelled) or runs (a NOTIFY), and
+/// stops it through `control`; so does the end of its session.
+pub(crate) fn enter_remote(
+    db: &Database,
+    req: &GroupRequest,
+    run_id: &str,
+    command: &str,
+    control: &RunControl,
+) -> Result<Entered, RunError> {
+    crate::group::check_request(req)?;
+    let join = GroupJoin {
+        key: req.key.clone(),
+        mode: req.mode.as_str(),
+        max: req.max,
+        max_pending: req.max_pending,
+        wait: req.wait,
+        run_id: run_id.to_string(),
+        command: command.to_string(),
+    };
+    let stop = control.clone();
+    let joined = db.join_group(&join, &control.waits(), move |by| {
+        stop.stop(StopReason::Superseded { by });
+    })?;
+    match joined {
+        PgJoined::Running(slot) => {
+            let lost = control.clone();
+            slot.on_lost(move || {
+                lost.stop(StopReason::LockLost);
+            });
+            Ok(Entered::Running(Box::new(Member {
+                place: Place::Remote(Some(slot)),
+                end: End::GaveUp,
+            })))
+        }
+        PgJoined::Superseded(by) => Ok(Entered::Superseded(by)),
+        PgJoined::Refused(why) => Err(RunError::NotAdmitted(why)),
+        PgJoined::ModeMismatch { existing } => Err(RunError::GroupModeMismatch {
+            key: req.key.to_string(),
+            existing,
+            requested: format!(
+                "mode {} with --max {}",
+                req.mode.as_str(),
+                if req.mode == GroupMode::Queue {
+                    req.max.max(1)
+                } else {
+                    1
+                }
+            ),
+        }),
+        PgJoined::Cancelled => match control.stop_reason() {
+            Some(StopReason::Superseded { by }) => Ok(Entered::Superseded(by)),
+            _ => Ok(Entered::Cancelled),
+        },
+    }
 }
 
 /// The member was stopped before it ran; it leaves as it says why.
@@ -105,9 +181,32 @@ pub(crate) fn stopped(mut member: Member, control: &RunControl) -> Entered {
 }
 
 impl Member {
-    /// The group's slot this run holds.
-    pub(crate) fn slot(&self) -> Option<&LockGuard> {
-        self.slot.as_ref()
+    /// The fencing token of the group's slot this run holds.
+    pub(crate) fn token(&self) -> Option<u64> {
+        match &self.place {
+            Place::Local { slot, .. } => slot.as_ref().map(|s| s.token()),
+            Place::Remote(slot) => slot.as_ref().map(GroupSlot::token),
+        }
+    }
+
+    /// Records the command's process group with the slot (best effort).
+    pub(crate) fn set_command_group(&self, group: CommandGroup) {
+        match &self.place {
+            Place::Local { slot: Some(s), .. } => {
+                let _ = s.set_command_group(group);
+            }
+            Place::Remote(Some(s)) => {
+                if let Err(e) = s.set_command_group(group) {
+                    tracing::warn!(error = %e, "cannot record the command's process group");
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether the slot was lost with its database session.
+    pub(crate) fn is_lost(&self) -> bool {
+        matches!(&self.place, Place::Remote(Some(s)) if s.is_lost())
     }
 
     /// Sets how the run leaves the group when the guard is dropped.
@@ -117,7 +216,9 @@ impl Member {
 
     /// Logs processes the command left behind (already terminated).
     pub(crate) fn log_leftovers(&self, detail: &str) {
-        self.membership.log(GroupEvent::Leftovers, detail);
+        if let Place::Local { membership, .. } = &self.place {
+            membership.log(GroupEvent::Leftovers, detail);
+        }
     }
 }
 
@@ -126,16 +227,25 @@ impl Drop for Member {
         // Hand the slot on first (the next run waits for it), then the
         // bookkeeping; a wake-up that still arrives meanwhile finds the run
         // over and changes nothing.
-        drop(self.slot.take());
+        let (membership, slot, watcher) = match &mut self.place {
+            Place::Local {
+                membership,
+                slot,
+                watcher,
+            } => (membership, slot, watcher),
+            Place::Remote(slot) => {
+                if let Some(Err(e)) = slot.take().map(GroupSlot::leave) {
+                    tracing::warn!(error = %e, "leaving the group on PostgreSQL");
+                }
+                return;
+            }
+        };
+        drop(slot.take());
         match &self.end {
-            End::Finished(code) => self
-                .membership
-                .finish(GroupEvent::Finished, Some(*code), None),
-            End::Superseded(by) => self
-                .membership
-                .finish(GroupEvent::Superseded, None, Some(by)),
-            End::GaveUp => self.membership.finish(GroupEvent::GaveUp, None, None),
+            End::Finished(code) => membership.finish(GroupEvent::Finished, Some(*code), None),
+            End::Superseded(by) => membership.finish(GroupEvent::Superseded, None, Some(by)),
+            End::GaveUp => membership.finish(GroupEvent::GaveUp, None, None),
         }
-        drop(self.watcher.take());
+        drop(watcher.take());
     }
 }

@@ -14,15 +14,15 @@ use crate::control::{RunControl, StopReason};
 use crate::error::RunError;
 use crate::group::GroupRequest;
 use crate::locks::{Backend, Held};
-use crate::member::{enter, End, Entered, Member};
+use crate::member::{enter, enter_remote, End, Entered, Member};
 
 /// What to run, in which group and under which locks.
 #[derive(Clone, Debug)]
 pub struct RunRequest {
     /// Locks to hold while the command runs; taken in canonical (sorted) order.
     pub locks: Vec<LockName>,
-    /// Where the locks live: the baton dir, or a PostgreSQL database shared
-    /// by many machines (then no group may be given, yet).
+    /// Where the locks and the group live: the baton dir, or a PostgreSQL
+    /// database shared by many machines.
     pub backend: Backend,
     /// Mode of every lock.
     pub mode: Mode,
@@ -164,16 +164,13 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     let control = &req.control;
     tracing::debug!(run_id = %run_id, command = %line, locks = req.locks.len(), group = req.group.as_ref().map(|g| g.key.as_str()), "run started");
 
-    if matches!(req.backend, Backend::Postgres(_)) && req.group.is_some() {
-        return Err(RunError::InvalidRequest(
-            "groups (--group) are not available on the PostgreSQL backend yet: use --lock there, or a local baton dir for groups".into(),
-        ));
-    }
-
     // 1. The group's slot.
     let mut member = match &req.group {
         None => None,
-        Some(g) => match enter(dir, g, &run_id, &line, control)? {
+        Some(g) => match match &req.backend {
+            Backend::Local => enter(dir, g, &run_id, &line, control)?,
+            Backend::Postgres(db) => enter_remote(db, g, &run_id, &line, control)?,
+        } {
             Entered::Running(m) => Some(*m),
             Entered::Superseded(by) => return Ok(not_run(req, g, &run_id, Some(by))),
             Entered::Cancelled => return Ok(not_run_cancelled(&run_id)),
@@ -288,7 +285,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     };
     // Errors here must not hide the command's outcome; the kernel releases
     // on exit regardless.
-    let lock_lost = guards.is_lost().then(|| {
+    let lock_lost = (guards.is_lost() || member.as_ref().is_some_and(Member::is_lost)).then(|| {
         let names: Vec<String> = guards.tokens().into_iter().map(|(n, _)| n).collect();
         names.join(",")
     });
@@ -376,13 +373,10 @@ fn command_env(
         env.push(("BATON_LOCK".into(), names.join(",").into()));
         env.push(("BATON_FENCING_TOKEN".into(), values.join(",").into()));
     }
-    if let (Some(g), Some(slot)) = (&req.group, member.and_then(Member::slot)) {
+    if let (Some(g), Some(token)) = (&req.group, member.and_then(Member::token)) {
         env.push(("BATON_GROUP".into(), g.key.to_string().into()));
         if tokens.is_empty() {
-            env.push((
-                "BATON_FENCING_TOKEN".into(),
-                slot.token().to_string().into(),
-            ));
+            env.push(("BATON_FENCING_TOKEN".into(), token.to_string().into()));
         }
     }
     env
@@ -406,8 +400,8 @@ fn record_command(
         session: leader.as_ref().map_or(0, |s| s.session),
     };
     guards.set_command_group(group);
-    if let Some(slot) = member.and_then(Member::slot) {
-        let _ = slot.set_command_group(group);
+    if let Some(m) = member {
+        m.set_command_group(group);
     }
     if let Some(f) = on_start {
         (f.0)(group);

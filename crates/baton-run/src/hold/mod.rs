@@ -365,6 +365,9 @@ fn hold(
     let (done_rx, done_tx) = UnixStream::pair().map_err(fault("wait for the lock"))?;
     // Written to when the database session holding the lock ends.
     let (lost_rx, lost_tx) = UnixStream::pair().map_err(fault("wait for the lock"))?;
+    // Kept open here, so that the read end never sees a hang-up when the
+    // local backend drops its (unused) callback: only a written byte counts.
+    let _lost_open = lost_tx.try_clone().map_err(fault("wait for the lock"))?;
     let (result_tx, result_rx) = std::sync::mpsc::channel();
     let dir_for_thread = dir.clone();
     let span = tracing::Span::current();

@@ -1,0 +1,428 @@
+//! Concurrency groups on PostgreSQL: the same modes as in a baton dir
+//! (queue, supersede, coalesce, skip), for runs on every machine.
+//!
+//! A group's live runs are rows of `baton_group_runs`; its slot is a lock
+//! of kind `group` (a semaphore of `max` slots), taken on the run's own
+//! session like any lock, so a run whose machine dies leaves the group when
+//! its session ends. Arrival is one transaction under the key's
+//! transaction-level advisory lock: ended runs are removed, the mode is
+//! checked, skip and `--max-pending` applied, and the runs this one
+//! supersedes are marked. Then each marked run is told: a waiting one by
+//! `pg_cancel_backend` (its wait in the server ends; it reads its mark and
+//! leaves), a running one by `NOTIFY baton_group` (its session is idle, so
+//! the notification arrives at once; it reads its mark and stops its
+//! command). A run that obtains the slot starts only if unmarked, in the
+//! same statement that records it running.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use baton_lock::{CancelToken, CommandGroup, LockError, LockName, LockRequest, Mode, WaitPolicy};
+
+use crate::acquire::{acquire_one, Waiting};
+use crate::error::PgError;
+use crate::holds::{Grant, Holds};
+use crate::session::{Database, Session};
+
+/// The channel superseding runs announce themselves on (payload: the key).
+const GROUP_CHANNEL: &str = "baton_group";
+/// First key of a group's arrival lock ("bg"); the second is the key's hash.
+const ARRIVAL_CLASS: i32 = 0x6267_0000;
+
+/// What a run asks of its group.
+#[derive(Clone, Debug)]
+pub struct GroupJoin {
+    /// The group key.
+    pub key: LockName,
+    /// `queue`, `supersede`, `coalesce` or `skip`.
+    pub mode: &'static str,
+    /// Runs executing at once (queue mode); 1 otherwise.
+    pub max: u32,
+    /// Queue mode: refuse an arrival beyond this many waiting runs.
+    pub max_pending: Option<u32>,
+    /// How long to wait for the slot.
+    pub wait: WaitPolicy,
+    /// The run id.
+    pub run_id: String,
+    /// The command line, for status.
+    pub command: String,
+}
+
+/// How joining a group ended.
+#[derive(Debug)]
+pub enum Joined {
+    /// Holding the group's slot, recorded as running.
+    Running(GroupSlot),
+    /// Marked superseded (by this run id) before it could start.
+    Superseded(String),
+    /// Not admitted (skip while busy, `--max-pending`): the reason.
+    Refused(String),
+    /// Runs of the key use another mode or slot count.
+    ModeMismatch {
+        /// What the live runs use.
+        existing: String,
+    },
+    /// `cancel` fired before the run started.
+    Cancelled,
+}
+
+/// A run holding its group's slot.
+#[derive(Debug)]
+pub struct GroupSlot {
+    holds: Box<Holds>,
+}
+
+impl GroupSlot {
+    /// The slot's fencing token.
+    pub fn token(&self) -> u64 {
+        self.holds.grants().first().map_or(0, |g| g.token)
+    }
+
+    /// See [`Holds::on_lost`].
+    pub fn on_lost(&self, f: impl Fn() + Send + 'static) {
+        self.holds.on_lost(f);
+    }
+
+    /// Whether the session ended.
+    pub fn is_lost(&self) -> bool {
+        self.holds.is_lost()
+    }
+
+    /// See [`Holds::set_command_group`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Holds::set_command_group`].
+    pub fn set_command_group(&self, group: CommandGroup) -> Result<(), PgError> {
+        self.holds.set_command_group(group)
+    }
+
+    /// Leaves the group (its row is removed) and releases the slot.
+    ///
+    /// # Errors
+    ///
+    /// As [`Holds::release`].
+    pub fn leave(self) -> Result<(), PgError> {
+        self.holds.release()
+    }
+}
+
+impl Database {
+    /// Joins a group: arrives, marks the runs it supersedes and tells them,
+    /// waits for the slot, and starts unless marked meanwhile. While
+    /// running, `on_superseded(by)` runs once if a newer run supersedes it.
+    ///
+    /// # Errors
+    ///
+    /// [`PgError`] when the database cannot be used; a wait that ends is
+    /// [`LockError::Busy`] inside [`PgError::Lock`].
+    pub fn join_group(
+        &self,
+        req: &GroupJoin,
+        cancel: &CancelToken,
+        on_superseded: impl Fn(String) + Send + Sync + 'static,
+    ) -> Result<Joined, PgError> {
+        let mut session = self.connect()?;
+        crate::schema::migrate(&session)?;
+        match join_in(&mut session, req, cancel) {
+            Ok(grant) => {
+                let session = watch_for_newer(session, req, on_superseded)?;
+                let holds = Holds::new(session, vec![grant])
+                    .in_group(req.key.to_string(), req.run_id.clone());
+                Ok(Joined::Running(GroupSlot {
+                    holds: Box::new(holds),
+                }))
+            }
+            Err(outcome) => {
+                // Leave no row behind (an ended session's row would be
+                // pruned by the next arrival anyway).
+                let c = Arc::clone(&session.client);
+                let (key, run) = (req.key.to_string(), req.run_id.clone());
+                let _ = session.run("leave the group", |_| async move {
+                    c.execute(
+                        "DELETE FROM baton_group_runs WHERE key = $1 AND run_id = $2",
+                        &[&key, &run],
+                    )
+                    .await
+                });
+                session.close();
+                match outcome {
+                    Outcome::Joined(j) => Ok(j),
+                    Outcome::Failed(e) => Err(e),
+                }
+            }
+        }
+    }
+}
+
+/// `join_in` ended without a slot: how.
+enum Outcome {
+    Joined(Joined),
+    Failed(PgError),
+}
+
+impl From<PgError> for Outcome {
+    fn from(e: PgError) -> Outcome {
+        Outcome::Failed(e)
+    }
+}
+
+fn join_in(session: &mut Session, req: &GroupJoin, cancel: &CancelToken) -> Result<Grant, Outcome> {
+    let marked = arrive(session, req)?;
+    tell(session, &req.key, &marked)?;
+    let slots = if req.mode == "queue" {
+        req.max.max(1)
+    } else {
+        1
+    };
+    let mut lock_req = LockRequest::new(req.key.clone())
+        .mode(Mode::Semaphore(slots).normalized())
+        .wait(if req.mode == "skip" {
+            WaitPolicy::Immediately
+        } else {
+            req.wait
+        })
+        .run_id(req.run_id.clone())
+        .kind(baton_lock::HolderKind::Run)
+        .cancel(cancel.clone());
+    lock_req.operation = Some(format!("group {}: {}", req.key, req.command));
+    let start = Instant::now();
+    let deadline = lock_req.wait.deadline_from(start);
+    let wait = match lock_req.wait {
+        WaitPolicy::Immediately => None,
+        _ => Some(deadline),
+    };
+    let mut ctx = Waiting {
+        timeout_ms: 0,
+        start,
+    };
+    loop {
+        match acquire_one(session, &mut ctx, "group", &lock_req, wait) {
+            Ok(grant) => {
+                return match start_run(session, req)? {
+                    None => Ok(grant),
+                    Some(by) => Err(Outcome::Joined(Joined::Superseded(by))),
+                };
+            }
+            Err(PgError::Lock(LockError::Cancelled { .. })) => {
+                if let Some(by) = mark_of(session, req)? {
+                    return Err(Outcome::Joined(Joined::Superseded(by)));
+                }
+                if cancel.is_cancelled() {
+                    return Err(Outcome::Joined(Joined::Cancelled));
+                }
+                // Interrupted by a run that marked another: wait on.
+            }
+            Err(PgError::Lock(LockError::Busy { .. })) if req.mode == "skip" => {
+                return Err(Outcome::Joined(Joined::Refused(format!(
+                    "group '{}' is busy; mode skip",
+                    req.key
+                ))));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Registers the run; returns the (session pid, state) of runs it marked.
+fn arrive(session: &Session, req: &GroupJoin) -> Result<Vec<(i32, String)>, Outcome> {
+    let c = Arc::clone(&session.client);
+    let r = req.clone();
+    let slots = i32::try_from(if req.mode == "queue" {
+        req.max.max(1)
+    } else {
+        1
+    })
+    .unwrap_or(1);
+    let me = baton_lock::ProcessIdentity::current();
+    let result = session.run("join the group", |_| async move {
+        c.batch_execute("BEGIN").await?;
+        let body = async {
+            let key = r.key.to_string();
+            c.execute(
+                "SELECT pg_advisory_xact_lock($1::int4, hashtext($2))",
+                &[&ARRIVAL_CLASS, &key],
+            )
+            .await?;
+            c.execute(
+                "DELETE FROM baton_group_runs g WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM \
+                 pg_stat_activity a WHERE a.pid = g.session_pid AND a.backend_start = g.session_start)",
+                &[&key],
+            )
+            .await?;
+            let live = c
+                .query(
+                    "SELECT mode, slots, state FROM baton_group_runs WHERE key = $1",
+                    &[&key],
+                )
+                .await?;
+            if let Some(other) = live.iter().find(|row| {
+                row.get::<_, String>(0) != r.mode || row.get::<_, i32>(1) != slots
+            }) {
+                let existing = format!(
+                    "mode {} with --max {}",
+                    other.get::<_, String>(0),
+                    other.get::<_, i32>(1)
+                );
+                return Ok(Err(Joined::ModeMismatch { existing }));
+            }
+            let waiting = live
+                .iter()
+                .filter(|row| row.get::<_, String>(2) == "waiting")
+                .count();
+            let refusal = match (r.mode, r.max_pending) {
+                ("skip", _) if !live.is_empty() => Some(format!(
+                    "group '{key}' is busy ({} running or waiting); mode skip",
+                    live.len()
+                )),
+                ("queue", Some(cap)) if waiting >= cap as usize => Some(format!(
+                    "group '{key}' already has {waiting} waiting run(s), --max-pending {cap}"
+                )),
+                _ => None,
+            };
+            if let Some(why) = refusal {
+                return Ok(Err(Joined::Refused(why)));
+            }
+            let marked = match r.mode {
+                "supersede" | "coalesce" => c
+                    .query(
+                        "UPDATE baton_group_runs SET superseded_by = $2 WHERE key = $1 \
+                         AND superseded_by IS NULL AND ($3 = 'supersede' OR state = 'waiting') \
+                         RETURNING session_pid, state",
+                        &[&key, &r.run_id, &r.mode],
+                    )
+                    .await?
+                    .into_iter()
+                    .map(|row| (row.get::<_, i32>(0), row.get::<_, String>(1)))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            c.execute(
+                "INSERT INTO baton_group_runs (key, run_id, mode, slots, session_pid, session_start, \
+                 host, pid, command) SELECT $1, $2, $3, $4, pg_backend_pid(), \
+                 (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()), $5, $6, $7",
+                &[&key, &r.run_id, &r.mode, &slots, &me.host, &me.pid, &r.command],
+            )
+            .await?;
+            Ok(Ok(marked))
+        }
+        .await;
+        match body {
+            Ok(Ok(marked)) => {
+                c.batch_execute("COMMIT").await?;
+                Ok(Ok(marked))
+            }
+            other => {
+                let _ = c.batch_execute("ROLLBACK").await;
+                other
+            }
+        }
+    })?;
+    result.map_err(Outcome::Joined)
+}
+
+/// Tells the marked runs: waiting ones lose their wait, running ones get a NOTIFY.
+fn tell(session: &Session, key: &LockName, marked: &[(i32, String)]) -> Result<(), PgError> {
+    if marked.is_empty() {
+        return Ok(());
+    }
+    let waiting: Vec<i32> = marked
+        .iter()
+        .filter(|(_, s)| s == "waiting")
+        .map(|(p, _)| *p)
+        .collect();
+    let c = Arc::clone(&session.client);
+    let key = key.to_string();
+    session.run("tell the superseded runs", |_| async move {
+        c.execute(
+            "SELECT pg_cancel_backend(p) FROM unnest($1::int4[]) p",
+            &[&waiting],
+        )
+        .await?;
+        c.execute("SELECT pg_notify($1, $2)", &[&GROUP_CHANNEL, &key])
+            .await
+            .map(|_| ())
+    })
+}
+
+/// Holding the slot: start unless marked. `Some(by)` when marked.
+fn start_run(session: &Session, req: &GroupJoin) -> Result<Option<String>, PgError> {
+    let c = Arc::clone(&session.client);
+    let (key, run) = (req.key.to_string(), req.run_id.clone());
+    let started = session.run("start the run", |_| async move {
+        c.query_opt(
+            "UPDATE baton_group_runs SET state = 'running', started_at = now() \
+             WHERE key = $1 AND run_id = $2 AND superseded_by IS NULL RETURNING 1",
+            &[&key, &run],
+        )
+        .await
+        .map(|r| r.is_some())
+    })?;
+    if started {
+        return Ok(None);
+    }
+    Ok(Some(mark_of(session, req)?.unwrap_or_else(|| {
+        "unknown (the group record of this run was lost)".into()
+    })))
+}
+
+/// Who marked this run superseded, if anyone.
+fn mark_of(session: &Session, req: &GroupJoin) -> Result<Option<String>, PgError> {
+    let c = Arc::clone(&session.client);
+    let (key, run) = (req.key.to_string(), req.run_id.clone());
+    session.run("read the run's mark", |_| async move {
+        let row = c
+            .query_opt(
+                "SELECT superseded_by FROM baton_group_runs WHERE key = $1 AND run_id = $2",
+                &[&key, &run],
+            )
+            .await?;
+        Ok(row.and_then(|r| r.get::<_, Option<String>>(0)))
+    })
+}
+
+/// Listens for supersede announcements of the key while the run runs.
+fn watch_for_newer(
+    mut session: Session,
+    req: &GroupJoin,
+    on_superseded: impl Fn(String) + Send + Sync + 'static,
+) -> Result<Session, PgError> {
+    let listen = format!("LISTEN {GROUP_CHANNEL}");
+    session.run("listen for newer runs", |c| async move {
+        c.batch_execute(&listen).await
+    })?;
+    let (_, mut notes) = tokio::sync::mpsc::unbounded_channel();
+    std::mem::swap(&mut notes, &mut session.notes);
+    let c = Arc::clone(&session.client);
+    let (key, run) = (req.key.to_string(), req.run_id.clone());
+    let on_superseded = Arc::new(on_superseded);
+    // A mark made between the start and the LISTEN is caught by a first look.
+    let check = move |c: Arc<tokio_postgres::Client>, key: String, run: String| async move {
+        c.query_opt(
+            "SELECT superseded_by FROM baton_group_runs WHERE key = $1 AND run_id = $2",
+            &[&key, &run],
+        )
+        .await
+        .ok()
+        .flatten()
+        .and_then(|r| r.get::<_, Option<String>>(0))
+    };
+    session.rt.spawn(async move {
+        let mut first = true;
+        loop {
+            if !first {
+                match notes.recv().await {
+                    Some(k) if k == key => {}
+                    Some(_) => continue,
+                    None => return,
+                }
+            }
+            first = false;
+            if let Some(by) = check(Arc::clone(&c), key.clone(), run.clone()).await {
+                on_superseded(by);
+                return;
+            }
+        }
+    });
+    Ok(session)
+}
