@@ -11,7 +11,7 @@ use baton_run::events::print_events;
 use baton_run::hold::{
     break_lock, caller_to_watch, lock_status, release_held, serve_hold, start_holder, HoldRequest,
 };
-use baton_run::{group_status, run, Backend, GroupMode, GroupRequest, RunControl, RunRequest};
+use baton_run::{group_status, remote_group_status, run, Backend, GroupMode, GroupRequest, RunControl, RunRequest};
 use clap::Parser;
 
 use crate::cli::{
@@ -173,7 +173,11 @@ pub fn main() -> u8 {
         Command::Db(cmd) => db(cmd, &flags.backend),
         Command::Group(GroupCommand::Status { key, json }) => {
             restore_default_sigpipe();
-            match group_status(&dir, key.as_ref()) {
+            let all = match &flags.backend {
+                Backend::Local => group_status(&dir, key.as_ref()),
+                Backend::Postgres(db) => remote_group_status(db, key.as_ref()),
+            };
+            match all {
                 Ok(all) => output::groups(&all, key.is_some(), json),
                 Err(e) => fail(&e, for_run_error(&e)),
             }

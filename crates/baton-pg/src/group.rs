@@ -235,6 +235,10 @@ fn arrive(session: &Session, req: &GroupJoin) -> Result<Vec<(i32, String)>, Outc
     })
     .unwrap_or(1);
     let me = baton_lock::ProcessIdentity::current();
+    let process = serde_json::to_value(&me).map_err(|e| PgError::Database {
+        op: "join the group",
+        message: e.to_string(),
+    })?;
     let result = session.run("join the group", |_| async move {
         c.batch_execute("BEGIN").await?;
         let body = async {
@@ -299,9 +303,9 @@ fn arrive(session: &Session, req: &GroupJoin) -> Result<Vec<(i32, String)>, Outc
             };
             c.execute(
                 "INSERT INTO baton_group_runs (key, run_id, mode, slots, session_pid, session_start, \
-                 host, pid, command) SELECT $1, $2, $3, $4, pg_backend_pid(), \
-                 (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()), $5, $6, $7",
-                &[&key, &r.run_id, &r.mode, &slots, &me.host, &me.pid, &r.command],
+                 host, pid, command, process) SELECT $1, $2, $3, $4, pg_backend_pid(), \
+                 (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()), $5, $6, $7, $8",
+                &[&key, &r.run_id, &r.mode, &slots, &me.host, &me.pid, &r.command, &process],
             )
             .await?;
             Ok(Ok(marked))
@@ -425,4 +429,77 @@ fn watch_for_newer(
         }
     });
     Ok(session)
+}
+
+/// One live run of a group, as `group status` shows it.
+#[derive(Clone, Debug)]
+pub struct GroupRunRow {
+    /// The group key.
+    pub key: String,
+    /// Its mode.
+    pub mode: String,
+    /// Its slots.
+    pub slots: u32,
+    /// The run id.
+    pub run_id: String,
+    /// The supervising process (`baton run`), on its machine.
+    pub process: baton_lock::ProcessIdentity,
+    /// Arrival order.
+    pub seq: u64,
+    /// Whether it runs (else it waits).
+    pub running: bool,
+    /// When it arrived (RFC 3339).
+    pub queued_at: String,
+    /// When it started (RFC 3339).
+    pub started_at: Option<String>,
+    /// The command line.
+    pub command: String,
+    /// The run that superseded it, once marked.
+    pub superseded_by: Option<String>,
+}
+
+impl Database {
+    /// The live runs of group `key` (or of every group), in arrival order;
+    /// runs whose session has ended are left out.
+    ///
+    /// # Errors
+    ///
+    /// [`PgError`] when the database cannot be read.
+    pub fn group_runs(&self, key: Option<&LockName>) -> Result<Vec<GroupRunRow>, PgError> {
+        let session = self.connect()?;
+        let c = Arc::clone(&session.client);
+        let key = key.map(ToString::to_string);
+        let rows = session.run("read the groups", |_| async move {
+            let sql = "SELECT key, mode, slots, run_id, process, seq, state, \
+                 to_char(queued_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), \
+                 to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), \
+                 command, superseded_by FROM baton_group_runs g \
+                 WHERE ($1::text IS NULL OR key = $1) AND EXISTS (SELECT 1 FROM pg_stat_activity a \
+                 WHERE a.pid = g.session_pid AND a.backend_start = g.session_start) ORDER BY key, seq";
+            match c.query(sql, &[&key]).await {
+                Ok(rows) => Ok(rows),
+                Err(e) if crate::error::sqlstate(&e) == Some("42P01") => Ok(Vec::new()),
+                Err(e) => Err(e),
+            }
+        });
+        session.close();
+        Ok(rows?
+            .into_iter()
+            .filter_map(|r| {
+                Some(GroupRunRow {
+                    key: r.get(0),
+                    mode: r.get(1),
+                    slots: u32::try_from(r.get::<_, i32>(2)).unwrap_or(1),
+                    run_id: r.get(3),
+                    process: serde_json::from_value(r.get(4)).ok()?,
+                    seq: u64::try_from(r.get::<_, i64>(5)).unwrap_or(0),
+                    running: r.get::<_, String>(6) == "running",
+                    queued_at: r.get(7),
+                    started_at: r.get(8),
+                    command: r.get(9),
+                    superseded_by: r.get(10),
+                })
+            })
+            .collect())
+    }
 }

@@ -39,7 +39,7 @@ mod status;
 
 pub use acquire::MAX_SLOTS;
 pub use error::{redact, PgError};
-pub use group::{GroupJoin, GroupSlot, Joined};
+pub use group::{GroupJoin, GroupRunRow, GroupSlot, Joined};
 pub use holds::{Grant, Holds};
 pub use schema::SCHEMA_VERSION;
 pub use session::Database;

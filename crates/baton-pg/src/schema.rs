@@ -51,6 +51,7 @@ CREATE TABLE baton_group_runs (
     host          text NOT NULL,
     pid           integer NOT NULL,
     command       text NOT NULL,
+    process       jsonb NOT NULL,
     queued_at     timestamptz NOT NULL DEFAULT now(),
     started_at    timestamptz,
     superseded_by text,

@@ -555,3 +555,62 @@ pub fn group_status(dir: &BatonDir, key: Option<&LockName>) -> Result<Vec<GroupS
     out.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(out)
 }
+
+/// [`group_status`] for groups on PostgreSQL. Only live runs are kept
+/// there: the counters (`completed`, `superseded`, `skipped`, `generation`)
+/// are 0.
+pub fn remote_group_status(
+    db: &baton_pg::Database,
+    key: Option<&LockName>,
+) -> Result<Vec<GroupStatus>, RunError> {
+    let mut out: Vec<GroupStatus> = Vec::new();
+    for row in db.group_runs(key)? {
+        if out.last().is_none_or(|g| g.key != row.key) {
+            out.push(GroupStatus {
+                key: row.key.clone(),
+                mode: serde_json::from_value(serde_json::Value::String(row.mode.clone())).ok(),
+                max: row.slots,
+                running: Vec::new(),
+                waiting: Vec::new(),
+                completed: 0,
+                superseded: 0,
+                skipped: 0,
+                generation: 0,
+            });
+        }
+        let run = GroupRun {
+            run_id: row.run_id,
+            process: row.process,
+            seq: row.seq,
+            state: if row.running {
+                RunState::Running
+            } else {
+                RunState::Waiting
+            },
+            queued_at: row.queued_at,
+            started_at: row.started_at,
+            command: row.command,
+            superseded_by: row.superseded_by,
+        };
+        if let Some(g) = out.last_mut() {
+            match run.state {
+                RunState::Running => g.running.push(run),
+                RunState::Waiting => g.waiting.push(run),
+            }
+        }
+    }
+    if let (Some(k), true) = (key, out.is_empty()) {
+        out.push(GroupStatus {
+            key: k.to_string(),
+            mode: None,
+            max: 0,
+            running: Vec::new(),
+            waiting: Vec::new(),
+            completed: 0,
+            superseded: 0,
+            skipped: 0,
+            generation: 0,
+        });
+    }
+    Ok(out)
+}
