@@ -177,7 +177,8 @@ class Result:
 
 def run_contention(name: str, argv_for, procs: int, iters: int, hold_us: int,
                    timeout_s: float) -> Result:
-    """argv_for(i, tmp) -> argv of process i (must accept --out, --gate)."""
+    """argv_for(i, tmp) -> argv of process i (must accept --out, --gate; they go
+    before a `--` in it, if any)."""
     res = Result(name, expected=procs * iters)
     tmp = Path(tempfile.mkdtemp(prefix="baton-bench-"))
     try:
@@ -186,7 +187,9 @@ def run_contention(name: str, argv_for, procs: int, iters: int, hold_us: int,
         children = []
         try:
             for i in range(procs):
-                argv = argv_for(i, tmp) + ["--out", str(outs[i]), "--gate"]
+                argv = argv_for(i, tmp)
+                cut = argv.index("--") if "--" in argv else len(argv)
+                argv[cut:cut] = ["--out", str(outs[i]), "--gate"]
                 children.append(subprocess.Popen(argv, stdin=r, stdout=subprocess.DEVNULL,
                                                  stderr=subprocess.PIPE))
         finally:

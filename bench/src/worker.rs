@@ -14,7 +14,8 @@
 //!   (`crit`'s start stamp) - (CLOCK_MONOTONIC just before the launch). The
 //!   wait of a CLI variant therefore includes the tool's own start-up, its
 //!   locking, and the exec of `crit`: everything a script pays before its
-//!   critical section runs.
+//!   critical section runs. `--tool cmd` launches any lock tool: the words
+//!   after `--` (say `etcdctl --endpoints=URL lock NAME --`), then `crit`.
 //! * `overhead`: times N sequential runs of a command (uncontended
 //!   per-invocation cost).
 //! * `grab`: the handoff probe: acquire, print `held NS`, then wait for a
@@ -46,8 +47,9 @@ const USAGE: &str = "\
 usage:
   baton-bench-worker lib --dir D --lock NAME --counter FILE --iterations M --hold-us H --out FILE [--gate]
   baton-bench-worker crit --counter FILE --hold-us H
-  baton-bench-worker cli --tool baton|flock [--baton PATH] [--dir D] [--lock NAME] [--lockfile F]
+  baton-bench-worker cli --tool baton|flock|cmd [--baton PATH] [--dir D] [--lock NAME] [--lockfile F]
                          --counter FILE --iterations M --hold-us H --out FILE [--gate]
+                         [-- TOOL ARGS...  (--tool cmd: crit's argv is appended)]
   baton-bench-worker grab --dir D --lock NAME
   baton-bench-worker overhead --n N [--warmup W] [--out FILE] -- CMD [ARGS...]";
 
@@ -342,7 +344,16 @@ fn cmd_cli(o: &Opts) -> Res<()> {
             c.arg(o.str("lockfile")?);
             c
         }
-        other => return Err(format!("--tool must be baton or flock, not {other:?}")),
+        "cmd" => {
+            let (prog, args) = o
+                .command
+                .split_first()
+                .ok_or_else(|| format!("--tool cmd needs -- TOOL [ARGS...]\n{USAGE}"))?;
+            let mut c = Command::new(prog);
+            c.args(args);
+            c
+        }
+        other => return Err(format!("--tool must be baton, flock or cmd, not {other:?}")),
     };
     cmd.args(&crit)
         .stdin(Stdio::null())
