@@ -1,0 +1,190 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! Concurrency groups on PostgreSQL (`--backend`): runs from two baton dirs
+//! (two "machines": nothing local is shared) coordinate through one fresh
+//! database on the machine's PostgreSQL, created and dropped per test.
+
+mod common;
+mod pg_common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{code, stderr, wait_until, Env};
+use pg_common::TestDb;
+
+/// Two machines: separate baton dirs, the same database.
+fn machines(db: &TestDb) -> (Env, Env, String) {
+    (Env::new(), Env::new(), db.url())
+}
+
+fn run_args<'a>(url: &'a str, group: &'a str, mode: &'a str, script: &'a str) -> Vec<&'a str> {
+    vec![
+        "--backend", url, "run", "--group", group, "--mode", mode, "--grace", "5s", "--", "sh",
+        "-c", script,
+    ]
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Nanoseconds of the wall clock at `tag` in the log, first occurrence.
+fn at(log: &[String], tag: &str) -> u128 {
+    log.iter()
+        .find_map(|l| l.strip_prefix(&format!("{tag} ")))
+        .unwrap_or_else(|| panic!("no '{tag}' in {log:?}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_newer_supersede_run_on_another_machine_stops_the_older_and_never_overlaps_it() {
+    let db = TestDb::new();
+    let (a, b, url) = machines(&db);
+    let log = a.path("log");
+    let l = log.display();
+    // A traps TERM, takes a moment to stop (as real work does), and logs its end.
+    let older = format!(
+        "echo \"A-start $(date +%s%N)\" >> {l}; trap 'sleep 0.3; echo \"A-end $(date +%s%N)\" >> {l}; exit 0' TERM; sleep 60 & wait"
+    );
+    let mut first = a.spawn(&run_args(&url, "issue/7", "supersede", &older));
+    wait_until(Duration::from_secs(20), || {
+        lines(&log).iter().any(|l| l.starts_with("A-start"))
+    });
+    let newer = format!("echo \"B-start $(date +%s%N)\" >> {l}");
+    let launched = Instant::now();
+    let out = b.run(&run_args(&url, "issue/7", "supersede", &newer));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let status = first.wait().unwrap();
+    assert_eq!(status.code(), Some(79), "older run: superseded");
+    let log = lines(&log);
+    let (a_end, b_start) = (at(&log, "A-end"), at(&log, "B-start"));
+    assert!(
+        a_end < b_start,
+        "the newer command started before the older one ended: {log:?}"
+    );
+    eprintln!(
+        "supersede across machines: newer run launched -> it finished in {:?} (older stopped with a 0.3 s TERM handler)",
+        launched.elapsed()
+    );
+}
+
+#[test]
+fn coalesce_replaces_the_waiting_run_and_lets_the_running_one_finish() {
+    let db = TestDb::new();
+    let (a, b, url) = machines(&db);
+    let log = a.path("log");
+    let l = log.display();
+    let mut running = a.spawn(&run_args(
+        &url,
+        "build",
+        "coalesce",
+        &format!("echo A >> {l}; sleep 2; echo A-done >> {l}"),
+    ));
+    wait_until(Duration::from_secs(20), || lines(&log).contains(&"A".into()));
+    let mut waiting = b.spawn(&run_args(&url, "build", "coalesce", &format!("echo B >> {l}")));
+    // B is registered and waits for the slot.
+    wait_until(Duration::from_secs(20), || {
+        let out = a.run(&["--backend", &url, "group", "status", "build", "--json"]);
+        let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        st[0]["waiting"].as_array().is_some_and(|w| w.len() == 1)
+    });
+    let out = a.run(&run_args(&url, "build", "coalesce", &format!("echo C >> {l}")));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(waiting.wait().unwrap().code(), Some(79), "the waiting run is replaced");
+    assert_eq!(running.wait().unwrap().code(), Some(0), "the running run finishes");
+    assert_eq!(lines(&log), ["A", "A-done", "C"]);
+}
+
+#[test]
+fn skip_refuses_while_busy_and_mismatched_modes_are_refused() {
+    let db = TestDb::new();
+    let (a, b, url) = machines(&db);
+    let marker = a.path("started");
+    let mut busy = a.spawn(&run_args(
+        &url,
+        "nightly",
+        "skip",
+        &format!("touch {}; sleep 3", marker.display()),
+    ));
+    wait_until(Duration::from_secs(20), || marker.exists());
+    let out = b.run(&run_args(&url, "nightly", "skip", "echo never"));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(stderr(&out).contains("busy"), "{}", stderr(&out));
+    let out = b.run(&run_args(&url, "nightly", "queue", "echo never"));
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("mode skip") && stderr(&out).lines().count() == 1,
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(busy.wait().unwrap().code(), Some(0));
+    // Idle again: any mode may use the key.
+    let out = b.run(&run_args(&url, "nightly", "queue", "true"));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+#[test]
+fn queue_with_max_two_runs_everything_never_more_than_two_at_once() {
+    let db = TestDb::new();
+    let (a, b, url) = machines(&db);
+    let log = a.path("log");
+    let l = log.display();
+    let script =
+        format!("echo \"in $(date +%s%N)\" >> {l}; sleep 0.2; echo \"out $(date +%s%N)\" >> {l}");
+    let mut children = Vec::new();
+    for i in 0..6 {
+        let env = if i % 2 == 0 { &a } else { &b };
+        let mut args = run_args(&url, "gpu", "queue", &script);
+        args.splice(5..5, ["--max", "2"]);
+        children.push(env.spawn(&args));
+    }
+    for c in &mut children {
+        assert_eq!(c.wait().unwrap().code(), Some(0));
+    }
+    let mut events: Vec<(u128, i32)> = lines(&log)
+        .iter()
+        .map(|l| {
+            let (what, t) = l.split_once(' ').unwrap();
+            (t.parse().unwrap(), if what == "in" { 1 } else { -1 })
+        })
+        .collect();
+    assert_eq!(events.len(), 12, "every run ran once: {events:?}");
+    events.sort();
+    let (mut now, mut most) = (0, 0);
+    for (_, d) in events {
+        now += d;
+        most = most.max(now);
+    }
+    assert!(most <= 2, "{most} ran at once");
+}
+
+#[test]
+fn a_superseded_waiting_run_leaves_at_once_and_status_shows_the_group() {
+    let db = TestDb::new();
+    let (a, b, url) = machines(&db);
+    let marker = a.path("started");
+    // Queue of one running command; then a supersede chain.
+    let mut first = a.spawn(&run_args(
+        &url,
+        "deploy",
+        "supersede",
+        &format!("touch {}; sleep 60", marker.display()),
+    ));
+    wait_until(Duration::from_secs(20), || marker.exists());
+    let out = a.run(&["--backend", &url, "group", "status", "deploy", "--json"]);
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st[0]["mode"], "supersede", "{st}");
+    assert_eq!(st[0]["running"].as_array().map(Vec::len), Some(1), "{st}");
+    let out = b.run(&run_args(&url, "deploy", "supersede", "true"));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(first.wait().unwrap().code(), Some(79));
+    let out = a.run(&["--backend", &url, "group", "status", "deploy", "--json"]);
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(st[0]["mode"].is_null(), "idle afterwards: {st}");
+}
