@@ -187,7 +187,7 @@ fn one_line_stderr(out: &Output) -> String {
 fn logged(log: &Path, body: &str, stopping: &str) -> String {
     let log = log.display();
     format!(
-        "{SH_LIB}echo \"start $BATON_FENCING_TOKEN $(now)\" >> {log}; \
+        "{SH_LIB}exec 2>/dev/null; echo \"start $BATON_FENCING_TOKEN $(now)\" >> {log}; \
          trap 'sleep {stopping}; echo \"end $BATON_FENCING_TOKEN $(now)\" >> {log}; exit 143' TERM; \
          {body} & wait $!; echo \"end $BATON_FENCING_TOKEN $(now)\" >> {log}"
     )
@@ -504,7 +504,9 @@ fn all_sessions_terminated_at_once() {
         assert_eq!(code(&out), 76, "{}", stderr(&out));
         one_line_stderr(&out);
     }
-    assert_eq!(intervals(&log).len(), 3);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.matches("start").count(), 3, "{text}");
+    assert_eq!(text.matches("end").count(), 3, "every command recorded its end: {text}");
     let out = pg.run(&["run", "--lock", "a", "--no-wait", "--", "true"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
 }
@@ -806,6 +808,7 @@ fn interrupted_waiter_leaves_the_server_queue() {
     let out = finish(waiter, Duration::from_secs(10));
     eprintln!("SIGINT of a waiter -> exited {:?} after {:?}", out.status, t.elapsed());
     wait_until(Duration::from_secs(10), || pg.waiting_sessions() == 0);
+    eprintln!("SIGINT of a waiter -> its session left the server's queue after {:?}", t.elapsed());
     let out = pg.run(&["lock", "release", "k", "--token", &token]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     std::thread::sleep(Duration::from_millis(300));
