@@ -99,6 +99,17 @@ impl Database {
             match acquire_one(&mut session, &mut ctx, &req, wait) {
                 Ok(g) => grants.push(g),
                 Err(e) => {
+                    // The rows of the locks taken so far go too: left behind,
+                    // they would read as a holder that died without
+                    // releasing, and a waiter here would wait for this
+                    // process to end before taking them.
+                    let (ids, tokens) = grants
+                        .iter()
+                        .map(|g: &Grant| (g.lock_id, i64::try_from(g.token).unwrap_or(i64::MAX)))
+                        .unzip();
+                    if let Err(e) = crate::holds::remove_rows(&session, ids, tokens) {
+                        tracing::debug!(error = %e, "removing the rows of a failed acquisition");
+                    }
                     session.close(); // the server lets go of what we took
                     return Err(e);
                 }
