@@ -11,7 +11,10 @@ use baton_run::events::print_events;
 use baton_run::hold::{
     break_lock, caller_to_watch, lock_status, release_held, serve_hold, start_holder, HoldRequest,
 };
-use baton_run::{group_status, remote_group_status, run, Backend, GroupMode, GroupRequest, RunControl, RunRequest};
+use baton_run::{
+    group_status, remote_group_status, run, Backend, GroupMode, GroupRequest, RunControl,
+    RunRequest,
+};
 use clap::Parser;
 
 use crate::cli::{

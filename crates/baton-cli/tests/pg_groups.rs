@@ -19,8 +19,19 @@ fn machines(db: &TestDb) -> (Env, Env, String) {
 
 fn run_args<'a>(url: &'a str, group: &'a str, mode: &'a str, script: &'a str) -> Vec<&'a str> {
     vec![
-        "--backend", url, "run", "--group", group, "--mode", mode, "--grace", "5s", "--", "sh",
-        "-c", script,
+        "--backend",
+        url,
+        "run",
+        "--group",
+        group,
+        "--mode",
+        mode,
+        "--grace",
+        "5s",
+        "--",
+        "sh",
+        "-c",
+        script,
     ]
 }
 
@@ -86,18 +97,38 @@ fn coalesce_replaces_the_waiting_run_and_lets_the_running_one_finish() {
         "coalesce",
         &format!("echo A >> {l}; sleep 2; echo A-done >> {l}"),
     ));
-    wait_until(Duration::from_secs(20), || lines(&log).contains(&"A".into()));
-    let mut waiting = b.spawn(&run_args(&url, "build", "coalesce", &format!("echo B >> {l}")));
+    wait_until(Duration::from_secs(20), || {
+        lines(&log).contains(&"A".into())
+    });
+    let mut waiting = b.spawn(&run_args(
+        &url,
+        "build",
+        "coalesce",
+        &format!("echo B >> {l}"),
+    ));
     // B is registered and waits for the slot.
     wait_until(Duration::from_secs(20), || {
         let out = a.run(&["--backend", &url, "group", "status", "build", "--json"]);
         let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         st[0]["waiting"].as_array().is_some_and(|w| w.len() == 1)
     });
-    let out = a.run(&run_args(&url, "build", "coalesce", &format!("echo C >> {l}")));
+    let out = a.run(&run_args(
+        &url,
+        "build",
+        "coalesce",
+        &format!("echo C >> {l}"),
+    ));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(waiting.wait().unwrap().code(), Some(79), "the waiting run is replaced");
-    assert_eq!(running.wait().unwrap().code(), Some(0), "the running run finishes");
+    assert_eq!(
+        waiting.wait().unwrap().code(),
+        Some(79),
+        "the waiting run is replaced"
+    );
+    assert_eq!(
+        running.wait().unwrap().code(),
+        Some(0),
+        "the running run finishes"
+    );
     assert_eq!(lines(&log), ["A", "A-done", "C"]);
 }
 

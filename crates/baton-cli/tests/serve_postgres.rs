@@ -3,6 +3,7 @@
 //! PostgreSQL (127.0.0.1:5432, user postgres), each test in a fresh database
 //! it creates and drops. PostgreSQL being unreachable fails the tests.
 
+mod pg_common;
 mod serve_common;
 
 use std::collections::{HashMap, HashSet};
@@ -10,62 +11,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use pg_common::{admin, TestDb};
 use serde_json::{json, Value};
 use serve_common::Server;
-
-const ADMIN: &str = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=5";
-
-/// Runs `sql` on the admin database; panics loudly if PostgreSQL is unreachable.
-fn admin(sql: &str) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let (client, conn) = tokio_postgres::connect(ADMIN, tokio_postgres::NoTls)
-            .await
-            .unwrap_or_else(|e| {
-                panic!("PostgreSQL must run at 127.0.0.1:5432 (user postgres) for these tests: {e}")
-            });
-        let driver = tokio::spawn(conn);
-        client
-            .batch_execute(sql)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        drop(client);
-        let _ = driver.await;
-    });
-}
-
-/// A fresh database, dropped when the test ends (passed or not).
-struct TestDb {
-    name: String,
-}
-
-impl TestDb {
-    fn new() -> TestDb {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let name = format!("baton_test_{}_{nanos:09}", std::process::id());
-        admin(&format!("CREATE DATABASE {name}"));
-        TestDb { name }
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:5432/{}", self.name)
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        admin(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        ));
-    }
-}
 
 /// A template that runs its prompt as a shell script.
 const EVAL: &str = "eval \\\"$1\\\"";

@@ -108,6 +108,17 @@ impl Database {
             match got {
                 Ok(g) => grants.push(g),
                 Err(e) => {
+                    // The rows of the locks taken so far go too: left behind,
+                    // they would read as a holder that died without
+                    // releasing, and a waiter here would wait for this
+                    // process to end before taking them.
+                    let (ids, tokens) = grants
+                        .iter()
+                        .map(|g: &Grant| (g.lock_id, i64::try_from(g.token).unwrap_or(i64::MAX)))
+                        .unzip();
+                    if let Err(e) = crate::holds::remove_rows(&session, ids, tokens, None) {
+                        tracing::debug!(error = %e, "removing the rows of a failed acquisition");
+                    }
                     session.close(); // the server lets go of what we took
                     return Err(e);
                 }
@@ -155,7 +166,49 @@ pub(crate) fn acquire_one(
         }
     };
     crate::settle::dead_holders(session, req, id, slot, wait.flatten())?;
-    grant(session, req, id, slot)
+    let g = grant(session, req, id, slot)?;
+    same_slot_count(session, req, &g)?;
+    Ok(g)
+}
+
+/// Fails (and takes back the grant) when a live holder of the lock uses
+/// another slot count: an exclusive or shared holder keeps only slot 0,
+/// so a semaphore's slot 1 would not wait for it, nor `--max 3`'s slot 2
+/// for `--max 2` holders. Each holder records its row before it looks,
+/// so of two disagreeing holders granted at once at least one sees the
+/// other.
+fn same_slot_count(session: &Session, req: &LockRequest, g: &Grant) -> Result<(), PgError> {
+    let (id, token) = (g.lock_id, i64::try_from(g.token).unwrap_or(i64::MAX));
+    let slots = i32::try_from(req.mode.slots()).unwrap_or(i32::MAX);
+    let c = Arc::clone(&session.client);
+    let other: Option<i32> = session.run("check the lock's mode", |_| async move {
+        let row = c
+            .query_opt(
+                "SELECT slots FROM baton_lock_holders h WHERE lock_id = $1 AND token <> $2 \
+                 AND slots <> $3 AND EXISTS (SELECT 1 FROM pg_stat_activity a \
+                 WHERE a.pid = h.session_pid AND a.backend_start = h.session_start) LIMIT 1",
+                &[&id, &token, &slots],
+            )
+            .await?;
+        Ok(row.map(|r| r.get(0)))
+    })?;
+    let Some(existing) = other else {
+        return Ok(());
+    };
+    crate::holds::remove_rows(session, vec![id], vec![token], None)?;
+    let describe = |n: i64| {
+        if n <= 1 {
+            "an exclusive/shared lock (--max 1)".to_string()
+        } else {
+            format!("a semaphore with --max {n}")
+        }
+    };
+    Err(LockError::ModeMismatch {
+        name: req.name.to_string(),
+        existing: describe(i64::from(existing)),
+        requested: describe(i64::from(slots)),
+    }
+    .into())
 }
 
 /// The lock's row id, created on first use (with the tables, on first use

@@ -170,7 +170,7 @@ fn after(session: &Session, sql: String) -> Result<(), PgError> {
     })
 }
 
-fn remove_rows(
+pub(crate) fn remove_rows(
     session: &Session,
     ids: Vec<i32>,
     tokens: Vec<i64>,

@@ -207,6 +207,18 @@ impl Session {
                 op: "start a session",
                 message: one_line(&e),
             })?;
+        // A client that dies while its session waits in the server's lock
+        // queue (Ctrl-C, SIGKILL) must leave the queue: the server does not
+        // read from a session blocked in a lock wait, so without this check
+        // the dead waiter keeps its place (and its connection) until it is
+        // granted the lock. PostgreSQL 14 and later; ignored before.
+        let c = Arc::clone(&client);
+        if let Err(e) = rt.block_on(async move {
+            c.batch_execute("SET client_connection_check_interval = 1000")
+                .await
+        }) {
+            tracing::debug!(error = %one_line(&e), "no client_connection_check_interval");
+        }
         Ok(Session {
             rt,
             client,

@@ -18,6 +18,8 @@ mod run;
 
 pub use control::{RunControl, StopReason};
 pub use error::RunError;
-pub use group::{group_status, remote_group_status, GroupEvent, GroupMode, GroupRequest, GroupStatus, RunState};
+pub use group::{
+    group_status, remote_group_status, GroupEvent, GroupMode, GroupRequest, GroupStatus, RunState,
+};
 pub use locks::Backend;
 pub use run::{command_line, run, OnStart, RunReport, RunRequest};
