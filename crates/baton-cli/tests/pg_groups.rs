@@ -61,7 +61,7 @@ fn a_newer_supersede_run_on_another_machine_stops_the_older_and_never_overlaps_i
     let l = log.display();
     // A traps TERM, takes a moment to stop (as real work does), and logs its end.
     let older = format!(
-        "echo \"A-start $(date +%s%N)\" >> {l}; trap 'sleep 0.3; echo \"A-end $(date +%s%N)\" >> {l}; exit 0' TERM; sleep 60 & wait"
+        "echo \"A-start $(date +%s%N)\" >> {l}; trap 'echo \"A-term $(date +%s%N)\" >> {l}; sleep 0.3; echo \"A-end $(date +%s%N)\" >> {l}; exit 0' TERM; sleep 60 & wait"
     );
     let mut first = a.spawn(&run_args(&url, "issue/7", "supersede", &older));
     wait_until(Duration::from_secs(20), || {
@@ -69,6 +69,10 @@ fn a_newer_supersede_run_on_another_machine_stops_the_older_and_never_overlaps_i
     });
     let newer = format!("echo \"B-start $(date +%s%N)\" >> {l}");
     let launched = Instant::now();
+    let launched_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     let out = b.run(&run_args(&url, "issue/7", "supersede", &newer));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let status = first.wait().unwrap();
@@ -79,8 +83,9 @@ fn a_newer_supersede_run_on_another_machine_stops_the_older_and_never_overlaps_i
         a_end < b_start,
         "the newer command started before the older one ended: {log:?}"
     );
+    let term_ms = (at(&log, "A-term").saturating_sub(launched_ns)) as f64 / 1e6;
     eprintln!(
-        "supersede across machines: newer run launched -> it finished in {:?} (older stopped with a 0.3 s TERM handler)",
+        "supersede across machines: newer run launched -> older command got TERM after {term_ms:.1} ms; newer finished after {:?} (older has a 0.3 s TERM handler)",
         launched.elapsed()
     );
 }
@@ -110,7 +115,7 @@ fn coalesce_replaces_the_waiting_run_and_lets_the_running_one_finish() {
     wait_until(Duration::from_secs(20), || {
         let out = a.run(&["--backend", &url, "group", "status", "build", "--json"]);
         let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        st[0]["waiting"].as_array().is_some_and(|w| w.len() == 1)
+        st["waiting"].as_array().is_some_and(|w| w.len() == 1)
     });
     let out = a.run(&run_args(
         &url,
@@ -199,23 +204,45 @@ fn queue_with_max_two_runs_everything_never_more_than_two_at_once() {
 fn a_superseded_waiting_run_leaves_at_once_and_status_shows_the_group() {
     let db = TestDb::new();
     let (a, b, url) = machines(&db);
-    let marker = a.path("started");
-    // Queue of one running command; then a supersede chain.
+    let log = a.path("log");
+    let l = log.display();
+    // A stops slowly (2 s TERM handler), so that B, which superseded it,
+    // is still waiting when C supersedes both.
     let mut first = a.spawn(&run_args(
         &url,
         "deploy",
         "supersede",
-        &format!("touch {}; sleep 60", marker.display()),
+        &format!("echo A >> {l}; trap 'sleep 2; echo A-end >> {l}; exit 0' TERM; sleep 60 & wait"),
     ));
-    wait_until(Duration::from_secs(20), || marker.exists());
+    wait_until(Duration::from_secs(20), || {
+        lines(&log).contains(&"A".into())
+    });
     let out = a.run(&["--backend", &url, "group", "status", "deploy", "--json"]);
     let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(st[0]["mode"], "supersede", "{st}");
-    assert_eq!(st[0]["running"].as_array().map(Vec::len), Some(1), "{st}");
-    let out = b.run(&run_args(&url, "deploy", "supersede", "true"));
+    assert_eq!(st["mode"], "supersede", "{st}");
+    assert_eq!(st["running"].as_array().map(Vec::len), Some(1), "{st}");
+    let mut second = b.spawn(&run_args(
+        &url,
+        "deploy",
+        "supersede",
+        &format!("echo B >> {l}"),
+    ));
+    wait_until(Duration::from_secs(20), || {
+        let out = a.run(&["--backend", &url, "group", "status", "deploy", "--json"]);
+        let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        st["waiting"].as_array().is_some_and(|w| w.len() == 1)
+    });
+    let out = b.run(&run_args(
+        &url,
+        "deploy",
+        "supersede",
+        &format!("echo C >> {l}"),
+    ));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(second.wait().unwrap().code(), Some(79), "B never ran");
     assert_eq!(first.wait().unwrap().code(), Some(79));
+    assert_eq!(lines(&log), ["A", "A-end", "C"]);
     let out = a.run(&["--backend", &url, "group", "status", "deploy", "--json"]);
     let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(st[0]["mode"].is_null(), "idle afterwards: {st}");
+    assert!(st["mode"].is_null(), "idle afterwards: {st}");
 }
