@@ -323,13 +323,30 @@ fn supersede_reaches_a_running_job_on_another_node() {
         &config(EVAL),
         &["--store", url.as_str(), "--max-concurrency", "1"],
     );
-    let a = one.submit(json!({"prompt": "sleep 120", "group": "issue/7", "mode": "supersede"}));
+    let log = std::path::PathBuf::from(one.tmp()).join("overlap.log");
+    let l = log.display();
+    // The older command takes a moment to stop; the newer one must not
+    // start before it has (the group's slot is in the database).
+    let older = format!(
+        "trap 'sleep 0.5; echo \"A-end $(date +%s%N)\" >> {l}; exit 0' TERM; echo A-start >> {l}; sleep 120 & wait"
+    );
+    let a = one.submit(json!({"prompt": older, "group": "issue/7", "mode": "supersede"}));
     let ja = one.wait_job(&a, Duration::from_secs(30), |j| status(j) == "running");
+    // Running as a job is not yet running its command (it joins the group first).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !lines(&log).contains(&"A-start".to_string()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the older command never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let two = Server::start(
         &config(EVAL),
         &["--store", url.as_str(), "--max-concurrency", "4"],
     );
-    let b = two.submit(json!({"prompt": "echo newer", "group": "issue/7", "mode": "supersede"}));
+    let newer = format!("echo \"B-start $(date +%s%N)\" >> {l}");
+    let b = two.submit(json!({"prompt": newer, "group": "issue/7", "mode": "supersede"}));
     let ja2 = two.wait_final(&a);
     assert_eq!(status(&ja2), "superseded", "{ja2}");
     assert_eq!(ja2["superseded_by"], b.as_str(), "{ja2}");
@@ -337,4 +354,17 @@ fn supersede_reaches_a_running_job_on_another_node() {
     let jb = two.wait_final(&b);
     assert_eq!(status(&jb), "succeeded", "{jb}");
     assert_eq!(jb["node"].as_str(), Some(node_id(&two).as_str()), "{jb}");
+    let log = lines(&log);
+    let at = |tag: &str| -> u128 {
+        log.iter()
+            .find_map(|l| l.strip_prefix(tag))
+            .unwrap_or_else(|| panic!("no {tag} in {log:?}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        at("A-end ") < at("B-start "),
+        "the newer job started before the older one's command ended: {log:?}"
+    );
 }

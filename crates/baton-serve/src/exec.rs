@@ -31,6 +31,9 @@ pub struct ExecContext {
     pub jobs_root: PathBuf,
     /// Set when the service shuts down (a cancel then reads "shutdown").
     pub shutting_down: Arc<AtomicBool>,
+    /// Where the job's group lives (the store's PostgreSQL database, if
+    /// that is the store: one group across every node).
+    pub groups: baton_run::Backend,
 }
 
 /// Hooks the executor calls while the job runs.
@@ -128,6 +131,7 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
             Ok(k) => k,
             Err(e) => return failed(format!("invalid group '{group}': {e}")),
         };
+        req.backend = ctx.groups.clone();
         req.group = Some(GroupRequest {
             key,
             mode: match job.spec.mode {

@@ -52,6 +52,9 @@ pub struct Service {
     pub dir: BatonDir,
     /// `<baton dir>/serve/jobs`.
     pub jobs_root: PathBuf,
+    /// Where jobs' groups live: the baton dir, or with a PostgreSQL store
+    /// that database, so a group is one group across every node.
+    groups: baton_run::Backend,
     /// Each job start's process group (read after a crash).
     journal: Arc<StartJournal>,
     /// This node's name in the store.
@@ -88,7 +91,16 @@ impl Service {
             )
         })?;
         let node = store.node().to_string();
+        let groups = if config.store.starts_with("postgres") {
+            let db = baton_pg::Database::new(&config.store).map_err(|e| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
+            })?;
+            baton_run::Backend::Postgres(Arc::new(db))
+        } else {
+            baton_run::Backend::Local
+        };
         Ok(Arc::new(Service {
+            groups,
             journal: Arc::new(journal),
             config,
             store,
@@ -404,6 +416,7 @@ impl Service {
                 config: Arc::clone(&service.config),
                 jobs_root: service.jobs_root.clone(),
                 shutting_down: Arc::clone(&service.shutting_down),
+                groups: service.groups.clone(),
             };
             let ran = job.clone();
             let finish = match tokio::task::spawn_blocking(move || {
