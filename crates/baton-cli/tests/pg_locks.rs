@@ -206,7 +206,10 @@ fn intervals(log: &Path) -> Vec<(u64, u64, u64)> {
         let ns: u64 = parts[2].parse().unwrap();
         match parts[0] {
             "start" => {
-                assert!(starts.insert(token, ns).is_none(), "token {token} twice: {text}");
+                assert!(
+                    starts.insert(token, ns).is_none(),
+                    "token {token} twice: {text}"
+                );
             }
             "end" => {
                 let start = starts.remove(&token).expect("end without start");
@@ -215,7 +218,10 @@ fn intervals(log: &Path) -> Vec<(u64, u64, u64)> {
             _ => panic!("bad log line {line:?}"),
         }
     }
-    assert!(starts.is_empty(), "commands that never ended: {starts:?}\n{text}");
+    assert!(
+        starts.is_empty(),
+        "commands that never ended: {starts:?}\n{text}"
+    );
     out.sort_by_key(|i| i.1);
     out
 }
@@ -506,7 +512,11 @@ fn all_sessions_terminated_at_once() {
     }
     let text = std::fs::read_to_string(&log).unwrap();
     assert_eq!(text.matches("start").count(), 3, "{text}");
-    assert_eq!(text.matches("end").count(), 3, "every command recorded its end: {text}");
+    assert_eq!(
+        text.matches("end").count(),
+        3,
+        "every command recorded its end: {text}"
+    );
     let out = pg.run(&["run", "--lock", "a", "--no-wait", "--", "true"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
 }
@@ -585,7 +595,11 @@ fn status_shows_the_holder_and_a_dead_one() {
     let all: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
     let out = pg.run(&["lock", "status", "k"]);
-    assert!(stdout(&out).contains("died without releasing"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("died without releasing"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -625,8 +639,26 @@ fn shared_holders_coexist_and_exclusive_waits() {
             go.display()
         )
     };
-    let a = pg.spawn(&["run", "--shared", "--lock", "s", "--", "sh", "-c", &cmd("a")]);
-    let b = pg.spawn(&["run", "--shared", "--lock", "s", "--", "sh", "-c", &cmd("b")]);
+    let a = pg.spawn(&[
+        "run",
+        "--shared",
+        "--lock",
+        "s",
+        "--",
+        "sh",
+        "-c",
+        &cmd("a"),
+    ]);
+    let b = pg.spawn(&[
+        "run",
+        "--shared",
+        "--lock",
+        "s",
+        "--",
+        "sh",
+        "-c",
+        &cmd("b"),
+    ]);
     wait_until(Duration::from_secs(20), || {
         pg.path("a").exists() && pg.path("b").exists()
     });
@@ -781,12 +813,18 @@ fn acquire_release_and_break() {
     let out = pg.run(&["lock", "break", "k", "--json"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["stopped"][0]["action"], "session terminated", "{report}");
+    assert_eq!(
+        report["stopped"][0]["action"], "session terminated",
+        "{report}"
+    );
     let status = script_proc.wait().unwrap();
     eprintln!("lock break -> script stopped: {:?}", t.elapsed());
     assert_eq!(status.code(), Some(143));
     let marks = std::fs::read_to_string(&marks).unwrap();
-    assert!(marks.contains("stopped") && !marks.contains("finished"), "{marks}");
+    assert!(
+        marks.contains("stopped") && !marks.contains("finished"),
+        "{marks}"
+    );
     wait_until(Duration::from_secs(20), || pg.status("k")["held"] == false);
     let out = pg.run(&["run", "--lock", "k", "--no-wait", "--", "true"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -806,9 +844,16 @@ fn interrupted_waiter_leaves_the_server_queue() {
     let t = Instant::now();
     kill(waiter.id() as i32, libc::SIGINT);
     let out = finish(waiter, Duration::from_secs(10));
-    eprintln!("SIGINT of a waiter -> exited {:?} after {:?}", out.status, t.elapsed());
+    eprintln!(
+        "SIGINT of a waiter -> exited {:?} after {:?}",
+        out.status,
+        t.elapsed()
+    );
     wait_until(Duration::from_secs(10), || pg.waiting_sessions() == 0);
-    eprintln!("SIGINT of a waiter -> its session left the server's queue after {:?}", t.elapsed());
+    eprintln!(
+        "SIGINT of a waiter -> its session left the server's queue after {:?}",
+        t.elapsed()
+    );
     let out = pg.run(&["lock", "release", "k", "--token", &token]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     std::thread::sleep(Duration::from_millis(300));
@@ -830,7 +875,10 @@ fn wait_with_several_locks_holds_nothing_on_failure() {
     assert_eq!(code(&out), 75, "{}", stderr(&out));
     let st = pg.status("a");
     assert_eq!(st["held"], false, "{st}");
-    assert_eq!(st["last_holder_died"], false, "a failed acquisition left a row: {st}");
+    assert_eq!(
+        st["last_holder_died"], false,
+        "a failed acquisition left a row: {st}"
+    );
     let out = pg.run(&["run", "--lock", "a", "--no-wait", "--", "true"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let out = pg.run(&["lock", "release", "b", "--token", &token]);
@@ -927,7 +975,11 @@ fn bad_backends_fail_with_one_line() {
         &format!("postgres://{role}:s3cret@127.0.0.1:5432/{}", pg.db.name),
         &run,
     );
-    assert!(!stderr(&out).contains("s3cret"), "password shown: {}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("s3cret"),
+        "password shown: {}",
+        stderr(&out)
+    );
 
     // A user who may connect but not create tables (PG15: public allows
     // no CREATE to non-owners).
@@ -941,11 +993,23 @@ fn bad_backends_fail_with_one_line() {
     }
     let _role = DropRole(weak.clone());
     let weak_url = format!("postgres://{weak}:p@127.0.0.1:5432/{}", pg.db.name);
-    for args in [&["db", "migrate"][..], &run[..], &["lock", "acquire", "k"][..]] {
+    for args in [
+        &["db", "migrate"][..],
+        &run[..],
+        &["lock", "acquire", "k"][..],
+    ] {
         let out = with(&weak_url, args);
         assert_failed_cleanly(&out, "refused to");
-        assert!(stderr(&out).contains("baton db migrate"), "{}", stderr(&out));
-        assert_eq!(baton_tables(&pg.db.name), 0, "half-created tables after {args:?}");
+        assert!(
+            stderr(&out).contains("baton db migrate"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(
+            baton_tables(&pg.db.name),
+            0,
+            "half-created tables after {args:?}"
+        );
     }
     // `baton db` without a backend.
     let out = env.run(&["db", "migrate"]);
@@ -961,7 +1025,11 @@ fn migrate_is_idempotent_and_concurrent_first_use_is_safe() {
     for _ in 0..2 {
         let out = pg.run(&["db", "migrate"]);
         assert_eq!(code(&out), 0, "{}", stderr(&out));
-        assert!(stdout(&out).contains("schema version 1"), "{}", stdout(&out));
+        assert!(
+            stdout(&out).contains("schema version 1"),
+            "{}",
+            stdout(&out)
+        );
     }
     assert_eq!(baton_tables(&pg.db.name), 3);
 
@@ -1003,18 +1071,37 @@ fn migrate_is_idempotent_and_concurrent_first_use_is_safe() {
 fn stopped_holder_keeps_the_lock_until_continued() {
     let pg = Pg::new();
     let log = pg.path("log");
-    let holder = pg.spawn(&["run", "--lock", "k", "--", "sh", "-c", &logged(&log, "sleep 1", "0")]);
+    let holder = pg.spawn(&[
+        "run",
+        "--lock",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        &logged(&log, "sleep 1", "0"),
+    ]);
     wait_until(Duration::from_secs(20), || {
         std::fs::read_to_string(&log).is_ok_and(|s| s.contains("start"))
     });
-    let waiter = pg.spawn(&["run", "--lock", "k", "--", "sh", "-c", &logged(&log, "true", "0")]);
+    let waiter = pg.spawn(&[
+        "run",
+        "--lock",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        &logged(&log, "true", "0"),
+    ]);
     wait_until(Duration::from_secs(20), || pg.waiting_sessions() == 1);
     kill(holder.id() as i32, libc::SIGSTOP);
     // Longer than the heartbeat's interval and limit.
     std::thread::sleep(Duration::from_secs(8));
     let st = pg.status("k");
     kill(holder.id() as i32, libc::SIGCONT);
-    eprintln!("status while the holder was stopped: held {} waiters {}", st["held"], st["waiters"]);
+    eprintln!(
+        "status while the holder was stopped: held {} waiters {}",
+        st["held"], st["waiters"]
+    );
     assert_eq!(st["held"], true, "{st}");
     let out = finish(holder, Duration::from_secs(30));
     let c1 = code(&out);

@@ -159,7 +159,11 @@ fn after(session: &Session, sql: String) -> Result<(), PgError> {
     })
 }
 
-pub(crate) fn remove_rows(session: &Session, ids: Vec<i32>, tokens: Vec<i64>) -> Result<(), PgError> {
+pub(crate) fn remove_rows(
+    session: &Session,
+    ids: Vec<i32>,
+    tokens: Vec<i64>,
+) -> Result<(), PgError> {
     let c = Arc::clone(&session.client);
     session.run("remove the holder rows", |_| async move {
         c.execute(

@@ -38,11 +38,9 @@ pub fn query_in(dbname: &str, sql: &str) -> Vec<Vec<Option<String>>> {
         let mut rows = Vec::new();
         for m in messages {
             match m {
-                tokio_postgres::SimpleQueryMessage::Row(r) => rows.push(
-                    (0..r.len())
-                        .map(|i| r.get(i).map(str::to_string))
-                        .collect(),
-                ),
+                tokio_postgres::SimpleQueryMessage::Row(r) => {
+                    rows.push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+                }
                 tokio_postgres::SimpleQueryMessage::CommandComplete(_) => {}
                 _ => {}
             }
@@ -83,7 +81,10 @@ impl TestDb {
 
     /// The first column of the first row of `sql`, as text.
     pub fn scalar(&self, sql: &str) -> Option<String> {
-        self.query(sql).into_iter().next().and_then(|r| r.into_iter().next().flatten())
+        self.query(sql)
+            .into_iter()
+            .next()
+            .and_then(|r| r.into_iter().next().flatten())
     }
 }
 
