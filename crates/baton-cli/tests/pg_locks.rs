@@ -980,6 +980,20 @@ fn bad_backends_fail_with_one_line() {
         "password shown: {}",
         stderr(&out)
     );
+    // Passwords given as options are not shown either.
+    for url in [
+        "postgres://postgres@127.0.0.1:1/x?password=s3cret",
+        "host=127.0.0.1 password=s3cret dbname=x",
+    ] {
+        let out = with(url, &run);
+        assert_eq!(code(&out), 125, "{}", stderr(&out));
+        one_line_stderr(&out);
+        assert!(
+            !stderr(&out).contains("s3cret"),
+            "password shown: {}",
+            stderr(&out)
+        );
+    }
 
     // A user who may connect but not create tables (PG15: public allows
     // no CREATE to non-owners).
