@@ -1045,7 +1045,7 @@ fn migrate_is_idempotent_and_concurrent_first_use_is_safe() {
             stdout(&out)
         );
     }
-    assert_eq!(baton_tables(&pg.db.name), 3);
+    assert_eq!(baton_tables(&pg.db.name), 4);
 
     let fresh = TestDb::new();
     let env = Env::new();
@@ -1067,7 +1067,7 @@ fn migrate_is_idempotent_and_concurrent_first_use_is_safe() {
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         assert!(stderr(&out).is_empty(), "{}", stderr(&out));
     }
-    assert_eq!(baton_tables(&fresh.name), 3);
+    assert_eq!(baton_tables(&fresh.name), 4);
     assert_eq!(
         fresh.scalar("SELECT count(*) FROM baton_lock_schema"),
         Some("1".into())

@@ -32,6 +32,7 @@ pub struct Grant {
 #[must_use = "the locks are released as soon as this is dropped"]
 pub struct Holds {
     session: Option<Session>,
+    db: crate::session::Database,
     grants: Vec<Grant>,
     /// (key, run id) of the group run whose slot these are: its row goes too.
     group: Option<(String, String)>,
@@ -48,6 +49,7 @@ impl std::fmt::Debug for Holds {
 impl Holds {
     pub(crate) fn new(session: Session, grants: Vec<Grant>) -> Holds {
         Holds {
+            db: session.db.clone(),
             session: Some(session),
             grants,
             group: None,
@@ -141,21 +143,28 @@ impl Holds {
             .filter(|g| matches!(g.mode, Mode::Semaphore(n) if n > 1))
             .map(|g| format!("NOTIFY {FREE_CHANNEL}, '{}'", g.lock_id))
             .collect();
-        let mut then = notify.join("; ");
-        if session.lost.is_lost() {
-            let db = session.db.clone();
+        let announce = notify.join("; ");
+        let group = self.group.take();
+        if !session.lost.is_lost() {
+            // Unlock before announcing, so a woken waiter finds the slot free.
+            let then = format!("SELECT pg_advisory_unlock_all(); {announce}");
+            let done = remove_rows(&session, ids.clone(), tokens.clone(), group.clone())
+                .and_then(|()| after(&session, then));
             session.close();
-            let fresh = db.connect()?;
-            let result = remove_rows(&fresh, ids, tokens, self.group.take())
-                .and_then(|()| after(&fresh, then));
-            fresh.close();
-            return result;
+            match done {
+                Ok(()) => return Ok(()),
+                // Closing the session freed the locks; the rows go on a new
+                // one (the session may have ended during the release).
+                Err(e) => {
+                    tracing::debug!(error = %e, "release failed; removing the rows on a new session")
+                }
+            }
+        } else {
+            session.close();
         }
-        // Unlock before announcing, so a woken waiter finds the slot free.
-        then.insert_str(0, "SELECT pg_advisory_unlock_all(); ");
-        let result = remove_rows(&session, ids, tokens, self.group.take())
-            .and_then(|()| after(&session, then));
-        session.close();
+        let fresh = self.db.connect()?;
+        let result = remove_rows(&fresh, ids, tokens, group).and_then(|()| after(&fresh, announce));
+        fresh.close();
         result
     }
 }
