@@ -19,6 +19,7 @@ use baton_lock::{
     default_owner, new_run_id, CancelToken, HolderRecord, LockError, LockRequest, Mode,
     ProcessIdentity, WaitPolicy,
 };
+use tokio_postgres::types::Type;
 use tokio_postgres::NoTls;
 
 use crate::error::{sqlstate, PgError};
@@ -165,8 +166,14 @@ pub(crate) fn acquire_one(
             0
         }
     };
-    crate::settle::dead_holders(session, req, id, slot, wait.flatten())?;
-    let g = grant(session, req, id, slot)?;
+    // The grant is refused while a conflicting row of an ended session
+    // remains (one round trip in the usual case, where none does).
+    let g = loop {
+        if let Some(g) = grant(session, req, id, slot)? {
+            break g;
+        }
+        crate::settle::dead_holders(session, req, id, slot, wait.flatten())?;
+    };
     same_slot_count(session, req, &g)?;
     Ok(g)
 }
@@ -183,11 +190,15 @@ fn same_slot_count(session: &Session, req: &LockRequest, g: &Grant) -> Result<()
     let c = Arc::clone(&session.client);
     let other: Option<i32> = session.run("check the lock's mode", |_| async move {
         let row = c
-            .query_opt(
+            .query_typed_opt(
                 "SELECT slots FROM baton_lock_holders h WHERE lock_id = $1 AND token <> $2 \
                  AND slots <> $3 AND EXISTS (SELECT 1 FROM pg_stat_activity a \
                  WHERE a.pid = h.session_pid AND a.backend_start = h.session_start) LIMIT 1",
-                &[&id, &token, &slots],
+                &[
+                    (&id, Type::INT4),
+                    (&token, Type::INT8),
+                    (&slots, Type::INT4),
+                ],
             )
             .await?;
         Ok(row.map(|r| r.get(0)))
@@ -222,9 +233,13 @@ fn lock_id(session: &Session, kind: &str, name: &str, slots: u32) -> Result<i32,
     for attempt in 0..3 {
         let (n, k) = (name.to_string(), kind.to_string());
         let c = Arc::clone(&session.client);
-        let row = session
-            .rt
-            .block_on(async move { c.query_opt(SQL, &[&n, &slots, &k]).await });
+        let row = session.rt.block_on(async move {
+            c.query_typed_opt(
+                SQL,
+                &[(&n, Type::TEXT), (&slots, Type::INT4), (&k, Type::TEXT)],
+            )
+            .await
+        });
         match row {
             Ok(Some(r)) => return Ok(r.get(0)),
             // Inserted by another session after our snapshot: look again.
@@ -260,7 +275,11 @@ fn take(
         let sql = format!("SELECT {try_fun}($1::int4, $2::int4)");
         let c = Arc::clone(&session.client);
         return session.run("try the lock", |_| async move {
-            Ok(c.query_one(&sql, &[&key, &id]).await?.get::<_, bool>(0))
+            Ok(
+                c.query_typed_one(&sql, &[(&key, Type::INT4), (&id, Type::INT4)])
+                    .await?
+                    .get::<_, bool>(0),
+            )
         });
     };
     let ms = match deadline {
@@ -316,8 +335,9 @@ fn blocking(
     let c = Arc::clone(&session.client);
     let canceller = session.client.cancel_token();
     let result = session.rt.block_on(async move {
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&key, &id];
-        let query = c.query_one(sql, &params);
+        let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =
+            [(&key, Type::INT4), (&id, Type::INT4)];
+        let query = c.query_typed_one(sql, &params);
         tokio::pin!(query);
         let cancelling = async {
             notify.notified().await;
@@ -399,9 +419,20 @@ fn take_any_slot(
     found
 }
 
-/// Records the grant: the next token and the holder row, in one statement.
-fn grant(session: &Session, req: &LockRequest, id: i32, slot: u32) -> Result<Grant, PgError> {
-    const SQL: &str = "WITH t AS (UPDATE baton_locks SET token = token + 1, slots = $2 WHERE id = $1 RETURNING token) \
+/// Records the grant: the next token and the holder row, in one statement,
+/// unless a conflicting row of a session that has ended remains (`None`:
+/// settle it first, see [`crate::settle`]).
+fn grant(
+    session: &Session,
+    req: &LockRequest,
+    id: i32,
+    slot: u32,
+) -> Result<Option<Grant>, PgError> {
+    const SQL: &str = "WITH dead AS (SELECT 1 FROM baton_lock_holders h WHERE lock_id = $1 AND slot = $3 \
+            AND NOT ($11 AND h.mode = 'shared') AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a \
+            WHERE a.pid = h.session_pid AND a.backend_start = h.session_start)), \
+        t AS (UPDATE baton_locks SET token = token + 1, slots = $2 WHERE id = $1 \
+            AND NOT EXISTS (SELECT 1 FROM dead) RETURNING token) \
         INSERT INTO baton_lock_holders (lock_id, token, slot, mode, slots, session_pid, session_start, \
             host, pid, owner, operation, run_id, record) \
         SELECT $1, t.token, $3, $4, $2, pg_backend_pid(), \
@@ -434,25 +465,36 @@ fn grant(session: &Session, req: &LockRequest, id: i32, slot: u32) -> Result<Gra
     let slot_i = i32::try_from(slot).unwrap_or(0);
     let mode = req.mode.as_str().to_string();
     let (host, pid, operation, run) = (me.host, me.pid, req.operation.clone(), run_id.clone());
-    let token: i64 = session.run("record the grant", |c| async move {
+    let shared = req.mode == Mode::Shared;
+    let token: Option<i64> = session.run("record the grant", |c| async move {
         let row = c
-            .query_one(
+            .query_typed_opt(
                 SQL,
                 &[
-                    &id, &slots, &slot_i, &mode, &host, &pid, &owner, &operation, &run, &record,
+                    (&id, Type::INT4),
+                    (&slots, Type::INT4),
+                    (&slot_i, Type::INT4),
+                    (&mode, Type::TEXT),
+                    (&host, Type::TEXT),
+                    (&pid, Type::INT4),
+                    (&owner, Type::TEXT),
+                    (&operation, Type::TEXT),
+                    (&run, Type::TEXT),
+                    (&record, Type::JSONB),
+                    (&shared, Type::BOOL),
                 ],
             )
             .await?;
-        Ok(row.get(0))
+        Ok(row.map(|r| r.get(0)))
     })?;
-    Ok(Grant {
+    Ok(token.map(|token| Grant {
         name: req.name.clone(),
         token: u64::try_from(token).unwrap_or(0),
         run_id,
         slot,
         mode: req.mode,
         lock_id: id,
-    })
+    }))
 }
 
 /// The error for a wait that ended without the lock, naming a live holder.

@@ -98,10 +98,14 @@ impl Holds {
         })?;
         let (ids, tokens) = self.keys();
         session.run("record the command's process group", |c| async move {
-            c.execute(
+            c.query_typed(
                 "UPDATE baton_lock_holders SET record = jsonb_set(record, '{command_group}', $3) \
                  WHERE (lock_id, token) IN (SELECT * FROM unnest($1::int4[], $2::int8[]))",
-                &[&ids, &tokens, &value],
+                &[
+                    (&ids, tokio_postgres::types::Type::INT4_ARRAY),
+                    (&tokens, tokio_postgres::types::Type::INT8_ARRAY),
+                    (&value, tokio_postgres::types::Type::JSONB),
+                ],
             )
             .await
             .map(|_| ())
@@ -148,8 +152,13 @@ impl Holds {
         if !session.lost.is_lost() {
             // Unlock before announcing, so a woken waiter finds the slot free.
             let then = format!("SELECT pg_advisory_unlock_all(); {announce}");
-            let done = remove_rows(&session, ids.clone(), tokens.clone(), group.clone())
-                .and_then(|()| after(&session, then));
+            let done = match &group {
+                // One round trip: the rows, the unlock, the announcements
+                // (the values are integers, written into the statement).
+                None => after(&session, format!("{}; {then}", delete_sql(&ids, &tokens))),
+                Some(_) => remove_rows(&session, ids.clone(), tokens.clone(), group.clone())
+                    .and_then(|()| after(&session, then)),
+            };
             session.close();
             match done {
                 Ok(()) => return Ok(()),
@@ -167,6 +176,19 @@ impl Holds {
         fresh.close();
         result
     }
+}
+
+/// `DELETE` of the holder rows `(ids[i], tokens[i])`, as one statement.
+fn delete_sql(ids: &[i32], tokens: &[i64]) -> String {
+    let pairs: Vec<String> = ids
+        .iter()
+        .zip(tokens)
+        .map(|(i, t)| format!("({i}, {t})"))
+        .collect();
+    format!(
+        "DELETE FROM baton_lock_holders WHERE (lock_id, token) IN ({})",
+        pairs.join(", ")
+    )
 }
 
 /// Runs `sql` (unlocks, announcements), if any.

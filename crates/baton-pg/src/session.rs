@@ -199,26 +199,31 @@ impl Session {
         });
         let client = client.map_err(|e| connect_error(db, &e))?;
         let client = Arc::new(client);
-        let setup = "SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2; \
-                     SET tcp_keepalives_count = 3; SET tcp_user_timeout = 10000";
-        let c = Arc::clone(&client);
-        rt.block_on(async move { c.batch_execute(setup).await })
-            .map_err(|e| PgError::Database {
-                op: "start a session",
-                message: one_line(&e),
-            })?;
-        // A client that dies while its session waits in the server's lock
-        // queue (Ctrl-C, SIGKILL) must leave the queue: the server does not
-        // read from a session blocked in a lock wait, so without this check
+        // One round trip in the usual case. A client that dies while its
+        // session waits in the server's lock queue (Ctrl-C, SIGKILL) must
+        // leave the queue: the server does not read from a session blocked
+        // in a lock wait, so without `client_connection_check_interval`
         // the dead waiter keeps its place (and its connection) until it is
-        // granted the lock. PostgreSQL 14 and later; ignored before.
+        // granted the lock. It exists from PostgreSQL 14; before, the
+        // setting fails the whole batch, and the rest is set alone.
+        let keepalives = "SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2; \
+                          SET tcp_keepalives_count = 3; SET tcp_user_timeout = 10000";
         let c = Arc::clone(&client);
-        if let Err(e) = rt.block_on(async move {
-            c.batch_execute("SET client_connection_check_interval = 1000")
-                .await
-        }) {
-            tracing::debug!(error = %one_line(&e), "no client_connection_check_interval");
-        }
+        rt.block_on(async move {
+            let all = format!("{keepalives}; SET client_connection_check_interval = 1000");
+            match c.batch_execute(&all).await {
+                Ok(()) => Ok(()),
+                Err(e) if sqlstate(&e) == Some("42704") => {
+                    tracing::debug!(error = %one_line(&e), "no client_connection_check_interval");
+                    c.batch_execute(keepalives).await
+                }
+                Err(e) => Err(e),
+            }
+        })
+        .map_err(|e| PgError::Database {
+            op: "start a session",
+            message: one_line(&e),
+        })?;
         Ok(Session {
             rt,
             client,
