@@ -62,12 +62,24 @@ fn state(st: &LockStatus) -> String {
 }
 
 fn who(h: &HolderInfo) -> String {
-    let alive = match (h.alive, h.liveness) {
-        (_, baton_lock::Liveness::Unknown) => "",
-        (true, _) => "",
-        (false, _) => " (dead)",
+    use baton_lock::Liveness;
+    let ns = match (h.pid_ns, h.local_pid) {
+        (Some(ns), Some(here)) if here != h.pid => {
+            format!(" in PID namespace {ns} (pid {here} here)")
+        }
+        (Some(ns), None) if h.liveness == Liveness::NotVisible => {
+            format!(" in PID namespace {ns}")
+        }
+        _ => String::new(),
     };
-    format!("pid {} on {}{alive}", h.pid, h.host)
+    let alive = match h.liveness {
+        Liveness::Alive => " (alive)",
+        Liveness::Unknown => "",
+        Liveness::Dead => " (dead)",
+        Liveness::NotVisible => " (alive in another PID namespace, not visible from here)",
+        Liveness::Inherited => " (gone; the lock file it left open still holds the lock)",
+    };
+    format!("pid {}{ns} on {}{alive}", h.pid, h.host)
 }
 
 /// `baton lock status NAME`.
@@ -92,11 +104,28 @@ pub fn status(st: &LockStatus, json: bool) -> u8 {
     }
     if let Some(h) = &st.last_holder {
         println!(
-            "last holder {} died without releasing (owner {}, token {}, since {})",
-            who(h),
+            "last holder pid {}{} on {} died without releasing (owner {}, token {}, since {})",
+            h.pid,
+            h.pid_ns
+                .filter(|_| h.liveness == baton_lock::Liveness::NotVisible)
+                .map(|ns| format!(" in PID namespace {ns}"))
+                .unwrap_or_default(),
+            h.host,
             h.owner,
             h.token,
             h.acquired_at
+        );
+    }
+    for k in &st.kernel_holders {
+        println!(
+            "held by     pid {} ({}) according to the kernel (its open lock file holds slot {})",
+            k.pid,
+            k.command,
+            k.slots
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     for f in &st.held_through_replaced_file {

@@ -57,11 +57,17 @@ pub struct HolderInfo {
     pub boot_id: String,
     /// The process it holds the lock for (`baton lock acquire`: the calling script).
     pub acquired_for: Option<ProcessIdentity>,
+    /// The PID namespace `pid` belongs to (inode of `/proc/<pid>/ns/pid`).
+    pub pid_ns: Option<u64>,
+    /// Its pid as seen from here, when it runs and is visible from here (it
+    /// differs from `pid` when it runs in another PID namespace).
+    pub local_pid: Option<i32>,
 }
 
 impl HolderInfo {
     fn from_record(r: &HolderRecord) -> HolderInfo {
-        let liveness = r.process.liveness();
+        let seen = r.process.sighting();
+        let liveness = seen.liveness;
         HolderInfo {
             pid: r.process.pid,
             host: r.process.host.clone(),
@@ -78,6 +84,8 @@ impl HolderInfo {
             start_time: r.process.start_time,
             boot_id: r.process.boot_id.clone(),
             acquired_for: r.acquired_for.clone(),
+            pid_ns: r.process.pid_ns,
+            local_pid: seen.local_pid,
         }
     }
 }
@@ -132,6 +140,11 @@ pub struct LockStatus {
     /// (deleted, renamed or replaced) but through which someone still holds
     /// the lock. New acquirers wait until they are released.
     pub held_through_replaced_file: Vec<String>,
+    /// The processes that hold the lock according to the kernel (the `lock:`
+    /// lines of their fdinfo), looked up when a holder's record cannot be
+    /// confirmed from here (or names none). Empty otherwise, and when the
+    /// holder cannot be seen from here (another PID namespace, another user).
+    pub kernel_holders: Vec<crate::KernelHolder>,
 }
 
 /// Status of one lock. Never creates anything.
@@ -194,6 +207,7 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
         content: Content::Missing,
         content_error: None,
         held_through_replaced_file: Vec::new(),
+        kernel_holders: Vec::new(),
         inode: None,
     };
     let file = match open_for_status(path) {
@@ -252,7 +266,13 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
                 slot_held && !shared_dead
             });
         st.holders = live.into_iter().map(HolderInfo::from_record).collect();
-        st.holder = st.holders.first().cloned();
+        // The kernel says the slot is held: its recorded holder is gone only
+        // if someone inherited the open lock file (never "dead" while held).
+        for h in &mut st.holders {
+            if h.liveness == Liveness::Dead {
+                h.liveness = Liveness::Inherited;
+            }
+        }
         // A record left on a free lock by a process that still runs is a
         // release in progress (the slot is freed before the record), not a death.
         if !st.held {
@@ -266,6 +286,17 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
             }
         }
     }
+    let unconfirmed = st.holders.is_empty()
+        || st
+            .holders
+            .iter()
+            .any(|h| matches!(h.liveness, Liveness::Inherited | Liveness::NotVisible));
+    if st.held && unconfirmed {
+        if let Ok(meta) = file.metadata() {
+            st.kernel_holders = crate::kernel_holders::kernel_holders(FileId::of(&meta), max);
+        }
+    }
+    st.holder = st.holders.first().cloned();
     Ok(st)
 }
 
