@@ -1,0 +1,371 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! Containers and sandboxes: holders in PID namespaces (README "Containers
+//! and sandboxes"). Real namespaces made with `unshare --pid --fork
+//! --mount-proc` (as root), the real `baton` binary, real signals.
+//!
+//! Where the kernel refuses to create a PID namespace the tests say so loudly
+//! and pass, except under CI (env `CI` set), where that is a failure.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{code, stderr, stdout, wait_until, Env};
+
+/// Whether PID namespaces can be made here; panics under CI when not.
+fn namespaces_available() -> bool {
+    let probe = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .stdin(Stdio::null())
+        .output();
+    let why = match probe {
+        Ok(out) if out.status.success() => return true,
+        Ok(out) => stderr(&out),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the kernel refused a PID namespace (`unshare --pid --fork --mount-proc true`: {why}); CI must run these tests as root on a kernel that allows it"
+    );
+    eprintln!("\n!!! SKIPPED: cannot create a PID namespace here ({why}); run as root to test containers !!!\n");
+    false
+}
+
+/// `unshare --pid --fork --mount-proc baton --dir DIR ARGS`: baton is pid 1
+/// of a new PID namespace with its own /proc, like a container's entrypoint.
+fn in_new_ns(env: &Env, args: &[&str]) -> Command {
+    let mut c = Command::new("unshare");
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", env.tmp.path())
+        .current_dir(env.tmp.path())
+        .args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            env!("CARGO_BIN_EXE_baton"),
+        ])
+        .arg("--dir")
+        .arg(&env.dir)
+        .args(args)
+        .stdin(Stdio::null());
+    c
+}
+
+/// The pid (here) of the process that `unshare` (pid `unshare`) forked.
+fn forked_child(unshare: u32) -> i32 {
+    let mut child = 0;
+    wait_until(Duration::from_secs(20), || {
+        let text = fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
+            .unwrap_or_default();
+        child = text
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        child != 0
+    });
+    child
+}
+
+/// Kills pid 1 of a namespace (and so all of it) when dropped, so a failed
+/// test leaves nothing running.
+struct NsGuard(i32);
+
+impl Drop for NsGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.0) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+fn pid_ns_of(pid: i32) -> u64 {
+    baton_proc::pidns::pid_ns_of(pid).expect("namespace of a live process")
+}
+
+fn running(pid: i32) -> bool {
+    baton_proc::procfs::stat(pid).is_some_and(|st| !st.exited)
+}
+
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let mut status = None;
+    wait_until(Duration::from_secs(60), || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    status.unwrap()
+}
+
+fn lock_doc(path: &Path) -> serde_json::Value {
+    let text = fs::read_to_string(path).unwrap();
+    serde_json::from_str(text.lines().next().unwrap()).unwrap()
+}
+
+#[test]
+fn a_holder_in_a_pid_namespace_is_alive_from_the_host_and_broken_there_but_not_from_a_sibling() {
+    if !namespaces_available() {
+        return;
+    }
+    let env = Env::new();
+    let mut holder = in_new_ns(&env, &["run", "--lock", "c", "--", "sleep", "300"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let baton_here = forked_child(holder.id());
+    let _guard = NsGuard(baton_here);
+    env.wait_for_held("c", true);
+    let st = env.status("c");
+    let h = &st["holder"];
+    // Recorded from inside: pid 1 of its namespace, which is not ours.
+    assert_eq!(h["pid"], 1, "{st}");
+    assert_eq!(h["pid_ns"], pid_ns_of(baton_here), "{st}");
+    assert_ne!(pid_ns_of(baton_here), pid_ns_of(std::process::id() as i32));
+    // Seen from the host: alive, and the real process named.
+    assert_eq!(h["liveness"], "alive", "{st}");
+    assert_eq!(h["alive"], true, "{st}");
+    assert_eq!(h["local_pid"], baton_here, "{st}");
+    let text = stdout(&env.run(&["lock", "status", "c"]));
+    assert!(
+        text.contains(&format!("pid {baton_here} here")) && text.contains("(alive)"),
+        "{text}"
+    );
+    assert!(!text.contains("dead"), "{text}");
+
+    // A sibling namespace cannot see it: not "dead", and no break.
+    let out = in_new_ns(&env, &["lock", "status", "c", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["holder"]["liveness"], "not_visible", "{seen}");
+    assert_eq!(seen["holder"]["alive"], true, "{seen}");
+    let out = in_new_ns(&env, &["lock", "break", "c", "--grace", "5s"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("not visible from here") && err.contains("on the host"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(running(baton_here), "the sibling's break must not stop it");
+    assert_eq!(env.status("c")["held"], true);
+
+    // The host breaks it: its supervisor and command stop, the lock is free.
+    let out = env.run(&["lock", "break", "c", "--grace", "20s", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["free_now"], true, "{report}");
+    assert_eq!(report["stopped"][0]["holder"]["local_pid"], baton_here);
+    let status = wait_exit(&mut holder);
+    assert!(!status.success(), "the run was stopped: {status:?}");
+    assert!(!running(baton_here));
+    assert_eq!(env.status("c")["held"], false);
+}
+
+#[test]
+fn two_pid_namespaces_each_led_by_pid_1_contend_without_a_lost_update() {
+    if !namespaces_available() {
+        return;
+    }
+    let env = Env::new();
+    fs::write(env.path("counter"), "0\n").unwrap();
+    let baton = env!("CARGO_BIN_EXE_baton");
+    let dir = env.dir.display();
+    // pid 1 of each namespace is this shell; 4 workers each, 50 runs each.
+    let script = format!(
+        r#"[ $$ = 1 ] || {{ echo "not pid 1: $$" >> failures; exit 1; }}
+for w in 1 2 3 4; do
+  (i=0; while [ $i -lt 50 ]; do
+     {baton} --dir {dir} run --lock c -- sh -c 'n=$(cat counter); echo $((n + 1)) > counter; echo "$BATON_FENCING_TOKEN" >> tokens' || echo "run failed: $?" >> failures
+     i=$((i + 1))
+   done) &
+done
+wait"#
+    );
+    let spawn = || {
+        Command::new("unshare")
+            .args(["--pid", "--fork", "--mount-proc", "sh", "-c", &script])
+            .current_dir(env.tmp.path())
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let (mut a, mut b) = (spawn(), spawn());
+    let (pa, pb) = (forked_child(a.id()), forked_child(b.id()));
+    let _guards = (NsGuard(pa), NsGuard(pb));
+    assert_ne!(pid_ns_of(pa), pid_ns_of(pb), "two namespaces");
+    let done = |c: &mut Child| {
+        let mut status = None;
+        wait_until(Duration::from_secs(110), || {
+            status = c.try_wait().unwrap();
+            status.is_some()
+        });
+        status.unwrap()
+    };
+    let (sa, sb) = (done(&mut a), done(&mut b));
+    let failures = fs::read_to_string(env.path("failures")).unwrap_or_default();
+    assert!(
+        sa.success() && sb.success() && failures.is_empty(),
+        "{failures}"
+    );
+    assert_eq!(
+        fs::read_to_string(env.path("counter")).unwrap().trim(),
+        "400"
+    );
+    let tokens: Vec<u64> = fs::read_to_string(env.path("tokens"))
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 400);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens must strictly increase in grant order"
+    );
+}
+
+/// Restarted container, persistent baton dir: the dead holder was pid 1 of
+/// namespace A with its command as group G. In the new incarnation B, pid 1
+/// is a new process, and a process of B happens to have G's pid, group,
+/// session and start time (the record below says so, as a restart within one
+/// clock tick would). Neither B nor the host may take it for the dead
+/// holder's leftover.
+#[test]
+fn a_restarted_namespace_reusing_the_dead_holders_ids_is_not_signalled_nor_shown_as_holder() {
+    if !namespaces_available() {
+        return;
+    }
+    let env = Env::new();
+    // Incarnation A: baton as pid 1 holds `c`; then the container dies.
+    let mut a = in_new_ns(&env, &["run", "--lock", "c", "--", "sleep", "300"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let a_baton = forked_child(a.id());
+    let _guard_a = NsGuard(a_baton);
+    let lock_file = env.dir.join("locks/c.lock");
+    wait_until(Duration::from_secs(20), || {
+        fs::read_to_string(&lock_file).is_ok_and(|t| t.contains("command_group"))
+    });
+    let ns_a = pid_ns_of(a_baton);
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(a_baton).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    wait_exit(&mut a);
+    env.wait_for_held("c", false);
+
+    // Incarnation B: a shell as pid 1, and a victim leading its own session.
+    let victim_file = env.path("victim");
+    let mut b = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "sh", "-c"])
+        .arg(format!(
+            r#"setsid sh -c 'echo $$ $(cut -d" " -f22 /proc/$$/stat) > {v}.tmp; mv {v}.tmp {v}; exec sleep 300' & exec sleep 300"#,
+            v = victim_file.display()
+        ))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let b_init = forked_child(b.id());
+    let _guard_b = NsGuard(b_init);
+    let ns_b = pid_ns_of(b_init);
+    assert_ne!(ns_a, ns_b);
+    let mut victim = String::new();
+    wait_until(Duration::from_secs(20), || {
+        victim = fs::read_to_string(&victim_file).unwrap_or_default();
+        victim.ends_with('\n')
+    });
+    let v: Vec<u64> = victim
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let (v_pid, v_start) = (v[0], v[1]);
+    // The victim's pid here: the process of B whose pid inside B is v_pid.
+    let v_here = fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|p| {
+            baton_proc::pidns::pid_ns_of(*p) == Some(ns_b)
+                && baton_proc::pidns::NsIds::of(*p)
+                    .and_then(|ids| ids.inner_pid())
+                    .is_some_and(|inner| u64::try_from(inner).unwrap() == v_pid)
+        })
+        .unwrap();
+    assert!(running(v_here));
+
+    // The dead holder's record, its command group now naming the victim.
+    let mut doc = lock_doc(&lock_file);
+    assert_eq!(doc["holders"][0]["pid"], 1);
+    assert_eq!(doc["holders"][0]["pid_ns"], ns_a);
+    doc["holders"][0]["command_group"]["pgid"] = v_pid.into();
+    doc["holders"][0]["command_group"]["session"] = v_pid.into();
+    doc["holders"][0]["command_group"]["leader_start_time"] = v_start.into();
+    let doctored = format!("{doc}\n");
+    fs::write(&lock_file, &doctored).unwrap();
+
+    // Inside B: the dead holder is not B's pid 1, and B's next holder leaves
+    // the victim alone.
+    let in_b = |args: &[&str]| {
+        Command::new("nsenter")
+            .args(["--target", &b_init.to_string(), "--pid", "--mount", "--"])
+            .arg(env!("CARGO_BIN_EXE_baton"))
+            .arg("--dir")
+            .arg(&env.dir)
+            .args(args)
+            .current_dir(env.tmp.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = in_b(&["lock", "status", "c", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["held"], false, "{st}");
+    assert!(st["holders"].as_array().unwrap().is_empty(), "{st}");
+    assert_ne!(st["last_holder"]["liveness"], "alive", "{st}");
+    let out = in_b(&["run", "--lock", "c", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(running(v_here), "B's victim was signalled from inside B");
+
+    // From the host: namespace A is gone, so nothing of it is left to stop,
+    // and the victim, in B, is not A's.
+    fs::write(&lock_file, &doctored).unwrap();
+    let out = env.run(&["run", "--lock", "c", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(running(v_here), "B's victim was signalled from the host");
+
+    // While B's baton holds it, the host sees B's holder, not A's.
+    let mut hold = Command::new("nsenter")
+        .args(["--target", &b_init.to_string(), "--pid", "--mount", "--"])
+        .arg(env!("CARGO_BIN_EXE_baton"))
+        .arg("--dir")
+        .arg(&env.dir)
+        .args(["run", "--lock", "c", "--", "sleep", "300"])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    env.wait_for_held("c", true);
+    let st = env.status("c");
+    assert_eq!(st["holder"]["pid_ns"], ns_b, "{st}");
+    assert_eq!(st["holder"]["liveness"], "alive", "{st}");
+    assert_eq!(st["holders"].as_array().unwrap().len(), 1, "{st}");
+    let out = env.run(&["lock", "break", "c", "--grace", "20s"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    wait_exit(&mut hold);
+    assert!(
+        running(v_here),
+        "breaking B's holder does not touch the victim"
+    );
+    drop(_guard_b);
+    let _ = b.wait();
+}
