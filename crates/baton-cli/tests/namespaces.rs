@@ -87,6 +87,19 @@ fn pid_ns_of(pid: i32) -> u64 {
     baton_proc::pidns::pid_ns_of(pid).expect("namespace of a live process")
 }
 
+/// The pid here of the process that is `inner` in namespace `ns`.
+fn pid_here(ns: u64, inner: i32) -> i32 {
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|p| {
+            baton_proc::pidns::pid_ns_of(*p) == Some(ns)
+                && baton_proc::pidns::NsIds::of(*p).and_then(|ids| ids.inner_pid()) == Some(inner)
+        })
+        .unwrap_or_else(|| panic!("no pid {inner} in namespace {ns}"))
+}
+
 fn running(pid: i32) -> bool {
     baton_proc::procfs::stat(pid).is_some_and(|st| !st.exited)
 }
@@ -289,18 +302,7 @@ fn a_restarted_namespace_reusing_the_dead_holders_ids_is_not_signalled_nor_shown
         .map(|x| x.parse().unwrap())
         .collect();
     let (v_pid, v_start) = (v[0], v[1]);
-    // The victim's pid here: the process of B whose pid inside B is v_pid.
-    let v_here = fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .find(|p| {
-            baton_proc::pidns::pid_ns_of(*p) == Some(ns_b)
-                && baton_proc::pidns::NsIds::of(*p)
-                    .and_then(|ids| ids.inner_pid())
-                    .is_some_and(|inner| u64::try_from(inner).unwrap() == v_pid)
-        })
-        .unwrap();
+    let v_here = pid_here(ns_b, i32::try_from(v_pid).unwrap());
     assert!(running(v_here));
 
     // The dead holder's record, its command group now naming the victim.
@@ -368,4 +370,71 @@ fn a_restarted_namespace_reusing_the_dead_holders_ids_is_not_signalled_nor_shown
     );
     drop(_guard_b);
     let _ = b.wait();
+}
+
+/// Containment inside a PID namespace: a supervisor in a container dies by
+/// SIGKILL, its command's background process goes on in the container; the
+/// next holder, on the host, finishes it off (its ids translated from the
+/// container's) before it runs.
+#[test]
+fn the_next_holder_on_the_host_stops_what_a_dead_holder_in_a_container_left_running() {
+    if !namespaces_available() {
+        return;
+    }
+    let env = Env::new();
+    let baton = env!("CARGO_BIN_EXE_baton");
+    let left = env.path("leftover");
+    // pid 1 is a shell that outlives the supervisor, as a container's init.
+    let mut container = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "sh", "-c"])
+        .arg(format!(
+            r#"{baton} --dir {dir} run --lock c -- sh -c 'sleep 300 & echo $! > {left}.tmp; mv {left}.tmp {left}; wait'; sleep 300"#,
+            dir = env.dir.display(),
+            left = left.display()
+        ))
+        .current_dir(env.tmp.path())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let init = forked_child(container.id());
+    let _guard = NsGuard(init);
+    let ns = pid_ns_of(init);
+    let mut inner = String::new();
+    wait_until(Duration::from_secs(20), || {
+        inner = fs::read_to_string(&left).unwrap_or_default();
+        inner.ends_with('\n')
+    });
+    let leftover = pid_here(ns, inner.trim().parse().unwrap());
+    wait_until(Duration::from_secs(20), || {
+        fs::read_to_string(env.dir.join("locks/c.lock")).is_ok_and(|t| t.contains("command_group"))
+    });
+    let st = env.status("c");
+    let supervisor = i32::try_from(st["holder"]["local_pid"].as_i64().unwrap()).unwrap();
+    assert_ne!(supervisor, init);
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(supervisor).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    env.wait_for_held("c", false);
+    assert!(running(leftover), "the leftover outlived its supervisor");
+    // The host's run first stops the leftover, then runs its command.
+    let marker = env.path("ran");
+    let out = env.run(&[
+        "run",
+        "--lock",
+        "c",
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "if [ -e /proc/{leftover} ] && ! grep -q ') [ZX]' /proc/{leftover}/stat; then echo alive > {m}; else echo gone > {m}; fi",
+            m = marker.display()
+        ),
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(&marker).unwrap().trim(), "gone");
+    assert!(running(init), "the container's init is not the dead holder's");
+    drop(_guard);
+    let _ = container.wait();
 }
