@@ -434,7 +434,10 @@ fn the_next_holder_on_the_host_stops_what_a_dead_holder_in_a_container_left_runn
     ]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(fs::read_to_string(&marker).unwrap().trim(), "gone");
-    assert!(running(init), "the container's init is not the dead holder's");
+    assert!(
+        running(init),
+        "the container's init is not the dead holder's"
+    );
     drop(_guard);
     let _ = container.wait();
 }
