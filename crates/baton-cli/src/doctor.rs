@@ -241,6 +241,18 @@ fn permissions(dir: &BatonDir, existed: bool) -> Check {
     let mode = meta.permissions().mode() & 0o7777;
     let created = if existed { "" } else { "; created just now" };
     let detail = json!({ "uid": meta.uid(), "gid": meta.gid(), "mode": format!("{mode:04o}"), "created": !existed });
+    if let baton_lock::Sharing::Group { gid } = dir.sharing() {
+        return Check::new(
+            "permissions",
+            Status::Ok,
+            format!(
+                "shared with group {} (`baton init --shared`), owned by uid {}, mode {mode:04o}: every member may use it{created}",
+                baton_lock::sharing::describe_group(gid),
+                meta.uid()
+            ),
+        )
+        .detail(detail);
+    }
     if mode & 0o020 != 0 {
         return Check::new(
             "permissions",
@@ -270,8 +282,11 @@ fn refused(e: &LockError) -> Check {
         LockError::UnsafeDir { reason, .. } if reason.contains("symbolic link") => {
             "give the real directory path (--dir or BATON_DIR), not a symbolic link".into()
         }
+        LockError::UnsafeDir { reason, .. } if reason.contains("usermod") => {
+            "ask an administrator to add you to the dir's group (then log in again), or use a directory you own: --dir DIR or BATON_DIR=DIR".into()
+        }
         LockError::UnsafeDir { .. } => {
-            "use a directory you own: --dir DIR or BATON_DIR=DIR".into()
+            "use a directory you own (--dir DIR or BATON_DIR=DIR), or have its owner share it with a group you are in: baton init --shared GROUP DIR".into()
         }
         _ => "check that the parent directory exists and that you may write to it, or choose another with --dir or BATON_DIR".into(),
     };

@@ -441,3 +441,69 @@ fn the_next_holder_on_the_host_stops_what_a_dead_holder_in_a_container_left_runn
     drop(_guard);
     let _ = container.wait();
 }
+
+/// A held lock whose recorded holder is gone (the lock file was inherited,
+/// or the record is wrong) is never reported "dead": status names the
+/// process that holds it according to the kernel, and `break` refuses and
+/// names it too.
+#[test]
+fn a_held_lock_whose_recorded_holder_is_gone_names_the_real_holder() {
+    let env = Env::new();
+    let ready = env.path("ready");
+    let mut holder = env.spawn(&[
+        "run",
+        "--lock",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        &format!("touch {}; exec sleep 300", ready.display()),
+    ]);
+    let lock_file = env.dir.join("locks/k.lock");
+    wait_until(Duration::from_secs(20), || {
+        ready.exists() && fs::read_to_string(&lock_file).is_ok_and(|t| t.contains("command_group"))
+    });
+    // The record now names a process that no longer exists.
+    let mut doc = lock_doc(&lock_file);
+    let start = doc["holders"][0]["start_time"].as_u64().unwrap();
+    doc["holders"][0]["start_time"] = (start + 1).into();
+    fs::write(&lock_file, format!("{doc}\n")).unwrap();
+
+    let st = env.status("k");
+    assert_eq!(st["held"], true, "{st}");
+    assert_eq!(st["holder"]["liveness"], "inherited", "{st}");
+    let kernel = st["kernel_holders"].as_array().unwrap();
+    assert_eq!(kernel.len(), 1, "{st}");
+    assert_eq!(kernel[0]["pid"], holder.id(), "{st}");
+    assert_eq!(kernel[0]["slots"], serde_json::json!([0]), "{st}");
+    let fields: std::collections::BTreeSet<&str> = kernel[0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        fields,
+        baton_contract::json::KERNEL_HOLDER
+            .fields
+            .iter()
+            .copied()
+            .collect(),
+        "a kernel holder drifted from its contract"
+    );
+    let text = stdout(&env.run(&["lock", "status", "k"]));
+    assert!(!text.contains("dead"), "{text}");
+    assert!(
+        text.contains(&format!("held by     pid {}", holder.id())),
+        "{text}"
+    );
+    let out = env.run(&["lock", "break", "k"]);
+    assert_eq!(code(&out), 125);
+    assert!(
+        stderr(&out).contains(&format!("pid {} (baton)", holder.id())),
+        "{}",
+        stderr(&out)
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
