@@ -9,114 +9,14 @@
 mod common;
 
 use std::fs;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::ns::{
+    forked_child, in_new_ns, lock_doc, namespaces_available, pid_here, pid_ns_of, running,
+    wait_exit, NsGuard,
+};
 use common::{code, stderr, stdout, wait_until, Env};
-
-/// Whether PID namespaces can be made here; panics under CI when not.
-fn namespaces_available() -> bool {
-    let probe = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .stdin(Stdio::null())
-        .output();
-    let why = match probe {
-        Ok(out) if out.status.success() => return true,
-        Ok(out) => stderr(&out),
-        Err(e) => e.to_string(),
-    };
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "the kernel refused a PID namespace (`unshare --pid --fork --mount-proc true`: {why}); CI must run these tests as root on a kernel that allows it"
-    );
-    eprintln!("\n!!! SKIPPED: cannot create a PID namespace here ({why}); run as root to test containers !!!\n");
-    false
-}
-
-/// `unshare --pid --fork --mount-proc baton --dir DIR ARGS`: baton is pid 1
-/// of a new PID namespace with its own /proc, like a container's entrypoint.
-fn in_new_ns(env: &Env, args: &[&str]) -> Command {
-    let mut c = Command::new("unshare");
-    c.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", env.tmp.path())
-        .current_dir(env.tmp.path())
-        .args([
-            "--pid",
-            "--fork",
-            "--mount-proc",
-            env!("CARGO_BIN_EXE_baton"),
-        ])
-        .arg("--dir")
-        .arg(&env.dir)
-        .args(args)
-        .stdin(Stdio::null());
-    c
-}
-
-/// The pid (here) of the process that `unshare` (pid `unshare`) forked.
-fn forked_child(unshare: u32) -> i32 {
-    let mut child = 0;
-    wait_until(Duration::from_secs(20), || {
-        let text = fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
-            .unwrap_or_default();
-        child = text
-            .split_whitespace()
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0);
-        child != 0
-    });
-    child
-}
-
-/// Kills pid 1 of a namespace (and so all of it) when dropped, so a failed
-/// test leaves nothing running.
-struct NsGuard(i32);
-
-impl Drop for NsGuard {
-    fn drop(&mut self) {
-        if let Some(pid) = rustix::process::Pid::from_raw(self.0) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-        }
-    }
-}
-
-fn pid_ns_of(pid: i32) -> u64 {
-    baton_proc::pidns::pid_ns_of(pid).expect("namespace of a live process")
-}
-
-/// The pid here of the process that is `inner` in namespace `ns`.
-fn pid_here(ns: u64, inner: i32) -> i32 {
-    fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .find(|p| {
-            baton_proc::pidns::pid_ns_of(*p) == Some(ns)
-                && baton_proc::pidns::NsIds::of(*p).and_then(|ids| ids.inner_pid()) == Some(inner)
-        })
-        .unwrap_or_else(|| panic!("no pid {inner} in namespace {ns}"))
-}
-
-fn running(pid: i32) -> bool {
-    baton_proc::procfs::stat(pid).is_some_and(|st| !st.exited)
-}
-
-fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
-    let mut status = None;
-    wait_until(Duration::from_secs(60), || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    status.unwrap()
-}
-
-fn lock_doc(path: &Path) -> serde_json::Value {
-    let text = fs::read_to_string(path).unwrap();
-    serde_json::from_str(text.lines().next().unwrap()).unwrap()
-}
 
 #[test]
 fn a_holder_in_a_pid_namespace_is_alive_from_the_host_and_broken_there_but_not_from_a_sibling() {
@@ -370,76 +270,6 @@ fn a_restarted_namespace_reusing_the_dead_holders_ids_is_not_signalled_nor_shown
     );
     drop(_guard_b);
     let _ = b.wait();
-}
-
-/// Containment inside a PID namespace: a supervisor in a container dies by
-/// SIGKILL, its command's background process goes on in the container; the
-/// next holder, on the host, finishes it off (its ids translated from the
-/// container's) before it runs.
-#[test]
-fn the_next_holder_on_the_host_stops_what_a_dead_holder_in_a_container_left_running() {
-    if !namespaces_available() {
-        return;
-    }
-    let env = Env::new();
-    let baton = env!("CARGO_BIN_EXE_baton");
-    let left = env.path("leftover");
-    // pid 1 is a shell that outlives the supervisor, as a container's init.
-    let mut container = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "sh", "-c"])
-        .arg(format!(
-            r#"{baton} --dir {dir} run --lock c -- sh -c 'sleep 300 & echo $! > {left}.tmp; mv {left}.tmp {left}; wait'; sleep 300"#,
-            dir = env.dir.display(),
-            left = left.display()
-        ))
-        .current_dir(env.tmp.path())
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let init = forked_child(container.id());
-    let _guard = NsGuard(init);
-    let ns = pid_ns_of(init);
-    let mut inner = String::new();
-    wait_until(Duration::from_secs(20), || {
-        inner = fs::read_to_string(&left).unwrap_or_default();
-        inner.ends_with('\n')
-    });
-    let leftover = pid_here(ns, inner.trim().parse().unwrap());
-    wait_until(Duration::from_secs(20), || {
-        fs::read_to_string(env.dir.join("locks/c.lock")).is_ok_and(|t| t.contains("command_group"))
-    });
-    let st = env.status("c");
-    let supervisor = i32::try_from(st["holder"]["local_pid"].as_i64().unwrap()).unwrap();
-    assert_ne!(supervisor, init);
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(supervisor).unwrap(),
-        rustix::process::Signal::KILL,
-    )
-    .unwrap();
-    env.wait_for_held("c", false);
-    assert!(running(leftover), "the leftover outlived its supervisor");
-    // The host's run first stops the leftover, then runs its command.
-    let marker = env.path("ran");
-    let out = env.run(&[
-        "run",
-        "--lock",
-        "c",
-        "--",
-        "sh",
-        "-c",
-        &format!(
-            "if [ -e /proc/{leftover} ] && ! grep -q ') [ZX]' /proc/{leftover}/stat; then echo alive > {m}; else echo gone > {m}; fi",
-            m = marker.display()
-        ),
-    ]);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(fs::read_to_string(&marker).unwrap().trim(), "gone");
-    assert!(
-        running(init),
-        "the container's init is not the dead holder's"
-    );
-    drop(_guard);
-    let _ = container.wait();
 }
 
 /// A held lock whose recorded holder is gone (the lock file was inherited,
