@@ -207,6 +207,7 @@ fn run_checks(explicit: Option<&Path>) -> Report {
         Some(d) => checks.push(workspaces(d)),
         None => checks.push(Check::skipped("workspaces", "the baton dir cannot be used")),
     }
+    checks.push(pid_namespace());
     report(Some(path), Some(rule.as_str()), checks)
 }
 
@@ -380,6 +381,38 @@ fn inotify(dir: &Path) -> Check {
         .remedy("raise fs.inotify.max_user_instances and fs.inotify.max_user_watches (sysctl), or close programs that use many"),
     }
     .detail(detail)
+}
+
+/// Which PID namespace this is, and whether `/proc` is its own (README
+/// "Containers and sandboxes").
+fn pid_namespace() -> Check {
+    use baton_proc::pidns::{current_pid_ns, INITIAL_PID_NS};
+    let me = std::process::id();
+    let proc_self = std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str()?.parse::<u32>().ok());
+    let ns = current_pid_ns();
+    let detail = json!({ "pid_ns": ns, "initial": ns == Some(INITIAL_PID_NS), "proc_is_own": proc_self == Some(me) });
+    if proc_self != Some(me) {
+        return Check::new(
+            "pid_namespace",
+            Status::Warning,
+            format!("/proc is not this PID namespace's (it calls this process {}, its pid is {me}): holders' pids and liveness are misjudged", proc_self.map_or_else(|| "nothing".to_string(), |p| p.to_string())),
+        )
+        .remedy("give the container or sandbox its own /proc (unshare --pid --fork --mount-proc; container runtimes do)")
+        .detail(detail);
+    }
+    let summary = match ns {
+        Some(INITIAL_PID_NS) => "the initial PID namespace: holders in every container of this machine can be seen (and broken) from here".to_string(),
+        Some(ns) => format!("PID namespace {ns} (a container or sandbox): holders on the host or in other containers show as \"not visible from here\"; break them from the host"),
+        None => "cannot read /proc/self/ns/pid: holders in other PID namespaces cannot be told apart".to_string(),
+    };
+    let status = if ns.is_some() {
+        Status::Ok
+    } else {
+        Status::Warning
+    };
+    Check::new("pid_namespace", status, summary).detail(detail)
 }
 
 fn git() -> Check {

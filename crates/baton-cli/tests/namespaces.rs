@@ -337,3 +337,49 @@ fn a_held_lock_whose_recorded_holder_is_gone_names_the_real_holder() {
     holder.kill().unwrap();
     holder.wait().unwrap();
 }
+
+/// `baton doctor` says which PID namespace it runs in, and warns when
+/// `/proc` belongs to another one (`unshare --pid` without `--mount-proc`).
+#[test]
+fn doctor_names_the_pid_namespace_and_warns_when_proc_is_not_its_own() {
+    if !namespaces_available() {
+        return;
+    }
+    let env = Env::new();
+    let check = |out: &std::process::Output| -> serde_json::Value {
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "pid_namespace")
+            .cloned()
+            .unwrap()
+    };
+    let host = check(&env.run(&["doctor", "--json"]));
+    assert_eq!(host["status"], "ok", "{host}");
+    assert_eq!(host["detail"]["proc_is_own"], true, "{host}");
+    let inside = check(&in_new_ns(&env, &["doctor", "--json"]).output().unwrap());
+    assert_eq!(inside["status"], "ok", "{inside}");
+    assert_eq!(inside["detail"]["initial"], false, "{inside}");
+    assert!(
+        inside["summary"]
+            .as_str()
+            .unwrap()
+            .contains("not visible from here"),
+        "{inside}"
+    );
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", env!("CARGO_BIN_EXE_baton"), "--dir"])
+        .arg(&env.dir)
+        .args(["doctor", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let mixed = check(&out);
+    assert_eq!(mixed["status"], "warning", "{mixed}");
+    assert!(
+        mixed["remedy"].as_str().unwrap().contains("--mount-proc"),
+        "{mixed}"
+    );
+}

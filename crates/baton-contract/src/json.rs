@@ -302,6 +302,7 @@ pub const DOCTOR_CHECKS: &[&str] = &[
     "git",
     "free_space",
     "workspaces",
+    "pid_namespace",
 ];
 
 /// The rules that choose a baton dir (`rule` of `baton doctor --json`), in
