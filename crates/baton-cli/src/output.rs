@@ -82,6 +82,17 @@ fn who(h: &HolderInfo) -> String {
     format!("pid {}{ns} on {}{alive}", h.pid, h.host)
 }
 
+/// A holder that no longer holds the lock (the kernel says so), whatever
+/// can be told about its process from here.
+fn who_last(h: &HolderInfo) -> String {
+    let ns = h
+        .pid_ns
+        .filter(|_| h.liveness == baton_lock::Liveness::NotVisible)
+        .map(|ns| format!(" in PID namespace {ns}"))
+        .unwrap_or_default();
+    format!("pid {}{ns} on {}", h.pid, h.host)
+}
+
 /// `baton lock status NAME`.
 pub fn status(st: &LockStatus, json: bool) -> u8 {
     if json {
@@ -104,13 +115,8 @@ pub fn status(st: &LockStatus, json: bool) -> u8 {
     }
     if let Some(h) = &st.last_holder {
         println!(
-            "last holder pid {}{} on {} died without releasing (owner {}, token {}, since {})",
-            h.pid,
-            h.pid_ns
-                .filter(|_| h.liveness == baton_lock::Liveness::NotVisible)
-                .map(|ns| format!(" in PID namespace {ns}"))
-                .unwrap_or_default(),
-            h.host,
+            "last holder {} died without releasing (owner {}, token {}, since {})",
+            who_last(h),
             h.owner,
             h.token,
             h.acquired_at
@@ -159,11 +165,16 @@ pub fn list(all: &[LockStatus], json: bool) -> u8 {
         .iter()
         .map(|st| {
             let h = st.holder.as_ref().or(st.last_holder.as_ref());
+            let shown = match (&st.holder, &st.last_holder) {
+                (Some(h), _) => who(h),
+                (None, Some(last)) => who_last(last),
+                (None, None) => "-".into(),
+            };
             [
                 st.name.clone(),
                 state(st),
                 st.waiters.to_string(),
-                h.map(who).unwrap_or_else(|| "-".into()),
+                shown,
                 h.map(|h| h.owner.clone()).unwrap_or_else(|| "-".into()),
                 h.and_then(|h| h.operation.clone())
                     .unwrap_or_else(|| "-".into()),
