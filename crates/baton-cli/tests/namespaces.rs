@@ -190,8 +190,10 @@ fn a_restarted_namespace_reusing_the_dead_holders_ids_is_not_signalled_nor_shown
         .unwrap();
     let b_init = forked_child(b.id());
     let _guard_b = NsGuard(b_init);
+    // The kernel may give B the inode of A's dead namespace: then only the
+    // start time of its pid 1 tells them apart. Either way B is not A.
     let ns_b = pid_ns_of(b_init);
-    assert_ne!(ns_a, ns_b);
+    eprintln!("namespace A {ns_a}, B {ns_b} (reused: {})", ns_a == ns_b);
     let mut victim = String::new();
     wait_until(Duration::from_secs(20), || {
         victim = fs::read_to_string(&victim_file).unwrap_or_default();

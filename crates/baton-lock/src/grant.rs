@@ -141,7 +141,11 @@ pub(crate) fn take_over(
 /// with the PID namespace their ids belong to. A holder that is not visible
 /// from here (another container, a restarted one whose pid 1 is a new
 /// process) is never taken for dead: its group is left alone.
-fn dead_command_groups(doc: &LockDoc, mode: Mode, slot: u32) -> Vec<(Option<u64>, CommandGroup)> {
+fn dead_command_groups(
+    doc: &LockDoc,
+    mode: Mode,
+    slot: u32,
+) -> Vec<(Option<baton_proc::pidns::NsId>, CommandGroup)> {
     doc.holders
         .iter()
         .filter(|h| h.command_group.is_some() && (h.slot == slot || mode == Mode::Shared))
@@ -149,7 +153,7 @@ fn dead_command_groups(doc: &LockDoc, mode: Mode, slot: u32) -> Vec<(Option<u64>
             h.process.liveness() == Liveness::Dead
                 && h.process.boot_id == crate::identity::boot_id()
         })
-        .filter_map(|h| Some((h.process.pid_ns, h.command_group?)))
+        .filter_map(|h| Some((h.process.ns_id(), h.command_group?)))
         .collect()
 }
 

@@ -31,6 +31,11 @@ pub struct ProcessIdentity {
     /// absent in records of older versions (then the reader's is assumed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid_ns: Option<u64>,
+    /// Start time of pid 1 of that namespace: the kernel reuses the inodes of
+    /// dead namespaces, and this tells a restarted container's new namespace
+    /// from its predecessor's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_ns_init: Option<u64>,
 }
 
 /// Whether a recorded process still runs.
@@ -84,12 +89,14 @@ impl ProcessIdentity {
         match &*cached {
             Some(me) if me.pid == pid => me.clone(),
             _ => {
+                let ns = baton_proc::pidns::current_ns_id();
                 let me = ProcessIdentity {
                     pid,
                     start_time: start_time(pid).unwrap_or(0),
                     boot_id: boot_id().to_string(),
                     host: hostname().to_string(),
-                    pid_ns: baton_proc::pidns::current_pid_ns(),
+                    pid_ns: ns.map(|n| n.inode),
+                    pid_ns_init: ns.and_then(|n| n.init_start),
                 };
                 *cached = Some(me.clone());
                 me
@@ -100,12 +107,22 @@ impl ProcessIdentity {
     /// The identity of another process on this machine (`pid` as seen from
     /// here), if it exists.
     pub fn of_pid(pid: i32) -> Option<ProcessIdentity> {
+        let ns = baton_proc::pidns::current_ns_id();
         Some(ProcessIdentity {
             pid,
             start_time: start_time(pid)?,
             boot_id: boot_id().to_string(),
             host: hostname().to_string(),
-            pid_ns: baton_proc::pidns::current_pid_ns(),
+            pid_ns: ns.map(|n| n.inode),
+            pid_ns_init: ns.and_then(|n| n.init_start),
+        })
+    }
+
+    /// The PID namespace the pid was recorded in, if recorded.
+    pub fn ns_id(&self) -> Option<baton_proc::pidns::NsId> {
+        Some(baton_proc::pidns::NsId {
+            inode: self.pid_ns?,
+            init_start: self.pid_ns_init,
         })
     }
 
@@ -125,7 +142,15 @@ impl ProcessIdentity {
     /// Whether the pid was recorded in this process's PID namespace (records
     /// without a namespace are taken to be).
     pub fn in_my_pid_ns(&self) -> bool {
-        self.pid_ns.is_none() || self.pid_ns == baton_proc::pidns::current_pid_ns()
+        let Some(ns) = self.ns_id() else {
+            return true;
+        };
+        baton_proc::pidns::current_ns_id().is_some_and(|here| {
+            here.inode == ns.inode
+                && (ns.init_start.is_none()
+                    || here.init_start.is_none()
+                    || ns.init_start == here.init_start)
+        })
     }
 
     /// Checks whether the process still runs.
@@ -148,7 +173,7 @@ impl ProcessIdentity {
                 Liveness::Unknown
             });
         }
-        match baton_proc::pidns::locate(self.pid_ns, self.pid, self.start_time) {
+        match baton_proc::pidns::locate(self.ns_id(), self.pid, self.start_time) {
             baton_proc::pidns::Sighting::Here(pid) => Sighting {
                 liveness: Liveness::Alive,
                 local_pid: Some(pid),

@@ -14,6 +14,11 @@
 //! process of it is, or we are in the initial namespace); otherwise it is
 //! "not visible from here".
 //!
+//! The kernel reuses the inode numbers of dead namespaces (a restarted
+//! container may get its predecessor's), so a namespace is named by its inode
+//! *and* the start time of its pid 1 ([`NsId`]): a new namespace's init starts
+//! after the old one's died.
+//!
 //! Limits: `/proc` must be the reader's own (a container mounts its own; an
 //! `unshare --pid` without `--mount-proc` does not), and start times are only
 //! comparable without time namespaces (which shift them).
@@ -37,6 +42,34 @@ pub fn pid_ns_of(pid: i32) -> Option<u64> {
 /// The PID namespace of this process.
 pub fn current_pid_ns() -> Option<u64> {
     ns_of("/proc/self/ns/pid")
+}
+
+/// A PID namespace, named so that a later one reusing its inode number is
+/// told apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NsId {
+    /// The inode of its `/proc/<pid>/ns/pid`.
+    pub inode: u64,
+    /// The start time of its pid 1 (clock ticks since boot), if known.
+    pub init_start: Option<u64>,
+}
+
+/// The PID namespace of this process, with the start time of its pid 1.
+pub fn current_ns_id() -> Option<NsId> {
+    Some(NsId {
+        inode: current_pid_ns()?,
+        init_start: procfs::stat(1).map(|st| st.start_time),
+    })
+}
+
+/// Whether a namespace recorded as `inode` with init start time `init`
+/// is ours (records without the start time match on the inode alone).
+fn is_ours(here: Option<NsId>, inode: u64, init: Option<u64>) -> Option<bool> {
+    let here = here?;
+    if here.inode != inode {
+        return Some(false);
+    }
+    Some(init.is_none() || here.init_start.is_none() || init == here.init_start)
 }
 
 fn ns_of(link: &str) -> Option<u64> {
@@ -104,34 +137,48 @@ pub enum Sighting {
 /// Finds the process that was pid `pid` in namespace `ns` and started at
 /// `start_time`. `ns` of `None` means "the reader's own namespace" (records
 /// written before namespaces were recorded).
-pub fn locate(ns: Option<u64>, pid: i32, start_time: u64) -> Sighting {
-    let here = current_pid_ns();
-    if ns.is_none() || ns == here {
-        return match procfs::stat(pid) {
-            Some(st) if !st.exited && st.start_time == start_time => Sighting::Here(pid),
-            _ => Sighting::Gone,
-        };
-    }
+pub fn locate(ns: Option<NsId>, pid: i32, start_time: u64) -> Sighting {
+    let here = current_ns_id();
     let Some(ns) = ns else {
-        return Sighting::Gone;
+        return direct(pid, start_time);
     };
-    let mut ns_seen = here == Some(INITIAL_PID_NS);
+    match is_ours(here, ns.inode, ns.init_start) {
+        Some(true) => return direct(pid, start_time),
+        // Our namespace now has its inode: the recorded one has ended.
+        Some(false) if here.is_some_and(|h| h.inode == ns.inode) => return Sighting::Gone,
+        _ => {}
+    }
+    let mut ns_seen = here.is_some_and(|h| h.inode == INITIAL_PID_NS);
+    let mut found = None;
+    let mut init_start = None;
     for local in pids() {
-        if pid_ns_of(local) != Some(ns) {
+        if pid_ns_of(local) != Some(ns.inode) {
             continue;
         }
         ns_seen = true;
-        if NsIds::of(local).and_then(|ids| ids.inner_pid()) != Some(pid) {
+        let inner = NsIds::of(local).and_then(|ids| ids.inner_pid());
+        let Some(st) = procfs::stat(local).filter(|st| !st.exited) else {
             continue;
+        };
+        if inner == Some(1) {
+            init_start = Some(st.start_time);
         }
-        if procfs::stat(local).is_some_and(|st| !st.exited && st.start_time == start_time) {
-            return Sighting::Here(local);
+        if inner == Some(pid) && st.start_time == start_time {
+            found = Some(local);
         }
     }
-    if ns_seen {
-        Sighting::Gone
-    } else {
-        Sighting::NotVisible
+    let reused = ns.init_start.is_some() && init_start.is_some() && ns.init_start != init_start;
+    match found {
+        Some(local) if !reused => Sighting::Here(local),
+        _ if ns_seen => Sighting::Gone,
+        _ => Sighting::NotVisible,
+    }
+}
+
+fn direct(pid: i32, start_time: u64) -> Sighting {
+    match procfs::stat(pid) {
+        Some(st) if !st.exited && st.start_time == start_time => Sighting::Here(pid),
+        _ => Sighting::Gone,
     }
 }
 
@@ -140,15 +187,36 @@ pub fn locate(ns: Option<u64>, pid: i32, start_time: u64) -> Sighting {
 /// the group and session ids into our namespace. A group whose namespace is
 /// not visible from here, or of which no member is left, is not touched.
 pub fn terminate_group_in(
-    ns: Option<u64>,
+    ns: Option<NsId>,
     pgid: i32,
     identity: GroupIdentity,
     grace: std::time::Duration,
 ) -> Vec<Leftover> {
-    let here = current_pid_ns();
-    let Some(ns) = ns.filter(|ns| Some(*ns) != here) else {
+    let here = current_ns_id();
+    let Some(ns) = ns else {
         return terminate_group(pgid, identity, grace);
     };
+    match is_ours(here, ns.inode, ns.init_start) {
+        Some(true) => return terminate_group(pgid, identity, grace),
+        // Its inode names our namespace now: the recorded one ended, and
+        // with its init every process in it.
+        Some(false) if here.is_some_and(|h| h.inode == ns.inode) => return Vec::new(),
+        _ => {}
+    }
+    // Another namespace whose inode was reused since: the recorded one ended.
+    if let Some(recorded) = ns.init_start {
+        let init = pids().into_iter().find(|p| {
+            pid_ns_of(*p) == Some(ns.inode)
+                && NsIds::of(*p).and_then(|ids| ids.inner_pid()) == Some(1)
+        });
+        if init
+            .and_then(procfs::stat)
+            .is_some_and(|st| st.start_time != recorded)
+        {
+            return Vec::new();
+        }
+    }
+    let ns = ns.inode;
     let (leader_start_time, session) = match identity {
         GroupIdentity::Recorded {
             leader_start_time,
@@ -208,16 +276,27 @@ mod tests {
     fn this_process_is_found_in_its_own_namespace() {
         let me = std::process::id() as i32;
         let start = procfs::stat(me).map(|s| s.start_time).unwrap_or_default();
-        assert!(current_pid_ns().is_some());
-        assert_eq!(locate(current_pid_ns(), me, start), Sighting::Here(me));
+        let here = current_ns_id().unwrap_or_else(|| panic!("no namespace"));
+        assert_eq!(locate(Some(here), me, start), Sighting::Here(me));
         assert_eq!(locate(None, me, start + 1), Sighting::Gone);
+        // Our inode with another init: a namespace that ended and whose
+        // inode we now have.
+        let ended = NsId {
+            init_start: here.init_start.map(|s| s + 1),
+            ..here
+        };
+        assert_eq!(locate(Some(ended), me, start), Sighting::Gone);
         // A namespace that does not exist is never seen; from the initial
         // namespace that means gone, elsewhere not visible.
-        let expect = if current_pid_ns() == Some(INITIAL_PID_NS) {
+        let expect = if here.inode == INITIAL_PID_NS {
             Sighting::Gone
         } else {
             Sighting::NotVisible
         };
-        assert_eq!(locate(Some(1), 1, start), expect);
+        let missing = NsId {
+            inode: 1,
+            init_start: None,
+        };
+        assert_eq!(locate(Some(missing), 1, start), expect);
     }
 }
