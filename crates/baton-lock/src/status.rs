@@ -41,9 +41,12 @@ pub struct HolderInfo {
     pub acquired_at: String,
     /// Its fencing token.
     pub token: u64,
-    /// Whether the process still runs (assumed true when it runs on another host).
+    /// Whether the process still runs: false only when `liveness` is `dead`
+    /// (assumed true on another host, or in a PID namespace not visible from here).
     pub alive: bool,
-    /// `alive`, `dead` or `unknown` (another host).
+    /// `alive`, `dead`, `unknown` (another host), `not_visible` (another PID
+    /// namespace, not visible from here) or `inherited` (gone, but its open
+    /// lock file still holds the lock: see `kernel_holders`).
     pub liveness: Liveness,
     /// `exclusive`, `shared` or `semaphore`.
     pub mode: String,
