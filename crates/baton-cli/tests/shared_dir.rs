@@ -333,3 +333,30 @@ fn members_of_the_group_share_a_baton_dir_and_others_are_refused_with_the_remedy
     assert_eq!(code(&out), 125);
     assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
 }
+
+#[test]
+fn init_with_an_unknown_group_or_without_one_is_a_one_line_error() {
+    let env = common::Env::new();
+    let dir = env.path("shared");
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["init", "--shared", "no-such-group-for-baton"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 125);
+    let err = stderr(&out);
+    assert!(
+        err.contains("unknown group 'no-such-group-for-baton'"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!dir.exists(), "nothing is created on bad input");
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("init")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 125);
+    assert!(stderr(&out).contains("--shared"), "{}", stderr(&out));
+    assert!(!dir.exists());
+}
