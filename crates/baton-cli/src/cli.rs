@@ -198,7 +198,8 @@ reached or refuses the request; `submit --wait` exits with the job's code (see i
 $BATON_DIR, git repository, $XDG_RUNTIME_DIR, temp dir); its owner and permissions; the
 filesystem under it (network and FUSE filesystems are warned about loudly: kernel locks there
 depend on a server or a daemon); whether OFD locks work there (a real probe); inotify; the git
-version; free space for workspaces; leftover workspaces of dead owners.
+version; free space for workspaces; leftover workspaces of dead owners; the PID namespace
+(container or host) and whether /proc is its own.
 
 Exit status: 0 all well; 1 warnings (baton works, see the remedies); 125 baton cannot work there.
 
@@ -236,6 +237,30 @@ written are printed, one per line.")]
     /// Internal: the background holder started by `baton lock acquire`.
     #[command(name = "__hold", hide = true)]
     Hold,
+
+    /// Set up a baton dir that several users share (`--shared GROUP`).
+    #[command(after_help = "Example:
+  sudo baton init --shared agents /srv/baton      then every member of group agents:
+  baton --dir /srv/baton run --lock deploy -- ./deploy.sh
+
+The dir (created if missing; DIR defaults to the baton dir baton would use) and what is
+already in it get group GROUP, group read and write, and the set-group-ID bit (mode 2770), so
+that what any member creates there belongs to GROUP and stays usable by the others; others
+get no access. Members are accepted although the dir is not theirs; anyone else is refused
+with the remedy. A world-writable or symlinked dir is still refused. See README
+\"Containers and sandboxes\".")]
+    Init(InitArgs),
+}
+
+/// `baton init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Share the dir with this group (a name or a numeric id).
+    #[arg(long, value_name = "GROUP", required = true)]
+    pub shared: String,
+    /// The baton dir [default: the one baton would use here].
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 /// `baton db ...`.

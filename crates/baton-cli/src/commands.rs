@@ -43,6 +43,7 @@ pub fn main() -> u8 {
             restore_default_sigpipe();
             return doctor::doctor(cli.dir.as_deref(), *json);
         }
+        Command::Init(args) => return init(args, cli.dir.as_deref()),
         _ => {}
     }
     // A client of a job service: no baton dir of its own.
@@ -67,6 +68,11 @@ pub fn main() -> u8 {
             Err(e) => return fail(&e, BATON_FAILED),
         },
     };
+    if matches!(dir.sharing(), baton_lock::Sharing::Group { .. }) {
+        // What this process and its children create (workspaces, files of
+        // the command) stays usable by the dir's group.
+        baton_lock::sharing::open_umask_to_group();
+    }
     let flags = CliFlags {
         verbose: cli.verbose,
         log_format: cli.log_format,
@@ -197,9 +203,41 @@ pub fn main() -> u8 {
         Command::Workspace(cmd) => crate::git_cli::run_workspace(&dir, cmd),
         Command::Git(cmd) => crate::git_cli::run_git(&dir, cmd),
         // Handled above, before the baton dir was resolved.
-        Command::Doctor { .. } | Command::Completions { .. } | Command::Man | Command::Job(_) => {
-            BATON_FAILED
+        Command::Doctor { .. }
+        | Command::Init(_)
+        | Command::Completions { .. }
+        | Command::Man
+        | Command::Job(_) => BATON_FAILED,
+    }
+}
+
+/// `baton init --shared GROUP [DIR]`.
+fn init(args: &crate::cli::InitArgs, global_dir: Option<&std::path::Path>) -> u8 {
+    let Some(gid) = baton_lock::sharing::group_id(&args.shared) else {
+        eprintln!(
+            "baton: unknown group '{}': no group of that name (see `getent group`); create it with `groupadd {}` first",
+            args.shared, args.shared
+        );
+        return BATON_FAILED;
+    };
+    let path = match args.dir.as_deref().or(global_dir) {
+        Some(p) => p.to_path_buf(),
+        None => match BatonDir::locate(None) {
+            Ok((p, _)) => p,
+            Err(e) => return fail(&e, for_lock_error(&e)),
+        },
+    };
+    match BatonDir::init_shared(&path, gid) {
+        Ok(dir) => {
+            println!(
+                "baton dir '{}' is shared with group {} (mode 2770); members use it with --dir '{}' or BATON_DIR",
+                dir.path().display(),
+                baton_lock::sharing::describe_group(gid),
+                dir.path().display()
+            );
+            0
         }
+        Err(e) => fail(&e, for_lock_error(&e)),
     }
 }
 

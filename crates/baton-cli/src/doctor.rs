@@ -207,6 +207,7 @@ fn run_checks(explicit: Option<&Path>) -> Report {
         Some(d) => checks.push(workspaces(d)),
         None => checks.push(Check::skipped("workspaces", "the baton dir cannot be used")),
     }
+    checks.push(pid_namespace());
     report(Some(path), Some(rule.as_str()), checks)
 }
 
@@ -241,6 +242,18 @@ fn permissions(dir: &BatonDir, existed: bool) -> Check {
     let mode = meta.permissions().mode() & 0o7777;
     let created = if existed { "" } else { "; created just now" };
     let detail = json!({ "uid": meta.uid(), "gid": meta.gid(), "mode": format!("{mode:04o}"), "created": !existed });
+    if let baton_lock::Sharing::Group { gid } = dir.sharing() {
+        return Check::new(
+            "permissions",
+            Status::Ok,
+            format!(
+                "shared with group {} (`baton init --shared`), owned by uid {}, mode {mode:04o}: every member may use it{created}",
+                baton_lock::sharing::describe_group(gid),
+                meta.uid()
+            ),
+        )
+        .detail(detail);
+    }
     if mode & 0o020 != 0 {
         return Check::new(
             "permissions",
@@ -270,8 +283,11 @@ fn refused(e: &LockError) -> Check {
         LockError::UnsafeDir { reason, .. } if reason.contains("symbolic link") => {
             "give the real directory path (--dir or BATON_DIR), not a symbolic link".into()
         }
+        LockError::UnsafeDir { reason, .. } if reason.contains("usermod") => {
+            "ask an administrator to add you to the dir's group (then log in again), or use a directory you own: --dir DIR or BATON_DIR=DIR".into()
+        }
         LockError::UnsafeDir { .. } => {
-            "use a directory you own: --dir DIR or BATON_DIR=DIR".into()
+            "use a directory you own (--dir DIR or BATON_DIR=DIR), or have its owner share it with a group you are in: baton init --shared GROUP DIR".into()
         }
         _ => "check that the parent directory exists and that you may write to it, or choose another with --dir or BATON_DIR".into(),
     };
@@ -365,6 +381,38 @@ fn inotify(dir: &Path) -> Check {
         .remedy("raise fs.inotify.max_user_instances and fs.inotify.max_user_watches (sysctl), or close programs that use many"),
     }
     .detail(detail)
+}
+
+/// Which PID namespace this is, and whether `/proc` is its own (README
+/// "Containers and sandboxes").
+fn pid_namespace() -> Check {
+    use baton_proc::pidns::{current_pid_ns, INITIAL_PID_NS};
+    let me = std::process::id();
+    let proc_self = std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str()?.parse::<u32>().ok());
+    let ns = current_pid_ns();
+    let detail = json!({ "pid_ns": ns, "initial": ns == Some(INITIAL_PID_NS), "proc_is_own": proc_self == Some(me) });
+    if proc_self != Some(me) {
+        return Check::new(
+            "pid_namespace",
+            Status::Warning,
+            format!("/proc is not this PID namespace's (it calls this process {}, its pid is {me}): holders' pids and liveness are misjudged", proc_self.map_or_else(|| "nothing".to_string(), |p| p.to_string())),
+        )
+        .remedy("give the container or sandbox its own /proc (unshare --pid --fork --mount-proc; container runtimes do)")
+        .detail(detail);
+    }
+    let summary = match ns {
+        Some(INITIAL_PID_NS) => "the initial PID namespace: holders in every container of this machine can be seen (and broken) from here".to_string(),
+        Some(ns) => format!("PID namespace {ns} (a container or sandbox): holders on the host or in other containers show as \"not visible from here\"; break them from the host"),
+        None => "cannot read /proc/self/ns/pid: holders in other PID namespaces cannot be told apart".to_string(),
+    };
+    let status = if ns.is_some() {
+        Status::Ok
+    } else {
+        Status::Warning
+    };
+    Check::new("pid_namespace", status, summary).detail(detail)
 }
 
 fn git() -> Check {

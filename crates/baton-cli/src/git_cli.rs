@@ -311,7 +311,8 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
                     let owner = match w.owner_alive {
                         baton_lock::Liveness::Alive => "alive",
                         baton_lock::Liveness::Dead => "dead",
-                        baton_lock::Liveness::Unknown => "?",
+                        baton_lock::Liveness::NotVisible => "hidden",
+                        baton_lock::Liveness::Unknown | baton_lock::Liveness::Inherited => "?",
                     };
                     println!(
                         "{:<20} {:<8} {:>8} {:>10} {:<6} {}{}",

@@ -62,12 +62,35 @@ fn state(st: &LockStatus) -> String {
 }
 
 fn who(h: &HolderInfo) -> String {
-    let alive = match (h.alive, h.liveness) {
-        (_, baton_lock::Liveness::Unknown) => "",
-        (true, _) => "",
-        (false, _) => " (dead)",
+    use baton_lock::Liveness;
+    let ns = match (h.pid_ns, h.local_pid) {
+        (Some(ns), Some(here)) if here != h.pid => {
+            format!(" in PID namespace {ns} (pid {here} here)")
+        }
+        (Some(ns), None) if h.liveness == Liveness::NotVisible => {
+            format!(" in PID namespace {ns}")
+        }
+        _ => String::new(),
     };
-    format!("pid {} on {}{alive}", h.pid, h.host)
+    let alive = match h.liveness {
+        Liveness::Alive => " (alive)",
+        Liveness::Unknown => "",
+        Liveness::Dead => " (dead)",
+        Liveness::NotVisible => " (alive in another PID namespace, not visible from here)",
+        Liveness::Inherited => " (gone; the lock file it left open still holds the lock)",
+    };
+    format!("pid {}{ns} on {}{alive}", h.pid, h.host)
+}
+
+/// A holder that no longer holds the lock (the kernel says so), whatever
+/// can be told about its process from here.
+fn who_last(h: &HolderInfo) -> String {
+    let ns = h
+        .pid_ns
+        .filter(|_| h.liveness == baton_lock::Liveness::NotVisible)
+        .map(|ns| format!(" in PID namespace {ns}"))
+        .unwrap_or_default();
+    format!("pid {}{ns} on {}", h.pid, h.host)
 }
 
 /// `baton lock status NAME`.
@@ -93,10 +116,22 @@ pub fn status(st: &LockStatus, json: bool) -> u8 {
     if let Some(h) = &st.last_holder {
         println!(
             "last holder {} died without releasing (owner {}, token {}, since {})",
-            who(h),
+            who_last(h),
             h.owner,
             h.token,
             h.acquired_at
+        );
+    }
+    for k in &st.kernel_holders {
+        println!(
+            "held by     pid {} ({}) according to the kernel (its open lock file holds slot {})",
+            k.pid,
+            k.command,
+            k.slots
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     for f in &st.held_through_replaced_file {
@@ -130,11 +165,16 @@ pub fn list(all: &[LockStatus], json: bool) -> u8 {
         .iter()
         .map(|st| {
             let h = st.holder.as_ref().or(st.last_holder.as_ref());
+            let shown = match (&st.holder, &st.last_holder) {
+                (Some(h), _) => who(h),
+                (None, Some(last)) => who_last(last),
+                (None, None) => "-".into(),
+            };
             [
                 st.name.clone(),
                 state(st),
                 st.waiters.to_string(),
-                h.map(who).unwrap_or_else(|| "-".into()),
+                shown,
                 h.map(|h| h.owner.clone()).unwrap_or_else(|| "-".into()),
                 h.and_then(|h| h.operation.clone())
                     .unwrap_or_else(|| "-".into()),

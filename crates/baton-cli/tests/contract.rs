@@ -45,6 +45,8 @@ fn lock_and_group_json_outputs_have_the_documented_fields() {
     let st = json_of(&env.run(&["lock", "status", "j", "--json"]));
     assert_shape(json::LOCK_STATUS, &st);
     assert_shape(json::HOLDER, &st["holders"][0]);
+    let liveness = st["holders"][0]["liveness"].as_str().unwrap();
+    assert!(json::LIVENESS.contains(&liveness), "{liveness}");
     let all = json_of(&env.run(&["lock", "list", "--json"]));
     assert_shape(json::LOCK_STATUS, &all[0]);
     let token = held["token"].to_string();

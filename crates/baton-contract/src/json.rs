@@ -23,7 +23,9 @@
 //! | `job cancel --json` | `baton_serve::client::Job` | object, [`JOB_LISTED`] |
 //! | `job list --json` | `baton_serve::client::JobList` | object, [`JOB_LIST`]; each of `jobs`, [`JOB_LISTED`] |
 //!
-//! A holder inside `holders`/`holder`/`last_holder` has the fields [`HOLDER`].
+//! A holder inside `holders`/`holder`/`last_holder` has the fields [`HOLDER`],
+//! its `liveness` one of [`LIVENESS`]; an element of `kernel_holders` has the
+//! fields [`KERNEL_HOLDER`].
 
 /// One JSON output: the command that prints it and its top-level fields.
 #[derive(Clone, Copy, Debug)]
@@ -44,6 +46,7 @@ pub const LOCK_STATUS: Shape = Shape {
         "held_through_replaced_file",
         "holder",
         "holders",
+        "kernel_holders",
         "last_holder",
         "last_holder_died",
         "last_token",
@@ -66,15 +69,33 @@ pub const HOLDER: Shape = Shape {
         "host",
         "kind",
         "liveness",
+        "local_pid",
         "mode",
         "operation",
         "owner",
         "pid",
+        "pid_ns",
         "run_id",
         "slot",
         "start_time",
         "token",
     ],
+};
+
+/// The values of a holder's `liveness`: `alive`; `dead`; `unknown` (another
+/// host, or this one before a reboot); `not_visible` (same kernel, in a PID
+/// namespace that cannot be seen from where `status` runs: alive as far as
+/// it can tell); `inherited` (the recorded process is gone, but its open lock
+/// file still holds the lock: see `kernel_holders`). A held lock's holder is
+/// never `dead`.
+pub const LIVENESS: &[&str] = &["alive", "dead", "inherited", "not_visible", "unknown"];
+
+/// A process in `kernel_holders` of `lock status`: one that holds the lock
+/// according to the kernel (its fdinfo), listed when a holder's record
+/// cannot be confirmed from here.
+pub const KERNEL_HOLDER: Shape = Shape {
+    command: "lock status NAME (a kernel holder)",
+    fields: &["command", "pid", "slots", "start_time"],
 };
 
 /// `baton lock acquire --json`.
@@ -281,6 +302,7 @@ pub const DOCTOR_CHECKS: &[&str] = &[
     "git",
     "free_space",
     "workspaces",
+    "pid_namespace",
 ];
 
 /// The rules that choose a baton dir (`rule` of `baton doctor --json`), in

@@ -10,7 +10,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use baton_lock::BatonDir;
@@ -31,12 +31,9 @@ pub(crate) fn registry_dir(dir: &BatonDir) -> Result<PathBuf, GitError> {
     Ok(reg)
 }
 
+/// 0700, or 2770 in a baton dir shared with a group.
 fn make_dir(path: &Path) -> Result<(), GitError> {
-    match fs::DirBuilder::new().mode(0o700).create(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e).at("cannot create directory", path),
-    }
+    baton_lock::sharing::create_dir(path).at("cannot create directory", path)
 }
 
 fn record_path(reg: &Path, id: &str) -> PathBuf {
@@ -58,6 +55,7 @@ pub(crate) fn insert(dir: &BatonDir, ws: &Workspace) -> Result<(), GitError> {
             .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
+        baton_lock::sharing::share_new_file(&f, &tmp)?;
         f.write_all(&bytes)?;
         f.write_all(b"\n")?;
         f.sync_data()

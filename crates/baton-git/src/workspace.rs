@@ -20,7 +20,7 @@
 use std::collections::HashSet;
 use std::fs;
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -348,11 +348,7 @@ fn fetch_base(
     run_id: &str,
 ) -> Result<(), GitError> {
     let stamps = repo.baton_dir()?.path().join("fetch");
-    match fs::DirBuilder::new().mode(0o700).create(&stamps) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e).at("cannot create directory", &stamps),
-    }
+    baton_lock::sharing::create_dir(&stamps).at("cannot create directory", &stamps)?;
     let name = repo.lock_name()?;
     let stamp = stamps.join(name.as_str().replace('/', "-"));
     let guard = repo.lock(wait, "git fetch", run_id)?;
@@ -363,7 +359,11 @@ fn fetch_base(
         .is_some_and(|age| age < req.fetch_debounce);
     if !fresh {
         git::run(&repo.path, ["fetch", "--quiet", "origin"])?;
-        fs::write(&stamp, run_id.as_bytes()).at("cannot write fetch stamp", &stamp)?;
+        let mut options = fs::OpenOptions::new();
+        options.write(true).truncate(true);
+        baton_lock::sharing::open_or_create(&stamp, &options, 0o644)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, run_id.as_bytes()))
+            .at("cannot write fetch stamp", &stamp)?;
     }
     drop(guard);
     Ok(())

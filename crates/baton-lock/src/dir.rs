@@ -4,7 +4,9 @@
 //! `BATON_DIR`, else `<git common dir>/baton` when inside a git repository
 //! (shared by all worktrees, never tracked), else `$XDG_RUNTIME_DIR/baton`,
 //! else `<temp dir>/baton-<uid>`. The directory is created `0700` if missing
-//! and refused if it is a symlink, not owned by us, or writable by others.
+//! and refused if it is a symlink, writable by every user, or not ours —
+//! unless it is shared with a group we are in (`baton init --shared`, see
+//! [`crate::sharing`]).
 
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -17,6 +19,20 @@ use crate::name::LockName;
 #[derive(Clone, Debug)]
 pub struct BatonDir {
     path: PathBuf,
+    sharing: Sharing,
+}
+
+/// Who may use a baton dir.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sharing {
+    /// Its owner only.
+    Private,
+    /// Every member of a group: the dir is set-group-ID and group-writable
+    /// (`baton init --shared GROUP DIR`).
+    Group {
+        /// The group's id.
+        gid: u32,
+    },
 }
 
 /// Which rule of the resolution order (DESIGN.md, decision 10) chose a baton
@@ -106,22 +122,72 @@ impl BatonDir {
                     .mode(0o700)
                     .create(&path)
                     .at("cannot create baton dir", &path)?;
+                // Inside a shared baton dir (`groups/`), shared in turn.
+                if path.parent().is_some_and(crate::sharing::is_shared) {
+                    fs::set_permissions(&path, fs::Permissions::from_mode(0o2770))
+                        .at("cannot create baton dir", &path)?;
+                }
             }
             Err(e) => return Err(e).at("cannot inspect baton dir", &path),
         }
-        vet(&path)?;
+        let sharing = vet(&path)?;
         // One spelling per directory (`d/`, `./d`, a symlinked parent): the
         // marker of a lock is derived from this path (LOCKING.md).
         let path = fs::canonicalize(&path).at("cannot resolve baton dir", &path)?;
-        let dir = BatonDir { path };
+        let dir = BatonDir { path, sharing };
         let locks = dir.locks_dir();
-        match fs::DirBuilder::new().mode(0o700).create(&locks) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e).at("cannot create lock directory", &locks),
-        }
+        crate::sharing::create_dir(&locks).at("cannot create lock directory", &locks)?;
         vet(&locks)?;
         Ok(dir)
+    }
+
+    /// Makes `path` (created if missing) a baton dir shared by the members of
+    /// group `gid`: the group owns it and what is already in it, it is
+    /// set-group-ID and group-writable (mode 2770), and not accessible to
+    /// others. The caller must own it (or be root) and be in the group (or
+    /// be root). Idempotent.
+    pub fn init_shared(path: &Path, gid: u32) -> Result<BatonDir, LockError> {
+        let refuse = |reason: String| LockError::UnsafeDir {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let root = rustix::process::geteuid().is_root();
+        if !root && !crate::sharing::is_member(gid) {
+            return Err(refuse(format!(
+                "cannot be shared with group {}: you are not in it",
+                crate::sharing::describe_group(gid)
+            )));
+        }
+        match fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(refuse(
+                    "is a symbolic link; use the real directory path".into(),
+                ))
+            }
+            Ok(m) if !m.is_dir() => return Err(refuse("is not a directory".into())),
+            Ok(m) if !root && m.uid() != rustix::process::geteuid().as_raw() => {
+                return Err(refuse(format!(
+                    "is owned by uid {}; only its owner (or root) can share it",
+                    m.uid()
+                )))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(path)
+                    .at("cannot create baton dir", path)?;
+            }
+            Err(e) => return Err(e).at("cannot inspect baton dir", path),
+        }
+        share_tree(path, gid, 0)?;
+        BatonDir::open(path)
+    }
+
+    /// Who may use this dir.
+    pub fn sharing(&self) -> Sharing {
+        self.sharing
     }
 
     /// The directory itself.
@@ -140,8 +206,41 @@ impl BatonDir {
     }
 }
 
-/// Refuses a directory that another user could tamper with.
-fn vet(path: &Path) -> Result<(), LockError> {
+/// Gives group `gid` the directory `path` and, below it, what baton keeps
+/// there (not the checkouts of workspaces, which belong to their users).
+fn share_tree(path: &Path, gid: u32, depth: u32) -> Result<(), LockError> {
+    let meta = fs::symlink_metadata(path).at("cannot inspect", path)?;
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    rustix::fs::chown(path, None, Some(rustix::fs::Gid::from_raw(gid)))
+        .map_err(std::io::Error::from)
+        .at("cannot change the group of", path)?;
+    let mode = if meta.is_dir() {
+        (meta.mode() & 0o7777 & !0o007) | 0o2770
+    } else {
+        (meta.mode() & 0o777 & !0o007) | 0o060
+    };
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .at("cannot change the permissions of", path)?;
+    if !meta.is_dir() || depth > 3 {
+        return Ok(());
+    }
+    let in_workspaces = path.file_name().is_some_and(|n| n == "workspaces") && depth == 1;
+    for entry in fs::read_dir(path).at("cannot list", path)? {
+        let entry = entry.at("cannot list", path)?;
+        let is_checkout = in_workspaces && entry.file_name() != ".registry";
+        if is_checkout {
+            continue;
+        }
+        share_tree(&entry.path(), gid, depth + 1)?;
+    }
+    Ok(())
+}
+
+/// Refuses a directory that another user could tamper with; says whether it
+/// is shared with a group.
+fn vet(path: &Path) -> Result<Sharing, LockError> {
     let refuse = |reason: String| LockError::UnsafeDir {
         path: path.to_path_buf(),
         reason,
@@ -155,19 +254,30 @@ fn vet(path: &Path) -> Result<(), LockError> {
     if !meta.is_dir() {
         return Err(refuse("is not a directory".into()));
     }
-    let uid = rustix::process::geteuid().as_raw();
-    if meta.uid() != uid {
-        return Err(refuse(format!(
-            "is owned by uid {}, not by you (uid {uid})",
-            meta.uid()
-        )));
-    }
     if meta.permissions().mode() & 0o002 != 0 {
         return Err(refuse(
             "is writable by every user; run `chmod o-w` on it or choose another directory".into(),
         ));
     }
-    Ok(())
+    let shared = meta.mode() & crate::sharing::SHARED_DIR_BITS == crate::sharing::SHARED_DIR_BITS;
+    let uid = rustix::process::geteuid().as_raw();
+    if shared {
+        if crate::sharing::is_member(meta.gid()) || meta.uid() == uid || uid == 0 {
+            return Ok(Sharing::Group { gid: meta.gid() });
+        }
+        return Err(refuse(format!(
+            "is shared with group {group}, and you (uid {uid}) are not in it; ask an administrator to add you (`usermod -aG {name} $USER`, then log in again), or use a baton dir of your own (--dir or BATON_DIR)",
+            group = crate::sharing::describe_group(meta.gid()),
+            name = crate::sharing::group_name(meta.gid()).unwrap_or_else(|| meta.gid().to_string()),
+        )));
+    }
+    if meta.uid() != uid {
+        return Err(refuse(format!(
+            "is owned by uid {}, not by you (uid {uid}); to share a baton dir between users, its owner runs `baton init --shared GROUP DIR`",
+            meta.uid()
+        )));
+    }
+    Ok(Sharing::Private)
 }
 
 fn default_location() -> Result<(PathBuf, DirRule), LockError> {

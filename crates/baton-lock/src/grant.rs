@@ -94,8 +94,11 @@ pub(crate) fn take_over(
                     }
                 }
             }
-            for g in leftovers {
-                baton_proc::terminate_group(
+            for (ns, g) in leftovers {
+                // Translated when the dead holder ran in another PID
+                // namespace; left alone when that namespace is not visible.
+                baton_proc::pidns::terminate_group_in(
+                    ns,
                     g.pgid,
                     baton_proc::GroupIdentity::Recorded {
                         leader_start_time: g.leader_start_time,
@@ -134,8 +137,15 @@ pub(crate) fn take_over(
     }
 }
 
-/// Process groups of dead holders whose records the grant of `slot` replaces.
-fn dead_command_groups(doc: &LockDoc, mode: Mode, slot: u32) -> Vec<CommandGroup> {
+/// Process groups of dead holders whose records the grant of `slot` replaces,
+/// with the PID namespace their ids belong to. A holder that is not visible
+/// from here (another container, a restarted one whose pid 1 is a new
+/// process) is never taken for dead: its group is left alone.
+fn dead_command_groups(
+    doc: &LockDoc,
+    mode: Mode,
+    slot: u32,
+) -> Vec<(Option<baton_proc::pidns::NsId>, CommandGroup)> {
     doc.holders
         .iter()
         .filter(|h| h.command_group.is_some() && (h.slot == slot || mode == Mode::Shared))
@@ -143,7 +153,7 @@ fn dead_command_groups(doc: &LockDoc, mode: Mode, slot: u32) -> Vec<CommandGroup
             h.process.liveness() == Liveness::Dead
                 && h.process.boot_id == crate::identity::boot_id()
         })
-        .filter_map(|h| h.command_group)
+        .filter_map(|h| Some((h.process.ns_id(), h.command_group?)))
         .collect()
 }
 
@@ -221,8 +231,12 @@ pub(crate) fn held_for_ancestor(
     doc: &LockDoc,
     mode: Option<Mode>,
 ) -> std::io::Result<Option<HolderRecord>> {
+    // Ancestors are compared by pid and start time: only in our own PID
+    // namespace (a container's pid 7 is not ours).
     let local = |p: &ProcessIdentity| {
-        p.host == crate::identity::hostname() && p.boot_id == crate::identity::boot_id()
+        p.host == crate::identity::hostname()
+            && p.boot_id == crate::identity::boot_id()
+            && p.in_my_pid_ns()
     };
     let covers = |h: &HolderRecord| match mode {
         Some(m) => h.mode != "shared" || m == Mode::Shared,
@@ -247,7 +261,10 @@ pub(crate) fn held_for_ancestor(
         .filter(|h| h.process.liveness() == Liveness::Alive)
         .find(|h| match h.kind {
             HolderKind::Run => is_ancestor(&h.process),
-            _ => h.acquired_for.as_ref().is_some_and(is_ancestor),
+            _ => h
+                .acquired_for
+                .as_ref()
+                .is_some_and(|f| f.in_my_pid_ns() && is_ancestor(f)),
         })
         .cloned())
 }

@@ -1,8 +1,15 @@
-//! Who a process is: (boot id, pid, process start time) plus hostname.
+//! Who a process is: (boot id, PID namespace, pid, process start time) plus
+//! hostname.
 //!
 //! A pid alone is reused by the kernel; the start time (in clock ticks since
 //! boot, from `/proc/<pid>/stat`) tells a reused pid apart, and the boot id
-//! tells a pid from before a reboot apart.
+//! tells a pid from before a reboot apart. The boot id is the kernel's, shared
+//! by every container on it (a container's host name is its own): equal boot
+//! ids mean the same running kernel. A pid is only meaningful in its PID
+//! namespace (a container's pid 1 is not the host's), so the namespace is
+//! recorded too, and a reader elsewhere finds the process through
+//! [`baton_proc::pidns`]: from the host, a container's holder is alive and has
+//! a pid here; from a sibling container it is "not visible from here".
 
 use std::fs;
 use std::sync::OnceLock;
@@ -20,6 +27,15 @@ pub struct ProcessIdentity {
     pub boot_id: String,
     /// Host name of the machine it runs on.
     pub host: String,
+    /// The PID namespace `pid` belongs to (inode of `/proc/<pid>/ns/pid`);
+    /// absent in records of older versions (then the reader's is assumed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_ns: Option<u64>,
+    /// Start time of pid 1 of that namespace: the kernel reuses the inodes of
+    /// dead namespaces, and this tells a restarted container's new namespace
+    /// from its predecessor's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_ns_init: Option<u64>,
 }
 
 /// Whether a recorded process still runs.
@@ -32,6 +48,36 @@ pub enum Liveness {
     Dead,
     /// Recorded on another host or before a reboot of this one: cannot tell from here.
     Unknown,
+    /// Same kernel, in a PID namespace that cannot be seen from here (the
+    /// host's, or another container's): alive as far as anyone here can tell.
+    NotVisible,
+    /// Only for a lock's holder: the recorded process is gone, but the kernel
+    /// lock is still held through the lock file it had open, by a process that
+    /// inherited it (see `kernel_holders` of the lock's status).
+    Inherited,
+}
+
+impl Liveness {
+    /// The word used in messages and `--json`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Liveness::Alive => "alive",
+            Liveness::Dead => "dead",
+            Liveness::Unknown => "unknown",
+            Liveness::NotVisible => "not_visible",
+            Liveness::Inherited => "inherited",
+        }
+    }
+}
+
+/// Where a recorded process is, seen from this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sighting {
+    /// Whether it runs.
+    pub liveness: Liveness,
+    /// Its pid here, when it runs and can be seen from here (it differs from
+    /// the recorded pid when it runs in another PID namespace).
+    pub local_pid: Option<i32>,
 }
 
 impl ProcessIdentity {
@@ -43,11 +89,14 @@ impl ProcessIdentity {
         match &*cached {
             Some(me) if me.pid == pid => me.clone(),
             _ => {
+                let ns = baton_proc::pidns::current_ns_id();
                 let me = ProcessIdentity {
                     pid,
                     start_time: start_time(pid).unwrap_or(0),
                     boot_id: boot_id().to_string(),
                     host: hostname().to_string(),
+                    pid_ns: ns.map(|n| n.inode),
+                    pid_ns_init: ns.and_then(|n| n.init_start),
                 };
                 *cached = Some(me.clone());
                 me
@@ -55,34 +104,82 @@ impl ProcessIdentity {
         }
     }
 
-    /// The identity of another process on this machine, if it exists.
+    /// The identity of another process on this machine (`pid` as seen from
+    /// here), if it exists.
     pub fn of_pid(pid: i32) -> Option<ProcessIdentity> {
+        let ns = baton_proc::pidns::current_ns_id();
         Some(ProcessIdentity {
             pid,
             start_time: start_time(pid)?,
             boot_id: boot_id().to_string(),
             host: hostname().to_string(),
+            pid_ns: ns.map(|n| n.inode),
+            pid_ns_init: ns.and_then(|n| n.init_start),
         })
     }
 
-    /// Whether this identity names a process that runs on this machine now.
+    /// The PID namespace the pid was recorded in, if recorded.
+    pub fn ns_id(&self) -> Option<baton_proc::pidns::NsId> {
+        Some(baton_proc::pidns::NsId {
+            inode: self.pid_ns?,
+            init_start: self.pid_ns_init,
+        })
+    }
+
+    /// Whether this identity was recorded under the running kernel (this
+    /// machine since its last boot, in any container on it).
     pub fn is_local(&self) -> bool {
-        self.host == hostname()
+        self.same_kernel()
+    }
+
+    fn same_kernel(&self) -> bool {
+        if boot_id().is_empty() || self.boot_id.is_empty() {
+            return self.host == hostname();
+        }
+        self.boot_id == boot_id()
+    }
+
+    /// Whether the pid was recorded in this process's PID namespace (records
+    /// without a namespace are taken to be).
+    pub fn in_my_pid_ns(&self) -> bool {
+        let Some(ns) = self.ns_id() else {
+            return true;
+        };
+        baton_proc::pidns::current_ns_id().is_some_and(|here| {
+            here.inode == ns.inode
+                && (ns.init_start.is_none()
+                    || here.init_start.is_none()
+                    || ns.init_start == here.init_start)
+        })
     }
 
     /// Checks whether the process still runs.
     pub fn liveness(&self) -> Liveness {
-        if self.host != hostname() || self.boot_id != boot_id() {
+        self.sighting().liveness
+    }
+
+    /// Checks whether the process still runs and finds its pid here.
+    pub fn sighting(&self) -> Sighting {
+        let gone = |liveness| Sighting {
+            liveness,
+            local_pid: None,
+        };
+        if !self.same_kernel() {
             // Another host, or this host before a reboot (then it is certainly
             // gone, but only if we know it is this host).
-            if self.host == hostname() {
-                return Liveness::Dead;
-            }
-            return Liveness::Unknown;
+            return gone(if self.host == hostname() {
+                Liveness::Dead
+            } else {
+                Liveness::Unknown
+            });
         }
-        match start_time(self.pid) {
-            Some(t) if t == self.start_time => Liveness::Alive,
-            _ => Liveness::Dead,
+        match baton_proc::pidns::locate(self.ns_id(), self.pid, self.start_time) {
+            baton_proc::pidns::Sighting::Here(pid) => Sighting {
+                liveness: Liveness::Alive,
+                local_pid: Some(pid),
+            },
+            baton_proc::pidns::Sighting::Gone => gone(Liveness::Dead),
+            baton_proc::pidns::Sighting::NotVisible => gone(Liveness::NotVisible),
         }
     }
 }
@@ -191,9 +288,17 @@ mod tests {
         assert_eq!(reused.liveness(), Liveness::Dead);
         let elsewhere = ProcessIdentity {
             host: "some-other-host.invalid".into(),
-            ..me
+            boot_id: "00000000-0000-0000-0000-000000000000".into(),
+            ..me.clone()
         };
         assert_eq!(elsewhere.liveness(), Liveness::Unknown);
+        // A container of this kernel has a host name of its own: same boot
+        // id, same kernel, so the pid is checked.
+        let container = ProcessIdentity {
+            host: "a-container.invalid".into(),
+            ..me
+        };
+        assert_eq!(container.liveness(), Liveness::Alive);
     }
 
     #[test]

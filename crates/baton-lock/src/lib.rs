@@ -31,6 +31,7 @@ mod dir;
 mod error;
 mod grant;
 mod identity;
+mod kernel_holders;
 mod layout;
 mod lock;
 mod meta;
@@ -39,6 +40,7 @@ mod ofd;
 mod reentrant;
 mod replaced;
 mod request;
+pub mod sharing;
 mod slots;
 mod status;
 mod wait;
@@ -47,12 +49,13 @@ pub use cancel::CancelToken;
 pub use diagnose::{
     filesystem, free_space, inotify, probe_locks, Filesystem, FsClass, Inotify, LockProbe, Space,
 };
-pub use dir::{git_common_dir, BatonDir, DirRule};
+pub use dir::{git_common_dir, BatonDir, DirRule, Sharing};
 pub use error::{one_line, LockError};
 pub use identity::{
     ancestors, boot_id, default_owner, hostname, new_run_id, parent_of, start_time, Liveness,
-    ProcessIdentity,
+    ProcessIdentity, Sighting,
 };
+pub use kernel_holders::KernelHolder;
 pub use lock::{acquire, acquire_all, LockGuard};
 pub use meta::{CommandGroup, HolderKind, HolderRecord, LockDoc};
 pub use name::{LockName, MAX_NAME_LEN};

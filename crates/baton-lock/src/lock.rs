@@ -296,14 +296,13 @@ pub fn acquire_all(dir: &BatonDir, reqs: &[LockRequest]) -> Result<Vec<LockGuard
 }
 
 fn open_lock_file(path: &Path) -> Result<File, LockError> {
-    OpenOptions::new()
+    // Created 0600, or 0660 in a dir shared with a group (`sharing`).
+    let mut options = OpenOptions::new();
+    options
         .read(true)
         .write(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .at("cannot open lock file", path)
+        .custom_flags(libc::O_NOFOLLOW);
+    crate::sharing::open_or_create(path, &options, 0o600).at("cannot open lock file", path)
 }
 
 /// How long a release waits for processes still using the hold (borrowers).

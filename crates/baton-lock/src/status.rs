@@ -41,9 +41,12 @@ pub struct HolderInfo {
     pub acquired_at: String,
     /// Its fencing token.
     pub token: u64,
-    /// Whether the process still runs (assumed true when it runs on another host).
+    /// Whether the process still runs: false only when `liveness` is `dead`
+    /// (assumed true on another host, or in a PID namespace not visible from here).
     pub alive: bool,
-    /// `alive`, `dead` or `unknown` (another host).
+    /// `alive`, `dead`, `unknown` (another host), `not_visible` (another PID
+    /// namespace, not visible from here) or `inherited` (gone, but its open
+    /// lock file still holds the lock: see `kernel_holders`).
     pub liveness: Liveness,
     /// `exclusive`, `shared` or `semaphore`.
     pub mode: String,
@@ -57,13 +60,19 @@ pub struct HolderInfo {
     pub boot_id: String,
     /// The process it holds the lock for (`baton lock acquire`: the calling script).
     pub acquired_for: Option<ProcessIdentity>,
+    /// The PID namespace `pid` belongs to (inode of `/proc/<pid>/ns/pid`).
+    pub pid_ns: Option<u64>,
+    /// Its pid as seen from here, when it runs and is visible from here (it
+    /// differs from `pid` when it runs in another PID namespace).
+    pub local_pid: Option<i32>,
 }
 
 impl HolderInfo {
     /// What `status` shows for a holder record; its liveness is judged
     /// from this machine (see [`ProcessIdentity::liveness`]).
     pub fn from_record(r: &HolderRecord) -> HolderInfo {
-        let liveness = r.process.liveness();
+        let seen = r.process.sighting();
+        let liveness = seen.liveness;
         HolderInfo {
             pid: r.process.pid,
             host: r.process.host.clone(),
@@ -80,6 +89,8 @@ impl HolderInfo {
             start_time: r.process.start_time,
             boot_id: r.process.boot_id.clone(),
             acquired_for: r.acquired_for.clone(),
+            pid_ns: r.process.pid_ns,
+            local_pid: seen.local_pid,
         }
     }
 }
@@ -134,6 +145,11 @@ pub struct LockStatus {
     /// (deleted, renamed or replaced) but through which someone still holds
     /// the lock. New acquirers wait until they are released.
     pub held_through_replaced_file: Vec<String>,
+    /// The processes that hold the lock according to the kernel (the `lock:`
+    /// lines of their fdinfo), looked up when a holder's record cannot be
+    /// confirmed from here (or names none). Empty otherwise, and when the
+    /// holder cannot be seen from here (another PID namespace, another user).
+    pub kernel_holders: Vec<crate::KernelHolder>,
 }
 
 /// Status of one lock. Never creates anything.
@@ -199,6 +215,7 @@ impl LockStatus {
             content: Content::Missing,
             content_error: None,
             held_through_replaced_file: Vec::new(),
+            kernel_holders: Vec::new(),
             inode: None,
         }
     }
@@ -220,6 +237,7 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
         content: Content::Missing,
         content_error: None,
         held_through_replaced_file: Vec::new(),
+        kernel_holders: Vec::new(),
         inode: None,
     };
     let file = match open_for_status(path) {
@@ -278,7 +296,13 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
                 slot_held && !shared_dead
             });
         st.holders = live.into_iter().map(HolderInfo::from_record).collect();
-        st.holder = st.holders.first().cloned();
+        // The kernel says the slot is held: its recorded holder is gone only
+        // if someone inherited the open lock file (never "dead" while held).
+        for h in &mut st.holders {
+            if h.liveness == Liveness::Dead {
+                h.liveness = Liveness::Inherited;
+            }
+        }
         // A record left on a free lock by a process that still runs is a
         // release in progress (the slot is freed before the record), not a death.
         if !st.held {
@@ -292,6 +316,17 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
             }
         }
     }
+    let unconfirmed = st.holders.is_empty()
+        || st
+            .holders
+            .iter()
+            .any(|h| matches!(h.liveness, Liveness::Inherited | Liveness::NotVisible));
+    if st.held && unconfirmed {
+        if let Ok(meta) = file.metadata() {
+            st.kernel_holders = crate::kernel_holders::kernel_holders(FileId::of(&meta), max);
+        }
+    }
+    st.holder = st.holders.first().cloned();
     Ok(st)
 }
 

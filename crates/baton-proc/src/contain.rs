@@ -74,6 +74,14 @@ pub enum GroupIdentity {
 
 static SUBREAPER: AtomicBool = AtomicBool::new(false);
 
+/// This process's group, or `None` when it is led from outside our PID
+/// namespace (`nsenter`, `docker exec`): the kernel reports it as 0, on
+/// which `rustix::process::getpgrp` would assert.
+pub(crate) fn our_pgrp() -> Option<Pid> {
+    // SAFETY: getpgrp takes no arguments, cannot fail and touches no memory.
+    Pid::from_raw(unsafe { libc::getpgrp() })
+}
+
 /// Pids of the children that [`Supervisor`](crate::Supervisor)s of this process
 /// are running now; [`orphans`] never counts them.
 pub(crate) static SUPERVISED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
@@ -133,7 +141,7 @@ fn pin(pid: i32, expect: &ProcStat) -> Option<Pinned> {
 /// This process and the process group it belongs to are never signalled.
 pub fn terminate_group(pgid: i32, identity: GroupIdentity, grace: Duration) -> Vec<Leftover> {
     let me = std::process::id() as i32;
-    if pgid <= 1 || rustix::process::getpgrp().as_raw_nonzero().get() == pgid {
+    if pgid <= 1 || our_pgrp().is_some_and(|g| g.as_raw_nonzero().get() == pgid) {
         return Vec::new();
     }
     let mut found: Vec<Leftover> = Vec::new();

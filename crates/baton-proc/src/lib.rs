@@ -58,6 +58,7 @@ mod cancel;
 mod contain;
 mod error;
 mod handshake;
+pub mod pidns;
 pub mod procfs;
 
 /// Design note: how and why baton-proc handles processes and signals the way it does.

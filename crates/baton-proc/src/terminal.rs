@@ -35,8 +35,10 @@ impl TerminalHandover {
     /// the child can take the terminal itself before it runs anything.
     pub(crate) fn wanted() -> bool {
         let stdin = stdin();
-        rustix::termios::isatty(stdin)
-            && rustix::termios::tcgetpgrp(stdin).ok() == Some(rustix::process::getpgrp())
+        let Some(ours) = crate::contain::our_pgrp() else {
+            return false; // led from outside our PID namespace: not our terminal
+        };
+        rustix::termios::isatty(stdin) && rustix::termios::tcgetpgrp(stdin).ok() == Some(ours)
     }
 
     /// Makes `child_group` the terminal's foreground group (again: the child

@@ -69,7 +69,7 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -270,12 +270,10 @@ pub fn append_with(
 }
 
 fn open_append(path: &Path) -> Result<File, EventLogError> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(at("open", path))
+    let mut options = OpenOptions::new();
+    options.append(true);
+    // 0600, or 0660 in a baton dir shared with a group.
+    baton_lock::sharing::open_or_create(path, &options, 0o600).map_err(at("open", path))
 }
 
 /// First and longest pause between attempts to take the log's lock.

@@ -231,7 +231,11 @@ fn write_doc(path: &Path, doc: &GroupDoc) -> Result<(), RunError> {
     };
     let bytes = serde_json::to_vec_pretty(doc).map_err(|e| io(e.into()))?;
     let tmp = path.with_extension(format!("json.tmp-{}", std::process::id()));
-    fs::write(&tmp, bytes).map_err(io)?;
+    let mut f = fs::File::create(&tmp).map_err(io)?;
+    // Others of a shared baton dir's group rewrite it too.
+    baton_lock::sharing::share_new_file(&f, &tmp).map_err(io)?;
+    std::io::Write::write_all(&mut f, &bytes).map_err(io)?;
+    drop(f);
     fs::rename(&tmp, path).map_err(io)
 }
 

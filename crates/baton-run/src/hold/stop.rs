@@ -66,7 +66,8 @@ pub fn release_held(
         .filter(|h| {
             force
                 || h.acquired_for.as_ref().is_some_and(|f| {
-                    caller.is_some_and(|(pid, start)| f.pid == pid && f.start_time == start)
+                    f.in_my_pid_ns()
+                        && caller.is_some_and(|(pid, start)| f.pid == pid && f.start_time == start)
                 })
         })
         .collect();
@@ -228,15 +229,39 @@ pub fn break_lock(
                 }
                 .into())
             }
-            Liveness::Dead => {
+            Liveness::NotVisible => {
                 return Err(LockError::Refused {
                     name: name.to_string(),
                     reason: format!(
-                        "it is held, but its recorded holder pid {} is gone: another process inherited the lock file; find it with `fuser` on the lock file",
-                        h.pid
+                        "it is held by pid {} in another PID namespace{}, which is not visible from here; run `baton lock break {name}` where that process can be seen: inside its container or sandbox, or on the host (the initial PID namespace sees every container)",
+                        h.pid,
+                        h.pid_ns.map(|ns| format!(" ({ns})")).unwrap_or_default(),
                     ),
                 }
                 .into())
+            }
+            Liveness::Dead | Liveness::Inherited => {
+                let by = if st.kernel_holders.is_empty() {
+                    "find it with `fuser` on the lock file".to_string()
+                } else {
+                    let pids: Vec<String> = st
+                        .kernel_holders
+                        .iter()
+                        .map(|k| format!("pid {} ({})", k.pid, k.command))
+                        .collect();
+                    format!(
+                        "the kernel shows it held by {}; stop that process if it should not hold the lock",
+                        pids.join(", ")
+                    )
+                };
+                return Err(LockError::Refused {
+                    name: name.to_string(),
+                    reason: format!(
+                        "it is held, but its recorded holder pid {} is gone: another process inherited the lock file; {by}",
+                        h.pid
+                    ),
+                }
+                .into());
             }
             Liveness::Alive => {}
         }
@@ -249,7 +274,10 @@ pub fn break_lock(
             .as_ref()
             .filter(|_| h.kind == HolderKind::Hold)
         {
-            baton_proc::terminate_tree(caller.pid, caller.start_time, grace);
+            // Its pid here (it may run in another PID namespace).
+            if let Some(pid) = caller.sighting().local_pid {
+                baton_proc::terminate_tree(pid, caller.start_time, grace);
+            }
         }
         let action = stop_holder(name, h, grace)?;
         report.stopped.push(BrokenHolder {
@@ -294,15 +322,23 @@ fn ask_to_release(name: &LockName, h: &HolderInfo) -> Result<(), RunError> {
         }
         .into()
     };
-    let Some(pidfd) = Pid::from_raw(h.pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok())
+    if h.liveness == Liveness::NotVisible {
+        return Err(refused(format!(
+            "its holder pid {} runs in another PID namespace, which is not visible from here; release it where it can be seen (inside its container, or on the host)",
+            h.pid
+        )));
+    }
+    // Its pid here (it may run in another PID namespace).
+    let pid = h.local_pid.unwrap_or(h.pid);
+    let Some(pidfd) = Pid::from_raw(pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok())
     else {
         return Ok(()); // gone already: the kernel released the lock
     };
-    if start_time(h.pid) != Some(h.start_time) {
+    if start_time(pid) != Some(h.start_time) {
         return Ok(());
     }
     rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::USR1)
-        .map_err(|e| refused(format!("cannot signal its holder pid {}: {e}", h.pid)))?;
+        .map_err(|e| refused(format!("cannot signal its holder pid {pid}: {e}")))?;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -326,15 +362,19 @@ fn ask_to_release(name: &LockName, h: &HolderInfo) -> Result<(), RunError> {
 }
 
 fn stop_holder(name: &LockName, h: &HolderInfo, grace: Duration) -> Result<&'static str, RunError> {
-    if h.pid == std::process::id() as i32 {
+    // Its pid here: it differs from the recorded one when the holder runs in
+    // another PID namespace (a container seen from the host).
+    let pid = h.local_pid.unwrap_or(h.pid);
+    if pid == std::process::id() as i32 {
         return Err(LockError::Refused {
             name: name.to_string(),
             reason: "it is held by this very process".into(),
         }
         .into());
     }
+    // The start time is the same clock in every PID namespace: compared
+    // here, on the process pinned by the pidfd.
     let expected = h.start_time;
-    let pid = h.pid;
     let report = terminate_verified(pid, grace, || start_time(pid) == Some(expected))?;
     Ok(match report {
         TerminateReport::AlreadyGone => "already gone",
