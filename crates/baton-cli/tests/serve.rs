@@ -68,7 +68,10 @@ fn two_concurrent_jobs_both_run_and_a_third_waits_in_fifo_order() {
 /// the two, in the scheduler and in `/health`.
 #[test]
 fn node_max_concurrency_caps_a_single_node() {
-    let s = server("", &["--max-concurrency", "3", "--node-max-concurrency", "1"]);
+    let s = server(
+        "",
+        &["--max-concurrency", "3", "--node-max-concurrency", "1"],
+    );
     let t = s.tmp();
     let a = s.submit(json!({"prompt": "a"}));
     let b = s.submit(json!({"prompt": "b"}));
@@ -224,7 +227,11 @@ fn a_service_refuses_to_start_on_bad_configuration_with_one_line_and_125() {
             "max_queue_depth",
         ),
         ("job_tll = \"1h\"", vec![], "job_tll"),
-        ("node_max_concurrency = 0", vec![], "invalid node_max_concurrency 0"),
+        (
+            "node_max_concurrency = 0",
+            vec![],
+            "invalid node_max_concurrency 0",
+        ),
         (
             "max_concurrency = 2\nnode_max_concurrency = 3",
             vec![],

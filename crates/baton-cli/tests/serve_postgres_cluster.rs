@@ -95,9 +95,17 @@ fn a_nodes_own_cap_holds_under_the_cluster_cap() {
     let a = Server::start(&config(&script, "a"), &a_args);
     let b = Server::start(&config(&script, "b"), &common);
     let (_, h) = a.get("/health");
-    assert_eq!((h["capacity"].as_u64(), h["node_capacity"].as_u64()), (Some(4), Some(1)), "{h}");
+    assert_eq!(
+        (h["capacity"].as_u64(), h["node_capacity"].as_u64()),
+        (Some(4), Some(1)),
+        "{h}"
+    );
     let (_, h) = b.get("/health");
-    assert_eq!((h["capacity"].as_u64(), h["node_capacity"].as_u64()), (Some(4), Some(4)), "{h}");
+    assert_eq!(
+        (h["capacity"].as_u64(), h["node_capacity"].as_u64()),
+        (Some(4), Some(4)),
+        "{h}"
+    );
     let nodes = [&a, &b];
     let ids: Vec<String> = (0..JOBS)
         .map(|i| nodes[i % 2].submit(json!({"prompt": i.to_string()})))
@@ -119,8 +127,14 @@ fn a_nodes_own_cap_holds_under_the_cluster_cap() {
     assert_eq!(conc_a.len(), on_a, "{conc_a:?}");
     assert_eq!(conc_a.len() + conc_b.len(), JOBS);
     assert!(on_a >= 1, "node A ran no job");
-    assert!(conc_a.iter().all(|&n| n <= 1), "node A ran {conc_a:?} at once");
-    assert!(conc.iter().all(|&n| n <= 4), "the cluster ran {conc:?} at once");
+    assert!(
+        conc_a.iter().all(|&n| n <= 1),
+        "node A ran {conc_a:?} at once"
+    );
+    assert!(
+        conc.iter().all(|&n| n <= 4),
+        "the cluster ran {conc:?} at once"
+    );
 }
 
 /// A node cap of 0 or above `max_concurrency` is refused at start: one
@@ -173,7 +187,10 @@ fn health_lists_the_nodes_and_sees_a_killed_one_go() {
         let e = entry(&h, name).unwrap();
         assert_eq!(e["pid"].as_i64(), Some(i64::from(s.pid())), "{h}");
         assert!(!e["host"].as_str().unwrap_or("").is_empty(), "{h}");
-        assert!(e["started_at"].is_string() && e["heartbeat_at"].is_string(), "{h}");
+        assert!(
+            e["started_at"].is_string() && e["heartbeat_at"].is_string(),
+            "{h}"
+        );
     }
     // The other node's view is the same cluster.
     let (_, h1) = nodes[1].get("/health");
@@ -214,7 +231,11 @@ fn the_overview_lists_the_nodes() {
     let s = Server::start(&config("true", "x"), &["--store", url.as_str()]);
     let (code, o) = s.get("/v1/overview");
     assert_eq!(code, 200, "{o}");
-    assert_eq!(o["health"]["node"].as_str(), Some(node_id(&s).as_str()), "{o}");
+    assert_eq!(
+        o["health"]["node"].as_str(),
+        Some(node_id(&s).as_str()),
+        "{o}"
+    );
     let nodes = o["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 1, "{o}");
     assert_eq!(nodes[0]["id"].as_str(), Some(node_id(&s).as_str()), "{o}");

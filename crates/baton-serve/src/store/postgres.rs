@@ -26,8 +26,7 @@ use super::pg_sql::{
 };
 use super::{CancelQueued, Recovered, Store, StoreError, StoreEvent};
 use crate::model::{
-    Counts, Finish, Job, JobMode, JobStatus, ListFilter, NewJob, NodeInfo, RecordedGroup,
-    Submitted,
+    Counts, Finish, Job, JobMode, JobStatus, ListFilter, NewJob, NodeInfo, RecordedGroup, Submitted,
 };
 
 /// How long one store operation may take before it fails.
