@@ -212,7 +212,9 @@ pub(super) fn plan(jobs: Vec<Job>, retry: Retry<'_>) -> Vec<(Job, bool)> {
 }
 
 /// The nodes in `baton_nodes`: live (their liveness lock is held, per
-/// `pg_locks`) or seen in the last day or still marked running jobs.
+/// `pg_locks`) or seen in the last day or still marked running jobs. A dead
+/// node whose jobs another node is taking over this very moment (`reap`
+/// holds its lock for that transaction) reads as live for that moment.
 pub(super) async fn nodes(c: &impl GenericClient) -> PgResult<Vec<NodeInfo>> {
     let rows = c
         .query(
