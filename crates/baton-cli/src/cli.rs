@@ -284,9 +284,12 @@ pub struct ServeArgs {
     /// Address to listen on [default: 127.0.0.1:7420]; a non-loopback one requires a token.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
-    /// Jobs running at once [default: 10].
+    /// Jobs running at once [default: 10]; with a PostgreSQL store, across all its nodes.
     #[arg(long, value_name = "N")]
     pub max_concurrency: Option<u64>,
+    /// Jobs running at once on this node (1..=max-concurrency) [default: max-concurrency].
+    #[arg(long, value_name = "N")]
+    pub node_max_concurrency: Option<u64>,
     /// Running + queued jobs never exceed this; beyond it submissions get 429 [default: 100].
     #[arg(long, value_name = "N")]
     pub max_queue_depth: Option<u64>,

@@ -494,6 +494,7 @@ fn serve(args: crate::cli::ServeArgs, dir: BatonDir) -> u8 {
     let overrides = baton_serve::Overrides {
         listen: args.listen,
         max_concurrency: args.max_concurrency,
+        node_max_concurrency: args.node_max_concurrency,
         max_queue_depth: args.max_queue_depth,
         job_ttl: args.job_ttl,
         store: args.store,

@@ -42,7 +42,8 @@ fn two_concurrent_jobs_both_run_and_a_third_waits_in_fifo_order() {
     let (_, h) = s.get("/health");
     assert_eq!(
         h,
-        json!({"status": "ok", "busy": true, "active": 2, "queued": 2, "capacity": 2})
+        json!({"status": "ok", "busy": true, "active": 2, "queued": 2, "capacity": 2,
+               "node_capacity": 2, "node": "local"})
     );
     // b ends first: c (the older) takes its slot, not d.
     std::fs::write(format!("{t}/go.b"), "").unwrap();
@@ -61,6 +62,34 @@ fn two_concurrent_jobs_both_run_and_a_third_waits_in_fifo_order() {
     let (_, h) = s.get("/health");
     assert_eq!(h["active"], 0);
     assert_eq!(h["busy"], false);
+}
+
+/// On SQLite (one node) `node_max_concurrency` is the cap: the smaller of
+/// the two, in the scheduler and in `/health`.
+#[test]
+fn node_max_concurrency_caps_a_single_node() {
+    let s = server(
+        "",
+        &["--max-concurrency", "3", "--node-max-concurrency", "1"],
+    );
+    let t = s.tmp();
+    let a = s.submit(json!({"prompt": "a"}));
+    let b = s.submit(json!({"prompt": "b"}));
+    wait_for_file(std::path::Path::new(&format!("{t}/start.a")));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(s.job(&b)["status"], "queued");
+    let (_, h) = s.get("/health");
+    assert_eq!(
+        h,
+        json!({"status": "ok", "busy": true, "active": 1, "queued": 1, "capacity": 1,
+               "node_capacity": 1, "node": "local"})
+    );
+    std::fs::write(format!("{t}/go.a"), "").unwrap();
+    wait_for_file(std::path::Path::new(&format!("{t}/start.b")));
+    std::fs::write(format!("{t}/go.b"), "").unwrap();
+    for id in [&a, &b] {
+        assert_eq!(s.wait_final(id)["status"], "succeeded");
+    }
 }
 
 #[test]
@@ -198,6 +227,21 @@ fn a_service_refuses_to_start_on_bad_configuration_with_one_line_and_125() {
             "max_queue_depth",
         ),
         ("job_tll = \"1h\"", vec![], "job_tll"),
+        (
+            "node_max_concurrency = 0",
+            vec![],
+            "invalid node_max_concurrency 0",
+        ),
+        (
+            "max_concurrency = 2\nnode_max_concurrency = 3",
+            vec![],
+            "invalid node_max_concurrency 3",
+        ),
+        (
+            "",
+            vec!["--max-concurrency", "2", "--node-max-concurrency", "5"],
+            "at most max_concurrency (2)",
+        ),
         (
             "[templates.a]\ncommand = [\"sh\", \"-c\", \"echo {prompt}\"]",
             vec![],

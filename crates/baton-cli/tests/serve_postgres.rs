@@ -95,12 +95,13 @@ fn one_node_runs_cancels_and_keeps_queued_jobs_over_a_restart() {
     assert_eq!(lines(&s.path("queued.ran")), ["0", "1"]);
 }
 
-/// Three nodes on one database, `max_concurrency` 4, jobs submitted round
-/// robin: each job runs once, never more than 4 at once (as the jobs
-/// themselves see it), in FIFO order give or take a few places.
+/// Three nodes on one database, `max_concurrency` 4, 300 jobs submitted
+/// round robin: each job runs once, never more than 4 at once (as the jobs
+/// themselves see it), and they start in submission (FIFO) order give or
+/// take one place.
 #[test]
 fn three_nodes_share_one_queue_and_one_cap() {
-    const JOBS: usize = 120;
+    const JOBS: usize = 300;
     let db = TestDb::new();
     let url = db.url();
     let shared = tempfile::tempdir().unwrap();
@@ -152,7 +153,7 @@ fn three_nodes_share_one_queue_and_one_cap() {
         .collect();
     for (pos, job) in started.iter().enumerate() {
         assert!(
-            pos.abs_diff(*job) <= 8,
+            pos.abs_diff(*job) <= 1,
             "job {job} started at position {pos}: {started:?}"
         );
     }

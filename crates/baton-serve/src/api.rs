@@ -506,9 +506,11 @@ pub async fn job_log(
     Ok((text, body).into_response())
 }
 
-/// `GET /health`: `{status, busy, active, queued, capacity}`; 503 while draining.
+/// `GET /health`: `{status, busy, active, queued, capacity, node_capacity,
+/// node}` and, on a store several nodes share, `nodes` (see
+/// [`crate::store::Store::nodes`]); 503 while draining.
 pub async fn health(State(service): State<AppState>) -> Response {
-    let capacity = service.config.max_concurrency;
+    let capacity = service.config.capacity();
     let draining = service.is_draining();
     let counted = match service.store.counts().await {
         Ok(_) if !service.store.is_live() => Err(StoreError::Query {
@@ -517,15 +519,24 @@ pub async fn health(State(service): State<AppState>) -> Response {
         }),
         other => other,
     };
+    let counted = match counted {
+        Ok(c) => service.store.nodes().await.map(|n| (c, n)),
+        Err(e) => Err(e),
+    };
     match counted {
-        Ok(c) => {
-            let body = json!({
+        Ok((c, nodes)) => {
+            let mut body = json!({
                 "status": if draining { "draining" } else { "ok" },
                 "busy": c.running >= capacity,
                 "active": c.running,
                 "queued": c.queued,
                 "capacity": capacity,
+                "node_capacity": service.config.node_cap(),
+                "node": service.node,
             });
+            if let Some(nodes) = nodes {
+                body["nodes"] = json!(nodes);
+            }
             let code = if draining {
                 StatusCode::SERVICE_UNAVAILABLE
             } else {
@@ -541,6 +552,8 @@ pub async fn health(State(service): State<AppState>) -> Response {
                 "active": service.active(),
                 "queued": null,
                 "capacity": capacity,
+                "node_capacity": service.config.node_cap(),
+                "node": service.node,
                 "error": e.to_string(),
             })),
         )
@@ -554,7 +567,7 @@ pub async fn metrics(State(service): State<AppState>) -> Result<Response, ApiErr
     let counts = service.store.counts().await?;
     let text = service
         .metrics
-        .render(&by_status, counts, service.config.max_concurrency);
+        .render(&by_status, counts, service.config.capacity());
     Ok((
         [(
             header::CONTENT_TYPE,

@@ -21,8 +21,12 @@ pub struct Config {
     /// The bearer token required on every route but `/health` (and the
     /// dashboard page itself); required on a non-loopback address.
     pub token: Option<String>,
-    /// Jobs running at once.
+    /// Jobs running at once: across every node of a PostgreSQL store, on
+    /// this node with SQLite.
     pub max_concurrency: u64,
+    /// Jobs running at once on this node (at most `max_concurrency`);
+    /// `None`: only `max_concurrency` limits it.
+    pub node_max_concurrency: Option<u64>,
     /// Running + queued jobs never exceed this.
     pub max_queue_depth: u64,
     /// Finished jobs (and their logs) are removed this long after they end.
@@ -89,6 +93,8 @@ pub struct Overrides {
     pub listen: Option<String>,
     /// `--max-concurrency`.
     pub max_concurrency: Option<u64>,
+    /// `--node-max-concurrency`.
+    pub node_max_concurrency: Option<u64>,
     /// `--max-queue-depth`.
     pub max_queue_depth: Option<u64>,
     /// `--job-ttl`.
@@ -103,6 +109,7 @@ struct FileConfig {
     listen: Option<String>,
     token: Option<String>,
     max_concurrency: Option<u64>,
+    node_max_concurrency: Option<u64>,
     max_queue_depth: Option<u64>,
     job_ttl: Option<String>,
     default_timeout: Option<String>,
@@ -204,6 +211,17 @@ impl Config {
                 "invalid max_concurrency 0: at least 1 job must be able to run".into(),
             ));
         }
+        let node_max_concurrency = overrides
+            .node_max_concurrency
+            .or(parsed.node_max_concurrency);
+        if let Some(n) = node_max_concurrency {
+            if n == 0 || n > max_concurrency {
+                return Err(ConfigError(format!(
+                    "invalid node_max_concurrency {n}: it must be at least 1 and at most \
+                     max_concurrency ({max_concurrency})"
+                )));
+            }
+        }
         let max_queue_depth = overrides
             .max_queue_depth
             .or(parsed.max_queue_depth)
@@ -258,6 +276,7 @@ impl Config {
             listen,
             token,
             max_concurrency,
+            node_max_concurrency,
             max_queue_depth,
             job_ttl,
             default_timeout,
@@ -275,6 +294,27 @@ impl Config {
             max_log_bytes: parsed.max_log_bytes.unwrap_or(16 * 1024 * 1024),
             max_body_bytes: parsed.max_body_bytes.unwrap_or(1024 * 1024),
         })
+    }
+}
+
+impl Config {
+    /// The most jobs this node runs at once: `node_max_concurrency`, else
+    /// `max_concurrency`.
+    pub fn node_cap(&self) -> u64 {
+        self.node_max_concurrency
+            .unwrap_or(self.max_concurrency)
+            .min(self.max_concurrency)
+    }
+
+    /// The `capacity` `/health` reports: with a PostgreSQL store the
+    /// cluster's `max_concurrency`; with SQLite (one node) what this node
+    /// may run, `min(max_concurrency, node_max_concurrency)`.
+    pub fn capacity(&self) -> u64 {
+        if self.store.starts_with("postgres") {
+            self.max_concurrency
+        } else {
+            self.node_cap()
+        }
     }
 }
 

@@ -9,7 +9,8 @@
 //!
 //! `GET /v1/overview` gathers in one call what an operator wants at a glance:
 //! capacity (as `/health`), the running and queued jobs with their wait and
-//! run times, recently finished jobs, and the baton dir's groups, locks and
+//! run times, recently finished jobs, the nodes sharing the store (with
+//! PostgreSQL), and the baton dir's groups, locks and
 //! workspaces (the same documents as `baton group status --json`,
 //! `baton lock status --json` and `baton workspace list --json`). Those three
 //! read files and probe processes, so they run on a blocking thread; a
@@ -81,10 +82,11 @@ async fn page() -> impl IntoResponse {
 }
 
 /// `GET /v1/overview`: `{generated_at, health, running, queued, recent,
-/// groups, locks, workspaces, errors}`.
+/// nodes, groups, locks, workspaces, errors}` (`nodes` as in `/health`;
+/// empty with a store only one node uses).
 pub async fn overview(State(service): State<AppState>) -> Result<Json<Value>, ApiError> {
     let counts = service.store.counts().await?;
-    let capacity = service.config.max_concurrency;
+    let capacity = service.config.capacity();
     let draining = service.is_draining();
     let health = json!({
         "status": if draining { "draining" } else { "ok" },
@@ -92,8 +94,11 @@ pub async fn overview(State(service): State<AppState>) -> Result<Json<Value>, Ap
         "active": counts.running,
         "queued": counts.queued,
         "capacity": capacity,
+        "node_capacity": service.config.node_cap(),
+        "node": service.node,
         "max_queue_depth": service.config.max_queue_depth,
     });
+    let nodes = service.store.nodes().await?.unwrap_or_default();
     let running = jobs(&service, JobStatus::Running, 1000).await?;
     let mut queued = jobs(&service, JobStatus::Queued, QUEUED_SHOWN).await?;
     // The store lists newest first; the queue reads oldest (next) first.
@@ -129,6 +134,7 @@ pub async fn overview(State(service): State<AppState>) -> Result<Json<Value>, Ap
         "running": as_json(&running),
         "queued": as_json(&queued),
         "recent": as_json(&recent),
+        "nodes": nodes,
         "groups": baton.get("groups").cloned().unwrap_or_else(|| json!([])),
         "locks": baton.get("locks").cloned().unwrap_or_else(|| json!([])),
         "workspaces": baton.get("workspaces").cloned().unwrap_or_else(|| json!([])),

@@ -226,6 +226,26 @@ pub struct Counts {
     pub queued: u64,
 }
 
+/// A node of a service whose store several nodes share, as `/health`
+/// shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NodeInfo {
+    /// Its node id (the `node` of the jobs it runs).
+    pub id: String,
+    /// The host it last ran on.
+    pub host: Option<String>,
+    /// Its last process id there.
+    pub pid: Option<i32>,
+    /// Whether its liveness lock is held now (it may claim jobs).
+    pub live: bool,
+    /// When its current (or last) process first connected, RFC 3339.
+    pub started_at: Option<String>,
+    /// Its last heartbeat, RFC 3339.
+    pub heartbeat_at: Option<String>,
+    /// Jobs running on it now (as the store says).
+    pub running: u64,
+}
+
 /// The result of a submission.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Submitted {

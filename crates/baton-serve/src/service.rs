@@ -1,6 +1,7 @@
 //! The service's state and its scheduler: a global semaphore of
 //! `max_concurrency` slots kept by the store (a claim moves the oldest
-//! queued job to running only while fewer than that many run), strict FIFO,
+//! queued job to running only while fewer than that many run), a node's own
+//! cap (`node_max_concurrency`: it claims only while it runs fewer), strict FIFO,
 //! and for each claimed job one blocking thread that runs it through the run
 //! library. Groups are the run library's, on the same baton dir as every
 //! `baton run --group`.
@@ -335,13 +336,16 @@ impl Service {
 
     /// The scheduler: claims jobs while slots are free, then sleeps until
     /// woken (a submission, a job's end) or a slow safety poll.
+    /// `max_concurrency` is the store's (the cluster's) cap, checked by the
+    /// claim; `node_max_concurrency` this node's, checked here.
     async fn dispatch(self: Arc<Service>) {
         let cap = self.config.max_concurrency;
+        let node_cap = self.config.node_cap();
         loop {
             if self.is_draining() {
                 return;
             }
-            while self.active() < cap && !self.is_draining() && self.store.is_live() {
+            while self.active() < node_cap && !self.is_draining() && self.store.is_live() {
                 let claiming = self.claiming.lock().await;
                 let claimed = self.store.claim_next(&self.node, cap, now_ms()).await;
                 if let Ok(Some(job)) = &claimed {

@@ -13,7 +13,9 @@ use std::path::Path;
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 
-use crate::model::{Counts, Finish, Job, JobStatus, ListFilter, NewJob, RecordedGroup, Submitted};
+use crate::model::{
+    Counts, Finish, Job, JobStatus, ListFilter, NewJob, NodeInfo, RecordedGroup, Submitted,
+};
 
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
@@ -105,6 +107,13 @@ pub trait Store: Send + Sync + 'static {
         true
     }
 
+    /// The nodes of a store several nodes share (each with its liveness and
+    /// its running jobs): the live ones, and those that ran jobs or
+    /// heartbeat in the last day. `None` for a store only one node uses.
+    async fn nodes(&self) -> Result<Option<Vec<NodeInfo>>, StoreError> {
+        Ok(None)
+    }
+
     /// Asks the node running job `id` to cancel it. False if this store has
     /// no other nodes to ask.
     async fn request_cancel(&self, _id: &str) -> Result<bool, StoreError> {
@@ -191,7 +200,7 @@ pub async fn open(url: &str, baton_dir: &Path) -> Result<Box<dyn Store>, StoreEr
         return Ok(Box::new(SqliteStore::open(&path).map_err(open_error)?));
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let node = postgres::node_id(baton_dir).map_err(open_error)?;
+        let node = pg_session::node_id(baton_dir).map_err(open_error)?;
         return Ok(Box::new(
             PgStore::open(url, node).await.map_err(open_error)?,
         ));

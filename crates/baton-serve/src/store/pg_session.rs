@@ -12,6 +12,8 @@
 //! session of a machine that died or was cut off, and frees its liveness
 //! lock, within about 11 s.
 
+use std::hash::{BuildHasher, Hasher};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,6 +52,33 @@ pub(super) struct Shared {
 struct Connected {
     client: tokio_postgres::Client,
     notes: mpsc::UnboundedReceiver<(String, String)>,
+}
+
+/// This baton dir's node id (`<host>-<random>`), made once and kept in
+/// `<baton dir>/serve/node-id` so that a restart recovers its own jobs.
+pub(super) fn node_id(baton_dir: &Path) -> Result<String, String> {
+    let path = baton_dir.join("serve").join("node-id");
+    if let Ok(s) = std::fs::read_to_string(&path) {
+        let s = s.trim();
+        if !s.is_empty() {
+            return Ok(s.to_string());
+        }
+    }
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_i64(crate::model::now_ms());
+    let id = format!("{host}-{:08x}", h.finish() & 0xffff_ffff);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create '{}': {e}", parent.display()))?;
+    }
+    std::fs::write(&path, format!("{id}\n"))
+        .map_err(|e| format!("cannot write '{}': {e}", path.display()))?;
+    Ok(id)
 }
 
 /// Applies the keepalive settings described in the module docs to `cfg`.
@@ -137,7 +166,10 @@ async fn connect(
         .query_one(
             "INSERT INTO baton_nodes (id, host, pid, started_at, heartbeat_at) \
              VALUES ($1, $2, $3, now(), now()) \
-             ON CONFLICT (id) DO UPDATE SET host = $2, pid = $3, heartbeat_at = now() \
+             ON CONFLICT (id) DO UPDATE SET host = $2, pid = $3, heartbeat_at = now(), \
+             started_at = CASE WHEN baton_nodes.pid IS DISTINCT FROM $3 \
+                 OR baton_nodes.host IS DISTINCT FROM $2 THEN now() \
+                 ELSE baton_nodes.started_at END \
              RETURNING num",
             &[&node, &host, &pid],
         )

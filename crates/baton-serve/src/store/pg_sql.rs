@@ -3,8 +3,8 @@
 
 use tokio_postgres::{GenericClient, Row};
 
-use super::pg_session::one_line;
-use crate::model::{Counts, Job, JobMode, JobStatus, NewJob};
+use super::pg_session::{one_line, NODE_CLASS};
+use crate::model::{rfc3339, Counts, Job, JobMode, JobStatus, NewJob, NodeInfo};
 
 type PgResult<T> = Result<T, tokio_postgres::Error>;
 
@@ -209,4 +209,42 @@ pub(super) fn plan(jobs: Vec<Job>, retry: Retry<'_>) -> Vec<(Job, bool)> {
             (j, again)
         })
         .collect()
+}
+
+/// The nodes in `baton_nodes`: live (their liveness lock is held, per
+/// `pg_locks`) or seen in the last day or still marked running jobs. A dead
+/// node whose jobs another node is taking over this very moment (`reap`
+/// holds its lock for that transaction) reads as live for that moment.
+pub(super) async fn nodes(c: &impl GenericClient) -> PgResult<Vec<NodeInfo>> {
+    let rows = c
+        .query(
+            "WITH n AS (SELECT n.id, n.host, n.pid, n.started_at, n.heartbeat_at, \
+                 EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' \
+                     AND l.database = (SELECT oid FROM pg_database \
+                         WHERE datname = current_database()) \
+                     AND l.classid = $1::int4::oid AND l.objid = n.num::oid \
+                     AND l.objsubid = 2 AND l.granted) AS live, \
+                 (SELECT COUNT(*) FROM baton_jobs j \
+                     WHERE j.status = 'running' AND j.node = n.id) AS running \
+                 FROM baton_nodes n) \
+             SELECT id, host, pid, live, \
+                 (extract(epoch FROM started_at) * 1000)::bigint, \
+                 (extract(epoch FROM heartbeat_at) * 1000)::bigint, running \
+             FROM n WHERE live OR running > 0 OR heartbeat_at > now() - interval '1 day' \
+             ORDER BY id",
+            &[&NODE_CLASS],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| NodeInfo {
+            id: r.get(0),
+            host: r.get(1),
+            pid: r.get(2),
+            live: r.get(3),
+            started_at: r.get::<_, Option<i64>>(4).map(rfc3339),
+            heartbeat_at: r.get::<_, Option<i64>>(5).map(rfc3339),
+            running: u64::try_from(r.get::<_, i64>(6)).unwrap_or(0),
+        })
+        .collect())
 }

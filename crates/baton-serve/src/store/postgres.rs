@@ -10,8 +10,6 @@
 //! is the session in `pg_session.rs`; `reap` takes over the jobs of nodes
 //! whose liveness lock is free.
 
-use std::hash::{BuildHasher, Hasher};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,12 +21,12 @@ use tokio_postgres::NoTls;
 
 use super::pg_session::{self, one_line, Shared, NODE_CLASS};
 use super::pg_sql::{
-    counts, get_job, job_from_row, lock_queue, mark_interrupted, migrate, plan, running_on, to_i64,
-    Retry, COLUMNS,
+    counts, get_job, job_from_row, lock_queue, mark_interrupted, migrate, nodes, plan, running_on,
+    to_i64, Retry, COLUMNS,
 };
 use super::{CancelQueued, Recovered, Store, StoreError, StoreEvent};
 use crate::model::{
-    Counts, Finish, Job, JobMode, JobStatus, ListFilter, NewJob, RecordedGroup, Submitted,
+    Counts, Finish, Job, JobMode, JobStatus, ListFilter, NewJob, NodeInfo, RecordedGroup, Submitted,
 };
 
 /// How long one store operation may take before it fails.
@@ -62,33 +60,6 @@ pub fn redact(url: &str) -> String {
         Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
         None => url.to_string(),
     }
-}
-
-/// This baton dir's node id (`<host>-<random>`), made once and kept in
-/// `<baton dir>/serve/node-id` so that a restart recovers its own jobs.
-pub fn node_id(baton_dir: &Path) -> Result<String, String> {
-    let path = baton_dir.join("serve").join("node-id");
-    if let Ok(s) = std::fs::read_to_string(&path) {
-        let s = s.trim();
-        if !s.is_empty() {
-            return Ok(s.to_string());
-        }
-    }
-    let host = rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned();
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.write_i64(crate::model::now_ms());
-    let id = format!("{host}-{:08x}", h.finish() & 0xffff_ffff);
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot create '{}': {e}", parent.display()))?;
-    }
-    std::fs::write(&path, format!("{id}\n"))
-        .map_err(|e| format!("cannot write '{}': {e}", path.display()))?;
-    Ok(id)
 }
 
 impl PgStore {
@@ -184,6 +155,12 @@ impl Store for PgStore {
 
     fn is_live(&self) -> bool {
         self.shared.live.load(Ordering::SeqCst)
+    }
+
+    async fn nodes(&self) -> Result<Option<Vec<NodeInfo>>, StoreError> {
+        let op = "list the nodes";
+        let c = self.conn(op).await?;
+        timed(op, nodes(&**c)).await.map(Some)
     }
 
     async fn submit(&self, job: NewJob, max_depth: u64) -> Result<Submitted, StoreError> {

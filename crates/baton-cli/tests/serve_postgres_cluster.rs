@@ -1,0 +1,243 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! Several `baton serve` nodes on one PostgreSQL database as one cluster:
+//! a node's own cap (`node_max_concurrency`) under the cluster's
+//! `max_concurrency`, and the cluster view in `/health`. Real nodes on the
+//! machine's PostgreSQL (127.0.0.1:5432, user postgres), each test in a
+//! fresh database.
+
+mod pg_common;
+mod serve_common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use pg_common::TestDb;
+use serde_json::{json, Value};
+use serve_common::Server;
+
+/// A template that runs `script` with `$NODE` set to `node`.
+fn config(script: &str, node: &str) -> String {
+    format!(
+        r#"
+default_template = "sh"
+grace = "1s"
+[templates.sh]
+command = ["sh", "-c", "{script}", "job", "{{prompt}}"]
+env = {{ NODE = "{node}" }}
+"#
+    )
+}
+
+fn node_id(s: &Server) -> String {
+    std::fs::read_to_string(s.dir.join("serve").join("node-id"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn numbers(path: &Path) -> Vec<usize> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect()
+}
+
+/// The entry of node `id` in a `/health` body.
+fn entry<'a>(health: &'a Value, id: &str) -> Option<&'a Value> {
+    health["nodes"]
+        .as_array()
+        .and_then(|ns| ns.iter().find(|n| n["id"].as_str() == Some(id)))
+}
+
+/// Polls `s`'s `/health` until `cond` holds (at most `limit`).
+fn wait_health(s: &Server, limit: Duration, cond: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let (code, h) = s.get("/health");
+        if code == 200 && cond(&h) {
+            return h;
+        }
+        assert!(Instant::now() < deadline, "/health never got there: {h}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Node A with `node_max_concurrency` 1, node B without, `max_concurrency`
+/// 4: A never runs more than 1 job at once, the two never more than 4 (as
+/// the jobs themselves see it), and every job runs once.
+#[test]
+fn a_nodes_own_cap_holds_under_the_cluster_cap() {
+    const JOBS: usize = 40;
+    let db = TestDb::new();
+    let url = db.url();
+    let shared = tempfile::tempdir().unwrap();
+    let d = shared.path().display().to_string();
+    for sub in ["running", "on-a", "on-b"] {
+        std::fs::create_dir(shared.path().join(sub)).unwrap();
+    }
+    let script = format!(
+        "touch {d}/running/$1 {d}/on-$NODE/$1; ls {d}/running | wc -l >> {d}/conc; \
+         ls {d}/on-$NODE | wc -l >> {d}/conc-$NODE; sleep 0.2; \
+         rm {d}/on-$NODE/$1 {d}/running/$1; echo $1 >> {d}/done"
+    );
+    let common = [
+        "--store",
+        url.as_str(),
+        "--max-concurrency",
+        "4",
+        "--max-queue-depth",
+        "100",
+    ];
+    let mut a_args = common.to_vec();
+    a_args.extend(["--node-max-concurrency", "1"]);
+    let a = Server::start(&config(&script, "a"), &a_args);
+    let b = Server::start(&config(&script, "b"), &common);
+    let (_, h) = a.get("/health");
+    assert_eq!(
+        (h["capacity"].as_u64(), h["node_capacity"].as_u64()),
+        (Some(4), Some(1)),
+        "{h}"
+    );
+    let (_, h) = b.get("/health");
+    assert_eq!(
+        (h["capacity"].as_u64(), h["node_capacity"].as_u64()),
+        (Some(4), Some(4)),
+        "{h}"
+    );
+    let nodes = [&a, &b];
+    let ids: Vec<String> = (0..JOBS)
+        .map(|i| nodes[i % 2].submit(json!({"prompt": i.to_string()})))
+        .collect();
+    let mut on_a = 0;
+    for id in &ids {
+        let j = b.wait_final(id);
+        assert_eq!(j["status"], "succeeded", "{j}");
+        if j["node"].as_str() == Some(node_id(&a).as_str()) {
+            on_a += 1;
+        }
+    }
+    let mut done = numbers(&shared.path().join("done"));
+    done.sort_unstable();
+    assert_eq!(done, (0..JOBS).collect::<Vec<_>>(), "each job exactly once");
+    let conc_a = numbers(&shared.path().join("conc-a"));
+    let conc_b = numbers(&shared.path().join("conc-b"));
+    let conc = numbers(&shared.path().join("conc"));
+    assert_eq!(conc_a.len(), on_a, "{conc_a:?}");
+    assert_eq!(conc_a.len() + conc_b.len(), JOBS);
+    assert!(on_a >= 1, "node A ran no job");
+    assert!(
+        conc_a.iter().all(|&n| n <= 1),
+        "node A ran {conc_a:?} at once"
+    );
+    assert!(
+        conc.iter().all(|&n| n <= 4),
+        "the cluster ran {conc:?} at once"
+    );
+}
+
+/// A node cap of 0 or above `max_concurrency` is refused at start: one
+/// line, exit 125.
+#[test]
+fn a_bad_node_cap_is_refused_with_one_line() {
+    let db = TestDb::new();
+    let url = db.url();
+    let tmp = tempfile::tempdir().unwrap();
+    for (cap, expected) in [
+        ("0", "invalid node_max_concurrency 0"),
+        ("5", "invalid node_max_concurrency 5"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", tmp.path())
+            .arg("--dir")
+            .arg(tmp.path().join("baton"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--store", &url])
+            .args(["--max-concurrency", "4", "--node-max-concurrency", cap])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{cap}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{cap}: {err}");
+        assert!(err.contains(expected), "{cap}: {err}");
+        assert!(err.contains("max_concurrency (4)"), "{cap}: {err}");
+    }
+}
+
+/// `/health` lists every node of the cluster with its liveness and running
+/// jobs; after a kill -9 of one, the other shows it not live.
+#[test]
+fn health_lists_the_nodes_and_sees_a_killed_one_go() {
+    let db = TestDb::new();
+    let url = db.url();
+    let args = ["--store", url.as_str(), "--max-concurrency", "2"];
+    let mut nodes: Vec<Server> = (0..2)
+        .map(|_| Server::start(&config("eval \\\"$1\\\"", "x"), &args))
+        .collect();
+    let names: Vec<String> = nodes.iter().map(node_id).collect();
+    let h = wait_health(&nodes[0], Duration::from_secs(30), |h| {
+        names
+            .iter()
+            .all(|n| entry(h, n).is_some_and(|e| e["live"] == true))
+    });
+    assert_eq!(h["node"].as_str(), Some(names[0].as_str()), "{h}");
+    for (s, name) in nodes.iter().zip(&names) {
+        let e = entry(&h, name).unwrap();
+        assert_eq!(e["pid"].as_i64(), Some(i64::from(s.pid())), "{h}");
+        assert!(!e["host"].as_str().unwrap_or("").is_empty(), "{h}");
+        assert!(
+            e["started_at"].is_string() && e["heartbeat_at"].is_string(),
+            "{h}"
+        );
+    }
+    // The other node's view is the same cluster.
+    let (_, h1) = nodes[1].get("/health");
+    assert_eq!(h1["node"].as_str(), Some(names[1].as_str()), "{h1}");
+    assert!(names.iter().all(|n| entry(&h1, n).is_some()), "{h1}");
+
+    // A running job shows on its node.
+    let id = nodes[0].submit(json!({"prompt": "sleep 30"}));
+    let j = nodes[0].wait_job(&id, Duration::from_secs(30), |j| j["status"] == "running");
+    let runner = names
+        .iter()
+        .position(|n| Some(n.as_str()) == j["node"].as_str())
+        .unwrap();
+    let other = 1 - runner;
+    let victim = names[runner].clone();
+    wait_health(&nodes[other], Duration::from_secs(30), |h| {
+        entry(h, &victim).is_some_and(|e| e["running"] == 1)
+    });
+
+    nodes[runner].kill9();
+    let h = wait_health(&nodes[other], Duration::from_secs(20), |h| {
+        entry(h, &victim).is_some_and(|e| e["live"] == false)
+    });
+    assert_eq!(entry(&h, &names[other]).unwrap()["live"], true, "{h}");
+    // Its job is taken over: interrupted, and its node runs nothing.
+    let j = nodes[other].wait_final(&id);
+    assert_eq!(j["status"], "interrupted", "{j}");
+    wait_health(&nodes[other], Duration::from_secs(30), |h| {
+        entry(h, &victim).is_some_and(|e| e["running"] == 0)
+    });
+}
+
+/// The dashboard's overview carries the same node list.
+#[test]
+fn the_overview_lists_the_nodes() {
+    let db = TestDb::new();
+    let url = db.url();
+    let s = Server::start(&config("true", "x"), &["--store", url.as_str()]);
+    let (code, o) = s.get("/v1/overview");
+    assert_eq!(code, 200, "{o}");
+    assert_eq!(
+        o["health"]["node"].as_str(),
+        Some(node_id(&s).as_str()),
+        "{o}"
+    );
+    let nodes = o["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{o}");
+    assert_eq!(nodes[0]["id"].as_str(), Some(node_id(&s).as_str()), "{o}");
+    assert_eq!(nodes[0]["live"], true, "{o}");
+}
