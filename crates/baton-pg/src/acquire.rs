@@ -168,58 +168,27 @@ pub(crate) fn acquire_one(
     };
     // The grant is refused while a conflicting row of an ended session
     // remains (one round trip in the usual case, where none does).
-    let g = loop {
-        if let Some(g) = grant(session, req, id, slot)? {
-            break g;
+    loop {
+        match grant(session, req, id, slot)? {
+            Granted::Yes(g) => return Ok(g),
+            Granted::Dead => crate::settle::dead_holders(session, req, id, slot, wait.flatten())?,
+            Granted::OtherSlots(existing) => {
+                let describe = |n: i64| {
+                    if n <= 1 {
+                        "an exclusive/shared lock (--max 1)".to_string()
+                    } else {
+                        format!("a semaphore with --max {n}")
+                    }
+                };
+                return Err(LockError::ModeMismatch {
+                    name: req.name.to_string(),
+                    existing: describe(i64::from(existing)),
+                    requested: describe(i64::from(req.mode.slots())),
+                }
+                .into());
+            }
         }
-        crate::settle::dead_holders(session, req, id, slot, wait.flatten())?;
-    };
-    same_slot_count(session, req, &g)?;
-    Ok(g)
-}
-
-/// Fails (and takes back the grant) when a live holder of the lock uses
-/// another slot count: an exclusive or shared holder keeps only slot 0,
-/// so a semaphore's slot 1 would not wait for it, nor `--max 3`'s slot 2
-/// for `--max 2` holders. Each holder records its row before it looks,
-/// so of two disagreeing holders granted at once at least one sees the
-/// other.
-fn same_slot_count(session: &Session, req: &LockRequest, g: &Grant) -> Result<(), PgError> {
-    let (id, token) = (g.lock_id, i64::try_from(g.token).unwrap_or(i64::MAX));
-    let slots = i32::try_from(req.mode.slots()).unwrap_or(i32::MAX);
-    let c = Arc::clone(&session.client);
-    let other: Option<i32> = session.run("check the lock's mode", |_| async move {
-        let row = c
-            .query_typed_opt(
-                "SELECT slots FROM baton_lock_holders h WHERE lock_id = $1 AND token <> $2 \
-                 AND slots <> $3 AND EXISTS (SELECT 1 FROM pg_stat_activity a \
-                 WHERE a.pid = h.session_pid AND a.backend_start = h.session_start) LIMIT 1",
-                &[
-                    (&id, Type::INT4),
-                    (&token, Type::INT8),
-                    (&slots, Type::INT4),
-                ],
-            )
-            .await?;
-        Ok(row.map(|r| r.get(0)))
-    })?;
-    let Some(existing) = other else {
-        return Ok(());
-    };
-    crate::holds::remove_rows(session, vec![id], vec![token], None)?;
-    let describe = |n: i64| {
-        if n <= 1 {
-            "an exclusive/shared lock (--max 1)".to_string()
-        } else {
-            format!("a semaphore with --max {n}")
-        }
-    };
-    Err(LockError::ModeMismatch {
-        name: req.name.to_string(),
-        existing: describe(i64::from(existing)),
-        requested: describe(i64::from(slots)),
     }
-    .into())
 }
 
 /// The lock's row id, created on first use (with the tables, on first use
@@ -419,25 +388,23 @@ fn take_any_slot(
     found
 }
 
-/// Records the grant: the next token and the holder row, in one statement,
-/// unless a conflicting row of a session that has ended remains (`None`:
-/// settle it first, see [`crate::settle`]).
-fn grant(
-    session: &Session,
-    req: &LockRequest,
-    id: i32,
-    slot: u32,
-) -> Result<Option<Grant>, PgError> {
-    const SQL: &str = "WITH dead AS (SELECT 1 FROM baton_lock_holders h WHERE lock_id = $1 AND slot = $3 \
-            AND NOT ($11 AND h.mode = 'shared') AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a \
-            WHERE a.pid = h.session_pid AND a.backend_start = h.session_start)), \
-        t AS (UPDATE baton_locks SET token = token + 1, slots = $2 WHERE id = $1 \
-            AND NOT EXISTS (SELECT 1 FROM dead) RETURNING token) \
-        INSERT INTO baton_lock_holders (lock_id, token, slot, mode, slots, session_pid, session_start, \
-            host, pid, owner, operation, run_id, record) \
-        SELECT $1, t.token, $3, $4, $2, pg_backend_pid(), \
-            (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()), \
-            $5, $6, $7, $8, $9, $10 FROM t RETURNING token";
+/// What [`grant`] found.
+enum Granted {
+    Yes(Grant),
+    /// A conflicting row of a session that has ended remains: settle it.
+    Dead,
+    /// A live holder uses this slot count (holders must agree).
+    OtherSlots(i32),
+}
+
+/// Records the grant (`baton_grant`, one call): the next token and the
+/// holder row, unless a conflicting row of an ended session remains or a
+/// live holder uses another slot count. An exclusive or shared holder
+/// keeps only slot 0, so a `--max 2` runner's slot 1 would not wait for
+/// it: disagreeing holders must never be granted side by side.
+fn grant(session: &Session, req: &LockRequest, id: i32, slot: u32) -> Result<Granted, PgError> {
+    const SQL: &str =
+        "SELECT token, dead, other_slots FROM baton_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
     let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
     let owner = req
         .owner
@@ -466,35 +433,40 @@ fn grant(
     let mode = req.mode.as_str().to_string();
     let (host, pid, operation, run) = (me.host, me.pid, req.operation.clone(), run_id.clone());
     let shared = req.mode == Mode::Shared;
-    let token: Option<i64> = session.run("record the grant", |c| async move {
-        let row = c
-            .query_typed_opt(
-                SQL,
-                &[
-                    (&id, Type::INT4),
-                    (&slots, Type::INT4),
-                    (&slot_i, Type::INT4),
-                    (&mode, Type::TEXT),
-                    (&host, Type::TEXT),
-                    (&pid, Type::INT4),
-                    (&owner, Type::TEXT),
-                    (&operation, Type::TEXT),
-                    (&run, Type::TEXT),
-                    (&record, Type::JSONB),
-                    (&shared, Type::BOOL),
-                ],
-            )
-            .await?;
-        Ok(row.map(|r| r.get(0)))
-    })?;
-    Ok(token.map(|token| Grant {
-        name: req.name.clone(),
-        token: u64::try_from(token).unwrap_or(0),
-        run_id,
-        slot,
-        mode: req.mode,
-        lock_id: id,
-    }))
+    let (token, dead, other): (Option<i64>, i64, Option<i32>) =
+        session.run("record the grant", |c| async move {
+            let row = c
+                .query_typed_one(
+                    SQL,
+                    &[
+                        (&id, Type::INT4),
+                        (&slots, Type::INT4),
+                        (&slot_i, Type::INT4),
+                        (&mode, Type::TEXT),
+                        (&host, Type::TEXT),
+                        (&pid, Type::INT4),
+                        (&owner, Type::TEXT),
+                        (&operation, Type::TEXT),
+                        (&run, Type::TEXT),
+                        (&record, Type::JSONB),
+                        (&shared, Type::BOOL),
+                    ],
+                )
+                .await?;
+            Ok((row.get(0), row.get(1), row.get(2)))
+        })?;
+    Ok(match (token, dead, other) {
+        (Some(token), _, _) => Granted::Yes(Grant {
+            name: req.name.clone(),
+            token: u64::try_from(token).unwrap_or(0),
+            run_id,
+            slot,
+            mode: req.mode,
+            lock_id: id,
+        }),
+        (None, _, Some(o)) => Granted::OtherSlots(o),
+        (None, _, None) => Granted::Dead,
+    })
 }
 
 /// The error for a wait that ended without the lock, naming a live holder.
@@ -505,8 +477,7 @@ fn busy(session: &Session, req: &LockRequest, ctx: &Waiting, id: i32) -> PgError
         .block_on(async move {
             c.query_opt(
                 "SELECT pid, host, owner, operation FROM baton_lock_holders h WHERE lock_id = $1 \
-                 AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = h.session_pid \
-                 AND a.backend_start = h.session_start) ORDER BY token DESC LIMIT 1",
+                 AND baton_session_live(h.session_pid, h.session_start) ORDER BY token DESC LIMIT 1",
                 &[&id],
             )
             .await

@@ -249,8 +249,8 @@ fn arrive(session: &Session, req: &GroupJoin) -> Result<Vec<(i32, String)>, Outc
             )
             .await?;
             c.execute(
-                "DELETE FROM baton_group_runs g WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM \
-                 pg_stat_activity a WHERE a.pid = g.session_pid AND a.backend_start = g.session_start)",
+                "DELETE FROM baton_group_runs g WHERE key = $1 \
+                 AND NOT baton_session_live(g.session_pid, g.session_start)",
                 &[&key],
             )
             .await?;
@@ -304,7 +304,7 @@ fn arrive(session: &Session, req: &GroupJoin) -> Result<Vec<(i32, String)>, Outc
             c.execute(
                 "INSERT INTO baton_group_runs (key, run_id, mode, slots, session_pid, session_start, \
                  host, pid, command, process) SELECT $1, $2, $3, $4, pg_backend_pid(), \
-                 (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()), $5, $6, $7, $8",
+                 (SELECT backend_start FROM pg_stat_get_activity(pg_backend_pid())), $5, $6, $7, $8",
                 &[&key, &r.run_id, &r.mode, &slots, &me.host, &me.pid, &r.command, &process],
             )
             .await?;
@@ -474,8 +474,7 @@ impl Database {
                  to_char(queued_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), \
                  to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), \
                  command, superseded_by FROM baton_group_runs g \
-                 WHERE ($1::text IS NULL OR key = $1) AND EXISTS (SELECT 1 FROM pg_stat_activity a \
-                 WHERE a.pid = g.session_pid AND a.backend_start = g.session_start) ORDER BY key, seq";
+                 WHERE ($1::text IS NULL OR key = $1) AND baton_session_live(g.session_pid, g.session_start) ORDER BY key, seq";
             match c.query(sql, &[&key]).await {
                 Ok(rows) => Ok(rows),
                 Err(e) if crate::error::sqlstate(&e) == Some("42P01") => Ok(Vec::new()),

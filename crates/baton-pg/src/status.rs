@@ -160,9 +160,8 @@ fn status_with_sessions(session: &Session, name: &str) -> Result<(LockStatus, Ve
     let (rows, locks) = session.run("read the lock's holders", |_| async move {
         let rows = c
             .query(
-                "SELECT token, slot, mode, record, session_pid, EXISTS (SELECT 1 FROM pg_stat_activity a \
-                 WHERE a.pid = h.session_pid AND a.backend_start = h.session_start) \
-                 FROM baton_lock_holders h WHERE lock_id = $1 ORDER BY token",
+                "SELECT token, slot, mode, record, session_pid, \
+                 baton_session_live(h.session_pid, h.session_start) FROM baton_lock_holders h WHERE lock_id = $1 ORDER BY token",
                 &[&id],
             )
             .await?;
