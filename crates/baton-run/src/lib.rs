@@ -10,6 +10,7 @@ mod control;
 mod error;
 pub mod events;
 pub mod group;
+mod group_status;
 pub mod hold;
 mod inbox;
 mod locks;

@@ -1,0 +1,148 @@
+//! `baton group status`: the live runs of each group, from the group
+//! documents of a baton dir or from the database.
+
+use std::fs;
+
+use serde::Serialize;
+
+use baton_lock::{BatonDir, LockName};
+
+use crate::error::RunError;
+use crate::group::{prune, read_doc, GroupDoc, GroupMode, GroupRun, RunState};
+
+/// Everything `baton group status` shows about one key.
+#[derive(Clone, Debug, Serialize)]
+pub struct GroupStatus {
+    /// The key.
+    pub key: String,
+    /// Mode of the live runs (`null` when idle).
+    pub mode: Option<GroupMode>,
+    /// Slots.
+    pub max: u32,
+    /// Runs executing now.
+    pub running: Vec<GroupRun>,
+    /// Runs waiting, in arrival order.
+    pub waiting: Vec<GroupRun>,
+    /// Finished runs since the baton dir was created.
+    pub completed: u64,
+    /// Superseded runs.
+    pub superseded: u64,
+    /// Refused runs (skip, --max-pending).
+    pub skipped: u64,
+    /// Supersede generation.
+    pub generation: u64,
+}
+
+/// Status of one group, or of all groups (sorted by key).
+pub fn group_status(dir: &BatonDir, key: Option<&LockName>) -> Result<Vec<GroupStatus>, RunError> {
+    let root = dir.path().join("groups");
+    let mut docs = Vec::new();
+    match key {
+        Some(k) => docs.push(read_doc(&root.join(format!("{}.json", k.file_stem())), k)?),
+        None => {
+            let entries = match fs::read_dir(&root) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(source) => {
+                    return Err(RunError::File {
+                        op: "list groups in",
+                        path: root.clone(),
+                        source,
+                    })
+                }
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.extension().is_some_and(|e| e == "json") {
+                    if let Ok(bytes) = fs::read(&path) {
+                        if let Ok(doc) = serde_json::from_slice::<GroupDoc>(&bytes) {
+                            docs.push(doc);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut out: Vec<GroupStatus> = docs
+        .into_iter()
+        .map(|mut doc| {
+            prune(&mut doc);
+            let (running, waiting): (Vec<GroupRun>, Vec<GroupRun>) = doc
+                .runs
+                .into_iter()
+                .partition(|r| r.state == RunState::Running);
+            GroupStatus {
+                key: doc.key,
+                mode: doc.mode,
+                max: doc.max,
+                running,
+                waiting,
+                completed: doc.completed,
+                superseded: doc.superseded,
+                skipped: doc.skipped,
+                generation: doc.generation,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(out)
+}
+
+/// [`group_status`] for groups on PostgreSQL. Only live runs are kept
+/// there: the counters (`completed`, `superseded`, `skipped`, `generation`)
+/// are 0.
+pub fn remote_group_status(
+    db: &baton_pg::Database,
+    key: Option<&LockName>,
+) -> Result<Vec<GroupStatus>, RunError> {
+    let mut out: Vec<GroupStatus> = Vec::new();
+    for row in db.group_runs(key)? {
+        if !out.last().is_some_and(|g| g.key == row.key) {
+            out.push(GroupStatus {
+                key: row.key.clone(),
+                mode: serde_json::from_value(serde_json::Value::String(row.mode.clone())).ok(),
+                max: row.slots,
+                running: Vec::new(),
+                waiting: Vec::new(),
+                completed: 0,
+                superseded: 0,
+                skipped: 0,
+                generation: 0,
+            });
+        }
+        let run = GroupRun {
+            run_id: row.run_id,
+            process: row.process,
+            seq: row.seq,
+            state: if row.running {
+                RunState::Running
+            } else {
+                RunState::Waiting
+            },
+            queued_at: row.queued_at,
+            started_at: row.started_at,
+            command: row.command,
+            superseded_by: row.superseded_by,
+        };
+        if let Some(g) = out.last_mut() {
+            match run.state {
+                RunState::Running => g.running.push(run),
+                RunState::Waiting => g.waiting.push(run),
+            }
+        }
+    }
+    if let (Some(k), true) = (key, out.is_empty()) {
+        out.push(GroupStatus {
+            key: k.to_string(),
+            mode: None,
+            max: 0,
+            running: Vec::new(),
+            waiting: Vec::new(),
+            completed: 0,
+            superseded: 0,
+            skipped: 0,
+            generation: 0,
+        });
+    }
+    Ok(out)
+}
