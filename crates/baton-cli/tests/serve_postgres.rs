@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use pg_common::{admin, TestDb};
 use serde_json::{json, Value};
-use serve_common::Server;
+use serve_common::{node_id, Server};
 
 /// A template that runs its prompt as a shell script.
 const EVAL: &str = "eval \\\"$1\\\"";
@@ -31,13 +31,6 @@ command = ["sh", "-c", "{template}", "job", "{{prompt}}"]
 
 fn status(j: &Value) -> &str {
     j["status"].as_str().unwrap_or("")
-}
-
-fn node_id(s: &Server) -> String {
-    std::fs::read_to_string(s.dir.join("serve").join("node-id"))
-        .unwrap()
-        .trim()
-        .to_string()
 }
 
 fn lines(path: &Path) -> Vec<String> {

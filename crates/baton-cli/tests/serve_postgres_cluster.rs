@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use pg_common::TestDb;
 use serde_json::{json, Value};
-use serve_common::Server;
+use serve_common::{node_id, Server};
 
 /// A template that runs `script` with `$NODE` set to `node`.
 fn config(script: &str, node: &str) -> String {
@@ -27,13 +27,6 @@ command = ["sh", "-c", "{script}", "job", "{{prompt}}"]
 env = {{ NODE = "{node}" }}
 "#
     )
-}
-
-fn node_id(s: &Server) -> String {
-    std::fs::read_to_string(s.dir.join("serve").join("node-id"))
-        .unwrap()
-        .trim()
-        .to_string()
 }
 
 fn numbers(path: &Path) -> Vec<usize> {

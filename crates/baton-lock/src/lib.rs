@@ -56,7 +56,7 @@ pub use identity::{
     ProcessIdentity, Sighting,
 };
 pub use kernel_holders::KernelHolder;
-pub use lock::{acquire, acquire_all, LockGuard};
+pub use lock::{acquire, acquire_all, plan_all, LockGuard};
 pub use meta::{CommandGroup, HolderKind, HolderRecord, LockDoc};
 pub use name::{LockName, MAX_NAME_LEN};
 pub use request::{LockRequest, Mode};

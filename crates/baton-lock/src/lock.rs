@@ -247,30 +247,39 @@ pub(crate) struct Target<'a> {
     pub(crate) mark: u64,
 }
 
-/// Acquires several locks in one canonical order (sorted by name), so that
-/// two callers naming the same locks in different orders cannot deadlock. A
-/// name given twice is taken once.
-/// The wait policy of each request is replaced by one shared deadline: the
-/// earliest of the requests' deadlines.
-pub fn acquire_all(dir: &BatonDir, reqs: &[LockRequest]) -> Result<Vec<LockGuard>, LockError> {
-    let start = Instant::now();
+/// How several locks are taken together, by any backend: in name order (so
+/// two callers naming the same locks in different orders cannot deadlock),
+/// a name given twice once (taking it twice would be a self-deadlock), and
+/// with one wait policy for all: no waiting if any request says so, else
+/// until the earliest of the requests' deadlines, measured from `start`.
+pub fn plan_all(reqs: &[LockRequest], start: Instant) -> (Vec<&LockRequest>, WaitPolicy) {
     let mut sorted: Vec<&LockRequest> = reqs.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
-    // A name given twice is one lock (taking it twice would be a self-deadlock).
     sorted.dedup_by(|a, b| a.name == b.name);
     let immediate = reqs.iter().any(|r| r.wait == WaitPolicy::Immediately);
     let deadline = reqs
         .iter()
         .filter_map(|r| r.wait.deadline_from(start))
         .min();
+    let wait = match (immediate, deadline) {
+        (true, _) => WaitPolicy::Immediately,
+        (false, Some(d)) => WaitPolicy::Until(d),
+        (false, None) => WaitPolicy::Forever,
+    };
+    (sorted, wait)
+}
+
+/// Acquires several locks in one canonical order (sorted by name), so that
+/// two callers naming the same locks in different orders cannot deadlock. A
+/// name given twice is taken once.
+/// The wait policy of each request is replaced by one shared deadline: the
+/// earliest of the requests' deadlines.
+pub fn acquire_all(dir: &BatonDir, reqs: &[LockRequest]) -> Result<Vec<LockGuard>, LockError> {
+    let (sorted, wait) = plan_all(reqs, Instant::now());
     let mut guards = Vec::with_capacity(sorted.len());
     for req in sorted {
         let mut req = req.clone();
-        req.wait = match (immediate, deadline) {
-            (true, _) => WaitPolicy::Immediately,
-            (false, Some(d)) => WaitPolicy::Until(d),
-            (false, None) => WaitPolicy::Forever,
-        };
+        req.wait = wait;
         match acquire(dir, &req) {
             Ok(g) => guards.push(g),
             // Report the policy the caller asked for, not the derived deadline.

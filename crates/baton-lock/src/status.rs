@@ -222,24 +222,7 @@ impl LockStatus {
 }
 
 fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus, LockError> {
-    let mut st = LockStatus {
-        name: fallback_name.unwrap_or_default().to_string(),
-        path: path.to_path_buf(),
-        held: false,
-        mode: None,
-        max: 1,
-        holder: None,
-        holders: Vec::new(),
-        waiters: 0,
-        last_holder_died: false,
-        last_holder: None,
-        last_token: 0,
-        content: Content::Missing,
-        content_error: None,
-        held_through_replaced_file: Vec::new(),
-        kernel_holders: Vec::new(),
-        inode: None,
-    };
+    let mut st = LockStatus::unused(fallback_name.unwrap_or_default(), path.to_path_buf());
     let file = match open_for_status(path) {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(st),

@@ -65,14 +65,12 @@ impl Database {
     /// other variants when the database cannot be used. Nothing stays held.
     pub fn acquire_all(&self, reqs: &[LockRequest]) -> Result<Holds, PgError> {
         let start = Instant::now();
-        let mut sorted: Vec<&LockRequest> = reqs.iter().collect();
-        sorted.sort_by(|a, b| a.name.cmp(&b.name));
-        sorted.dedup_by(|a, b| a.name == b.name);
-        let immediate = reqs.iter().any(|r| r.wait == WaitPolicy::Immediately);
-        let deadline = reqs
-            .iter()
-            .filter_map(|r| r.wait.deadline_from(start))
-            .min();
+        let (sorted, policy) = baton_lock::plan_all(reqs, start);
+        let wait = match policy {
+            WaitPolicy::Immediately => None,
+            WaitPolicy::Until(d) => Some(Some(d)),
+            _ => Some(None),
+        };
         for r in &sorted {
             if let Mode::Semaphore(n) = r.mode {
                 if n > MAX_SLOTS {
@@ -93,10 +91,6 @@ impl Database {
         for req in sorted {
             let mut req = req.clone();
             req.mode = req.mode.normalized();
-            let wait = match (immediate, deadline) {
-                (true, _) => None,
-                (false, d) => Some(d),
-            };
             let ours = || req.cancel.as_ref().is_some_and(CancelToken::is_cancelled);
             let got = loop {
                 match acquire_one(&mut session, &mut ctx, LOCK_KIND, &req, wait) {

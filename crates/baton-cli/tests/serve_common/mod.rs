@@ -278,3 +278,11 @@ command = ["sh", "-c", "{{prompt}}"]
 "#
     )
 }
+
+/// The node id a server recorded in its baton dir (`serve/node-id`).
+pub fn node_id(s: &Server) -> String {
+    std::fs::read_to_string(s.dir.join("serve").join("node-id"))
+        .unwrap()
+        .trim()
+        .to_string()
+}

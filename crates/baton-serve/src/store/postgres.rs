@@ -47,20 +47,7 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
-/// `url` with its password, if any, replaced by `***`.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (auth, host) = match rest.rsplit_once('@') {
-        Some(parts) => parts,
-        None => return url.to_string(),
-    };
-    match auth.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_string(),
-    }
-}
+pub use baton_pg::redact;
 
 impl PgStore {
     /// Connects to `url`, creates or migrates the schema, and establishes
