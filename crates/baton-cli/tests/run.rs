@@ -498,11 +498,21 @@ fn ctrl_z_fg_and_bg_work_on_baton_run_as_on_the_command_itself() {
     let env = Env::new();
     let pidfile = env.path("pid");
     let tick = env.path("tick");
-    let inner = format!(
-        "echo $$ > {p}; i=0; while :; do i=$((i+1)); echo $i > {t}; sleep 0.02; done",
-        p = pidfile.display(),
-        t = tick.display()
-    );
+    // The command never forks: a Ctrl-Z that lands while a shell is in
+    // vfork() (dash starts `sleep` that way) stops the vfork child before
+    // its exec and leaves the shell waiting for it in the kernel, unstopped,
+    // with or without baton, and the job never reads as stopped.
+    let script = env.path("ticker.py");
+    fs::write(
+        &script,
+        format!(
+            "import os, time\nopen({p:?}, 'w').write(str(os.getpid()) + '\\n')\ni = 0\n\
+             while True:\n    i += 1\n    open({t:?}, 'w').write(str(i))\n    time.sleep(0.02)\n",
+            p = pidfile.display().to_string(),
+            t = tick.display().to_string()
+        ),
+    )
+    .unwrap();
     // An interactive bash in a pseudo-terminal, typed at through `script`.
     let mut shell = Command::new("timeout")
         .args([
@@ -553,9 +563,10 @@ fn ctrl_z_fg_and_bg_work_on_baton_run_as_on_the_command_itself() {
     let limit = Duration::from_secs(20);
 
     type_in(&format!(
-        "{} --dir {} run --lock jc -- sh -c '{inner}'\n",
+        "{} --dir {} run --lock jc -- python3 {}\n",
         env!("CARGO_BIN_EXE_baton"),
-        env.dir.display()
+        env.dir.display(),
+        script.display()
     ));
     let mut pid = String::new();
     common::wait_until(limit, || {
