@@ -1126,3 +1126,122 @@ fn stopped_holder_keeps_the_lock_until_continued() {
     assert_exclusive(&iv);
     assert!(alive(std::process::id() as i32));
 }
+
+/// Two database roles, `<db>_a` and `<db>_b`, allowed to use baton's tables;
+/// removed (with their grants) before the database is dropped.
+struct Roles {
+    db: String,
+    names: [String; 2],
+}
+
+impl Roles {
+    fn new(db: &TestDb) -> Roles {
+        let names = [format!("{}_a", db.name), format!("{}_b", db.name)];
+        for r in &names {
+            pg_common::admin(&format!("CREATE ROLE {r} LOGIN"));
+            db.query(&format!(
+                "GRANT ALL ON ALL TABLES IN SCHEMA public TO {r}; \
+                 GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {r}"
+            ));
+        }
+        Roles {
+            db: db.name.clone(),
+            names,
+        }
+    }
+
+    fn url(&self, i: usize) -> String {
+        format!("postgres://{}@127.0.0.1:5432/{}", self.names[i], self.db)
+    }
+}
+
+impl Drop for Roles {
+    fn drop(&mut self) {
+        let [a, b] = &self.names;
+        query_in(&self.db, &format!("DROP OWNED BY {a}, {b}"));
+        pg_common::admin(&format!("DROP ROLE IF EXISTS {a}, {b}"));
+    }
+}
+
+/// Holders connected as different roles: a role without pg_read_all_stats
+/// sees other roles' sessions without their start time. A live holder of
+/// another role must still read as live (held, never settled as dead, so
+/// never run beside), and a SIGKILLed one as gone at once.
+#[test]
+fn holders_connected_as_different_roles_see_each_other_alive_and_dead() {
+    let pg = Pg::new();
+    let out = pg.run(&["db", "migrate"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let roles = Roles::new(&pg.db);
+    let (url_a, url_b) = (roles.url(0), roles.url(1));
+    let marker = pg.path("started");
+    let script = format!("touch {}; exec sleep 60", marker.display());
+    let mut holder = pg
+        .env
+        .baton(&[
+            "--backend",
+            &url_a,
+            "run",
+            "--lock",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(20), || marker.exists());
+
+    let out = pg
+        .env
+        .run(&["--backend", &url_b, "lock", "status", "k", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["held"], true, "{st}");
+    assert_eq!(st["holder"]["alive"], true, "{st}");
+    let out = pg.env.run(&[
+        "--backend",
+        &url_b,
+        "run",
+        "--lock",
+        "k",
+        "--wait",
+        "500ms",
+        "--",
+        "true",
+    ]);
+    assert_eq!(
+        code(&out),
+        75,
+        "another role's live holder: {}",
+        stderr(&out)
+    );
+
+    kill(holder.id() as i32, libc::SIGKILL);
+    let _ = holder.wait();
+    let started = Instant::now();
+    let out = pg.env.run(&[
+        "--backend",
+        &url_b,
+        "run",
+        "--lock",
+        "k",
+        "--wait",
+        "15s",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    eprintln!(
+        "SIGKILLed holder of another role -> next holder ran in {:?}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the dead holder of another role was waited for as if it could still run"
+    );
+}
