@@ -199,7 +199,8 @@ $BATON_DIR, git repository, $XDG_RUNTIME_DIR, temp dir); its owner and permissio
 filesystem under it (network and FUSE filesystems are warned about loudly: kernel locks there
 depend on a server or a daemon); whether OFD locks work there (a real probe); inotify; the git
 version; free space for workspaces; leftover workspaces of dead owners; the PID namespace
-(container or host) and whether /proc is its own.
+(container or host) and whether /proc is its own; with --backend, the PostgreSQL database:
+reachable, baton's tables there (or creatable), the user's privileges.
 
 Exit status: 0 all well; 1 warnings (baton works, see the remedies); 125 baton cannot work there.
 

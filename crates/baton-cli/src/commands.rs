@@ -41,7 +41,8 @@ pub fn main() -> u8 {
         Command::Man => return docs::man(cli.dir.as_deref()),
         Command::Doctor { json } => {
             restore_default_sigpipe();
-            return doctor::doctor(cli.dir.as_deref(), *json);
+            let backend = cli.backend.as_deref().filter(|u| !u.is_empty());
+            return doctor::doctor(cli.dir.as_deref(), backend, *json);
         }
         Command::Init(args) => return init(args, cli.dir.as_deref()),
         _ => {}

@@ -31,7 +31,7 @@ const LOW_INODES: u64 = 10_000;
 /// How a check came out; a report's status is its worst check's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-enum Status {
+pub(crate) enum Status {
     Ok,
     Skipped,
     Warning,
@@ -39,7 +39,7 @@ enum Status {
 }
 
 #[derive(Debug, Serialize)]
-struct Check {
+pub(crate) struct Check {
     name: &'static str,
     status: Status,
     summary: String,
@@ -48,7 +48,7 @@ struct Check {
 }
 
 impl Check {
-    fn new(name: &'static str, status: Status, summary: impl Into<String>) -> Check {
+    pub(crate) fn new(name: &'static str, status: Status, summary: impl Into<String>) -> Check {
         Check {
             name,
             status,
@@ -58,17 +58,17 @@ impl Check {
         }
     }
 
-    fn remedy(mut self, remedy: impl Into<String>) -> Check {
+    pub(crate) fn remedy(mut self, remedy: impl Into<String>) -> Check {
         self.remedy = Some(remedy.into());
         self
     }
 
-    fn detail(mut self, detail: Value) -> Check {
+    pub(crate) fn detail(mut self, detail: Value) -> Check {
         self.detail = detail;
         self
     }
 
-    fn skipped(name: &'static str, why: &str) -> Check {
+    pub(crate) fn skipped(name: &'static str, why: &str) -> Check {
         Check::new(name, Status::Skipped, format!("not checked: {why}"))
     }
 }
@@ -135,8 +135,18 @@ pub fn warn_if_remote(dir: &BatonDir) {
 
 /// `baton doctor [--json]`: runs every check, prints them, returns 0 (all
 /// well), 1 (warnings) or 125 (baton cannot work there).
-pub fn doctor(explicit: Option<&Path>, json: bool) -> u8 {
-    let report = run_checks(explicit);
+pub fn doctor(explicit: Option<&Path>, backend: Option<&str>, json: bool) -> u8 {
+    let mut report = run_checks(explicit);
+    report
+        .checks
+        .push(crate::doctor_backend::backend_check(backend));
+    report.status = report
+        .checks
+        .iter()
+        .map(|c| c.status)
+        .filter(|s| *s != Status::Skipped)
+        .max()
+        .unwrap_or(Status::Ok);
     if json {
         match serde_json::to_string_pretty(&report) {
             Ok(s) => println!("{s}"),
@@ -165,7 +175,11 @@ fn run_checks(explicit: Option<&Path>) -> Report {
                 Check::new("baton_dir", Status::Error, baton_lock::one_line(&e))
                     .remedy("name a baton dir with --dir DIR or BATON_DIR=DIR"),
             );
-            for name in &baton_contract::json::DOCTOR_CHECKS[1..] {
+            // Every check but the backend's (`doctor` adds that one) needs the dir.
+            for name in baton_contract::json::DOCTOR_CHECKS[1..]
+                .iter()
+                .filter(|n| **n != "backend")
+            {
                 checks.push(Check::skipped(name, "no baton dir"));
             }
             return report(None, None, checks);

@@ -7,6 +7,7 @@ mod cli;
 mod commands;
 mod docs;
 mod doctor;
+mod doctor_backend;
 mod duration;
 mod exit_codes;
 mod git_cli;

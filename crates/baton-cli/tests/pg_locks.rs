@@ -1245,3 +1245,74 @@ fn holders_connected_as_different_roles_see_each_other_alive_and_dead() {
         "the dead holder of another role was waited for as if it could still run"
     );
 }
+
+/// `baton doctor --backend`: a fresh database is fine (tables made on first
+/// use); a user who may neither create nor use the tables is an error
+/// naming the remedy; with table and sequence grants only `break` on other
+/// roles' sessions is missing (a warning); an unreachable server is an error.
+#[test]
+fn doctor_checks_the_backend() {
+    let pg = Pg::new();
+    let backend = |out: &Output| -> Value {
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "backend")
+            .cloned()
+            .unwrap()
+    };
+    let out = pg.run(&["doctor", "--json"]);
+    let c = backend(&out);
+    assert_eq!(c["status"], "ok", "{c}");
+    assert_eq!(c["detail"]["schema_version"], Value::Null, "{c}");
+
+    let out = pg.run(&["db", "migrate"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let weak = format!("{}_doc", pg.db.name);
+    pg_common::admin(&format!("CREATE ROLE {weak} LOGIN"));
+    struct DropRole(String, String);
+    impl Drop for DropRole {
+        fn drop(&mut self) {
+            query_in(&self.1, &format!("DROP OWNED BY {}", self.0));
+            pg_common::admin(&format!("DROP ROLE IF EXISTS {}", self.0));
+        }
+    }
+    let _role = DropRole(weak.clone(), pg.db.name.clone());
+    let weak_url = format!("postgres://{weak}@127.0.0.1:5432/{}", pg.db.name);
+    let out = pg.env.run(&["--backend", &weak_url, "doctor", "--json"]);
+    assert_eq!(code(&out), 125, "{}", stdout(&out));
+    let c = backend(&out);
+    assert_eq!(c["status"], "error", "{c}");
+    assert!(c["remedy"].as_str().unwrap().contains("GRANT"), "{c}");
+
+    pg.db.query(&format!(
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {weak}; \
+         GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {weak}"
+    ));
+    let out = pg.env.run(&["--backend", &weak_url, "doctor", "--json"]);
+    let c = backend(&out);
+    assert_eq!(c["status"], "warning", "{c}");
+    assert!(c["summary"].as_str().unwrap().contains("lock break"), "{c}");
+    // And that user can indeed lock (the grants are enough).
+    let out = pg.env.run(&[
+        "--backend",
+        &weak_url,
+        "run",
+        "--lock",
+        "fresh-name",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+
+    let out = pg.env.run(&[
+        "--backend",
+        "postgres://postgres@127.0.0.1:1/x",
+        "doctor",
+        "--json",
+    ]);
+    assert_eq!(code(&out), 125);
+    assert_eq!(backend(&out)["status"], "error");
+}

@@ -303,6 +303,7 @@ pub const DOCTOR_CHECKS: &[&str] = &[
     "free_space",
     "workspaces",
     "pid_namespace",
+    "backend",
 ];
 
 /// The rules that choose a baton dir (`rule` of `baton doctor --json`), in

@@ -29,6 +29,7 @@
 //! ```
 
 mod acquire;
+mod diagnose;
 mod error;
 mod group;
 mod holds;
@@ -38,6 +39,7 @@ mod settle;
 mod status;
 
 pub use acquire::MAX_SLOTS;
+pub use diagnose::Diagnosis;
 pub use error::{redact, PgError};
 pub use group::{GroupJoin, GroupRunRow, GroupSlot, Joined};
 pub use holds::{Grant, Holds};
