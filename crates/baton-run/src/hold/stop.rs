@@ -43,7 +43,7 @@ pub struct ReleaseReport {
 /// With `token`, only the grant with that token is released; a token that is
 /// not current changes nothing and is reported as [`LockError::StaleToken`].
 /// Without it, only a hold taken for `caller` (the script asking, see
-/// [`caller_to_watch`]) is released, unless `force`: a script must never
+/// [`caller_to_watch`](super::caller_to_watch)) is released, unless `force`: a script must never
 /// free a lock that another script holds (`trap 'baton lock release x' EXIT`
 /// after a failed acquire, say).
 pub fn release_held(
