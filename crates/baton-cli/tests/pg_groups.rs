@@ -246,3 +246,67 @@ fn a_superseded_waiting_run_leaves_at_once_and_status_shows_the_group() {
     let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(st["mode"].is_null(), "idle afterwards: {st}");
 }
+
+/// Start/end intervals of the runs in `log` ("ID start NS" / "ID end NS"):
+/// panics if two overlap.
+fn assert_no_overlap(log: &[String]) {
+    let mut events: Vec<(u128, i32)> = log
+        .iter()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (_, what, t) = (w.next()?, w.next()?, w.next()?);
+            Some((t.parse().ok()?, if what == "start" { 1 } else { -1 }))
+        })
+        .collect();
+    events.sort();
+    let (mut now, mut most) = (0, 0);
+    for (_, d) in events {
+        now += d;
+        most = most.max(now);
+    }
+    assert!(most <= 1, "{most} ran at once: {log:?}");
+}
+
+#[test]
+fn supersede_arrivals_at_once_end_superseded_never_in_error_and_never_overlap() {
+    // A newer run's pg_cancel_backend may land on any statement of the
+    // run it marked (recording its grant, telling the runs it marked),
+    // not only on its wait: that run must still end superseded (79).
+    let db = TestDb::new();
+    let (a, b, url) = machines(&db);
+    for round in 0..3 {
+        let log = a.path(&format!("log{round}"));
+        let l = log.display();
+        let script = format!(
+            "echo \"$BATON_RUN_ID start $(date +%s%N)\" >> {l}; sleep 0.5; echo \"$BATON_RUN_ID end $(date +%s%N)\" >> {l}"
+        );
+        let long = format!(
+            "echo \"$BATON_RUN_ID start $(date +%s%N)\" >> {l}; trap 'echo \"$BATON_RUN_ID end $(date +%s%N)\" >> {l}; exit 0' TERM; sleep 60 & wait"
+        );
+        let mut first = a.spawn(&run_args(&url, "burst", "supersede", &long));
+        wait_until(Duration::from_secs(20), || !lines(&log).is_empty());
+        let started = Instant::now();
+        let mut children: Vec<_> = (0..8)
+            .map(|i| {
+                let env = if i % 2 == 0 { &a } else { &b };
+                env.spawn(&run_args(&url, "burst", "supersede", &script))
+            })
+            .collect();
+        let mut winners = 0;
+        for c in children.drain(..) {
+            let out = c.wait_with_output().unwrap();
+            match code(&out) {
+                0 => winners += 1,
+                79 => {}
+                other => panic!("round {round}: exit {other}: {}", stderr(&out)),
+            }
+        }
+        assert_eq!(first.wait().unwrap().code(), Some(79), "round {round}");
+        assert!(winners >= 1, "round {round}: nobody ran");
+        assert_no_overlap(&lines(&log));
+        eprintln!(
+            "round {round}: 8 supersede arrivals at once: {winners} ran, the rest superseded, all done after {:?}",
+            started.elapsed()
+        );
+    }
+}
