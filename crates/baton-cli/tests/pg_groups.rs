@@ -310,3 +310,59 @@ fn supersede_arrivals_at_once_end_superseded_never_in_error_and_never_overlap() 
         );
     }
 }
+
+#[test]
+fn a_group_key_that_is_also_a_lock_name_leaves_lock_status_list_and_break_alone() {
+    // A group's slot is a lock of kind `group`; `lock status`, `lock list`
+    // and `lock break` are about locks of kind `lock` of the same name.
+    let db = TestDb::new();
+    let (a, b, url) = machines(&db);
+    let (marker, release) = (a.path("started"), a.path("release"));
+    let mut group_run = a.spawn(&run_args(
+        &url,
+        "shared",
+        "queue",
+        &format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            marker.display(),
+            release.display()
+        ),
+    ));
+    wait_until(Duration::from_secs(20), || marker.exists());
+    // The lock of that name is free while the group runs.
+    let out = b.run(&[
+        "--backend",
+        &url,
+        "run",
+        "--lock",
+        "shared",
+        "--wait",
+        "0",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = b.run(&["--backend", &url, "lock", "status", "shared", "--json"]);
+    assert_eq!(code(&out), 0, "lock status: {}", stderr(&out));
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["held"], false, "{st}");
+    let out = b.run(&["--backend", &url, "lock", "list", "--json"]);
+    assert_eq!(code(&out), 0, "lock list: {}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.matches("\"shared\"").count(),
+        1,
+        "one lock named shared (the group is not a lock): {text}"
+    );
+    let out = b.run(&["--backend", &url, "lock", "break", "shared"]);
+    eprintln!("lock break: exit {:?} {}", out.status.code(), stderr(&out));
+    let out = a.run(&["--backend", &url, "group", "status", "shared", "--json"]);
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["running"].as_array().map(Vec::len), Some(1), "{st}");
+    std::fs::write(&release, "").unwrap();
+    assert_eq!(
+        group_run.wait().unwrap().code(),
+        Some(0),
+        "the group's run is not the lock's holder"
+    );
+}
