@@ -366,3 +366,20 @@ fn a_group_key_that_is_also_a_lock_name_leaves_lock_status_list_and_break_alone(
         "the group's run is not the lock's holder"
     );
 }
+
+#[test]
+fn max_pending_does_not_count_a_run_about_to_take_a_free_slot() {
+    // Two arrivals at once on an idle group with --max-pending 1: one runs,
+    // one waits; neither is refused, whichever registers first.
+    let db = TestDb::new();
+    let (a, b, url) = machines(&db);
+    for round in 0..4 {
+        let mut args = run_args(&url, "pending", "queue", "sleep 0.3");
+        args.splice(5..5, ["--max-pending", "1"]);
+        let mut first = a.spawn(&args);
+        let mut second = b.spawn(&args);
+        let (x, y) = (first.wait().unwrap().code(), second.wait().unwrap().code());
+        eprintln!("round {round}: exits {x:?} {y:?}");
+        assert_eq!((x, y), (Some(0), Some(0)), "round {round}");
+    }
+}

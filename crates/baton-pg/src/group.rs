@@ -306,10 +306,16 @@ fn arrive(session: &Session, req: &GroupJoin) -> Result<Vec<(i32, String)>, Outc
                 );
                 return Ok(Err(Joined::ModeMismatch { existing }));
             }
+            // Runs that a free slot awaits (arrived, not yet started) are
+            // not pending: only those beyond the free slots are.
             let waiting = live
                 .iter()
                 .filter(|row| row.get::<_, String>(2) == "waiting")
                 .count();
+            let free = usize::try_from(slots)
+                .unwrap_or(1)
+                .saturating_sub(live.len() - waiting);
+            let waiting = waiting.saturating_sub(free);
             let refusal = match (r.mode, r.max_pending) {
                 ("skip", _) if !live.is_empty() => Some(format!(
                     "group '{key}' is busy ({} running or waiting); mode skip",
