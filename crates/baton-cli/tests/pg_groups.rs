@@ -278,7 +278,7 @@ fn supersede_arrivals_at_once_end_superseded_never_in_error_and_never_overlap() 
         let log = a.path(&format!("log{round}"));
         let l = log.display();
         let script = format!(
-            "echo \"$BATON_RUN_ID start $(date +%s%N)\" >> {l}; sleep 0.5; echo \"$BATON_RUN_ID end $(date +%s%N)\" >> {l}"
+            "echo \"$BATON_RUN_ID start $(date +%s%N)\" >> {l}; trap 'echo \"$BATON_RUN_ID end $(date +%s%N)\" >> {l}; exit 0' TERM; sleep 0.5 & wait; echo \"$BATON_RUN_ID end $(date +%s%N)\" >> {l}"
         );
         let long = format!(
             "echo \"$BATON_RUN_ID start $(date +%s%N)\" >> {l}; trap 'echo \"$BATON_RUN_ID end $(date +%s%N)\" >> {l}; exit 0' TERM; sleep 60 & wait"
@@ -382,4 +382,51 @@ fn max_pending_does_not_count_a_run_about_to_take_a_free_slot() {
         eprintln!("round {round}: exits {x:?} {y:?}");
         assert_eq!((x, y), (Some(0), Some(0)), "round {round}");
     }
+}
+
+#[test]
+fn a_waiting_run_marked_while_a_dead_holder_stops_leaves_at_once() {
+    // A's session is terminated; A's supervisor stops its command (a slow
+    // TERM handler), and B, granted the server's lock, waits for that.
+    // C then supersedes B (coalesce): B must leave now, not once A's
+    // command has ended (the cancel used to land between B's polls).
+    let db = TestDb::new();
+    let (a, b, url) = machines(&db);
+    let log = a.path("log");
+    let l = log.display();
+    let script = format!(
+        "echo A >> {l}; trap 'echo A-term >> {l}; sleep 5; echo A-end >> {l}; exit 0' TERM; sleep 60 & wait"
+    );
+    let mut args = run_args(&url, "build", "coalesce", &script);
+    args[8] = "8s"; // --grace: longer than the TERM handler
+    let mut first = a.spawn(&args);
+    wait_until(Duration::from_secs(20), || {
+        lines(&log).contains(&"A".into())
+    });
+    let mut second = b.spawn(&run_args(&url, "build", "coalesce", "echo B >> /dev/null"));
+    wait_until(Duration::from_secs(20), || {
+        db.scalar("SELECT count(*) FROM baton_group_runs WHERE state = 'waiting'")
+            .as_deref()
+            == Some("1")
+    });
+    db.query(
+        "SELECT pg_terminate_backend(session_pid) FROM baton_group_runs WHERE state = 'running'",
+    );
+    wait_until(Duration::from_secs(20), || {
+        lines(&log).contains(&"A-term".into())
+    });
+    std::thread::sleep(Duration::from_millis(300)); // B reaches the settling wait
+    let launched = Instant::now();
+    let mut third = a.spawn(&run_args(&url, "build", "coalesce", "true"));
+    assert_eq!(second.wait().unwrap().code(), Some(79), "B superseded");
+    let left = launched.elapsed();
+    assert!(
+        !lines(&log).contains(&"A-end".into()),
+        "B left only after A's command ended ({left:?} after C arrived)"
+    );
+    eprintln!(
+        "a waiting run marked while a dead holder stops left {left:?} after the newer run arrived"
+    );
+    assert_eq!(first.wait().unwrap().code(), Some(76));
+    assert_eq!(third.wait().unwrap().code(), Some(0));
 }
