@@ -246,3 +246,187 @@ fn a_superseded_waiting_run_leaves_at_once_and_status_shows_the_group() {
     let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(st["mode"].is_null(), "idle afterwards: {st}");
 }
+
+/// Start/end intervals of the runs in `log` ("ID start NS" / "ID end NS"):
+/// panics if two overlap.
+fn assert_no_overlap(log: &[String]) {
+    let mut events: Vec<(u128, i32)> = log
+        .iter()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (_, what, t) = (w.next()?, w.next()?, w.next()?);
+            Some((t.parse().ok()?, if what == "start" { 1 } else { -1 }))
+        })
+        .collect();
+    events.sort();
+    let (mut now, mut most) = (0, 0);
+    for (_, d) in events {
+        now += d;
+        most = most.max(now);
+    }
+    assert!(most <= 1, "{most} ran at once: {log:?}");
+}
+
+#[test]
+fn supersede_arrivals_at_once_end_superseded_never_in_error_and_never_overlap() {
+    // A newer run's pg_cancel_backend may land on any statement of the
+    // run it marked (recording its grant, telling the runs it marked),
+    // not only on its wait: that run must still end superseded (79).
+    let db = TestDb::new();
+    let (a, b, url) = machines(&db);
+    for round in 0..3 {
+        let log = a.path(&format!("log{round}"));
+        let l = log.display();
+        let script = format!(
+            "echo \"$BATON_RUN_ID start $(date +%s%N)\" >> {l}; trap 'echo \"$BATON_RUN_ID end $(date +%s%N)\" >> {l}; exit 0' TERM; sleep 0.5 & wait; echo \"$BATON_RUN_ID end $(date +%s%N)\" >> {l}"
+        );
+        let long = format!(
+            "echo \"$BATON_RUN_ID start $(date +%s%N)\" >> {l}; trap 'echo \"$BATON_RUN_ID end $(date +%s%N)\" >> {l}; exit 0' TERM; sleep 60 & wait"
+        );
+        let mut first = a.spawn(&run_args(&url, "burst", "supersede", &long));
+        wait_until(Duration::from_secs(20), || !lines(&log).is_empty());
+        let started = Instant::now();
+        let mut children: Vec<_> = (0..8)
+            .map(|i| {
+                let env = if i % 2 == 0 { &a } else { &b };
+                env.spawn(&run_args(&url, "burst", "supersede", &script))
+            })
+            .collect();
+        let mut winners = 0;
+        for c in children.drain(..) {
+            let out = c.wait_with_output().unwrap();
+            match code(&out) {
+                0 => winners += 1,
+                79 => {}
+                other => panic!("round {round}: exit {other}: {}", stderr(&out)),
+            }
+        }
+        assert_eq!(first.wait().unwrap().code(), Some(79), "round {round}");
+        assert!(winners >= 1, "round {round}: nobody ran");
+        assert_no_overlap(&lines(&log));
+        eprintln!(
+            "round {round}: 8 supersede arrivals at once: {winners} ran, the rest superseded, all done after {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[test]
+fn a_group_key_that_is_also_a_lock_name_leaves_lock_status_list_and_break_alone() {
+    // A group's slot is a lock of kind `group`; `lock status`, `lock list`
+    // and `lock break` are about locks of kind `lock` of the same name.
+    let db = TestDb::new();
+    let (a, b, url) = machines(&db);
+    let (marker, release) = (a.path("started"), a.path("release"));
+    let mut group_run = a.spawn(&run_args(
+        &url,
+        "shared",
+        "queue",
+        &format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            marker.display(),
+            release.display()
+        ),
+    ));
+    wait_until(Duration::from_secs(20), || marker.exists());
+    // The lock of that name is free while the group runs.
+    let out = b.run(&[
+        "--backend",
+        &url,
+        "run",
+        "--lock",
+        "shared",
+        "--wait",
+        "0",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = b.run(&["--backend", &url, "lock", "status", "shared", "--json"]);
+    assert_eq!(code(&out), 0, "lock status: {}", stderr(&out));
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["held"], false, "{st}");
+    let out = b.run(&["--backend", &url, "lock", "list", "--json"]);
+    assert_eq!(code(&out), 0, "lock list: {}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.matches("\"shared\"").count(),
+        1,
+        "one lock named shared (the group is not a lock): {text}"
+    );
+    let out = b.run(&["--backend", &url, "lock", "break", "shared"]);
+    eprintln!("lock break: exit {:?} {}", out.status.code(), stderr(&out));
+    let out = a.run(&["--backend", &url, "group", "status", "shared", "--json"]);
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["running"].as_array().map(Vec::len), Some(1), "{st}");
+    std::fs::write(&release, "").unwrap();
+    assert_eq!(
+        group_run.wait().unwrap().code(),
+        Some(0),
+        "the group's run is not the lock's holder"
+    );
+}
+
+#[test]
+fn max_pending_does_not_count_a_run_about_to_take_a_free_slot() {
+    // Two arrivals at once on an idle group with --max-pending 1: one runs,
+    // one waits; neither is refused, whichever registers first.
+    let db = TestDb::new();
+    let (a, b, url) = machines(&db);
+    for round in 0..4 {
+        let mut args = run_args(&url, "pending", "queue", "sleep 0.3");
+        args.splice(5..5, ["--max-pending", "1"]);
+        let mut first = a.spawn(&args);
+        let mut second = b.spawn(&args);
+        let (x, y) = (first.wait().unwrap().code(), second.wait().unwrap().code());
+        eprintln!("round {round}: exits {x:?} {y:?}");
+        assert_eq!((x, y), (Some(0), Some(0)), "round {round}");
+    }
+}
+
+#[test]
+fn a_waiting_run_marked_while_a_dead_holder_stops_leaves_at_once() {
+    // A's session is terminated; A's supervisor stops its command (a slow
+    // TERM handler), and B, granted the server's lock, waits for that.
+    // C then supersedes B (coalesce): B must leave now, not once A's
+    // command has ended (the cancel used to land between B's polls).
+    let db = TestDb::new();
+    let (a, b, url) = machines(&db);
+    let log = a.path("log");
+    let l = log.display();
+    let script = format!(
+        "echo A >> {l}; trap 'echo A-term >> {l}; sleep 5; echo A-end >> {l}; exit 0' TERM; sleep 60 & wait"
+    );
+    let mut args = run_args(&url, "build", "coalesce", &script);
+    args[8] = "8s"; // --grace: longer than the TERM handler
+    let mut first = a.spawn(&args);
+    wait_until(Duration::from_secs(20), || {
+        lines(&log).contains(&"A".into())
+    });
+    let mut second = b.spawn(&run_args(&url, "build", "coalesce", "echo B >> /dev/null"));
+    wait_until(Duration::from_secs(20), || {
+        db.scalar("SELECT count(*) FROM baton_group_runs WHERE state = 'waiting'")
+            .as_deref()
+            == Some("1")
+    });
+    db.query(
+        "SELECT pg_terminate_backend(session_pid) FROM baton_group_runs WHERE state = 'running'",
+    );
+    wait_until(Duration::from_secs(20), || {
+        lines(&log).contains(&"A-term".into())
+    });
+    std::thread::sleep(Duration::from_millis(300)); // B reaches the settling wait
+    let launched = Instant::now();
+    let mut third = a.spawn(&run_args(&url, "build", "coalesce", "true"));
+    assert_eq!(second.wait().unwrap().code(), Some(79), "B superseded");
+    let left = launched.elapsed();
+    assert!(
+        !lines(&log).contains(&"A-end".into()),
+        "B left only after A's command ended ({left:?} after C arrived)"
+    );
+    eprintln!(
+        "a waiting run marked while a dead holder stops left {left:?} after the newer run arrived"
+    );
+    assert_eq!(first.wait().unwrap().code(), Some(76));
+    assert_eq!(third.wait().unwrap().code(), Some(0));
+}

@@ -362,3 +362,34 @@ fn supersede_reaches_a_running_job_on_another_node() {
         "the newer job started before the older one's command ended: {log:?}"
     );
 }
+
+/// With a PostgreSQL store the jobs' groups are in the database: the
+/// overview shows them from there (not from the node's baton dir).
+#[test]
+fn the_overview_shows_the_groups_in_the_database() {
+    let db = TestDb::new();
+    let url = db.url();
+    let node = Server::start(&config(EVAL), &["--store", url.as_str()]);
+    let release = std::path::PathBuf::from(node.tmp()).join("release");
+    let script = format!("while [ ! -e {} ]; do sleep 0.05; done", release.display());
+    let id = node.submit(json!({"prompt": script, "group": "deploy", "mode": "queue"}));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let overview = loop {
+        let (code, o) = node.get("/v1/overview");
+        assert_eq!(code, 200, "{o}");
+        let shown = o["groups"]
+            .as_array()
+            .is_some_and(|g| g.iter().any(|g| g["key"] == "deploy"));
+        if shown {
+            break o;
+        }
+        if Instant::now() >= deadline {
+            std::fs::write(&release, "").unwrap();
+            panic!("the group never appeared in the overview: {o}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(overview["errors"].get("groups").is_none(), "{overview}");
+    std::fs::write(&release, "").unwrap();
+    assert_eq!(status(&node.wait_final(&id)), "succeeded");
+}

@@ -126,6 +126,9 @@ impl Database {
         crate::schema::migrate(&session)?;
         match join_in(&mut session, req, cancel) {
             Ok(grant) => {
+                // Like any holder: a session whose server stops answering
+                // counts as lost, and the run stops its command in time.
+                session.start_heartbeat();
                 let session = watch_for_newer(session, req, on_superseded)?;
                 let holds = Holds::new(session, vec![grant])
                     .in_group(req.key.to_string(), req.run_id.clone());
@@ -169,7 +172,17 @@ impl From<PgError> for Outcome {
 
 fn join_in(session: &mut Session, req: &GroupJoin, cancel: &CancelToken) -> Result<Grant, Outcome> {
     let marked = arrive(session, req)?;
-    tell(session, &req.key, &marked)?;
+    // A newer run may mark this one meanwhile, and its `pg_cancel_backend`
+    // may land on any statement of ours, not only on the wait: every such
+    // interruption is answered by reading the mark. The runs we marked must
+    // be told even so (nobody else will: a mark is made once).
+    let mut attempts = 0;
+    while let Err(e) = tell(session, &req.key, &marked) {
+        attempts += 1;
+        if !interrupted(&e) || attempts >= 3 {
+            return Err(e.into());
+        }
+    }
     let slots = if req.mode == "queue" {
         req.max.max(1)
     } else {
@@ -197,29 +210,52 @@ fn join_in(session: &mut Session, req: &GroupJoin, cancel: &CancelToken) -> Resu
         start,
     };
     loop {
-        match acquire_one(session, &mut ctx, "group", &lock_req, wait) {
-            Ok(grant) => {
-                return match start_run(session, req)? {
-                    None => Ok(grant),
-                    Some(by) => Err(Outcome::Joined(Joined::Superseded(by))),
-                };
-            }
-            Err(PgError::Lock(LockError::Cancelled { .. })) => {
-                if let Some(by) = mark_of(session, req)? {
-                    return Err(Outcome::Joined(Joined::Superseded(by)));
-                }
-                if cancel.is_cancelled() {
-                    return Err(Outcome::Joined(Joined::Cancelled));
-                }
-                // Interrupted by a run that marked another: wait on.
-            }
+        let got = acquire_one(session, &mut ctx, "group", &lock_req, wait)
+            .and_then(|grant| Ok((grant, start_run(session, req)?)));
+        match got {
+            Ok((grant, None)) => return Ok(grant),
+            Ok((_, Some(by))) => return Err(Outcome::Joined(Joined::Superseded(by))),
             Err(PgError::Lock(LockError::Busy { .. })) if req.mode == "skip" => {
                 return Err(Outcome::Joined(Joined::Refused(format!(
                     "group '{}' is busy; mode skip",
                     req.key
                 ))));
             }
+            Err(e) if interrupted(&e) => {
+                if let Some(by) = mark_after_interrupt(session, req)? {
+                    return Err(Outcome::Joined(Joined::Superseded(by)));
+                }
+                if cancel.is_cancelled() {
+                    return Err(Outcome::Joined(Joined::Cancelled));
+                }
+                // Interrupted in the wait by a run that marked another:
+                // wait on. Anywhere else the state is unknown: give up.
+                if !matches!(e, PgError::Lock(LockError::Cancelled { .. })) {
+                    return Err(e.into());
+                }
+            }
             Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Whether `e` is a statement cancelled on the server (ours, or a newer
+/// run's `pg_cancel_backend`), wherever it landed.
+fn interrupted(e: &PgError) -> bool {
+    match e {
+        PgError::Lock(LockError::Cancelled { .. }) => true,
+        PgError::Database { message, .. } => message.ends_with("(57014)"),
+        _ => false,
+    }
+}
+
+/// [`mark_of`], read again if the cancel request lands on it too.
+fn mark_after_interrupt(session: &Session, req: &GroupJoin) -> Result<Option<String>, PgError> {
+    let mut attempts = 0;
+    loop {
+        match mark_of(session, req) {
+            Err(e) if interrupted(&e) && attempts < 3 => attempts += 1,
+            other => return other,
         }
     }
 }
@@ -270,10 +306,16 @@ fn arrive(session: &Session, req: &GroupJoin) -> Result<Vec<(i32, String)>, Outc
                 );
                 return Ok(Err(Joined::ModeMismatch { existing }));
             }
+            // Runs that a free slot awaits (arrived, not yet started) are
+            // not pending: only those beyond the free slots are.
             let waiting = live
                 .iter()
                 .filter(|row| row.get::<_, String>(2) == "waiting")
                 .count();
+            let free = usize::try_from(slots)
+                .unwrap_or(1)
+                .saturating_sub(live.len() - waiting);
+            let waiting = waiting.saturating_sub(free);
             let refusal = match (r.mode, r.max_pending) {
                 ("skip", _) if !live.is_empty() => Some(format!(
                     "group '{key}' is busy ({} running or waiting); mode skip",

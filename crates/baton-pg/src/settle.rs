@@ -78,7 +78,23 @@ pub(crate) fn dead_holders(
             }
             .into());
         }
-        std::thread::sleep(RECHECK);
+        // Sleep in the server, not here: a group run that a newer run
+        // marks meanwhile is told by `pg_cancel_backend`, which only
+        // reaches a statement in progress (the caller reads the mark).
+        let c = Arc::clone(&session.client);
+        let secs = RECHECK.as_secs_f64();
+        let slept = session.run("wait for a holder that ended", |_| async move {
+            c.execute("SELECT pg_sleep($1)", &[&secs]).await.map(|_| ())
+        });
+        if let Err(e) = slept {
+            if req.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+                return Err(LockError::Cancelled {
+                    name: req.name.to_string(),
+                }
+                .into());
+            }
+            return Err(e);
+        }
     }
 }
 

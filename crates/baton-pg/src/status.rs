@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use baton_lock::{Content, HolderInfo, HolderRecord, Liveness, LockName, LockStatus};
 
-use crate::acquire::{QUEUE_CLASS, SLOT_CLASS};
+use crate::acquire::{LOCK_KIND, QUEUE_CLASS, SLOT_CLASS};
 use crate::error::{sqlstate, PgError};
 use crate::session::{Database, Session};
 
@@ -53,7 +53,10 @@ impl Database {
         let c = Arc::clone(&session.client);
         let names = session.run("list the locks", |_| async move {
             match c
-                .query("SELECT name FROM baton_locks ORDER BY name", &[])
+                .query(
+                    "SELECT name FROM baton_locks WHERE kind = $1 ORDER BY name",
+                    &[&LOCK_KIND],
+                )
                 .await
             {
                 Ok(rows) => Ok(rows.into_iter().map(|r| r.get::<_, String>(0)).collect()),
@@ -140,8 +143,8 @@ fn status_with_sessions(session: &Session, name: &str) -> Result<(LockStatus, Ve
     let found = session.run("read the lock", |_| async move {
         match c
             .query_opt(
-                "SELECT id, token, slots FROM baton_locks WHERE name = $1",
-                &[&n],
+                "SELECT id, token, slots FROM baton_locks WHERE kind = $2 AND name = $1",
+                &[&n, &LOCK_KIND],
             )
             .await
         {

@@ -311,11 +311,15 @@ pub(crate) fn join(
             });
         }
     }
+    // Waiting runs that a free slot awaits (arrived, not yet started) are
+    // not pending: only those beyond the free slots are.
     let waiting = doc
         .runs
         .iter()
         .filter(|r| r.state == RunState::Waiting)
         .count();
+    let free = (max as usize).saturating_sub(doc.runs.len() - waiting);
+    let waiting = waiting.saturating_sub(free);
     let refusal = match req.mode {
         GroupMode::Skip if !doc.runs.is_empty() => Some(format!(
             "group '{}' is busy ({} running or waiting); mode skip",

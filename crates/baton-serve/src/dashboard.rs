@@ -10,9 +10,10 @@
 //! `GET /v1/overview` gathers in one call what an operator wants at a glance:
 //! capacity (as `/health`), the running and queued jobs with their wait and
 //! run times, recently finished jobs, the nodes sharing the store (with
-//! PostgreSQL), and the baton dir's groups, locks and
-//! workspaces (the same documents as `baton group status --json`,
-//! `baton lock status --json` and `baton workspace list --json`). Those three
+//! PostgreSQL), the groups (the database's with a PostgreSQL store, else the
+//! baton dir's), and the baton dir's locks and workspaces (the same
+//! documents as `baton group status --json`, `baton lock status --json` and
+//! `baton workspace list --json`). Those three
 //! read files and probe processes, so they run on a blocking thread; a
 //! section that cannot be read is empty and its error is named in `errors`.
 
@@ -114,8 +115,9 @@ pub async fn overview(State(service): State<AppState>) -> Result<Json<Value>, Ap
         .collect();
     let fingerprint = jobs_now.join(",");
     let dir = service.dir.clone();
+    let groups = service.groups.clone();
     let (baton, errors) =
-        tokio::task::spawn_blocking(move || baton_dir_sections(&dir, &fingerprint))
+        tokio::task::spawn_blocking(move || baton_dir_sections(&dir, &groups, &fingerprint))
             .await
             .unwrap_or_else(|e| {
                 let mut errors = Map::new();
@@ -164,9 +166,14 @@ async fn recent(service: &AppState) -> Result<Vec<Job>, ApiError> {
     Ok(all)
 }
 
-/// Groups, locks and workspaces of the baton dir (blocking), and the error
+/// Groups (of the baton dir, or of the database with a PostgreSQL store),
+/// locks and workspaces of the baton dir (blocking), and the error
 /// of each section that could not be read.
-fn baton_dir_sections(dir: &BatonDir, jobs: &str) -> (Map<String, Value>, Map<String, Value>) {
+fn baton_dir_sections(
+    dir: &BatonDir,
+    groups: &baton_run::Backend,
+    jobs: &str,
+) -> (Map<String, Value>, Map<String, Value>) {
     let mut out = Map::new();
     let mut errors = Map::new();
     let mut put = |name: &str, r: Result<Value, String>| match r {
@@ -179,9 +186,12 @@ fn baton_dir_sections(dir: &BatonDir, jobs: &str) -> (Map<String, Value>, Map<St
     };
     put(
         "groups",
-        baton_run::group_status(dir, None)
-            .map_err(|e| format!("cannot read the groups: {e}"))
-            .and_then(to_json),
+        match groups {
+            baton_run::Backend::Local => baton_run::group_status(dir, None),
+            baton_run::Backend::Postgres(db) => baton_run::remote_group_status(db, None),
+        }
+        .map_err(|e| format!("cannot read the groups: {e}"))
+        .and_then(to_json),
     );
     put(
         "locks",

@@ -55,7 +55,7 @@ pub struct Service {
     pub jobs_root: PathBuf,
     /// Where jobs' groups live: the baton dir, or with a PostgreSQL store
     /// that database, so a group is one group across every node.
-    groups: baton_run::Backend,
+    pub(crate) groups: baton_run::Backend,
     /// Each job start's process group (read after a crash).
     journal: Arc<StartJournal>,
     /// This node's name in the store.
