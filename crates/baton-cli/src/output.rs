@@ -276,8 +276,16 @@ pub fn groups(all: &[baton_run::GroupStatus], one: bool, json: bool) -> u8 {
     }
     for g in all {
         let mode = g.mode.map(|m| m.as_str()).unwrap_or("idle");
+        let counters = if g.counted {
+            format!(
+                "  completed {}  superseded {}  skipped {}",
+                g.completed, g.superseded, g.skipped
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "group {}  mode {}{}  completed {}  superseded {}  skipped {}",
+            "group {}  mode {}{}{counters}",
             g.key,
             mode,
             if g.max > 1 {
@@ -285,9 +293,6 @@ pub fn groups(all: &[baton_run::GroupStatus], one: bool, json: bool) -> u8 {
             } else {
                 String::new()
             },
-            g.completed,
-            g.superseded,
-            g.skipped
         );
         for r in &g.running {
             println!(

@@ -31,6 +31,10 @@ pub struct GroupStatus {
     pub skipped: u64,
     /// Supersede generation.
     pub generation: u64,
+    /// Whether the counters above are kept (a baton dir) or not (groups on
+    /// PostgreSQL keep only their live runs; the counters read 0).
+    #[serde(skip)]
+    pub counted: bool,
 }
 
 /// Status of one group, or of all groups (sorted by key).
@@ -81,6 +85,7 @@ pub fn group_status(dir: &BatonDir, key: Option<&LockName>) -> Result<Vec<GroupS
                 superseded: doc.superseded,
                 skipped: doc.skipped,
                 generation: doc.generation,
+                counted: true,
             }
         })
         .collect();
@@ -108,6 +113,7 @@ pub fn remote_group_status(
                 superseded: 0,
                 skipped: 0,
                 generation: 0,
+                counted: false,
             });
         }
         let run = GroupRun {
@@ -142,6 +148,7 @@ pub fn remote_group_status(
             superseded: 0,
             skipped: 0,
             generation: 0,
+            counted: false,
         });
     }
     Ok(out)
