@@ -104,16 +104,9 @@ pub fn remote_group_status(
     for row in db.group_runs(key)? {
         if !out.last().is_some_and(|g| g.key == row.key) {
             out.push(GroupStatus {
-                key: row.key.clone(),
                 mode: serde_json::from_value(serde_json::Value::String(row.mode.clone())).ok(),
                 max: row.slots,
-                running: Vec::new(),
-                waiting: Vec::new(),
-                completed: 0,
-                superseded: 0,
-                skipped: 0,
-                generation: 0,
-                counted: false,
+                ..uncounted(&row.key)
             });
         }
         let run = GroupRun {
@@ -138,18 +131,23 @@ pub fn remote_group_status(
         }
     }
     if let (Some(k), true) = (key, out.is_empty()) {
-        out.push(GroupStatus {
-            key: k.to_string(),
-            mode: None,
-            max: 0,
-            running: Vec::new(),
-            waiting: Vec::new(),
-            completed: 0,
-            superseded: 0,
-            skipped: 0,
-            generation: 0,
-            counted: false,
-        });
+        out.push(uncounted(k.as_str()));
     }
     Ok(out)
+}
+
+/// An idle group as PostgreSQL knows it: no runs, no counters.
+fn uncounted(key: &str) -> GroupStatus {
+    GroupStatus {
+        key: key.to_string(),
+        mode: None,
+        max: 0,
+        running: Vec::new(),
+        waiting: Vec::new(),
+        completed: 0,
+        superseded: 0,
+        skipped: 0,
+        generation: 0,
+        counted: false,
+    }
 }
