@@ -6,11 +6,10 @@
 mod common;
 mod pg_common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{code, stderr, wait_until, Env};
-use pg_common::TestDb;
+use pg_common::{lines, TestDb};
 
 /// Two machines: separate baton dirs, the same database.
 fn machines(db: &TestDb) -> (Env, Env, String) {
@@ -33,14 +32,6 @@ fn run_args<'a>(url: &'a str, group: &'a str, mode: &'a str, script: &'a str) ->
         "-c",
         script,
     ]
-}
-
-fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
 }
 
 /// Nanoseconds of the wall clock at `tag` in the log, first occurrence.

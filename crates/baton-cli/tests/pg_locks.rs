@@ -39,6 +39,11 @@ fn mono_ns() -> u64 {
     u64::try_from(ts.tv_sec).unwrap() * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap()
 }
 
+/// `run --lock LOCK -- sh -c SCRIPT`.
+fn sh_under<'a>(lock: &'a str, script: &'a str) -> [&'a str; 7] {
+    ["run", "--lock", lock, "--", "sh", "-c", script]
+}
+
 /// A fresh database and a temp dir (baton dir and scratch files).
 struct Pg {
     db: TestDb,
@@ -321,32 +326,22 @@ fn first_use_of_a_name_by_many_at_once() {
 fn sigkill_of_a_holder_lets_the_next_waiter_run() {
     let pg = Pg::new();
     let pidfile = pg.path("holder.pid");
-    let holder = pg.spawn_quiet(&[
-        "run",
-        "--lock",
+    let holder = pg.spawn_quiet(&sh_under(
         "k",
-        "--",
-        "sh",
-        "-c",
         &format!("echo $$ > {}; sleep 60", pidfile.display()),
-    ]);
+    ));
     let cmd_pid: i32 = wait_file(&pidfile, Duration::from_secs(20))
         .trim()
         .parse()
         .unwrap();
     let ran = pg.path("ran");
-    let waiter = pg.spawn(&[
-        "run",
-        "--lock",
+    let waiter = pg.spawn(&sh_under(
         "k",
-        "--",
-        "sh",
-        "-c",
         &format!(
             "{SH_LIB}if group_alive {cmd_pid}; then echo overlap; else echo alone; fi > {}",
             ran.display()
         ),
-    ]);
+    ));
     wait_until(Duration::from_secs(20), || pg.waiting_sessions() == 1);
     let killed = Instant::now();
     kill(holder.id() as i32, libc::SIGKILL);
@@ -382,15 +377,7 @@ fn terminated_session_stops_the_command_and_exits_76() {
     wait_until(Duration::from_secs(20), || {
         std::fs::read_to_string(&log).is_ok_and(|s| s.contains("start"))
     });
-    let second = pg.spawn(&[
-        "run",
-        "--lock",
-        "k",
-        "--",
-        "sh",
-        "-c",
-        &logged(&log, "sleep 0.2", "0"),
-    ]);
+    let second = pg.spawn(&sh_under("k", &logged(&log, "sleep 0.2", "0")));
     wait_until(Duration::from_secs(20), || pg.waiting_sessions() == 1);
     let sessions = pg.holder_sessions();
     assert_eq!(sessions.len(), 1, "{sessions:?}");
@@ -424,15 +411,7 @@ fn next_holder_waits_for_a_command_still_stopping() {
     let log = pg.path("log");
     let pidfile = pg.path("first.pid");
     let body = format!("echo $$ > {}; sleep 60", pidfile.display());
-    let first = pg.spawn(&[
-        "run",
-        "--lock",
-        "k",
-        "--",
-        "sh",
-        "-c",
-        &logged(&log, &body, "1"),
-    ]);
+    let first = pg.spawn(&sh_under("k", &logged(&log, &body, "1")));
     let first_pid: i32 = wait_file(&pidfile, Duration::from_secs(20))
         .trim()
         .parse()
@@ -553,15 +532,10 @@ fn status_shows_the_holder_and_a_dead_one() {
     let local_pid = pg.path("local.pid");
     let mut local = pg
         .env
-        .baton(&[
-            "run",
-            "--lock",
+        .baton(&sh_under(
             "k",
-            "--",
-            "sh",
-            "-c",
             &format!("echo $$ > {}; sleep 60", local_pid.display()),
-        ])
+        ))
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
@@ -666,15 +640,7 @@ fn shared_holders_coexist_and_exclusive_waits() {
     assert_eq!(st["mode"], "shared", "{st}");
     assert_eq!(st["holders"].as_array().unwrap().len(), 2, "{st}");
     let x = pg.path("x");
-    let ex = pg.spawn(&[
-        "run",
-        "--lock",
-        "s",
-        "--",
-        "sh",
-        "-c",
-        &format!("touch {}", x.display()),
-    ]);
+    let ex = pg.spawn(&sh_under("s", &format!("touch {}", x.display())));
     wait_until(Duration::from_secs(20), || pg.status("s")["waiters"] == 1);
     assert!(!x.exists(), "the exclusive holder ran beside shared ones");
     std::fs::write(&go, "").unwrap();
@@ -1085,27 +1051,11 @@ fn migrate_is_idempotent_and_concurrent_first_use_is_safe() {
 fn stopped_holder_keeps_the_lock_until_continued() {
     let pg = Pg::new();
     let log = pg.path("log");
-    let holder = pg.spawn(&[
-        "run",
-        "--lock",
-        "k",
-        "--",
-        "sh",
-        "-c",
-        &logged(&log, "sleep 1", "0"),
-    ]);
+    let holder = pg.spawn(&sh_under("k", &logged(&log, "sleep 1", "0")));
     wait_until(Duration::from_secs(20), || {
         std::fs::read_to_string(&log).is_ok_and(|s| s.contains("start"))
     });
-    let waiter = pg.spawn(&[
-        "run",
-        "--lock",
-        "k",
-        "--",
-        "sh",
-        "-c",
-        &logged(&log, "true", "0"),
-    ]);
+    let waiter = pg.spawn(&sh_under("k", &logged(&log, "true", "0")));
     wait_until(Duration::from_secs(20), || pg.waiting_sessions() == 1);
     kill(holder.id() as i32, libc::SIGSTOP);
     // Longer than the heartbeat's interval and limit.

@@ -7,11 +7,10 @@ mod pg_common;
 mod serve_common;
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use pg_common::{admin, TestDb};
+use pg_common::{admin, lines, TestDb};
 use serde_json::{json, Value};
 use serve_common::{node_id, Server};
 
@@ -31,14 +30,6 @@ command = ["sh", "-c", "{template}", "job", "{{prompt}}"]
 
 fn status(j: &Value) -> &str {
     j["status"].as_str().unwrap_or("")
-}
-
-fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
 }
 
 #[test]

@@ -96,3 +96,12 @@ impl Drop for TestDb {
         ));
     }
 }
+
+/// The lines of a file (none when it does not exist yet).
+pub fn lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
