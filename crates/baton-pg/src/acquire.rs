@@ -165,7 +165,14 @@ pub(crate) fn acquire_one(
     loop {
         match grant(session, req, id, slot)? {
             Granted::Yes(g) => return Ok(g),
-            Granted::Dead => crate::settle::dead_holders(session, req, id, slot, wait.flatten())?,
+            Granted::Dead => crate::settle::dead_holders(
+                session,
+                req,
+                id,
+                slot,
+                wait.flatten(),
+                kind == "group",
+            )?,
             Granted::OtherSlots(existing) => {
                 let describe = |n: i64| {
                     if n <= 1 {

@@ -41,6 +41,7 @@ pub(crate) fn dead_holders(
     id: i32,
     slot: u32,
     deadline: Option<Instant>,
+    group: bool,
 ) -> Result<(), PgError> {
     let mut first_seen: HashMap<i64, Instant> = HashMap::new();
     loop {
@@ -60,7 +61,11 @@ pub(crate) fn dead_holders(
         if !pending {
             continue;
         }
-        if req.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+        // A group run also looks for its mark here: a newer run's cancel
+        // that lands between two of our statements is lost.
+        if req.cancel.as_ref().is_some_and(CancelToken::is_cancelled)
+            || (group && marked(session, req)?)
+        {
             return Err(LockError::Cancelled {
                 name: req.name.to_string(),
             }
@@ -96,6 +101,22 @@ pub(crate) fn dead_holders(
             return Err(e);
         }
     }
+}
+
+/// Whether the group run `req` (its key and run id) was marked superseded.
+fn marked(session: &Session, req: &LockRequest) -> Result<bool, PgError> {
+    let c = Arc::clone(&session.client);
+    let (key, run) = (req.name.to_string(), req.run_id.clone().unwrap_or_default());
+    session.run("read the run's mark", |_| async move {
+        let row = c
+            .query_opt(
+                "SELECT superseded_by IS NOT NULL FROM baton_group_runs \
+                 WHERE key = $1 AND run_id = $2",
+                &[&key, &run],
+            )
+            .await?;
+        Ok(row.is_some_and(|r| r.get::<_, bool>(0)))
+    })
 }
 
 /// Whether `row` may be removed now; terminates what is left of its
