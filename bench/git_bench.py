@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 
-from run import target_dir  # bench/run.py: where cargo puts the binaries
+from run import bin_dir  # bench/run.py: where cargo puts the binaries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -204,7 +204,7 @@ def main() -> None:
         if not args.skip_build:
             log("building baton (release)")
             subprocess.run(["cargo", "build", "--release", "-q", "-p", "baton"], cwd=ROOT, check=True)
-        baton = str(target_dir() / "release" / "baton")
+        baton = str(bin_dir() / "baton")
     with tempfile.TemporaryDirectory(prefix="baton-git-bench-") as tmp:
         bench = Bench(tmp, baton)
         log(f"generating a repository of {args.files} files")

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from run import target_dir  # bench/run.py: where cargo puts the binaries
+from run import bin_dir  # bench/run.py: where cargo puts the binaries
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,8 +60,8 @@ def main() -> None:
     if not args.skip_build:
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "baton", "-p", "baton-bench"],
                        cwd=ROOT, check=True)
-    baton = target_dir() / "release" / "baton"
-    worker = target_dir() / "release" / "baton-bench-worker"
+    baton = bin_dir() / "baton"
+    worker = bin_dir() / "baton-bench-worker"
     to_term: list[int] = []
     handover: list[int] = []
     for _ in range(args.trials):

@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from run import Result, cargo_build, fmt_dur, log, percentile, run_contention, target_dir
+from run import Result, cargo_build, fmt_dur, log, percentile, run_contention, bin_dir
 from serve_bench import Server, unix_ms
 
 BENCH = Path(__file__).resolve().parent
@@ -81,7 +81,7 @@ def build(skip: bool) -> tuple[Path, Path, Path]:
     """(baton, baton-bench-worker, baton-bench-http), release builds."""
     if not skip and not cargo_build(["baton", "baton-bench"]):
         die("cargo build failed")
-    rel = target_dir() / "release"
+    rel = bin_dir()
     bins = rel / "baton", rel / "baton-bench-worker", rel / "baton-bench-http"
     for b in bins:
         if not b.is_file():

@@ -55,6 +55,21 @@ def target_dir() -> Path:
         return ROOT / "target"
 
 
+def bin_dir(profile: str = "release") -> Path:
+    """Where cargo puts the binaries of `profile`: under the target triple
+    when .cargo/config.toml names one (`build.target`, as this repository
+    does to link baton statically), else directly under the target dir."""
+    try:
+        import tomllib
+
+        with open(ROOT / ".cargo" / "config.toml", "rb") as f:
+            triple = tomllib.load(f).get("build", {}).get("target")
+    except (OSError, ValueError):
+        triple = None
+    base = target_dir()
+    return base / triple / profile if isinstance(triple, str) else base / profile
+
+
 def cargo_build(packages: list[str]) -> bool:
     cmd = ["cargo", "build", "--release"]
     for p in packages:
@@ -73,7 +88,7 @@ def build(skip: bool) -> tuple[Path, Path | None, Path, str | None]:
             note = "baton CLI not built (cargo build -p baton failed)"
             if not cargo_build(["baton-bench"]):
                 sys.exit("run.py: cannot build baton-bench")
-    rel = target_dir() / "release"
+    rel = bin_dir()
     worker = rel / "baton-bench-worker"
     if not worker.is_file():
         sys.exit(f"run.py: {worker} missing (build failed?)")

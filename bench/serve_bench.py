@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from run import target_dir  # bench/run.py: where cargo puts the binaries
+from run import bin_dir  # bench/run.py: where cargo puts the binaries
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -74,7 +74,7 @@ def build(skip: bool, profile: str) -> tuple[Path, Path]:
         log("$ " + " ".join(cmd))
         if subprocess.run(cmd, cwd=ROOT).returncode != 0:
             sys.exit("serve_bench.py: cargo build failed")
-    bins = target_dir() / profile
+    bins = bin_dir(profile)
     baton, gen = bins / "baton", bins / "baton-bench-http"
     for b in (baton, gen):
         if not b.is_file():

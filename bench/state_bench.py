@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from run import target_dir  # bench/run.py: where cargo puts the binaries
+from run import bin_dir  # bench/run.py: where cargo puts the binaries
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -73,7 +73,7 @@ def build(skip: bool) -> Path:
         log("$ " + " ".join(cmd))
         if subprocess.run(cmd, cwd=ROOT).returncode != 0:
             sys.exit("state_bench.py: cargo build failed")
-    baton = target_dir() / "release" / "baton"
+    baton = bin_dir() / "baton"
     if not baton.is_file():
         sys.exit(f"state_bench.py: {baton} missing (build failed?)")
     return baton

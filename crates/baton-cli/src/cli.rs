@@ -52,6 +52,18 @@ Exit codes: the command's own code; 75 busy / not acquired; 76 lock lost (--back
 database session ended, the command was stopped); 79 superseded; 124 timed out;
 125 baton failed (bad usage, bad input, I/O); 126 / 127 command not executable / not found.")]
 pub struct Cli {
+    /// Options that every command takes.
+    #[command(flatten)]
+    pub globals: Globals,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options that every command takes (before or after its name).
+#[derive(Debug, Args)]
+pub struct Globals {
     /// Baton dir holding all coordination state [default: $BATON_DIR, else <git common
     /// dir>/baton inside a repository, else $XDG_RUNTIME_DIR/baton, else /tmp/baton-<uid>]
     #[arg(long, global = true, value_name = "DIR")]
@@ -86,10 +98,113 @@ pub struct Cli {
         value_name = "FORMAT"
     )]
     pub log_format: LogFormat,
+}
 
-    /// What to do.
+/// The commands whose start-up cost matters, because scripts and agents run
+/// them once per step (`baton run`, `baton state`, `baton lock`), are parsed
+/// with a tree that holds only the one named, so that clap does not build
+/// every other command's arguments and help on each call (they were about
+/// half of the instructions `baton run --lock L -- true` executed). The
+/// definitions are the very types of [`Cli`]; whatever the small tree does
+/// not accept (`--help`, `--version`, a mistake, any other command) is
+/// parsed again by [`parse`] with the whole [`Cli`], which words every
+/// message. A success in the small tree is the same value as in the whole
+/// one: the command is one of the whole tree's, defined by the same type,
+/// and a word that names another command is an error in the small tree.
+#[derive(Debug, Parser)]
+#[command(name = "baton", version, propagate_version = true)]
+struct HotCli<C: Subcommand> {
+    #[command(flatten)]
+    globals: Globals,
     #[command(subcommand)]
-    pub command: Command,
+    command: C,
+}
+
+/// `baton run` alone.
+#[derive(Debug, Subcommand)]
+enum HotRun {
+    Run(RunArgs),
+}
+
+/// `baton lock ...` alone.
+#[derive(Debug, Subcommand)]
+enum HotLock {
+    #[command(subcommand)]
+    Lock(LockCommand),
+}
+
+/// `baton state ...` alone.
+#[derive(Debug, Subcommand)]
+enum HotState {
+    #[command(subcommand)]
+    State(crate::state_cli::StateCommand),
+}
+
+impl From<HotRun> for Command {
+    fn from(HotRun::Run(args): HotRun) -> Command {
+        Command::Run(args)
+    }
+}
+
+impl From<HotLock> for Command {
+    fn from(HotLock::Lock(c): HotLock) -> Command {
+        Command::Lock(c)
+    }
+}
+
+impl From<HotState> for Command {
+    fn from(HotState::State(c): HotState) -> Command {
+        Command::State(c)
+    }
+}
+
+/// Parses `args` with the small tree of `C`, if that accepts them.
+fn parse_hot<C: Subcommand + Into<Command>>(args: &[OsString]) -> Option<Cli> {
+    let hot = HotCli::<C>::try_parse_from(args).ok()?;
+    Some(Cli {
+        globals: hot.globals,
+        command: hot.command.into(),
+    })
+}
+
+/// The first word of `args` (after the program name) that is neither an
+/// option nor the value of a global option: the command's name, if the
+/// command line is well formed. Only a guess: [`parse`] checks it by parsing.
+fn command_word(args: &[OsString]) -> Option<&str> {
+    let mut words = args.iter().skip(1);
+    while let Some(word) = words.next() {
+        let word = word.to_str()?;
+        match word {
+            "--dir" | "--backend" | "--log-format" => {
+                words.next();
+            }
+            _ if word.starts_with('-') => {}
+            _ => return Some(word),
+        }
+    }
+    None
+}
+
+/// Parses a command line (the program name first): through the small tree
+/// of the command it names when that is `run`, `lock` or `state` and the
+/// small tree accepts it, else through the whole [`Cli`]. The result is the
+/// same either way, and every error comes from [`Cli`].
+pub fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let hot = match command_word(&args) {
+        Some("run") => parse_hot::<HotRun>(&args),
+        Some("lock") => parse_hot::<HotLock>(&args),
+        Some("state") => parse_hot::<HotState>(&args),
+        _ => None,
+    };
+    match hot {
+        Some(cli) => Ok(cli),
+        None => Cli::try_parse_from(args),
+    }
 }
 
 /// How diagnostics (`-v`) are written.
@@ -516,4 +631,89 @@ nothing and exits 75.")]
         #[arg(long)]
         json: bool,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{parse, parse_hot, Cli, HotLock, HotRun, HotState};
+
+    fn argv(line: &str) -> Vec<std::ffi::OsString> {
+        std::iter::once("baton")
+            .chain(line.split_whitespace())
+            .map(Into::into)
+            .collect()
+    }
+
+    /// What the whole tree makes of `line`, success or error, as text.
+    fn whole(line: &str) -> String {
+        match Cli::try_parse_from(argv(line)) {
+            Ok(cli) => format!("{cli:?}"),
+            Err(e) => format!("{:?}: {e}", e.kind()),
+        }
+    }
+
+    fn through_parse(line: &str) -> String {
+        match parse(argv(line)) {
+            Ok(cli) => format!("{cli:?}"),
+            Err(e) => format!("{:?}: {e}", e.kind()),
+        }
+    }
+
+    #[test]
+    fn the_small_trees_give_what_the_whole_tree_gives() {
+        let accepted = [
+            "run --lock x -- true",
+            "--dir /tmp/d run --lock a --lock b --wait 5s --timeout 1m -- make -j2",
+            "-vv --log-format json run --group g --mode supersede --max-pending 2 -- ./a.sh",
+            "run --lock x --shared --operation op --owner me --no-wait -- sh -c 'x --dir y'",
+            "run --dir /d --lock x -- run --lock y -- true",
+            "--backend= run --lock x -- true",
+            "lock status",
+            "lock status x --json",
+            "lock acquire memory --wait 30s --ttl 10m",
+            "--dir /d lock release memory --token 3",
+            "lock break deploy --grace 1s",
+            "state edit a.json -- jq .n+=1",
+            "state append e.jsonl {\"a\":1}",
+            "state get a.json --json",
+        ];
+        for line in accepted {
+            let hot = match line
+                .split_whitespace()
+                .find(|w| ["run", "lock", "state"].contains(w))
+            {
+                Some("run") => parse_hot::<HotRun>(&argv(line)),
+                Some("lock") => parse_hot::<HotLock>(&argv(line)),
+                _ => parse_hot::<HotState>(&argv(line)),
+            };
+            let hot = hot.map(|cli| format!("{cli:?}"));
+            assert_eq!(hot.as_deref(), Some(whole(line).as_str()), "{line}");
+            assert_eq!(through_parse(line), whole(line), "{line}");
+        }
+    }
+
+    #[test]
+    fn what_the_small_trees_refuse_is_worded_by_the_whole_tree() {
+        let refused = [
+            "run --lock x",
+            "run --lock ../x -- true",
+            "run --help",
+            "run --version",
+            "--version",
+            "lock",
+            "lock frobnicate",
+            "state edit",
+            "run --lock x --max 0 -- true",
+            "--dir run lock status",
+            "doctor --json",
+            "events --group g",
+            "help run",
+            "job list",
+        ];
+        for line in refused {
+            assert_eq!(through_parse(line), whole(line), "{line}");
+        }
+    }
 }

@@ -15,7 +15,6 @@ use baton_run::{
     group_status, remote_group_status, run, Backend, GroupMode, GroupRequest, RunControl,
     RunRequest,
 };
-use clap::Parser;
 
 use crate::cli::{
     Cli, Command, DbCommand, GroupCommand, LockCommand, LogFormat, ModeArg, ModeArgs, WaitArgs,
@@ -25,11 +24,11 @@ use crate::{docs, doctor, logging, output};
 
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> u8 {
-    let cli = match Cli::try_parse() {
+    let cli = match crate::cli::parse(std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
-    if let Err(e) = logging::init(cli.verbose, cli.log_format) {
+    if let Err(e) = logging::init(cli.globals.verbose, cli.globals.log_format) {
         eprintln!("baton: {e}");
         return BATON_FAILED;
     }
@@ -38,13 +37,13 @@ pub fn main() -> u8 {
     // Commands that need no baton dir (and must not create one).
     match &cli.command {
         Command::Completions { shell } => return docs::completions(*shell),
-        Command::Man => return docs::man(cli.dir.as_deref()),
+        Command::Man => return docs::man(cli.globals.dir.as_deref()),
         Command::Doctor { json } => {
             restore_default_sigpipe();
-            let backend = cli.backend.as_deref().filter(|u| !u.is_empty());
-            return doctor::doctor(cli.dir.as_deref(), backend, *json);
+            let backend = cli.globals.backend.as_deref().filter(|u| !u.is_empty());
+            return doctor::doctor(cli.globals.dir.as_deref(), backend, *json);
         }
-        Command::Init(args) => return init(args, cli.dir.as_deref()),
+        Command::Init(args) => return init(args, cli.globals.dir.as_deref()),
         _ => {}
     }
     // A client of a job service: no baton dir of its own.
@@ -52,7 +51,7 @@ pub fn main() -> u8 {
         Command::Job(args) => return crate::job_cli::run(args),
         other => other,
     };
-    let dir = match BatonDir::locate(cli.dir.as_deref()).and_then(|(path, rule)| {
+    let dir = match BatonDir::locate(cli.globals.dir.as_deref()).and_then(|(path, rule)| {
         if !matches!(command, Command::Hold) {
             tracing::info!(path = %path.display(), rule = rule.as_str(), "baton dir ({rule})");
         }
@@ -61,7 +60,7 @@ pub fn main() -> u8 {
         Ok(d) => d,
         Err(e) => return fail(&e, for_lock_error(&e)),
     };
-    let backend_url = cli.backend.filter(|u| !u.is_empty());
+    let backend_url = cli.globals.backend.filter(|u| !u.is_empty());
     let backend = match backend_url.as_deref() {
         None => Backend::Local,
         Some(url) => match baton_pg::Database::new(url) {
@@ -75,8 +74,8 @@ pub fn main() -> u8 {
         baton_lock::sharing::open_umask_to_group();
     }
     let flags = CliFlags {
-        verbose: cli.verbose,
-        log_format: cli.log_format,
+        verbose: cli.globals.verbose,
+        log_format: cli.globals.log_format,
         backend,
         backend_url,
     };
