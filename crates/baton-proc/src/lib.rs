@@ -57,7 +57,6 @@
 mod cancel;
 mod contain;
 mod error;
-mod handshake;
 pub mod pidns;
 pub mod procfs;
 
@@ -67,6 +66,7 @@ pub mod procfs;
 #[doc = include_str!("../SIGNALS.md")]
 pub mod signal_handling {}
 mod signals;
+mod spawn;
 mod supervise;
 mod terminal;
 mod terminate;
@@ -150,18 +150,6 @@ impl PartialEq for Stdio {
 }
 
 impl Eq for Stdio {}
-
-impl Stdio {
-    /// The descriptor as the standard library's `Stdio` (a duplicate, for
-    /// [`Stdio::Fd`]).
-    pub(crate) fn to_std(&self) -> std::io::Result<std::process::Stdio> {
-        Ok(match self {
-            Stdio::Inherit => std::process::Stdio::inherit(),
-            Stdio::Null => std::process::Stdio::null(),
-            Stdio::Fd(fd) => std::process::Stdio::from(fd.try_clone()?),
-        })
-    }
-}
 
 /// The command's three standard streams.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -2,8 +2,8 @@
 
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,6 @@ use rustix::process::{kill_process_group, pidfd_open, Pid, PidfdFlags, Signal};
 
 use crate::cancel::{CancelShared, Canceller};
 use crate::contain::{stop_orphans, terminate_group, GroupIdentity, LeftoverPolicy, SUPERVISED};
-use crate::handshake::{go, read_pid, Handshake};
 use crate::signals::SignalCatcher;
 use crate::terminal::{child_stopped, proxy_stop, StopWatch, TerminalHandover};
 use crate::{Finished, Outcome, ProcError, RunSpec, Started};
@@ -71,7 +70,7 @@ impl Supervisor {
         self.run_with(|_| {}).map(|f| f.outcome)
     }
 
-    /// Like [`Supervisor::run`], and calls `on_start` (on another thread)
+    /// Like [`Supervisor::run`], and calls `on_start` (on this thread)
     /// once the child exists but before it executes the command, so the
     /// caller can record its process group before anything of the command
     /// runs; reports the processes the command left behind, which were
@@ -113,25 +112,7 @@ impl Supervisor {
             }
             false => None,
         };
-        let mut handshake =
-            Handshake::new().map_err(|e| ProcError::io("create the start handshake pipes", e))?;
-        let child = std::thread::scope(|scope| {
-            let (pid_read, go_write) = (&handshake.pid_read, &handshake.go_write);
-            let recorder = scope.spawn(move || {
-                if let Some(pgid) = read_pid(pid_read) {
-                    // The child waits for this byte: send it on every path,
-                    // a panicking `on_start` included.
-                    let _go = GoOnDrop(go_write);
-                    on_start(Started { pgid });
-                }
-            });
-            let child = spawn(&self.spec, terminal, &handshake);
-            // The child has exec'd or failed: a recorder still waiting for
-            // a pid (the child never got that far) reads end of file now.
-            drop(handshake.pid_write.take());
-            let _ = recorder.join();
-            child
-        })?;
+        let child = crate::spawn::spawn(&self.spec, terminal, on_start)?;
         let started = Instant::now();
         let mut child = ChildGuard::new(child);
         // Dropped when `run` returns: on the normal path the child has been
@@ -205,15 +186,6 @@ fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<crate::Leftover> {
     };
     found.extend(stop_orphans(grace));
     found
-}
-
-/// Lets the waiting child go on to exec when dropped.
-struct GoOnDrop<'a>(&'a OwnedFd);
-
-impl Drop for GoOnDrop<'_> {
-    fn drop(&mut self) {
-        go(self.0);
-    }
 }
 
 /// Clears the canceller's wake-up fd when `run` returns.
@@ -411,21 +383,18 @@ pub(crate) fn timespec(duration: Duration) -> Timespec {
 /// Owns the spawned child until it is reaped; if dropped earlier (an error), it kills the
 /// whole group and reaps the leader, so no child outlives `run`.
 struct ChildGuard {
-    child: Option<Child>,
+    /// Not yet reaped.
+    live: bool,
     pid: Pid,
 }
 
 impl ChildGuard {
-    fn new(child: Child) -> Self {
-        let pid = Pid::from_child(&child);
+    fn new(pid: Pid) -> Self {
         SUPERVISED
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(pid.as_raw_nonzero().get());
-        ChildGuard {
-            pid,
-            child: Some(child),
-        }
+        ChildGuard { pid, live: true }
     }
 
     fn unregister(&self) {
@@ -438,23 +407,39 @@ impl ChildGuard {
 
     /// Reap the leader (its pidfd is readable, so this does not block).
     fn reap(&mut self) -> Result<ExitStatus, ProcError> {
-        let Some(mut child) = self.child.take() else {
+        if !self.live {
             return Err(ProcError::io(
                 "reap the child",
                 io::Error::from(io::ErrorKind::NotFound),
             ));
-        };
-        let status = child.wait().map_err(|e| ProcError::io("reap the child", e));
+        }
+        let status = wait_for(self.pid);
+        self.live = false;
         self.unregister();
-        status
+        status.map_err(|e| ProcError::io("reap the child", e))
+    }
+}
+
+/// Waits for the child `pid` to exit and reaps it.
+fn wait_for(pid: Pid) -> io::Result<ExitStatus> {
+    loop {
+        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+            Ok(Some((_, status))) => return Ok(ExitStatus::from_raw(status.as_raw())),
+            Ok(None) => {
+                return Err(io::Error::from(io::ErrorKind::NotFound));
+            }
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        if self.live {
             signal_group(self.pid, Signal::KILL);
-            let _ = child.wait();
+            let _ = wait_for(self.pid);
+            self.live = false;
             self.unregister();
         }
     }
@@ -479,40 +464,8 @@ fn check_cwd(spec: &RunSpec) -> Result<(), ProcError> {
     })
 }
 
-fn spawn(spec: &RunSpec, take_terminal: bool, handshake: &Handshake) -> Result<Child, ProcError> {
-    let mut command = Command::new(&spec.program);
-    command.args(&spec.args);
-    command.envs(spec.env.iter().map(|(k, v)| (k, v)));
-    if let Some(cwd) = &spec.cwd {
-        command.current_dir(cwd);
-    }
-    let stdio = |s: &crate::Stdio| {
-        s.to_std()
-            .map_err(|e| ProcError::io("duplicate a descriptor for the command's stdio", e))
-    };
-    command.stdin(stdio(&spec.stdio.stdin)?);
-    command.stdout(stdio(&spec.stdio.stdout)?);
-    command.stderr(stdio(&spec.stdio.stderr)?);
-    command.process_group(0);
-    die_with_parent(&mut command);
-    if take_terminal {
-        // SAFETY: runs between fork and exec, after std made the child's
-        // process group; `take_in_child` makes only async-signal-safe calls
-        // (sigprocmask, ioctl) and touches no shared state.
-        unsafe {
-            command.pre_exec(crate::terminal::take_in_child);
-        }
-    }
-    // SAFETY: the hook runs between fork and exec and makes only
-    // async-signal-safe system calls (getpid, write, close, read) on
-    // descriptors of this handshake; see `handshake.rs`.
-    unsafe {
-        command.pre_exec(handshake.child_hook());
-    }
-    command.spawn().map_err(|source| spawn_error(spec, source))
-}
-
-fn spawn_error(spec: &RunSpec, source: io::Error) -> ProcError {
+/// The error of a spawn that failed with `source`.
+pub(crate) fn spawn_error(spec: &RunSpec, source: io::Error) -> ProcError {
     let program = spec.program.clone();
     let errno = source.raw_os_error().map(Errno::from_raw_os_error);
     match errno {
@@ -525,26 +478,5 @@ fn spawn_error(spec: &RunSpec, source: io::Error) -> ProcError {
             ProcError::NotExecutable { program, source }
         }
         _ => ProcError::Spawn { program, source },
-    }
-}
-
-/// Make the child get `SIGKILL` when the thread that spawned it dies, even by `SIGKILL`.
-fn die_with_parent(command: &mut Command) {
-    let parent = rustix::process::getpid();
-    let hook = move || -> io::Result<()> {
-        rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
-        // If the parent died before the prctl, the death signal will never come: we have
-        // been re-parented already, so give up rather than run unsupervised.
-        if rustix::process::getppid() != Some(parent) {
-            return Err(io::Error::from_raw_os_error(Errno::SRCH.raw_os_error()));
-        }
-        Ok(())
-    };
-    // SAFETY: the hook runs in the child between fork and exec, where only async-signal-safe
-    // operations are allowed. It makes two raw system calls through rustix (prctl, getppid),
-    // does not allocate (an `io::Error` from a raw errno is stored inline), takes no locks
-    // and touches no shared state.
-    unsafe {
-        command.pre_exec(hook);
     }
 }

@@ -1,0 +1,283 @@
+//! Starting the command: fork, the child's set-up, exec, on one thread.
+//!
+//! The command must never run unrecorded: if the supervisor dies between
+//! the fork and the moment the caller has recorded the command's process
+//! group (with its locks, so the next holder can stop what is left), the
+//! command must not have started anything. So the child, once set up, waits
+//! for one byte on a pipe before it executes the command, and the parent
+//! sends it only after `on_start` has recorded the group. A supervisor that
+//! dies before that byte leaves the child reading end of file (and the
+//! parent-death signal kills it): it exits without running anything.
+//!
+//! The parent learns the pid from `fork` itself, so it records the group
+//! while the child is still setting up, with no thread and no pipe to learn
+//! the pid from the child: a helper thread and the standard library's
+//! spawner (which only returns once the exec is done) cost about 0.15 ms of
+//! the 2.3 ms a `baton run --lock L -- true` took (bench/README.md, "Where the
+//! time goes").
+//!
+//! Between fork and exec the child makes only async-signal-safe system calls
+//! on memory prepared before the fork (no allocation, no lock): setpgid,
+//! dup2, chdir, ioctl and sigprocmask (the terminal), prctl, getppid, close,
+//! read, sigprocmask, signal, execvp; on failure write and _exit. That is what
+//! makes the fork safe in a multi-threaded process too (`baton serve`).
+
+use std::ffi::{CString, OsStr, OsString};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::io::Errno;
+use rustix::pipe::{pipe_with, PipeFlags};
+use rustix::process::Pid;
+
+use crate::{ProcError, RunSpec, Started, Stdio};
+
+/// Everything the child needs, made before the fork: the child only reads it.
+struct Prepared {
+    program: CString,
+    /// Owns the strings `argv` points to.
+    _args: Vec<CString>,
+    /// NUL-terminated array of pointers into `_args`.
+    argv: Vec<*const libc::c_char>,
+    /// Owns the strings `envp` points to.
+    _env: Vec<CString>,
+    /// NUL-terminated array of pointers into `_env`.
+    envp: Vec<*const libc::c_char>,
+    cwd: Option<CString>,
+    /// Descriptors (all >= 3, close-on-exec) to become 0, 1 and 2.
+    stdio: [Option<OwnedFd>; 3],
+    take_terminal: bool,
+    parent: libc::pid_t,
+}
+
+fn c_string(s: &OsStr, what: &str) -> io::Result<CString> {
+    CString::new(s.as_bytes()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("the {what} contains a NUL byte"),
+        )
+    })
+}
+
+/// A close-on-exec copy of `fd` numbered 3 or above, so that putting the
+/// copies in place as 0, 1 and 2 in the child never overwrites another copy.
+fn high_copy(fd: impl AsFd) -> io::Result<OwnedFd> {
+    Ok(rustix::io::fcntl_dupfd_cloexec(fd, 3)?)
+}
+
+fn stdio_fd(s: &Stdio) -> io::Result<Option<OwnedFd>> {
+    Ok(match s {
+        Stdio::Inherit => None,
+        Stdio::Null => {
+            let null = rustix::fs::open(
+                "/dev/null",
+                rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )?;
+            Some(high_copy(&null)?)
+        }
+        Stdio::Fd(fd) => Some(high_copy(fd.as_ref())?),
+    })
+}
+
+impl Prepared {
+    fn new(spec: &RunSpec, take_terminal: bool) -> io::Result<Prepared> {
+        let program = c_string(&spec.program, "program name")?;
+        let mut args = vec![program.clone()];
+        for arg in &spec.args {
+            args.push(c_string(arg, "argument")?);
+        }
+        let argv = args
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        // The inherited environment with the spec's variables added or replaced.
+        let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
+            .filter(|(k, _)| !spec.env.iter().any(|(s, _)| s == k))
+            .collect();
+        vars.extend(spec.env.iter().cloned());
+        let mut env = Vec::with_capacity(vars.len());
+        for (k, v) in vars {
+            let mut kv = k;
+            kv.push("=");
+            kv.push(v);
+            env.push(c_string(&kv, "environment")?);
+        }
+        let envp = env
+            .iter()
+            .map(|e| e.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let cwd = match &spec.cwd {
+            Some(dir) => Some(c_string(dir.as_os_str(), "working directory")?),
+            None => None,
+        };
+        Ok(Prepared {
+            program,
+            _args: args,
+            argv,
+            _env: env,
+            envp,
+            cwd,
+            stdio: [
+                stdio_fd(&spec.stdio.stdin)?,
+                stdio_fd(&spec.stdio.stdout)?,
+                stdio_fd(&spec.stdio.stderr)?,
+            ],
+            take_terminal,
+            parent: rustix::process::getpid().as_raw_nonzero().get(),
+        })
+    }
+}
+
+/// Forks the child, calls `on_start` with its process group while the child
+/// waits, then lets it execute the command. Returns its pid once the exec
+/// succeeded; if the exec (or the child's set-up) failed, the child has been
+/// reaped and the error says why, as [`ProcError`]s from a spawn do.
+pub(crate) fn spawn(
+    spec: &RunSpec,
+    take_terminal: bool,
+    on_start: impl FnOnce(Started),
+) -> Result<Pid, ProcError> {
+    let spawn_failed = |source: io::Error| ProcError::Spawn {
+        program: spec.program.clone(),
+        source,
+    };
+    let prepared = Prepared::new(spec, take_terminal).map_err(spawn_failed)?;
+    let (go_read, go_write) =
+        pipe_with(PipeFlags::CLOEXEC).map_err(|e| ProcError::io("create the start pipe", e))?;
+    let (err_read, err_write) = pipe_with(PipeFlags::CLOEXEC)
+        .map_err(|e| ProcError::io("create the exec error pipe", e))?;
+    // SAFETY: `fork` has no preconditions; in the child we only call
+    // `in_child`, which makes async-signal-safe calls on memory made before
+    // the fork and never returns (see the module documentation).
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: we are the child of the fork just above.
+        unsafe {
+            in_child(
+                &prepared,
+                go_read.as_raw_fd(),
+                go_write.as_raw_fd(),
+                err_write.as_raw_fd(),
+            )
+        }
+    }
+    if pid < 0 {
+        return Err(spawn_failed(io::Error::last_os_error()));
+    }
+    drop(go_read);
+    drop(err_write);
+    drop(prepared);
+    let Some(child) = Pid::from_raw(pid) else {
+        return Err(spawn_failed(io::Error::from(io::ErrorKind::Other)));
+    };
+    // The child makes its own group too; doing it here as well means the
+    // group exists when it is recorded, whoever runs first. An error means
+    // the child already failed, which the error pipe reports.
+    let _ = rustix::process::setpgid(Some(child), Some(child));
+    on_start(Started { pgid: pid });
+    // A child that died already makes this fail with EPIPE: the error pipe says why.
+    while let Err(Errno::INTR) = rustix::io::write(&go_write, &[1u8]) {}
+    drop(go_write);
+    match read_errno(&err_read) {
+        None => Ok(child),
+        Some(errno) => {
+            // The child exits at once after reporting: reap it.
+            let _ = rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty());
+            Err(crate::supervise::spawn_error(
+                spec,
+                io::Error::from_raw_os_error(errno),
+            ))
+        }
+    }
+}
+
+/// The errno the child wrote before exiting, or `None` at end of file: the
+/// exec succeeded (the pipe's write end closed with it).
+fn read_errno(from: &OwnedFd) -> Option<i32> {
+    let mut buf = [0u8; 4];
+    let mut got = 0;
+    while got < buf.len() {
+        match rustix::io::read(from, &mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(Errno::INTR) => continue,
+            Err(_) => break,
+        }
+    }
+    (got == buf.len()).then(|| i32::from_ne_bytes(buf))
+}
+
+/// The child's side, between fork and exec. Never returns.
+///
+/// # Safety
+///
+/// Only to be called in the child of a `fork`, with `p` and the descriptors
+/// made before it. Makes only async-signal-safe calls.
+unsafe fn in_child(p: &Prepared, go_read: RawFd, go_write: RawFd, err: RawFd) -> ! {
+    // SAFETY (all blocks below): raw system calls on descriptors and
+    // NUL-terminated strings made before the fork, which the child owns a
+    // copy of; `fail` writes 4 bytes from the stack and exits.
+    let errno = || unsafe { *libc::__errno_location() };
+    let fail = |code: i32| -> ! {
+        unsafe {
+            libc::write(err, (&raw const code).cast(), 4);
+            libc::_exit(127)
+        }
+    };
+    unsafe {
+        // Its own process group, so the whole command can be stopped at once.
+        if libc::setpgid(0, 0) != 0 {
+            fail(errno());
+        }
+        for (target, source) in p.stdio.iter().enumerate() {
+            if let Some(fd) = source {
+                // dup2 clears close-on-exec on the target.
+                if libc::dup2(fd.as_raw_fd(), target as libc::c_int) < 0 {
+                    fail(errno());
+                }
+            }
+        }
+        if let Some(dir) = &p.cwd {
+            if libc::chdir(dir.as_ptr()) != 0 {
+                fail(errno());
+            }
+        }
+        if p.take_terminal {
+            let _ = crate::terminal::take_in_child();
+        }
+        // Die with the supervisor, even by SIGKILL; if it died before the
+        // prctl the signal will never come: give up rather than run
+        // unsupervised.
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+            fail(errno());
+        }
+        if libc::getppid() != p.parent {
+            fail(libc::ESRCH);
+        }
+        // Wait for the go-ahead; end of file means the supervisor is gone.
+        libc::close(go_write);
+        loop {
+            let mut byte = 0u8;
+            match libc::read(go_read, (&raw mut byte).cast(), 1) {
+                1 => break,
+                0 => libc::_exit(127),
+                _ if errno() == libc::EINTR => continue,
+                _ => fail(errno()),
+            }
+        }
+        // The command starts with no signal blocked and SIGPIPE at its
+        // default (Rust programs ignore it), as the standard library does.
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        // execvp looks the program up in the PATH of `environ`: the command's.
+        libc::environ = p.envp.as_ptr().cast_mut().cast();
+        libc::execvp(p.program.as_ptr(), p.argv.as_ptr());
+        fail(errno())
+    }
+}
