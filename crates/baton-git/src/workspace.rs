@@ -34,6 +34,10 @@ use crate::error::{GitError, IoContext};
 use crate::git::{self, Repo, DEFAULT_GIT_LOCK_WAIT};
 use crate::registry;
 
+/// How often a `clone --local` that met an object being written in the
+/// base is tried (see `populate`).
+const CLONE_TRIES: u32 = 5;
+
 /// How a workspace is made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -309,18 +313,41 @@ fn populate(
         }
         Strategy::Clone => {
             let source = repo.common_dir.as_os_str();
-            repo.run_locked(
-                wait,
-                &ws.run_id,
-                &[
-                    "clone".as_ref(),
-                    "--local".as_ref(),
-                    "--no-checkout".as_ref(),
-                    "--quiet".as_ref(),
-                    source,
-                    path,
-                ],
-            )?;
+            let clone = || {
+                repo.run_locked(
+                    wait,
+                    &ws.run_id,
+                    &[
+                        "clone".as_ref(),
+                        "--local".as_ref(),
+                        "--no-checkout".as_ref(),
+                        "--quiet".as_ref(),
+                        source,
+                        path,
+                    ],
+                )
+            };
+            // An agent committing in a worktree of the same repository
+            // writes objects into the shared object store while we hardlink
+            // it (agents run outside the repository lock): git then refuses
+            // the temporary object file it found mid-write ("hardlink
+            // different from source"). That race is over in microseconds:
+            // try again (git has removed the partial clone).
+            let mut tries = 1;
+            loop {
+                match clone() {
+                    Err(GitError::Command { stderr, .. })
+                        if tries < CLONE_TRIES && stderr.contains("tmp_obj_") =>
+                    {
+                        tracing::debug!(
+                            tries,
+                            "clone met an object being written in the base; again"
+                        );
+                        tries += 1;
+                    }
+                    result => break result,
+                }
+            }?;
             if let Some(url) = origin_url(repo)? {
                 git::run(&ws.path, ["remote", "set-url", "origin", url.as_str()])?;
             }
