@@ -22,7 +22,7 @@
 //! read, sigprocmask, signal, execvp; on failure write and _exit. That is what
 //! makes the fork safe in a multi-threaded process too (`baton serve`).
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{CString, OsStr};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -93,17 +93,31 @@ impl Prepared {
             .map(|a| a.as_ptr())
             .chain(std::iter::once(std::ptr::null()))
             .collect();
-        // The inherited environment with the spec's variables added or replaced.
-        let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
-            .filter(|(k, _)| !spec.env.iter().any(|(s, _)| s == k))
-            .collect();
-        vars.extend(spec.env.iter().cloned());
-        let mut env = Vec::with_capacity(vars.len());
-        for (k, v) in vars {
-            let mut kv = k;
-            kv.push("=");
-            kv.push(v);
-            env.push(c_string(&kv, "environment")?);
+        // The inherited environment with the spec's variables added or
+        // replaced, each as one `KEY=VALUE` string made in one allocation.
+        let entry = |k: &OsStr, v: &OsStr| {
+            let mut kv = Vec::with_capacity(k.len() + v.len() + 2);
+            kv.extend_from_slice(k.as_bytes());
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "the environment contains a NUL byte",
+                )
+            })
+        };
+        let mut env = Vec::with_capacity(64);
+        for (k, v) in std::env::vars_os() {
+            if !spec.env.iter().any(|(s, _)| *s == k) {
+                env.push(entry(&k, &v)?);
+            }
+        }
+        for (i, (k, v)) in spec.env.iter().enumerate() {
+            // Set twice: the later one counts, as with `Command::env`.
+            if !spec.env[i + 1..].iter().any(|(later, _)| later == k) {
+                env.push(entry(k, v)?);
+            }
         }
         let envp = env
             .iter()

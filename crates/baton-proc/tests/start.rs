@@ -148,3 +148,32 @@ fn killed_before_the_record_the_command_never_runs() {
         "the command ran although its supervisor died before recording it"
     );
 }
+
+#[test]
+fn the_environment_is_inherited_with_each_variable_set_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("env");
+    // PATH is inherited by every test process: replacing it must not add a second one.
+    let mut spec = sh(r#"exec env > "$OUT""#);
+    spec.env.push(("OUT".into(), out.clone().into()));
+    spec.env.push(("BATON_TEST_TWICE".into(), "first".into()));
+    spec.env.push(("BATON_TEST_TWICE".into(), "second".into()));
+    let path = std::env::var_os("PATH").expect("PATH is set");
+    spec.env.push(("PATH".into(), path.clone()));
+    assert_eq!(
+        Supervisor::new(spec).run().expect("run"),
+        Outcome::Exited(0)
+    );
+    let env = std::fs::read_to_string(&out).expect("read env");
+    let values = |key: &str| -> Vec<&str> {
+        env.lines()
+            .filter_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .collect()
+    };
+    assert_eq!(values("BATON_TEST_TWICE"), ["second"], "{env}");
+    assert_eq!(values("PATH"), [path.to_str().unwrap()], "{env}");
+    assert_eq!(
+        values("HOME").len(),
+        usize::from(std::env::var_os("HOME").is_some())
+    );
+}
