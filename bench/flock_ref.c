@@ -13,8 +13,17 @@
  * began), then "elapsed ELAPSED_NS START_NS END_NS". With --gate, stdin is read to EOF
  * first, so the runner can start all processes at the same instant.
  *
+ * With --fifo, the lock is instead baton's waiting line built from the same
+ * kernel locks baton uses (OFD byte-range locks on one file), without anything
+ * else of baton's: under a META byte, take the next ticket byte (or the free
+ * slot when nobody waits); wait for the immediate predecessor's ticket only;
+ * at the head, wait for the slot byte; release the ticket once holding. No
+ * metadata document, no fencing token, no holder identity, no checks for a
+ * deleted lock file. It measures what strict FIFO order itself costs against
+ * flock(2), which lets a releasing process take the lock straight back.
+ *
  *   gcc -O2 -o flock_ref flock_ref.c
- *   flock_ref --lockfile F --counter FILE --iterations M --hold-us H --out FILE [--gate]
+ *   flock_ref --lockfile F --counter FILE --iterations M --hold-us H --out FILE [--gate] [--fifo]
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,7 +44,7 @@ static void die(const char *what, const char *arg) {
 
 static void usage(void) {
     fprintf(stderr, "usage: flock_ref --lockfile F --counter FILE --iterations M "
-                    "--hold-us H --out FILE [--gate]\n");
+                    "--hold-us H --out FILE [--gate] [--fifo]\n");
     exit(2);
 }
 
@@ -69,6 +78,60 @@ static void bump_counter(const char *path) {
     close(fd);
 }
 
+/* --fifo: the byte layout of baton's lock files (LOCKING.md). */
+#define META_BYTE (1ULL << 40)
+#define SLOT_BYTE (1ULL << 41)
+#define TICKET_BASE (1ULL << 42)
+#define TICKET_END (1ULL << 47)
+#define NO_TICKET UINT64_MAX
+
+/* F_OFD_SETLK / F_OFD_SETLKW / F_OFD_GETLK on [start, start + len). Returns
+ * fcntl's result; for F_OFD_GETLK, *found is the conflicting lock's start or
+ * NO_TICKET. */
+static int ofd(int fd, int cmd, short type, uint64_t start, uint64_t len, uint64_t *found) {
+    struct flock fl = {0};
+    fl.l_type = type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = (off_t)start;
+    fl.l_len = (off_t)len;
+    int rc;
+    while ((rc = fcntl(fd, cmd, &fl)) < 0 && errno == EINTR) {}
+    if (found) *found = (rc == 0 && fl.l_type != F_UNLCK) ? (uint64_t)fl.l_start : NO_TICKET;
+    return rc;
+}
+
+/* The greatest ticket held below `limit` (waiters write-lock their ticket). */
+static uint64_t greatest_ticket_below(int fd, uint64_t limit) {
+    uint64_t lo = TICKET_BASE, best = NO_TICKET, c;
+    while (lo < limit) {
+        if (ofd(fd, F_OFD_GETLK, F_RDLCK, lo, limit - lo, &c) < 0) die("F_OFD_GETLK", NULL);
+        if (c == NO_TICKET) break;
+        if (c < lo) c = lo;
+        best = c;
+        lo = c + 1;
+    }
+    return best;
+}
+
+static void fifo_acquire(int fd) {
+    if (ofd(fd, F_OFD_SETLKW, F_WRLCK, META_BYTE, 1, NULL) < 0) die("lock META", NULL);
+    uint64_t waiting = greatest_ticket_below(fd, TICKET_END);
+    if (waiting == NO_TICKET && ofd(fd, F_OFD_SETLK, F_WRLCK, SLOT_BYTE, 1, NULL) == 0) {
+        ofd(fd, F_OFD_SETLK, F_UNLCK, META_BYTE, 1, NULL);
+        return;
+    }
+    uint64_t t = waiting == NO_TICKET ? TICKET_BASE : waiting + 1;
+    while (ofd(fd, F_OFD_SETLK, F_WRLCK, t, 1, NULL) < 0) t++;
+    ofd(fd, F_OFD_SETLK, F_UNLCK, META_BYTE, 1, NULL);
+    uint64_t pred;
+    while ((pred = greatest_ticket_below(fd, t)) != NO_TICKET) {
+        if (ofd(fd, F_OFD_SETLKW, F_RDLCK, pred, 1, NULL) < 0) die("wait for predecessor", NULL);
+        ofd(fd, F_OFD_SETLK, F_UNLCK, pred, 1, NULL);
+    }
+    if (ofd(fd, F_OFD_SETLKW, F_WRLCK, SLOT_BYTE, 1, NULL) < 0) die("wait for slot", NULL);
+    ofd(fd, F_OFD_SETLK, F_UNLCK, t, 1, NULL);
+}
+
 /* The handoff probe (same protocol as `baton-bench-worker grab`): take the
  * lock, print "held NS", wait for a line on stdin; on "release" print
  * "releasing NS" and unlock. */
@@ -92,10 +155,11 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--grab")) return grab(argv[2]);
     const char *lockfile = NULL, *counter = NULL, *out = NULL;
     long long iterations = -1, hold_us = -1;
-    int gate = 0;
+    int gate = 0, fifo = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--gate")) { gate = 1; continue; }
+        if (!strcmp(a, "--fifo")) { fifo = 1; continue; }
         if (i + 1 >= argc) usage();
         const char *v = argv[++i];
         if (!strcmp(a, "--lockfile")) lockfile = v;
@@ -122,8 +186,12 @@ int main(int argc, char **argv) {
         uint64_t t0 = mono_ns();
         int fd = open(lockfile, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
         if (fd < 0) die("open", lockfile);
-        while (flock(fd, LOCK_EX) < 0) {
-            if (errno != EINTR) die("flock", lockfile);
+        if (fifo) {
+            fifo_acquire(fd);
+        } else {
+            while (flock(fd, LOCK_EX) < 0) {
+                if (errno != EINTR) die("flock", lockfile);
+            }
         }
         uint64_t t1 = mono_ns();
         bump_counter(counter);
@@ -132,7 +200,11 @@ int main(int argc, char **argv) {
             while (nanosleep(&rem, &rem) < 0 && errno == EINTR) {}
         }
         uint64_t t2 = mono_ns();
-        if (flock(fd, LOCK_UN) < 0) die("flock(LOCK_UN)", lockfile);
+        if (fifo) {
+            if (ofd(fd, F_OFD_SETLK, F_UNLCK, SLOT_BYTE, 1, NULL) < 0) die("unlock slot", lockfile);
+        } else if (flock(fd, LOCK_UN) < 0) {
+            die("flock(LOCK_UN)", lockfile);
+        }
         close(fd);
         rec[3 * i] = t1 - t0;
         rec[3 * i + 1] = t1;

@@ -452,6 +452,12 @@ def bars(results: list[Result], ohs: list[Overhead]) -> list[str]:
             f"{fmt_dur(lib.wait(99))} vs {fmt_dur(c.wait(99))}")
         bar("library fairness >= 0.99", jain(lib.proc_means) >= 0.99,
             f"Jain {jain(lib.proc_means):.4f} (C flock(2): {jain(c.proc_means):.4f})")
+        fifo = by.get("C OFD FIFO line")
+        if fifo and fifo.ok:
+            out.append(
+                f"- (diagnostic, no bar) what strict FIFO order costs: the same waiting line in C "
+                f"without baton's bookkeeping vs C flock(2) {fifo.ops_per_s / c.ops_per_s:.2f}x; "
+                f"baton library vs that line {lib.ops_per_s / fifo.ops_per_s:.2f}x")
     else:
         bar("library vs C flock(2)", None, "a variant did not run")
     ob = next((o for o in ohs if o.label.startswith("baton") and o.times), None)
@@ -514,6 +520,9 @@ def main() -> None:
         ("C flock(2)", None, lambda i, t: [
             str(flock_ref), "--lockfile", str(t / "lockfile"), "--counter", str(t / "counter"),
             "--iterations", str(iters), "--hold-us", str(hold_us)]),
+        ("C OFD FIFO line", None, lambda i, t: [
+            str(flock_ref), "--fifo", "--lockfile", str(t / "lockfile"), "--counter",
+            str(t / "counter"), "--iterations", str(iters), "--hold-us", str(hold_us)]),
         ("baton run (CLI)", note, lambda i, t: [
             w, "cli", "--tool", "baton", "--baton", str(baton), "--dir", str(t / "baton"),
             "--lock", "bench", "--counter", str(t / "counter"), "--iterations", str(iters),
