@@ -278,6 +278,22 @@ def main() -> None:
     )
     print()
     print(table(vs, args.procs, args.edits))
+    print()
+    print(bar(vs))
+
+
+def bar(vs: list[Variant]) -> str:
+    """The bar of the performance issue: the time of a `baton state edit` with jq,
+    against the flock(1) + jq + fsync script of the same durability."""
+    by = {(v.workload, v.filt, v.name): v for v in vs}
+    b, f = by.get(("edit", "jq", "baton state edit")), by.get(("edit", "jq", "flock(1) + fsync"))
+    if not (b and f and b.ops_per_s and f.ops_per_s and not b.failed and not f.failed):
+        return "- **n/a** `baton state edit` with jq <= flock(1) + jq + fsync: not measured (jq missing?)"
+    ratio = statistics.median(f.ops_per_s) / statistics.median(b.ops_per_s)
+    verdict = "PASS" if ratio <= 1.0 else "FAIL"
+    return (f"- **{verdict}** time per `baton state edit` with jq <= the flock(1) + jq + fsync script: "
+            f"{1000 / statistics.median(b.ops_per_s):.2f} ms vs {1000 / statistics.median(f.ops_per_s):.2f} ms "
+            f"({ratio:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -159,11 +159,15 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
             repo.path.display()
         ))
     })?;
-    let (out, _) = git::output(&work, ["symbolic-ref", "--quiet", "--short", "HEAD"])?;
-    let local = out
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string());
+    // What we push (read before queueing: only our own rebase moves it) and
+    // the branch checked out (`HEAD` when detached), in one git command.
+    let head = git::run(&work, ["rev-parse", "HEAD", "--symbolic-full-name", "HEAD"])?;
+    let mut head = head.lines();
+    let orig = head.next().unwrap_or_default().to_string();
+    let local = head
+        .next()
+        .and_then(|r| r.strip_prefix("refs/heads/"))
+        .map(str::to_string);
     let branch = match (&req.branch, &local) {
         (Some(b), _) | (None, Some(b)) => b.clone(),
         (None, None) => return Err(GitError::DetachedHead { repo: work }),
@@ -208,8 +212,6 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
         .run_id(run_id.clone())
         .kind(baton_lock::HolderKind::Git);
     tracing::debug!(remote = %url, branch = %branch, queue = %queue.path().display(), "waiting for the push queue of the remote branch");
-    // What we push; read before queueing: only our own rebase moves it.
-    let orig = git::run(&work, ["rev-parse", "--verify", "HEAD"])?;
     // Whether another push went first: if the queue is free we take it at
     // once, else we wait our turn, and then whoever went before us has most
     // likely moved the remote branch.
@@ -231,8 +233,9 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
             &run_id,
             &["fetch", "--quiet", remote.as_str(), fetch_spec.as_str()],
         )?;
-        let onto = git::run(&work, ["rev-parse", "--verify", "FETCH_HEAD^{commit}"])?;
-        rebase(&work, &onto, &onto_name, &orig, &run_id)
+        // FETCH_HEAD is this work tree's own (git keeps it per worktree)
+        // and names the one branch just fetched.
+        rebase(&work, "FETCH_HEAD", &onto_name, &orig, &run_id)
     };
     let mut rebases = 0;
     if waited {
