@@ -599,3 +599,60 @@ fn ctrl_z_fg_and_bg_work_on_baton_run_as_on_the_command_itself() {
     assert!(status.success(), "{}", screen.lock().unwrap());
     common::wait_until(limit, || matches!(state_of(&pid), '?' | 'Z'));
 }
+
+/// Write-locks the lock file's META byte (2^40, LOCKING.md) the way a grant,
+/// a release or a `status` reader elsewhere holds it for a moment.
+fn hold_meta(env: &Env, name: &str) -> fs::File {
+    use std::os::fd::AsRawFd;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(env.dir.join("locks").join(format!("{name}.lock")))
+        .unwrap();
+    // SAFETY: a zeroed flock filled in below; the descriptor is open.
+    let rc = unsafe {
+        let mut fl: libc::flock = std::mem::zeroed();
+        fl.l_type = libc::F_WRLCK as libc::c_short;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        fl.l_start = 1 << 40;
+        fl.l_len = 1;
+        libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl)
+    };
+    assert_eq!(rc, 0, "lock META: {}", std::io::Error::last_os_error());
+    file
+}
+
+#[test]
+fn no_wait_on_a_free_lock_is_not_fooled_by_a_metadata_section_in_progress() {
+    let env = Env::new();
+    assert!(env
+        .run(&["run", "--lock", "m", "--", "true"])
+        .status
+        .success());
+    // META held for a moment (less than the 200 ms any wait for it gets):
+    // the lock is free, so --no-wait must run the command, not report busy.
+    let meta = hold_meta(&env, "m");
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        drop(meta);
+    });
+    let start = Instant::now();
+    let out = env.run(&["run", "--lock", "m", "--no-wait", "--", "true"]);
+    let took = start.elapsed();
+    release.join().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        took >= Duration::from_millis(30),
+        "the run did not meet the META section it is about ({took:?})"
+    );
+    // Held for longer (a process stopped in its section): --no-wait gives up,
+    // and says why, after those 200 ms rather than hanging.
+    let meta = hold_meta(&env, "m");
+    let start = Instant::now();
+    let out = env.run(&["run", "--lock", "m", "--no-wait", "--", "true"]);
+    let took = start.elapsed();
+    drop(meta);
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(stderr(&out).contains("metadata"), "{}", stderr(&out));
+    assert!(took >= Duration::from_millis(200), "{took:?}");
+}

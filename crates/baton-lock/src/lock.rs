@@ -320,6 +320,13 @@ const BORROWER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60
 /// How long bookkeeping (a release, recording a command) waits for META.
 const META_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The least a wait for META lasts, whatever the caller's deadline: a META
+/// section is a few system calls (a grant, a release, a `status` reader), so
+/// a `--no-wait` or a short `--wait` that met one in progress would read a
+/// free lock as busy. Only a process stopped inside its section makes a
+/// wait last this long.
+const META_FLOOR: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The exclusive write lock on the META byte, released on drop.
 pub(crate) struct MetaLock<'f> {
     file: &'f File,
@@ -329,12 +336,14 @@ impl<'f> MetaLock<'f> {
     /// The write lock on META, waiting at most until `deadline`. A holder of
     /// META keeps it for a few system calls, so a long wait means a process
     /// stopped inside its section (SIGSTOP, a debugger, a frozen cgroup):
-    /// every wait for it is bounded, and the caller decides what to do.
+    /// every wait for it is bounded, and the caller decides what to do. A
+    /// deadline closer than [`META_FLOOR`] is moved out to it.
     pub(crate) fn write_until(
         file: &'f File,
         deadline: Option<Instant>,
         cancel: Option<&CancelToken>,
     ) -> std::io::Result<Option<Self>> {
+        let deadline = deadline.map(|d| d.max(Instant::now() + META_FLOOR));
         Ok(
             ofd::lock_wait(file.as_fd(), Kind::Write, META, 1, deadline, cancel)?
                 .then_some(MetaLock { file }),
