@@ -22,8 +22,34 @@ use crate::cli::{
 use crate::exit_codes::{for_child, for_lock_error, for_run_error, BATON_FAILED};
 use crate::{docs, doctor, logging, output};
 
-/// Runs the CLI and returns the process exit code.
+/// How `baton serve` and `baton job` are carried out: in this process (the
+/// `baton-service` binary), or by executing `baton-service` (the `baton`
+/// binary). Function pointers, so that `baton` refers to none of the job
+/// service's code and the linker leaves it out: the binary that starts once
+/// per `baton run` is half the size (see bench/README.md, "Where the time goes").
+struct Services {
+    serve: fn(crate::cli::ServeArgs, BatonDir) -> u8,
+    job: fn(crate::job_cli::JobArgs) -> u8,
+}
+
+/// The `baton` command: runs the CLI and returns the process exit code;
+/// `serve` and `job` are handed to the `baton-service` binary next to it.
 pub fn main() -> u8 {
+    run_cli(&Services {
+        serve: |_, _| crate::service::exec_service(),
+        job: |_| crate::service::exec_service(),
+    })
+}
+
+/// The `baton-service` command: the whole CLI, `serve` and `job` included.
+pub fn service_main() -> u8 {
+    run_cli(&Services {
+        serve,
+        job: crate::job_cli::run,
+    })
+}
+
+fn run_cli(services: &Services) -> u8 {
     let cli = match crate::cli::parse(std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
@@ -48,7 +74,7 @@ pub fn main() -> u8 {
     }
     // A client of a job service: no baton dir of its own.
     let command = match cli.command {
-        Command::Job(args) => return crate::job_cli::run(args),
+        Command::Job(args) => return (services.job)(args),
         other => other,
     };
     let dir = match BatonDir::locate(cli.globals.dir.as_deref()).and_then(|(path, rule)| {
@@ -80,7 +106,7 @@ pub fn main() -> u8 {
         backend_url,
     };
     match command {
-        Command::Serve(args) => serve(args, dir),
+        Command::Serve(args) => (services.serve)(args, dir),
         Command::Run(args) => {
             let group = args.group.map(|key| {
                 let gmode = match args.mode {

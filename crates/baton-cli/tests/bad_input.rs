@@ -261,3 +261,44 @@ fn a_token_that_is_not_a_positive_integer_is_called_invalid() {
         assert!(!env.dir.exists(), "{bad:?} created the baton dir");
     }
 }
+
+#[test]
+fn serve_and_job_without_baton_service_next_to_baton_say_what_to_install() {
+    let env = Env::new();
+    // A copy of `baton` alone: its `baton-service` is not beside it.
+    let lonely = env.path("bin").join("baton");
+    fs::create_dir_all(lonely.parent().unwrap()).unwrap();
+    fs::copy(env!("CARGO_BIN_EXE_baton"), &lonely).unwrap();
+    for args in [
+        &["job", "list"][..],
+        &["serve", "--listen", "127.0.0.1:0"][..],
+    ] {
+        let out = std::process::Command::new(&lonely)
+            .arg("--dir")
+            .arg(&env.dir)
+            .args(args)
+            .env("BATON_SERVER", "http://127.0.0.1:9")
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 125, "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("baton-service") && err.contains("cargo install"),
+            "{err}"
+        );
+    }
+    // Beside its `baton-service`, the same `baton` reaches the service (here:
+    // nobody listens, which the service's client reports).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["job", "list"])
+        .env("BATON_SERVER", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot reach the job service"),
+        "{}",
+        stderr(&out)
+    );
+}

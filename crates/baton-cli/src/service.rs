@@ -1,0 +1,37 @@
+//! `baton serve` and `baton job` live in the `baton-service` binary, which
+//! `baton` executes with the same arguments: the job service's code (tokio,
+//! axum, SQLite, the HTTP client) is then not part of the binary that starts
+//! for every `baton run`, `baton state` and `baton lock` (a 10 MB binary with
+//! 7763 relocations shrinks to about half; bench/README.md, "Where the time
+//! goes").
+
+use std::os::unix::process::CommandExt;
+
+use crate::exit_codes::BATON_FAILED;
+
+/// The name of the binary that carries out `serve` and `job`, installed next
+/// to `baton` (`cargo install --path crates/baton-cli` installs both).
+pub(crate) const SERVICE_BINARY: &str = "baton-service";
+
+/// Replaces this process with `baton-service` and the same arguments; returns
+/// (an exit code) only if that cannot be done, after saying why.
+pub(crate) fn exec_service() -> u8 {
+    let path = match std::env::current_exe() {
+        Ok(me) => me.with_file_name(SERVICE_BINARY),
+        Err(e) => {
+            eprintln!(
+                "baton: cannot find where baton is installed, to start {SERVICE_BINARY}: {e}"
+            );
+            return BATON_FAILED;
+        }
+    };
+    let e = std::process::Command::new(&path)
+        .arg0("baton")
+        .args(std::env::args_os().skip(1))
+        .exec();
+    eprintln!(
+        "baton: cannot start {} (it carries out `baton serve` and `baton job`): {e}; install it next to baton (`cargo install --path crates/baton-cli` installs both)",
+        path.display()
+    );
+    BATON_FAILED
+}
