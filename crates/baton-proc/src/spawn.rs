@@ -164,6 +164,22 @@ pub(crate) fn spawn(
         pipe_with(PipeFlags::CLOEXEC).map_err(|e| ProcError::io("create the start pipe", e))?;
     let (err_read, err_write) = pipe_with(PipeFlags::CLOEXEC)
         .map_err(|e| ProcError::io("create the exec error pipe", e))?;
+    // The forwarded signals stay blocked from before the fork until the
+    // child has put their default actions back (`in_child`), so that one
+    // sent to the new group at any moment is neither run by the supervisor's
+    // handler in the child (and lost) nor missed: it waits, then kills.
+    // SAFETY: plain sigset_t values, filled by sigemptyset/sigaddset; this
+    // thread's mask is restored right after the fork.
+    let saved_mask = unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        let mut saved: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        for signal in crate::signals::FORWARDED_SIGNALS {
+            libc::sigaddset(&mut block, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut saved);
+        saved
+    };
     // SAFETY: `fork` has no preconditions; in the child we only call
     // `in_child`, which makes async-signal-safe calls on memory made before
     // the fork and never returns (see the module documentation).
@@ -173,14 +189,18 @@ pub(crate) fn spawn(
         unsafe {
             in_child(
                 &prepared,
+                &saved_mask,
                 go_read.as_raw_fd(),
                 go_write.as_raw_fd(),
                 err_write.as_raw_fd(),
             )
         }
     }
+    let fork_error = io::Error::last_os_error();
+    // SAFETY: restores this thread's mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &saved_mask, std::ptr::null_mut()) };
     if pid < 0 {
-        return Err(spawn_failed(io::Error::last_os_error()));
+        return Err(spawn_failed(fork_error));
     }
     drop(go_read);
     drop(err_write);
@@ -231,7 +251,13 @@ fn read_errno(from: &OwnedFd) -> Option<i32> {
 ///
 /// Only to be called in the child of a `fork`, with `p` and the descriptors
 /// made before it. Makes only async-signal-safe calls.
-unsafe fn in_child(p: &Prepared, go_read: RawFd, go_write: RawFd, err: RawFd) -> ! {
+unsafe fn in_child(
+    p: &Prepared,
+    saved_mask: &libc::sigset_t,
+    go_read: RawFd,
+    go_write: RawFd,
+    err: RawFd,
+) -> ! {
     // SAFETY (all blocks below): raw system calls on descriptors and
     // NUL-terminated strings made before the fork, which the child owns a
     // copy of; `fail` writes 4 bytes from the stack and exits.
@@ -243,6 +269,22 @@ unsafe fn in_child(p: &Prepared, go_read: RawFd, go_write: RawFd, err: RawFd) ->
         }
     };
     unsafe {
+        // The supervisor's handlers for the forwarded signals came with the
+        // fork; here they would only mark the signal in this copy of its
+        // memory, and a TERM sent to the group before the exec would be lost.
+        // The default action, as after the exec: the child dies of it, and
+        // the supervisor reports that.
+        // (A signal ignored from the start stays ignored, as an exec keeps it.)
+        for signal in crate::signals::FORWARDED_SIGNALS {
+            let mut now: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut now) == 0
+                && now.sa_sigaction != libc::SIG_IGN
+            {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+        }
+        // Blocked since before the fork: one that arrived meanwhile acts now.
+        libc::pthread_sigmask(libc::SIG_SETMASK, saved_mask, std::ptr::null_mut());
         // Its own process group, so the whole command can be stopped at once.
         if libc::setpgid(0, 0) != 0 {
             fail(errno());

@@ -177,3 +177,23 @@ fn the_environment_is_inherited_with_each_variable_set_once() {
         usize::from(std::env::var_os("HOME").is_some())
     );
 }
+
+#[test]
+fn a_term_sent_to_the_group_before_the_exec_ends_the_command_before_it_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ran = dir.path().join("ran");
+    let mut spec = sh(r#"echo ran > "$RAN""#);
+    spec.env.push(("RAN".into(), ran.clone().into()));
+    // With the supervisor's handlers installed, as `baton run` has them.
+    spec.forward_signals = true;
+    let finished = Supervisor::new(spec)
+        .run_with(|started| {
+            // SAFETY: signals the child's own new group, which exists (it was
+            // made before `on_start`).
+            unsafe { libc::kill(-started.pgid, libc::SIGTERM) };
+            std::thread::sleep(Duration::from_millis(100));
+        })
+        .expect("run");
+    assert_eq!(finished.outcome, Outcome::Signaled(libc::SIGTERM));
+    assert!(!ran.exists(), "the command ran after a TERM to its group");
+}
