@@ -17,9 +17,10 @@
 //! time goes").
 //!
 //! Between fork and exec the child makes only async-signal-safe system calls
-//! on memory prepared before the fork (no allocation, no lock): setpgid,
-//! dup2, chdir, ioctl and sigprocmask (the terminal), prctl, getppid, close,
-//! read, sigprocmask, signal, execvp; on failure write and _exit. That is what
+//! on memory prepared before the fork (no allocation, no lock): sigaction,
+//! signal and sigprocmask (the forwarded signals, blocked across the fork),
+//! setpgid, dup2, chdir, ioctl (the terminal), prctl, getppid, close, read,
+//! execvp; on failure write and _exit. That is what
 //! makes the fork safe in a multi-threaded process too (`baton serve`).
 
 use std::ffi::{CString, OsStr};
@@ -35,8 +36,7 @@ use crate::{ProcError, RunSpec, Started, Stdio};
 
 /// Everything the child needs, made before the fork: the child only reads it.
 struct Prepared {
-    program: CString,
-    /// Owns the strings `argv` points to.
+    /// Owns the strings `argv` points to; the first is the program.
     _args: Vec<CString>,
     /// NUL-terminated array of pointers into `_args`.
     argv: Vec<*const libc::c_char>,
@@ -83,8 +83,7 @@ fn stdio_fd(s: &Stdio) -> io::Result<Option<OwnedFd>> {
 
 impl Prepared {
     fn new(spec: &RunSpec, take_terminal: bool) -> io::Result<Prepared> {
-        let program = c_string(&spec.program, "program name")?;
-        let mut args = vec![program.clone()];
+        let mut args = vec![c_string(&spec.program, "program name")?];
         for arg in &spec.args {
             args.push(c_string(arg, "argument")?);
         }
@@ -129,7 +128,6 @@ impl Prepared {
             None => None,
         };
         Ok(Prepared {
-            program,
             _args: args,
             argv,
             _env: env,
@@ -333,7 +331,7 @@ unsafe fn in_child(
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         // execvp looks the program up in the PATH of `environ`: the command's.
         libc::environ = p.envp.as_ptr().cast_mut().cast();
-        libc::execvp(p.program.as_ptr(), p.argv.as_ptr());
+        libc::execvp(p.argv[0], p.argv.as_ptr());
         fail(errno())
     }
 }

@@ -142,7 +142,7 @@ fn killed_before_the_record_the_command_never_runs() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    std::thread::sleep(Duration::from_millis(200));
+    // The child is gone: it can no longer create the file.
     assert!(
         !ran.exists(),
         "the command ran although its supervisor died before recording it"
@@ -190,8 +190,9 @@ fn a_term_sent_to_the_group_before_the_exec_ends_the_command_before_it_runs() {
         .run_with(|started| {
             // SAFETY: signals the child's own new group, which exists (it was
             // made before `on_start`).
+            // Pending in the child until it has restored the default
+            // action, which is before it waits for the go-ahead.
             unsafe { libc::kill(-started.pgid, libc::SIGTERM) };
-            std::thread::sleep(Duration::from_millis(100));
         })
         .expect("run");
     assert_eq!(finished.outcome, Outcome::Signaled(libc::SIGTERM));
