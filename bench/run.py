@@ -95,12 +95,12 @@ def build(skip: bool) -> tuple[Path, Path | None, Path, str | None]:
     baton: Path | None = rel / "baton"
     if not baton.is_file():
         baton, note = None, note or f"baton CLI not built ({rel / 'baton'} missing)"
-    flock_ref = OUT / "flock_ref"
-    cc = ["gcc", "-O2", "-Wall", "-o", str(flock_ref), str(BENCH / "flock_ref.c")]
-    log("$ " + " ".join(cc))
-    if subprocess.run(cc).returncode != 0:
-        sys.exit("run.py: gcc failed on bench/flock_ref.c")
-    return worker, baton, flock_ref, note
+    for name in ("flock_ref", "run_ref"):
+        cc = ["gcc", "-O2", "-Wall", "-o", str(OUT / name), str(BENCH / f"{name}.c")]
+        log("$ " + " ".join(cc))
+        if subprocess.run(cc).returncode != 0:
+            sys.exit(f"run.py: gcc failed on bench/{name}.c")
+    return worker, baton, OUT / "flock_ref", note
 
 
 def baton_works(baton: Path) -> str | None:
@@ -465,6 +465,12 @@ def bars(results: list[Result], ohs: list[Overhead]) -> list[str]:
     if ob and of:
         bar("`baton run` per-invocation overhead <= flock(1)", ob.mean <= of.mean,
             f"mean {fmt_dur(ob.mean)} vs {fmt_dur(of.mean)} ({ob.mean / of.mean:.2f}x)")
+        ref = next((o for o in ohs if o.label.startswith("C run_ref") and o.times), None)
+        if ref:
+            out.append(
+                f"- (diagnostic, no bar) what baton run's guarantees cost: its system calls in C "
+                f"(bench/run_ref.c) vs flock(1) {ref.mean / of.mean:.2f}x; baton vs that "
+                f"program {ob.mean / ref.mean:.2f}x (the rest is baton's implementation)")
     else:
         bar("`baton run` per-invocation overhead <= flock(1)", None, "baton CLI not measured")
     return out
@@ -552,6 +558,8 @@ def main() -> None:
          None if baton is None else [str(baton), "--dir", "{tmp}/baton", "run", "--lock", "x",
                                      "--", "true"]),
         ("flock F true", ["flock", "{tmp}/lockfile", "true"]),
+        # A diagnostic: baton run's system calls, in C (bench/run_ref.c).
+        ("C run_ref D true", [str(OUT / "run_ref"), "{tmp}", "true"]),
         ("true", ["true"]),
     ]
     # Interleaved in chunks, so that a load change on a shared machine hits

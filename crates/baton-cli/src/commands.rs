@@ -35,18 +35,18 @@ struct Services {
 /// The `baton` command: runs the CLI and returns the process exit code;
 /// `serve` and `job` are handed to the `baton-service` binary next to it.
 pub fn main() -> u8 {
-    run_cli(&Services {
+    crate::say::finish(run_cli(&Services {
         serve: |_, _| crate::service::exec_service(),
         job: |_| crate::service::exec_service(),
-    })
+    }))
 }
 
 /// The `baton-service` command: the whole CLI, `serve` and `job` included.
 pub fn service_main() -> u8 {
-    run_cli(&Services {
+    crate::say::finish(run_cli(&Services {
         serve,
         job: crate::job_cli::run,
-    })
+    }))
 }
 
 fn run_cli(services: &Services) -> u8 {
@@ -55,7 +55,7 @@ fn run_cli(services: &Services) -> u8 {
         Err(e) => return usage_error(e),
     };
     if let Err(e) = logging::init(cli.globals.verbose, cli.globals.log_format) {
-        eprintln!("baton: {e}");
+        errln!("baton: {e}");
         return BATON_FAILED;
     }
     // The background holder opens its own span, with the hold's run id.
@@ -65,7 +65,7 @@ fn run_cli(services: &Services) -> u8 {
         Command::Completions { shell } => return docs::completions(*shell),
         Command::Man => return docs::man(cli.globals.dir.as_deref()),
         Command::Doctor { json } => {
-            restore_default_sigpipe();
+            crate::startup::restore_default_sigpipe();
             let backend = cli.globals.backend.as_deref().filter(|u| !u.is_empty());
             return doctor::doctor(cli.globals.dir.as_deref(), backend, *json);
         }
@@ -163,7 +163,7 @@ fn run_cli(services: &Services) -> u8 {
             // This process runs one command: orphans of its descendants come
             // back to it, so that they can be stopped when the command ends.
             if let Err(e) = baton_proc::become_subreaper() {
-                eprintln!("baton: warning: {e}; processes that leave the command's process group are not contained");
+                errln!("baton: warning: {e}; processes that leave the command's process group are not contained");
             }
             tracing::info!(
                 locks = ?req.locks.iter().map(|l| l.as_str()).collect::<Vec<_>>(),
@@ -181,20 +181,21 @@ fn run_cli(services: &Services) -> u8 {
                     if let (false, Some(by), Some(g)) =
                         (report.ran, &report.superseded_by, &req.group)
                     {
-                        eprintln!(
+                        errln!(
                             "baton: run {} in group '{}' was superseded by run {by} while waiting",
-                            report.run_id, g.key
+                            report.run_id,
+                            g.key
                         );
                     }
                     if !report.leftovers.is_empty() {
-                        eprintln!(
+                        errln!(
                             "baton: warning: the command left {} process(es) running ({}); terminated them (TERM, --grace, KILL) before releasing",
                             report.leftovers.len(),
                             output::leftovers(&report.leftovers)
                         );
                     }
                     if let Some(e) = &report.workspace_error {
-                        eprintln!(
+                        errln!(
                             "baton: warning: {e} (the workspace is left for `baton workspace gc`)"
                         );
                     }
@@ -207,7 +208,7 @@ fn run_cli(services: &Services) -> u8 {
         Command::Lock(cmd) => lock(&dir, cmd, &flags),
         Command::Db(cmd) => db(cmd, &flags.backend),
         Command::Group(GroupCommand::Status { key, json }) => {
-            restore_default_sigpipe();
+            crate::startup::restore_default_sigpipe();
             let all = match &flags.backend {
                 Backend::Local => group_status(&dir, key.as_ref()),
                 Backend::Postgres(db) => remote_group_status(db, key.as_ref()),
@@ -218,7 +219,7 @@ fn run_cli(services: &Services) -> u8 {
             }
         }
         Command::Events { group, follow } => {
-            restore_default_sigpipe();
+            crate::startup::restore_default_sigpipe();
             let mut out = std::io::stdout();
             match print_events(&dir, group.as_ref().map(|g| g.as_str()), follow, &mut out) {
                 Ok(()) => 0,
@@ -240,7 +241,7 @@ fn run_cli(services: &Services) -> u8 {
 /// `baton init --shared GROUP [DIR]`.
 fn init(args: &crate::cli::InitArgs, global_dir: Option<&std::path::Path>) -> u8 {
     let Some(gid) = baton_lock::sharing::group_id(&args.shared) else {
-        eprintln!(
+        errln!(
             "baton: unknown group '{}': no group of that name (see `getent group`); create it with `groupadd {}` first",
             args.shared, args.shared
         );
@@ -255,7 +256,7 @@ fn init(args: &crate::cli::InitArgs, global_dir: Option<&std::path::Path>) -> u8
     };
     match BatonDir::init_shared(&path, gid) {
         Ok(dir) => {
-            println!(
+            outln!(
                 "baton dir '{}' is shared with group {} (mode 2770); members use it with --dir '{}' or BATON_DIR",
                 dir.path().display(),
                 baton_lock::sharing::describe_group(gid),
@@ -287,7 +288,7 @@ fn holder_args(verbose: u8, format: LogFormat) -> Vec<String> {
 }
 
 fn lock(dir: &BatonDir, cmd: LockCommand, flags: &CliFlags) -> u8 {
-    restore_default_sigpipe();
+    crate::startup::restore_default_sigpipe();
     match cmd {
         LockCommand::Status {
             name: Some(name),
@@ -367,7 +368,7 @@ fn lock(dir: &BatonDir, cmd: LockCommand, flags: &CliFlags) -> u8 {
 /// `baton db ...`.
 fn db(cmd: DbCommand, backend: &Backend) -> u8 {
     let Backend::Postgres(db) = backend else {
-        eprintln!(
+        errln!(
             "baton: `baton db` needs --backend postgres://USER@HOST/DATABASE (or BATON_BACKEND)"
         );
         return BATON_FAILED;
@@ -375,23 +376,11 @@ fn db(cmd: DbCommand, backend: &Backend) -> u8 {
     match cmd {
         DbCommand::Migrate => match db.migrate() {
             Ok(v) => {
-                println!("baton's tables are at schema version {v} in {}", db.url());
+                outln!("baton's tables are at schema version {v} in {}", db.url());
                 0
             }
             Err(e) => fail(&e, BATON_FAILED),
         },
-    }
-}
-
-/// Lets `baton lock status | head` end quietly, as Unix tools do, instead
-/// of failing on a closed pipe. Not used for `run`, whose output is the
-/// command's own.
-pub(crate) fn restore_default_sigpipe() {
-    // SAFETY: setting the disposition of SIGPIPE to its default is
-    // async-signal-safe and affects only how this process reacts to writes to
-    // a closed pipe; no handler of ours is replaced.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 
@@ -420,8 +409,14 @@ fn usage_error(e: clap::Error) -> u8 {
     use clap::error::ErrorKind;
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
-            let _ = e.print();
-            0
+            crate::startup::restore_default_sigpipe(); // `baton --help | head`
+            match e.print() {
+                Ok(()) => 0,
+                Err(e) => {
+                    errln!("baton: cannot write the output to stdout: {e}");
+                    BATON_FAILED
+                }
+            }
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
@@ -447,7 +442,7 @@ fn usage_error(e: clap::Error) -> u8 {
                 .map(ToString::to_string);
             let message = own.as_deref().unwrap_or(first);
             let path = subcommand_path(std::env::args_os().skip(1));
-            eprintln!("baton: {message} (see '{path} --help')");
+            errln!("baton: {message} (see '{path} --help')");
             BATON_FAILED
         }
     }
@@ -511,7 +506,7 @@ fn subcommand_path(args: impl IntoIterator<Item = std::ffi::OsString>) -> String
 
 /// Prints an error and its causes on one line; returns `code`.
 pub(crate) fn fail(e: &dyn Error, code: u8) -> u8 {
-    eprintln!("baton: {}", baton_lock::one_line(e));
+    errln!("baton: {}", baton_lock::one_line(e));
     code
 }
 

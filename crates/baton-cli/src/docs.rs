@@ -56,7 +56,7 @@ pub fn documented_commands() -> Vec<clap::Command> {
 /// missing) and prints the paths written.
 pub fn man(dir: Option<&Path>) -> u8 {
     let Some(dir) = dir else {
-        eprintln!(
+        errln!(
             "baton: man needs --dir DIR, the directory to write the pages to (see 'baton man --help')"
         );
         return BATON_FAILED;
@@ -64,12 +64,12 @@ pub fn man(dir: Option<&Path>) -> u8 {
     match write_pages(dir) {
         Ok(paths) => {
             for p in paths {
-                println!("{}", p.display());
+                outln!("{}", p.display());
             }
             0
         }
         Err(e) => {
-            eprintln!("baton: {e}");
+            errln!("baton: {e}");
             BATON_FAILED
         }
     }

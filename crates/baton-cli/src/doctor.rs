@@ -123,7 +123,7 @@ fn local_dir_remedy() -> String {
 pub fn warn_if_remote(dir: &BatonDir) {
     if let Ok(fs) = filesystem_of(dir.path()) {
         if fs.class.is_remote() {
-            eprintln!(
+            errln!(
                 "baton: warning: the baton dir '{}' is on {}; {} (run `baton doctor`)",
                 dir.path().display(),
                 danger(&fs),
@@ -149,9 +149,9 @@ pub fn doctor(explicit: Option<&Path>, backend: Option<&str>, json: bool) -> u8 
         .unwrap_or(Status::Ok);
     if json {
         match serde_json::to_string_pretty(&report) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => outln!("{s}"),
             Err(e) => {
-                eprintln!("baton: cannot encode JSON: {e}");
+                errln!("baton: cannot encode JSON: {e}");
                 return BATON_FAILED;
             }
         }
@@ -527,23 +527,23 @@ fn print_text(r: &Report) {
             Status::Warning => "WARNING",
             Status::Error => "ERROR",
         };
-        println!("{tag:<8} {:<12} {}", c.name, c.summary);
+        outln!("{tag:<8} {:<12} {}", c.name, c.summary);
         if let Some(remedy) = &c.remedy {
-            println!("{:<8} {:<12} remedy: {remedy}", "", "");
+            outln!("{:<8} {:<12} remedy: {remedy}", "", "");
         }
     }
     let count = |s: Status| r.checks.iter().filter(|c| c.status == s).count();
-    println!();
+    outln!("");
     match r.status {
-        Status::Error => println!(
+        Status::Error => outln!(
             "baton cannot work here: {} error(s), {} warning(s)",
             count(Status::Error),
             count(Status::Warning)
         ),
-        Status::Warning => println!(
+        Status::Warning => outln!(
             "baton works here, with {} warning(s): see the remedies above",
             count(Status::Warning)
         ),
-        _ => println!("all good"),
+        _ => outln!("all good"),
     }
 }

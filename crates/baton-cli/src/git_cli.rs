@@ -294,7 +294,7 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
             match create(dir, &req) {
                 Ok(ws) if json => print_json(&ws),
                 Ok(ws) => {
-                    println!("{}", ws.path.display());
+                    outln!("{}", ws.path.display());
                     0
                 }
                 Err(e) => fail(&e, code(&e)),
@@ -303,9 +303,13 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
         WorkspaceCommand::List { json } => match list(dir) {
             Ok(all) if json => print_json(&all),
             Ok(all) => {
-                println!(
+                outln!(
                     "{:<20} {:<8} {:>8} {:>10} {:<6} PATH",
-                    "ID", "STRATEGY", "AGE", "SIZE", "OWNER"
+                    "ID",
+                    "STRATEGY",
+                    "AGE",
+                    "SIZE",
+                    "OWNER"
                 );
                 for w in &all {
                     let owner = match w.owner_alive {
@@ -314,7 +318,7 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
                         baton_lock::Liveness::NotVisible => "hidden",
                         baton_lock::Liveness::Unknown | baton_lock::Liveness::Inherited => "?",
                     };
-                    println!(
+                    outln!(
                         "{:<20} {:<8} {:>8} {:>10} {:<6} {}{}",
                         w.workspace.id,
                         w.workspace.strategy.as_str(),
@@ -332,7 +336,7 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
         WorkspaceCommand::Remove { id, wait } => {
             match remove(dir, &id, WaitPolicy::from(wait.git_lock_wait)) {
                 Ok(ws) => {
-                    eprintln!(
+                    errln!(
                         "baton: removed workspace '{}' at '{}' (run {})",
                         ws.id,
                         ws.path.display(),
@@ -360,7 +364,7 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
                 print_json(&report)
             } else {
                 for ws in &report.removed {
-                    println!(
+                    outln!(
                         "removed {} {} (run {})",
                         ws.id,
                         ws.path.display(),
@@ -370,7 +374,7 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
                 0
             };
             for s in &report.skipped {
-                eprintln!(
+                errln!(
                     "baton: gc: skipped workspace '{}' at '{}': {}",
                     s.id,
                     s.path.display(),
@@ -378,7 +382,7 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
                 );
             }
             for f in &report.failed {
-                eprintln!("baton: gc: {}", f.error);
+                errln!("baton: gc: {}", f.error);
             }
             if report.failed.is_empty() {
                 status
@@ -427,7 +431,7 @@ pub fn run_git(_dir: &BatonDir, cmd: GitCommand) -> u8 {
         GitCommand::InitAttributes { repo } => match init_attributes(&repo) {
             Ok((path, changed)) => {
                 let what = if changed { "added" } else { "already present:" };
-                eprintln!(
+                errln!(
                     "baton: {what} '{}' in '{}'",
                     baton_git::JSONL_UNION,
                     path.display()

@@ -203,7 +203,7 @@ pub struct SubmitArgs {
 
 /// Runs a `baton job` command; returns the exit code.
 pub fn run(args: JobArgs) -> u8 {
-    crate::commands::restore_default_sigpipe();
+    crate::startup::restore_default_sigpipe();
     let token = match &args.token_file {
         Some(path) => match read_token_file(path) {
             Ok(t) => Some(t),
@@ -249,8 +249,8 @@ pub fn run(args: JobArgs) -> u8 {
             Ok(job) if json => print_json(&job),
             Ok(job) => {
                 match job.status {
-                    JobStatus::Cancelled => println!("job {}: cancelled", job.id),
-                    s => println!(
+                    JobStatus::Cancelled => outln!("job {}: cancelled", job.id),
+                    s => outln!(
                         "job {}: ended {} before it was cancelled",
                         job.id,
                         s.as_str()
@@ -303,14 +303,15 @@ fn submit(client: &Client, a: SubmitArgs) -> u8 {
         Err(e) => return failed(&e),
     };
     if a.follow {
-        eprintln!(
+        errln!(
             "baton: job {} queued at position {}",
-            queued.id, queued.position
+            queued.id,
+            queued.position
         );
     } else if a.json && !a.wait {
         return print_json(&queued);
     } else if !a.json {
-        println!("{}", queued.id);
+        outln!("{}", queued.id);
         let _ = std::io::stdout().flush();
     }
     if !a.wait && !a.follow {
@@ -324,7 +325,7 @@ fn submit(client: &Client, a: SubmitArgs) -> u8 {
     let job = match waited {
         Ok(j) => j,
         Err(e) => {
-            eprintln!(
+            errln!(
                 "baton: {} (job {} goes on; see `baton job status {}`)",
                 baton_lock::one_line(&e),
                 queued.id,
@@ -337,7 +338,7 @@ fn submit(client: &Client, a: SubmitArgs) -> u8 {
         print_json(&job);
     }
     if job.status != JobStatus::Succeeded {
-        eprintln!(
+        errln!(
             "baton: job {} {}{}",
             job.id,
             job.status.as_str(),
@@ -429,14 +430,14 @@ fn print_job(j: &Job) -> u8 {
         rows.push(("attempts", j.attempts.to_string()));
     }
     for (k, v) in rows {
-        println!("{:<14}{v}", format!("{k}:"));
+        outln!("{:<14}{v}", format!("{k}:"));
     }
     0
 }
 
 fn print_list(list: &JobList) -> u8 {
     if list.jobs.is_empty() {
-        println!("no jobs");
+        outln!("no jobs");
         return 0;
     }
     let rows: Vec<[String; 7]> = list
@@ -467,14 +468,14 @@ fn print_list(list: &JobList) -> u8 {
             .zip(width)
             .map(|(c, w)| format!("{c:<w$}"))
             .collect();
-        println!("{}", text.join("  ").trim_end());
+        outln!("{}", text.join("  ").trim_end());
     };
     line(&head.map(String::from));
     for r in &rows {
         line(r);
     }
     if let Some(c) = &list.next_cursor {
-        println!("(more: --cursor {c})");
+        outln!("(more: --cursor {c})");
     }
     0
 }

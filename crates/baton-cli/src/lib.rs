@@ -7,6 +7,9 @@
 //! and `job` so that the job service's code stays out of the binary every
 //! `baton run` starts.
 
+#[macro_use]
+mod say;
+
 mod cli;
 mod commands;
 mod docs;
@@ -19,9 +22,11 @@ mod job_cli;
 mod logging;
 mod output;
 mod service;
+mod startup;
 mod state_cli;
 
 pub use commands::{main, service_main};
+pub use startup::main_without_runtime;
 
 /// The clap definition of the whole command line, every subcommand included.
 pub fn command() -> clap::Command {

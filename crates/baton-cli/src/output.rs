@@ -32,11 +32,11 @@ pub(crate) fn write_json<T: Serialize + ?Sized>(value: &T, layout: Layout) -> u8
     };
     match text {
         Ok(s) => {
-            println!("{s}");
+            outln!("{s}");
             0
         }
         Err(e) => {
-            eprintln!("baton: cannot encode JSON: {e}");
+            errln!("baton: cannot encode JSON: {e}");
             BATON_FAILED
         }
     }
@@ -98,23 +98,23 @@ pub fn status(st: &LockStatus, json: bool) -> u8 {
     if json {
         return print_json(st);
     }
-    println!("lock        {}", st.name);
-    println!("state       {}", state(st));
-    println!("waiters     {}", st.waiters);
+    outln!("lock        {}", st.name);
+    outln!("state       {}", state(st));
+    outln!("waiters     {}", st.waiters);
     for h in &st.holders {
-        println!(
+        outln!(
             "holder      {}, owner {}, token {}",
             who(h),
             h.owner,
             h.token
         );
-        println!("            run {}, since {}", h.run_id, h.acquired_at);
+        outln!("            run {}, since {}", h.run_id, h.acquired_at);
         if let Some(op) = &h.operation {
-            println!("            operation: {op}");
+            outln!("            operation: {op}");
         }
     }
     if let Some(h) = &st.last_holder {
-        println!(
+        outln!(
             "last holder {} died without releasing (owner {}, token {}, since {})",
             who_last(h),
             h.owner,
@@ -123,7 +123,7 @@ pub fn status(st: &LockStatus, json: bool) -> u8 {
         );
     }
     for k in &st.kernel_holders {
-        println!(
+        outln!(
             "held by     pid {} ({}) according to the kernel (its open lock file holds slot {})",
             k.pid,
             k.command,
@@ -135,20 +135,20 @@ pub fn status(st: &LockStatus, json: bool) -> u8 {
         );
     }
     for f in &st.held_through_replaced_file {
-        println!(
+        outln!(
             "            held through lock file {f}, no longer at this path (deleted or replaced); new holders wait for it"
         );
     }
-    println!("last token  {}", st.last_token);
+    outln!("last token  {}", st.last_token);
     match st.content {
-        Content::Unreadable => println!(
+        Content::Unreadable => outln!(
             "metadata    unreadable ({}); the next holder rewrites it",
             st.content_error.as_deref().unwrap_or("unknown reason")
         ),
-        Content::Missing => println!("metadata    none (never used)"),
+        Content::Missing => outln!("metadata    none (never used)"),
         _ => {}
     }
-    println!("file        {}", st.path.display());
+    outln!("file        {}", st.path.display());
     0
 }
 
@@ -158,7 +158,7 @@ pub fn list(all: &[LockStatus], json: bool) -> u8 {
         return print_json(all);
     }
     if all.is_empty() {
-        println!("no locks");
+        outln!("no locks");
         return 0;
     }
     let rows: Vec<[String; 6]> = all
@@ -197,7 +197,7 @@ pub fn list(all: &[LockStatus], json: bool) -> u8 {
                 s.push_str(&format!("{cell:<w$}  "));
             }
         }
-        println!("{}", s.trim_end());
+        outln!("{}", s.trim_end());
     };
     line(header);
     for r in &rows {
@@ -211,7 +211,7 @@ pub fn acquired(held: &Held, json: bool) -> u8 {
     if json {
         return print_json(held);
     }
-    println!("{}", held.token);
+    outln!("{}", held.token);
     0
 }
 
@@ -220,9 +220,11 @@ pub fn released(r: &ReleaseReport, json: bool) -> u8 {
     if json {
         return print_json(r);
     }
-    println!(
+    outln!(
         "released lock '{}' (token {}, holder pid {})",
-        r.name, r.token, r.holder_pid
+        r.name,
+        r.token,
+        r.holder_pid
     );
     0
 }
@@ -233,11 +235,11 @@ pub fn broke(r: &BreakReport, json: bool) -> u8 {
         return print_json(r);
     }
     if !r.was_held {
-        println!("lock '{}' is not held; nothing to do", r.name);
+        outln!("lock '{}' is not held; nothing to do", r.name);
         return 0;
     }
     for s in &r.stopped {
-        println!(
+        outln!(
             "lock '{}': holder {} (owner {}, token {}): {}",
             r.name,
             who(&s.holder),
@@ -247,10 +249,10 @@ pub fn broke(r: &BreakReport, json: bool) -> u8 {
         );
     }
     if r.free_now {
-        println!("lock '{}' is free now", r.name);
+        outln!("lock '{}' is free now", r.name);
         0
     } else {
-        println!(
+        outln!(
             "lock '{}' is still held (taken again by a waiter, or the holder is stuck)",
             r.name
         );
@@ -271,7 +273,7 @@ pub fn groups(all: &[baton_run::GroupStatus], one: bool, json: bool) -> u8 {
         };
     }
     if all.is_empty() {
-        println!("no groups");
+        outln!("no groups");
         return 0;
     }
     for g in all {
@@ -284,7 +286,7 @@ pub fn groups(all: &[baton_run::GroupStatus], one: bool, json: bool) -> u8 {
         } else {
             String::new()
         };
-        println!(
+        outln!(
             "group {}  mode {}{}{counters}",
             g.key,
             mode,
@@ -295,7 +297,7 @@ pub fn groups(all: &[baton_run::GroupStatus], one: bool, json: bool) -> u8 {
             },
         );
         for r in &g.running {
-            println!(
+            outln!(
                 "  running  run {}  pid {}  since {}  {}",
                 r.run_id,
                 r.process.pid,
@@ -304,7 +306,7 @@ pub fn groups(all: &[baton_run::GroupStatus], one: bool, json: bool) -> u8 {
             );
         }
         for (i, r) in g.waiting.iter().enumerate() {
-            println!(
+            outln!(
                 "  waiting  #{}  run {}  pid {}  since {}  {}{}",
                 i + 1,
                 r.run_id,

@@ -19,9 +19,7 @@ pub(crate) fn exec_service() -> u8 {
     let path = match std::env::current_exe() {
         Ok(me) => me.with_file_name(SERVICE_BINARY),
         Err(e) => {
-            eprintln!(
-                "baton: cannot find where baton is installed, to start {SERVICE_BINARY}: {e}"
-            );
+            errln!("baton: cannot find where baton is installed, to start {SERVICE_BINARY}: {e}");
             return BATON_FAILED;
         }
     };
@@ -29,7 +27,7 @@ pub(crate) fn exec_service() -> u8 {
         .arg0("baton")
         .args(std::env::args_os().skip(1))
         .exec();
-    eprintln!(
+    errln!(
         "baton: cannot start {} (it carries out `baton serve` and `baton job`): {e}; install it next to baton (`cargo install --path crates/baton-cli` installs both)",
         path.display()
     );

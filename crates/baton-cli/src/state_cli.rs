@@ -198,7 +198,8 @@ pub fn run(dir: &BatonDir, cmd: StateCommand) -> u8 {
             }
         }
         StateCommand::Get { file, json, lock } => {
-            restore_default_sigpipe();
+            // Only for `get`: an edit must survive a filter that closes its input early.
+            crate::startup::restore_default_sigpipe();
             let snap = match get(dir, &file, &options(lock)) {
                 Ok(s) => s,
                 Err(e) => return fail(&e, code(&e)),
@@ -262,7 +263,7 @@ fn note_torn(a: &Appended) {
 }
 
 fn note_torn_bytes(bytes: u64, path: &std::path::Path, saved_to: &std::path::Path) {
-    eprintln!(
+    errln!(
         "baton: '{}' ended in a torn line; moved its {bytes} bytes to '{}'",
         path.display(),
         saved_to.display()
@@ -294,16 +295,5 @@ fn code(e: &StateError) -> u8 {
         StateError::FilterNotExecutable { .. } => NOT_EXECUTABLE,
         e if e.changed() => CHANGED_NOT_DURABLE,
         _ => BATON_FAILED,
-    }
-}
-
-/// Lets `baton state get | head` end quietly, as Unix tools do. Only for
-/// `get`: an edit must survive a filter that closes its input early.
-fn restore_default_sigpipe() {
-    // SAFETY: setting the disposition of SIGPIPE to its default is
-    // async-signal-safe and affects only how this process reacts to writes to
-    // a closed pipe; no handler of ours is replaced.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -302,3 +302,56 @@ fn serve_and_job_without_baton_service_next_to_baton_say_what_to_install() {
         stderr(&out)
     );
 }
+
+/// A full or closed stdout or stderr (`/dev/full`) never turns baton's exit
+/// code into a panic's 101: messages that cannot be written are dropped, and
+/// output that could not be written fails an otherwise successful command.
+#[test]
+fn an_unwritable_stdout_or_stderr_keeps_the_exit_code() {
+    let env = Env::new();
+    let full = || {
+        std::process::Stdio::from(
+            fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+    };
+    let with_full_stderr = |args: &[&str]| {
+        env.baton(args)
+            .stdin(std::process::Stdio::null())
+            .stderr(full())
+            .output()
+            .unwrap()
+    };
+    // Errors reported on stderr keep their codes.
+    let out = with_full_stderr(&["run", "--lock", "x", "--", "/nonexistent/command"]);
+    assert_eq!(code(&out), 127);
+    let out = with_full_stderr(&["--no-such-flag"]);
+    assert_eq!(code(&out), 125);
+    let out = with_full_stderr(&[
+        "run",
+        "--lock",
+        "x",
+        "--",
+        "sh",
+        "-c",
+        "echo oops >&2; exit 7",
+    ]);
+    assert_eq!(code(&out), 7);
+    // Output that is lost is a failure, said on stderr.
+    for args in [&["lock", "status", "x"][..], &["--help"][..]] {
+        let out = env
+            .baton(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(full())
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 125, "{args:?}");
+        assert!(
+            stderr(&out).contains("cannot write the output to stdout"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}

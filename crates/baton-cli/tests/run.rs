@@ -656,3 +656,40 @@ fn no_wait_on_a_free_lock_is_not_fooled_by_a_metadata_section_in_progress() {
     assert!(stderr(&out).contains("metadata"), "{}", stderr(&out));
     assert!(took >= Duration::from_millis(200), "{took:?}");
 }
+
+/// baton starts without Rust's runtime start-up (main.rs): it must still
+/// give a command started with stdin, stdout or stderr closed /dev/null in
+/// their place, never one of its own files (a lock file as the command's
+/// stdout would be written over by its output).
+#[test]
+fn closed_standard_descriptors_become_dev_null_not_a_lock_file() {
+    let env = Env::new();
+    let report = env.path("fds");
+    let script = format!(
+        "r=; for fd in 0 1 2; do r=\"$r $(readlink /proc/$$/fd/$fd)\"; done; echo $r > {}",
+        report.display()
+    );
+    // `exec 0<&- 1>&- 2>&-` closes them for baton itself (Stdio::null would
+    // give it /dev/null already).
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec \"$0\" --dir \"$1\" run --lock fds -- sh -c '{script}' 0<&- 1>&- 2>&-"
+        ))
+        .arg(env!("CARGO_BIN_EXE_baton"))
+        .arg(&env.dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let fds = fs::read_to_string(&report).unwrap();
+    assert_eq!(
+        fds.split_whitespace().collect::<Vec<_>>(),
+        ["/dev/null", "/dev/null", "/dev/null"],
+        "the command's standard descriptors"
+    );
+    // And baton's own lock file was not written through one of them.
+    let status = env.status("fds");
+    assert_eq!(status["held"], false, "{status}");
+}

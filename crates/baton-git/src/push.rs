@@ -184,7 +184,9 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
     let log = |msg: &str| {
         tracing::debug!(repo = %work.display(), "git push: {msg}");
         if req.log {
-            eprintln!(
+            // Not eprintln!: a closed or full stderr must not end the push.
+            let _ = writeln!(
+                std::io::stderr(),
                 "baton: git push (run {run_id}) in '{}': {msg}",
                 work.display()
             );

@@ -1,0 +1,68 @@
+//! Printing that never panics. `println!` and `eprintln!` panic when the
+//! write fails (stdout on a full disk, stderr closed or on `/dev/full`),
+//! which turned any exit code, a `run`'s 75 or the command's own, into
+//! Rust's 101. Here a failed write to stderr is dropped (there is nowhere to
+//! report it), and a failed write to stdout is kept and reported once when
+//! the command ends ([`finish`]): the output the caller asked for was lost.
+
+use std::io::Write;
+use std::sync::Mutex;
+
+use crate::exit_codes::BATON_FAILED;
+
+/// The first failed write to stdout, if any.
+static STDOUT_ERROR: Mutex<Option<std::io::Error>> = Mutex::new(None);
+
+/// Writes one line to stdout (see [`outln!`]).
+pub(crate) fn out_line(args: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.write_all(b"\n")) {
+        remember(e);
+    }
+}
+
+/// Writes one line to stderr (see [`errln!`]); a failure is ignored.
+pub(crate) fn err_line(args: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "{args}");
+}
+
+fn remember(e: std::io::Error) {
+    let mut first = STDOUT_ERROR.lock().unwrap_or_else(|p| p.into_inner());
+    first.get_or_insert(e);
+}
+
+/// The exit code of a command that ended with `code`: stdout is flushed,
+/// and if any output was lost a command that succeeded fails (exit 125,
+/// with the reason on stderr), as `cat` or `ls` do on a full disk.
+pub(crate) fn finish(code: u8) -> u8 {
+    if let Err(e) = std::io::stdout().flush() {
+        remember(e);
+    }
+    let lost = STDOUT_ERROR
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    match lost {
+        Some(e) if code == 0 => {
+            err_line(format_args!(
+                "baton: cannot write the output to stdout: {e}"
+            ));
+            BATON_FAILED
+        }
+        _ => code,
+    }
+}
+
+/// `println!` that does not panic: see the module documentation.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::say::out_line(format_args!($($arg)*))
+    };
+}
+
+/// `eprintln!` that does not panic: see the module documentation.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::say::err_line(format_args!($($arg)*))
+    };
+}
