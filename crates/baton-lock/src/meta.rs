@@ -220,8 +220,22 @@ fn salvage_token(buf: &[u8]) -> u64 {
     best
 }
 
+/// Up to this size a document that shrank is padded with spaces (valid JSON
+/// whitespace) instead of the file being truncated: a truncate is a costly
+/// file system operation on the handoff path (the releaser removes its record
+/// before the next holder can run), and a read covers this much in one call.
+const PAD_LIMIT: u64 = 4096;
+
 pub(crate) fn write_doc(file: &File, doc: &mut LockDoc) -> std::io::Result<()> {
     let mut bytes = serde_json::to_vec(doc).map_err(std::io::Error::other)?;
+    let len = bytes.len() as u64 + 1;
+    let pad = doc.stored_len > len && doc.stored_len <= PAD_LIMIT;
+    if pad {
+        bytes.resize(
+            usize::try_from(doc.stored_len - 1).unwrap_or(usize::MAX),
+            b' ',
+        );
+    }
     bytes.push(b'\n');
     file.write_all_at(&bytes, 0)?;
     if doc.stored_len > bytes.len() as u64 {
