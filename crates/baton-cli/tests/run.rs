@@ -693,3 +693,29 @@ fn closed_standard_descriptors_become_dev_null_not_a_lock_file() {
     let status = env.status("fds");
     assert_eq!(status["held"], false, "{status}");
 }
+
+/// A script whose `#!` interpreter is missing fails as in a shell (127), but
+/// the message names the interpreter instead of calling the script itself
+/// "not found" (execve says ENOENT for both).
+#[test]
+fn a_missing_interpreter_is_named() {
+    let env = Env::new();
+    let script = env.path("s.sh");
+    fs::write(&script, "#!/nonexistent/interp -x\necho hi\n").unwrap();
+    fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = env.run(&["run", "--lock", "x", "--", script.to_str().unwrap()]);
+    assert_eq!(code(&out), 127, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("interpreter '/nonexistent/interp'"),
+        "{}",
+        stderr(&out)
+    );
+    // A program that is really not there keeps its message.
+    let out = env.run(&["run", "--lock", "x", "--", "no-such-program-anywhere"]);
+    assert_eq!(code(&out), 127);
+    assert!(
+        stderr(&out).contains("command not found"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -24,6 +24,18 @@ pub enum ProcError {
         /// The program as given.
         program: OsString,
     },
+    /// The program exists, but a file it needs to start does not: the interpreter named
+    /// on its `#!` line, or the loader of an ELF binary (`execve` says "not found" for
+    /// both). Exit code 127, as in POSIX shells.
+    #[error("{}", missing_interpreter_message(program, path, interpreter.as_deref()))]
+    InterpreterNotFound {
+        /// The program as given.
+        program: OsString,
+        /// The file the program was found at.
+        path: PathBuf,
+        /// The interpreter from its `#!` line; `None` for a binary whose loader is missing.
+        interpreter: Option<String>,
+    },
     /// The program exists but could not be executed (no execute permission, a directory,
     /// or not a format the kernel can run).
     #[error("command cannot be executed: {}", program.to_string_lossy())]
@@ -81,11 +93,12 @@ pub enum ProcError {
 }
 
 impl ProcError {
-    /// The exit code `baton run` uses for this error: 127 for [`ProcError::NotFound`], 126 for
+    /// The exit code `baton run` uses for this error: 127 for [`ProcError::NotFound`] and
+    /// [`ProcError::InterpreterNotFound`], 126 for
     /// [`ProcError::NotExecutable`], 125 for everything else (baton itself failed).
     pub fn exit_code(&self) -> i32 {
         match self {
-            ProcError::NotFound { .. } => EXIT_NOT_FOUND,
+            ProcError::NotFound { .. } | ProcError::InterpreterNotFound { .. } => EXIT_NOT_FOUND,
             ProcError::NotExecutable { .. } => EXIT_NOT_EXECUTABLE,
             _ => EXIT_INTERNAL,
         }
@@ -96,5 +109,27 @@ impl ProcError {
             op,
             source: source.into(),
         }
+    }
+}
+
+fn missing_interpreter_message(
+    program: &OsString,
+    path: &std::path::Path,
+    interpreter: Option<&str>,
+) -> String {
+    let at = if path.as_os_str() == program.as_os_str() {
+        String::new()
+    } else {
+        format!(" (found at {})", path.display())
+    };
+    match interpreter {
+        Some(i) => format!(
+            "cannot run {}{at}: its interpreter '{i}' (the #! line) was not found",
+            program.to_string_lossy()
+        ),
+        None => format!(
+            "cannot run {}{at}: the file exists, but the loader or interpreter it needs was not found",
+            program.to_string_lossy()
+        ),
     }
 }

@@ -3,6 +3,7 @@
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -469,7 +470,15 @@ pub(crate) fn spawn_error(spec: &RunSpec, source: io::Error) -> ProcError {
     let program = spec.program.clone();
     let errno = source.raw_os_error().map(Errno::from_raw_os_error);
     match errno {
-        Some(Errno::NOENT) => ProcError::NotFound { program },
+        // execve says ENOENT for a missing #! interpreter or ELF loader too.
+        Some(Errno::NOENT) => match located(spec) {
+            Some(path) => ProcError::InterpreterNotFound {
+                interpreter: interpreter_of(&path),
+                program,
+                path,
+            },
+            None => ProcError::NotFound { program },
+        },
         Some(Errno::ACCESS | Errno::NOEXEC | Errno::ISDIR) => {
             ProcError::NotExecutable { program, source }
         }
@@ -479,4 +488,37 @@ pub(crate) fn spawn_error(spec: &RunSpec, source: io::Error) -> ProcError {
         }
         _ => ProcError::Spawn { program, source },
     }
+}
+
+/// Where the command's program is, looked up as `execvp` does (a name with a
+/// slash as it is, else in the command's `PATH`): only to explain an exec
+/// that failed, so only an existing regular file counts.
+fn located(spec: &RunSpec) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let is_file = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_file());
+    let program = Path::new(&spec.program);
+    if spec.program.as_bytes().contains(&b'/') {
+        return is_file(program).then(|| program.to_path_buf());
+    }
+    let path = spec
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var_os("PATH"))?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| is_file(p))
+}
+
+/// The interpreter named on the `#!` line of `path`, if it has one.
+fn interpreter_of(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|b| *b == b'\n').next()?;
+    let text = String::from_utf8_lossy(line);
+    text.split_whitespace().next().map(str::to_string)
 }
