@@ -309,7 +309,10 @@ fn lock(dir: &BatonDir, cmd: LockCommand, flags: &CliFlags) -> u8 {
         }
         LockCommand::Break { name, grace, json } => {
             match break_lock(&flags.backend, dir, &name, grace) {
-                Ok(report) => output::broke(&report, json),
+                Ok(report) => {
+                    crate::say::committed();
+                    output::broke(&report, json)
+                }
                 Err(e) => fail(&e, for_run_error(&e)),
             }
         }
@@ -349,7 +352,26 @@ fn lock(dir: &BatonDir, cmd: LockCommand, flags: &CliFlags) -> u8 {
             doctor::warn_if_remote(dir);
             tracing::info!(lock = %name, "lock acquire: starting the background holder");
             match start_holder(&exe, dir, &req) {
-                Ok(held) => output::acquired(&held, json),
+                Ok(held) => {
+                    let code = output::acquired(&held, json);
+                    match crate::say::delivered() {
+                        Ok(()) => code,
+                        Err(e) => {
+                            // Without its token the caller cannot use or
+                            // release the hold: give it back.
+                            let _ = release_held(
+                                &flags.backend,
+                                dir,
+                                &name,
+                                Some(held.token),
+                                caller,
+                                false,
+                            );
+                            errln!("baton: cannot write the token of lock '{name}' to stdout ({e}): the lock was released again");
+                            BATON_FAILED
+                        }
+                    }
+                }
                 Err(e) => fail(&e, for_run_error(&e)),
             }
         }
@@ -359,7 +381,10 @@ fn lock(dir: &BatonDir, cmd: LockCommand, flags: &CliFlags) -> u8 {
             force,
             json,
         } => match release_held(&flags.backend, dir, &name, token, caller_to_watch(), force) {
-            Ok(report) => output::released(&report, json),
+            Ok(report) => {
+                crate::say::committed();
+                output::released(&report, json)
+            }
             Err(e) => fail(&e, for_run_error(&e)),
         },
     }

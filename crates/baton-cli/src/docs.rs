@@ -11,10 +11,19 @@ use crate::exit_codes::BATON_FAILED;
 
 /// `baton completions SHELL`: the script on stdout.
 pub fn completions(shell: clap_complete::Shell) -> u8 {
+    use clap_complete::Generator;
+    crate::startup::restore_default_sigpipe(); // `baton completions bash | head`
     let mut cmd = without_hidden_subcommands(&Cli::command());
-    let mut out = std::io::stdout().lock();
-    clap_complete::generate(shell, &mut cmd, "baton", &mut out);
-    0
+    cmd.set_bin_name("baton");
+    cmd.build();
+    // Not clap_complete::generate: it panics when the write fails.
+    match shell.try_generate(&cmd, &mut std::io::stdout().lock()) {
+        Ok(()) => 0,
+        Err(e) => {
+            errln!("baton: cannot write the output to stdout: {e}");
+            BATON_FAILED
+        }
+    }
 }
 
 /// The root command without its hidden subcommands (the internal `__hold`),

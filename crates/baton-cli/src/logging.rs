@@ -54,7 +54,10 @@ pub fn init(verbose: u8, format: LogFormat) -> Result<(), String> {
     };
     let builder = tracing_subscriber::fmt()
         .with_max_level(LevelFilter::TRACE)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Its default reports a failed write with eprintln!, which panics
+        // when stderr itself is what failed (`2>/dev/full`): exit 101.
+        .log_internal_errors(false);
     let installed = match format {
         LogFormat::Text => tracing::subscriber::set_global_default(builder.finish().with(filter)),
         LogFormat::Json => tracing::subscriber::set_global_default(

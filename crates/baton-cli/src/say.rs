@@ -6,12 +6,40 @@
 //! the command ends ([`finish`]): the output the caller asked for was lost.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::exit_codes::BATON_FAILED;
 
 /// The first failed write to stdout, if any.
 static STDOUT_ERROR: Mutex<Option<std::io::Error>> = Mutex::new(None);
+
+/// Whether the command's change was made (see [`committed`]).
+static COMMITTED: AtomicBool = AtomicBool::new(false);
+
+/// Marks the command's change as made (a release, a state edit): from now
+/// on, output that cannot be written no longer fails the command, because a
+/// caller that retried on the failure would make the change twice. The loss
+/// is said on stderr instead.
+pub(crate) fn committed() {
+    COMMITTED.store(true, Ordering::Relaxed);
+}
+
+/// Flushes stdout and says whether everything written so far reached it;
+/// the error, if any, is taken (not reported again by [`finish`]).
+pub(crate) fn delivered() -> Result<(), std::io::Error> {
+    if let Err(e) = std::io::stdout().flush() {
+        remember(e);
+    }
+    match STDOUT_ERROR
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
 
 /// Writes one line to stdout (see [`outln!`]).
 pub(crate) fn out_line(args: std::fmt::Arguments<'_>) {
@@ -33,17 +61,17 @@ fn remember(e: std::io::Error) {
 
 /// The exit code of a command that ended with `code`: stdout is flushed,
 /// and if any output was lost a command that succeeded fails (exit 125,
-/// with the reason on stderr), as `cat` or `ls` do on a full disk.
+/// with the reason on stderr), as `cat` or `ls` do on a full disk; unless
+/// its change was made ([`committed`]): then the code stays.
 pub(crate) fn finish(code: u8) -> u8 {
-    if let Err(e) = std::io::stdout().flush() {
-        remember(e);
-    }
-    let lost = STDOUT_ERROR
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take();
-    match lost {
-        Some(e) if code == 0 => {
+    match delivered() {
+        Err(e) if COMMITTED.load(Ordering::Relaxed) => {
+            err_line(format_args!(
+                "baton: the change was made, but its report could not be written to stdout: {e}"
+            ));
+            code
+        }
+        Err(e) if code == 0 => {
             err_line(format_args!(
                 "baton: cannot write the output to stdout: {e}"
             ));

@@ -161,7 +161,10 @@ pub fn run(dir: &BatonDir, cmd: StateCommand) -> u8 {
             let mut opts = options(lock);
             opts.if_version = if_version;
             match edit_with_filter(dir, &file, &opts, &filter) {
-                Ok(edited) => print_edited(&edited, json),
+                Ok(edited) => {
+                    crate::say::committed();
+                    print_edited(&edited, json)
+                }
                 Err(e) => fail(&e, code(&e)),
             }
         }
@@ -211,7 +214,10 @@ pub fn run(dir: &BatonDir, cmd: StateCommand) -> u8 {
                     .and_then(|()| out.flush());
                 return match written {
                     Ok(()) => 0,
-                    Err(e) => fail(&e, BATON_FAILED),
+                    Err(e) => {
+                        errln!("baton: cannot write the output to stdout: {e}");
+                        BATON_FAILED
+                    }
                 };
             }
             match snap.content_json() {

@@ -339,8 +339,15 @@ fn an_unwritable_stdout_or_stderr_keeps_the_exit_code() {
         "echo oops >&2; exit 7",
     ]);
     assert_eq!(code(&out), 7);
+    // With diagnostics on (tracing writes to stderr too).
+    let out = with_full_stderr(&["-vv", "run", "--lock", "x", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(code(&out), 3);
     // Output that is lost is a failure, said on stderr.
-    for args in [&["lock", "status", "x"][..], &["--help"][..]] {
+    for args in [
+        &["lock", "status", "x"][..],
+        &["--help"][..],
+        &["completions", "bash"][..],
+    ] {
         let out = env
             .baton(args)
             .stdin(std::process::Stdio::null())
@@ -354,4 +361,53 @@ fn an_unwritable_stdout_or_stderr_keeps_the_exit_code() {
             stderr(&out)
         );
     }
+}
+
+/// `lock acquire` whose token cannot be written gives the lock back (the
+/// caller could neither use nor release it); a change that was made (a state
+/// edit) keeps its success code, so that a caller does not make it twice.
+#[test]
+fn lost_output_of_acquire_releases_and_of_an_edit_keeps_success() {
+    let env = Env::new();
+    let full = || {
+        std::process::Stdio::from(
+            fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+    };
+    let out = env
+        .baton(&["lock", "acquire", "a"])
+        .stdin(std::process::Stdio::null())
+        .stdout(full())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    assert!(stderr(&out).contains("released again"), "{}", stderr(&out));
+    assert_eq!(env.status("a")["held"], false);
+
+    let file = env.path("n.json");
+    let out = env
+        .baton(&[
+            "state",
+            "edit",
+            file.to_str().unwrap(),
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo 1",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(full())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the change was made"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(fs::read_to_string(&file).unwrap().trim(), "1");
 }
