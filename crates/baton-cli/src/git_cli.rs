@@ -360,6 +360,7 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
                 Ok(r) => r,
                 Err(e) => return fail(&e, code(&e)),
             };
+            crate::say::committed();
             let status = if json {
                 print_json(&report)
             } else {
@@ -423,7 +424,10 @@ pub fn run_git(_dir: &BatonDir, cmd: GitCommand) -> u8 {
                 .or_else(|| Some(crate::logging::run_id().to_string()));
             req.log = true;
             match push(&req) {
-                Ok(r) if json => print_json(&r),
+                Ok(r) if json => {
+                    crate::say::committed();
+                    print_json(&r)
+                }
                 Ok(_) => 0,
                 Err(e) => fail(&e, code(&e)),
             }
