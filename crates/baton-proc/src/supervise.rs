@@ -498,7 +498,12 @@ fn located(spec: &RunSpec) -> Option<PathBuf> {
     let is_file = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_file());
     let program = Path::new(&spec.program);
     if spec.program.as_bytes().contains(&b'/') {
-        return is_file(program).then(|| program.to_path_buf());
+        // A relative path is the child's: from its working directory.
+        let path = match &spec.cwd {
+            Some(cwd) => cwd.join(program),
+            None => program.to_path_buf(),
+        };
+        return is_file(&path).then_some(path);
     }
     let path = spec
         .env
