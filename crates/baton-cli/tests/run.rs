@@ -710,6 +710,15 @@ fn a_missing_interpreter_is_named() {
         "{}",
         stderr(&out)
     );
+    // Windows line endings: the kernel looks for "/bin/sh\r"; say so.
+    let crlf = env.path("crlf.sh");
+    fs::write(&crlf, "#!/bin/sh\r\necho hi\r\n").unwrap();
+    fs::set_permissions(&crlf, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = env.run(&["run", "--lock", "x", "--", crlf.to_str().unwrap()]);
+    assert_eq!(code(&out), 127, "{}", stderr(&out));
+    assert!(stderr(&out).contains("'/bin/sh\\r'"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("CRLF"), "{}", stderr(&out));
+    assert_eq!(stderr(&out).trim_end().lines().count(), 1);
     // A program that is really not there keeps its message.
     let out = env.run(&["run", "--lock", "x", "--", "no-such-program-anywhere"]);
     assert_eq!(code(&out), 127);

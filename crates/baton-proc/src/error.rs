@@ -117,19 +117,24 @@ fn missing_interpreter_message(
     path: &std::path::Path,
     interpreter: Option<&str>,
 ) -> String {
-    let at = if path.as_os_str() == program.as_os_str() {
+    // One line whatever the names hold (a newline, a carriage return, ESC).
+    let program = program.to_string_lossy().escape_debug().to_string();
+    let at = if path.as_os_str() == program.as_str() {
         String::new()
     } else {
-        format!(" (found at {})", path.display())
+        format!(" (found at {})", path.to_string_lossy().escape_debug())
     };
     match interpreter {
+        Some(i) if i.ends_with('\r') => format!(
+            "cannot run {program}{at}: its interpreter '{}' (the #! line) was not found: the file has Windows (CRLF) line endings",
+            i.escape_debug()
+        ),
         Some(i) => format!(
-            "cannot run {}{at}: its interpreter '{i}' (the #! line) was not found",
-            program.to_string_lossy()
+            "cannot run {program}{at}: its interpreter '{}' (the #! line) was not found",
+            i.escape_debug()
         ),
         None => format!(
-            "cannot run {}{at}: the file exists, but the loader or interpreter it needs was not found",
-            program.to_string_lossy()
+            "cannot run {program}{at}: the file exists, but the loader or interpreter it needs was not found"
         ),
     }
 }

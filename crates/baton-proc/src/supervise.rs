@@ -513,7 +513,11 @@ fn located(spec: &RunSpec) -> Option<PathBuf> {
         .map(|(_, v)| v.clone())
         .or_else(|| std::env::var_os("PATH"))?;
     std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
+        .map(|dir| match &spec.cwd {
+            // An empty or relative entry is the child's too.
+            Some(cwd) if dir.is_relative() => cwd.join(dir).join(program),
+            _ => dir.join(program),
+        })
         .find(|p| is_file(p))
 }
 
@@ -524,6 +528,10 @@ fn interpreter_of(path: &Path) -> Option<String> {
     let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
     let line = head[..n].strip_prefix(b"#!")?;
     let line = line.split(|b| *b == b'\n').next()?;
-    let text = String::from_utf8_lossy(line);
-    text.split_whitespace().next().map(str::to_string)
+    // Split as the kernel does (spaces and tabs): a carriage return stays part
+    // of the name, which is why a script with Windows line endings fails.
+    let name = line
+        .split(|b| *b == b' ' || *b == b'\t')
+        .find(|w| !w.is_empty())?;
+    Some(String::from_utf8_lossy(name).into_owned())
 }
