@@ -5,14 +5,13 @@
 //! (bench/README.md, "Where the time goes"). The two things of it baton
 //! relies on are done here, as Rust does them.
 
-use std::io::Write;
 use std::os::fd::IntoRawFd;
 
 /// Makes the process ready for [`crate::main`]: standard descriptors that
 /// were closed are opened on /dev/null (so that no lock file or pipe of
 /// baton's becomes a child's stdin, stdout or stderr), and SIGPIPE is
 /// ignored, so that writing to a closed pipe is an error baton reports.
-pub fn prepare_process() -> Result<(), std::io::Error> {
+fn prepare_process() -> Result<(), std::io::Error> {
     let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
         fd,
         events: 0,
@@ -52,10 +51,7 @@ pub fn prepare_process() -> Result<(), std::io::Error> {
 pub fn main_without_runtime() -> u8 {
     if let Err(e) = prepare_process() {
         // stderr may be one of the descriptors that could not be opened.
-        let _ = writeln!(
-            std::io::stderr(),
-            "baton: cannot open /dev/null for a closed standard descriptor: {e}"
-        );
+        errln!("baton: cannot open /dev/null for a closed standard descriptor: {e}");
         return crate::exit_codes::BATON_FAILED;
     }
     std::panic::catch_unwind(crate::main).unwrap_or(101)

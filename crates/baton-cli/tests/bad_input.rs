@@ -303,27 +303,31 @@ fn serve_and_job_without_baton_service_next_to_baton_say_what_to_install() {
     );
 }
 
+/// `baton ARGS` with stdout (or stderr) on /dev/full: every write fails (ENOSPC).
+fn with_full(env: &Env, args: &[&str], stdout: bool) -> std::process::Output {
+    let full = std::process::Stdio::from(
+        fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap(),
+    );
+    let mut cmd = env.baton(args);
+    cmd.stdin(std::process::Stdio::null());
+    if stdout {
+        cmd.stdout(full);
+    } else {
+        cmd.stderr(full);
+    }
+    cmd.output().unwrap()
+}
+
 /// A full or closed stdout or stderr (`/dev/full`) never turns baton's exit
 /// code into a panic's 101: messages that cannot be written are dropped, and
 /// output that could not be written fails an otherwise successful command.
 #[test]
 fn an_unwritable_stdout_or_stderr_keeps_the_exit_code() {
     let env = Env::new();
-    let full = || {
-        std::process::Stdio::from(
-            fs::OpenOptions::new()
-                .write(true)
-                .open("/dev/full")
-                .unwrap(),
-        )
-    };
-    let with_full_stderr = |args: &[&str]| {
-        env.baton(args)
-            .stdin(std::process::Stdio::null())
-            .stderr(full())
-            .output()
-            .unwrap()
-    };
+    let with_full_stderr = |args: &[&str]| with_full(&env, args, false);
     // Errors reported on stderr keep their codes.
     let out = with_full_stderr(&["run", "--lock", "x", "--", "/nonexistent/command"]);
     assert_eq!(code(&out), 127);
@@ -348,12 +352,7 @@ fn an_unwritable_stdout_or_stderr_keeps_the_exit_code() {
         &["--help"][..],
         &["completions", "bash"][..],
     ] {
-        let out = env
-            .baton(args)
-            .stdin(std::process::Stdio::null())
-            .stdout(full())
-            .output()
-            .unwrap();
+        let out = with_full(&env, args, true);
         assert_eq!(code(&out), 125, "{args:?}");
         assert!(
             stderr(&out).contains("cannot write the output to stdout"),
@@ -369,40 +368,23 @@ fn an_unwritable_stdout_or_stderr_keeps_the_exit_code() {
 #[test]
 fn lost_output_of_acquire_releases_and_of_an_edit_keeps_success() {
     let env = Env::new();
-    let full = || {
-        std::process::Stdio::from(
-            fs::OpenOptions::new()
-                .write(true)
-                .open("/dev/full")
-                .unwrap(),
-        )
-    };
-    let out = env
-        .baton(&["lock", "acquire", "a"])
-        .stdin(std::process::Stdio::null())
-        .stdout(full())
-        .output()
-        .unwrap();
+    let out = with_full(&env, &["lock", "acquire", "a"], true);
     assert_eq!(code(&out), 125, "{}", stderr(&out));
     assert!(stderr(&out).contains("released again"), "{}", stderr(&out));
     assert_eq!(env.status("a")["held"], false);
 
     let file = env.path("n.json");
-    let out = env
-        .baton(&[
-            "state",
-            "edit",
-            file.to_str().unwrap(),
-            "--json",
-            "--",
-            "sh",
-            "-c",
-            "echo 1",
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(full())
-        .output()
-        .unwrap();
+    let edit = [
+        "state",
+        "edit",
+        file.to_str().unwrap(),
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "echo 1",
+    ];
+    let out = with_full(&env, &edit, true);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(
         stderr(&out).contains("the change was made"),
