@@ -82,15 +82,12 @@ fn kill9_with_running_and_queued_jobs_accounts_for_every_job_after_restart() {
     // One slot: the queued jobs then run one after the other.
     s.extra = vec!["--max-concurrency".into(), "1".into()];
     s.spawn();
-    // Recovery happens before the service listens.
+    // Recovery stops the leftovers in the background, then marks the jobs.
     for p in &old {
-        assert!(
-            !alive(*p),
-            "process {p} of an interrupted job is still running"
-        );
+        serve_common::wait_until_gone(*p);
     }
     for id in [&a, &b] {
-        let j = s.job(id);
+        let j = s.wait_final(id);
         assert_eq!(status(&j), "interrupted", "{j}");
         assert!(!j["error"].as_str().unwrap_or("").is_empty(), "{j}");
         assert!(!j["finished_at"].is_null(), "{j}");
@@ -133,7 +130,7 @@ retry_on_interrupt = true
 
     s.spawn();
     for p in &first {
-        assert!(!alive(*p), "process {p} of the first run is still running");
+        serve_common::wait_until_gone(*p);
     }
     // Queued again, ahead of q: it runs a second time while q waits.
     let second = pids(&t, "r2");
@@ -149,9 +146,9 @@ retry_on_interrupt = true
     // Interrupted again: no third run.
     s.spawn();
     for p in &second {
-        assert!(!alive(*p), "process {p} of the second run is still running");
+        serve_common::wait_until_gone(*p);
     }
-    let j = s.job(&r);
+    let j = s.wait_final(&r);
     assert_eq!(status(&j), "interrupted", "{j}");
     let j = s.wait_final(&q);
     assert_eq!(status(&j), "succeeded", "{j}");

@@ -46,6 +46,11 @@ pub enum ServeError {
 }
 
 /// Runs the service until SIGTERM or SIGINT, then drains and returns.
+///
+/// Start-up takes, in this order, what only one service may have — the
+/// baton dir (an exclusive baton lock), the address (bound), the store
+/// (an SQLite store's lock) — before it reads or changes any job: a start
+/// that fails for any reason leaves every job as it was.
 pub fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
     let name = LockName::new("serve/instance").map_err(|e| ServeError::Instance(e.to_string()))?;
     let _instance = baton_lock::acquire(
@@ -66,21 +71,44 @@ pub fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
         .thread_name("baton-serve")
         .build()
         .map_err(ServeError::Runtime)?;
-    runtime.block_on(serve(config, dir))
+    runtime.block_on(async move {
+        let listener = bind(config.listen).await?;
+        serve(config, dir, listener, shutdown_signal()).await
+    })
 }
 
-/// The service on the current tokio runtime.
-pub async fn serve(config: Config, dir: BatonDir) -> Result<(), ServeError> {
+/// Binds the service's address.
+///
+/// # Errors
+///
+/// [`ServeError::Bind`], naming the address.
+pub async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, ServeError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// The service on `listener` (already bound: see [`bind`]) until
+/// `shutdown` completes; then it drains (see [`Service::drain`]) and
+/// returns. The testable entry point: [`run`] is this with the process's
+/// signals.
+///
+/// # Errors
+///
+/// The store cannot be opened (or is another service's), or recovery
+/// cannot read it; nothing was changed then.
+pub async fn serve<F>(
+    config: Config,
+    dir: BatonDir,
+    listener: tokio::net::TcpListener,
+    shutdown: F,
+) -> Result<(), ServeError>
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
     let store: Arc<dyn store::Store> = Arc::from(store::open(&config.store, dir.path()).await?);
-    let listen = config.listen;
     let service = Service::new(Arc::new(config), store, dir).map_err(ServeError::Runtime)?;
     service.start().await?;
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: listen,
-            source,
-        })?;
     let local = listener.local_addr().map_err(ServeError::Runtime)?;
     tracing::info!(address = %local, "listening");
     // The one line a supervisor (or a test) waits for.
@@ -92,7 +120,7 @@ pub async fn serve(config: Config, dir: BatonDir) -> Result<(), ServeError> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let drainer = Arc::clone(&service);
     tokio::spawn(async move {
-        shutdown_signal().await;
+        shutdown.await;
         tracing::info!("shutdown requested: draining");
         drainer.drain().await;
         let _ = stop_tx.send(());

@@ -6,7 +6,7 @@
 //! library. Groups are the run library's, on the same baton dir as every
 //! `baton run --group`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,6 +23,8 @@ use crate::metrics::Metrics;
 use crate::model::{now_ms, Finish, Job, JobStatus};
 use crate::output::JobFiles;
 use crate::store::{Store, StoreError, StoreEvent};
+
+mod recovery;
 
 /// How often a node looks for the jobs of dead nodes (shared stores).
 const REAP_EVERY: Duration = Duration::from_secs(3);
@@ -70,6 +72,9 @@ pub struct Service {
     claiming: tokio::sync::Mutex<()>,
     draining: AtomicBool,
     shutting_down: Arc<AtomicBool>,
+    // Jobs of the previous instance whose leftovers are being stopped:
+    // they still hold their slots (see `recovery`).
+    recovering: Mutex<HashSet<String>>,
 }
 
 impl Service {
@@ -114,11 +119,13 @@ impl Service {
             claiming: tokio::sync::Mutex::new(()),
             draining: AtomicBool::new(false),
             shutting_down: Arc::new(AtomicBool::new(false)),
+            recovering: Mutex::new(HashSet::new()),
         }))
     }
 
-    /// Recovers what a previous instance left, then starts the scheduler
-    /// and the eviction task.
+    /// Recovers what a previous instance left (its jobs' leftovers are
+    /// stopped in the background, their slots kept meanwhile: see
+    /// `recovery`), then starts the scheduler and the eviction task.
     pub async fn start(self: &Arc<Service>) -> Result<(), StoreError> {
         self.recover().await?;
         self.evict().await;
@@ -234,106 +241,6 @@ impl Service {
         self.live.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Jobs that were running when the previous instance died: their
-    /// leftover processes are stopped, their workspaces removed, and they
-    /// are marked interrupted (or queued again, per template).
-    ///
-    /// In that order: a job is marked only once nothing of it runs, so an
-    /// instance killed in the middle of recovering (a stopping process may
-    /// take `grace`) leaves the job running in the store, with its process
-    /// group, for the next start to stop.
-    async fn recover(self: &Arc<Service>) -> Result<(), StoreError> {
-        // Every command the previous instance started (the journal has the
-        // latest attempt of each, written before it ran) is stopped, not
-        // only those the store still shows running here: on PostgreSQL
-        // another node may have marked this node's jobs interrupted
-        // meanwhile. A job the store shows running adds its stored group
-        // if the journal lacks one.
-        let mut groups = self.journal.read();
-        let running = self.running_here().await?;
-        for job in &running {
-            if let Some(g) = job.process_group {
-                groups.entry(job.spec.id.clone()).or_insert(g);
-            }
-        }
-        // Its workspace (id = job id) may exist without being recorded
-        // (killed between creating it and starting the command): look it up
-        // by id whenever the job could have had one.
-        let workspaces: Vec<String> = running
-            .iter()
-            .filter(|job| {
-                job.workspace.is_some()
-                    || (job.spec.command.is_none()
-                        && self
-                            .config
-                            .templates
-                            .get(&job.spec.template)
-                            .is_some_and(|t| t.workspace.is_some()))
-            })
-            .map(|job| job.spec.id.clone())
-            .collect();
-        let dir = self.dir.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            for (id, g) in groups {
-                let found = g.stop();
-                if found > 0 {
-                    tracing::warn!(job = %id, processes = found, "stopped what a job of the previous instance left running");
-                }
-            }
-            for id in workspaces {
-                if baton_git::get(&dir, &id).is_ok() {
-                    let _ = baton_git::remove(
-                        &dir,
-                        &id,
-                        baton_lock::WaitPolicy::AtMost(Duration::from_secs(30)),
-                    );
-                }
-            }
-        })
-        .await;
-        let config = Arc::clone(&self.config);
-        let retry = move |template: &str| {
-            config
-                .templates
-                .get(template)
-                .is_some_and(|t| t.retry_on_interrupt)
-        };
-        let recovered = self.store.recover(&self.node, &retry, now_ms()).await?;
-        for r in recovered {
-            tracing::warn!(job = %r.job.spec.id, requeued = r.requeued, "job interrupted by the previous instance's end");
-        }
-        // Nothing of the old jobs runs any more: start the journal afresh.
-        if let Err(e) = self.journal.compact(&|_| false, true) {
-            tracing::warn!(error = %e, "cannot compact the start journal");
-        }
-        Ok(())
-    }
-
-    /// The jobs the store says run on this node (at start: left by the
-    /// previous instance).
-    async fn running_here(&self) -> Result<Vec<Job>, StoreError> {
-        let mut found = Vec::new();
-        let mut filter = crate::model::ListFilter {
-            status: Some(JobStatus::Running),
-            group: None,
-            limit: 500,
-            before_seq: None,
-        };
-        loop {
-            let page = self.store.list(&filter).await?;
-            let last = page.last().map(|j| j.seq);
-            let full = page.len() == filter.limit as usize;
-            found.extend(
-                page.into_iter()
-                    .filter(|j| j.node.as_deref() == Some(self.node.as_str())),
-            );
-            match (full, last) {
-                (true, Some(seq)) => filter.before_seq = Some(seq),
-                _ => return Ok(found),
-            }
-        }
-    }
-
     /// The scheduler: claims jobs while slots are free, then sleeps until
     /// woken (a submission, a job's end) or a slow safety poll.
     /// `max_concurrency` is the store's (the cluster's) cap, checked by the
@@ -345,7 +252,10 @@ impl Service {
             if self.is_draining() {
                 return;
             }
-            while self.active() < node_cap && !self.is_draining() && self.store.is_live() {
+            while self.active() + self.recovering_count() < node_cap
+                && !self.is_draining()
+                && self.store.is_live()
+            {
                 let claiming = self.claiming.lock().await;
                 let claimed = self.store.claim_next(&self.node, cap, now_ms()).await;
                 if let Ok(Some(job)) = &claimed {
@@ -481,7 +391,7 @@ impl Service {
             self.evict().await;
             let service = Arc::clone(&self);
             let _ = tokio::task::spawn_blocking(move || {
-                let live = |id: &str| service.lives().contains_key(id);
+                let live = |id: &str| service.lives().contains_key(id) || service.is_recovering(id);
                 if let Err(e) = service.journal.compact(&live, false) {
                     tracing::warn!(error = %e, "cannot compact the start journal");
                 }

@@ -166,12 +166,14 @@ pub trait Store: Send + Sync + 'static {
     /// Cancels a job if it is queued.
     async fn cancel_queued(&self, id: &str, now: i64) -> Result<CancelQueued, StoreError>;
 
-    /// After a restart: every job still marked running on `node` is queued
-    /// again (first in line) when `retry(template)` says so and it has not
-    /// been retried yet, else marked interrupted. Returns them as they were.
+    /// After a restart: each job of `ids` still marked running on `node`
+    /// (the previous instance's, once nothing of it runs) is queued again
+    /// (first in line) when `retry(template)` says so and it has not been
+    /// retried yet, else marked interrupted. Returns them as they were.
     async fn recover(
         &self,
         node: &str,
+        ids: &[String],
         retry: &(dyn for<'a> Fn(&'a str) -> bool + Send + Sync),
         now: i64,
     ) -> Result<Vec<Recovered>, StoreError>;

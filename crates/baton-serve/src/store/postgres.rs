@@ -414,6 +414,7 @@ impl Store for PgStore {
     async fn recover(
         &self,
         node: &str,
+        ids: &[String],
         retry: Retry<'_>,
         now: i64,
     ) -> Result<Vec<Recovered>, StoreError> {
@@ -422,7 +423,9 @@ impl Store for PgStore {
         timed(op, async {
             let tx = tokio_postgres::Client::transaction(&mut c).await?;
             lock_queue(&tx).await?;
-            let plan = plan(running_on(&tx, node).await?, retry);
+            let mut jobs = running_on(&tx, node).await?;
+            jobs.retain(|j| ids.contains(&j.spec.id));
+            let plan = plan(jobs, retry);
             mark_interrupted(&tx, &plan, now, "interrupted by a restart").await?;
             tx.commit().await?;
             Ok(plan

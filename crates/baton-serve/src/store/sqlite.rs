@@ -65,6 +65,10 @@ pub struct SqliteStore {
     // or replaced under the running service would take every job stored
     // from then on with it, so every operation checks it is still there.
     file: (u64, u64),
+    // `<store>.lock`, flock'd exclusively for as long as the store is open:
+    // one service owns the store (the kernel releases it when the service
+    // dies, even by SIGKILL).
+    _owner: Arc<std::fs::File>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -74,16 +78,21 @@ impl std::fmt::Debug for SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the store at `path`, applying the schema.
+    /// Opens (creating if needed) the store at `path`, applying the schema,
+    /// once this process owns it: it takes the lock `<path>.lock` first and
+    /// holds it until the store is dropped, so a second service on the same
+    /// file is refused before it reads or changes anything.
     ///
     /// # Errors
     ///
-    /// A message naming what failed.
+    /// A message naming what failed (another owner: naming the store and
+    /// the owner's pid).
     pub fn open(path: &Path) -> Result<SqliteStore, String> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| format!("cannot create '{}': {e}", parent.display()))?;
         }
+        let owner = own(path)?;
         // Prompts are stored: the file (and the -wal and -shm files SQLite
         // creates with its mode) is the owner's only, wherever it is.
         std::fs::OpenOptions::new()
@@ -116,6 +125,7 @@ impl SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             path: path.to_path_buf(),
             file: (meta.dev(), meta.ino()),
+            _owner: Arc::new(owner),
         })
     }
 
@@ -177,6 +187,53 @@ impl SqliteStore {
             }),
         }
     }
+}
+
+/// Takes the lock that makes this process the store's one owner: an
+/// exclusive flock on `<path>.lock` (never removed; the kernel releases it
+/// when its holder ends), then records this process's pid in it for the
+/// message another service gets.
+fn own(path: &Path) -> Result<std::fs::File, String> {
+    use rustix::fs::{flock, FlockOperation};
+    use std::io::{Read, Seek, Write};
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    let lock_path = PathBuf::from(name);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(|e| format!("cannot open '{}': {e}", lock_path.display()))?;
+    if let Err(e) = flock(&file, FlockOperation::NonBlockingLockExclusive) {
+        if e == rustix::io::Errno::WOULDBLOCK {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let pid = holder.trim();
+            let who = if pid.is_empty() {
+                String::new()
+            } else {
+                format!(" (pid {pid})")
+            };
+            return Err(format!(
+                "the store '{}' is in use by another `baton serve`{who}: one SQLite store \
+                 belongs to one service (its lock '{}' is held)",
+                path.display(),
+                lock_path.display()
+            ));
+        }
+        return Err(format!("cannot lock '{}': {e}", lock_path.display()));
+    }
+    let recorded = file
+        .set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{}", std::process::id()));
+    if let Err(e) = recorded {
+        tracing::warn!(path = %lock_path.display(), error = %e, "cannot record this process in the store's lock");
+    }
+    Ok(file)
 }
 
 fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
@@ -428,10 +485,12 @@ impl Store for SqliteStore {
     async fn recover(
         &self,
         node: &str,
+        ids: &[String],
         retry: &(dyn for<'a> Fn(&'a str) -> bool + Send + Sync),
         now: i64,
     ) -> Result<Vec<Recovered>, StoreError> {
         let node = node.to_string();
+        let ids: std::collections::HashSet<String> = ids.iter().cloned().collect();
         let running = self
             .with("find interrupted jobs", move |conn| {
                 let mut stmt = conn.prepare(&format!(
@@ -443,6 +502,7 @@ impl Store for SqliteStore {
             .await?;
         let plan: Vec<(Job, bool)> = running
             .into_iter()
+            .filter(|j| ids.contains(&j.spec.id))
             .map(|j| {
                 let again = retry(&j.spec.template) && j.attempts <= 1;
                 (j, again)
