@@ -1,5 +1,12 @@
 //! The service's configuration: a TOML file, then command-line overrides,
-//! validated as a whole before anything starts.
+//! validated as a whole before anything starts (an invalid value: one line
+//! naming the key).
+//!
+//! Connection limits (see [`crate::conn`]): `header_read_timeout` (default
+//! 30 s) for a request's headers, `request_body_timeout` (30 s, counted from
+//! the headers; then 408 and the connection is closed) for its body, and
+//! `max_connections` (1024, lowered to what the open files limit leaves room
+//! for; beyond it a connection is answered 503 and closed).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -51,6 +58,15 @@ pub struct Config {
     pub max_log_bytes: u64,
     /// The largest request body, in bytes.
     pub max_body_bytes: usize,
+    /// How long a connection may take to send a request's headers (an idle
+    /// keep-alive connection included); then it is closed.
+    pub header_read_timeout: Duration,
+    /// How long a request may take to send its body, counted from its
+    /// headers; then it is answered 408 and its connection closed.
+    pub request_body_timeout: Duration,
+    /// Connections open at once; beyond it (or beyond what the descriptor
+    /// limit leaves room for) a connection is answered 503 and closed.
+    pub max_connections: usize,
 }
 
 /// A command jobs may run.
@@ -121,6 +137,9 @@ struct FileConfig {
     allow_raw_commands: Option<bool>,
     max_log_bytes: Option<u64>,
     max_body_bytes: Option<usize>,
+    header_read_timeout: Option<String>,
+    request_body_timeout: Option<String>,
+    max_connections: Option<usize>,
     #[serde(default)]
     templates: BTreeMap<String, FileTemplate>,
 }
@@ -160,6 +179,16 @@ fn duration(field: &str, value: Option<&str>, default: Duration) -> Result<Durat
             ))
         }),
     }
+}
+
+/// `d`, unless it is zero (a timeout of nothing would refuse everything).
+fn positive(d: Duration, field: &str) -> Result<Duration, ConfigError> {
+    if d.is_zero() {
+        return Err(ConfigError(format!(
+            "invalid {field} 0s: it must be longer than nothing"
+        )));
+    }
+    Ok(d)
 }
 
 impl Config {
@@ -256,6 +285,28 @@ impl Config {
             parsed.drain_timeout.as_deref(),
             Duration::from_secs(60),
         )?;
+        let header_read_timeout = positive(
+            duration(
+                "header_read_timeout",
+                parsed.header_read_timeout.as_deref(),
+                Duration::from_secs(30),
+            )?,
+            "header_read_timeout",
+        )?;
+        let request_body_timeout = positive(
+            duration(
+                "request_body_timeout",
+                parsed.request_body_timeout.as_deref(),
+                Duration::from_secs(30),
+            )?,
+            "request_body_timeout",
+        )?;
+        let max_connections = parsed.max_connections.unwrap_or(1024);
+        if max_connections == 0 {
+            return Err(ConfigError(
+                "invalid max_connections 0: at least 1 connection must be possible".into(),
+            ));
+        }
         let mut templates = BTreeMap::new();
         for (name, t) in parsed.templates {
             templates.insert(name.clone(), template(&name, t)?);
@@ -293,6 +344,9 @@ impl Config {
             allow_raw_commands: parsed.allow_raw_commands.unwrap_or(false),
             max_log_bytes: parsed.max_log_bytes.unwrap_or(16 * 1024 * 1024),
             max_body_bytes: parsed.max_body_bytes.unwrap_or(1024 * 1024),
+            header_read_timeout,
+            request_body_timeout,
+            max_connections,
         })
     }
 }

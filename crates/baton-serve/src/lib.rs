@@ -8,13 +8,14 @@
 //!   drain, restart recovery, eviction.
 //! - [`exec`]: running one job.
 //! - [`api`], [`compat`], [`dashboard`]: the HTTP front end.
-//! - [`server`]: `baton serve` itself.
+//! - [`server`]: `baton serve` itself; [`conn`]: its connections' limits.
 //! - [`client`]: a blocking client of the service (`baton job ...`).
 
 pub mod api;
 pub mod client;
 pub mod compat;
 pub mod config;
+pub mod conn;
 pub mod dashboard;
 pub mod exec;
 pub mod follow;

@@ -4,7 +4,6 @@
 
 use std::io::Write;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
@@ -71,6 +70,7 @@ pub fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
         .thread_name("baton-serve")
         .build()
         .map_err(ServeError::Runtime)?;
+    crate::conn::raise_nofile_limit();
     runtime.block_on(async move {
         let listener = bind(config.listen).await?;
         serve(config, dir, listener, shutdown_signal()).await
@@ -125,66 +125,10 @@ where
         drainer.drain().await;
         let _ = stop_tx.send(());
     });
-    accept_loop(listener, app, stop_rx).await;
+    let cap = crate::conn::connection_cap(&service.config);
+    let header_timeout = service.config.header_read_timeout;
+    crate::conn::accept_loop(listener, app, stop_rx, header_timeout, cap).await;
     Ok(())
-}
-
-/// How long a connection may take to send a request's headers, counted
-/// from when the service waits for them (an idle keep-alive connection
-/// included): a client that opens connections and sends nothing (or a
-/// header a byte at a time) must not hold them, and their descriptors,
-/// for ever.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Serves connections until `stop` fires, then lets open ones finish
-/// their current response (at most 2 s: streams that follow a log may
-/// outlive the drain).
-async fn accept_loop(
-    listener: tokio::net::TcpListener,
-    app: Router,
-    mut stop: tokio::sync::oneshot::Receiver<()>,
-) {
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    use hyper_util::service::TowerToHyperService;
-    let (closing_tx, closing_rx) = tokio::sync::watch::channel(false);
-    let mut conns = tokio::task::JoinSet::new();
-    loop {
-        let stream = tokio::select! {
-            _ = &mut stop => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    // Out of descriptors, or a connection reset before it
-                    // was accepted: wait a little and go on.
-                    tracing::warn!(error = %e, "cannot accept a connection");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        while conns.try_join_next().is_some() {}
-        let service = TowerToHyperService::new(app.clone());
-        let mut closing = closing_rx.clone();
-        conns.spawn(async move {
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = closing.changed() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
-            }
-        });
-    }
-    let _ = closing_tx.send(true);
-    let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        while conns.join_next().await.is_some() {}
-    })
-    .await;
 }
 
 async fn shutdown_signal() {
@@ -225,6 +169,10 @@ pub fn router(service: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&service),
+            crate::conn::body_deadline,
+        ))
         .with_state(service)
 }
 

@@ -1,0 +1,156 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! The service's resources under hostile clients (issue 21): connections
+//! that send headers and never their body are timed out, and their number
+//! is capped below the descriptors the service has, so `/health` and the
+//! API keep answering. A real `baton serve` on 127.0.0.1 and real sockets.
+
+mod serve_common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+use serve_common::{sh_config, Server};
+
+/// Starts a service whose soft descriptor limit is `soft` at its start
+/// (inherited from this process, whose own limit is restored afterwards).
+fn start_with_nofile(config: &str, soft: u64) -> Server {
+    let orig = getrlimit(Resource::Nofile);
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(soft),
+            maximum: orig.maximum,
+        },
+    )
+    .unwrap();
+    let s = Server::start(config, &[]);
+    setrlimit(Resource::Nofile, orig).unwrap();
+    s
+}
+
+/// A connection to `addr`, or a panic if the service has not taken it
+/// within 10 s (its listen queue is full: it stopped accepting).
+fn connect(addr: &str) -> TcpStream {
+    let sock = addr.parse().unwrap();
+    TcpStream::connect_timeout(&sock, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("cannot connect to the service: {e}"))
+}
+
+/// A connection that sends a request's headers, announcing a body, and
+/// never the body.
+fn slow_client(addr: &str) -> TcpStream {
+    let mut c = connect(addr);
+    let head = format!(
+        "POST /v1/jobs HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: 100\r\n\r\n{{"
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    c
+}
+
+/// `GET /health` on a fresh connection: the status line and the body, or
+/// a panic unless it comes within `limit`.
+fn health(addr: &str, limit: Duration) -> String {
+    let start = Instant::now();
+    let mut c = connect(addr);
+    c.set_read_timeout(Some(limit)).unwrap();
+    c.write_all(
+        format!("GET /health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let r = c.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got).to_string();
+    assert!(
+        r.is_ok() || !text.is_empty(),
+        "/health did not answer within {:?} ({r:?})",
+        start.elapsed()
+    );
+    text
+}
+
+/// Reads until the service closes `c` (EOF or reset); panics if it is
+/// still open at `deadline`. Returns what it sent.
+fn wait_closed(c: &mut TcpStream, deadline: Instant) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "a slow connection is still open: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        c.set_read_timeout(Some(left)).unwrap();
+        match c.read(&mut buf) {
+            Ok(0) => return String::from_utf8_lossy(&got).to_string(),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return String::from_utf8_lossy(&got).to_string(),
+        }
+    }
+}
+
+#[test]
+fn slow_clients_that_never_send_their_body_neither_exhaust_the_service_nor_stay_open() {
+    // 64 descriptors at start: without raising its limit the service
+    // runs out after about 50 connections.
+    let s = start_with_nofile(&sh_config("request_body_timeout = \"3s\""), 64);
+    let mut slow: Vec<TcpStream> = (0..200).map(|_| slow_client(&s.addr)).collect();
+
+    let answer = health(&s.addr, Duration::from_secs(15));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"status\":\"ok\""), "{answer}");
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for c in &mut slow {
+        let sent = wait_closed(c, deadline);
+        assert!(sent.starts_with("HTTP/1.1 408"), "{sent}");
+        assert!(sent.contains("request_body_timeout"), "{sent}");
+    }
+    let answer = health(&s.addr, Duration::from_secs(15));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+#[test]
+fn connections_beyond_max_connections_get_503_and_their_slots_come_back() {
+    let config = sh_config("request_body_timeout = \"3s\"\nmax_connections = 10");
+    let s = Server::start(&config, &[]);
+    let mut slow: Vec<TcpStream> = (0..10).map(|_| slow_client(&s.addr)).collect();
+    // The eleventh is answered at once, and closed.
+    let start = Instant::now();
+    let mut refused = loop {
+        let answer = health(&s.addr, Duration::from_secs(15));
+        if answer.starts_with("HTTP/1.1 503") {
+            break answer;
+        }
+        // The service may not have accepted all ten yet.
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "never refused: {answer}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(refused.contains("too_many_connections"), "{refused}");
+    assert!(refused.contains("max_connections"), "{refused}");
+    refused.clear();
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for c in &mut slow {
+        wait_closed(c, deadline);
+    }
+    let start = Instant::now();
+    loop {
+        let answer = health(&s.addr, Duration::from_secs(15));
+        if answer.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the slots never came back: {answer}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

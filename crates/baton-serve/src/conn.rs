@@ -1,0 +1,274 @@
+//! Connections: how many the service keeps open and how long a client may
+//! take, so that slow or hostile clients cannot use up its descriptors.
+//!
+//! - A request's headers must arrive within `header_read_timeout` (an idle
+//!   keep-alive connection included), its body within
+//!   `request_body_timeout` of its headers (else 408 and the connection is
+//!   closed).
+//! - At most `max_connections` connections are served at once, and never
+//!   more than the descriptor limit leaves room for beside the store, the
+//!   logs and the jobs' pipes ([`connection_cap`]); a connection beyond that
+//!   is answered 503 (`too_many_connections`, `Retry-After`) and closed.
+//! - [`raise_nofile_limit`] (called by [`crate::server::run`]) raises the
+//!   soft descriptor limit to the hard one at start.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use hyper::body::{Body as HttpBody, Frame, SizeHint};
+use tokio::io::AsyncWriteExt;
+
+use crate::api::{ApiError, AppState};
+use crate::config::Config;
+
+/// Descriptors kept for everything but connections: the store, the
+/// journal, locks, plus per job its pipes, logs and locks.
+fn reserved_descriptors(config: &Config) -> u64 {
+    64 + 16 * config.node_cap()
+}
+
+/// Raises the soft limit on open descriptors to the hard limit; returns
+/// the soft limit now in force (`None`: unlimited or unknown).
+pub fn raise_nofile_limit() -> Option<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let now = getrlimit(Resource::Nofile);
+    if now.current != now.maximum {
+        let raised = Rlimit {
+            current: now.maximum,
+            maximum: now.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => return now.maximum,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot raise the limit on open files");
+            }
+        }
+    }
+    now.current
+}
+
+/// How many connections the service serves at once: `max_connections`,
+/// lowered to what the current descriptor limit leaves room for.
+pub fn connection_cap(config: &Config) -> usize {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let room = soft.map_or(usize::MAX, |n| {
+        usize::try_from(n.saturating_sub(reserved_descriptors(config)).max(16))
+            .unwrap_or(usize::MAX)
+    });
+    if room < config.max_connections {
+        tracing::warn!(
+            max_connections = config.max_connections,
+            open_files_limit = ?soft,
+            cap = room,
+            "the open files limit leaves room for fewer connections than max_connections"
+        );
+    }
+    config.max_connections.min(room)
+}
+
+/// Serves connections until `stop` fires, at most `cap` at once, then lets
+/// open ones finish their current response (at most 2 s: streams that
+/// follow a log may outlive the drain).
+pub(crate) async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+    header_read_timeout: Duration,
+    cap: usize,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    let (closing_tx, closing_rx) = tokio::sync::watch::channel(false);
+    let mut conns = tokio::task::JoinSet::new();
+    let open = Arc::new(AtomicUsize::new(0));
+    let refusing = Arc::new(AtomicUsize::new(0));
+    loop {
+        let stream = tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors, or a connection reset before it
+                    // was accepted: wait a little and go on.
+                    tracing::warn!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        while conns.try_join_next().is_some() {}
+        if open.load(Ordering::SeqCst) >= cap {
+            refuse(stream, cap, &refusing);
+            continue;
+        }
+        let count = Counted::new(&open);
+        let service = TowerToHyperService::new(app.clone());
+        let mut closing = closing_rx.clone();
+        conns.spawn(async move {
+            let _count = count;
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout)
+                .serve_connection(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = closing.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    let _ = closing_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+}
+
+/// One in a counter for as long as it lives.
+struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    fn new(counter: &Arc<AtomicUsize>) -> Counted {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Counted(Arc::clone(counter))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Answers a connection beyond the cap with 503 and closes it (within
+/// 2 s; at most 64 such answers at once, beyond that it is closed at once).
+fn refuse(mut stream: tokio::net::TcpStream, cap: usize, refusing: &Arc<AtomicUsize>) {
+    if refusing.load(Ordering::SeqCst) >= 64 {
+        return;
+    }
+    let count = Counted::new(refusing);
+    tokio::spawn(async move {
+        let _count = count;
+        let body = serde_json::json!({"error": {
+            "code": "too_many_connections",
+            "message": format!(
+                "the service has {cap} connections open, as many as it serves at once \
+                 (max_connections, or its open files limit): try again later"
+            ),
+        }})
+        .to_string();
+        let response = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+             retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            stream.write_all(response.as_bytes()).await?;
+            stream.shutdown().await?;
+            // Read what the client sent, so that closing sends no reset
+            // before it has read the answer.
+            let mut sink = [0u8; 4096];
+            loop {
+                use tokio::io::AsyncReadExt;
+                if stream.read(&mut sink).await? == 0 {
+                    return Ok::<(), std::io::Error>(());
+                }
+            }
+        })
+        .await;
+    });
+}
+
+/// Middleware: a request's body must arrive within `request_body_timeout`
+/// of its headers; else 408 and the connection is closed.
+pub(crate) async fn body_deadline(
+    State(service): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if req.body().is_end_stream() {
+        return next.run(req).await;
+    }
+    let limit = service.config.request_body_timeout;
+    let expired = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&expired);
+    let req = req.map(|inner| {
+        Body::new(DeadlineBody {
+            inner,
+            sleep: Box::pin(tokio::time::sleep(limit)),
+            expired: flag,
+            limit,
+        })
+    });
+    let resp = next.run(req).await;
+    if !expired.load(Ordering::SeqCst) {
+        return resp;
+    }
+    let mut resp = ApiError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "request_timeout",
+        format!(
+            "the request body did not arrive within {} (request_body_timeout)",
+            humantime::format_duration(limit)
+        ),
+    )
+    .into_response();
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+/// A request body that fails once its deadline has passed.
+struct DeadlineBody {
+    inner: Body,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    expired: Arc<AtomicBool>,
+    limit: Duration,
+}
+
+impl HttpBody for DeadlineBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        if std::future::Future::poll(this.sleep.as_mut(), cx).is_ready() {
+            this.expired.store(true, Ordering::SeqCst);
+            let e = std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the request body did not arrive within {}",
+                    humantime::format_duration(this.limit)
+                ),
+            );
+            return Poll::Ready(Some(Err(axum::Error::new(e))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
