@@ -25,6 +25,7 @@ use crate::output::JobFiles;
 use crate::store::{Store, StoreError, StoreEvent};
 
 mod recovery;
+mod waiters;
 
 /// How often a node looks for the jobs of dead nodes (shared stores).
 const REAP_EVERY: Duration = Duration::from_secs(3);
@@ -75,6 +76,8 @@ pub struct Service {
     // Jobs of the previous instance whose leftovers are being stopped:
     // they still hold their slots (see `recovery`).
     recovering: Mutex<HashSet<String>>,
+    // Jobs whose callers wait for their result (see `waiters`).
+    waiters: Mutex<waiters::Waiters>,
 }
 
 impl Service {
@@ -120,6 +123,7 @@ impl Service {
             draining: AtomicBool::new(false),
             shutting_down: Arc::new(AtomicBool::new(false)),
             recovering: Mutex::new(HashSet::new()),
+            waiters: Mutex::new(waiters::Waiters::default()),
         }))
     }
 
@@ -462,11 +466,14 @@ impl Service {
         }
     }
 
-    /// Stops accepting jobs, lets running ones finish for up to
-    /// `drain_timeout`, then cancels them; queued jobs stay for the next start.
+    /// Stops accepting jobs, cancels the queued jobs callers wait for (they
+    /// are answered 503: see `waiters`), lets running ones finish for up to
+    /// `drain_timeout`, then cancels them; other queued jobs stay for the
+    /// next start.
     pub async fn drain(&self) {
         self.draining.store(true, Ordering::SeqCst);
         self.wake();
+        self.cancel_waiting().await;
         let deadline = tokio::time::Instant::now() + self.config.drain_timeout;
         tracing::info!(
             running = self.active(),

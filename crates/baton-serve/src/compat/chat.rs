@@ -30,6 +30,11 @@
 //!   `DELETE /v1/jobs/{id}` does): nobody else knows the job's id, so its
 //!   result could never be read. For a stream, disconnecting before the
 //!   last chunk cancels it too.
+//! - **On shutdown** (a drain) a call whose job is still queued is answered
+//!   503 `draining` with `Retry-After` and `x-should-retry: true`, and its
+//!   job is cancelled before the service exits, so it does not run after the
+//!   restart: a client's retry runs the prompt once. A call whose job runs
+//!   gets its result (or `job_cancelled` if the drain times out).
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -190,6 +195,12 @@ pub async fn completions(
     })?;
     let id = job.spec.id.clone();
     let guard = CancelOnDrop::new(Arc::clone(&service), id.clone());
+    // A drain that began meanwhile may have missed this job: it is then
+    // cancelled here, and the caller answered as the drain would.
+    if service.cancel_if_draining(&id).await {
+        guard.disarm();
+        return Err(drained(&id));
+    }
     let head = Head {
         id: format!("chatcmpl-{id}"),
         created: job.spec.created_at / 1000,
@@ -287,6 +298,25 @@ fn job_error(job: &Job) -> OpenAiError {
     }
 }
 
+/// 503 `draining` for a job the drain cancelled before it ran: the caller
+/// may retry (with `Retry-After`), the prompt has not run.
+fn drained(id: &str) -> OpenAiError {
+    let mut inner = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "draining",
+        format!(
+            "the service is shutting down: job '{id}' was cancelled before it ran; retry later"
+        ),
+    );
+    inner.retry_after = Some(5);
+    OpenAiError {
+        inner,
+        param: None,
+        job_id: Some(id.to_string()),
+        retry: Some(true),
+    }
+}
+
 /// Waits until `job` has ended (see the module doc for the bounds).
 async fn wait_final(service: &Service, job: &Job) -> Result<Job, OpenAiError> {
     let id = job.spec.id.as_str();
@@ -303,6 +333,9 @@ async fn wait_final(service: &Service, job: &Job) -> Result<Job, OpenAiError> {
             .await?
             .ok_or_else(|| ApiError::no_job(id))?;
         if now.status.is_final() {
+            if now.status == JobStatus::Cancelled && service.was_drained(id) {
+                return Err(drained(id));
+            }
             return Ok(now);
         }
         if let Some(started) = now.started_at {
@@ -338,6 +371,7 @@ struct CancelOnDrop {
 
 impl CancelOnDrop {
     fn new(service: AppState, id: String) -> CancelOnDrop {
+        service.wait_for(&id);
         CancelOnDrop {
             service,
             id,
@@ -347,6 +381,7 @@ impl CancelOnDrop {
 
     fn disarm(mut self) {
         self.armed = false;
+        self.service.waited(&self.id);
     }
 }
 
@@ -355,17 +390,7 @@ impl Drop for CancelOnDrop {
         if !self.armed {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let service = Arc::clone(&self.service);
-        let id = std::mem::take(&mut self.id);
-        tracing::info!(job = %id, "chat client went away: cancelling its job");
-        handle.spawn(async move {
-            if let Err(e) = service.cancel(&id).await {
-                tracing::warn!(job = %id, error = %e, "cannot cancel an abandoned chat job");
-            }
-        });
+        self.service.abandon(&self.id);
     }
 }
 

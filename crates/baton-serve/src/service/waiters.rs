@@ -1,0 +1,104 @@
+//! Callers waiting for their job's result (a chat completion): nobody else
+//! knows such a job's id, so it is worth running only while its caller
+//! waits.
+//!
+//! Guaranteed: when the service drains, every such job still queued is
+//! cancelled (durably) before the drain goes on, and its caller is answered
+//! 503 `draining` with `Retry-After` (it may retry: the job never ran); a job
+//! whose caller went away is cancelled too. So a prompt runs at most once
+//! across a drain, a restart and the client's retries.
+//!
+//! Not guaranteed: after `kill -9` of the service, a waiting caller's queued
+//! job is not known as such by the next start, and runs.
+
+use std::sync::{Arc, PoisonError};
+
+use crate::model::now_ms;
+use crate::store::CancelQueued;
+
+use super::Service;
+
+/// What the service knows of the jobs callers wait for.
+#[derive(Default)]
+pub(super) struct Waiters {
+    /// Jobs a caller waits for (or whose caller went away and whose cancel
+    /// is under way).
+    waiting: std::collections::HashSet<String>,
+    /// Jobs the drain cancelled before they ran.
+    drained: std::collections::HashSet<String>,
+}
+
+impl Service {
+    fn waiters(&self) -> std::sync::MutexGuard<'_, Waiters> {
+        self.waiters.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records that a caller waits for job `id`. Call
+    /// [`Service::cancel_if_draining`] right after: a drain that began
+    /// meanwhile may not have seen it.
+    pub fn wait_for(&self, id: &str) {
+        self.waiters().waiting.insert(id.to_string());
+    }
+
+    /// The caller of job `id` got its answer.
+    pub fn waited(&self, id: &str) {
+        self.waiters().waiting.remove(id);
+    }
+
+    /// The caller of job `id` went away: the job is cancelled (in the
+    /// background; the drain does it too if it comes first).
+    pub fn abandon(self: &Arc<Service>, id: &str) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let service = Arc::clone(self);
+        let id = id.to_string();
+        tracing::info!(job = %id, "the caller went away: cancelling its job");
+        handle.spawn(async move {
+            if let Err(e) = service.cancel(&id).await {
+                tracing::warn!(job = %id, error = %e, "cannot cancel an abandoned job");
+            }
+            service.waited(&id);
+        });
+    }
+
+    /// Whether the drain cancelled job `id` before it ran.
+    pub fn was_drained(&self, id: &str) -> bool {
+        self.waiters().drained.contains(id)
+    }
+
+    /// When draining: cancels job `id` if it is still queued. Returns
+    /// whether the drain has cancelled it (now or before).
+    pub async fn cancel_if_draining(&self, id: &str) -> bool {
+        if !self.is_draining() {
+            return false;
+        }
+        self.cancel_drained(id).await;
+        self.was_drained(id)
+    }
+
+    /// Cancels every waited-for job still queued (the drain's first step:
+    /// queued jobs do not run during a drain, and these would run after the
+    /// restart for nobody).
+    pub(super) async fn cancel_waiting(&self) {
+        let ids: Vec<String> = self.waiters().waiting.iter().cloned().collect();
+        for id in ids {
+            self.cancel_drained(&id).await;
+        }
+    }
+
+    async fn cancel_drained(&self, id: &str) {
+        match self.store.cancel_queued(id, now_ms()).await {
+            Ok(CancelQueued::Cancelled(_)) => {
+                tracing::info!(job = %id, "draining: cancelled a queued job its caller waited for");
+                self.metrics
+                    .finished(0, 0, crate::model::JobStatus::Cancelled);
+                self.waiters().drained.insert(id.to_string());
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(job = %id, error = %e, "draining: cannot cancel a queued job its caller waits for");
+            }
+        }
+    }
+}
