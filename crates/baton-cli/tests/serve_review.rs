@@ -75,7 +75,8 @@ command = ["echo", "{prompt}"]
     );
     let id = s.submit(json!({"template": "echo", "prompt": "a secret"}));
     s.wait_final(&id);
-    for f in ["jobs.db", "jobs.db-wal", "jobs.db-shm"] {
+    // (No -shm file: the store is used in exclusive locking mode.)
+    for f in ["jobs.db", "jobs.db-wal", "jobs.db.lock"] {
         let path = s.tmp.path().join("elsewhere").join(f);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode & 0o077, 0, "{} has mode {mode:o}", path.display());

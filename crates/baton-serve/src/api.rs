@@ -517,6 +517,10 @@ pub async fn health(State(service): State<AppState>) -> Response {
             op: "hold this node's database session",
             message: "the session is lost; re-establishing it".to_string(),
         }),
+        Ok(_) if service.store.problem().is_some() => Err(StoreError::Query {
+            op: "write",
+            message: service.store.problem().unwrap_or_default(),
+        }),
         other => other,
     };
     let counted = match counted {

@@ -7,6 +7,7 @@ mod pg_session;
 mod pg_sql;
 mod postgres;
 mod sqlite;
+mod sqlite_files;
 
 use std::path::Path;
 
@@ -112,6 +113,12 @@ pub trait Store: Send + Sync + 'static {
     /// heartbeat in the last day. `None` for a store only one node uses.
     async fn nodes(&self) -> Result<Option<Vec<NodeInfo>>, StoreError> {
         Ok(None)
+    }
+
+    /// Why the store cannot keep what it is given now (its last write
+    /// failed, e.g. an unwritable file or a full disk), if so.
+    fn problem(&self) -> Option<String> {
+        None
     }
 
     /// Asks the node running job `id` to cancel it. False if this store has

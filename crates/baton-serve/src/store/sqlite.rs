@@ -8,14 +8,20 @@
 //! again) on the next start, never lost. The next FULL commit makes
 //! everything before it durable too. Every method is one `BEGIN IMMEDIATE`
 //! transaction on one connection, run on tokio's blocking pool.
+//!
+//! One service owns the file (see `sqlite_files`: a lock on
+//! `<store>.lock`), so the connection runs in exclusive locking mode: no
+//! `-shm` file is mapped, and a file made unwritable under the service makes
+//! its writes fail (reported by `/health`) instead of crashing it.
 
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
+use super::sqlite_files::{self, StoreFiles};
 use super::{CancelQueued, Recovered, Store, StoreError};
 use crate::model::{
     Counts, Finish, Job, JobMode, JobStatus, ListFilter, NewJob, RecordedGroup, Submitted,
@@ -60,15 +66,8 @@ const COLUMNS: &str = "seq, id, template, prompt, grp, mode, timeout_ms, branch,
 #[derive(Clone)]
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
-    path: PathBuf,
-    // The file's device and inode when it was opened: a store file removed
-    // or replaced under the running service would take every job stored
-    // from then on with it, so every operation checks it is still there.
-    file: (u64, u64),
-    // `<store>.lock`, flock'd exclusively for as long as the store is open:
-    // one service owns the store (the kernel releases it when the service
-    // dies, even by SIGKILL).
-    _owner: Arc<std::fs::File>,
+    // The files' identities, their owner lock, the last write's failure.
+    files: Arc<StoreFiles>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -92,7 +91,7 @@ impl SqliteStore {
             std::fs::create_dir_all(parent)
                 .map_err(|e| format!("cannot create '{}': {e}", parent.display()))?;
         }
-        let owner = own(path)?;
+        let owner = sqlite_files::own(path)?;
         // Prompts are stored: the file (and the -wal and -shm files SQLite
         // creates with its mode) is the owner's only, wherever it is.
         std::fs::OpenOptions::new()
@@ -103,6 +102,12 @@ impl SqliteStore {
             .map_err(|e| format!("cannot create '{}': {e}", path.display()))?;
         let conn = Connection::open(path).map_err(|e| e.to_string())?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(|e| e.to_string())?;
+        // One process owns the store (its lock): SQLite's locks are held for
+        // the connection's life and, set before the first WAL access, no
+        // shared-memory `-shm` file is mapped (a mapped file made unwritable
+        // under the service would crash it with SIGBUS).
+        conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
             .map_err(|e| e.to_string())?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| e.to_string())?;
@@ -119,64 +124,61 @@ impl SqliteStore {
         conn.execute_batch(SCHEMA).map_err(|e| e.to_string())?;
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(|e| e.to_string())?;
-        let meta = std::fs::metadata(path)
-            .map_err(|e| format!("cannot read '{}': {e}", path.display()))?;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
-            path: path.to_path_buf(),
-            file: (meta.dev(), meta.ino()),
-            _owner: Arc::new(owner),
+            files: Arc::new(StoreFiles::new(path, owner)?),
         })
     }
 
-    /// An error unless the store file is still the one opened.
-    fn check_file(path: &Path, file: (u64, u64)) -> Result<(), String> {
-        match std::fs::metadata(path) {
-            Ok(m) if (m.dev(), m.ino()) == file => Ok(()),
-            Ok(_) => Err(format!(
-                "the store file '{}' was replaced while the service ran (restart the service)",
-                path.display()
-            )),
-            Err(e) => Err(format!(
-                "the store file '{}' is gone ({e}): it was removed while the service ran \
-                 (restart the service)",
-                path.display()
-            )),
-        }
-    }
-
-    /// Runs `f` committed with `synchronous=NORMAL` (see the module docs).
+    /// Runs `f`, which only reads.
     async fn with<T: Send + 'static>(
         &self,
         op: &'static str,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, StoreError> {
-        self.with_sync(op, "NORMAL", f).await
+        self.with_sync(op, "NORMAL", false, f).await
     }
 
-    /// Runs `f` committed with `synchronous=FULL`: on disk before it returns.
+    /// Runs `f`, which writes, committed with `synchronous=NORMAL` (see the
+    /// module docs).
+    async fn writing<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.with_sync(op, "NORMAL", true, f).await
+    }
+
+    /// Runs `f`, which writes, committed with `synchronous=FULL`: on disk
+    /// before it returns.
     async fn durably<T: Send + 'static>(
         &self,
         op: &'static str,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, StoreError> {
-        self.with_sync(op, "FULL", f).await
+        self.with_sync(op, "FULL", true, f).await
     }
 
     async fn with_sync<T: Send + 'static>(
         &self,
         op: &'static str,
         sync: &'static str,
+        writes: bool,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, StoreError> {
         let conn = Arc::clone(&self.conn);
-        let (path, file) = (self.path.clone(), self.file);
+        let files = Arc::clone(&self.files);
         let query = move || {
             let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-            SqliteStore::check_file(&path, file)?;
-            conn.pragma_update(None, "synchronous", sync)
-                .map_err(|e| e.to_string())?;
-            f(&mut conn).map_err(|e| e.to_string())
+            files.check()?;
+            let done = conn
+                .pragma_update(None, "synchronous", sync)
+                .and_then(|()| f(&mut conn))
+                .map_err(|e| files.failed(&e));
+            if writes {
+                files.wrote(done.as_ref().err());
+            }
+            done
         };
         let joined = tokio::task::spawn_blocking(query).await;
         match joined {
@@ -187,53 +189,6 @@ impl SqliteStore {
             }),
         }
     }
-}
-
-/// Takes the lock that makes this process the store's one owner: an
-/// exclusive flock on `<path>.lock` (never removed; the kernel releases it
-/// when its holder ends), then records this process's pid in it for the
-/// message another service gets.
-fn own(path: &Path) -> Result<std::fs::File, String> {
-    use rustix::fs::{flock, FlockOperation};
-    use std::io::{Read, Seek, Write};
-    let mut name = path.as_os_str().to_owned();
-    name.push(".lock");
-    let lock_path = PathBuf::from(name);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&lock_path)
-        .map_err(|e| format!("cannot open '{}': {e}", lock_path.display()))?;
-    if let Err(e) = flock(&file, FlockOperation::NonBlockingLockExclusive) {
-        if e == rustix::io::Errno::WOULDBLOCK {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let pid = holder.trim();
-            let who = if pid.is_empty() {
-                String::new()
-            } else {
-                format!(" (pid {pid})")
-            };
-            return Err(format!(
-                "the store '{}' is in use by another `baton serve`{who}: one SQLite store \
-                 belongs to one service (its lock '{}' is held)",
-                path.display(),
-                lock_path.display()
-            ));
-        }
-        return Err(format!("cannot lock '{}': {e}", lock_path.display()));
-    }
-    let recorded = file
-        .set_len(0)
-        .and_then(|()| file.rewind())
-        .and_then(|()| writeln!(file, "{}", std::process::id()));
-    if let Err(e) = recorded {
-        tracing::warn!(path = %lock_path.display(), error = %e, "cannot record this process in the store's lock");
-    }
-    Ok(file)
 }
 
 fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
@@ -296,6 +251,10 @@ fn to_i64(v: u64) -> i64 {
 
 #[async_trait]
 impl Store for SqliteStore {
+    fn problem(&self) -> Option<String> {
+        self.files.problem()
+    }
+
     async fn submit(&self, job: NewJob, max_depth: u64) -> Result<Submitted, StoreError> {
         self.durably("store a job", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -384,7 +343,7 @@ impl Store for SqliteStore {
         now: i64,
     ) -> Result<Option<Job>, StoreError> {
         let node = node.to_string();
-        self.with("claim a job", move |conn| {
+        self.writing("claim a job", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             if counts(&tx)?.running >= max_running {
                 return Ok(None);
@@ -417,7 +376,7 @@ impl Store for SqliteStore {
     async fn set_process_group(&self, id: &str, group: RecordedGroup) -> Result<(), StoreError> {
         let id = id.to_string();
         let json = serde_json::to_string(&group).unwrap_or_default();
-        self.with("record a job's process group", move |conn| {
+        self.writing("record a job's process group", move |conn| {
             conn.execute(
                 "UPDATE jobs SET pgroup = ?1 WHERE id = ?2 AND status = 'running'",
                 params![json, id],
@@ -429,7 +388,7 @@ impl Store for SqliteStore {
 
     async fn set_workspace(&self, id: &str, path: &str) -> Result<(), StoreError> {
         let (id, path) = (id.to_string(), path.to_string());
-        self.with("record a job's workspace", move |conn| {
+        self.writing("record a job's workspace", move |conn| {
             conn.execute(
                 "UPDATE jobs SET workspace = ?1 WHERE id = ?2",
                 params![path, id],
@@ -442,7 +401,7 @@ impl Store for SqliteStore {
     async fn finish(&self, id: &str, finish: &Finish) -> Result<bool, StoreError> {
         let id = id.to_string();
         let f = finish.clone();
-        self.with("record a job's end", move |conn| {
+        self.writing("record a job's end", move |conn| {
             let n = conn.execute(
                 "UPDATE jobs SET status = ?1, exit_code = ?2, error = ?3, superseded_by = ?4, \
                  finished_at = ?5, pgroup = NULL WHERE id = ?6 AND status = 'running'",
@@ -539,7 +498,7 @@ impl Store for SqliteStore {
     }
 
     async fn evict(&self, before: i64) -> Result<Vec<String>, StoreError> {
-        self.with("evict finished jobs", move |conn| {
+        self.writing("evict finished jobs", move |conn| {
             let mut stmt = conn.prepare(
                 "DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?1 \
                  AND status NOT IN ('queued', 'running') RETURNING id",

@@ -1,0 +1,136 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! The SQLite store's files removed or made unwritable under a running
+//! service (issue 21): the service notices (health 503 `degraded` with the
+//! reason, 503 on submit), never crashes, and never acknowledges a job it
+//! cannot keep. A real `baton serve`, real files, real `chattr`.
+
+mod serve_common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use serve_common::{alive, sh_config, Server};
+
+/// Files made immutable (`chattr +i`) for as long as it lives.
+struct Immutable(Vec<PathBuf>);
+
+impl Immutable {
+    /// Makes `files` immutable; the test fails if `chattr` cannot (it must
+    /// run as root on a file system with the attribute).
+    fn new(files: &[PathBuf]) -> Immutable {
+        for f in files {
+            assert!(f.exists(), "{} does not exist", f.display());
+            let out = Command::new("chattr")
+                .arg("+i")
+                .arg(f)
+                .output()
+                .expect("chattr");
+            assert!(
+                out.status.success(),
+                "chattr +i {}: {}",
+                f.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // The fault is real: the file cannot be opened for writing.
+        let probe = std::fs::OpenOptions::new().append(true).open(&files[0]);
+        assert!(probe.is_err(), "{} is still writable", files[0].display());
+        Immutable(files.to_vec())
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            let _ = Command::new("chattr").arg("-i").arg(f).status();
+        }
+    }
+}
+
+/// Polls `/health` until it answers `code` (at most 30 s).
+fn wait_health(s: &Server, code: u16) -> Value {
+    let start = Instant::now();
+    loop {
+        let (c, h) = s.get("/health");
+        if c == code {
+            return h;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "health stays {c}: {h}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn store_files(dir: &Path) -> Vec<PathBuf> {
+    ["serve.db", "serve.db-wal", "serve.db-shm"]
+        .iter()
+        .map(|f| dir.join(f))
+        .filter(|p| p.exists())
+        .collect()
+}
+
+#[test]
+fn a_removed_wal_file_makes_the_service_degraded_and_refuse_jobs() {
+    let s = Server::start(&sh_config(""), &[]);
+    let id = s.submit(json!({"prompt": "echo before"}));
+    s.wait_final(&id);
+    let wal = s.dir.join("serve.db-wal");
+    std::fs::remove_file(&wal).expect("the store's -wal file exists while the service runs");
+
+    let h = wait_health(&s, 503);
+    assert_eq!(h["status"], "degraded", "{h}");
+    assert!(
+        h["error"].as_str().unwrap_or("").contains("serve.db-wal"),
+        "{h}"
+    );
+    let (code, v) = s.post("/v1/jobs", &json!({"prompt": "echo lost"}));
+    assert_eq!(code, 503, "a job acknowledged into a removed WAL: {v}");
+    assert_eq!(v["error"]["code"], "store_unavailable", "{v}");
+}
+
+#[test]
+fn an_immutable_store_neither_crashes_the_service_nor_passes_for_healthy() {
+    let s = Server::start(&sh_config(""), &["--max-concurrency", "1"]);
+    let t = s.tmp();
+    let id = s.submit(json!({"prompt": "echo before"}));
+    s.wait_final(&id);
+    // A job running while the store becomes unwritable: its end cannot be
+    // stored.
+    let running = s.submit(json!({
+        "prompt": format!("echo x > {t}/started; while [ ! -e {t}/go ]; do sleep 0.02; done")
+    }));
+    serve_common::wait_for_file(Path::new(&format!("{t}/started")));
+    let frozen = Immutable::new(&store_files(&s.dir));
+
+    let (code, v) = s.post("/v1/jobs", &json!({"prompt": "echo lost"}));
+    assert_eq!(
+        code, 503,
+        "a job acknowledged into an unwritable store: {v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("serve.db"),
+        "{v}"
+    );
+    std::fs::write(format!("{t}/go"), "").unwrap();
+    let h = wait_health(&s, 503);
+    assert_eq!(h["status"], "degraded", "{h}");
+    assert!(
+        h["error"].as_str().unwrap_or("").contains("serve.db"),
+        "{h}"
+    );
+    assert!(alive(s.pid()), "the service died");
+
+    // Writable again: the job's end is stored, the service is healthy.
+    drop(frozen);
+    wait_health(&s, 200);
+    let j = s.wait_final(&running);
+    assert_eq!(j["status"], "succeeded", "{j}");
+    assert!(alive(s.pid()), "the service died");
+}
