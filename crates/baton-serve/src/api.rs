@@ -521,6 +521,10 @@ pub async fn health(State(service): State<AppState>) -> Response {
             op: "write",
             message: service.store.problem().unwrap_or_default(),
         }),
+        Ok(_) if output::disk_problem(&service.jobs_root).is_some() => Err(StoreError::Query {
+            op: "keep jobs' output",
+            message: output::disk_problem(&service.jobs_root).unwrap_or_default(),
+        }),
         other => other,
     };
     let counted = match counted {

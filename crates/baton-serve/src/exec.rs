@@ -192,9 +192,23 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
 
     let result = baton_run::run(&ctx.dir, &req);
     drop(req); // our copies of the pipes' write ends
-    out.finish(Duration::from_secs(2));
-    err.finish(Duration::from_secs(2));
-    finish_of(result, &control, ctx.shutting_down.load(Ordering::SeqCst))
+    let lost: Vec<String> = [
+        out.finish(Duration::from_secs(2)),
+        err.finish(Duration::from_secs(2)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut finish = finish_of(result, &control, ctx.shutting_down.load(Ordering::SeqCst));
+    // The record says when its output is incomplete, and why.
+    if !lost.is_empty() {
+        let lost = lost.join("; ");
+        finish.error = Some(match finish.error {
+            Some(e) => format!("{e}; {lost}"),
+            None => lost,
+        });
+    }
+    finish
 }
 
 fn finish_of(

@@ -81,7 +81,7 @@ impl JobFiles {
 pub struct Capture {
     writer: Arc<OwnedFd>,
     thread: JoinHandle<()>,
-    done: std::sync::mpsc::Receiver<()>,
+    done: std::sync::mpsc::Receiver<Option<String>>,
 }
 
 impl Capture {
@@ -95,8 +95,8 @@ impl Capture {
         let thread = std::thread::Builder::new()
             .name("baton-serve-capture".into())
             .spawn(move || {
-                copy_capped(File::from(read), &path, cap, &progress);
-                let _ = tx.send(());
+                let lost = copy_capped(File::from(read), &path, cap, &progress);
+                let _ = tx.send(lost);
             })?;
         Ok(Capture {
             writer: Arc::new(write),
@@ -112,11 +112,17 @@ impl Capture {
 
     /// Closes our write end and waits (at most `wait`) for the copy to reach
     /// the end of the output: a process that escaped the command's group and
-    /// still holds the pipe must not hold the job open.
-    pub fn finish(self, wait: Duration) {
+    /// still holds the pipe must not hold the job open. Returns why the
+    /// captured output is incomplete, if it could not all be written (a
+    /// full disk, an unwritable directory).
+    pub fn finish(self, wait: Duration) -> Option<String> {
         drop(self.writer);
-        if self.done.recv_timeout(wait).is_ok() {
-            let _ = self.thread.join();
+        match self.done.recv_timeout(wait) {
+            Ok(lost) => {
+                let _ = self.thread.join();
+                lost
+            }
+            Err(_) => None,
         }
     }
 }
@@ -136,11 +142,21 @@ fn create_output(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-fn copy_capped(mut from: File, path: &Path, cap: u64, progress: &watch::Sender<u64>) {
+/// Copies `from` into `path` (at most `cap` bytes, then a note); returns
+/// why output was lost, if writing failed.
+fn copy_capped(
+    mut from: File,
+    path: &Path,
+    cap: u64,
+    progress: &watch::Sender<u64>,
+) -> Option<String> {
     let mut buf = vec![0u8; 64 * 1024];
     let mut to: Option<File> = None;
     let mut written: u64 = 0;
     let mut dropped: u64 = 0;
+    // The first write error, and the bytes lost from then on.
+    let mut failed: Option<io::Error> = None;
+    let mut lost: u64 = 0;
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) => break,
@@ -148,12 +164,17 @@ fn copy_capped(mut from: File, path: &Path, cap: u64, progress: &watch::Sender<u
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
+        if failed.is_some() {
+            lost += n as u64;
+            continue;
+        }
         if to.is_none() {
             match create_output(path) {
                 Ok(f) => to = Some(f),
                 Err(e) => {
                     tracing::warn!(path = %path.display(), error = %e, "cannot create a job's output file; its output is dropped");
-                    dropped += n as u64;
+                    failed = Some(e);
+                    lost += n as u64;
                     continue;
                 }
             }
@@ -161,12 +182,26 @@ fn copy_capped(mut from: File, path: &Path, cap: u64, progress: &watch::Sender<u
         let room = usize::try_from(cap.saturating_sub(written)).unwrap_or(usize::MAX);
         let keep = n.min(room);
         if let Some(f) = to.as_mut() {
-            if keep > 0 && f.write_all(&buf[..keep]).is_ok() {
-                written += keep as u64;
+            if keep > 0 {
+                match write_counted(f, &buf[..keep]) {
+                    (w, None) => written += w,
+                    (w, Some(e)) => {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot write a job's output; the rest is dropped");
+                        written += w;
+                        lost += keep as u64 - w;
+                        failed = Some(e);
+                    }
+                }
                 progress.send_replace(written);
             }
         }
         dropped += (n - keep) as u64;
+    }
+    if let Some(e) = failed {
+        return Some(format!(
+            "output incomplete: cannot write '{}': {e}; {lost} bytes were lost",
+            path.display()
+        ));
     }
     if dropped > 0 {
         let note = format!(
@@ -177,6 +212,50 @@ fn copy_capped(mut from: File, path: &Path, cap: u64, progress: &watch::Sender<u
                 progress.send_replace(written + note.len() as u64);
             }
         }
+    }
+    None
+}
+
+/// Writes all of `data` unless an error stops it; returns the bytes
+/// written and the error.
+fn write_counted(f: &mut File, mut data: &[u8]) -> (u64, Option<io::Error>) {
+    let mut written = 0u64;
+    while !data.is_empty() {
+        match f.write(data) {
+            Ok(0) => return (written, Some(io::ErrorKind::WriteZero.into())),
+            Ok(n) => {
+                written += n as u64;
+                data = &data[n..];
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (written, Some(e)),
+        }
+    }
+    (written, None)
+}
+
+/// Why jobs' output cannot be kept under `root` now, if so: its file
+/// system has less than 64 KiB free (or cannot be asked).
+pub fn disk_problem(root: &Path) -> Option<String> {
+    // The jobs' root may not exist yet: ask about its nearest ancestor.
+    let mut at = root;
+    while !at.exists() {
+        at = at.parent()?;
+    }
+    match rustix::fs::statvfs(at) {
+        Ok(st) => {
+            let free = st.f_bavail.saturating_mul(st.f_frsize);
+            (free < 64 * 1024).then(|| {
+                format!(
+                    "no space left for jobs' output under '{}' ({free} bytes free)",
+                    root.display()
+                )
+            })
+        }
+        Err(e) => Some(format!(
+            "cannot check the disk of '{}': {e}",
+            root.display()
+        )),
     }
 }
 
