@@ -11,6 +11,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+use serde_json::json;
 use serve_common::{sh_config, Server};
 
 /// Starts a service whose soft descriptor limit is `soft` at its start
@@ -153,4 +154,57 @@ fn connections_beyond_max_connections_get_503_and_their_slots_come_back() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The service's resident memory, in bytes.
+fn rss(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+#[test]
+fn readers_of_a_large_log_that_read_slowly_do_not_load_it_into_memory() {
+    let s = Server::start(&sh_config(""), &[]);
+    let size = 16_000_000u64;
+    let id = s.submit(json!({"prompt": format!("head -c {size} /dev/zero | tr '\\0' x")}));
+    let j = s.wait_final(&id);
+    assert_eq!(j["status"], "succeeded", "{}", j["error"]);
+    let log = s.dir.join("serve").join("jobs").join(&id).join("stdout");
+    assert_eq!(std::fs::metadata(&log).unwrap().len(), size);
+    let before = rss(s.pid());
+
+    // Readers that take the answer's head and then read nothing more.
+    let readers: Vec<TcpStream> = (0..30)
+        .map(|_| {
+            let mut c = connect(&s.addr);
+            let req = format!("GET /v1/jobs/{id}/log HTTP/1.1\r\nHost: {}\r\n\r\n", s.addr);
+            c.write_all(req.as_bytes()).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                assert_eq!(
+                    c.read(&mut byte).unwrap(),
+                    1,
+                    "the log's answer ended early"
+                );
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head).to_string();
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            c
+        })
+        .collect();
+    let after = rss(s.pid());
+    let grown = after.saturating_sub(before);
+    assert!(
+        grown < 150 * 1024 * 1024,
+        "{} readers of a {size}-byte log took the service from {before} to {after} bytes",
+        readers.len()
+    );
 }

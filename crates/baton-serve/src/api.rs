@@ -493,14 +493,16 @@ pub async fn job_log(
     let path = service.files(&id).stream(stream);
     let text = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
     if !q.follow.unwrap_or(false) || job.status.is_final() {
-        let all = output::read_from(&path, 0, u64::MAX).map_err(|e| {
+        // Streamed from disk in chunks: memory stays bounded however many
+        // read a large log.
+        let chunks = output::chunks(&path).await.map_err(|e| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "io",
                 format!("cannot read the job's log: {e}"),
             )
         })?;
-        return Ok((text, all).into_response());
+        return Ok((text, Body::from_stream(chunks)).into_response());
     }
     let body = Body::from_stream(crate::follow::follow(service, id, path));
     Ok((text, body).into_response())

@@ -274,6 +274,36 @@ pub fn tail(path: &Path, max: u64) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
+/// The contents of `path` as a stream of chunks (64 KiB at most) read from
+/// disk as the reader takes them: a log is never held in memory whole,
+/// however many read it. A missing file is an empty stream.
+///
+/// # Errors
+///
+/// The file exists but cannot be opened.
+pub async fn chunks(
+    path: &Path,
+) -> io::Result<impl futures_util::Stream<Item = io::Result<axum::body::Bytes>> + Send + 'static> {
+    use tokio::io::AsyncReadExt;
+    let file = match tokio::fs::File::open(path).await {
+        Ok(f) => Some(f),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    Ok(futures_util::stream::unfold(file, |file| async move {
+        let mut file = file?;
+        let mut buf = vec![0u8; 64 * 1024];
+        match file.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(axum::body::Bytes::from(buf)), Some(file)))
+            }
+            Err(e) => Some((Err(e), None)),
+        }
+    }))
+}
+
 /// Bytes of `path` from `offset` on (at most `max`).
 pub fn read_from(path: &Path, offset: u64, max: u64) -> io::Result<Vec<u8>> {
     let mut f = match File::open(path) {
