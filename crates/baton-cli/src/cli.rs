@@ -288,8 +288,10 @@ Exit status: the command's own (128+N if killed by signal N); 75 if the lock was
 
 Flags override the config file. The first line on stdout is
 `baton serve: listening on http://ADDR`. SIGTERM or SIGINT drains: new jobs are refused
-(503), running ones may finish for drain_timeout, then they are cancelled; queued jobs
-stay for the next start. Exit status: 0 after a drain; 125 if the service could not start.")]
+(503), a chat call whose job is still queued is answered 503 and its job cancelled,
+running ones may finish for drain_timeout, then they are cancelled; queued jobs
+stay for the next start. One service per baton dir and per SQLite store. Exit status: 0
+after a drain; 125 if the service could not start (nothing changed then).")]
     Serve(ServeArgs),
 
     /// Submit, inspect, follow and cancel jobs of a job service (`baton serve`).

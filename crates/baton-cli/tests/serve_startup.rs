@@ -200,8 +200,10 @@ fn a_start_that_cannot_bind_its_port_leaves_every_job_as_it_was() {
 fn a_restart_after_kill9_listens_at_once_and_keeps_the_old_jobs_slots_until_their_leftovers_are_gone(
 ) {
     // Four commands that ignore SIGTERM: each takes the whole grace to
-    // stop. One after another before listening, that is 4 x 8 s.
-    let config = sh_config("").replace("grace = \"1s\"", "grace = \"8s\"");
+    // stop. One after another before listening, that is 4 x 15 s; in the
+    // background, all at once, the service listens at once and the old jobs
+    // keep their slots for 15 s.
+    let config = sh_config("").replace("grace = \"1s\"", "grace = \"15s\"");
     let mut s = Server::start(&config, &["--max-concurrency", "4"]);
     let t = s.tmp();
     let names = ["a", "b", "c", "d"];
