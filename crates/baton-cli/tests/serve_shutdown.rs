@@ -129,3 +129,37 @@ fn a_chat_whose_client_went_away_before_shutdown_does_not_run_after_the_restart(
     assert_eq!(list["jobs"].as_array().unwrap().len(), 1, "{list}");
     assert_eq!(lines(&format!("{t}/chat.runs")), 0, "the prompt ran");
 }
+
+#[test]
+fn a_log_follower_of_a_queued_job_gets_a_complete_answer_at_shutdown() {
+    let config = sh_config("drain_timeout = \"10s\"");
+    let mut s = Server::start(&config, &["--max-concurrency", "1"]);
+    let t = s.tmp();
+    blocker(&s, &t);
+    let queued = s.submit(json!({"prompt": "echo later"}));
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    let req = format!(
+        "GET /v1/jobs/{queued}/log?follow=true HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        s.addr
+    );
+    c.write_all(req.as_bytes()).unwrap();
+    // The answer has begun (headers sent) before the shutdown.
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(c.read(&mut byte).unwrap(), 1, "the answer ended early");
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"));
+
+    sigterm(&s);
+    std::fs::write(format!("{t}/go"), "").unwrap();
+    let rest = read_all(c);
+    assert_eq!(s.term(Duration::from_secs(60)).code(), Some(0));
+    // A chunked body that ends with its last chunk: complete, not cut off.
+    assert!(
+        rest.ends_with("0\r\n\r\n"),
+        "the answer was cut off: {rest:?}"
+    );
+}

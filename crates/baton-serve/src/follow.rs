@@ -1,6 +1,7 @@
 //! Following a job's output: a stream of its log file from the start
-//! until the job has ended, woken by the capture's progress, never polling
-//! faster than the output arrives.
+//! until the job has ended (or the service stops, after its drain: the
+//! stream then ends with what was written), woken by the capture's
+//! progress, never polling faster than the output arrives.
 
 use std::time::Duration;
 
@@ -29,7 +30,10 @@ pub fn follow(
         live: Option<crate::service::Live>,
         watch_live: bool,
         stdout_open: bool,
+        // The service stops: what is written so far is the answer.
+        drain_over: tokio::sync::watch::Receiver<bool>,
     }
+    let drain_over = service.drain_over();
     let st = St {
         service,
         id,
@@ -39,6 +43,7 @@ pub fn follow(
         live: None,
         watch_live: true,
         stdout_open: true,
+        drain_over,
     };
     futures_util::stream::unfold(st, |mut st| async move {
         loop {
@@ -64,6 +69,10 @@ pub fn follow(
             if st.ended {
                 return None;
             }
+            if *st.drain_over.borrow() {
+                st.ended = true;
+                continue;
+            }
             // Nothing new: wait for output or the job's end, then read again.
             match &mut st.live {
                 Some(live) => {
@@ -80,6 +89,7 @@ pub fn follow(
                                 st.watch_live = false;
                             }
                         }
+                        _ = st.drain_over.changed() => {}
                         _ = tokio::time::sleep(Duration::from_millis(250)) => {}
                     }
                 }
@@ -91,7 +101,10 @@ pub fn follow(
                     if final_now {
                         st.ended = true;
                     } else {
-                        tokio::time::sleep(Duration::from_millis(250)).await;
+                        tokio::select! {
+                            _ = st.drain_over.changed() => {}
+                            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                        }
                     }
                 }
             }

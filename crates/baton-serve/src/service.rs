@@ -78,6 +78,8 @@ pub struct Service {
     recovering: Mutex<HashSet<String>>,
     // Jobs whose callers wait for their result (see `waiters`).
     waiters: Mutex<waiters::Waiters>,
+    // Becomes true when the drain is over: answers that follow a job end.
+    drained: watch::Sender<bool>,
 }
 
 impl Service {
@@ -124,6 +126,7 @@ impl Service {
             shutting_down: Arc::new(AtomicBool::new(false)),
             recovering: Mutex::new(HashSet::new()),
             waiters: Mutex::new(waiters::Waiters::default()),
+            drained: watch::channel(false).0,
         }))
     }
 
@@ -214,6 +217,13 @@ impl Service {
                 Err(e) => tracing::warn!(error = %e, "cannot look for dead nodes' jobs"),
             }
         }
+    }
+
+    /// Becomes true once the drain is over and the service is about to
+    /// stop: an answer that follows a job (a log, a stream) ends then, so
+    /// its client gets a complete answer rather than a cut connection.
+    pub fn drain_over(&self) -> watch::Receiver<bool> {
+        self.drained.subscribe()
     }
 
     /// Whether the service is draining (no new jobs accepted).
@@ -501,6 +511,7 @@ impl Service {
                 .await;
             }
         }
+        self.drained.send_replace(true);
     }
 }
 

@@ -183,18 +183,24 @@ pub async fn completions(
             ..SubmitRequest::default()
         },
     )?;
-    let (job, _) = api::submit(&service, job).await.map_err(|mut e| {
-        // The chat route answers a full queue with 503 (clients retry it).
-        if e.status == StatusCode::TOO_MANY_REQUESTS {
-            e.status = StatusCode::SERVICE_UNAVAILABLE;
+    // Armed before the job is stored: a client that goes away while it is
+    // being stored must not leave it to run for nobody.
+    let guard = CancelOnDrop::new(Arc::clone(&service), job.id.clone());
+    let (job, _) = match api::submit(&service, job).await {
+        Ok(submitted) => submitted,
+        Err(mut e) => {
+            guard.disarm();
+            // The chat route answers a full queue with 503 (clients retry it).
+            if e.status == StatusCode::TOO_MANY_REQUESTS {
+                e.status = StatusCode::SERVICE_UNAVAILABLE;
+            }
+            return Err(OpenAiError {
+                retry: Some(true),
+                ..e.into()
+            });
         }
-        OpenAiError {
-            retry: Some(true),
-            ..e.into()
-        }
-    })?;
+    };
     let id = job.spec.id.clone();
-    let guard = CancelOnDrop::new(Arc::clone(&service), id.clone());
     // A drain that began meanwhile may have missed this job: it is then
     // cancelled here, and the caller answered as the drain would.
     if service.cancel_if_draining(&id).await {

@@ -55,8 +55,19 @@ impl Service {
         let id = id.to_string();
         tracing::info!(job = %id, "the caller went away: cancelling its job");
         handle.spawn(async move {
-            if let Err(e) = service.cancel(&id).await {
-                tracing::warn!(job = %id, error = %e, "cannot cancel an abandoned job");
+            // The caller may have gone while its job was being stored: an
+            // unknown job is looked for again a few times.
+            for _ in 0..10 {
+                match service.cancel(&id).await {
+                    Ok(super::Cancelled::Unknown) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    }
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::warn!(job = %id, error = %e, "cannot cancel an abandoned job");
+                        break;
+                    }
+                }
             }
             service.waited(&id);
         });
@@ -88,16 +99,24 @@ impl Service {
     }
 
     async fn cancel_drained(&self, id: &str) {
+        // Marked first: its caller may see the job cancelled as soon as the
+        // store has it, before this call returns.
+        let first = self.waiters().drained.insert(id.to_string());
         match self.store.cancel_queued(id, now_ms()).await {
             Ok(CancelQueued::Cancelled(_)) => {
                 tracing::info!(job = %id, "draining: cancelled a queued job its caller waited for");
                 self.metrics
                     .finished(0, 0, crate::model::JobStatus::Cancelled);
-                self.waiters().drained.insert(id.to_string());
             }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(job = %id, error = %e, "draining: cannot cancel a queued job its caller waits for");
+            other => {
+                if let Err(e) = other {
+                    tracing::warn!(job = %id, error = %e, "draining: cannot cancel a queued job its caller waits for");
+                }
+                // Not cancelled by this call (running, ended, or cancelled
+                // by the drain before).
+                if first {
+                    self.waiters().drained.remove(id);
+                }
             }
         }
     }
