@@ -27,6 +27,8 @@ use crate::store::{Store, StoreError, StoreEvent};
 mod recovery;
 mod waiters;
 
+pub use waiters::Waiting;
+
 /// How often a node looks for the jobs of dead nodes (shared stores).
 const REAP_EVERY: Duration = Duration::from_secs(3);
 

@@ -56,7 +56,7 @@ use super::OpenAiError;
 use crate::api::{self, ApiError, AppState, SubmitRequest};
 use crate::model::{now_ms, Job, JobStatus};
 use crate::output::{self, Stream as OutStream};
-use crate::service::Service;
+use crate::service::{Service, Waiting};
 
 /// How long after a job's timeout and grace a waiting call gives up.
 const WAIT_MARGIN: Duration = Duration::from_secs(30);
@@ -185,7 +185,7 @@ pub async fn completions(
     )?;
     // Armed before the job is stored: a client that goes away while it is
     // being stored must not leave it to run for nobody.
-    let guard = CancelOnDrop::new(Arc::clone(&service), job.id.clone());
+    let guard = Waiting::new(Arc::clone(&service), job.id.clone());
     let (job, _) = match api::submit(&service, job).await {
         Ok(submitted) => submitted,
         Err(mut e) => {
@@ -367,39 +367,6 @@ async fn wait_final(service: &Service, job: &Job) -> Result<Job, OpenAiError> {
     }
 }
 
-/// Cancels the job when dropped armed: the client went away before its
-/// answer.
-struct CancelOnDrop {
-    service: AppState,
-    id: String,
-    armed: bool,
-}
-
-impl CancelOnDrop {
-    fn new(service: AppState, id: String) -> CancelOnDrop {
-        service.wait_for(&id);
-        CancelOnDrop {
-            service,
-            id,
-            armed: true,
-        }
-    }
-
-    fn disarm(mut self) {
-        self.armed = false;
-        self.service.waited(&self.id);
-    }
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        self.service.abandon(&self.id);
-    }
-}
-
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
 
 enum Phase {
@@ -419,7 +386,7 @@ struct ChunkState {
     out: ByteStream,
     carry: Vec<u8>,
     phase: Phase,
-    guard: Option<CancelOnDrop>,
+    guard: Option<Waiting>,
 }
 
 /// The server-sent events of a streamed completion.
@@ -428,7 +395,7 @@ fn chunks(
     job: Job,
     head: Head,
     usage: bool,
-    guard: CancelOnDrop,
+    guard: Waiting,
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send {
     let path = service.files(&job.spec.id).stream(OutStream::Stdout);
     let out: ByteStream = Box::pin(crate::follow::follow(

@@ -28,26 +28,62 @@ pub(super) struct Waiters {
     drained: std::collections::HashSet<String>,
 }
 
+/// A caller waiting for job `id`'s result, registered for as long as it
+/// lives: dropped without [`Waiting::disarm`] (the caller went away before
+/// its answer), it cancels the job.
+pub struct Waiting {
+    service: Arc<Service>,
+    id: String,
+    armed: bool,
+}
+
+impl Waiting {
+    /// Registers a caller of job `id` (before the job is stored: a caller
+    /// that goes away while it is stored must not leave it to run).
+    pub fn new(service: Arc<Service>, id: String) -> Waiting {
+        service.wait_for(&id);
+        Waiting {
+            service,
+            id,
+            armed: true,
+        }
+    }
+
+    /// The caller got its answer (or the job was never stored).
+    pub fn disarm(mut self) {
+        self.armed = false;
+        self.service.waited(&self.id);
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if self.armed {
+            self.service.abandon(&self.id);
+        }
+    }
+}
+
 impl Service {
     fn waiters(&self) -> std::sync::MutexGuard<'_, Waiters> {
         self.waiters.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records that a caller waits for job `id`. Call
-    /// [`Service::cancel_if_draining`] right after: a drain that began
-    /// meanwhile may not have seen it.
-    pub fn wait_for(&self, id: &str) {
+    /// Records that a caller waits for job `id`. The caller calls
+    /// [`Service::cancel_if_draining`] once the job is stored: a drain that
+    /// began meanwhile may not have seen it.
+    fn wait_for(&self, id: &str) {
         self.waiters().waiting.insert(id.to_string());
     }
 
     /// The caller of job `id` got its answer.
-    pub fn waited(&self, id: &str) {
+    fn waited(&self, id: &str) {
         self.waiters().waiting.remove(id);
     }
 
     /// The caller of job `id` went away: the job is cancelled (in the
     /// background; the drain does it too if it comes first).
-    pub fn abandon(self: &Arc<Service>, id: &str) {
+    fn abandon(self: &Arc<Service>, id: &str) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
