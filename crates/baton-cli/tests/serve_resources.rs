@@ -208,3 +208,29 @@ fn readers_of_a_large_log_that_read_slowly_do_not_load_it_into_memory() {
         readers.len()
     );
 }
+
+#[test]
+fn invalid_connection_settings_fail_the_start_naming_the_key() {
+    for (setting, key) in [
+        ("request_body_timeout = \"0s\"", "request_body_timeout"),
+        ("header_read_timeout = \"soon\"", "header_read_timeout"),
+        ("max_connections = 0", "max_connections"),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = tmp.path().join("serve.toml");
+        std::fs::write(&config, sh_config(setting)).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+            .env_clear()
+            .env("HOME", tmp.path())
+            .arg("--dir")
+            .arg(tmp.path().join("baton"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{setting}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{setting}: {err}");
+        assert!(err.contains(key), "{setting}: {err}");
+    }
+}
