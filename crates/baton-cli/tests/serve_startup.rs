@@ -255,6 +255,12 @@ fn a_restart_after_kill9_listens_at_once_and_keeps_the_old_jobs_slots_until_thei
         let j = s.wait_final(id);
         assert_eq!(status(&j), "interrupted", "{j}");
     }
+    // All at once: about one grace, where one after another takes four.
+    let recovered = start.elapsed();
+    assert!(
+        recovered < Duration::from_secs(45),
+        "stopping the leftovers took {recovered:?}"
+    );
     for p in &old {
         wait_until_gone(*p);
     }
