@@ -130,8 +130,8 @@ impl SqliteStore {
         })
     }
 
-    /// Runs `f`, which only reads.
-    async fn with<T: Send + 'static>(
+    /// Runs `f`, which only reads (its failure is not a failed write).
+    async fn reading<T: Send + 'static>(
         &self,
         op: &'static str,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
@@ -139,9 +139,9 @@ impl SqliteStore {
         self.with_sync(op, "NORMAL", false, f).await
     }
 
-    /// Runs `f`, which writes, committed with `synchronous=NORMAL` (see the
-    /// module docs).
-    async fn writing<T: Send + 'static>(
+    /// Runs `f`, which may write, committed with `synchronous=NORMAL` (see
+    /// the module docs).
+    async fn with<T: Send + 'static>(
         &self,
         op: &'static str,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
@@ -310,13 +310,13 @@ impl Store for SqliteStore {
 
     async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {
         let id = id.to_string();
-        self.with("read a job", move |conn| get_job(conn, &id))
+        self.reading("read a job", move |conn| get_job(conn, &id))
             .await
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError> {
         let f = filter.clone();
-        self.with("list jobs", move |conn| {
+        self.reading("list jobs", move |conn| {
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM jobs WHERE (?1 IS NULL OR status = ?1) \
                  AND (?2 IS NULL OR grp = ?2) AND (?3 IS NULL OR seq < ?3) \
@@ -343,7 +343,7 @@ impl Store for SqliteStore {
         now: i64,
     ) -> Result<Option<Job>, StoreError> {
         let node = node.to_string();
-        self.writing("claim a job", move |conn| {
+        self.with("claim a job", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             if counts(&tx)?.running >= max_running {
                 return Ok(None);
@@ -376,7 +376,7 @@ impl Store for SqliteStore {
     async fn set_process_group(&self, id: &str, group: RecordedGroup) -> Result<(), StoreError> {
         let id = id.to_string();
         let json = serde_json::to_string(&group).unwrap_or_default();
-        self.writing("record a job's process group", move |conn| {
+        self.with("record a job's process group", move |conn| {
             conn.execute(
                 "UPDATE jobs SET pgroup = ?1 WHERE id = ?2 AND status = 'running'",
                 params![json, id],
@@ -388,7 +388,7 @@ impl Store for SqliteStore {
 
     async fn set_workspace(&self, id: &str, path: &str) -> Result<(), StoreError> {
         let (id, path) = (id.to_string(), path.to_string());
-        self.writing("record a job's workspace", move |conn| {
+        self.with("record a job's workspace", move |conn| {
             conn.execute(
                 "UPDATE jobs SET workspace = ?1 WHERE id = ?2",
                 params![path, id],
@@ -401,7 +401,7 @@ impl Store for SqliteStore {
     async fn finish(&self, id: &str, finish: &Finish) -> Result<bool, StoreError> {
         let id = id.to_string();
         let f = finish.clone();
-        self.writing("record a job's end", move |conn| {
+        self.with("record a job's end", move |conn| {
             let n = conn.execute(
                 "UPDATE jobs SET status = ?1, exit_code = ?2, error = ?3, superseded_by = ?4, \
                  finished_at = ?5, pgroup = NULL WHERE id = ?6 AND status = 'running'",
@@ -451,7 +451,7 @@ impl Store for SqliteStore {
         let node = node.to_string();
         let ids: std::collections::HashSet<String> = ids.iter().cloned().collect();
         let running = self
-            .with("find interrupted jobs", move |conn| {
+            .reading("find interrupted jobs", move |conn| {
                 let mut stmt = conn.prepare(&format!(
                     "SELECT {COLUMNS} FROM jobs WHERE status = 'running' AND node = ?1 ORDER BY seq"
                 ))?;
@@ -498,7 +498,7 @@ impl Store for SqliteStore {
     }
 
     async fn evict(&self, before: i64) -> Result<Vec<String>, StoreError> {
-        self.writing("evict finished jobs", move |conn| {
+        self.with("evict finished jobs", move |conn| {
             let mut stmt = conn.prepare(
                 "DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?1 \
                  AND status NOT IN ('queued', 'running') RETURNING id",
@@ -510,11 +510,11 @@ impl Store for SqliteStore {
     }
 
     async fn counts(&self) -> Result<Counts, StoreError> {
-        self.with("count jobs", |conn| counts(conn)).await
+        self.reading("count jobs", |conn| counts(conn)).await
     }
 
     async fn status_counts(&self) -> Result<Vec<(JobStatus, u64)>, StoreError> {
-        self.with("count jobs by status", |conn| {
+        self.reading("count jobs by status", |conn| {
             let mut stmt =
                 conn.prepare_cached("SELECT status, COUNT(*) FROM jobs GROUP BY status")?;
             let rows = stmt.query_map([], |r| {
