@@ -50,6 +50,11 @@ pub fn service_main() -> u8 {
 }
 
 fn run_cli(services: &Services) -> u8 {
+    // A run's guardian (see `baton_proc::guard`): this same program,
+    // executed by the run's supervisor; not a command of the CLI.
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(baton_proc::GUARD_ARG)) {
+        return u8::try_from(baton_proc::guardian_main()).unwrap_or(BATON_FAILED);
+    }
     let cli = match crate::cli::parse(std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
@@ -158,6 +163,12 @@ fn run_cli(services: &Services) -> u8 {
                 stdio: Default::default(),
                 setup: None,
                 on_start: None,
+                // Another machine may take over a run on PostgreSQL: its
+                // whole command must stop with this process, or when this
+                // process stops vouching for itself in time.
+                guard: matches!(flags.backend, Backend::Postgres(_)).then(|| {
+                    baton_proc::GuardSpec::this_program(baton_proc::Fence::new(baton_pg::FENCE))
+                }),
             };
             doctor::warn_if_remote(&dir);
             // This process runs one command: orphans of its descendants come

@@ -88,6 +88,11 @@ impl GroupSlot {
         self.holds.is_lost()
     }
 
+    /// See [`Holds::on_alive`].
+    pub fn on_alive(&self, f: impl Fn(std::time::Instant) + Send + 'static) {
+        self.holds.on_alive(f);
+    }
+
     /// See [`Holds::set_command_group`].
     ///
     /// # Errors

@@ -76,6 +76,16 @@ impl Holds {
         }
     }
 
+    /// Runs `f` (from another thread) after each heartbeat the server
+    /// answers while the locks are held, with the instant it was sent: a
+    /// proof that the session lived then, for a guardian's fence
+    /// (`baton_proc::FenceSource::vouch`).
+    pub fn on_alive(&self, f: impl Fn(std::time::Instant) + Send + 'static) {
+        if let Some(s) = &self.session {
+            s.lost.on_alive(Box::new(f));
+        }
+    }
+
     /// Whether the session has ended: the locks are no longer held.
     pub fn is_lost(&self) -> bool {
         self.session.as_ref().is_some_and(|s| s.lost.is_lost())

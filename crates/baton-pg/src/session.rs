@@ -26,6 +26,15 @@ pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
 /// How long a heartbeat may take before the session counts as lost.
 pub(crate) const HEARTBEAT_LIMIT: Duration = Duration::from_secs(5);
 
+/// How long a holder's command may run past the sending of the last
+/// heartbeat its session answered, when its supervisor stops vouching for
+/// it (stalled, or cut off): the bound of its guardian's fence
+/// (`baton_proc::Fence`). A live supervisor notices a lost session within
+/// the same time. Another machine takes over no earlier than this plus 1 s
+/// (and the holder's grace) after it sees the session ended, and the session
+/// ended after that heartbeat was sent: the command is stopped first.
+pub const FENCE: Duration = Duration::from_secs(HEARTBEAT.as_secs() + HEARTBEAT_LIMIT.as_secs());
+
 /// Where the locks live: a parsed backend URL.
 #[derive(Clone)]
 pub struct Database {
@@ -110,6 +119,8 @@ struct LostState {
     lost: bool,
     closing: bool,
     callbacks: Vec<Box<dyn Fn() + Send>>,
+    /// Told of each heartbeat answered, with the instant it was sent.
+    alive: Vec<Box<dyn Fn(std::time::Instant) + Send>>,
 }
 
 impl Lost {
@@ -145,6 +156,22 @@ impl Lost {
 
     pub(crate) fn is_lost(&self) -> bool {
         self.lock().lost
+    }
+
+    /// Registers `f`, told of every heartbeat answered while the session
+    /// lives (with the instant the heartbeat was sent).
+    pub(crate) fn on_alive(&self, f: Box<dyn Fn(std::time::Instant) + Send>) {
+        self.lock().alive.push(f);
+    }
+
+    /// A heartbeat sent at `sent` was answered.
+    fn alive(&self, sent: std::time::Instant) {
+        let s = self.lock();
+        if !s.lost {
+            for f in &s.alive {
+                f(sent);
+            }
+        }
     }
 
     /// We are ending the session ourselves: no callbacks.
@@ -270,8 +297,9 @@ impl Session {
         self.rt.spawn(async move {
             loop {
                 tokio::time::sleep(HEARTBEAT).await;
+                let sent = std::time::Instant::now();
                 match tokio::time::timeout(HEARTBEAT_LIMIT, client.simple_query("")).await {
-                    Ok(Ok(_)) => {}
+                    Ok(Ok(_)) => lost.alive(sent),
                     Ok(Err(e)) => {
                         tracing::debug!(error = %one_line(&e), "heartbeat failed");
                         lost.fire();

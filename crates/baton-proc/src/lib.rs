@@ -57,6 +57,7 @@
 mod cancel;
 mod contain;
 mod error;
+pub mod guard;
 pub mod pidns;
 pub mod procfs;
 
@@ -82,6 +83,7 @@ pub use contain::{
     become_subreaper, is_subreaper, terminate_group, terminate_tree, GroupIdentity, Leftover,
     LeftoverPolicy,
 };
+pub use guard::{guardian_main, Fence, FenceSource, GuardSpec, GUARD_ARG};
 pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 pub use signals::FORWARDED_SIGNALS;
 pub use supervise::Supervisor;
@@ -124,6 +126,10 @@ pub struct RunSpec {
     /// Where the command's standard input, output and error go; inherited
     /// from this process by default.
     pub stdio: StdioSpec,
+    /// Start a guardian before the command, which stops the command's whole
+    /// process group if this process dies or stops vouching for itself in
+    /// time (see [`guard`]). `None` by default.
+    pub guard: Option<GuardSpec>,
 }
 
 /// Where one of the command's standard streams goes.
@@ -176,6 +182,7 @@ impl RunSpec {
             leftovers: LeftoverPolicy::Terminate,
             forward_signals: false,
             stdio: StdioSpec::default(),
+            guard: None,
         }
     }
 
@@ -214,6 +221,10 @@ pub struct Finished {
     /// Processes still running when the command exited: terminated (TERM,
     /// grace, KILL) unless [`RunSpec::leftovers`] is [`LeftoverPolicy::Leave`].
     pub leftovers: Vec<Leftover>,
+    /// The guardian ([`RunSpec::guard`]) killed the command's group because
+    /// this process did not vouch for itself in time (it was stopped, or
+    /// its proofs of liveness failed).
+    pub fenced: bool,
 }
 
 /// How a supervised child ended.
