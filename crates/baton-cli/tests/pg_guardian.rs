@@ -110,7 +110,10 @@ fn kill(pid: i32, sig: i32) {
 fn running(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().starts_with('Z')))
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim_start().starts_with('Z'))
+        })
         .is_some_and(|zombie| !zombie)
 }
 
@@ -118,7 +121,11 @@ fn read_pid(path: &PathBuf) -> i32 {
     wait_until(Duration::from_secs(30), || {
         std::fs::read_to_string(path).is_ok_and(|s| s.ends_with('\n'))
     });
-    std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 fn finish(mut child: Child, limit: Duration) -> Output {
@@ -161,14 +168,25 @@ fn sigkill_of_a_supervisor_stops_its_commands_children() {
     let (a, b) = (Host::new("host-a", &db), Host::new("host-b", &db));
     let log = a.env.path("log");
     let pidfile = a.env.path("ticker.pid");
-    let holder = a.spawn(&["run", "--lock", "k", "--", "sh", "-c", &ticking("A", &log, &pidfile)]);
+    let holder = a.spawn(&[
+        "run",
+        "--lock",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        &ticking("A", &log, &pidfile),
+    ]);
     let ticker = read_pid(&pidfile);
     wait_until(Duration::from_secs(30), || ticks(&log, "A").len() >= 3);
     let killed = Instant::now();
     kill(holder.id() as i32, libc::SIGKILL);
     let _ = finish(holder, Duration::from_secs(10));
     wait_until(Duration::from_secs(10), || !running(ticker));
-    eprintln!("SIGKILL of the supervisor -> its command's child gone: {:?}", killed.elapsed());
+    eprintln!(
+        "SIGKILL of the supervisor -> its command's child gone: {:?}",
+        killed.elapsed()
+    );
 
     let out = b.output(&["run", "--lock", "k", "--", "sh", "-c", &one_tick("B", &log)]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -187,7 +205,15 @@ fn stopped_supervisor_is_fenced_before_another_host_takes_over() {
     let log = a.env.path("log");
     let pidfile = a.env.path("ticker.pid");
     let holder = a.spawn(&[
-        "run", "--grace", "1s", "--lock", "k", "--", "sh", "-c", &ticking("A", &log, &pidfile),
+        "run",
+        "--grace",
+        "1s",
+        "--lock",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        &ticking("A", &log, &pidfile),
     ]);
     let ticker = read_pid(&pidfile);
     wait_until(Duration::from_secs(30), || ticks(&log, "A").len() >= 3);
@@ -218,10 +244,26 @@ fn a_group_run_of_another_host_starts_after_the_dead_runs_children() {
     let (a, b) = (Host::new("host-a", &db), Host::new("host-b", &db));
     let log = a.env.path("log");
     let pidfile = a.env.path("ticker.pid");
-    let holder = a.spawn(&["run", "--group", "g", "--", "sh", "-c", &ticking("A", &log, &pidfile)]);
+    let holder = a.spawn(&[
+        "run",
+        "--group",
+        "g",
+        "--",
+        "sh",
+        "-c",
+        &ticking("A", &log, &pidfile),
+    ]);
     let ticker = read_pid(&pidfile);
     wait_until(Duration::from_secs(30), || ticks(&log, "A").len() >= 3);
-    let newer = b.spawn(&["run", "--group", "g", "--", "sh", "-c", &one_tick("B", &log)]);
+    let newer = b.spawn(&[
+        "run",
+        "--group",
+        "g",
+        "--",
+        "sh",
+        "-c",
+        &one_tick("B", &log),
+    ]);
     kill(holder.id() as i32, libc::SIGKILL);
     let _ = finish(holder, Duration::from_secs(10));
     let out = finish(newer, Duration::from_secs(60));

@@ -153,7 +153,8 @@ impl Fence {
     /// from now: its deadline starts at now plus the bound.
     pub fn source(&self) -> FenceSource {
         let mut s = self.lock();
-        s.sources.push(mono_ns().saturating_add(nanos(self.shared.bound)));
+        s.sources
+            .push(mono_ns().saturating_add(nanos(self.shared.bound)));
         FenceSource {
             fence: self.clone(),
             index: s.sources.len() - 1,
@@ -503,7 +504,10 @@ mod tests {
         ));
         assert!(matches!(parse(b"F 77\n"), Some(Message::Feed(77))));
         assert!(matches!(parse(b"D\n"), Some(Message::Disarm)));
-        assert!(parse(b"A 1 2 3 4\n").is_none(), "pgid 1 is never a command's");
+        assert!(
+            parse(b"A 1 2 3 4\n").is_none(),
+            "pgid 1 is never a command's"
+        );
         assert!(parse(b"X\n").is_none());
         assert!(parse(b"F x\n").is_none());
     }
@@ -521,7 +525,11 @@ mod tests {
         let old = Instant::now().checked_sub(Duration::from_secs(60));
         if let Some(old) = old {
             b.vouch(old);
-            assert_eq!(fence.lock().until().unwrap_or(0), after_a, "an old proof changes nothing");
+            assert_eq!(
+                fence.lock().until().unwrap_or(0),
+                after_a,
+                "an old proof changes nothing"
+            );
         }
         b.vouch(Instant::now());
         assert!(fence.lock().until().unwrap_or(0) >= after_a);

@@ -83,8 +83,8 @@ pub use contain::{
     become_subreaper, is_subreaper, terminate_group, terminate_tree, GroupIdentity, Leftover,
     LeftoverPolicy,
 };
-pub use guard::{guardian_main, Fence, FenceSource, GuardSpec, GUARD_ARG};
 pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
+pub use guard::{guardian_main, Fence, FenceSource, GuardSpec, GUARD_ARG};
 pub use signals::FORWARDED_SIGNALS;
 pub use supervise::Supervisor;
 

@@ -13,8 +13,8 @@ use rustix::io::Errno;
 use rustix::process::{kill_process_group, pidfd_open, Pid, PidfdFlags, Signal};
 
 use crate::cancel::{CancelShared, Canceller};
-use crate::guard::Guardian;
 use crate::contain::{stop_orphans, terminate_group, GroupIdentity, LeftoverPolicy, SUPERVISED};
+use crate::guard::Guardian;
 use crate::signals::SignalCatcher;
 use crate::terminal::{child_stopped, proxy_stop, StopWatch, TerminalHandover};
 use crate::{Finished, Outcome, ProcError, RunSpec, Started};

@@ -34,6 +34,9 @@ pub struct ExecContext {
     /// Where the job's group lives (the store's PostgreSQL database, if
     /// that is the store: one group across every node).
     pub groups: baton_run::Backend,
+    /// The job's guardian, on a store several nodes share (see
+    /// [`baton_run::RunRequest::guard`]).
+    pub guard: Option<baton_proc::GuardSpec>,
 }
 
 /// Hooks the executor calls while the job runs.
@@ -120,6 +123,7 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
     req.control = control.clone();
     req.grace = ctx.config.grace;
     req.timeout = Some(Duration::from_millis(job.spec.timeout_ms));
+    req.guard = ctx.guard.clone();
     req.env = env;
     req.stdio = StdioSpec {
         stdin,
@@ -205,6 +209,17 @@ fn finish_of(
     let now = now_ms();
     let report = match result {
         Ok(r) => r,
+        // Its node lost its database session, or stopped vouching for it in
+        // time: nobody cancelled it, its run was cut short.
+        Err(e @ (RunError::LockLost { .. } | RunError::Fenced { .. })) => {
+            return Finish {
+                status: JobStatus::Interrupted,
+                exit_code: Some(e_exit_code(&e)),
+                error: Some(e.to_string()),
+                superseded_by: None,
+                finished_at: now,
+            }
+        }
         Err(RunError::NotAdmitted(why)) => {
             return Finish {
                 status: JobStatus::Skipped,
@@ -242,6 +257,10 @@ fn finish_of(
                 report.superseded_by.as_deref().unwrap_or("a newer run")
             )),
         ),
+        Outcome::Cancelled if control.stop_reason() == Some(baton_run::StopReason::LockLost) => (
+            JobStatus::Interrupted,
+            Some("interrupted: this node lost its database session".to_string()),
+        ),
         Outcome::Cancelled => {
             let why = match (control.stop_reason(), shutting_down) {
                 (_, true) => "cancelled: the service shut down and its drain timeout passed",
@@ -268,6 +287,11 @@ fn finish_of(
         (Some(w), None) => Some(format!("the workspace could not be removed: {w}")),
         (None, e) => e,
     };
+    // Stopped because its node lost its session: baton's "lock lost".
+    let code = match status {
+        JobStatus::Interrupted => baton_contract::exit::LOCK_LOST,
+        _ => code,
+    };
     Finish {
         status,
         exit_code: Some(code),
@@ -280,6 +304,7 @@ fn finish_of(
 fn e_exit_code(e: &RunError) -> i32 {
     match e {
         RunError::Proc(p) => p.exit_code(),
+        RunError::LockLost { .. } | RunError::Fenced { .. } => baton_contract::exit::LOCK_LOST,
         _ => baton_contract::exit::BATON_FAILED,
     }
 }
