@@ -271,3 +271,126 @@ fn a_group_run_of_another_host_starts_after_the_dead_runs_children() {
     assert!(!running(ticker), "A's command's child still runs");
     assert_a_before_b(&log);
 }
+
+/// A TCP proxy to the machine's PostgreSQL that can be frozen: it then
+/// stops moving bytes and holds every connection open (a black-holed
+/// network path: no RST, no FIN, ever).
+struct Proxy {
+    port: u16,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    fn start() -> Proxy {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let frozen = Arc::new(AtomicBool::new(false));
+        let f = Arc::clone(&frozen);
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for conn in listener.incoming() {
+                let Ok(down) = conn else { continue };
+                if f.load(Ordering::SeqCst) {
+                    held.push(down); // accepted, never answered
+                    continue;
+                }
+                let Ok(up) = std::net::TcpStream::connect("127.0.0.1:5432") else {
+                    continue;
+                };
+                for (from, to) in [(down.try_clone(), up.try_clone()), (Ok(up), Ok(down))] {
+                    let (Ok(from), Ok(to)) = (from, to) else {
+                        continue;
+                    };
+                    let f = Arc::clone(&f);
+                    std::thread::spawn(move || pump(from, to, &f));
+                }
+            }
+        });
+        Proxy { port, frozen }
+    }
+
+    fn freeze(&self) {
+        self.frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn pump(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    frozen: &std::sync::atomic::AtomicBool,
+) {
+    use std::io::{Read, Write};
+    let _ = from.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut buf = [0u8; 16384];
+    loop {
+        if frozen.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        match from.read(&mut buf) {
+            Ok(0) => {
+                let _ = to.shutdown(std::net::Shutdown::Write);
+                return;
+            }
+            Ok(n) => {
+                if frozen.load(std::sync::atomic::Ordering::SeqCst)
+                    || to.write_all(&buf[..n]).is_err()
+                {
+                    continue; // black hole: the bytes go nowhere
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Fault 7: the network path to the database black-holed while the
+/// command runs. `baton run` stopped its command in time, then hung in its
+/// release for as long as the stall lasted; now every step of the release
+/// (and a new session's connection) is bounded, and it exits 76.
+#[test]
+fn a_black_holed_database_ends_the_run_with_76_in_bounded_time() {
+    let db = TestDb::new();
+    let proxy = Proxy::start();
+    let url = db.url().replace(":5432/", &format!(":{}/", proxy.port));
+    let env = Env::new();
+    let holder = env
+        .baton(&[
+            "--backend",
+            url.as_str(),
+            "run",
+            "--grace",
+            "1s",
+            "--lock",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            "touch started; exec sleep 600",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = env.path("started");
+    wait_until(Duration::from_secs(30), || started.exists());
+    proxy.freeze();
+    let frozen = Instant::now();
+    let out = finish(holder, Duration::from_secs(60));
+    let waited = frozen.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    eprintln!(
+        "network black-holed -> baton run exited {} after {waited:?}: {err:?}",
+        code(&out)
+    );
+    assert_eq!(code(&out), 76, "{err}");
+    assert!(waited < Duration::from_secs(45), "took {waited:?}");
+}

@@ -26,6 +26,15 @@ pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
 /// How long a heartbeat may take before the session counts as lost.
 pub(crate) const HEARTBEAT_LIMIT: Duration = Duration::from_secs(5);
 
+/// How long making a session may take (the TCP connection, the login, the
+/// session's settings) before it counts as failed.
+pub(crate) const CONNECT_LIMIT: Duration = Duration::from_secs(5);
+
+/// How long each step of a release may take: a release after a lost
+/// session, or on a network that black-holes packets, ends in bounded time
+/// (the locks are free anyway once the session is closed).
+pub(crate) const RELEASE_LIMIT: Duration = Duration::from_secs(5);
+
 /// How long a holder's command may run past the sending of the last
 /// heartbeat its session answered, when its supervisor stops vouching for
 /// it (stalled, or cut off): the bound of its guardian's fence
@@ -204,8 +213,12 @@ impl Session {
         let (notes_tx, notes) = mpsc::unbounded_channel();
         let driver_lost = Arc::clone(&lost);
         let config = db.config.clone();
-        let client = rt.block_on(async move {
-            let (client, mut connection) = config.connect(NoTls).await?;
+        let connected = rt.block_on(async move {
+            let (client, mut connection) =
+                match tokio::time::timeout(CONNECT_LIMIT, config.connect(NoTls)).await {
+                    Ok(c) => c?,
+                    Err(_) => return Ok(None),
+                };
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             tokio::spawn(async move {
                 while let Some(m) = messages.next().await {
@@ -222,9 +235,20 @@ impl Session {
                 }
                 driver_lost.fire();
             });
-            Ok::<_, tokio_postgres::Error>(client)
+            Ok::<_, tokio_postgres::Error>(Some(client))
         });
-        let client = client.map_err(|e| connect_error(db, &e))?;
+        let client = match connected.map_err(|e| connect_error(db, &e))? {
+            Some(c) => c,
+            None => {
+                return Err(PgError::Connect {
+                    url: db.shown.clone(),
+                    reason: format!(
+                        "no answer within {} s (is the server up, and the host and port right?)",
+                        CONNECT_LIMIT.as_secs()
+                    ),
+                })
+            }
+        };
         let client = Arc::new(client);
         // One round trip in the usual case. A client that dies while its
         // session waits in the server's lock queue (Ctrl-C, SIGKILL) must
@@ -236,21 +260,37 @@ impl Session {
         let keepalives = "SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2; \
                           SET tcp_keepalives_count = 3; SET tcp_user_timeout = 10000";
         let c = Arc::clone(&client);
-        rt.block_on(async move {
-            let all = format!("{keepalives}; SET client_connection_check_interval = 1000");
-            match c.batch_execute(&all).await {
-                Ok(()) => Ok(()),
-                Err(e) if sqlstate(&e) == Some("42704") => {
-                    tracing::debug!(error = %one_line(&e), "no client_connection_check_interval");
-                    c.batch_execute(keepalives).await
+        let set = rt.block_on(async move {
+            // Bounded: a server that accepted the connection and then
+            // stopped answering must not hang the caller (a release after a
+            // lost session connects anew).
+            tokio::time::timeout(CONNECT_LIMIT, async move {
+                let all = format!("{keepalives}; SET client_connection_check_interval = 1000");
+                match c.batch_execute(&all).await {
+                    Ok(()) => Ok(()),
+                    Err(e) if sqlstate(&e) == Some("42704") => {
+                        tracing::debug!(error = %one_line(&e), "no client_connection_check_interval");
+                        c.batch_execute(keepalives).await
+                    }
+                    Err(e) => Err(e),
                 }
-                Err(e) => Err(e),
-            }
-        })
-        .map_err(|e| PgError::Database {
+            })
+            .await
+        });
+        let start_failed = |message: String| PgError::Database {
             op: "start a session",
-            message: one_line(&e),
-        })?;
+            message,
+        };
+        match set {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(start_failed(one_line(&e))),
+            Err(_) => {
+                return Err(start_failed(format!(
+                    "no answer within {} s",
+                    CONNECT_LIMIT.as_secs()
+                )))
+            }
+        }
         Ok(Session {
             rt,
             client,
@@ -269,6 +309,31 @@ impl Session {
         self.rt
             .block_on(f(Arc::clone(&self.client)))
             .map_err(|e| self.error(op, &e))
+    }
+
+    /// Like [`Session::run`], but gives up after `limit` (the server, or
+    /// the network to it, stopped answering): for steps that must end in a
+    /// bounded time whatever the network does, such as a release.
+    pub(crate) fn run_within<T, F, Fut>(
+        &self,
+        op: &'static str,
+        limit: Duration,
+        f: F,
+    ) -> Result<T, PgError>
+    where
+        F: FnOnce(Arc<tokio_postgres::Client>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        match self
+            .rt
+            .block_on(async { tokio::time::timeout(limit, f(Arc::clone(&self.client))).await })
+        {
+            Ok(r) => r.map_err(|e| self.error(op, &e)),
+            Err(_) => Err(PgError::Database {
+                op,
+                message: format!("no answer within {} s", limit.as_secs()),
+            }),
+        }
     }
 
     /// A statement's error as a typed error.
