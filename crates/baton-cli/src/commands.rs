@@ -95,7 +95,8 @@ fn run_cli(services: &Services) -> u8 {
     let backend = match backend_url.as_deref() {
         None => Backend::Local,
         Some(url) => match baton_pg::Database::new(url) {
-            Ok(db) => Backend::Postgres(Arc::new(db)),
+            // A wait that goes on through a server restart says so once.
+            Ok(db) => Backend::Postgres(Arc::new(db.on_notice(|m| errln!("baton: {m}")))),
             Err(e) => return fail(&e, BATON_FAILED),
         },
     };

@@ -50,6 +50,8 @@ pub struct Database {
     pub(crate) config: tokio_postgres::Config,
     /// The URL with its password replaced, for messages.
     pub(crate) shown: String,
+    /// Told (once per wait) when a wait goes on through a lost session.
+    pub(crate) notice: Option<Arc<dyn Fn(&str) + Send + Sync>>,
 }
 
 impl std::fmt::Debug for Database {
@@ -104,7 +106,21 @@ impl Database {
             .keepalives_interval(Duration::from_secs(2))
             .keepalives_retries(3)
             .tcp_user_timeout(Duration::from_secs(10));
-        Ok(Database { config, shown })
+        Ok(Database {
+            config,
+            shown,
+            notice: None,
+        })
+    }
+
+    /// Calls `f` with a one-line message when a wait for a lock loses its
+    /// session (the server restarted, the connection broke) and goes on
+    /// waiting on a new one: once per wait. The library prints nothing
+    /// itself; a command-line front end shows it on stderr.
+    #[must_use]
+    pub fn on_notice(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Database {
+        self.notice = Some(Arc::new(f));
+        self
     }
 
     /// The URL, its password replaced by `***`.
@@ -240,7 +256,7 @@ impl Session {
         let client = match connected.map_err(|e| connect_error(db, &e))? {
             Some(c) => c,
             None => {
-                return Err(PgError::Connect {
+                return Err(PgError::Unavailable {
                     url: db.shown.clone(),
                     reason: format!(
                         "no answer within {} s (is the server up, and the host and port right?)",
@@ -338,6 +354,12 @@ impl Session {
 
     /// A statement's error as a typed error.
     pub(crate) fn error(&self, op: &'static str, e: &tokio_postgres::Error) -> PgError {
+        if crate::error::session_ended(e) || self.lost.is_lost() {
+            return PgError::SessionLost {
+                op,
+                message: one_line(e),
+            };
+        }
         if sqlstate(e) == Some("42501") {
             return PgError::Permission {
                 url: self.db.shown.clone(),
@@ -405,11 +427,19 @@ fn connect_error(db: &Database, e: &tokio_postgres::Error) -> PgError {
         ),
         _ => {
             let text = one_line(e);
-            if text.contains("timed out") {
+            let text = if text.contains("timed out") {
                 "no answer within 5 s (is the server up, and the host and port right?)".into()
             } else {
                 text
+            };
+            // Refused, reset, starting up: a restart looks like this too.
+            if sqlstate(e).is_none() || crate::error::session_ended(e) {
+                return PgError::Unavailable {
+                    url: db.shown.clone(),
+                    reason: text,
+                };
             }
+            text
         }
     };
     PgError::Connect {
