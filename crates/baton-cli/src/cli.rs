@@ -69,10 +69,11 @@ pub struct Globals {
     #[arg(long, global = true, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 
-    /// Keep locks in a PostgreSQL database, shared by every machine using it, instead of
-    /// the baton dir: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE. Applies to `run
-    /// --lock` and the `lock` commands (not yet to groups); the tables are created on
-    /// first use (or by `baton db migrate`). A run whose database session ends stops its
+    /// Keep locks and groups in a PostgreSQL database, shared by every machine using it,
+    /// instead of the baton dir: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE. Applies
+    /// to `run --lock`, `run --group`, `group status` and the `lock` commands; give the
+    /// `--store` URL of a `baton serve` to share its jobs' groups. The tables are created
+    /// on first use (or by `baton db migrate`). A run whose database session ends stops its
     /// command and exits 76.
     #[arg(
         long,

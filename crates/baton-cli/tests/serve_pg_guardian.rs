@@ -156,3 +156,99 @@ fn a_job_stopped_by_a_lost_session_is_interrupted() {
     assert_eq!(j["status"], "interrupted", "{j}");
     assert_eq!(j["exit_code"], 76, "{j}");
 }
+
+/// `start TAG NS` / `end TAG NS` lines around `body`, for `sh -c`.
+fn logged(tag: &str, log: &Path, body: &str) -> String {
+    let now = "$(/usr/bin/python3 -c 'import time; print(time.monotonic_ns())')";
+    let log = log.display();
+    format!("echo \"start {tag} {now}\" >> {log}; {body}; echo \"end {tag} {now}\" >> {log}")
+}
+
+/// (tag, start, end) of each run in `log`, by start.
+fn intervals(log: &Path) -> Vec<(String, u64, u64)> {
+    let text = std::fs::read_to_string(log).unwrap();
+    let mut out: Vec<(String, u64, u64)> = Vec::new();
+    for line in text.lines() {
+        let p: Vec<&str> = line.split_whitespace().collect();
+        let ns: u64 = p[2].parse().unwrap();
+        match p[0] {
+            "start" => out.push((p[1].to_string(), ns, 0)),
+            _ => out.iter_mut().find(|i| i.0 == p[1]).unwrap().2 = ns,
+        }
+    }
+    out.sort_by_key(|i| i.1);
+    assert!(out.iter().all(|i| i.2 > 0), "a run never ended: {text}");
+    out
+}
+
+/// Fault 3 of the service review: with a service on a PostgreSQL store, a
+/// `baton run --group K` from a script (its own baton dir, `--backend` the
+/// store's URL) and the service's jobs of group K are one group: they never
+/// run side by side, whichever comes first.
+#[test]
+fn a_script_and_the_services_jobs_share_a_group_on_postgres() {
+    let db = TestDb::new();
+    let url = db.url();
+    let node = Server::start(&sh_config(""), &["--store", url.as_str()]);
+    let log = node.path("log");
+    let script_dir = node.path("script-baton");
+    let script_dir = script_dir.to_str().unwrap();
+    let script = |tag: &str, body: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+            .args([
+                "--dir",
+                script_dir,
+                "--backend",
+                url.as_str(),
+                "run",
+                "--group",
+                "k",
+            ])
+            .args(["--", "sh", "-c", &logged(tag, &log, body)])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+
+    // The job first, then the script.
+    let job = node.submit(json!({"prompt": logged("job1", &log, "sleep 2"), "group": "k"}));
+    node.wait_job(&job, Duration::from_secs(30), |j| j["status"] == "running");
+    let run = script("run1", "sleep 0.2").wait_with_output().unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(node.wait_final(&job)["status"], "succeeded");
+
+    // The script first, then the job.
+    let started = node.path("run2-started");
+    let run = script("run2", &format!("touch {}; sleep 2", started.display()));
+    wait(Duration::from_secs(30), "the script's run started", || {
+        started.exists()
+    });
+    let job = node.submit(json!({"prompt": logged("job2", &log, "true"), "group": "k"}));
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(node.wait_final(&job)["status"], "succeeded");
+
+    let all = intervals(&log);
+    eprintln!("{all:?}");
+    assert_eq!(all.len(), 4, "{all:?}");
+    for w in all.windows(2) {
+        assert!(
+            w[0].2 <= w[1].1,
+            "{} ran beside {}: {all:?}",
+            w[0].0,
+            w[1].0
+        );
+    }
+}
