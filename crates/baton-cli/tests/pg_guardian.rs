@@ -475,3 +475,56 @@ fn a_waiter_waits_on_through_a_lost_session() {
     let out = finish(holder, Duration::from_secs(30));
     assert_eq!(code(&out), 0);
 }
+
+/// Fault 3: host A's supervisor is stalled (SIGSTOP) *and* cut off from
+/// the database (its path black-holed); the server ends its session (as
+/// its keepalives would; here at once) and host B takes the lock after the
+/// settle wait. A's command, which used to run beside B's until A resumed,
+/// is stopped by its guardian first.
+#[test]
+fn a_stalled_and_cut_off_supervisor_is_fenced_before_another_host_takes_over() {
+    let db = TestDb::new();
+    let proxy = Proxy::start();
+    let mut a = Host::new("host-a", &db);
+    a.url = db.url().replace(":5432/", &format!(":{}/", proxy.port));
+    let b = Host::new("host-b", &db);
+    let log = a.env.path("log");
+    let pidfile = a.env.path("ticker.pid");
+    let holder = a.spawn(&[
+        "run",
+        "--grace",
+        "1s",
+        "--lock",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        &ticking("A", &log, &pidfile),
+    ]);
+    let ticker = read_pid(&pidfile);
+    wait_until(Duration::from_secs(30), || ticks(&log, "A").len() >= 3);
+    kill(holder.id() as i32, libc::SIGSTOP);
+    proxy.freeze();
+    let ended = db.query(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
+         AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    );
+    assert_eq!(ended.len(), 1, "A's session was ended");
+    let stalled = Instant::now();
+    let out = b.output(&["run", "--lock", "k", "--", "sh", "-c", &one_tick("B", &log)]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    eprintln!(
+        "A stalled and cut off -> B's run done: {:?}",
+        stalled.elapsed()
+    );
+    assert!(!running(ticker), "A's command still runs after B ran");
+    kill(holder.id() as i32, libc::SIGCONT);
+    let out = finish(holder, Duration::from_secs(60));
+    eprintln!(
+        "A after SIGCONT: exit {}, stderr {:?}",
+        code(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(code(&out), 76);
+    assert_a_before_b(&log);
+}
