@@ -86,7 +86,7 @@ pub struct RunRequest {
     /// stops vouching for itself in time. Every PostgreSQL session of the
     /// run (its group's slot, its locks) becomes a source of the fence; a
     /// caller adds its own (the job service: its node's session). A run
-    /// whose guardian fenced it ends with [`RunError::LockLost`]. Meant for
+    /// whose guardian fenced it ends with [`RunError::Fenced`]. Meant for
     /// runs that another machine may take over: `None` by default.
     pub guard: Option<baton_proc::GuardSpec>,
 }
