@@ -154,6 +154,7 @@ fn run_cli(services: &Services) -> u8 {
                 forward_signals: true,
                 run_id: Some(logging::run_id().to_string()),
                 env: Vec::new(),
+                clear_env: false,
                 cwd: None,
                 stdio: Default::default(),
                 setup: None,
