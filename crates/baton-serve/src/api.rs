@@ -2,7 +2,6 @@
 //! errors as `{"error": {"code", "message"}}`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -17,6 +16,11 @@ use crate::model::{now_ms, rfc3339, Job, JobMode, JobStatus, ListFilter, NewJob,
 use crate::output::{self, Stream};
 use crate::service::{Cancelled, Service};
 use crate::store::StoreError;
+
+mod input;
+
+pub use input::{check_prompt, parse_body};
+use input::{parse_timeout, valid_branch};
 
 /// Shared state of the handlers.
 pub type AppState = Arc<Service>;
@@ -88,26 +92,6 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// A JSON body, with every way it can be wrong reported as an [`ApiError`].
-pub fn parse_body<T: serde::de::DeserializeOwned>(
-    body: Result<Bytes, BytesRejection>,
-) -> Result<T, ApiError> {
-    let bytes = body.map_err(|r| {
-        let status = r.status();
-        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "body_too_large"
-        } else {
-            "invalid_body"
-        };
-        ApiError::new(
-            status,
-            code,
-            format!("cannot read the request body: {}", r.body_text()),
-        )
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad(format!("invalid JSON body: {e}")))
-}
-
 /// `POST /v1/jobs`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -155,6 +139,10 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
         return Err(ApiError::bad(
             "invalid field 'prompt': it contains a NUL byte (U+0000), which no command argument can hold",
         ));
+    }
+    if let Some(p) = &req.prompt {
+        let substituted = template.filter(|_| req.command.is_none());
+        check_prompt(service, substituted, p, "prompt")?;
     }
     if let Some(cmd) = &req.command {
         if cmd.iter().any(|a| a.contains('\0')) {
@@ -238,44 +226,6 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
         command: req.command,
         created_at: now_ms(),
     })
-}
-
-fn parse_timeout(v: &Value, max: Duration) -> Result<Duration, ApiError> {
-    let d = match v {
-        Value::Number(n) => n
-            .as_f64()
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .map(Duration::from_secs_f64),
-        Value::String(s) => humantime::parse_duration(s.trim()).ok(),
-        _ => None,
-    }
-    .filter(|d| !d.is_zero())
-    .ok_or_else(|| {
-        ApiError::bad(format!(
-            "invalid field 'timeout': {v} (use a duration such as \"90s\" or \"15m\", or a number of seconds)"
-        ))
-    })?;
-    if d > max {
-        return Err(ApiError::bad(format!(
-            "invalid field 'timeout': {v} is longer than this service's max_timeout ({})",
-            humantime::format_duration(max)
-        )));
-    }
-    Ok(d)
-}
-
-/// What `git check-ref-format --branch` would accept, conservatively.
-fn valid_branch(b: &str) -> bool {
-    !b.is_empty()
-        && b.len() <= 200
-        && !b.starts_with(['-', '/', '.'])
-        && !b.ends_with(['/', '.'])
-        && !b.ends_with(".lock")
-        && !b.contains("..")
-        && !b.contains("//")
-        && !b.contains("@{")
-        && b.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._/-+".contains(c))
 }
 
 /// Stores a job, refusing when draining or full.

@@ -16,7 +16,7 @@ use baton_proc::{Outcome, Stdio, StdioSpec};
 use baton_run::{GroupMode, GroupRequest, OnStart, RunControl, RunError, RunRequest};
 use tokio::sync::watch;
 
-use crate::config::{Config, Template};
+use crate::config::{Config, Template, BASE_ENV};
 use crate::model::{now_ms, Finish, Job, JobMode, JobStatus, RecordedGroup};
 use crate::output::{Capture, JobFiles, Stream};
 
@@ -47,19 +47,44 @@ pub struct Hooks {
 /// Variables for a command.
 pub type Env = Vec<(OsString, OsString)>;
 
-/// The argv and environment of a job, from its template
-/// (or its raw command, where allowed).
+/// `PATH` for a job when the service itself has none.
+pub const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The argv and environment of a job, from its template (or its raw
+/// command, where allowed). The environment is the whole of it (the run
+/// starts from an empty one): the service's [`BASE_ENV`] variables it has,
+/// the template's `inherit_env` ones it has, the template's `env`, then
+/// `BATON_PROMPT` and `BATON_JOB_ID` (the run library adds its own
+/// `BATON_*`). Never the service's token, nor another template's `env`.
 pub fn command_for(job: &Job, template: Option<&Template>) -> Result<(Vec<OsString>, Env), String> {
+    command_from(job, template, &|k| std::env::var_os(k))
+}
+
+/// [`command_for`] with the service's environment given as a lookup.
+fn command_from(
+    job: &Job,
+    template: Option<&Template>,
+    service_env: &dyn Fn(&str) -> Option<OsString>,
+) -> Result<(Vec<OsString>, Env), String> {
     let prompt = job.spec.prompt.clone().unwrap_or_default();
-    let mut env: Vec<(OsString, OsString)> = vec![
-        ("BATON_PROMPT".into(), prompt.clone().into()),
-        ("BATON_JOB_ID".into(), job.spec.id.clone().into()),
-    ];
+    let mut env: Env = Vec::new();
+    for name in BASE_ENV {
+        match service_env(name) {
+            Some(v) => env.push((name.into(), v)),
+            None if name == "PATH" => env.push((name.into(), FALLBACK_PATH.into())),
+            None => {}
+        }
+    }
     let argv: Vec<OsString> = match (&job.spec.command, template) {
         (Some(raw), _) => raw.iter().map(OsString::from).collect(),
         (None, Some(t)) => {
+            for name in &t.inherit_env {
+                if let Some(v) = service_env(name) {
+                    env.push((name.into(), v));
+                }
+            }
             for (k, v) in &t.env {
-                env.insert(0, (k.into(), v.into()));
+                env.push((k.into(), v.into()));
             }
             t.command
                 .iter()
@@ -76,7 +101,26 @@ pub fn command_for(job: &Job, template: Option<&Template>) -> Result<(Vec<OsStri
             ))
         }
     };
+    env.push(("BATON_PROMPT".into(), prompt.into()));
+    env.push(("BATON_JOB_ID".into(), job.spec.id.clone().into()));
     Ok((argv, env))
+}
+
+/// The message for a command the kernel refused to start because its
+/// arguments and environment are too large (E2BIG): the sizes and limits.
+fn too_large(argv: &[OsString], env: &Env, prompt_len: usize) -> String {
+    let args: usize = argv.iter().map(|a| a.len() + 1).sum();
+    let vars: usize = env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    // SAFETY: sysconf only reads a system limit.
+    let arg_max = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
+    format!(
+        "could not start the command: the system refused its arguments and environment as too \
+         large (E2BIG): the prompt is {prompt_len} bytes (one argument and BATON_PROMPT; each may \
+         be at most {} bytes, MAX_ARG_STRLEN), arguments and environment are {} bytes in all \
+         (ARG_MAX {arg_max}); lower max_prompt_bytes",
+        128 * 1024,
+        args + vars
+    )
 }
 
 /// Runs `job` to its end and says how it ended. Never panics on the
@@ -113,14 +157,27 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
         Err(e) => return failed(format!("cannot capture the job's output: {e}")),
     };
 
-    let mut req = RunRequest::new(argv);
+    let mut req = RunRequest::new(argv.clone());
     req.run_id = Some(job.spec.id.clone());
     req.owner = Some(format!("baton serve job {}", job.spec.id));
     req.operation = Some(format!("job {} ({})", job.spec.id, job.spec.template));
     req.control = control.clone();
     req.grace = ctx.config.grace;
     req.timeout = Some(Duration::from_millis(job.spec.timeout_ms));
-    req.env = env;
+    let e2big = |result: &Result<baton_run::RunReport, RunError>| match result {
+        Err(RunError::Proc(baton_proc::ProcError::Spawn { source, .. }))
+            if source.raw_os_error() == Some(libc::E2BIG) =>
+        {
+            Some(too_large(
+                &argv,
+                &env,
+                job.spec.prompt.as_deref().map_or(0, str::len),
+            ))
+        }
+        _ => None,
+    };
+    req.env = env.clone();
+    req.clear_env = true;
     req.stdio = StdioSpec {
         stdin,
         stdout: Stdio::Fd(out.writer()),
@@ -194,6 +251,9 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
     drop(req); // our copies of the pipes' write ends
     out.finish(Duration::from_secs(2));
     err.finish(Duration::from_secs(2));
+    if let Some(message) = e2big(&result) {
+        return failed(message);
+    }
     finish_of(result, &control, ctx.shutting_down.load(Ordering::SeqCst))
 }
 
@@ -249,6 +309,14 @@ fn finish_of(
             };
             (JobStatus::Cancelled, Some(why.to_string()))
         }
+        Outcome::TimedOut if report.setup_failed => (
+            JobStatus::TimedOut,
+            Some(
+                "timed out in the workspace's setup command (the timeout counts from its start); \
+                 the job's command did not run"
+                    .to_string(),
+            ),
+        ),
         _ if report.setup_failed => (
             JobStatus::Failed,
             Some(format!(
