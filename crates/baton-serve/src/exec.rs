@@ -1,6 +1,8 @@
 //! Running one job through the run library: the template's argv with the
 //! prompt as one element (never a shell), the prompt on stdin and in
-//! `$BATON_PROMPT`, output captured, its group and workspace, its timeout
+//! `$BATON_PROMPT`, a clean environment (see [`command_for`]: never the
+//! service's token or another template's secrets), output captured, its
+//! group and workspace, its timeout
 //! counted from the start of execution. Synchronous: the scheduler runs it
 //! on a blocking thread, which it holds until the command has ended (the
 //! command's parent-death signal is tied to that thread).
