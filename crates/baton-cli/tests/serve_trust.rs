@@ -218,30 +218,35 @@ fn the_token_never_reaches_a_job() {
 
 #[test]
 fn inherit_env_is_validated_at_start() {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("c.toml");
-    std::fs::write(
-        &path,
-        "[templates.a]\ncommand = [\"env\"]\ninherit_env = [\"BATON_SERVE_TOKEN\"]\n",
-    )
-    .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
-        .arg("--dir")
-        .arg(tmp.path().join("baton"))
-        .args([
-            "serve",
-            "--config",
-            path.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .env_remove("BATON_SERVE_TOKEN")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(125), "{err}");
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains("templates.a.inherit_env"), "{err}");
+    let cases = [
+        (
+            "[templates.a]\ncommand = [\"env\"]\ninherit_env = [\"BATON_SERVE_TOKEN\"]\n",
+            "templates.a.inherit_env",
+        ),
+        (
+            "[templates.a]\ncommand = [\"env\"]\ninherit_env = [\"B_SECRET\"]\n\
+             [templates.b]\ncommand = [\"env\"]\nenv = { K = \"${B_SECRET}\" }\n",
+            "template 'b'",
+        ),
+    ];
+    for (config, needle) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("c.toml");
+        std::fs::write(&path, config).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .arg("--dir")
+            .arg(tmp.path().join("baton"))
+            .args(["serve", "--config", path.to_str().unwrap()])
+            .args(["--listen", "127.0.0.1:0"])
+            .env_remove("BATON_SERVE_TOKEN")
+            .env("B_SECRET", "bravo")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{config}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(needle), "{config}: {err}");
+    }
 }
 
 /// A tokenless service whose default template would write `{tmp}/ran`.

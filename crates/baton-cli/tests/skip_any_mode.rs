@@ -22,7 +22,9 @@ fn skip_meets_a_queue_run(backend: &[&str]) {
     let mut busy = env.spawn(&args);
     wait_until(Duration::from_secs(20), || marker.exists());
     let mut args: Vec<&str> = backend.to_vec();
-    args.extend(["run", "--group", "k", "--mode", "skip", "--", "echo", "never"]);
+    args.extend([
+        "run", "--group", "k", "--mode", "skip", "--", "echo", "never",
+    ]);
     let out = env.run(&args);
     assert_eq!(code(&out), 75, "{}", stderr(&out));
     assert!(stderr(&out).contains("mode skip"), "{}", stderr(&out));

@@ -338,8 +338,34 @@ impl Config {
         let allowed_hosts = crate::guard::check_hosts(&parsed.allowed_hosts)?;
         let allowed_origins = crate::guard::check_origins(&parsed.allowed_origins)?;
         let mut templates = BTreeMap::new();
+        // The service variables each template's `env` takes its values from
+        // (`${VAR}`): its secrets, which no other template may inherit.
+        let secrets: Vec<(String, Vec<String>)> = parsed
+            .templates
+            .iter()
+            .map(|(name, t)| {
+                (
+                    name.clone(),
+                    t.env.values().flat_map(|v| referenced(v)).collect(),
+                )
+            })
+            .collect();
         for (name, t) in parsed.templates {
             templates.insert(name.clone(), template(&name, t)?);
+        }
+        for (name, t) in &templates {
+            for var in &t.inherit_env {
+                let owner = secrets
+                    .iter()
+                    .find(|(other, vars)| other != name && vars.contains(var));
+                if let Some((other, _)) = owner {
+                    return Err(ConfigError(format!(
+                        "invalid templates.{name}.inherit_env: '{var}' is what template '{other}' \
+                         takes its env from (${{{var}}}); set it in this template's env instead \
+                         if it is meant to share it"
+                    )));
+                }
+            }
         }
         if let Some(d) = &parsed.default_template {
             if !templates.contains_key(d) {
@@ -502,6 +528,15 @@ fn template(name: &str, t: FileTemplate) -> Result<Template, ConfigError> {
         inherit_env,
         prompt_may_start_with_dash: t.prompt_may_start_with_dash,
     })
+}
+
+/// The variables `value` names as `${VAR}`.
+fn referenced(value: &str) -> Vec<String> {
+    value
+        .split("${")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('}').map(|(var, _)| var.to_string()))
+        .collect()
 }
 
 /// Expands `${VAR}` from the service's environment (unset: an error, so a
