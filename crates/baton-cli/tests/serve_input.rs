@@ -264,6 +264,17 @@ fn every_error_has_the_json_body_and_names_the_field() {
     assert_eq!(r.status().as_u16(), 414);
     let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
     assert_eq!(v["error"]["code"], "uri_too_long", "{v}");
+    // A path parameter that is not UTF-8.
+    for path in [
+        "/v1/jobs/%FF",
+        "/v1/jobs/%FF/log",
+        "/jobs/%FF",
+        "/v1/models/%FF",
+    ] {
+        let (code, v) = s.get(path);
+        assert_eq!(code, 400, "{path}: {v}");
+        assert_eq!(v["error"]["code"], "invalid_request", "{path}: {v}");
+    }
 }
 
 /// A base repository for workspaces: `{tmp}/base`, one commit on `main`.

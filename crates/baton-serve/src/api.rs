@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -89,6 +90,22 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         resp
+    }
+}
+
+/// The one parameter of a route's path (a job id, a model), with a bad
+/// one (not UTF-8) reported as an [`ApiError`] naming it.
+#[derive(Debug)]
+pub struct PathParam(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<PathParam, ApiError> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(p)) => Ok(PathParam(p)),
+            Err(e) => Err(ApiError::bad(format!("invalid path: {}", e.body_text()))),
+        }
     }
 }
 
@@ -327,7 +344,7 @@ pub fn job_json(service: &Service, job: &Job, output: bool) -> Value {
 /// `GET /v1/jobs/{id}`.
 pub async fn get_job(
     State(service): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
 ) -> Result<Json<Value>, ApiError> {
     let job = service
         .store
@@ -392,7 +409,7 @@ pub async fn list_jobs(
 /// `DELETE /v1/jobs/{id}`.
 pub async fn cancel_job(
     State(service): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
 ) -> Result<Json<Value>, ApiError> {
     match service.cancel(&id).await? {
         Cancelled::Done(job) => Ok(Json(job_json(&service, &job, false))),
@@ -422,7 +439,7 @@ pub struct LogQuery {
 /// output as text; with follow, streamed until the job ends.
 pub async fn job_log(
     State(service): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     query: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad(format!("invalid query: {}", e.body_text())))?;
