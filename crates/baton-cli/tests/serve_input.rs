@@ -357,6 +357,22 @@ fn a_skip_job_meeting_a_busy_group_of_another_mode_is_skipped_not_failed() {
 }
 
 #[test]
+fn a_supersede_job_supersedes_a_running_job_of_another_mode() {
+    let s = Server::start(GATED, &[]);
+    let t = s.tmp();
+    let a = s.submit(json!({"prompt": "a", "group": "g"}));
+    wait_for_file(Path::new(&format!("{t}/start.a")));
+    let b = s.submit(json!({"prompt": "b", "group": "g", "mode": "supersede"}));
+    let ja = s.wait_final(&a);
+    assert_eq!(ja["status"], "superseded", "{ja}");
+    assert_eq!(ja["superseded_by"], b.as_str(), "{ja}");
+    wait_for_file(Path::new(&format!("{t}/start.b")));
+    std::fs::write(format!("{t}/go.b"), "").unwrap();
+    let jb = s.wait_final(&b);
+    assert_eq!(jb["status"], "succeeded", "{jb}");
+}
+
+#[test]
 fn each_mode_conflict_ends_in_that_modes_status() {
     let s = Server::start(GATED, &[]);
     let t = s.tmp();
