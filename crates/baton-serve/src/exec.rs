@@ -119,7 +119,7 @@ fn too_large(argv: &[OsString], env: &Env, prompt_len: usize) -> String {
         "could not start the command: the system refused its arguments and environment as too \
          large (E2BIG): the prompt is {prompt_len} bytes (one argument and BATON_PROMPT; each may \
          be at most {} bytes, MAX_ARG_STRLEN), arguments and environment are {} bytes in all \
-         (ARG_MAX {arg_max}); lower max_prompt_bytes",
+         (ARG_MAX {arg_max}); lower max_prompt_bytes or the template's env",
         128 * 1024,
         args + vars
     )
@@ -351,5 +351,84 @@ fn e_exit_code(e: &RunError) -> i32 {
     match e {
         RunError::Proc(p) => p.exit_code(),
         _ => baton_contract::exit::BATON_FAILED,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::NewJob;
+
+    fn job(command: Option<Vec<String>>) -> Job {
+        Job {
+            spec: NewJob {
+                id: "j1".into(),
+                template: "t".into(),
+                prompt: Some("hi".into()),
+                group: None,
+                mode: JobMode::Queue,
+                timeout_ms: 1000,
+                branch: None,
+                command,
+                created_at: 0,
+            },
+            seq: 1,
+            status: JobStatus::Running,
+            exit_code: None,
+            error: None,
+            started_at: None,
+            finished_at: None,
+            workspace: None,
+            superseded_by: None,
+            node: None,
+            attempts: 1,
+            process_group: None,
+        }
+    }
+
+    #[test]
+    fn a_job_environment_is_the_base_its_allowlist_its_env_and_batons_own() {
+        let template = Template {
+            command: vec!["cmd".into(), "{prompt}".into()],
+            env: vec![("KEY".into(), "v".into())],
+            timeout: None,
+            workspace: None,
+            retry_on_interrupt: false,
+            cwd: None,
+            inherit_env: vec!["WANTED".into(), "ABSENT".into()],
+            prompt_may_start_with_dash: false,
+        };
+        let service = |k: &str| match k {
+            "HOME" => Some(OsString::from("/h")),
+            "WANTED" => Some("w".into()),
+            "BATON_SERVE_TOKEN" | "OTHER" => Some("secret".into()),
+            _ => None,
+        };
+        let (argv, env) = command_from(&job(None), Some(&template), &service).unwrap();
+        assert_eq!(argv, ["cmd", "hi"]);
+        let env: Vec<(String, String)> = env
+            .into_iter()
+            .map(|(k, v)| (k.into_string().unwrap(), v.into_string().unwrap()))
+            .collect();
+        let expect = [
+            ("PATH", FALLBACK_PATH),
+            ("HOME", "/h"),
+            ("WANTED", "w"),
+            ("KEY", "v"),
+            ("BATON_PROMPT", "hi"),
+            ("BATON_JOB_ID", "j1"),
+        ];
+        let expect: Vec<(String, String)> = expect
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(env, expect);
+        // A raw command gets the base only (and baton's own).
+        let (_, env) =
+            command_from(&job(Some(vec!["true".into()])), Some(&template), &service).unwrap();
+        assert!(
+            !env.iter().any(|(k, _)| k == "WANTED" || k == "KEY"),
+            "{env:?}"
+        );
     }
 }
