@@ -133,17 +133,22 @@ fn refusal(guard: &Guard, req: &Request) -> Option<ApiError> {
         ));
     }
     let headers = req.headers();
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .or_else(|| req.uri().authority().map(|a| a.as_str()));
+    let given = headers.get(header::HOST);
+    let host = match given {
+        Some(v) => v.to_str().ok(),
+        None => req.uri().authority().map(|a| a.as_str()),
+    };
     let Some(host) = host.filter(|h| guard.host_allowed(h)) else {
+        let shown = match (given, host) {
+            (_, Some(h)) => format!("'{}'", h.escape_debug()),
+            (Some(_), None) => "not text".to_string(),
+            (None, None) => "absent".to_string(),
+        };
         return Some(ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden_host",
             format!(
-                "header 'Host' ({}) does not name this service: use {} or localhost, or add the name to allowed_hosts",
-                host.map_or_else(|| "absent".to_string(), |h| format!("'{}'", h.escape_debug())),
+                "header 'Host' ({shown}) does not name this service: use {} or localhost, or add the name to allowed_hosts",
                 guard.local
             ),
         ));
