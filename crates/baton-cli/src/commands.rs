@@ -55,10 +55,28 @@ fn run_cli(services: &Services) -> u8 {
     if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(baton_proc::GUARD_ARG)) {
         return u8::try_from(baton_proc::guardian_main()).unwrap_or(BATON_FAILED);
     }
-    let cli = match crate::cli::parse(std::env::args_os()) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match crate::cli::parse(args.iter().cloned()) {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
+    let without_backend = match &cli.command {
+        Command::Serve(_) => Some((
+            "serve",
+            "give its job store with --store postgres://... (or `store` in its config)",
+        )),
+        Command::Job(_) => Some((
+            "job",
+            "it is a client of a service, whose job store is set where it runs (`baton serve --store`)",
+        )),
+        _ => None,
+    };
+    if let Some((name, hint)) =
+        without_backend.filter(|_| crate::cli::backend_on_command_line(&args))
+    {
+        errln!("baton: --backend does not apply to `baton {name}`: {hint}");
+        return BATON_FAILED;
+    }
     if let Err(e) = logging::init(cli.globals.verbose, cli.globals.log_format) {
         errln!("baton: {e}");
         return BATON_FAILED;
@@ -160,6 +178,7 @@ fn run_cli(services: &Services) -> u8 {
                 forward_signals: true,
                 run_id: Some(logging::run_id().to_string()),
                 env: Vec::new(),
+                clear_env: false,
                 cwd: None,
                 stdio: Default::default(),
                 setup: None,

@@ -107,6 +107,11 @@ pub struct RunSpec {
     pub args: Vec<OsString>,
     /// Variables added to (or replacing ones in) the inherited environment.
     pub env: Vec<(OsString, OsString)>,
+    /// Start from an empty environment instead of this process's: the
+    /// command gets `env` and nothing else. Give it a `PATH` (without one,
+    /// the program is looked up in this process's `PATH` and `execvp`'s
+    /// default path, which may differ).
+    pub clear_env: bool,
     /// The child's working directory; the current one when `None`.
     pub cwd: Option<PathBuf>,
     /// Kill the child's group when it runs longer than this, measured from the spawn.
@@ -176,6 +181,7 @@ impl RunSpec {
             program: program.into(),
             args: Vec::new(),
             env: Vec::new(),
+            clear_env: false,
             cwd: None,
             timeout: None,
             grace: DEFAULT_GRACE,

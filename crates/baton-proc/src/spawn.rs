@@ -92,8 +92,9 @@ impl Prepared {
             .map(|a| a.as_ptr())
             .chain(std::iter::once(std::ptr::null()))
             .collect();
-        // The inherited environment with the spec's variables added or
-        // replaced, each as one `KEY=VALUE` string made in one allocation.
+        // The inherited environment (none with `clear_env`) with the spec's
+        // variables added or replaced, each as one `KEY=VALUE` string made
+        // in one allocation.
         let entry = |k: &OsStr, v: &OsStr| {
             let mut kv = Vec::with_capacity(k.len() + v.len() + 2);
             kv.extend_from_slice(k.as_bytes());
@@ -107,7 +108,7 @@ impl Prepared {
             })
         };
         let mut env = Vec::with_capacity(64);
-        for (k, v) in std::env::vars_os() {
+        for (k, v) in std::env::vars_os().filter(|_| !spec.clear_env) {
             if !spec.env.iter().any(|(s, _)| *s == k) {
                 env.push(entry(&k, &v)?);
             }

@@ -67,6 +67,10 @@ pub struct RunRequest {
     /// Variables the command gets besides baton's own (a caller's, such as
     /// a job template's); baton's `BATON_*` variables win.
     pub env: Vec<(OsString, OsString)>,
+    /// The command (and `setup`) start from an empty environment: they get
+    /// `env` and baton's `BATON_*` variables only, nothing of this
+    /// process's (see [`baton_proc::RunSpec::clear_env`]).
+    pub clear_env: bool,
     /// The command's working directory when it has no workspace; the
     /// caller's when `None`.
     pub cwd: Option<PathBuf>,
@@ -125,6 +129,7 @@ impl RunRequest {
             forward_signals: false,
             run_id: None,
             env: Vec::new(),
+            clear_env: false,
             cwd: None,
             stdio: StdioSpec::default(),
             setup: None,
@@ -237,6 +242,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     spec.stdio = req.stdio.clone();
     spec.cwd = req.cwd.clone();
     spec.env = req.env.clone();
+    spec.clear_env = req.clear_env;
     spec.env
         .extend(command_env(dir, req, &run_id, &guards, member.as_ref()));
     if let Some((ws, _)) = &workspace {

@@ -1,5 +1,22 @@
 //! The service's configuration: a TOML file, then command-line overrides,
-//! validated as a whole before anything starts.
+//! validated as a whole before anything starts (one line naming the key).
+//!
+//! The keys that bound what a request or a job can do (README, "Job
+//! service"):
+//!
+//! - `max_body_bytes` (default 1 MiB, at least 1024): every POST body.
+//! - `max_prompt_bytes` (default 100 KiB, at most [`PROMPT_BYTES_CEILING`]):
+//!   a larger prompt gets 413 at submit; the ceiling keeps the prompt under
+//!   Linux's limit of one argument (the prompt is one, and `BATON_PROMPT`).
+//! - `allowed_hosts`, `allowed_origins`: names the [`crate::guard`] checks
+//!   accept besides the service's own.
+//! - Durations (`job_ttl` at least 1s; timeouts at least 1ms; none below
+//!   1ms but 0 where 0 means something; none above ten years): see
+//!   `config/durations.rs`.
+//! - Per template: `inherit_env` (variables of the service's environment
+//!   its jobs get besides [`BASE_ENV`] and `env`: a job's environment
+//!   starts empty) and `prompt_may_start_with_dash` (see
+//!   [`Template::prompt_after_double_dash`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -7,6 +24,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+
+mod durations;
+
+use durations::{duration, in_range, nonzero};
+pub use durations::{MAX_SETTING_DURATION, MIN_JOB_TTL};
 
 /// A configuration problem, naming the setting and the reason.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +73,15 @@ pub struct Config {
     pub max_log_bytes: u64,
     /// The largest request body, in bytes.
     pub max_body_bytes: usize,
+    /// The largest prompt, in bytes (at most [`PROMPT_BYTES_CEILING`]: a
+    /// prompt is one argument and one variable of the command).
+    pub max_prompt_bytes: usize,
+    /// `Host` names accepted besides the listen address and loopback names
+    /// (see [`crate::guard`]).
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins (`scheme://host[:port]`) allowed besides the
+    /// service's own (see [`crate::guard`]).
+    pub allowed_origins: Vec<String>,
 }
 
 /// A command jobs may run.
@@ -69,7 +100,40 @@ pub struct Template {
     pub retry_on_interrupt: bool,
     /// The working directory when there is no workspace.
     pub cwd: Option<PathBuf>,
+    /// Variables of the service's environment the command gets too,
+    /// besides [`BASE_ENV`] and `env` (a job's environment starts empty).
+    pub inherit_env: Vec<String>,
+    /// Whether a prompt may start with `-` although no `--` precedes
+    /// `{prompt}` in `command` (for a command that never reads its prompt
+    /// argument as an option, e.g. `sh -c 'script' sh {prompt}`).
+    pub prompt_may_start_with_dash: bool,
 }
+
+impl Template {
+    /// Whether the prompt's argument comes after an `--` (end of options),
+    /// so that a prompt starting with `-` cannot be read as an option.
+    pub fn prompt_after_double_dash(&self) -> bool {
+        match self.command.iter().position(|a| a == "{prompt}") {
+            Some(at) => self.command[1..at].iter().any(|a| a == "--"),
+            None => true,
+        }
+    }
+}
+
+/// The variables of the service's own environment every job gets (when the
+/// service has them); anything else reaches a job only through its
+/// template's `env` or `inherit_env`.
+pub const BASE_ENV: [&str; 10] = [
+    "PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM",
+];
+
+/// The largest `max_prompt_bytes`: Linux refuses (E2BIG) an argument or a
+/// variable longer than `MAX_ARG_STRLEN` (128 KiB, its NUL included), and
+/// the prompt is both an argument and `BATON_PROMPT=<prompt>`.
+pub const PROMPT_BYTES_CEILING: usize = 128 * 1024 - 1 - "BATON_PROMPT=".len();
+
+/// The default `max_prompt_bytes` (100 KiB).
+pub const DEFAULT_MAX_PROMPT_BYTES: usize = 100 * 1024;
 
 /// How a template's jobs get their workspace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,6 +185,11 @@ struct FileConfig {
     allow_raw_commands: Option<bool>,
     max_log_bytes: Option<u64>,
     max_body_bytes: Option<usize>,
+    max_prompt_bytes: Option<usize>,
+    #[serde(default)]
+    allowed_hosts: Vec<String>,
+    #[serde(default)]
+    allowed_origins: Vec<String>,
     #[serde(default)]
     templates: BTreeMap<String, FileTemplate>,
 }
@@ -136,6 +205,10 @@ struct FileTemplate {
     #[serde(default)]
     retry_on_interrupt: bool,
     cwd: Option<PathBuf>,
+    #[serde(default)]
+    inherit_env: Vec<String>,
+    #[serde(default)]
+    prompt_may_start_with_dash: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -150,17 +223,6 @@ struct FileWorkspace {
 
 /// The default address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
-
-fn duration(field: &str, value: Option<&str>, default: Duration) -> Result<Duration, ConfigError> {
-    match value {
-        None => Ok(default),
-        Some(v) => humantime::parse_duration(v.trim()).map_err(|e| {
-            ConfigError(format!(
-                "invalid {field} '{v}': {e} (use e.g. 30s, 15m, 1h)"
-            ))
-        }),
-    }
-}
 
 impl Config {
     /// Reads `file` (if given), applies `overrides` and the environment
@@ -240,25 +302,70 @@ impl Config {
                 Duration::from_secs(3600),
             )?,
         };
+        let ttl_text = humantime::format_duration(job_ttl).to_string();
+        in_range("job_ttl", &ttl_text, job_ttl, MIN_JOB_TTL)?;
         let default_timeout = duration(
             "default_timeout",
             parsed.default_timeout.as_deref(),
             Duration::from_secs(900),
         )?;
+        nonzero("default_timeout", default_timeout)?;
         let max_timeout = duration(
             "max_timeout",
             parsed.max_timeout.as_deref(),
             Duration::from_secs(24 * 3600),
         )?;
+        nonzero("max_timeout", max_timeout)?;
         let grace = duration("grace", parsed.grace.as_deref(), Duration::from_secs(10))?;
         let drain_timeout = duration(
             "drain_timeout",
             parsed.drain_timeout.as_deref(),
             Duration::from_secs(60),
         )?;
+        let max_prompt_bytes = parsed.max_prompt_bytes.unwrap_or(DEFAULT_MAX_PROMPT_BYTES);
+        if max_prompt_bytes == 0 || max_prompt_bytes > PROMPT_BYTES_CEILING {
+            return Err(ConfigError(format!(
+                "invalid max_prompt_bytes {max_prompt_bytes}: use 1 to {PROMPT_BYTES_CEILING} \
+                 (a prompt is one argument of the command, and Linux refuses one over 128 KiB)"
+            )));
+        }
+        let max_body_bytes = parsed.max_body_bytes.unwrap_or(1024 * 1024);
+        if max_body_bytes < 1024 {
+            return Err(ConfigError(format!(
+                "invalid max_body_bytes {max_body_bytes}: use at least 1024"
+            )));
+        }
+        let allowed_hosts = crate::browser::check_hosts(&parsed.allowed_hosts)?;
+        let allowed_origins = crate::browser::check_origins(&parsed.allowed_origins)?;
         let mut templates = BTreeMap::new();
+        // The service variables each template's `env` takes its values from
+        // (`${VAR}`): its secrets, which no other template may inherit.
+        let secrets: Vec<(String, Vec<String>)> = parsed
+            .templates
+            .iter()
+            .map(|(name, t)| {
+                (
+                    name.clone(),
+                    t.env.values().flat_map(|v| referenced(v)).collect(),
+                )
+            })
+            .collect();
         for (name, t) in parsed.templates {
             templates.insert(name.clone(), template(&name, t)?);
+        }
+        for (name, t) in &templates {
+            for var in &t.inherit_env {
+                let owner = secrets
+                    .iter()
+                    .find(|(other, vars)| other != name && vars.contains(var));
+                if let Some((other, _)) = owner {
+                    return Err(ConfigError(format!(
+                        "invalid templates.{name}.inherit_env: '{var}' is what template '{other}' \
+                         takes its env from (${{{var}}}); set it in this template's env instead \
+                         if it is meant to share it"
+                    )));
+                }
+            }
         }
         if let Some(d) = &parsed.default_template {
             if !templates.contains_key(d) {
@@ -292,7 +399,10 @@ impl Config {
             templates,
             allow_raw_commands: parsed.allow_raw_commands.unwrap_or(false),
             max_log_bytes: parsed.max_log_bytes.unwrap_or(16 * 1024 * 1024),
-            max_body_bytes: parsed.max_body_bytes.unwrap_or(1024 * 1024),
+            max_body_bytes,
+            max_prompt_bytes,
+            allowed_hosts,
+            allowed_origins,
         })
     }
 }
@@ -350,8 +460,21 @@ fn template(name: &str, t: FileTemplate) -> Result<Template, ConfigError> {
     }
     let timeout = match t.timeout.as_deref() {
         None => None,
-        Some(v) => Some(duration(&field("timeout"), Some(v), Duration::ZERO)?),
+        Some(v) => Some(nonzero(
+            &field("timeout"),
+            duration(&field("timeout"), Some(v), Duration::ZERO)?,
+        )?),
     };
+    let mut inherit_env = Vec::new();
+    for k in t.inherit_env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') || k.starts_with("BATON_") {
+            return Err(ConfigError(format!(
+                "invalid {}: '{k}' is not a variable a template may inherit",
+                field("inherit_env")
+            )));
+        }
+        inherit_env.push(k);
+    }
     let workspace = match t.workspace {
         None => None,
         Some(w) => {
@@ -402,7 +525,18 @@ fn template(name: &str, t: FileTemplate) -> Result<Template, ConfigError> {
         workspace,
         retry_on_interrupt: t.retry_on_interrupt,
         cwd: t.cwd,
+        inherit_env,
+        prompt_may_start_with_dash: t.prompt_may_start_with_dash,
     })
+}
+
+/// The variables `value` names as `${VAR}`.
+fn referenced(value: &str) -> Vec<String> {
+    value
+        .split("${")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('}').map(|(var, _)| var.to_string()))
+        .collect()
 }
 
 /// Expands `${VAR}` from the service's environment (unset: an error, so a
@@ -439,6 +573,8 @@ mod tests {
             workspace: None,
             retry_on_interrupt: false,
             cwd: None,
+            inherit_env: Vec::new(),
+            prompt_may_start_with_dash: false,
         };
         let e = template("x", t).err().map(|e| e.0).unwrap_or_default();
         assert!(e.contains("templates.x.command"), "{e}");

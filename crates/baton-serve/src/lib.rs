@@ -8,6 +8,7 @@
 //!   drain, restart recovery, eviction.
 //! - [`exec`]: running one job.
 //! - [`api`], [`compat`], [`dashboard`]: the HTTP front end.
+//! - [`guard`]: the Host, Origin and content-type checks of every request.
 //! - [`server`]: `baton serve` itself.
 //! - [`client`]: a blocking client of the service (`baton job ...`).
 
@@ -18,6 +19,7 @@ pub mod config;
 pub mod dashboard;
 pub mod exec;
 pub mod follow;
+pub mod browser;
 pub mod journal;
 pub mod metrics;
 pub mod model;

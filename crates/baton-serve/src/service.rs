@@ -20,9 +20,11 @@ use crate::config::Config;
 use crate::exec::{run_job, ExecContext, Hooks};
 use crate::journal::StartJournal;
 use crate::metrics::Metrics;
-use crate::model::{now_ms, Finish, Job, JobStatus};
+use crate::model::{now_ms, Finish, Job, JobMode, JobStatus};
 use crate::output::JobFiles;
 use crate::store::{Store, StoreError, StoreEvent};
+
+mod supersede;
 
 /// How often a node looks for the jobs of dead nodes (shared stores).
 const REAP_EVERY: Duration = Duration::from_secs(3);
@@ -450,6 +452,9 @@ impl Service {
                 groups: service.groups.clone(),
                 guard: fence.map(baton_proc::GuardSpec::this_program),
             };
+            if let (JobMode::Supersede, Some(g)) = (job.spec.mode, &job.spec.group) {
+                service.supersede_older(&id, job.seq, g).await;
+            }
             let ran = job.clone();
             let finish = match tokio::task::spawn_blocking(move || {
                 run_job(&ctx, &ran, control, hooks)
