@@ -69,10 +69,11 @@ pub struct Globals {
     #[arg(long, global = true, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 
-    /// Keep locks in a PostgreSQL database, shared by every machine using it, instead of
-    /// the baton dir: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE. Applies to `run
-    /// --lock` and the `lock` commands (not yet to groups); the tables are created on
-    /// first use (or by `baton db migrate`). A run whose database session ends stops its
+    /// Keep locks and groups in a PostgreSQL database, shared by every machine using it,
+    /// instead of the baton dir: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE. Applies
+    /// to `run --lock`, `run --group`, `group status` and the `lock` commands; give the
+    /// `--store` URL of a `baton serve` to share its jobs' groups. The tables are created
+    /// on first use (or by `baton db migrate`). A run whose database session ends stops its
     /// command and exits 76.
     #[arg(
         long,
@@ -203,8 +204,59 @@ where
     };
     match hot {
         Some(cli) => Ok(cli),
-        None => Cli::try_parse_from(args),
+        None => {
+            use clap::FromArgMatches;
+            let mut matches = whole_command().try_get_matches_from(args)?;
+            Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut whole_command()))
+        }
     }
+}
+
+/// The commands `--backend` does not apply to: `serve` keeps its jobs in
+/// `--store`, `job` is a client of a service. They refuse it (see
+/// [`backend_on_command_line`]), and their help does not show it.
+pub const WITHOUT_BACKEND: [&str; 2] = ["serve", "job"];
+
+/// The whole [`Cli`], with the global `--backend` hidden from the help of
+/// [`WITHOUT_BACKEND`] (and their subcommands).
+pub fn whole_command() -> clap::Command {
+    use clap::CommandFactory;
+    fn hide(c: clap::Command) -> clap::Command {
+        let subs: Vec<String> = c
+            .get_subcommands()
+            .map(|s| s.get_name().to_string())
+            .collect();
+        let mut c = c.mut_args(|a| {
+            if a.get_id() == "backend" {
+                a.hide(true)
+            } else {
+                a
+            }
+        });
+        for s in subs {
+            c = c.mut_subcommand(s, hide);
+        }
+        c
+    }
+    let mut cmd = Cli::command();
+    // Propagates the global options into every subcommand, so that they
+    // can be changed there.
+    cmd.build();
+    for name in WITHOUT_BACKEND {
+        cmd = cmd.mut_subcommand(name, hide);
+    }
+    cmd
+}
+
+/// Whether `--backend` was given on the command line (not through
+/// `BATON_BACKEND`, which applies to every command that takes it), before
+/// any `--`.
+pub fn backend_on_command_line(args: &[OsString]) -> bool {
+    args.iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .filter_map(|a| a.to_str())
+        .any(|a| a == "--backend" || a.starts_with("--backend="))
 }
 
 /// How diagnostics (`-v`) are written.

@@ -50,10 +50,33 @@ pub fn service_main() -> u8 {
 }
 
 fn run_cli(services: &Services) -> u8 {
-    let cli = match crate::cli::parse(std::env::args_os()) {
+    // A run's guardian (see `baton_proc::guard`): this same program,
+    // executed by the run's supervisor; not a command of the CLI.
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(baton_proc::GUARD_ARG)) {
+        return u8::try_from(baton_proc::guardian_main()).unwrap_or(BATON_FAILED);
+    }
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match crate::cli::parse(args.iter().cloned()) {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
+    let without_backend = match &cli.command {
+        Command::Serve(_) => Some((
+            "serve",
+            "give its job store with --store postgres://... (or `store` in its config)",
+        )),
+        Command::Job(_) => Some((
+            "job",
+            "it is a client of a service, whose job store is set where it runs (`baton serve --store`)",
+        )),
+        _ => None,
+    };
+    if let Some((name, hint)) =
+        without_backend.filter(|_| crate::cli::backend_on_command_line(&args))
+    {
+        errln!("baton: --backend does not apply to `baton {name}`: {hint}");
+        return BATON_FAILED;
+    }
     if let Err(e) = logging::init(cli.globals.verbose, cli.globals.log_format) {
         errln!("baton: {e}");
         return BATON_FAILED;
@@ -90,7 +113,8 @@ fn run_cli(services: &Services) -> u8 {
     let backend = match backend_url.as_deref() {
         None => Backend::Local,
         Some(url) => match baton_pg::Database::new(url) {
-            Ok(db) => Backend::Postgres(Arc::new(db)),
+            // A wait that goes on through a server restart says so once.
+            Ok(db) => Backend::Postgres(Arc::new(db.on_notice(|m| errln!("baton: {m}")))),
             Err(e) => return fail(&e, BATON_FAILED),
         },
     };
@@ -154,10 +178,17 @@ fn run_cli(services: &Services) -> u8 {
                 forward_signals: true,
                 run_id: Some(logging::run_id().to_string()),
                 env: Vec::new(),
+                clear_env: false,
                 cwd: None,
                 stdio: Default::default(),
                 setup: None,
                 on_start: None,
+                // Another machine may take over a run on PostgreSQL: its
+                // whole command must stop with this process, or when this
+                // process stops vouching for itself in time.
+                guard: matches!(flags.backend, Backend::Postgres(_)).then(|| {
+                    baton_proc::GuardSpec::this_program(baton_proc::Fence::new(baton_pg::FENCE))
+                }),
             };
             doctor::warn_if_remote(&dir);
             // This process runs one command: orphans of its descendants come

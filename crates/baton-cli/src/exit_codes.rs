@@ -35,7 +35,7 @@ pub fn for_run_error(e: &RunError) -> u8 {
         RunError::Lock(l) => for_lock_error(l),
         RunError::Proc(p) => to_status(p.exit_code()),
         RunError::Holder { busy: true, .. } | RunError::NotAdmitted(_) => NOT_ACQUIRED,
-        RunError::LockLost { .. } => exit::LOCK_LOST as u8,
+        RunError::LockLost { .. } | RunError::Fenced { .. } => exit::LOCK_LOST as u8,
         // A workspace's lock (or the repository's) stayed busy, as for `workspace create`.
         RunError::Workspace(g) if g.is_busy() => NOT_ACQUIRED,
         _ => BATON_FAILED,

@@ -1046,7 +1046,8 @@ fn migrate_is_idempotent_and_concurrent_first_use_is_safe() {
 
 /// A holder SIGSTOPped keeps its lock (its session stays up: the kernel
 /// answers TCP keepalives for it) and goes on when SIGCONTed; its waiter
-/// then runs after it.
+/// then runs after it. (Its command has ended meanwhile; one still running
+/// past the guardian's fence is killed: `pg_guardian.rs`.)
 #[test]
 fn stopped_holder_keeps_the_lock_until_continued() {
     let pg = Pg::new();

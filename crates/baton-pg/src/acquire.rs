@@ -63,6 +63,11 @@ impl Database {
     /// [`LockError::Cancelled`] when a request's cancel token fires,
     /// [`LockError::ModeMismatch`] when holders disagree on the mode;
     /// other variants when the database cannot be used. Nothing stays held.
+    ///
+    /// A wait (any policy but `Immediately`) whose session is lost after it
+    /// connected (a server restart, a broken connection) goes on, on a new
+    /// session, with backoff (0.1 s doubling to 2 s), within the same
+    /// deadline; [`Database::on_notice`] is told once.
     pub fn acquire_all(&self, reqs: &[LockRequest]) -> Result<Holds, PgError> {
         let start = Instant::now();
         let (sorted, policy) = baton_lock::plan_all(reqs, start);
@@ -82,14 +87,52 @@ impl Database {
                 }
             }
         }
+        let mut connected = false;
+        let mut told = false;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let cancelled = sorted
+                .iter()
+                .any(|r| r.cancel.as_ref().is_some_and(CancelToken::is_cancelled));
+            match self.acquire_sorted(&sorted, start, wait, &mut connected) {
+                Err(e) if e.is_transient() && connected && wait.is_some() && !cancelled => {
+                    let deadline = wait.flatten();
+                    if deadline.is_some_and(|d| Instant::now() + backoff >= d) {
+                        return Err(e);
+                    }
+                    if !told {
+                        told = true;
+                        if let Some(f) = &self.notice {
+                            f(&format!("{e}; waiting on, reconnecting"));
+                        }
+                    }
+                    tracing::warn!(error = %e, "lost the database session while waiting; reconnecting");
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One try of [`Database::acquire_all`] on a new session; `connected`
+    /// becomes true once a session was made.
+    fn acquire_sorted(
+        &self,
+        sorted: &[&LockRequest],
+        start: Instant,
+        wait: Option<Option<Instant>>,
+        connected: &mut bool,
+    ) -> Result<Holds, PgError> {
         let mut session = self.connect()?;
+        *connected = true;
         let mut ctx = Waiting {
             timeout_ms: 0,
             start,
         };
         let mut grants = Vec::with_capacity(sorted.len());
         for req in sorted {
-            let mut req = req.clone();
+            let mut req = (*req).clone();
             req.mode = req.mode.normalized();
             let ours = || req.cancel.as_ref().is_some_and(CancelToken::is_cancelled);
             let got = loop {

@@ -53,6 +53,46 @@ pub enum PgError {
     /// cancelled, mode mismatch, not held, stale token, refused).
     #[error(transparent)]
     Lock(#[from] LockError),
+    /// The server could not be reached, or is starting up or shutting down:
+    /// worth trying again (a restart), unlike [`PgError::Connect`].
+    #[error("cannot connect to PostgreSQL at {url}: {reason}")]
+    Unavailable {
+        /// The URL, password hidden.
+        url: String,
+        /// The driver's reason, in one line.
+        reason: String,
+    },
+    /// The session ended while a statement ran (the server terminated it,
+    /// shut down or restarted, or the connection broke).
+    #[error("PostgreSQL: cannot {op}: the session ended ({message})")]
+    SessionLost {
+        /// What was being done.
+        op: &'static str,
+        /// The driver's message, in one line.
+        message: String,
+    },
+}
+
+impl PgError {
+    /// Whether trying again on a new session may succeed: the server was
+    /// restarting, or the connection broke ([`PgError::Unavailable`],
+    /// [`PgError::SessionLost`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            PgError::Unavailable { .. } | PgError::SessionLost { .. }
+        )
+    }
+}
+
+/// Whether `e` says the session ended or the server is going down or
+/// coming up: `57P01` admin shutdown, `57P02` crash shutdown, `57P03`
+/// cannot connect now, class `08` (connection exceptions), or a closed
+/// connection.
+pub(crate) fn session_ended(e: &tokio_postgres::Error) -> bool {
+    e.is_closed()
+        || matches!(sqlstate(e), Some("57P01" | "57P02" | "57P03"))
+        || sqlstate(e).is_some_and(|s| s.starts_with("08"))
 }
 
 /// A driver error in one line (SQLSTATE and message for server errors).

@@ -88,6 +88,11 @@ impl GroupSlot {
         self.holds.is_lost()
     }
 
+    /// See [`Holds::on_alive`].
+    pub fn on_alive(&self, f: impl Fn(std::time::Instant) + Send + 'static) {
+        self.holds.on_alive(f);
+    }
+
     /// See [`Holds::set_command_group`].
     ///
     /// # Errors
@@ -296,7 +301,10 @@ fn arrive(session: &Session, req: &GroupJoin) -> Result<Vec<(i32, String)>, Outc
                     &[&key],
                 )
                 .await?;
-            if let Some(other) = live.iter().find(|row| {
+            // A skip run that finds the group busy never joins it: refused
+            // as skipped whatever mode the group's runs use.
+            let busy_skip = r.mode == "skip" && !live.is_empty();
+            if let Some(other) = live.iter().filter(|_| !busy_skip).find(|row| {
                 row.get::<_, String>(0) != r.mode || row.get::<_, i32>(1) != slots
             }) {
                 let existing = format!(

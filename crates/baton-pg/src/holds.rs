@@ -6,7 +6,7 @@ use baton_lock::{CommandGroup, LockName, Mode};
 
 use crate::acquire::FREE_CHANNEL;
 use crate::error::PgError;
-use crate::session::Session;
+use crate::session::{Session, RELEASE_LIMIT};
 
 /// One lock granted.
 #[derive(Clone, Debug)]
@@ -73,6 +73,16 @@ impl Holds {
     pub fn on_lost(&self, f: impl Fn() + Send + 'static) {
         if let Some(s) = &self.session {
             s.lost.on_lost(Box::new(f));
+        }
+    }
+
+    /// Runs `f` (from another thread) after each heartbeat the server
+    /// answers while the locks are held, with the instant it was sent: a
+    /// proof that the session lived then, for a guardian's fence
+    /// (`baton_proc::FenceSource::vouch`).
+    pub fn on_alive(&self, f: impl Fn(std::time::Instant) + Send + 'static) {
+        if let Some(s) = &self.session {
+            s.lost.on_alive(Box::new(f));
         }
     }
 
@@ -196,7 +206,7 @@ fn after(session: &Session, sql: String) -> Result<(), PgError> {
     if sql.is_empty() {
         return Ok(());
     }
-    session.run("release the locks", |c| async move {
+    session.run_within("release the locks", RELEASE_LIMIT, |c| async move {
         c.batch_execute(&sql).await
     })
 }
@@ -208,7 +218,7 @@ pub(crate) fn remove_rows(
     group: Option<(String, String)>,
 ) -> Result<(), PgError> {
     let c = Arc::clone(&session.client);
-    session.run("remove the holder rows", |_| async move {
+    session.run_within("remove the holder rows", RELEASE_LIMIT, |_| async move {
         if let Some((key, run)) = &group {
             c.execute(
                 "DELETE FROM baton_group_runs WHERE key = $1 AND run_id = $2",

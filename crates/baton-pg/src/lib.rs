@@ -44,5 +44,5 @@ pub use error::{redact, PgError};
 pub use group::{GroupJoin, GroupRunRow, GroupSlot, Joined};
 pub use holds::{Grant, Holds};
 pub use schema::SCHEMA_VERSION;
-pub use session::Database;
+pub use session::{Database, FENCE};
 pub use status::Terminated;

@@ -26,12 +26,32 @@ pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
 /// How long a heartbeat may take before the session counts as lost.
 pub(crate) const HEARTBEAT_LIMIT: Duration = Duration::from_secs(5);
 
+/// How long making a session may take (the TCP connection, the login, the
+/// session's settings) before it counts as failed.
+pub(crate) const CONNECT_LIMIT: Duration = Duration::from_secs(5);
+
+/// How long each step of a release may take: a release after a lost
+/// session, or on a network that black-holes packets, ends in bounded time
+/// (the locks are free anyway once the session is closed).
+pub(crate) const RELEASE_LIMIT: Duration = Duration::from_secs(5);
+
+/// How long a holder's command may run past the sending of the last
+/// heartbeat its session answered, when its supervisor stops vouching for
+/// it (stalled, or cut off): the bound of its guardian's fence
+/// (`baton_proc::Fence`). A live supervisor notices a lost session within
+/// the same time. Another machine takes over no earlier than this plus 1 s
+/// (and the holder's grace) after it sees the session ended, and the session
+/// ended after that heartbeat was sent: the command is stopped first.
+pub const FENCE: Duration = Duration::from_secs(HEARTBEAT.as_secs() + HEARTBEAT_LIMIT.as_secs());
+
 /// Where the locks live: a parsed backend URL.
 #[derive(Clone)]
 pub struct Database {
     pub(crate) config: tokio_postgres::Config,
     /// The URL with its password replaced, for messages.
     pub(crate) shown: String,
+    /// Told (once per wait) when a wait goes on through a lost session.
+    pub(crate) notice: Option<Arc<dyn Fn(&str) + Send + Sync>>,
 }
 
 impl std::fmt::Debug for Database {
@@ -86,7 +106,21 @@ impl Database {
             .keepalives_interval(Duration::from_secs(2))
             .keepalives_retries(3)
             .tcp_user_timeout(Duration::from_secs(10));
-        Ok(Database { config, shown })
+        Ok(Database {
+            config,
+            shown,
+            notice: None,
+        })
+    }
+
+    /// Calls `f` with a one-line message when a wait for a lock loses its
+    /// session (the server restarted, the connection broke) and goes on
+    /// waiting on a new one: once per wait. The library prints nothing
+    /// itself; a command-line front end shows it on stderr.
+    #[must_use]
+    pub fn on_notice(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Database {
+        self.notice = Some(Arc::new(f));
+        self
     }
 
     /// The URL, its password replaced by `***`.
@@ -110,6 +144,8 @@ struct LostState {
     lost: bool,
     closing: bool,
     callbacks: Vec<Box<dyn Fn() + Send>>,
+    /// Told of each heartbeat answered, with the instant it was sent.
+    alive: Vec<Box<dyn Fn(std::time::Instant) + Send>>,
 }
 
 impl Lost {
@@ -147,6 +183,22 @@ impl Lost {
         self.lock().lost
     }
 
+    /// Registers `f`, told of every heartbeat answered while the session
+    /// lives (with the instant the heartbeat was sent).
+    pub(crate) fn on_alive(&self, f: Box<dyn Fn(std::time::Instant) + Send>) {
+        self.lock().alive.push(f);
+    }
+
+    /// A heartbeat sent at `sent` was answered.
+    fn alive(&self, sent: std::time::Instant) {
+        let s = self.lock();
+        if !s.lost {
+            for f in &s.alive {
+                f(sent);
+            }
+        }
+    }
+
     /// We are ending the session ourselves: no callbacks.
     pub(crate) fn closing(&self) {
         self.lock().closing = true;
@@ -177,8 +229,12 @@ impl Session {
         let (notes_tx, notes) = mpsc::unbounded_channel();
         let driver_lost = Arc::clone(&lost);
         let config = db.config.clone();
-        let client = rt.block_on(async move {
-            let (client, mut connection) = config.connect(NoTls).await?;
+        let connected = rt.block_on(async move {
+            let (client, mut connection) =
+                match tokio::time::timeout(CONNECT_LIMIT, config.connect(NoTls)).await {
+                    Ok(c) => c?,
+                    Err(_) => return Ok(None),
+                };
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             tokio::spawn(async move {
                 while let Some(m) = messages.next().await {
@@ -195,9 +251,20 @@ impl Session {
                 }
                 driver_lost.fire();
             });
-            Ok::<_, tokio_postgres::Error>(client)
+            Ok::<_, tokio_postgres::Error>(Some(client))
         });
-        let client = client.map_err(|e| connect_error(db, &e))?;
+        let client = match connected.map_err(|e| connect_error(db, &e))? {
+            Some(c) => c,
+            None => {
+                return Err(PgError::Unavailable {
+                    url: db.shown.clone(),
+                    reason: format!(
+                        "no answer within {} s (is the server up, and the host and port right?)",
+                        CONNECT_LIMIT.as_secs()
+                    ),
+                })
+            }
+        };
         let client = Arc::new(client);
         // One round trip in the usual case. A client that dies while its
         // session waits in the server's lock queue (Ctrl-C, SIGKILL) must
@@ -209,21 +276,37 @@ impl Session {
         let keepalives = "SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2; \
                           SET tcp_keepalives_count = 3; SET tcp_user_timeout = 10000";
         let c = Arc::clone(&client);
-        rt.block_on(async move {
-            let all = format!("{keepalives}; SET client_connection_check_interval = 1000");
-            match c.batch_execute(&all).await {
-                Ok(()) => Ok(()),
-                Err(e) if sqlstate(&e) == Some("42704") => {
-                    tracing::debug!(error = %one_line(&e), "no client_connection_check_interval");
-                    c.batch_execute(keepalives).await
+        let set = rt.block_on(async move {
+            // Bounded: a server that accepted the connection and then
+            // stopped answering must not hang the caller (a release after a
+            // lost session connects anew).
+            tokio::time::timeout(CONNECT_LIMIT, async move {
+                let all = format!("{keepalives}; SET client_connection_check_interval = 1000");
+                match c.batch_execute(&all).await {
+                    Ok(()) => Ok(()),
+                    Err(e) if sqlstate(&e) == Some("42704") => {
+                        tracing::debug!(error = %one_line(&e), "no client_connection_check_interval");
+                        c.batch_execute(keepalives).await
+                    }
+                    Err(e) => Err(e),
                 }
-                Err(e) => Err(e),
-            }
-        })
-        .map_err(|e| PgError::Database {
+            })
+            .await
+        });
+        let start_failed = |message: String| PgError::Database {
             op: "start a session",
-            message: one_line(&e),
-        })?;
+            message,
+        };
+        match set {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(start_failed(one_line(&e))),
+            Err(_) => {
+                return Err(start_failed(format!(
+                    "no answer within {} s",
+                    CONNECT_LIMIT.as_secs()
+                )))
+            }
+        }
         Ok(Session {
             rt,
             client,
@@ -244,8 +327,39 @@ impl Session {
             .map_err(|e| self.error(op, &e))
     }
 
+    /// Like [`Session::run`], but gives up after `limit` (the server, or
+    /// the network to it, stopped answering): for steps that must end in a
+    /// bounded time whatever the network does, such as a release.
+    pub(crate) fn run_within<T, F, Fut>(
+        &self,
+        op: &'static str,
+        limit: Duration,
+        f: F,
+    ) -> Result<T, PgError>
+    where
+        F: FnOnce(Arc<tokio_postgres::Client>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        match self
+            .rt
+            .block_on(async { tokio::time::timeout(limit, f(Arc::clone(&self.client))).await })
+        {
+            Ok(r) => r.map_err(|e| self.error(op, &e)),
+            Err(_) => Err(PgError::Database {
+                op,
+                message: format!("no answer within {} s", limit.as_secs()),
+            }),
+        }
+    }
+
     /// A statement's error as a typed error.
     pub(crate) fn error(&self, op: &'static str, e: &tokio_postgres::Error) -> PgError {
+        if crate::error::session_ended(e) || self.lost.is_lost() {
+            return PgError::SessionLost {
+                op,
+                message: one_line(e),
+            };
+        }
         if sqlstate(e) == Some("42501") {
             return PgError::Permission {
                 url: self.db.shown.clone(),
@@ -270,8 +384,9 @@ impl Session {
         self.rt.spawn(async move {
             loop {
                 tokio::time::sleep(HEARTBEAT).await;
+                let sent = std::time::Instant::now();
                 match tokio::time::timeout(HEARTBEAT_LIMIT, client.simple_query("")).await {
-                    Ok(Ok(_)) => {}
+                    Ok(Ok(_)) => lost.alive(sent),
                     Ok(Err(e)) => {
                         tracing::debug!(error = %one_line(&e), "heartbeat failed");
                         lost.fire();
@@ -312,11 +427,19 @@ fn connect_error(db: &Database, e: &tokio_postgres::Error) -> PgError {
         ),
         _ => {
             let text = one_line(e);
-            if text.contains("timed out") {
+            let text = if text.contains("timed out") {
                 "no answer within 5 s (is the server up, and the host and port right?)".into()
             } else {
                 text
+            };
+            // Refused, reset, starting up: a restart looks like this too.
+            if sqlstate(e).is_none() || crate::error::session_ended(e) {
+                return PgError::Unavailable {
+                    url: db.shown.clone(),
+                    reason: text,
+                };
             }
+            text
         }
     };
     PgError::Connect {

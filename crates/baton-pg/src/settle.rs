@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use baton_lock::{CancelToken, HolderRecord, LockError, LockRequest, Mode};
 
 use crate::error::PgError;
-use crate::session::{Session, HEARTBEAT, HEARTBEAT_LIMIT};
+use crate::session::Session;
 
 /// How often a pending row is looked at again.
 const RECHECK: Duration = Duration::from_millis(50);
@@ -128,7 +128,7 @@ fn settle(row: &DeadRow, first_seen: Instant) -> bool {
     let grace = rec
         .command_group
         .map_or(DEFAULT_GRACE, |g| Duration::from_millis(g.grace_ms));
-    let bound = HEARTBEAT + HEARTBEAT_LIMIT + grace + Duration::from_secs(1);
+    let bound = crate::session::FENCE + grace + Duration::from_secs(1);
     let expired = first_seen.elapsed() >= bound;
     let here =
         rec.process.host == baton_lock::hostname() && rec.process.boot_id == baton_lock::boot_id();

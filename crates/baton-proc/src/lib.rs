@@ -57,6 +57,7 @@
 mod cancel;
 mod contain;
 mod error;
+pub mod guard;
 pub mod pidns;
 pub mod procfs;
 
@@ -83,6 +84,7 @@ pub use contain::{
     LeftoverPolicy,
 };
 pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
+pub use guard::{guardian_main, Fence, FenceSource, GuardSpec, GUARD_ARG};
 pub use signals::FORWARDED_SIGNALS;
 pub use supervise::Supervisor;
 
@@ -105,6 +107,11 @@ pub struct RunSpec {
     pub args: Vec<OsString>,
     /// Variables added to (or replacing ones in) the inherited environment.
     pub env: Vec<(OsString, OsString)>,
+    /// Start from an empty environment instead of this process's: the
+    /// command gets `env` and nothing else. Give it a `PATH` (without one,
+    /// the program is looked up in this process's `PATH` and `execvp`'s
+    /// default path, which may differ).
+    pub clear_env: bool,
     /// The child's working directory; the current one when `None`.
     pub cwd: Option<PathBuf>,
     /// Kill the child's group when it runs longer than this, measured from the spawn.
@@ -124,6 +131,10 @@ pub struct RunSpec {
     /// Where the command's standard input, output and error go; inherited
     /// from this process by default.
     pub stdio: StdioSpec,
+    /// Start a guardian before the command, which stops the command's whole
+    /// process group if this process dies or stops vouching for itself in
+    /// time (see [`guard`]). `None` by default.
+    pub guard: Option<GuardSpec>,
 }
 
 /// Where one of the command's standard streams goes.
@@ -170,12 +181,14 @@ impl RunSpec {
             program: program.into(),
             args: Vec::new(),
             env: Vec::new(),
+            clear_env: false,
             cwd: None,
             timeout: None,
             grace: DEFAULT_GRACE,
             leftovers: LeftoverPolicy::Terminate,
             forward_signals: false,
             stdio: StdioSpec::default(),
+            guard: None,
         }
     }
 
@@ -214,6 +227,10 @@ pub struct Finished {
     /// Processes still running when the command exited: terminated (TERM,
     /// grace, KILL) unless [`RunSpec::leftovers`] is [`LeftoverPolicy::Leave`].
     pub leftovers: Vec<Leftover>,
+    /// The guardian ([`RunSpec::guard`]) killed the command's group because
+    /// this process did not vouch for itself in time (it was stopped, or
+    /// its proofs of liveness failed).
+    pub fenced: bool,
 }
 
 /// How a supervised child ended.

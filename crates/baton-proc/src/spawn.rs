@@ -92,8 +92,9 @@ impl Prepared {
             .map(|a| a.as_ptr())
             .chain(std::iter::once(std::ptr::null()))
             .collect();
-        // The inherited environment with the spec's variables added or
-        // replaced, each as one `KEY=VALUE` string made in one allocation.
+        // The inherited environment (none with `clear_env`) with the spec's
+        // variables added or replaced, each as one `KEY=VALUE` string made
+        // in one allocation.
         let entry = |k: &OsStr, v: &OsStr| {
             let mut kv = Vec::with_capacity(k.len() + v.len() + 2);
             kv.extend_from_slice(k.as_bytes());
@@ -107,7 +108,7 @@ impl Prepared {
             })
         };
         let mut env = Vec::with_capacity(64);
-        for (k, v) in std::env::vars_os() {
+        for (k, v) in std::env::vars_os().filter(|_| !spec.clear_env) {
             if !spec.env.iter().any(|(s, _)| *s == k) {
                 env.push(entry(&k, &v)?);
             }
@@ -145,13 +146,14 @@ impl Prepared {
 }
 
 /// Forks the child, calls `on_start` with its process group while the child
-/// waits, then lets it execute the command. Returns its pid once the exec
+/// waits, then lets it execute the command (unless `on_start` fails: then
+/// the child exits without executing it, and the error is returned). Returns its pid once the exec
 /// succeeded; if the exec (or the child's set-up) failed, the child has been
 /// reaped and the error says why, as [`ProcError`]s from a spawn do.
 pub(crate) fn spawn(
     spec: &RunSpec,
     take_terminal: bool,
-    on_start: impl FnOnce(Started),
+    on_start: impl FnOnce(Started) -> Result<(), ProcError>,
 ) -> Result<Pid, ProcError> {
     let spawn_failed = |source: io::Error| ProcError::Spawn {
         program: spec.program.clone(),
@@ -210,7 +212,13 @@ pub(crate) fn spawn(
     // group exists when it is recorded, whoever runs first. An error means
     // the child already failed, which the error pipe reports.
     let _ = rustix::process::setpgid(Some(child), Some(child));
-    on_start(Started { pgid: pid });
+    if let Err(e) = on_start(Started { pgid: pid }) {
+        // No byte: the child reads end of file and exits without running
+        // anything.
+        drop(go_write);
+        let _ = rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty());
+        return Err(e);
+    }
     // A child that died already makes this fail with EPIPE: the error pipe says why.
     while let Err(Errno::INTR) = rustix::io::write(&go_write, &[1u8]) {}
     drop(go_write);

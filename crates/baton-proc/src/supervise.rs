@@ -14,6 +14,7 @@ use rustix::process::{kill_process_group, pidfd_open, Pid, PidfdFlags, Signal};
 
 use crate::cancel::{CancelShared, Canceller};
 use crate::contain::{stop_orphans, terminate_group, GroupIdentity, LeftoverPolicy, SUPERVISED};
+use crate::guard::Guardian;
 use crate::signals::SignalCatcher;
 use crate::terminal::{child_stopped, proxy_stop, StopWatch, TerminalHandover};
 use crate::{Finished, Outcome, ProcError, RunSpec, Started};
@@ -84,6 +85,7 @@ impl Supervisor {
         let cancelled = Finished {
             outcome: Outcome::Cancelled,
             leftovers: Vec::new(),
+            fenced: false,
         };
         if self.cancel.is_cancelled() {
             return Ok(cancelled);
@@ -113,7 +115,20 @@ impl Supervisor {
             }
             false => None,
         };
-        let child = crate::spawn::spawn(&self.spec, terminal, on_start)?;
+        // Started before the command, armed before it executes: the
+        // command never runs unguarded. Declared before the child, so on an
+        // error path the child's group is killed first, then it is disarmed.
+        let guardian = match &self.spec.guard {
+            Some(g) => Some(Guardian::spawn(g)?),
+            None => None,
+        };
+        let child = crate::spawn::spawn(&self.spec, terminal, |started| {
+            if let Some(g) = &guardian {
+                g.arm(started.pgid)?;
+            }
+            on_start(started);
+            Ok(())
+        })?;
         let started = Instant::now();
         let mut child = ChildGuard::new(child);
         // Dropped when `run` returns: on the normal path the child has been
@@ -146,7 +161,12 @@ impl Supervisor {
                     LeftoverPolicy::Leave => Vec::new(),
                     LeftoverPolicy::Terminate => contain_leftovers(state.pgid, state.grace),
                 };
-                return Ok(Finished { outcome, leftovers });
+                let fenced = guardian.map(Guardian::finish).unwrap_or(false);
+                return Ok(Finished {
+                    outcome,
+                    leftovers,
+                    fenced,
+                });
             }
             if events.signals {
                 if let Some(signals) = signals.as_mut() {

@@ -68,6 +68,14 @@ impl RunControl {
         self.stop(StopReason::Superseded { by: by.into() });
     }
 
+    /// Stops the run because what it held was lost without anyone asking
+    /// (a job service's node lost its database session): the run reports
+    /// [`StopReason::LockLost`], so its caller can tell an interruption
+    /// from a cancel. Idempotent; never blocks.
+    pub fn interrupt(&self) {
+        self.stop(StopReason::LockLost);
+    }
+
     /// Why the run was stopped, if it was.
     pub fn stop_reason(&self) -> Option<StopReason> {
         self.lock().reason.clone()

@@ -82,6 +82,14 @@ pub enum RunError {
         /// The locks (comma-separated).
         locks: String,
     },
+    /// The run's guardian stopped the command because this process did not
+    /// vouch for its database sessions in time (it was stopped, or could
+    /// not reach the database): another machine may have taken over.
+    #[error("the command was stopped by its guardian: this process did not prove within {}s that its database session lived (it was stopped or cut off), so another machine may have taken over", .fence.as_secs())]
+    Fenced {
+        /// The fence's bound.
+        fence: std::time::Duration,
+    },
     /// An I/O error while talking to the background holder.
     #[error("{op}")]
     Io {

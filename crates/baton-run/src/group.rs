@@ -302,8 +302,11 @@ pub(crate) fn join(
     } else {
         1
     };
+    // A skip run that finds the group busy never joins it, so it is refused
+    // as skipped whatever mode the group's runs use (not as a mismatch).
+    let busy_skip = req.mode == GroupMode::Skip && !doc.runs.is_empty();
     if let Some(mode) = doc.mode {
-        if !doc.runs.is_empty() && (mode != req.mode || doc.max != max) {
+        if !busy_skip && !doc.runs.is_empty() && (mode != req.mode || doc.max != max) {
             return Err(RunError::GroupModeMismatch {
                 key: req.key.to_string(),
                 existing: format!("mode {} with --max {}", mode.as_str(), doc.max),

@@ -71,6 +71,15 @@ impl Held {
         }
     }
 
+    /// Makes the locks' database session (if on PostgreSQL) a source of
+    /// the guardian's fence: each heartbeat it answers vouches for the run.
+    pub(crate) fn vouch_to(&self, fence: &baton_proc::Fence) {
+        if let Held::Remote(h) = self {
+            let source = fence.source();
+            h.on_alive(move |sent| source.vouch(sent));
+        }
+    }
+
     /// Whether the locks are no longer held: the database session ended.
     pub(crate) fn is_lost(&self) -> bool {
         matches!(self, Held::Remote(h) if h.is_lost())

@@ -204,6 +204,15 @@ impl Member {
         }
     }
 
+    /// Makes the slot's database session (if on PostgreSQL) a source of
+    /// the guardian's fence: each heartbeat it answers vouches for the run.
+    pub(crate) fn vouch_to(&self, fence: &baton_proc::Fence) {
+        if let Place::Remote(Some(s)) = &self.place {
+            let source = fence.source();
+            s.on_alive(move |sent| source.vouch(sent));
+        }
+    }
+
     /// Whether the slot was lost with its database session.
     pub(crate) fn is_lost(&self) -> bool {
         matches!(&self.place, Place::Remote(Some(s)) if s.is_lost())

@@ -67,6 +67,10 @@ pub struct RunRequest {
     /// Variables the command gets besides baton's own (a caller's, such as
     /// a job template's); baton's `BATON_*` variables win.
     pub env: Vec<(OsString, OsString)>,
+    /// The command (and `setup`) start from an empty environment: they get
+    /// `env` and baton's `BATON_*` variables only, nothing of this
+    /// process's (see [`baton_proc::RunSpec::clear_env`]).
+    pub clear_env: bool,
     /// The command's working directory when it has no workspace; the
     /// caller's when `None`.
     pub cwd: Option<PathBuf>,
@@ -81,6 +85,14 @@ pub struct RunRequest {
     /// stop what is left of the command after its own crash records the
     /// group here (the job service stores it with the job).
     pub on_start: Option<OnStart>,
+    /// Run a guardian beside the command (see `baton_proc::guard`): the
+    /// command's whole process group is killed if this process dies, or
+    /// stops vouching for itself in time. Every PostgreSQL session of the
+    /// run (its group's slot, its locks) becomes a source of the fence; a
+    /// caller adds its own (the job service: its node's session). A run
+    /// whose guardian fenced it ends with [`RunError::Fenced`]. Meant for
+    /// runs that another machine may take over: `None` by default.
+    pub guard: Option<baton_proc::GuardSpec>,
 }
 
 /// A callback for [`RunRequest::on_start`].
@@ -117,10 +129,12 @@ impl RunRequest {
             forward_signals: false,
             run_id: None,
             env: Vec::new(),
+            clear_env: false,
             cwd: None,
             stdio: StdioSpec::default(),
             setup: None,
             on_start: None,
+            guard: None,
         }
     }
 }
@@ -212,8 +226,15 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         }
     };
 
-    // 3. The command.
+    // 3. The command, guarded by every database session the run holds.
+    if let Some(g) = &req.guard {
+        guards.vouch_to(&g.fence);
+        if let Some(m) = &member {
+            m.vouch_to(&g.fence);
+        }
+    }
     let mut spec = RunSpec::new(program.clone()).args(args.iter().cloned());
+    spec.guard = req.guard.clone();
     spec.timeout = req.timeout;
     spec.grace = req.grace;
     spec.leftovers = req.leftovers;
@@ -221,6 +242,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     spec.stdio = req.stdio.clone();
     spec.cwd = req.cwd.clone();
     spec.env = req.env.clone();
+    spec.clear_env = req.clear_env;
     spec.env
         .extend(command_env(dir, req, &run_id, &guards, member.as_ref()));
     if let Some((ws, _)) = &workspace {
@@ -273,9 +295,9 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
             })
         }
     };
-    let (outcome, leftovers) = match finished {
-        Ok(f) => (Ok(f.outcome), f.leftovers),
-        Err(e) => (Err(e), Vec::new()),
+    let (outcome, leftovers, fenced) = match finished {
+        Ok(f) => (Ok(f.outcome), f.leftovers, f.fenced),
+        Err(e) => (Err(e), Vec::new(), false),
     };
 
     // 4. Tear down: workspace, locks (reverse order), group slot.
@@ -310,6 +332,11 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     }
     tracing::debug!(run_id = %run_id, outcome = ?outcome.as_ref().map(Outcome::exit_code), leftovers = leftovers.len(), superseded_by = superseded_by.as_deref(), "run ended; locks released");
     let outcome = outcome?;
+    if let (true, Some(g)) = (fenced, &req.guard) {
+        return Err(RunError::Fenced {
+            fence: g.fence.bound(),
+        });
+    }
     if let Some(locks) = lock_lost {
         return Err(RunError::LockLost { locks });
     }

@@ -31,6 +31,7 @@ fn request(group: Option<GroupRequest>, script: &str) -> RunRequest {
         forward_signals: false,
         run_id: None,
         env: Vec::new(),
+        clear_env: false,
         cwd: None,
         stdio: Default::default(),
         setup: None,

@@ -2,11 +2,11 @@
 //! errors as `{"error": {"code", "message"}}`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -17,6 +17,11 @@ use crate::model::{now_ms, rfc3339, Job, JobMode, JobStatus, ListFilter, NewJob,
 use crate::output::{self, Stream};
 use crate::service::{Cancelled, Service};
 use crate::store::StoreError;
+
+mod input;
+
+pub use input::{check_prompt, parse_body};
+use input::{parse_timeout, valid_branch};
 
 /// Shared state of the handlers.
 pub type AppState = Arc<Service>;
@@ -88,24 +93,20 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// A JSON body, with every way it can be wrong reported as an [`ApiError`].
-pub fn parse_body<T: serde::de::DeserializeOwned>(
-    body: Result<Bytes, BytesRejection>,
-) -> Result<T, ApiError> {
-    let bytes = body.map_err(|r| {
-        let status = r.status();
-        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "body_too_large"
-        } else {
-            "invalid_body"
-        };
-        ApiError::new(
-            status,
-            code,
-            format!("cannot read the request body: {}", r.body_text()),
-        )
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad(format!("invalid JSON body: {e}")))
+/// The one parameter of a route's path (a job id, a model), with a bad
+/// one (not UTF-8) reported as an [`ApiError`] naming it.
+#[derive(Debug)]
+pub struct PathParam(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<PathParam, ApiError> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(p)) => Ok(PathParam(p)),
+            Err(e) => Err(ApiError::bad(format!("invalid path: {}", e.body_text()))),
+        }
+    }
 }
 
 /// `POST /v1/jobs`.
@@ -155,6 +156,10 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
         return Err(ApiError::bad(
             "invalid field 'prompt': it contains a NUL byte (U+0000), which no command argument can hold",
         ));
+    }
+    if let Some(p) = &req.prompt {
+        let substituted = template.filter(|_| req.command.is_none());
+        check_prompt(service, substituted, p, "prompt")?;
     }
     if let Some(cmd) = &req.command {
         if cmd.iter().any(|a| a.contains('\0')) {
@@ -238,44 +243,6 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
         command: req.command,
         created_at: now_ms(),
     })
-}
-
-fn parse_timeout(v: &Value, max: Duration) -> Result<Duration, ApiError> {
-    let d = match v {
-        Value::Number(n) => n
-            .as_f64()
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .map(Duration::from_secs_f64),
-        Value::String(s) => humantime::parse_duration(s.trim()).ok(),
-        _ => None,
-    }
-    .filter(|d| !d.is_zero())
-    .ok_or_else(|| {
-        ApiError::bad(format!(
-            "invalid field 'timeout': {v} (use a duration such as \"90s\" or \"15m\", or a number of seconds)"
-        ))
-    })?;
-    if d > max {
-        return Err(ApiError::bad(format!(
-            "invalid field 'timeout': {v} is longer than this service's max_timeout ({})",
-            humantime::format_duration(max)
-        )));
-    }
-    Ok(d)
-}
-
-/// What `git check-ref-format --branch` would accept, conservatively.
-fn valid_branch(b: &str) -> bool {
-    !b.is_empty()
-        && b.len() <= 200
-        && !b.starts_with(['-', '/', '.'])
-        && !b.ends_with(['/', '.'])
-        && !b.ends_with(".lock")
-        && !b.contains("..")
-        && !b.contains("//")
-        && !b.contains("@{")
-        && b.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._/-+".contains(c))
 }
 
 /// Stores a job, refusing when draining or full.
@@ -377,7 +344,7 @@ pub fn job_json(service: &Service, job: &Job, output: bool) -> Value {
 /// `GET /v1/jobs/{id}`.
 pub async fn get_job(
     State(service): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
 ) -> Result<Json<Value>, ApiError> {
     let job = service
         .store
@@ -442,7 +409,7 @@ pub async fn list_jobs(
 /// `DELETE /v1/jobs/{id}`.
 pub async fn cancel_job(
     State(service): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
 ) -> Result<Json<Value>, ApiError> {
     match service.cancel(&id).await? {
         Cancelled::Done(job) => Ok(Json(job_json(&service, &job, false))),
@@ -472,7 +439,7 @@ pub struct LogQuery {
 /// output as text; with follow, streamed until the job ends.
 pub async fn job_log(
     State(service): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     query: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad(format!("invalid query: {}", e.body_text())))?;

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -26,7 +26,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::api::{self, ApiError, AppState, SubmitRequest};
+use crate::api::{self, ApiError, AppState, PathParam, SubmitRequest};
 use crate::model::now_ms;
 
 /// When this process built its routes (seconds since the epoch): the
@@ -81,7 +81,7 @@ pub async fn execute(
 /// `GET /jobs/{id}`: the job as `GET /v1/jobs/{id}` shows it, plus `job_id`.
 pub async fn get_job(
     State(service): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
 ) -> Result<Json<Value>, ApiError> {
     let job = service
         .store
@@ -107,7 +107,7 @@ pub async fn models(State(service): State<AppState>) -> Json<Value> {
 /// `GET /v1/models/{model}`: one template as an OpenAI model; 404 if unknown.
 pub async fn model(
     State(service): State<AppState>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam,
 ) -> Result<Json<Value>, OpenAiError> {
     if service.config.templates.contains_key(&name) {
         Ok(Json(model_json(&name)))

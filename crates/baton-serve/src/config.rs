@@ -1,12 +1,25 @@
 //! The service's configuration: a TOML file, then command-line overrides,
-//! validated as a whole before anything starts (an invalid value: one line
-//! naming the key).
+//! validated as a whole before anything starts (one line naming the key).
 //!
-//! Connection limits (see [`crate::conn`]): `header_read_timeout` (default
-//! 30 s) for a request's headers, `request_body_timeout` (30 s, counted from
-//! the headers; then 408 and the connection is closed) for its body, and
-//! `max_connections` (1024, lowered to what the open files limit leaves room
-//! for; beyond it a connection is answered 503 and closed).
+//! The keys that bound what a request or a job can do (README, "Job
+//! service"):
+//!
+//! - `max_body_bytes` (default 1 MiB, at least 1024): every POST body.
+//! - `max_prompt_bytes` (default 100 KiB, at most [`PROMPT_BYTES_CEILING`]):
+//!   a larger prompt gets 413 at submit; the ceiling keeps the prompt under
+//!   Linux's limit of one argument (the prompt is one, and `BATON_PROMPT`).
+//! - `allowed_hosts`, `allowed_origins`: names the [`crate::guard`] checks
+//!   accept besides the service's own.
+//! - Durations (`job_ttl` at least 1s; timeouts at least 1ms; none below
+//!   1ms but 0 where 0 means something; none above ten years): see
+//!   `config/durations.rs`.
+//! - Per template: `inherit_env` (variables of the service's environment
+//!   its jobs get besides [`BASE_ENV`] and `env`: a job's environment
+//!   starts empty) and `prompt_may_start_with_dash` (see
+//!   [`Template::prompt_after_double_dash`]).
+//! - `header_read_timeout`, `request_body_timeout` (30 s; then 408 and the
+//!   connection closes), `max_connections` (1024, lowered to what the open
+//!   files limit leaves room for; beyond: 503): see [`crate::conn`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -14,6 +27,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+
+mod connections;
+mod durations;
+
+pub use connections::ConnectionLimits;
+use durations::{duration, in_range, nonzero};
+pub use durations::{MAX_SETTING_DURATION, MIN_JOB_TTL};
 
 /// A configuration problem, naming the setting and the reason.
 #[derive(Debug, thiserror::Error)]
@@ -58,15 +78,17 @@ pub struct Config {
     pub max_log_bytes: u64,
     /// The largest request body, in bytes.
     pub max_body_bytes: usize,
-    /// How long a connection may take to send a request's headers (an idle
-    /// keep-alive connection included); then it is closed.
-    pub header_read_timeout: Duration,
-    /// How long a request may take to send its body, counted from its
-    /// headers; then it is answered 408 and its connection closed.
-    pub request_body_timeout: Duration,
-    /// Connections open at once; beyond it (or beyond what the descriptor
-    /// limit leaves room for) a connection is answered 503 and closed.
-    pub max_connections: usize,
+    /// The largest prompt, in bytes (at most [`PROMPT_BYTES_CEILING`]: a
+    /// prompt is one argument and one variable of the command).
+    pub max_prompt_bytes: usize,
+    /// `Host` names accepted besides the listen address and loopback names
+    /// (see [`crate::guard`]).
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins (`scheme://host[:port]`) allowed besides the
+    /// service's own (see [`crate::guard`]).
+    pub allowed_origins: Vec<String>,
+    /// How long clients may take, and how many connections are served.
+    pub connections: ConnectionLimits,
 }
 
 /// A command jobs may run.
@@ -85,7 +107,40 @@ pub struct Template {
     pub retry_on_interrupt: bool,
     /// The working directory when there is no workspace.
     pub cwd: Option<PathBuf>,
+    /// Variables of the service's environment the command gets too,
+    /// besides [`BASE_ENV`] and `env` (a job's environment starts empty).
+    pub inherit_env: Vec<String>,
+    /// Whether a prompt may start with `-` although no `--` precedes
+    /// `{prompt}` in `command` (for a command that never reads its prompt
+    /// argument as an option, e.g. `sh -c 'script' sh {prompt}`).
+    pub prompt_may_start_with_dash: bool,
 }
+
+impl Template {
+    /// Whether the prompt's argument comes after an `--` (end of options),
+    /// so that a prompt starting with `-` cannot be read as an option.
+    pub fn prompt_after_double_dash(&self) -> bool {
+        match self.command.iter().position(|a| a == "{prompt}") {
+            Some(at) => self.command[1..at].iter().any(|a| a == "--"),
+            None => true,
+        }
+    }
+}
+
+/// The variables of the service's own environment every job gets (when the
+/// service has them); anything else reaches a job only through its
+/// template's `env` or `inherit_env`.
+pub const BASE_ENV: [&str; 10] = [
+    "PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM",
+];
+
+/// The largest `max_prompt_bytes`: Linux refuses (E2BIG) an argument or a
+/// variable longer than `MAX_ARG_STRLEN` (128 KiB, its NUL included), and
+/// the prompt is both an argument and `BATON_PROMPT=<prompt>`.
+pub const PROMPT_BYTES_CEILING: usize = 128 * 1024 - 1 - "BATON_PROMPT=".len();
+
+/// The default `max_prompt_bytes` (100 KiB).
+pub const DEFAULT_MAX_PROMPT_BYTES: usize = 100 * 1024;
 
 /// How a template's jobs get their workspace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,6 +192,11 @@ struct FileConfig {
     allow_raw_commands: Option<bool>,
     max_log_bytes: Option<u64>,
     max_body_bytes: Option<usize>,
+    max_prompt_bytes: Option<usize>,
+    #[serde(default)]
+    allowed_hosts: Vec<String>,
+    #[serde(default)]
+    allowed_origins: Vec<String>,
     header_read_timeout: Option<String>,
     request_body_timeout: Option<String>,
     max_connections: Option<usize>,
@@ -155,6 +215,10 @@ struct FileTemplate {
     #[serde(default)]
     retry_on_interrupt: bool,
     cwd: Option<PathBuf>,
+    #[serde(default)]
+    inherit_env: Vec<String>,
+    #[serde(default)]
+    prompt_may_start_with_dash: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -169,27 +233,6 @@ struct FileWorkspace {
 
 /// The default address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
-
-fn duration(field: &str, value: Option<&str>, default: Duration) -> Result<Duration, ConfigError> {
-    match value {
-        None => Ok(default),
-        Some(v) => humantime::parse_duration(v.trim()).map_err(|e| {
-            ConfigError(format!(
-                "invalid {field} '{v}': {e} (use e.g. 30s, 15m, 1h)"
-            ))
-        }),
-    }
-}
-
-/// `d`, unless it is zero (a timeout of nothing would refuse everything).
-fn positive(d: Duration, field: &str) -> Result<Duration, ConfigError> {
-    if d.is_zero() {
-        return Err(ConfigError(format!(
-            "invalid {field} 0s: it must be longer than nothing"
-        )));
-    }
-    Ok(d)
-}
 
 impl Config {
     /// Reads `file` (if given), applies `overrides` and the environment
@@ -269,47 +312,75 @@ impl Config {
                 Duration::from_secs(3600),
             )?,
         };
+        let ttl_text = humantime::format_duration(job_ttl).to_string();
+        in_range("job_ttl", &ttl_text, job_ttl, MIN_JOB_TTL)?;
         let default_timeout = duration(
             "default_timeout",
             parsed.default_timeout.as_deref(),
             Duration::from_secs(900),
         )?;
+        nonzero("default_timeout", default_timeout)?;
         let max_timeout = duration(
             "max_timeout",
             parsed.max_timeout.as_deref(),
             Duration::from_secs(24 * 3600),
         )?;
+        nonzero("max_timeout", max_timeout)?;
         let grace = duration("grace", parsed.grace.as_deref(), Duration::from_secs(10))?;
         let drain_timeout = duration(
             "drain_timeout",
             parsed.drain_timeout.as_deref(),
             Duration::from_secs(60),
         )?;
-        let header_read_timeout = positive(
-            duration(
-                "header_read_timeout",
-                parsed.header_read_timeout.as_deref(),
-                Duration::from_secs(30),
-            )?,
-            "header_read_timeout",
-        )?;
-        let request_body_timeout = positive(
-            duration(
-                "request_body_timeout",
-                parsed.request_body_timeout.as_deref(),
-                Duration::from_secs(30),
-            )?,
-            "request_body_timeout",
-        )?;
-        let max_connections = parsed.max_connections.unwrap_or(1024);
-        if max_connections == 0 {
-            return Err(ConfigError(
-                "invalid max_connections 0: at least 1 connection must be possible".into(),
-            ));
+        let max_prompt_bytes = parsed.max_prompt_bytes.unwrap_or(DEFAULT_MAX_PROMPT_BYTES);
+        if max_prompt_bytes == 0 || max_prompt_bytes > PROMPT_BYTES_CEILING {
+            return Err(ConfigError(format!(
+                "invalid max_prompt_bytes {max_prompt_bytes}: use 1 to {PROMPT_BYTES_CEILING} \
+                 (a prompt is one argument of the command, and Linux refuses one over 128 KiB)"
+            )));
         }
+        let max_body_bytes = parsed.max_body_bytes.unwrap_or(1024 * 1024);
+        if max_body_bytes < 1024 {
+            return Err(ConfigError(format!(
+                "invalid max_body_bytes {max_body_bytes}: use at least 1024"
+            )));
+        }
+        let allowed_hosts = crate::browser::check_hosts(&parsed.allowed_hosts)?;
+        let allowed_origins = crate::browser::check_origins(&parsed.allowed_origins)?;
+        let connections = connections::connections(
+            parsed.header_read_timeout.as_deref(),
+            parsed.request_body_timeout.as_deref(),
+            parsed.max_connections,
+        )?;
         let mut templates = BTreeMap::new();
+        // The service variables each template's `env` takes its values from
+        // (`${VAR}`): its secrets, which no other template may inherit.
+        let secrets: Vec<(String, Vec<String>)> = parsed
+            .templates
+            .iter()
+            .map(|(name, t)| {
+                (
+                    name.clone(),
+                    t.env.values().flat_map(|v| referenced(v)).collect(),
+                )
+            })
+            .collect();
         for (name, t) in parsed.templates {
             templates.insert(name.clone(), template(&name, t)?);
+        }
+        for (name, t) in &templates {
+            for var in &t.inherit_env {
+                let owner = secrets
+                    .iter()
+                    .find(|(other, vars)| other != name && vars.contains(var));
+                if let Some((other, _)) = owner {
+                    return Err(ConfigError(format!(
+                        "invalid templates.{name}.inherit_env: '{var}' is what template '{other}' \
+                         takes its env from (${{{var}}}); set it in this template's env instead \
+                         if it is meant to share it"
+                    )));
+                }
+            }
         }
         if let Some(d) = &parsed.default_template {
             if !templates.contains_key(d) {
@@ -343,10 +414,11 @@ impl Config {
             templates,
             allow_raw_commands: parsed.allow_raw_commands.unwrap_or(false),
             max_log_bytes: parsed.max_log_bytes.unwrap_or(16 * 1024 * 1024),
-            max_body_bytes: parsed.max_body_bytes.unwrap_or(1024 * 1024),
-            header_read_timeout,
-            request_body_timeout,
-            max_connections,
+            max_body_bytes,
+            max_prompt_bytes,
+            allowed_hosts,
+            allowed_origins,
+            connections,
         })
     }
 }
@@ -404,8 +476,21 @@ fn template(name: &str, t: FileTemplate) -> Result<Template, ConfigError> {
     }
     let timeout = match t.timeout.as_deref() {
         None => None,
-        Some(v) => Some(duration(&field("timeout"), Some(v), Duration::ZERO)?),
+        Some(v) => Some(nonzero(
+            &field("timeout"),
+            duration(&field("timeout"), Some(v), Duration::ZERO)?,
+        )?),
     };
+    let mut inherit_env = Vec::new();
+    for k in t.inherit_env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') || k.starts_with("BATON_") {
+            return Err(ConfigError(format!(
+                "invalid {}: '{k}' is not a variable a template may inherit",
+                field("inherit_env")
+            )));
+        }
+        inherit_env.push(k);
+    }
     let workspace = match t.workspace {
         None => None,
         Some(w) => {
@@ -456,7 +541,18 @@ fn template(name: &str, t: FileTemplate) -> Result<Template, ConfigError> {
         workspace,
         retry_on_interrupt: t.retry_on_interrupt,
         cwd: t.cwd,
+        inherit_env,
+        prompt_may_start_with_dash: t.prompt_may_start_with_dash,
     })
+}
+
+/// The variables `value` names as `${VAR}`.
+fn referenced(value: &str) -> Vec<String> {
+    value
+        .split("${")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('}').map(|(var, _)| var.to_string()))
+        .collect()
 }
 
 /// Expands `${VAR}` from the service's environment (unset: an error, so a
@@ -493,6 +589,8 @@ mod tests {
             workspace: None,
             retry_on_interrupt: false,
             cwd: None,
+            inherit_env: Vec::new(),
+            prompt_may_start_with_dash: false,
         };
         let e = template("x", t).err().map(|e| e.0).unwrap_or_default();
         assert!(e.contains("templates.x.command"), "{e}");

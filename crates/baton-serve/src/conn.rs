@@ -64,15 +64,15 @@ pub fn connection_cap(config: &Config) -> usize {
         usize::try_from(n.saturating_sub(reserved_descriptors(config)).max(16))
             .unwrap_or(usize::MAX)
     });
-    if room < config.max_connections {
+    if room < config.connections.max_connections {
         tracing::warn!(
-            max_connections = config.max_connections,
+            max_connections = config.connections.max_connections,
             open_files_limit = ?soft,
             cap = room,
             "the open files limit leaves room for fewer connections than max_connections"
         );
     }
-    config.max_connections.min(room)
+    config.connections.max_connections.min(room)
 }
 
 /// Serves connections until `stop` fires, at most `cap` at once, then lets
@@ -201,7 +201,7 @@ pub(crate) async fn body_deadline(
     if req.body().is_end_stream() {
         return next.run(req).await;
     }
-    let limit = service.config.request_body_timeout;
+    let limit = service.config.connections.request_body_timeout;
     let expired = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&expired);
     let req = req.map(|inner| {

@@ -1,6 +1,8 @@
 //! Running one job through the run library: the template's argv with the
 //! prompt as one element (never a shell), the prompt on stdin and in
-//! `$BATON_PROMPT`, output captured, its group and workspace, its timeout
+//! `$BATON_PROMPT`, a clean environment (see [`command_for`]: never the
+//! service's token or another template's secrets), output captured, its
+//! group and workspace, its timeout
 //! counted from the start of execution. Synchronous: the scheduler runs it
 //! on a blocking thread, which it holds until the command has ended (the
 //! command's parent-death signal is tied to that thread).
@@ -16,7 +18,7 @@ use baton_proc::{Outcome, Stdio, StdioSpec};
 use baton_run::{GroupMode, GroupRequest, OnStart, RunControl, RunError, RunRequest};
 use tokio::sync::watch;
 
-use crate::config::{Config, Template};
+use crate::config::{Config, Template, BASE_ENV};
 use crate::model::{now_ms, Finish, Job, JobMode, JobStatus, RecordedGroup};
 use crate::output::{Capture, JobFiles, Stream};
 
@@ -34,6 +36,9 @@ pub struct ExecContext {
     /// Where the job's group lives (the store's PostgreSQL database, if
     /// that is the store: one group across every node).
     pub groups: baton_run::Backend,
+    /// The job's guardian, on a store several nodes share (see
+    /// [`baton_run::RunRequest::guard`]).
+    pub guard: Option<baton_proc::GuardSpec>,
 }
 
 /// Hooks the executor calls while the job runs.
@@ -47,19 +52,44 @@ pub struct Hooks {
 /// Variables for a command.
 pub type Env = Vec<(OsString, OsString)>;
 
-/// The argv and environment of a job, from its template
-/// (or its raw command, where allowed).
+/// `PATH` for a job when the service itself has none.
+pub const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The argv and environment of a job, from its template (or its raw
+/// command, where allowed). The environment is the whole of it (the run
+/// starts from an empty one): the service's [`BASE_ENV`] variables it has,
+/// the template's `inherit_env` ones it has, the template's `env`, then
+/// `BATON_PROMPT` and `BATON_JOB_ID` (the run library adds its own
+/// `BATON_*`). Never the service's token, nor another template's `env`.
 pub fn command_for(job: &Job, template: Option<&Template>) -> Result<(Vec<OsString>, Env), String> {
+    command_from(job, template, &|k| std::env::var_os(k))
+}
+
+/// [`command_for`] with the service's environment given as a lookup.
+fn command_from(
+    job: &Job,
+    template: Option<&Template>,
+    service_env: &dyn Fn(&str) -> Option<OsString>,
+) -> Result<(Vec<OsString>, Env), String> {
     let prompt = job.spec.prompt.clone().unwrap_or_default();
-    let mut env: Vec<(OsString, OsString)> = vec![
-        ("BATON_PROMPT".into(), prompt.clone().into()),
-        ("BATON_JOB_ID".into(), job.spec.id.clone().into()),
-    ];
+    let mut env: Env = Vec::new();
+    for name in BASE_ENV {
+        match service_env(name) {
+            Some(v) => env.push((name.into(), v)),
+            None if name == "PATH" => env.push((name.into(), FALLBACK_PATH.into())),
+            None => {}
+        }
+    }
     let argv: Vec<OsString> = match (&job.spec.command, template) {
         (Some(raw), _) => raw.iter().map(OsString::from).collect(),
         (None, Some(t)) => {
+            for name in &t.inherit_env {
+                if let Some(v) = service_env(name) {
+                    env.push((name.into(), v));
+                }
+            }
             for (k, v) in &t.env {
-                env.insert(0, (k.into(), v.into()));
+                env.push((k.into(), v.into()));
             }
             t.command
                 .iter()
@@ -76,7 +106,26 @@ pub fn command_for(job: &Job, template: Option<&Template>) -> Result<(Vec<OsStri
             ))
         }
     };
+    env.push(("BATON_PROMPT".into(), prompt.into()));
+    env.push(("BATON_JOB_ID".into(), job.spec.id.clone().into()));
     Ok((argv, env))
+}
+
+/// The message for a command the kernel refused to start because its
+/// arguments and environment are too large (E2BIG): the sizes and limits.
+fn too_large(argv: &[OsString], env: &Env, prompt_len: usize) -> String {
+    let args: usize = argv.iter().map(|a| a.len() + 1).sum();
+    let vars: usize = env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    // SAFETY: sysconf only reads a system limit.
+    let arg_max = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
+    format!(
+        "could not start the command: the system refused its arguments and environment as too \
+         large (E2BIG): the prompt is {prompt_len} bytes (one argument and BATON_PROMPT; each may \
+         be at most {} bytes, MAX_ARG_STRLEN), arguments and environment are {} bytes in all \
+         (ARG_MAX {arg_max}); lower max_prompt_bytes or the template's env",
+        128 * 1024,
+        args + vars
+    )
 }
 
 /// Runs `job` to its end and says how it ended. Never panics on the
@@ -113,14 +162,28 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
         Err(e) => return failed(format!("cannot capture the job's output: {e}")),
     };
 
-    let mut req = RunRequest::new(argv);
+    let mut req = RunRequest::new(argv.clone());
     req.run_id = Some(job.spec.id.clone());
     req.owner = Some(format!("baton serve job {}", job.spec.id));
     req.operation = Some(format!("job {} ({})", job.spec.id, job.spec.template));
     req.control = control.clone();
     req.grace = ctx.config.grace;
     req.timeout = Some(Duration::from_millis(job.spec.timeout_ms));
-    req.env = env;
+    req.guard = ctx.guard.clone();
+    let e2big = |result: &Result<baton_run::RunReport, RunError>| match result {
+        Err(RunError::Proc(baton_proc::ProcError::Spawn { source, .. }))
+            if source.raw_os_error() == Some(libc::E2BIG) =>
+        {
+            Some(too_large(
+                &argv,
+                &env,
+                job.spec.prompt.as_deref().map_or(0, str::len),
+            ))
+        }
+        _ => None,
+    };
+    req.env = env.clone();
+    req.clear_env = true;
     req.stdio = StdioSpec {
         stdin,
         stdout: Stdio::Fd(out.writer()),
@@ -199,6 +262,9 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
     .into_iter()
     .flatten()
     .collect();
+    if let Some(message) = e2big(&result) {
+        return failed(message);
+    }
     let mut finish = finish_of(result, &control, ctx.shutting_down.load(Ordering::SeqCst));
     // The record says when its output is incomplete, and why.
     if !lost.is_empty() {
@@ -219,6 +285,17 @@ fn finish_of(
     let now = now_ms();
     let report = match result {
         Ok(r) => r,
+        // Its node lost its database session, or stopped vouching for it in
+        // time: nobody cancelled it, its run was cut short.
+        Err(e @ (RunError::LockLost { .. } | RunError::Fenced { .. })) => {
+            return Finish {
+                status: JobStatus::Interrupted,
+                exit_code: Some(e_exit_code(&e)),
+                error: Some(e.to_string()),
+                superseded_by: None,
+                finished_at: now,
+            }
+        }
         Err(RunError::NotAdmitted(why)) => {
             return Finish {
                 status: JobStatus::Skipped,
@@ -256,6 +333,10 @@ fn finish_of(
                 report.superseded_by.as_deref().unwrap_or("a newer run")
             )),
         ),
+        Outcome::Cancelled if control.stop_reason() == Some(baton_run::StopReason::LockLost) => (
+            JobStatus::Interrupted,
+            Some("interrupted: this node lost its database session".to_string()),
+        ),
         Outcome::Cancelled => {
             let why = match (control.stop_reason(), shutting_down) {
                 (_, true) => "cancelled: the service shut down and its drain timeout passed",
@@ -263,6 +344,14 @@ fn finish_of(
             };
             (JobStatus::Cancelled, Some(why.to_string()))
         }
+        Outcome::TimedOut if report.setup_failed => (
+            JobStatus::TimedOut,
+            Some(
+                "timed out in the workspace's setup command (the timeout counts from its start); \
+                 the job's command did not run"
+                    .to_string(),
+            ),
+        ),
         _ if report.setup_failed => (
             JobStatus::Failed,
             Some(format!(
@@ -282,6 +371,11 @@ fn finish_of(
         (Some(w), None) => Some(format!("the workspace could not be removed: {w}")),
         (None, e) => e,
     };
+    // Stopped because its node lost its session: baton's "lock lost".
+    let code = match status {
+        JobStatus::Interrupted => baton_contract::exit::LOCK_LOST,
+        _ => code,
+    };
     Finish {
         status,
         exit_code: Some(code),
@@ -294,6 +388,86 @@ fn finish_of(
 fn e_exit_code(e: &RunError) -> i32 {
     match e {
         RunError::Proc(p) => p.exit_code(),
+        RunError::LockLost { .. } | RunError::Fenced { .. } => baton_contract::exit::LOCK_LOST,
         _ => baton_contract::exit::BATON_FAILED,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::NewJob;
+
+    fn job(command: Option<Vec<String>>) -> Job {
+        Job {
+            spec: NewJob {
+                id: "j1".into(),
+                template: "t".into(),
+                prompt: Some("hi".into()),
+                group: None,
+                mode: JobMode::Queue,
+                timeout_ms: 1000,
+                branch: None,
+                command,
+                created_at: 0,
+            },
+            seq: 1,
+            status: JobStatus::Running,
+            exit_code: None,
+            error: None,
+            started_at: None,
+            finished_at: None,
+            workspace: None,
+            superseded_by: None,
+            node: None,
+            attempts: 1,
+            process_group: None,
+        }
+    }
+
+    #[test]
+    fn a_job_environment_is_the_base_its_allowlist_its_env_and_batons_own() {
+        let template = Template {
+            command: vec!["cmd".into(), "{prompt}".into()],
+            env: vec![("KEY".into(), "v".into())],
+            timeout: None,
+            workspace: None,
+            retry_on_interrupt: false,
+            cwd: None,
+            inherit_env: vec!["WANTED".into(), "ABSENT".into()],
+            prompt_may_start_with_dash: false,
+        };
+        let service = |k: &str| match k {
+            "HOME" => Some(OsString::from("/h")),
+            "WANTED" => Some("w".into()),
+            "BATON_SERVE_TOKEN" | "OTHER" => Some("secret".into()),
+            _ => None,
+        };
+        let (argv, env) = command_from(&job(None), Some(&template), &service).unwrap();
+        assert_eq!(argv, ["cmd", "hi"]);
+        let env: Vec<(String, String)> = env
+            .into_iter()
+            .map(|(k, v)| (k.into_string().unwrap(), v.into_string().unwrap()))
+            .collect();
+        let expect = [
+            ("PATH", FALLBACK_PATH),
+            ("HOME", "/h"),
+            ("WANTED", "w"),
+            ("KEY", "v"),
+            ("BATON_PROMPT", "hi"),
+            ("BATON_JOB_ID", "j1"),
+        ];
+        let expect: Vec<(String, String)> = expect
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(env, expect);
+        // A raw command gets the base only (and baton's own).
+        let (_, env) =
+            command_from(&job(Some(vec!["true".into()])), Some(&template), &service).unwrap();
+        assert!(
+            !env.iter().any(|(k, _)| k == "WANTED" || k == "KEY"),
+            "{env:?}"
+        );
     }
 }

@@ -116,7 +116,7 @@ where
     let _ = writeln!(out, "baton serve: listening on http://{local}");
     let _ = out.flush();
 
-    let app = router(Arc::clone(&service));
+    let app = router(Arc::clone(&service), local);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let drainer = Arc::clone(&service);
     tokio::spawn(async move {
@@ -126,7 +126,7 @@ where
         let _ = stop_tx.send(());
     });
     let cap = crate::conn::connection_cap(&service.config);
-    let header_timeout = service.config.header_read_timeout;
+    let header_timeout = service.config.connections.header_read_timeout;
     crate::conn::accept_loop(listener, app, stop_rx, header_timeout, cap).await;
     Ok(())
 }
@@ -146,9 +146,15 @@ async fn shutdown_signal() {
     }
 }
 
-/// Every route, with auth and the body limit.
-pub fn router(service: AppState) -> Router {
+/// Every route, with auth, the body limit and the [`crate::guard`] checks
+/// (`local`: the address the service is bound to).
+pub fn router(service: AppState, local: std::net::SocketAddr) -> Router {
     let limit = service.config.max_body_bytes;
+    let guard = Arc::new(crate::browser::Guard {
+        local,
+        allowed_hosts: service.config.allowed_hosts.clone(),
+        allowed_origins: service.config.allowed_origins.clone(),
+    });
     let protected = Router::new()
         .route("/v1/jobs", get(api::list_jobs).post(api::post_job))
         .route("/v1/jobs/{id}", get(api::get_job).delete(api::cancel_job))
@@ -168,11 +174,24 @@ pub fn router(service: AppState) -> Router {
                 "no such route (see /openapi.json)",
             )
         })
+        .method_not_allowed_fallback(
+            |method: axum::http::Method, uri: axum::http::Uri| async move {
+                ApiError::new(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method_not_allowed",
+                    format!(
+                        "method {method} is not allowed on {} (see /openapi.json)",
+                        uri.path()
+                    ),
+                )
+            },
+        )
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&service),
             crate::conn::body_deadline,
         ))
+        .layer(middleware::from_fn_with_state(guard, crate::browser::check))
         .with_state(service)
 }
 

@@ -20,11 +20,12 @@ use crate::config::Config;
 use crate::exec::{run_job, ExecContext, Hooks};
 use crate::journal::StartJournal;
 use crate::metrics::Metrics;
-use crate::model::{now_ms, Finish, Job, JobStatus};
+use crate::model::{now_ms, Finish, Job, JobMode, JobStatus};
 use crate::output::JobFiles;
 use crate::store::{Store, StoreError, StoreEvent};
 
 mod recovery;
+mod supersede;
 mod waiters;
 
 pub use waiters::Waiting;
@@ -45,6 +46,9 @@ pub struct Live {
     pub group: Option<String>,
     /// Its place in the FIFO order (older jobs have smaller numbers).
     pub seq: i64,
+    /// On a shared store: this node's session vouching for the job's
+    /// guardian (each heartbeat answered extends its fence).
+    pub fence: Option<baton_proc::FenceSource>,
 }
 
 /// The running service: shared by the HTTP handlers, the scheduler and the
@@ -179,6 +183,13 @@ impl Service {
                     }
                 }
                 Ok(StoreEvent::Live(true)) => self.wake(),
+                Ok(StoreEvent::Alive(sent)) => {
+                    for live in self.lives().values() {
+                        if let Some(f) = &live.fence {
+                            f.vouch(sent);
+                        }
+                    }
+                }
                 Ok(StoreEvent::Live(false)) => {
                     let lives: Vec<(String, Live)> = self
                         .lives()
@@ -187,7 +198,9 @@ impl Service {
                         .collect();
                     for (id, live) in lives {
                         tracing::warn!(job = %id, "stopping: this node lost its database session");
-                        live.control.cancel();
+                        // Nobody cancelled it: it ends interrupted (and is
+                        // queued again if its template says so).
+                        live.control.interrupt();
                     }
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
@@ -210,7 +223,12 @@ impl Service {
                     .get(template)
                     .is_some_and(|t| t.retry_on_interrupt)
             };
-            match self.store.reap(&retry, now_ms()).await {
+            // A dead node's jobs are taken over only once their guardians
+            // have stopped them (the fence after its last heartbeat), or the
+            // node itself has (it notices within the same bound, then TERM,
+            // grace, KILL): never two runs of one job at once.
+            let settle = baton_pg::FENCE + self.config.grace + Duration::from_secs(1);
+            match self.store.reap(&retry, settle, now_ms()).await {
                 Ok(reaped) => {
                     for r in reaped {
                         tracing::warn!(job = %r.job.spec.id, node = ?r.job.node, requeued = r.requeued, "job of a dead node taken over");
@@ -297,6 +315,15 @@ impl Service {
 
     fn launch(self: &Arc<Service>, job: Job) {
         let control = RunControl::new();
+        // On a store several nodes share, another node takes a dead or
+        // stalled node's jobs over: each job runs with a guardian that
+        // kills its whole command when this process dies or stops
+        // vouching for it (its session's heartbeats) in time.
+        let fence = self
+            .store
+            .events()
+            .is_some()
+            .then(|| baton_proc::Fence::new(baton_pg::FENCE));
         let (stdout_tx, stdout_rx) = watch::channel(0u64);
         let (done_tx, done_rx) = watch::channel(false);
         self.lives().insert(
@@ -307,6 +334,7 @@ impl Service {
                 done: done_rx,
                 group: job.spec.group.clone(),
                 seq: job.seq,
+                fence: fence.as_ref().map(baton_proc::Fence::source),
             },
         );
         let service = Arc::clone(self);
@@ -347,7 +375,11 @@ impl Service {
                 jobs_root: service.jobs_root.clone(),
                 shutting_down: Arc::clone(&service.shutting_down),
                 groups: service.groups.clone(),
+                guard: fence.map(baton_proc::GuardSpec::this_program),
             };
+            if let (JobMode::Supersede, Some(g)) = (job.spec.mode, &job.spec.group) {
+                service.supersede_older(&id, job.seq, g).await;
+            }
             let ran = job.clone();
             let finish = match tokio::task::spawn_blocking(move || {
                 run_job(&ctx, &ran, control, hooks)
@@ -363,6 +395,16 @@ impl Service {
                     finished_at: now_ms(),
                 },
             };
+            let mut finish = finish;
+            let retry = service
+                .config
+                .templates
+                .get(&job.spec.template)
+                .is_some_and(|t| t.retry_on_interrupt);
+            if finish.status == JobStatus::Interrupted && retry && job.attempts <= 1 {
+                finish.status = JobStatus::Queued;
+                finish.error = finish.error.map(|e| format!("{e}; queued again"));
+            }
             let run_ms = job.started_at.map(|s| finish.finished_at - s).unwrap_or(0);
             service.metrics.finished(queue_wait, run_ms, finish.status);
             tracing::info!(job = %id, status = finish.status.as_str(), exit_code = ?finish.exit_code, "job ended");

@@ -175,6 +175,16 @@ pub async fn completions(
         param: Some("messages"),
         ..e.into()
     })?;
+    api::check_prompt(
+        &service,
+        service.config.templates.get(&req.model),
+        &prompt,
+        "messages",
+    )
+    .map_err(|e| OpenAiError {
+        param: Some("messages"),
+        ..e.into()
+    })?;
     let job = api::resolve(
         &service,
         SubmitRequest {

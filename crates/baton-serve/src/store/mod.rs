@@ -86,6 +86,10 @@ pub enum StoreEvent {
     /// This node's liveness session was lost (`false`: stop the jobs running
     /// here, claim nothing) or is back (`true`).
     Live(bool),
+    /// This node's liveness session answered a heartbeat sent at this
+    /// instant: it vouches for the jobs running here (their guardians'
+    /// fences, see `baton_proc::guard`).
+    Alive(std::time::Instant),
 }
 
 /// The operations the service needs from a job store.
@@ -128,11 +132,14 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Jobs running on nodes that are gone (their liveness lock is free)
+    /// and whose last heartbeat is older than `settle` (by then their
+    /// guardians have killed what they ran, or the node itself stopped it)
     /// are queued again or marked interrupted, as [`Store::recover`] does.
     /// Returns them as they were.
     async fn reap(
         &self,
         _retry: &(dyn for<'a> Fn(&'a str) -> bool + Send + Sync),
+        _settle: std::time::Duration,
         _now: i64,
     ) -> Result<Vec<Recovered>, StoreError> {
         Ok(Vec::new())

@@ -33,6 +33,10 @@ const HEARTBEAT: Duration = Duration::from_secs(2);
 /// How long a heartbeat may take before the session is taken as lost.
 const HEARTBEAT_LIMIT: Duration = Duration::from_secs(5);
 
+// The jobs' guardians are fenced with baton-pg's bound, which must cover a
+// heartbeat's interval and limit here too.
+const _: () = assert!(HEARTBEAT.as_secs() + HEARTBEAT_LIMIT.as_secs() <= baton_pg::FENCE.as_secs());
+
 /// How long to wait for the liveness lock of this node id (held by a
 /// previous session of the same node the server has not ended yet).
 const LOCK_WAIT: Duration = Duration::from_secs(30);
@@ -237,12 +241,15 @@ async fn hold(mut session: Connected, node: &str, shared: &Shared) {
             },
             _ = tick.tick() => {
                 let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&node];
+                let sent = std::time::Instant::now();
                 let beat = session.client.execute(
                     "UPDATE baton_nodes SET heartbeat_at = now() WHERE id = $1",
                     &params,
                 );
                 match tokio::time::timeout(HEARTBEAT_LIMIT, beat).await {
-                    Ok(Ok(_)) => {}
+                    Ok(Ok(_)) => {
+                        let _ = shared.events.send(StoreEvent::Alive(sent));
+                    }
                     Ok(Err(e)) => {
                         tracing::warn!(error = %one_line(&e), "heartbeat failed");
                         break;

@@ -343,8 +343,17 @@ impl Store for PgStore {
             let tx = tokio_postgres::Client::transaction(&mut c).await?;
             // Only this node's run: a job taken over (interrupted, queued
             // again, maybe running elsewhere) is not ended by its old node.
-            let n = tx
-                .execute(
+            let n = if f.status == JobStatus::Queued {
+                // Interrupted, and its template retries: queued again.
+                tx.execute(
+                    "UPDATE baton_jobs SET status = 'queued', priority = 1, started_at = NULL, \
+                     node = NULL, pgroup = NULL, workspace = NULL, error = $1 \
+                     WHERE id = $2 AND status = 'running' AND node = $3",
+                    &[&f.error, &id, &self.node],
+                )
+                .await?
+            } else {
+                tx.execute(
                     "UPDATE baton_jobs SET status = $1, exit_code = $2, error = $3, \
                      superseded_by = $4, finished_at = $5, pgroup = NULL \
                      WHERE id = $6 AND status = 'running' AND node = $7",
@@ -358,7 +367,8 @@ impl Store for PgStore {
                         &self.node,
                     ],
                 )
-                .await?;
+                .await?
+            };
             tx.batch_execute("NOTIFY baton_jobs").await?;
             tx.commit().await?;
             Ok(n == 1)
@@ -436,7 +446,13 @@ impl Store for PgStore {
         .await
     }
 
-    async fn reap(&self, retry: Retry<'_>, now: i64) -> Result<Vec<Recovered>, StoreError> {
+    async fn reap(
+        &self,
+        retry: Retry<'_>,
+        settle: std::time::Duration,
+        now: i64,
+    ) -> Result<Vec<Recovered>, StoreError> {
+        let settle_ms = i64::try_from(settle.as_millis()).unwrap_or(i64::MAX);
         let op = "take over the jobs of dead nodes";
         let mut c = self.conn(op).await?;
         let candidates = timed(
@@ -444,8 +460,10 @@ impl Store for PgStore {
             c.query(
                 "SELECT DISTINCT j.node, n.num FROM baton_jobs j \
                  LEFT JOIN baton_nodes n ON n.id = j.node \
-                 WHERE j.status = 'running' AND j.node IS NOT NULL AND j.node <> $1",
-                &[&self.node],
+                 WHERE j.status = 'running' AND j.node IS NOT NULL AND j.node <> $1 \
+                 AND (n.heartbeat_at IS NULL \
+                      OR n.heartbeat_at < now() - make_interval(secs => $2::int8 / 1000.0))",
+                &[&self.node, &settle_ms],
             ),
         )
         .await?;

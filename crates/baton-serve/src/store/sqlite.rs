@@ -402,6 +402,16 @@ impl Store for SqliteStore {
         let id = id.to_string();
         let f = finish.clone();
         self.with("record a job's end", move |conn| {
+            if f.status == JobStatus::Queued {
+                // Interrupted, and its template retries: queued again.
+                let n = conn.execute(
+                    "UPDATE jobs SET status = 'queued', priority = 1, started_at = NULL, \
+                     node = NULL, pgroup = NULL, workspace = NULL, error = ?1 \
+                     WHERE id = ?2 AND status = 'running'",
+                    params![f.error, id],
+                )?;
+                return Ok(n == 1);
+            }
             let n = conn.execute(
                 "UPDATE jobs SET status = ?1, exit_code = ?2, error = ?3, superseded_by = ?4, \
                  finished_at = ?5, pgroup = NULL WHERE id = ?6 AND status = 'running'",

@@ -1,0 +1,530 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! Across machines, never two holders: a dead or stalled supervisor's whole
+//! command is stopped by its guardian before another host takes over.
+//!
+//! Each "host" is a `baton` in its own UTS namespace (`unshare --uts`, its
+//! own host name) with its own baton dir, on one PostgreSQL database: to
+//! baton the other host's processes are not this machine's, so nobody on
+//! this side may stop them. The command's work runs in a *child* of the
+//! command (a ticker writing CLOCK_MONOTONIC to a log every 100 ms), which
+//! the parent-death signal of the leader does not reach.
+//!
+//! No timed assertions beyond liveness bounds (generous); the order of the
+//! ticks in the log is the assertion.
+
+mod common;
+mod pg_common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{code, stderr, wait_until, Env};
+use pg_common::TestDb;
+
+/// A simulated machine: its own host name and baton dir.
+struct Host {
+    env: Env,
+    name: &'static str,
+    url: String,
+}
+
+impl Host {
+    fn new(name: &'static str, db: &TestDb) -> Host {
+        Host {
+            env: Env::new(),
+            name,
+            url: db.url(),
+        }
+    }
+
+    /// `baton --dir D --backend URL ARGS` under host name `name`: the pid of
+    /// the returned command is baton's (unshare and sh exec it).
+    fn baton(&self, args: &[&str]) -> Command {
+        let inner = self.env.baton(&[]);
+        let mut c = Command::new("unshare");
+        c.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.env.tmp.path())
+            .current_dir(self.env.tmp.path())
+            .args(["--uts", "--", "sh", "-c"])
+            .arg(format!("hostname {} && exec \"$0\" \"$@\"", self.name))
+            .arg(inner.get_program())
+            .args(inner.get_args())
+            .args(["--backend", self.url.as_str()])
+            .args(args);
+        c
+    }
+
+    fn spawn(&self, args: &[&str]) -> Child {
+        self.baton(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn baton under unshare")
+    }
+
+    fn output(&self, args: &[&str]) -> Output {
+        self.baton(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run baton under unshare")
+    }
+}
+
+/// A command whose work is a child ticker: it writes `TAG NS` to `log`
+/// every 100 ms, and its pid to `pidfile`; the command waits for it.
+fn ticking(tag: &str, log: &Path, pidfile: &Path) -> String {
+    format!(
+        "/usr/bin/python3 -c 'import time\nf = open(\"{log}\", \"a\", buffering=1)\nwhile True:\n    f.write(\"{tag} %d\\n\" % time.monotonic_ns())\n    time.sleep(0.1)' & echo $! > {pid}; wait",
+        log = log.display(),
+        pid = pidfile.display(),
+    )
+}
+
+/// A command that writes one `TAG NS` line.
+fn one_tick(tag: &str, log: &Path) -> String {
+    format!(
+        "/usr/bin/python3 -c 'import time; open(\"{log}\", \"a\").write(\"{tag} %d\\n\" % time.monotonic_ns())'",
+        log = log.display()
+    )
+}
+
+/// The ticks of `tag` in `log`.
+fn ticks(log: &Path, tag: &str) -> Vec<u64> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix(&format!("{tag} ")))
+        .filter_map(|n| n.trim().parse().ok())
+        .collect()
+}
+
+fn kill(pid: i32, sig: i32) {
+    // SAFETY: kill(2) with a pid this test started.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// Whether `pid` runs (a zombie does not).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+        .is_some_and(|zombie| !zombie)
+}
+
+fn read_pid(path: &PathBuf) -> i32 {
+    wait_until(Duration::from_secs(30), || {
+        std::fs::read_to_string(path).is_ok_and(|s| s.ends_with('\n'))
+    });
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn finish(mut child: Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            kill(child.id() as i32, libc::SIGKILL);
+            panic!("baton (pid {}) did not exit within {limit:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// The ticker of host A ended before host B's command started.
+fn assert_a_before_b(log: &Path) {
+    let a = ticks(log, "A");
+    let b = ticks(log, "B");
+    assert!(!a.is_empty() && !b.is_empty(), "both ran: {a:?} {b:?}");
+    let (last_a, first_b) = (*a.iter().max().unwrap(), *b.iter().min().unwrap());
+    eprintln!(
+        "A's last tick -> B's first: {:.2} s",
+        (first_b as f64 - last_a as f64) / 1e9
+    );
+    assert!(
+        last_a < first_b,
+        "A's command ran {:.2} s beside B's: two holders",
+        (last_a - first_b) as f64 / 1e9
+    );
+}
+
+/// Fault 1 of the review: `kill -9` of `baton run` on host A, whose
+/// command's work runs in a child of the command. The child used to run on
+/// for ever (only the leader gets the parent-death signal); now the run's
+/// guardian kills the whole group at once, with no other baton involved,
+/// and host B's run of the lock starts after it.
+#[test]
+fn sigkill_of_a_supervisor_stops_its_commands_children() {
+    let db = TestDb::new();
+    let (a, b) = (Host::new("host-a", &db), Host::new("host-b", &db));
+    let log = a.env.path("log");
+    let pidfile = a.env.path("ticker.pid");
+    let holder = a.spawn(&[
+        "run",
+        "--lock",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        &ticking("A", &log, &pidfile),
+    ]);
+    let ticker = read_pid(&pidfile);
+    wait_until(Duration::from_secs(30), || ticks(&log, "A").len() >= 3);
+    let killed = Instant::now();
+    kill(holder.id() as i32, libc::SIGKILL);
+    let _ = finish(holder, Duration::from_secs(10));
+    wait_until(Duration::from_secs(10), || !running(ticker));
+    eprintln!(
+        "SIGKILL of the supervisor -> its command's child gone: {:?}",
+        killed.elapsed()
+    );
+
+    let out = b.output(&["run", "--lock", "k", "--", "sh", "-c", &one_tick("B", &log)]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_a_before_b(&log);
+}
+
+/// Faults 2 and 3: host A's supervisor is stopped (SIGSTOP) while its
+/// command runs, and host B breaks the lock (its session is terminated)
+/// and takes it. B starts after the settle wait; A's command, which used to
+/// run until A was continued, is stopped by A's guardian before that (its
+/// supervisor stopped vouching). When A is continued it exits 76, saying so.
+#[test]
+fn stopped_supervisor_is_fenced_before_another_host_takes_over() {
+    let db = TestDb::new();
+    let (a, b) = (Host::new("host-a", &db), Host::new("host-b", &db));
+    let log = a.env.path("log");
+    let pidfile = a.env.path("ticker.pid");
+    let holder = a.spawn(&[
+        "run",
+        "--grace",
+        "1s",
+        "--lock",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        &ticking("A", &log, &pidfile),
+    ]);
+    let ticker = read_pid(&pidfile);
+    wait_until(Duration::from_secs(30), || ticks(&log, "A").len() >= 3);
+    kill(holder.id() as i32, libc::SIGSTOP);
+    let stopped = Instant::now();
+
+    let broke = b.output(&["lock", "break", "k"]);
+    assert_eq!(code(&broke), 0, "break: {}", stderr(&broke));
+    let out = b.output(&["run", "--lock", "k", "--", "sh", "-c", &one_tick("B", &log)]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    eprintln!("A stopped -> B's run done: {:?}", stopped.elapsed());
+    assert!(!running(ticker), "A's command still runs after B ran");
+    kill(holder.id() as i32, libc::SIGCONT);
+    let out = finish(holder, Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    eprintln!("A after SIGCONT: exit {}, stderr {err:?}", code(&out));
+    assert_eq!(code(&out), 76, "{err}");
+    assert!(err.contains("guardian"), "{err}");
+    assert_a_before_b(&log);
+}
+
+/// Fault 4: groups. After `kill -9` of the older run's supervisor on host
+/// A, the next run of the group on host B starts only once the older run's
+/// child is gone.
+#[test]
+fn a_group_run_of_another_host_starts_after_the_dead_runs_children() {
+    let db = TestDb::new();
+    let (a, b) = (Host::new("host-a", &db), Host::new("host-b", &db));
+    let log = a.env.path("log");
+    let pidfile = a.env.path("ticker.pid");
+    let holder = a.spawn(&[
+        "run",
+        "--group",
+        "g",
+        "--",
+        "sh",
+        "-c",
+        &ticking("A", &log, &pidfile),
+    ]);
+    let ticker = read_pid(&pidfile);
+    wait_until(Duration::from_secs(30), || ticks(&log, "A").len() >= 3);
+    let newer = b.spawn(&[
+        "run",
+        "--group",
+        "g",
+        "--",
+        "sh",
+        "-c",
+        &one_tick("B", &log),
+    ]);
+    kill(holder.id() as i32, libc::SIGKILL);
+    let _ = finish(holder, Duration::from_secs(10));
+    let out = finish(newer, Duration::from_secs(60));
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!running(ticker), "A's command's child still runs");
+    assert_a_before_b(&log);
+}
+
+/// A TCP proxy to the machine's PostgreSQL that can be frozen: it then
+/// stops moving bytes and holds every connection open (a black-holed
+/// network path: no RST, no FIN, ever).
+struct Proxy {
+    port: u16,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    fn start() -> Proxy {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let frozen = Arc::new(AtomicBool::new(false));
+        let f = Arc::clone(&frozen);
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for conn in listener.incoming() {
+                let Ok(down) = conn else { continue };
+                if f.load(Ordering::SeqCst) {
+                    held.push(down); // accepted, never answered
+                    continue;
+                }
+                let Ok(up) = std::net::TcpStream::connect("127.0.0.1:5432") else {
+                    continue;
+                };
+                for (from, to) in [(down.try_clone(), up.try_clone()), (Ok(up), Ok(down))] {
+                    let (Ok(from), Ok(to)) = (from, to) else {
+                        continue;
+                    };
+                    let f = Arc::clone(&f);
+                    std::thread::spawn(move || pump(from, to, &f));
+                }
+            }
+        });
+        Proxy { port, frozen }
+    }
+
+    fn freeze(&self) {
+        self.frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn pump(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    frozen: &std::sync::atomic::AtomicBool,
+) {
+    use std::io::{Read, Write};
+    let _ = from.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut buf = [0u8; 16384];
+    loop {
+        if frozen.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        match from.read(&mut buf) {
+            Ok(0) => {
+                let _ = to.shutdown(std::net::Shutdown::Write);
+                return;
+            }
+            Ok(n) => {
+                if frozen.load(std::sync::atomic::Ordering::SeqCst)
+                    || to.write_all(&buf[..n]).is_err()
+                {
+                    continue; // black hole: the bytes go nowhere
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Fault 7: the network path to the database black-holed while the
+/// command runs. `baton run` stopped its command in time, then hung in its
+/// release for as long as the stall lasted; now every step of the release
+/// (and a new session's connection) is bounded, and it exits 76.
+#[test]
+fn a_black_holed_database_ends_the_run_with_76_in_bounded_time() {
+    let db = TestDb::new();
+    let proxy = Proxy::start();
+    let url = db.url().replace(":5432/", &format!(":{}/", proxy.port));
+    let env = Env::new();
+    let holder = env
+        .baton(&[
+            "--backend",
+            url.as_str(),
+            "run",
+            "--grace",
+            "1s",
+            "--lock",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            "touch started; exec sleep 600",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = env.path("started");
+    wait_until(Duration::from_secs(30), || started.exists());
+    proxy.freeze();
+    let frozen = Instant::now();
+    let out = finish(holder, Duration::from_secs(60));
+    let waited = frozen.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    eprintln!(
+        "network black-holed -> baton run exited {} after {waited:?}: {err:?}",
+        code(&out)
+    );
+    assert_eq!(code(&out), 76, "{err}");
+    assert!(waited < Duration::from_secs(45), "took {waited:?}");
+}
+
+/// Fault 8: a waiter whose session is ended while it waits (as in a fast
+/// restart of the server: "terminating connection due to administrator
+/// command") used to exit 125 at once; with a wait budget it reconnects
+/// with backoff and waits on, saying so once on stderr, then runs.
+#[test]
+fn a_waiter_waits_on_through_a_lost_session() {
+    let db = TestDb::new();
+    let env = Env::new();
+    let url = db.url();
+    let go = env.path("go");
+    let holder_script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        env.path("held").display(),
+        go.display()
+    );
+    let holder = env
+        .baton(&[
+            "--backend",
+            url.as_str(),
+            "run",
+            "--lock",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            &holder_script,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let held = env.path("held");
+    wait_until(Duration::from_secs(30), || held.exists());
+    let log = env.path("log");
+    let waiter = env
+        .baton(&[
+            "--backend",
+            url.as_str(),
+            "run",
+            "--wait",
+            "60s",
+            "--lock",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo ran >> {}", log.display()),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+    wait_until(Duration::from_secs(30), || {
+        db.scalar(waiting).is_some_and(|n| n == "1")
+    });
+    let ended = db.query(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
+         AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    );
+    assert_eq!(ended.len(), 1, "the waiter's session was terminated");
+    // It waits again, on a new session.
+    wait_until(Duration::from_secs(30), || {
+        db.scalar(waiting).is_some_and(|n| n == "1")
+    });
+    assert!(!log.exists(), "the waiter ran while the lock was held");
+    std::fs::write(&go, "").unwrap();
+    let out = finish(waiter, Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    eprintln!("waiter: exit {}, stderr {err:?}", code(&out));
+    assert_eq!(code(&out), 0, "{err}");
+    assert_eq!(err.lines().count(), 1, "told once: {err:?}");
+    assert!(err.contains("reconnecting"), "{err}");
+    assert!(log.exists(), "the waiter's command ran");
+    let out = finish(holder, Duration::from_secs(30));
+    assert_eq!(code(&out), 0);
+}
+
+/// Fault 3: host A's supervisor is stalled (SIGSTOP) *and* cut off from
+/// the database (its path black-holed); the server ends its session (as
+/// its keepalives would; here at once) and host B takes the lock after the
+/// settle wait. A's command, which used to run beside B's until A resumed,
+/// is stopped by its guardian first.
+#[test]
+fn a_stalled_and_cut_off_supervisor_is_fenced_before_another_host_takes_over() {
+    let db = TestDb::new();
+    let proxy = Proxy::start();
+    let mut a = Host::new("host-a", &db);
+    a.url = db.url().replace(":5432/", &format!(":{}/", proxy.port));
+    let b = Host::new("host-b", &db);
+    let log = a.env.path("log");
+    let pidfile = a.env.path("ticker.pid");
+    let holder = a.spawn(&[
+        "run",
+        "--grace",
+        "1s",
+        "--lock",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        &ticking("A", &log, &pidfile),
+    ]);
+    let ticker = read_pid(&pidfile);
+    wait_until(Duration::from_secs(30), || ticks(&log, "A").len() >= 3);
+    kill(holder.id() as i32, libc::SIGSTOP);
+    proxy.freeze();
+    let ended = db.query(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
+         AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    );
+    assert_eq!(ended.len(), 1, "A's session was ended");
+    let stalled = Instant::now();
+    let out = b.output(&["run", "--lock", "k", "--", "sh", "-c", &one_tick("B", &log)]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    eprintln!(
+        "A stalled and cut off -> B's run done: {:?}",
+        stalled.elapsed()
+    );
+    assert!(!running(ticker), "A's command still runs after B ran");
+    kill(holder.id() as i32, libc::SIGCONT);
+    let out = finish(holder, Duration::from_secs(60));
+    eprintln!(
+        "A after SIGCONT: exit {}, stderr {:?}",
+        code(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(code(&out), 76);
+    assert_a_before_b(&log);
+}

@@ -1,0 +1,537 @@
+//! The guardian: a small local process that stops a command's whole process
+//! group when its supervisor dies or stalls.
+//!
+//! A supervisor that holds its locks on a database shared by several
+//! machines cannot rely on the next holder to stop what it leaves behind:
+//! the next holder may run on another machine. And a supervisor that is
+//! stopped (`SIGSTOP`, a debugger, a frozen container) keeps its command
+//! running while its database session ends and another machine takes over.
+//! So, when asked ([`RunSpec::guard`](crate::RunSpec::guard)), the
+//! supervisor starts a guardian before the command: a separate process
+//! (the caller's own program, executed with [`GUARD_ARG`], which calls
+//! [`guardian_main`]) in its own process group, connected by a socket whose
+//! only other end the supervisor holds.
+//!
+//! - Before the command executes, the supervisor *arms* the guardian with
+//!   the command's process group (pgid, leader start time, session): the
+//!   command never runs unguarded.
+//! - **The supervisor dies** (even by `SIGKILL`): the guardian reads end of
+//!   file and terminates the whole recorded group at once (`SIGKILL`,
+//!   identity-checked as [`terminate_group`](crate::terminate_group) does),
+//!   not only the leader that the parent-death signal reaches.
+//! - **The supervisor stalls**: the guardian is a dead-man's switch. The
+//!   supervisor's callers *vouch* for it through a [`Fence`]: each proof of
+//!   liveness (a database heartbeat answered) extends the deadline to the
+//!   moment the proof was *sent* plus the fence's bound. When the deadline
+//!   passes without a new proof, the guardian kills the group, whatever the
+//!   supervisor does. Deadlines are `CLOCK_MONOTONIC` instants, shared by
+//!   every process of the machine.
+//! - **The command ends normally**: the supervisor disarms the guardian
+//!   once the command and its leftovers are gone, and waits for it to exit.
+//!
+//! Another machine that takes over after this one's session ended waits
+//! longer than the fence's bound after seeing the session end (baton-pg's
+//! settle wait), so the command is stopped before anyone else starts: the
+//! session was alive when the last proof was sent, so it ended after that.
+//!
+//! Not covered: processes that left the command's process group (their own
+//! session) after their supervisor died, and a whole machine paused longer
+//! than the bound (the guardian is paused too): fencing tokens cover that.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::io::Errno;
+use rustix::net::{send, socketpair, AddressFamily, SendFlags, SocketFlags, SocketType};
+use rustix::process::{pidfd_open, Pid, PidfdFlags};
+
+use crate::contain::{terminate_group, GroupIdentity, SUPERVISED};
+use crate::ProcError;
+
+/// The first argument that makes a program run [`guardian_main`].
+pub const GUARD_ARG: &str = "__baton-guard";
+
+/// Exit code of a guardian that was disarmed: the command ended normally.
+pub const GUARD_DISARMED: i32 = 0;
+/// Exit code of a guardian that stopped the command because its supervisor
+/// stopped vouching for it in time (it stalled, or lost its session).
+pub const GUARD_FENCED: i32 = 3;
+/// Exit code of a guardian that stopped the command because its supervisor
+/// died.
+pub const GUARD_ORPHANED: i32 = 4;
+
+/// How a guardian is started, and who vouches for the supervisor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuardSpec {
+    /// The program to execute with [`GUARD_ARG`]: one whose `main` calls
+    /// [`guardian_main`] for it (`/proc/self/exe` for baton's binaries).
+    pub program: PathBuf,
+    /// The dead-man's switch fed by the supervisor's proofs of liveness.
+    pub fence: Fence,
+}
+
+impl GuardSpec {
+    /// The program running now (`/proc/self/exe`: the same file even if it
+    /// was replaced on disk meanwhile), whose `main` must call
+    /// [`guardian_main`] when its first argument is [`GUARD_ARG`].
+    pub fn this_program(fence: Fence) -> GuardSpec {
+        GuardSpec {
+            program: PathBuf::from("/proc/self/exe"),
+            fence,
+        }
+    }
+}
+
+/// A dead-man's switch: the command may run until the earliest of its
+/// sources' deadlines; each [`FenceSource::vouch`] moves its source's
+/// deadline to the proof's sending time plus the bound. Clones share it.
+#[derive(Clone)]
+pub struct Fence {
+    shared: Arc<FenceShared>,
+}
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fence")
+            .field("bound", &self.shared.bound)
+            .finish()
+    }
+}
+
+impl PartialEq for Fence {
+    fn eq(&self, other: &Fence) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+impl Eq for Fence {}
+
+struct FenceShared {
+    bound: Duration,
+    state: Mutex<FenceState>,
+}
+
+#[derive(Default)]
+struct FenceState {
+    /// Each source's deadline (monotonic nanoseconds).
+    sources: Vec<u64>,
+    /// The armed guardian's socket, while there is one.
+    socket: Option<Arc<OwnedFd>>,
+    /// The deadline the guardian was last told.
+    told: u64,
+}
+
+impl FenceState {
+    fn until(&self) -> Option<u64> {
+        self.sources.iter().copied().min()
+    }
+}
+
+impl Fence {
+    /// A fence that lets the command run at most `bound` past the sending
+    /// of the last proof of each source. With no source, only the
+    /// supervisor's death stops the command.
+    pub fn new(bound: Duration) -> Fence {
+        Fence {
+            shared: Arc::new(FenceShared {
+                bound,
+                state: Mutex::new(FenceState::default()),
+            }),
+        }
+    }
+
+    /// The bound.
+    pub fn bound(&self) -> Duration {
+        self.shared.bound
+    }
+
+    /// A new source of proofs (one per database session, say), vouching
+    /// from now: its deadline starts at now plus the bound.
+    pub fn source(&self) -> FenceSource {
+        let mut s = self.lock();
+        s.sources
+            .push(mono_ns().saturating_add(nanos(self.shared.bound)));
+        FenceSource {
+            fence: self.clone(),
+            index: s.sources.len() - 1,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FenceState> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Tells the guardian a later deadline, if there is one.
+    fn tell(state: &mut FenceState) {
+        let (Some(until), Some(socket)) = (state.until(), state.socket.as_ref()) else {
+            return;
+        };
+        if until > state.told && write_all(socket, format!("F {until}\n").as_bytes()).is_ok() {
+            state.told = until;
+        }
+    }
+}
+
+/// One source of a [`Fence`].
+#[derive(Clone, Debug)]
+pub struct FenceSource {
+    fence: Fence,
+    index: usize,
+}
+
+impl FenceSource {
+    /// The supervisor was alive, and whatever this source watches (its
+    /// database session) answered a proof sent at `sent`: the command may
+    /// run until `sent` plus the bound.
+    pub fn vouch(&self, sent: Instant) {
+        let until = mono_ns()
+            .saturating_sub(nanos(sent.elapsed()))
+            .saturating_add(nanos(self.fence.shared.bound));
+        let mut s = self.fence.lock();
+        if let Some(d) = s.sources.get_mut(self.index) {
+            *d = (*d).max(until);
+        }
+        Fence::tell(&mut s);
+    }
+}
+
+/// The supervisor's end of a running guardian. Dropping it disarms it.
+pub(crate) struct Guardian {
+    child: std::process::Child,
+    socket: Option<Arc<OwnedFd>>,
+    fence: Fence,
+    /// Set once it has exited: whether it fenced the command.
+    fenced: Option<bool>,
+}
+
+impl Guardian {
+    /// Starts the guardian (not armed yet: nothing to guard).
+    pub(crate) fn spawn(spec: &GuardSpec) -> Result<Guardian, ProcError> {
+        use std::os::unix::process::CommandExt;
+        let (ours, theirs) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| ProcError::io("create the guardian's socket", e))?;
+        let child = std::process::Command::new(&spec.program)
+            .arg(GUARD_ARG)
+            .stdin(std::process::Stdio::from(theirs))
+            .stdout(std::process::Stdio::null())
+            // Its own group: a Ctrl-C or a job-control stop of the
+            // supervisor's group must not reach it.
+            .process_group(0)
+            .spawn()
+            .map_err(|source| ProcError::Spawn {
+                program: spec.program.clone().into_os_string(),
+                source,
+            })?;
+        // A child of ours, but not an orphan of the command's.
+        SUPERVISED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(child.id() as i32);
+        Ok(Guardian {
+            child,
+            socket: Some(Arc::new(ours)),
+            fence: spec.fence.clone(),
+            fenced: None,
+        })
+    }
+
+    /// Hands it the command's group, with the fence's deadline; from now
+    /// on the fence tells it every later deadline.
+    pub(crate) fn arm(&self, pgid: i32) -> Result<(), ProcError> {
+        let Some(socket) = &self.socket else {
+            return Err(ProcError::io(
+                "arm the command's guardian",
+                io::Error::from(io::ErrorKind::NotConnected),
+            ));
+        };
+        let leader = crate::procfs::stat(pgid);
+        let (start, session) = leader.map_or((0, 0), |l| (l.start_time, l.session));
+        let mut s = self.fence.lock();
+        let until = s.until().unwrap_or(0);
+        write_all(
+            socket,
+            format!("A {pgid} {start} {session} {until}\n").as_bytes(),
+        )
+        .map_err(|e| ProcError::io("arm the command's guardian", e))?;
+        s.told = until;
+        s.socket = Some(Arc::clone(socket));
+        Ok(())
+    }
+
+    /// Disarms it and waits for it to exit (call it once the command and
+    /// its leftovers are gone). Returns whether it had stopped the command
+    /// itself because the supervisor stopped vouching in time.
+    pub(crate) fn finish(mut self) -> bool {
+        self.close()
+    }
+
+    fn close(&mut self) -> bool {
+        if let Some(fenced) = self.fenced {
+            return fenced;
+        }
+        self.fence.lock().socket = None;
+        if let Some(socket) = self.socket.take() {
+            let _ = write_all(&socket, b"D\n");
+        }
+        let pid = self.child.id() as i32;
+        // It exits at once on "D" and end of file; one that does not
+        // within 5 s is killed.
+        if let Some(fd) = Pid::from_raw(pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok()) {
+            let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+            let limit = crate::supervise::timespec(Duration::from_secs(5));
+            loop {
+                match poll(&mut fds, Some(&limit)) {
+                    Err(Errno::INTR) => continue,
+                    Ok(0) => {
+                        let _ = self.child.kill();
+                    }
+                    _ => {}
+                }
+                break;
+            }
+        }
+        let code = self.child.wait().ok().and_then(|s| s.code());
+        SUPERVISED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|p| *p != pid);
+        let fenced = code == Some(GUARD_FENCED);
+        self.fenced = Some(fenced);
+        fenced
+    }
+}
+
+impl Drop for Guardian {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The guardian process: reads its standard input (the socket from the
+/// supervisor) until disarmed, or stops the armed command when the
+/// supervisor dies or its deadline passes. Returns the exit code
+/// ([`GUARD_DISARMED`], [`GUARD_FENCED`], [`GUARD_ORPHANED`], or 125 for a
+/// broken protocol).
+///
+/// Call it from `main` when the first argument is [`GUARD_ARG`].
+pub fn guardian_main() -> i32 {
+    // Signals meant for the terminal or the supervisor's job are not ours.
+    for signal in [libc::SIGINT, libc::SIGHUP, libc::SIGQUIT, libc::SIGPIPE] {
+        // SAFETY: SIG_IGN is a valid disposition for these signals; no
+        // handler code runs.
+        unsafe { libc::signal(signal, libc::SIG_IGN) };
+    }
+    let input = rustix::stdio::stdin();
+    let mut armed: Option<Armed> = None;
+    let mut disarmed = false;
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let timeout = match &armed {
+            Some(a) if a.until > 0 => {
+                let now = mono_ns();
+                if now >= a.until {
+                    // A command that had ended already was not cut short.
+                    return match a.stop() {
+                        true => GUARD_FENCED,
+                        false => GUARD_DISARMED,
+                    };
+                }
+                Some(Duration::from_nanos(a.until - now))
+            }
+            _ => None,
+        };
+        let mut fds = [PollFd::new(&input, PollFlags::IN)];
+        match poll(&mut fds, timeout.map(crate::supervise::timespec).as_ref()) {
+            // The deadline, or a signal: look at the clock again.
+            Ok(0) | Err(Errno::INTR) => continue,
+            Ok(_) => {}
+            Err(_) => {
+                if let Some(a) = &armed {
+                    a.stop();
+                }
+                return GUARD_ORPHANED;
+            }
+        }
+        let mut chunk = [0u8; 512];
+        let n = match rustix::io::read(input, &mut chunk) {
+            Ok(n) => n,
+            Err(Errno::INTR) | Err(Errno::AGAIN) => continue,
+            Err(_) => 0,
+        };
+        if n == 0 {
+            // End of file: the supervisor closed its end, or died.
+            if disarmed {
+                return GUARD_DISARMED;
+            }
+            if let Some(a) = &armed {
+                a.stop();
+                return GUARD_ORPHANED;
+            }
+            return GUARD_DISARMED; // nothing was started
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        while let Some(end) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=end).collect();
+            match parse(&line) {
+                Some(Message::Arm(a)) => armed = Some(a),
+                Some(Message::Feed(until)) => {
+                    if let Some(a) = armed.as_mut() {
+                        a.until = a.until.max(until);
+                    }
+                }
+                Some(Message::Disarm) => {
+                    armed = None;
+                    disarmed = true;
+                }
+                None => {
+                    if let Some(a) = &armed {
+                        a.stop();
+                    }
+                    return baton_contract::exit::BATON_FAILED;
+                }
+            }
+        }
+    }
+}
+
+/// The group an armed guardian stops.
+struct Armed {
+    pgid: i32,
+    leader_start_time: u64,
+    session: i32,
+    /// Monotonic nanoseconds; 0 = no deadline (only the supervisor's death).
+    until: u64,
+}
+
+impl Armed {
+    /// Kills the whole group at once (no grace: the bound is the promise);
+    /// whether anything of it was still running.
+    fn stop(&self) -> bool {
+        !terminate_group(
+            self.pgid,
+            GroupIdentity::Recorded {
+                leader_start_time: self.leader_start_time,
+                session: self.session,
+            },
+            Duration::ZERO,
+        )
+        .is_empty()
+    }
+}
+
+enum Message {
+    Arm(Armed),
+    Feed(u64),
+    Disarm,
+}
+
+fn parse(line: &[u8]) -> Option<Message> {
+    let text = std::str::from_utf8(line).ok()?.trim_end();
+    let mut parts = text.split(' ');
+    match parts.next()? {
+        "A" => {
+            let pgid: i32 = parts.next()?.parse().ok()?;
+            let leader_start_time: u64 = parts.next()?.parse().ok()?;
+            let session: i32 = parts.next()?.parse().ok()?;
+            let until: u64 = parts.next()?.parse().ok()?;
+            (pgid > 1).then_some(Message::Arm(Armed {
+                pgid,
+                leader_start_time,
+                session,
+                until,
+            }))
+        }
+        "F" => Some(Message::Feed(parts.next()?.parse().ok()?)),
+        "D" => Some(Message::Disarm),
+        _ => None,
+    }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the same clock in every process of
+/// the machine (what `Instant` uses on Linux).
+fn mono_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(t.tv_sec)
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::try_from(t.tv_nsec).unwrap_or(0))
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Writes all of `bytes` (a message is far below the socket's buffer);
+/// never raises `SIGPIPE`.
+fn write_all(socket: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match send(socket.as_fd(), bytes, SendFlags::NOSIGNAL) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => bytes = &bytes[n..],
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_parse_and_garbage_is_refused() {
+        assert!(matches!(
+            parse(b"A 1234 99 1200 5000\n"),
+            Some(Message::Arm(Armed {
+                pgid: 1234,
+                leader_start_time: 99,
+                session: 1200,
+                until: 5000
+            }))
+        ));
+        assert!(matches!(parse(b"F 77\n"), Some(Message::Feed(77))));
+        assert!(matches!(parse(b"D\n"), Some(Message::Disarm)));
+        assert!(
+            parse(b"A 1 2 3 4\n").is_none(),
+            "pgid 1 is never a command's"
+        );
+        assert!(parse(b"X\n").is_none());
+        assert!(parse(b"F x\n").is_none());
+    }
+
+    #[test]
+    fn a_fence_takes_the_earliest_source_and_never_moves_back() {
+        let fence = Fence::new(Duration::from_secs(7));
+        let a = fence.source();
+        let b = fence.source();
+        let start = fence.lock().until().unwrap_or(0);
+        a.vouch(Instant::now() + Duration::from_secs(0));
+        // b has not vouched again: the deadline is still b's first one.
+        let after_a = fence.lock().until().unwrap_or(0);
+        assert!(after_a >= start && after_a <= start + 1_000_000_000);
+        let old = Instant::now().checked_sub(Duration::from_secs(60));
+        if let Some(old) = old {
+            b.vouch(old);
+            assert_eq!(
+                fence.lock().until().unwrap_or(0),
+                after_a,
+                "an old proof changes nothing"
+            );
+        }
+        b.vouch(Instant::now());
+        assert!(fence.lock().until().unwrap_or(0) >= after_a);
+    }
+}

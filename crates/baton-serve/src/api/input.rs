@@ -1,0 +1,129 @@
+//! Reading a request: its JSON body (every error naming the field), and
+//! the checks of the values that reach a command (the prompt, the timeout,
+//! the branch).
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use serde_json::Value;
+
+use super::ApiError;
+use crate::service::Service;
+
+/// A JSON body, with every way it can be wrong reported as an [`ApiError`].
+pub fn parse_body<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let bytes = body.map_err(|r| {
+        let status = r.status();
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "body_too_large"
+        } else {
+            "invalid_body"
+        };
+        ApiError::new(
+            status,
+            code,
+            format!("cannot read the request body: {}", r.body_text()),
+        )
+    })?;
+    let mut de = serde_json::Deserializer::from_slice(&bytes);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        // A path names a field of the body's object (not an element of a
+        // body that is no object at all).
+        let field = path != "." && !path.starts_with('[');
+        if inner.classify() == serde_json::error::Category::Data && field {
+            ApiError::bad(format!("invalid field '{path}': {inner}"))
+        } else {
+            ApiError::bad(format!("invalid JSON body: {inner}"))
+        }
+    })
+}
+
+/// Refuses a prompt the template's command could not take safely: larger
+/// than `max_prompt_bytes` (413), or starting with `-` where the command
+/// could read it as an option (400: allowed only after an `--` in the
+/// template's command, or with `prompt_may_start_with_dash`). `field` is
+/// the request's field the prompt came from.
+pub fn check_prompt(
+    service: &Service,
+    template: Option<&crate::config::Template>,
+    prompt: &str,
+    field: &str,
+) -> Result<(), ApiError> {
+    let limit = service.config.max_prompt_bytes;
+    if prompt.len() > limit {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "prompt_too_large",
+            format!(
+                "field '{field}': the prompt is {} bytes; the limit is {limit} (max_prompt_bytes)",
+                prompt.len()
+            ),
+        ));
+    }
+    if let Some(t) = template {
+        let substituted = t.command.iter().any(|a| a == "{prompt}");
+        if prompt.starts_with('-')
+            && substituted
+            && !t.prompt_after_double_dash()
+            && !t.prompt_may_start_with_dash
+        {
+            return Err(ApiError::bad(format!(
+                "invalid field '{field}': it starts with '-', which the template's command would read as an option \
+                 (the template needs '--' before {{prompt}}, or prompt_may_start_with_dash = true)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A request's timeout: a positive number of seconds or a duration text,
+/// at least 1 ms (the store keeps milliseconds: a shorter one would become
+/// 0, no timeout) and at most `max`.
+pub(crate) fn parse_timeout(v: &Value, max: Duration) -> Result<Duration, ApiError> {
+    let d = match v {
+        Value::Number(n) => n
+            .as_f64()
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(|s| Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)),
+        Value::String(s) => humantime::parse_duration(s.trim()).ok(),
+        _ => None,
+    }
+    .filter(|d| !d.is_zero())
+    .ok_or_else(|| {
+        ApiError::bad(format!(
+            "invalid field 'timeout': {v} (use a duration such as \"90s\" or \"15m\", or a number of seconds)"
+        ))
+    })?;
+    if d > max {
+        return Err(ApiError::bad(format!(
+            "invalid field 'timeout': {v} is longer than this service's max_timeout ({})",
+            humantime::format_duration(max)
+        )));
+    }
+    if d < Duration::from_millis(1) {
+        return Err(ApiError::bad(format!(
+            "invalid field 'timeout': {v} is shorter than 1ms (the shortest timeout)"
+        )));
+    }
+    Ok(d)
+}
+
+/// What `git check-ref-format --branch` would accept, conservatively.
+pub(crate) fn valid_branch(b: &str) -> bool {
+    !b.is_empty()
+        && b.len() <= 200
+        && !b.starts_with(['-', '/', '.'])
+        && !b.ends_with(['/', '.'])
+        && !b.ends_with(".lock")
+        && !b.contains("..")
+        && !b.contains("//")
+        && !b.contains("@{")
+        && b.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._/-+".contains(c))
+}
