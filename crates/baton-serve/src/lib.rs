@@ -13,13 +13,13 @@
 //! - [`client`]: a blocking client of the service (`baton job ...`).
 
 pub mod api;
+pub mod browser;
 pub mod client;
 pub mod compat;
 pub mod config;
 pub mod dashboard;
 pub mod exec;
 pub mod follow;
-pub mod browser;
 pub mod journal;
 pub mod metrics;
 pub mod model;
