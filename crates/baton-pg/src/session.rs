@@ -44,6 +44,9 @@ pub(crate) const RELEASE_LIMIT: Duration = Duration::from_secs(5);
 /// ended after that heartbeat was sent: the command is stopped first.
 pub const FENCE: Duration = Duration::from_secs(HEARTBEAT.as_secs() + HEARTBEAT_LIMIT.as_secs());
 
+/// A callback told a one-line message (see [`Database::on_notice`]).
+pub(crate) type Notice = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// Where the locks live: a parsed backend URL.
 #[derive(Clone)]
 pub struct Database {
@@ -51,7 +54,7 @@ pub struct Database {
     /// The URL with its password replaced, for messages.
     pub(crate) shown: String,
     /// Told (once per wait) when a wait goes on through a lost session.
-    pub(crate) notice: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    pub(crate) notice: Option<Notice>,
 }
 
 impl std::fmt::Debug for Database {

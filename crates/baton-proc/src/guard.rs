@@ -230,10 +230,7 @@ impl Guardian {
             // supervisor's group must not reach it.
             .process_group(0)
             .spawn()
-            .map_err(|source| ProcError::Spawn {
-                program: spec.program.clone().into_os_string(),
-                source,
-            })?;
+            .map_err(|e| ProcError::io("start the command's guardian", e))?;
         // A child of ours, but not an orphan of the command's.
         SUPERVISED
             .lock()

@@ -198,3 +198,21 @@ fn a_term_sent_to_the_group_before_the_exec_ends_the_command_before_it_runs() {
     assert_eq!(finished.outcome, Outcome::Signaled(libc::SIGTERM));
     assert!(!ran.exists(), "the command ran after a TERM to its group");
 }
+
+/// A run that asks for a guardian which cannot be started fails before the
+/// command runs: the command never runs unguarded.
+#[test]
+fn a_guardian_that_cannot_start_means_the_command_never_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ran = dir.path().join("ran");
+    let mut spec = sh(r#"touch "$RAN""#);
+    spec.env.push(("RAN".into(), ran.clone().into()));
+    spec.guard = Some(baton_proc::GuardSpec {
+        program: dir.path().join("no-such-guardian"),
+        fence: baton_proc::Fence::new(Duration::from_secs(7)),
+    });
+    let err = Supervisor::new(spec).run().expect_err("the run must fail");
+    assert!(err.to_string().contains("guardian"), "{err}");
+    assert_eq!(err.exit_code(), baton_proc::EXIT_INTERNAL);
+    assert!(!ran.exists(), "the command ran without its guardian");
+}

@@ -32,6 +32,7 @@ fn request(group: Option<GroupRequest>, script: &str) -> RunRequest {
         run_id: None,
         env: Vec::new(),
         clear_env: false,
+        guard: None,
         cwd: None,
         stdio: Default::default(),
         setup: None,

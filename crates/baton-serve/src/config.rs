@@ -8,7 +8,7 @@
 //! - `max_prompt_bytes` (default 100 KiB, at most [`PROMPT_BYTES_CEILING`]):
 //!   a larger prompt gets 413 at submit; the ceiling keeps the prompt under
 //!   Linux's limit of one argument (the prompt is one, and `BATON_PROMPT`).
-//! - `allowed_hosts`, `allowed_origins`: names the [`crate::guard`] checks
+//! - `allowed_hosts`, `allowed_origins`: names the [`crate::browser`] checks
 //!   accept besides the service's own.
 //! - Durations (`job_ttl` at least 1s; timeouts at least 1ms; none below
 //!   1ms but 0 where 0 means something; none above ten years): see
@@ -82,10 +82,10 @@ pub struct Config {
     /// prompt is one argument and one variable of the command).
     pub max_prompt_bytes: usize,
     /// `Host` names accepted besides the listen address and loopback names
-    /// (see [`crate::guard`]).
+    /// (see [`crate::browser`]).
     pub allowed_hosts: Vec<String>,
     /// Browser origins (`scheme://host[:port]`) allowed besides the
-    /// service's own (see [`crate::guard`]).
+    /// service's own (see [`crate::browser`]).
     pub allowed_origins: Vec<String>,
     /// How long clients may take, and how many connections are served.
     pub connections: ConnectionLimits,

@@ -8,7 +8,7 @@
 //!   drain, restart recovery, eviction.
 //! - [`exec`]: running one job.
 //! - [`api`], [`compat`], [`dashboard`]: the HTTP front end.
-//! - [`guard`]: the Host, Origin and content-type checks of every request.
+//! - [`browser`]: the Host, Origin and content-type checks of every request.
 //! - [`server`]: `baton serve` itself; [`conn`]: its connections' limits.
 //! - [`client`]: a blocking client of the service (`baton job ...`).
 

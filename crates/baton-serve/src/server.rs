@@ -146,7 +146,7 @@ async fn shutdown_signal() {
     }
 }
 
-/// Every route, with auth, the body limit and the [`crate::guard`] checks
+/// Every route, with auth, the body limit and the [`crate::browser`] checks
 /// (`local`: the address the service is bound to).
 pub fn router(service: AppState, local: std::net::SocketAddr) -> Router {
     let limit = service.config.max_body_bytes;
