@@ -20,7 +20,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{code, stderr, wait_until, Env};
-use pg_common::TestDb;
+use pg_common::{running, TestDb};
 
 /// A simulated machine: its own host name and baton dir.
 struct Host {
@@ -65,6 +65,21 @@ impl Host {
             .expect("spawn baton under unshare")
     }
 
+    /// Starts `baton ARGS -- sh -c TICKER` (the ticker: a child of the
+    /// command, see [`ticking`]) and waits until it ticks; returns baton,
+    /// the ticker's pid and the log (tag "A").
+    fn start_ticking(&self, args: &[&str]) -> (Child, i32, PathBuf) {
+        let log = self.env.path("log");
+        let pidfile = self.env.path("ticker.pid");
+        let script = ticking("A", &log, &pidfile);
+        let mut all = args.to_vec();
+        all.extend(["--", "sh", "-c", script.as_str()]);
+        let holder = self.spawn(&all);
+        let ticker = read_pid(&pidfile);
+        wait_until(Duration::from_secs(30), || ticks(&log, "A").len() >= 3);
+        (holder, ticker, log)
+    }
+
     fn output(&self, args: &[&str]) -> Output {
         self.baton(args)
             .stdin(Stdio::null())
@@ -104,17 +119,6 @@ fn ticks(log: &Path, tag: &str) -> Vec<u64> {
 fn kill(pid: i32, sig: i32) {
     // SAFETY: kill(2) with a pid this test started.
     unsafe { libc::kill(pid, sig) };
-}
-
-/// Whether `pid` runs (a zombie does not).
-fn running(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, r)| r.trim_start().starts_with('Z'))
-        })
-        .is_some_and(|zombie| !zombie)
 }
 
 fn read_pid(path: &PathBuf) -> i32 {
@@ -166,19 +170,7 @@ fn assert_a_before_b(log: &Path) {
 fn sigkill_of_a_supervisor_stops_its_commands_children() {
     let db = TestDb::new();
     let (a, b) = (Host::new("host-a", &db), Host::new("host-b", &db));
-    let log = a.env.path("log");
-    let pidfile = a.env.path("ticker.pid");
-    let holder = a.spawn(&[
-        "run",
-        "--lock",
-        "k",
-        "--",
-        "sh",
-        "-c",
-        &ticking("A", &log, &pidfile),
-    ]);
-    let ticker = read_pid(&pidfile);
-    wait_until(Duration::from_secs(30), || ticks(&log, "A").len() >= 3);
+    let (holder, ticker, log) = a.start_ticking(&["run", "--lock", "k"]);
     let killed = Instant::now();
     kill(holder.id() as i32, libc::SIGKILL);
     let _ = finish(holder, Duration::from_secs(10));
@@ -202,21 +194,7 @@ fn sigkill_of_a_supervisor_stops_its_commands_children() {
 fn stopped_supervisor_is_fenced_before_another_host_takes_over() {
     let db = TestDb::new();
     let (a, b) = (Host::new("host-a", &db), Host::new("host-b", &db));
-    let log = a.env.path("log");
-    let pidfile = a.env.path("ticker.pid");
-    let holder = a.spawn(&[
-        "run",
-        "--grace",
-        "1s",
-        "--lock",
-        "k",
-        "--",
-        "sh",
-        "-c",
-        &ticking("A", &log, &pidfile),
-    ]);
-    let ticker = read_pid(&pidfile);
-    wait_until(Duration::from_secs(30), || ticks(&log, "A").len() >= 3);
+    let (holder, ticker, log) = a.start_ticking(&["run", "--grace", "1s", "--lock", "k"]);
     kill(holder.id() as i32, libc::SIGSTOP);
     let stopped = Instant::now();
 
@@ -242,19 +220,7 @@ fn stopped_supervisor_is_fenced_before_another_host_takes_over() {
 fn a_group_run_of_another_host_starts_after_the_dead_runs_children() {
     let db = TestDb::new();
     let (a, b) = (Host::new("host-a", &db), Host::new("host-b", &db));
-    let log = a.env.path("log");
-    let pidfile = a.env.path("ticker.pid");
-    let holder = a.spawn(&[
-        "run",
-        "--group",
-        "g",
-        "--",
-        "sh",
-        "-c",
-        &ticking("A", &log, &pidfile),
-    ]);
-    let ticker = read_pid(&pidfile);
-    wait_until(Duration::from_secs(30), || ticks(&log, "A").len() >= 3);
+    let (holder, ticker, log) = a.start_ticking(&["run", "--group", "g"]);
     let newer = b.spawn(&[
         "run",
         "--group",
@@ -488,21 +454,7 @@ fn a_stalled_and_cut_off_supervisor_is_fenced_before_another_host_takes_over() {
     let mut a = Host::new("host-a", &db);
     a.url = db.url().replace(":5432/", &format!(":{}/", proxy.port));
     let b = Host::new("host-b", &db);
-    let log = a.env.path("log");
-    let pidfile = a.env.path("ticker.pid");
-    let holder = a.spawn(&[
-        "run",
-        "--grace",
-        "1s",
-        "--lock",
-        "k",
-        "--",
-        "sh",
-        "-c",
-        &ticking("A", &log, &pidfile),
-    ]);
-    let ticker = read_pid(&pidfile);
-    wait_until(Duration::from_secs(30), || ticks(&log, "A").len() >= 3);
+    let (holder, ticker, log) = a.start_ticking(&["run", "--grace", "1s", "--lock", "k"]);
     kill(holder.id() as i32, libc::SIGSTOP);
     proxy.freeze();
     let ended = db.query(

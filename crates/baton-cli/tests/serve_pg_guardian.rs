@@ -12,7 +12,7 @@ mod serve_common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use pg_common::TestDb;
+use pg_common::{running, TestDb};
 use serde_json::json;
 use serve_common::{node_id, sh_config, Server};
 
@@ -43,16 +43,6 @@ fn runs(log: &Path) -> Vec<(String, Vec<u64>)> {
     }
     out.sort_by_key(|(_, v)| v.iter().min().copied());
     out
-}
-
-fn running(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, r)| r.trim_start().starts_with('Z'))
-        })
-        .is_some_and(|zombie| !zombie)
 }
 
 fn wait(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {

@@ -424,6 +424,14 @@ impl Config {
 }
 
 impl Config {
+    /// Whether a job of `template` that was interrupted (its node died or
+    /// lost its session) is queued again: the template's `retry_on_interrupt`.
+    pub fn retries_interrupted(&self, template: &str) -> bool {
+        self.templates
+            .get(template)
+            .is_some_and(|t| t.retry_on_interrupt)
+    }
+
     /// The most jobs this node runs at once: `node_max_concurrency`, else
     /// `max_concurrency`.
     pub fn node_cap(&self) -> u64 {

@@ -217,12 +217,7 @@ impl Service {
                 continue;
             }
             let config = Arc::clone(&self.config);
-            let retry = move |template: &str| {
-                config
-                    .templates
-                    .get(template)
-                    .is_some_and(|t| t.retry_on_interrupt)
-            };
+            let retry = move |template: &str| config.retries_interrupted(template);
             // A dead node's jobs are taken over only once their guardians
             // have stopped them (the fence after its last heartbeat), or the
             // node itself has (it notices within the same bound, then TERM,
@@ -396,12 +391,10 @@ impl Service {
                 },
             };
             let mut finish = finish;
-            let retry = service
-                .config
-                .templates
-                .get(&job.spec.template)
-                .is_some_and(|t| t.retry_on_interrupt);
-            if finish.status == JobStatus::Interrupted && retry && job.attempts <= 1 {
+            if finish.status == JobStatus::Interrupted
+                && service.config.retries_interrupted(&job.spec.template)
+                && job.attempts <= 1
+            {
                 finish.status = JobStatus::Queued;
                 finish.error = finish.error.map(|e| format!("{e}; queued again"));
             }

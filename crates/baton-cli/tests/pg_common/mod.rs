@@ -105,3 +105,14 @@ pub fn lines(path: &std::path::Path) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// Whether process `pid` runs (a zombie does not).
+pub fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+        .is_some_and(|zombie| !zombie)
+}

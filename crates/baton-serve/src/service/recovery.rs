@@ -126,12 +126,7 @@ impl Service {
         })
         .await;
         let config = Arc::clone(&self.config);
-        let retry = move |template: &str| {
-            config
-                .templates
-                .get(template)
-                .is_some_and(|t| t.retry_on_interrupt)
-        };
+        let retry = move |template: &str| config.retries_interrupted(template);
         let mut delay = Duration::from_millis(100);
         loop {
             match self
