@@ -8,21 +8,23 @@
 //!   drain, restart recovery, eviction.
 //! - [`exec`]: running one job.
 //! - [`api`], [`compat`], [`dashboard`]: the HTTP front end.
+//! - [`openapi`]: the OpenAPI document, for the running configuration.
 //! - [`browser`]: the Host, Origin and content-type checks of every request.
 //! - [`server`]: `baton serve` itself.
 //! - [`client`]: a blocking client of the service (`baton job ...`).
 
 pub mod api;
+pub mod browser;
 pub mod client;
 pub mod compat;
 pub mod config;
 pub mod dashboard;
 pub mod exec;
 pub mod follow;
-pub mod browser;
 pub mod journal;
 pub mod metrics;
 pub mod model;
+pub mod openapi;
 pub mod output;
 pub mod server;
 pub mod service;
