@@ -20,8 +20,8 @@ use crate::store::StoreError;
 
 mod input;
 
-pub use input::{check_prompt, parse_body};
-use input::{parse_timeout, present, valid_branch};
+use input::{check_group_length, parse_timeout, present, valid_branch};
+pub use input::{check_prompt, parse_body, MAX_NON_ASCII_GROUP_CHARS};
 
 /// Shared state of the handlers.
 pub type AppState = Arc<Service>;
@@ -204,6 +204,7 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
     if let Some(g) = &req.group {
         baton_lock::LockName::new(g)
             .map_err(|e| ApiError::bad(format!("invalid field 'group': {e}")))?;
+        check_group_length(g)?;
     }
     let mode = match req.mode.as_deref() {
         None => JobMode::Queue,

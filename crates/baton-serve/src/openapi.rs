@@ -207,19 +207,28 @@ fn timeout_schema(max: Duration) -> Value {
 }
 
 /// A lock name (`baton_lock::LockName`): '/'-separated parts, none empty,
-/// `.` or `..`, no control character, at most 200 bytes.
+/// `.` or `..`, no control character, at most 200 bytes. A schema counts
+/// characters, not bytes: an ASCII name has up to 200, any other up to 50
+/// (the API refuses a longer one, see `api::input::check_group_length`).
 fn group_schema() -> Value {
-    let c = format!("[^/{CONTROL}]");
-    let first = format!("[^./{CONTROL}]");
-    let part = format!("(?:{first}{c}*|\\.{first}{c}*|\\.\\.{c}+)");
+    let name = |c: &str, first: &str| {
+        let part = format!("(?:{first}{c}*|\\.{first}{c}*|\\.\\.{c}+)");
+        format!("^{part}(?:/{part})*$")
+    };
+    let any = name(&format!("[^/{CONTROL}]"), &format!("[^./{CONTROL}]"));
+    let ascii = name(
+        "[\\u0020-\\u002e\\u0030-\\u007e]",
+        "[\\u0020-\\u002d\\u0030-\\u007e]",
+    );
     json!({
-        "type": "string",
-        "minLength": 1,
-        "maxLength": baton_lock::MAX_NAME_LEN,
-        "pattern": format!("^{part}(?:/{part})*$"),
+        "anyOf": [
+            {"type": "string", "minLength": 1, "maxLength": baton_lock::MAX_NAME_LEN, "pattern": ascii},
+            {"type": "string", "minLength": 1,
+             "maxLength": crate::api::MAX_NON_ASCII_GROUP_CHARS, "pattern": any},
+        ],
         "description": "A concurrency group (the same namespace as `baton run --group` on this baton dir): \
-                        '/'-separated parts, none empty, '.' or '..', no control character, \
-                        at most 200 bytes of UTF-8 (a longer name is refused with 400).",
+                        '/'-separated parts, none empty, '.' or '..', no control character; \
+                        at most 200 characters when all ASCII, else at most 50 (400 otherwise).",
     })
 }
 

@@ -125,6 +125,26 @@ pub(crate) fn parse_timeout(v: &Value, max: Duration) -> Result<Duration, ApiErr
     Ok(d)
 }
 
+/// The most characters of a group name that is not all ASCII: a name is
+/// at most [`baton_lock::MAX_NAME_LEN`] (200) bytes, which a schema cannot
+/// count; 50 characters of up to 4 bytes always fit. So the API takes an
+/// ASCII name of up to 200 characters or any name of up to 50, exactly what
+/// the OpenAPI document says (`crate::openapi`).
+pub const MAX_NON_ASCII_GROUP_CHARS: usize = baton_lock::MAX_NAME_LEN / 4;
+
+/// Refuses a non-ASCII group name longer than [`MAX_NON_ASCII_GROUP_CHARS`].
+pub(crate) fn check_group_length(group: &str) -> Result<(), ApiError> {
+    let chars = group.chars().count();
+    if !group.is_ascii() && chars > MAX_NON_ASCII_GROUP_CHARS {
+        return Err(ApiError::bad(format!(
+            "invalid field 'group': a name with non-ASCII characters is at most {MAX_NON_ASCII_GROUP_CHARS} characters \
+             (this one has {chars}); an ASCII name is at most {} characters",
+            baton_lock::MAX_NAME_LEN
+        )));
+    }
+    Ok(())
+}
+
 /// What `git check-ref-format --branch` would accept, conservatively.
 pub(crate) fn valid_branch(b: &str) -> bool {
     !b.is_empty()
