@@ -170,20 +170,16 @@ fn dash_refused(t: &Template) -> bool {
         && !t.prompt_may_start_with_dash
 }
 
-/// `timeout`: seconds within `(0, max]` (at least 1 ms), or a duration text
-/// `<n><unit>` with at most as many digits as keep every value within `max`
-/// (longer forms humantime reads are accepted too, within `max`).
+/// `timeout`: seconds within `[0.001, max]`, or a duration text
+/// `<n><unit>` (ms, s, m, h) whose value is within `max`: exactly the
+/// integers `1..=max` in that unit. (The service reads more forms,
+/// humantime's, such as "1h 30m"; the document names the plain ones.)
 fn timeout_schema(max: Duration) -> Value {
     let mut forms = Vec::new();
-    for (unit, per) in [("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)] {
-        let most = (max.as_secs_f64() / per).floor();
-        // The most digits d with 10^d - 1 <= most.
-        let mut digits = 0u32;
-        while digits < 15 && 10f64.powi(digits as i32 + 1) - 1.0 <= most {
-            digits += 1;
-        }
-        if digits > 0 {
-            forms.push(format!("[1-9][0-9]{{0,{}}}{unit}", digits - 1));
+    for (unit, per_ms) in [("ms", 1u128), ("s", 1000), ("m", 60_000), ("h", 3_600_000)] {
+        let most = max.as_millis() / per_ms;
+        if most > 0 {
+            forms.push(format!("(?:{}){unit}", up_to(most)));
         }
     }
     let pattern = if forms.is_empty() {
@@ -204,6 +200,40 @@ fn timeout_schema(max: Duration) -> Value {
             humantime::format_duration(max)
         ),
     })
+}
+
+/// A regular expression matching exactly the decimal integers `1..=n`
+/// (no leading zero; `n` >= 1).
+fn up_to(n: u128) -> String {
+    let digits: Vec<u32> = n
+        .to_string()
+        .chars()
+        .filter_map(|c| c.to_digit(10))
+        .collect();
+    let k = digits.len();
+    let mut alts = Vec::new();
+    // Fewer digits than n: any such number.
+    if k > 1 {
+        alts.push(format!("[1-9][0-9]{{0,{}}}", k - 2));
+    }
+    // As many digits: a prefix of n, a smaller digit, then anything.
+    let mut prefix = String::new();
+    for (i, &d) in digits.iter().enumerate() {
+        let low = u32::from(i == 0);
+        if d > low {
+            let rest = k - i - 1;
+            let tail = if rest > 0 {
+                format!("[0-9]{{{rest}}}")
+            } else {
+                String::new()
+            };
+            alts.push(format!("{prefix}[{low}-{}]{tail}", d - 1));
+        }
+        prefix.push_str(&d.to_string());
+    }
+    // n itself.
+    alts.push(prefix);
+    alts.join("|")
 }
 
 /// A lock name (`baton_lock::LockName`): '/'-separated parts, none empty,
@@ -430,12 +460,25 @@ mod tests {
     }
 
     #[test]
+    fn up_to_matches_exactly_one_to_n() {
+        assert_eq!(up_to(1), "1");
+        assert_eq!(up_to(9), "[1-8]|9");
+        assert_eq!(up_to(60), "[1-9][0-9]{0,0}|[1-5][0-9]{1}|60");
+        assert_eq!(
+            up_to(3600),
+            "[1-9][0-9]{0,2}|[1-2][0-9]{3}|3[0-5][0-9]{2}|3600"
+        );
+    }
+
+    #[test]
     fn timeout_patterns_stay_within_max_timeout() {
         let s = timeout_schema(Duration::from_secs(3600));
         let p = s["oneOf"][0]["pattern"].as_str().unwrap();
-        assert_eq!(
-            p,
-            "^([1-9][0-9]{0,5}ms|[1-9][0-9]{0,2}s|[1-9][0-9]{0,1}m|[1-9][0-9]{0,0}h)$"
+        assert!(
+            p.contains("(?:[1-9][0-9]{0,2}|[1-2][0-9]{3}|3[0-5][0-9]{2}|3600)s"),
+            "{p}"
         );
+        assert!(p.contains("(?:1)h"), "{p}");
+        assert_eq!(s["oneOf"][1]["maximum"], 3600.0);
     }
 }
