@@ -180,4 +180,51 @@ fn the_document_is_built_for_the_running_configuration_and_stays_valid() {
     std::fs::write(&file, &text).unwrap();
     let out = run_python(&python, VALIDATE_OPENAPI, &[file.to_str().unwrap()]);
     assert_eq!(out["valid"], true);
+
+    // The documented branch pattern and the service agree (a taken branch
+    // queues a job of 'ws', which fails at once: its repo does not exist).
+    let pattern = props["workspace"]["properties"]["branch"]["pattern"]
+        .as_str()
+        .unwrap();
+    let names = [
+        "main",
+        "feature/x",
+        "a.b",
+        "a./b",
+        "a/.b",
+        "v1.2+3",
+        "lock",
+        "a/lock",
+        "x.locks",
+        "-x",
+        ".x",
+        "/x",
+        "x/",
+        "x.",
+        "a..b",
+        "a//b",
+        "a.lock",
+        "a/.lock",
+        "a@{b",
+        "a b",
+        "é",
+    ];
+    let matched = run_python(
+        &python,
+        MATCH_PATTERN,
+        &[pattern, &serde_json::to_string(&names).unwrap()],
+    );
+    for (i, name) in names.iter().enumerate() {
+        let body = serde_json::json!({"template": "ws", "workspace": {"branch": name}});
+        let (code, v) = s.post("/v1/jobs", &body);
+        let documented = matched[i].as_bool().unwrap();
+        assert_eq!(code == 202, documented, "branch {name:?}: {code} {v}");
+        assert!(code == 202 || code == 400, "branch {name:?}: {code} {v}");
+    }
 }
+
+const MATCH_PATTERN: &str = r#"
+import json, re, sys
+p = re.compile(sys.argv[1])
+print(json.dumps([bool(p.fullmatch(n)) for n in json.loads(sys.argv[2])]))
+"#;

@@ -236,6 +236,20 @@ fn up_to(n: u128) -> String {
     alts.join("|")
 }
 
+/// Exactly the names `api::input::valid_branch` takes (length aside): words
+/// of `[A-Za-z0-9_+-]` between separators that alternate '.' and '/', the
+/// first word not starting with '-', the last not `lock` after a '.'.
+fn branch_pattern() -> String {
+    let x = "[A-Za-z0-9_+-]";
+    let sep = "(?:\\.(?:/\\.)*/?|/(?:\\./)*\\.?)";
+    let sep_dot = "(?:\\.(?:/\\.)*|/(?:\\./)*\\.)";
+    let sep_slash = "(?:\\.(?:/\\.)*/|/(?:\\./)*)";
+    let not_lock = format!(
+        "(?:{x}{{1,3}}|{x}{{5,}}|[A-Za-km-z0-9_+-]{x}{{3}}|l[A-Za-np-z0-9_+-]{x}{{2}}|lo[A-Zabd-z0-9_+-]{x}|loc[A-Za-jl-z0-9_+-])"
+    );
+    format!("^[A-Za-z0-9_+]{x}*(?:(?:{sep}{x}+)*(?:{sep_slash}{x}+|{sep_dot}{not_lock}))?$")
+}
+
 /// A lock name (`baton_lock::LockName`): '/'-separated parts, none empty,
 /// `.` or `..`, no control character, at most 200 bytes. A schema counts
 /// characters, not bytes: an ASCII name has up to 200, any other up to 50
@@ -295,8 +309,10 @@ fn submit_request(doc: &mut Value, config: &Config, names: &[Value]) -> Result<(
                     "type": "string",
                     "minLength": 1,
                     "maxLength": 200,
-                    "pattern": "^[A-Za-z0-9_+][A-Za-z0-9._/+-]*$",
-                    "description": "A branch name git accepts (no '..', '//', '@{', nor a trailing '/', '.' or '.lock': 400)."
+                    "pattern": branch_pattern(),
+                    "description": "A branch name the service takes: ASCII letters, digits and '._/+-', \
+                                    not starting with '-', '/' or '.', without '..' or '//', \
+                                    not ending with '/', '.' or '.lock' (else 400)."
                 }},
                 "description": "Only for a template with a workspace (else 400)."
             }),
@@ -457,6 +473,19 @@ mod tests {
     fn the_base_document_is_json_and_has_every_part_narrowed() {
         let base = base().unwrap();
         assert!(base["paths"]["/v1/jobs"]["post"].is_object());
+    }
+
+    #[test]
+    fn the_branch_pattern_is_pinned() {
+        // tests/serve_openapi.rs checks it against the service's answers;
+        // pinned here as text so that a change is a deliberate one.
+        assert_eq!(
+            branch_pattern(),
+            "^[A-Za-z0-9_+][A-Za-z0-9_+-]*(?:(?:(?:\\.(?:/\\.)*/?|/(?:\\./)*\\.?)[A-Za-z0-9_+-]+)*\
+             (?:(?:\\.(?:/\\.)*/|/(?:\\./)*)[A-Za-z0-9_+-]+|(?:\\.(?:/\\.)*|/(?:\\./)*\\.)\
+             (?:[A-Za-z0-9_+-]{1,3}|[A-Za-z0-9_+-]{5,}|[A-Za-km-z0-9_+-][A-Za-z0-9_+-]{3}|\
+             l[A-Za-np-z0-9_+-][A-Za-z0-9_+-]{2}|lo[A-Zabd-z0-9_+-][A-Za-z0-9_+-]|loc[A-Za-jl-z0-9_+-])))?$"
+        );
     }
 
     #[test]
