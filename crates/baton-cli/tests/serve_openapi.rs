@@ -1,6 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! `/openapi.json`: valid OpenAPI 3.1 (checked by openapi-spec-validator),
-//! and it documents exactly the routes the router serves.
+//! and it documents exactly the routes the router serves; it is built for
+//! the running configuration (`baton_serve::openapi`), checked here on a
+//! service that uses every setting it depends on.
 
 mod serve_common;
 mod serve_python;
@@ -104,3 +106,125 @@ fn the_openapi_document_is_valid_and_documents_every_route() {
     let out = run_python(&python, VALIDATE_OPENAPI, &[file.to_str().unwrap()]);
     assert_eq!(out["valid"], true);
 }
+
+/// A service using every setting the document is narrowed by: a token, raw
+/// commands, a default template, a workspace template, a template that
+/// refuses a prompt starting with '-'.
+const RICH: &str = r#"
+token = "t0ken"
+allow_raw_commands = true
+default_template = "dash"
+max_timeout = "10m"
+[templates.dash]
+command = ["echo", "{prompt}"]
+[templates.ws]
+command = ["true"]
+[templates.ws.workspace]
+repo = "{tmp}/repo"
+"#;
+
+#[test]
+fn the_document_is_built_for_the_running_configuration_and_stays_valid() {
+    let mut s = Server::start(RICH, &[]);
+    // The document needs no token ...
+    let (code, text) = s.get_text("/openapi.json");
+    assert_eq!(code, 200);
+    s.token = Some("t0ken".into());
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    // ... and says where the token is needed.
+    assert_eq!(doc["security"], serde_json::json!([{"bearer": []}]));
+    assert_eq!(
+        doc["paths"]["/health"]["get"]["security"],
+        serde_json::json!([])
+    );
+    let submit = &doc["components"]["schemas"]["SubmitRequest"];
+    let props = &submit["properties"];
+    assert_eq!(props["template"]["enum"], serde_json::json!(["dash", "ws"]));
+    assert!(props["command"].is_object(), "{props}");
+    assert!(props["workspace"].is_object(), "{props}");
+    // Either a template (the default counts) or a command: nothing required.
+    assert!(submit.get("required").is_none(), "{submit}");
+    let rules = submit["allOf"].as_array().unwrap();
+    assert_eq!(rules.len(), 1, "only 'dash' has rules: {rules:?}");
+    assert_eq!(
+        rules[0]["then"]["not"],
+        serde_json::json!({"required": ["workspace"]})
+    );
+    // What the rules say is what the service does.
+    let (code, v) = s.post("/v1/jobs", &serde_json::json!({"prompt": "-x"}));
+    assert_eq!(code, 400, "{v}");
+    let (code, v) = s.post(
+        "/v1/jobs",
+        &serde_json::json!({"template": "dash", "prompt": "x", "workspace": {"branch": "b"}}),
+    );
+    assert_eq!(code, 400, "{v}");
+    let (code, v) = s.post("/v1/jobs", &serde_json::json!({"template": null}));
+    assert_eq!(code, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("'template'"),
+        "{v}"
+    );
+    let (code, v) = s.get("/v1/jobs?cursor=-1");
+    assert_eq!(code, 400, "{v}");
+    let timeout = &props["timeout"]["oneOf"];
+    assert_eq!(timeout[1]["maximum"], 600.0);
+    let links = &doc["paths"]["/v1/jobs"]["post"]["responses"]["202"]["links"];
+    assert_eq!(links["GetJob"]["operationId"], "getJob");
+    assert_eq!(links["GetJob"]["parameters"]["id"], "$response.body#/id");
+
+    let python = python(&["openapi-spec-validator"]);
+    let file = s.path("openapi.json");
+    std::fs::write(&file, &text).unwrap();
+    let out = run_python(&python, VALIDATE_OPENAPI, &[file.to_str().unwrap()]);
+    assert_eq!(out["valid"], true);
+
+    // The documented branch pattern and the service agree (a taken branch
+    // queues a job of 'ws', which fails at once: its repo does not exist).
+    let pattern = props["workspace"]["properties"]["branch"]["pattern"]
+        .as_str()
+        .unwrap();
+    let names = [
+        "main",
+        "feature/x",
+        "a.b",
+        "a./b",
+        "a/.b",
+        "v1.2+3",
+        "lock",
+        "a/lock",
+        "x.locks",
+        "-x",
+        ".x",
+        "/x",
+        "x/",
+        "x.",
+        "a..b",
+        "a//b",
+        "a.lock",
+        "a/.lock",
+        "a@{b",
+        "a b",
+        "é",
+    ];
+    let matched = run_python(
+        &python,
+        MATCH_PATTERN,
+        &[pattern, &serde_json::to_string(&names).unwrap()],
+    );
+    for (i, name) in names.iter().enumerate() {
+        let body = serde_json::json!({"template": "ws", "workspace": {"branch": name}});
+        let (code, v) = s.post("/v1/jobs", &body);
+        let documented = matched[i].as_bool().unwrap();
+        assert_eq!(code == 202, documented, "branch {name:?}: {code} {v}");
+        assert!(code == 202 || code == 400, "branch {name:?}: {code} {v}");
+    }
+}
+
+const MATCH_PATTERN: &str = r#"
+import json, re, sys
+p = re.compile(sys.argv[1])
+print(json.dumps([bool(p.fullmatch(n)) for n in json.loads(sys.argv[2])]))
+"#;

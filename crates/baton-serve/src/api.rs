@@ -20,8 +20,8 @@ use crate::store::StoreError;
 
 mod input;
 
-pub use input::{check_prompt, parse_body};
-use input::{parse_timeout, valid_branch};
+use input::{check_group_length, parse_timeout, present, valid_branch};
+pub use input::{check_prompt, parse_body, MAX_NON_ASCII_GROUP_CHARS};
 
 /// Shared state of the handlers.
 pub type AppState = Arc<Service>;
@@ -112,20 +112,30 @@ impl<S: Send + Sync> FromRequestParts<S> for PathParam {
 /// `POST /v1/jobs`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+///
+/// A field is given or absent: `null` is refused (400), as the OpenAPI
+/// document says (`"template": null` is not "the default template").
 pub struct SubmitRequest {
     /// The template to run (default: the configured default).
+    #[serde(default, deserialize_with = "present")]
     pub template: Option<String>,
     /// The prompt.
+    #[serde(default, deserialize_with = "present")]
     pub prompt: Option<String>,
     /// The concurrency group.
+    #[serde(default, deserialize_with = "present")]
     pub group: Option<String>,
     /// How the job joins its group.
+    #[serde(default, deserialize_with = "present")]
     pub mode: Option<String>,
     /// Timeout: a duration ("90s", "15m") or a number of seconds.
+    #[serde(default, deserialize_with = "present")]
     pub timeout: Option<Value>,
     /// Workspace options.
+    #[serde(default, deserialize_with = "present")]
     pub workspace: Option<WorkspaceOptions>,
     /// Raw argv (only with `allow_raw_commands`).
+    #[serde(default, deserialize_with = "present")]
     pub command: Option<Vec<String>>,
 }
 
@@ -134,6 +144,7 @@ pub struct SubmitRequest {
 #[serde(deny_unknown_fields)]
 pub struct WorkspaceOptions {
     /// The branch the job's workspace works on.
+    #[serde(default, deserialize_with = "present")]
     pub branch: Option<String>,
 }
 
@@ -193,6 +204,7 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
     if let Some(g) = &req.group {
         baton_lock::LockName::new(g)
             .map_err(|e| ApiError::bad(format!("invalid field 'group': {e}")))?;
+        check_group_length(g)?;
     }
     let mode = match req.mode.as_deref() {
         None => JobMode::Queue,
@@ -384,11 +396,16 @@ pub async fn list_jobs(
     }
     let before_seq = match q.cursor.as_deref() {
         None | Some("") => None,
-        Some(c) => Some(c.parse::<i64>().map_err(|_| {
-            ApiError::bad(format!(
-                "invalid parameter 'cursor': '{c}' (use next_cursor of the previous page)"
-            ))
-        })?),
+        Some(c) => Some(
+            c.parse::<i64>()
+                .ok()
+                .filter(|_| c.bytes().all(|b| b.is_ascii_digit()))
+                .ok_or_else(|| {
+                    ApiError::bad(format!(
+                        "invalid parameter 'cursor': '{c}' (use next_cursor of the previous page)"
+                    ))
+                })?,
+        ),
     };
     let jobs = service
         .store

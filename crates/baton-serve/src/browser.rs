@@ -16,7 +16,9 @@
 //!   `forbidden_origin`. Clients that are not browsers send no `Origin`.
 //! - **Content type**: a `POST` body is `application/json` (parameters such
 //!   as `charset` allowed). Else 415 `unsupported_media_type`: the types a
-//!   page can send cross-site without a preflight are refused.
+//!   page can send cross-site without a preflight are refused. This one is
+//!   [`json_body`], a route layer: a method the route does not have gets
+//!   405 first.
 //!
 //! Also a request target longer than [`MAX_URI_BYTES`] gets 414 with the
 //! JSON error body (beyond 64 KiB the HTTP layer answers 414 itself,
@@ -111,7 +113,8 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// The middleware: the checks of the module doc, in order.
+/// The middleware: the Host and Origin checks of the module doc, in order
+/// (the content type is [`json_body`]'s).
 pub async fn check(
     State(guard): State<std::sync::Arc<Guard>>,
     req: Request,
@@ -166,6 +169,21 @@ fn refusal(guard: &Guard, req: &Request) -> Option<ApiError> {
             ));
         }
     }
+    None
+}
+
+/// The content-type check, as a route layer: it runs only on a request
+/// that matches a route and method, so that a method a path does not have
+/// gets 405 (as the OpenAPI document says), whatever its body.
+pub async fn json_body(req: Request, next: Next) -> Response {
+    match media_refusal(&req) {
+        Some(e) => e.into_response(),
+        None => next.run(req).await,
+    }
+}
+
+fn media_refusal(req: &Request) -> Option<ApiError> {
+    let headers = req.headers();
     if req.method() == Method::POST && !is_json(headers) {
         let given = headers
             .get(header::CONTENT_TYPE)

@@ -48,17 +48,12 @@ pub const RECENT_SHOWN: usize = 25;
 /// this time.)
 const WORKSPACES_FRESH: Duration = Duration::from_secs(5);
 
-/// Routes served without a token: the page itself and the OpenAPI document.
+/// Routes served without a token: the page itself and the OpenAPI document
+/// (built for the running configuration, see [`crate::openapi`]).
 pub fn page_routes() -> Router<AppState> {
-    Router::new().route("/", get(page)).route(
-        "/openapi.json",
-        get(|| async {
-            (
-                [(header::CONTENT_TYPE, "application/json")],
-                include_str!("openapi.json"),
-            )
-        }),
-    )
+    Router::new()
+        .route("/", get(page))
+        .route("/openapi.json", get(crate::openapi::serve))
 }
 
 /// The data routes the page polls (behind auth).

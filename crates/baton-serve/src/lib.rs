@@ -8,6 +8,7 @@
 //!   drain, restart recovery, eviction.
 //! - [`exec`]: running one job.
 //! - [`api`], [`compat`], [`dashboard`]: the HTTP front end.
+//! - [`openapi`]: the OpenAPI document, for the running configuration.
 //! - [`browser`]: the Host, Origin and content-type checks of every request.
 //! - [`server`]: `baton serve` itself; [`conn`]: its connections' limits.
 //! - [`client`]: a blocking client of the service (`baton job ...`).
@@ -24,6 +25,7 @@ pub mod follow;
 pub mod journal;
 pub mod metrics;
 pub mod model;
+pub mod openapi;
 pub mod output;
 pub mod server;
 pub mod service;

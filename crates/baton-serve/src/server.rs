@@ -167,6 +167,7 @@ pub fn router(service: AppState, local: std::net::SocketAddr) -> Router {
         .route("/health", get(api::health))
         .merge(crate::dashboard::page_routes())
         .merge(protected)
+        .route_layer(middleware::from_fn(crate::browser::json_body))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,

@@ -44,6 +44,17 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// A field that, when given, has a value: `null` is refused as the wrong
+/// type (`#[serde(default, deserialize_with = "present")]`), where plain
+/// `Option` would take it for an absent field.
+pub(crate) fn present<'de, D, T>(de: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(de).map(Some)
+}
+
 /// Refuses a prompt the template's command could not take safely: larger
 /// than `max_prompt_bytes` (413), or starting with `-` where the command
 /// could read it as an option (400: allowed only after an `--` in the
@@ -112,6 +123,26 @@ pub(crate) fn parse_timeout(v: &Value, max: Duration) -> Result<Duration, ApiErr
         )));
     }
     Ok(d)
+}
+
+/// The most characters of a group name that is not all ASCII: a name is
+/// at most [`baton_lock::MAX_NAME_LEN`] (200) bytes, which a schema cannot
+/// count; 50 characters of up to 4 bytes always fit. So the API takes an
+/// ASCII name of up to 200 characters or any name of up to 50, exactly what
+/// the OpenAPI document says (`crate::openapi`).
+pub const MAX_NON_ASCII_GROUP_CHARS: usize = baton_lock::MAX_NAME_LEN / 4;
+
+/// Refuses a non-ASCII group name longer than [`MAX_NON_ASCII_GROUP_CHARS`].
+pub(crate) fn check_group_length(group: &str) -> Result<(), ApiError> {
+    let chars = group.chars().count();
+    if !group.is_ascii() && chars > MAX_NON_ASCII_GROUP_CHARS {
+        return Err(ApiError::bad(format!(
+            "invalid field 'group': a name with non-ASCII characters is at most {MAX_NON_ASCII_GROUP_CHARS} characters \
+             (this one has {chars}); an ASCII name is at most {} characters",
+            baton_lock::MAX_NAME_LEN
+        )));
+    }
+    Ok(())
 }
 
 /// What `git check-ref-format --branch` would accept, conservatively.

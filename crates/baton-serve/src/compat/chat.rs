@@ -126,6 +126,13 @@ pub fn prompt_of(messages: &[Message]) -> Result<String, ApiError> {
     }
     let mut texts = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
+        // A role reaches the prompt when there are several messages: a NUL
+        // byte there is refused whatever the count, as the document says.
+        if m.role.contains('\0') {
+            return Err(ApiError::bad(format!(
+                "invalid field 'messages[{i}].role': it contains a NUL byte (U+0000), which no command argument can hold"
+            )));
+        }
         let text = match &m.content {
             None => String::new(),
             Some(Content::Text(t)) => t.clone(),
