@@ -480,3 +480,98 @@ fn a_stalled_and_cut_off_supervisor_is_fenced_before_another_host_takes_over() {
     assert_eq!(code(&out), 76);
     assert_a_before_b(&log);
 }
+
+/// Found by a hostile review: an ending backend releases its advisory
+/// locks before it leaves `pg_stat_activity`, and a waiter woken by that
+/// release was granted at once (the holder's row still read as a live
+/// session's), skipping the wait for the old command to stop. A holder row
+/// whose session is alive but holds no advisory lock is such a session: a
+/// new holder must treat it as ended and wait for its command (here the
+/// row is another host's, so at most the settle wait: `--wait 2s` ends
+/// busy). Also: a database at schema version 1 is upgraded in place.
+#[test]
+fn a_holder_row_whose_session_no_longer_holds_its_lock_is_waited_for() {
+    let db = TestDb::new();
+    let env = Env::new();
+    let url = db.url();
+    let out = env.run(&["--backend", url.as_str(), "db", "migrate"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // The database as version 1 left it, then upgraded by the next use.
+    db.query("DROP FUNCTION baton_holder_live(integer, timestamptz) CASCADE");
+    db.query("UPDATE baton_lock_schema SET version = 1");
+    let out = env.run(&[
+        "--backend",
+        url.as_str(),
+        "run",
+        "--lock",
+        "k",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        db.scalar("SELECT version FROM baton_lock_schema"),
+        Some("2".into())
+    );
+
+    // A live session that holds nothing, named by a holder row of host-x.
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (pid_tx, pid_rx) = std::sync::mpsc::channel::<i32>();
+    let conn = format!(
+        "host=127.0.0.1 port=5432 user=postgres dbname={} connect_timeout=5",
+        db.name
+    );
+    let idle = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            let row = client
+                .query_one("SELECT pg_backend_pid()", &[])
+                .await
+                .unwrap();
+            pid_tx.send(row.get(0)).unwrap();
+            let _ = tokio::task::spawn_blocking(move || rx.recv()).await;
+        });
+    });
+    let pid = pid_rx.recv().unwrap();
+    db.query(&format!(
+        "INSERT INTO baton_lock_holders (lock_id, token, slot, mode, slots, session_pid, \
+         session_start, host, pid, owner, operation, run_id, record) \
+         SELECT id, token + 100, 0, 'exclusive', 1, {pid}, \
+         (SELECT backend_start FROM pg_stat_activity WHERE pid = {pid}), 'host-x', 4242, \
+         'o', 'op', 'r', '{{\"pid\": 4242, \"start_time\": 1, \"boot_id\": \"b\", \
+         \"host\": \"host-x\", \"owner\": \"o\", \"run_id\": \"r\", \"acquired_at\": \"t\", \
+         \"token\": 1, \"mode\": \"exclusive\"}}'::jsonb FROM baton_locks WHERE name = 'k'"
+    ));
+    let started = Instant::now();
+    let out = env.run(&[
+        "--backend",
+        url.as_str(),
+        "run",
+        "--wait",
+        "2s",
+        "--lock",
+        "k",
+        "--",
+        "true",
+    ]);
+    eprintln!(
+        "acquire beside a lock-less holder row: exit {} after {:?}",
+        code(&out),
+        started.elapsed()
+    );
+    assert_eq!(
+        code(&out),
+        75,
+        "granted beside an ended holder's row: {}",
+        stderr(&out)
+    );
+    tx.send(()).unwrap();
+    idle.join().unwrap();
+}

@@ -1006,7 +1006,7 @@ fn migrate_is_idempotent_and_concurrent_first_use_is_safe() {
         let out = pg.run(&["db", "migrate"]);
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         assert!(
-            stdout(&out).contains("schema version 1"),
+            stdout(&out).contains("schema version 2"),
             "{}",
             stdout(&out)
         );

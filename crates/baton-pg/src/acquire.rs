@@ -241,7 +241,8 @@ fn lock_id(session: &Session, kind: &str, name: &str, slots: u32) -> Result<i32,
     const SQL: &str = "WITH s AS (SELECT id FROM baton_locks WHERE kind = $3 AND name = $1), \
          i AS (INSERT INTO baton_locks (kind, name, slots) SELECT $3, $1, $2 \
                WHERE NOT EXISTS (SELECT 1 FROM s) ON CONFLICT (kind, name) DO NOTHING RETURNING id) \
-         SELECT id FROM s UNION ALL SELECT id FROM i";
+         SELECT id, (SELECT version FROM baton_lock_schema) FROM s \
+         UNION ALL SELECT id, (SELECT version FROM baton_lock_schema) FROM i";
     let slots = i32::try_from(slots).unwrap_or(i32::MAX);
     for attempt in 0..3 {
         let (n, k) = (name.to_string(), kind.to_string());
@@ -254,7 +255,15 @@ fn lock_id(session: &Session, kind: &str, name: &str, slots: u32) -> Result<i32,
             .await
         });
         match row {
-            Ok(Some(r)) => return Ok(r.get(0)),
+            Ok(Some(r)) => {
+                // Tables of an older version (a database an older baton
+                // made): upgrade them first, in the same round trip's
+                // answer as the lock's id.
+                if r.get::<_, Option<i32>>(1).unwrap_or(0) < schema::SCHEMA_VERSION {
+                    schema::migrate(session)?;
+                }
+                return Ok(r.get(0));
+            }
             // Inserted by another session after our snapshot: look again.
             Ok(None) => continue,
             Err(e) if sqlstate(&e) == Some("42P01") && attempt == 0 => {
@@ -521,7 +530,7 @@ fn busy(session: &Session, req: &LockRequest, ctx: &Waiting, id: i32) -> PgError
         .block_on(async move {
             c.query_opt(
                 "SELECT pid, host, owner, operation FROM baton_lock_holders h WHERE lock_id = $1 \
-                 AND baton_session_live(h.session_pid, h.session_start) ORDER BY token DESC LIMIT 1",
+                 AND baton_holder_live(h.session_pid, h.session_start) ORDER BY token DESC LIMIT 1",
                 &[&id],
             )
             .await

@@ -8,7 +8,7 @@ use crate::error::{sqlstate, PgError};
 use crate::session::Session;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Transaction-level advisory lock held while migrating ("btmg").
 const MIGRATE_LOCK: i64 = 0x6274_6d67;
@@ -107,6 +107,55 @@ END
 $$;
 ";
 
+/// Version 2: a holder row's session counts as live only while it still
+/// holds an advisory lock. An ending backend releases its locks before it
+/// leaves `pg_stat_activity`: a waiter woken by that release must see the
+/// row as an ended session's, and wait for its command to be stopped
+/// (found by a hostile review, with a backend held in that window).
+const V2: &str = "
+CREATE OR REPLACE FUNCTION baton_holder_live(p integer, s timestamptz) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT baton_session_live(p, s)
+       AND EXISTS (SELECT 1 FROM pg_locks l
+                   WHERE l.pid = p AND l.locktype = 'advisory' AND l.granted)
+$$;
+CREATE OR REPLACE FUNCTION baton_grant(p_lock integer, p_slots integer, p_slot integer, p_mode text,
+    p_host text, p_pid integer, p_owner text, p_operation text, p_run text, p_record jsonb,
+    p_shared boolean)
+RETURNS TABLE (token bigint, dead bigint, other_slots integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    t bigint;
+    d bigint;
+    o integer;
+BEGIN
+    PERFORM 1 FROM baton_locks l WHERE l.id = p_lock FOR UPDATE;
+    SELECT count(*) INTO d FROM baton_lock_holders h
+     WHERE h.lock_id = p_lock AND h.slot = p_slot AND NOT (p_shared AND h.mode = 'shared')
+       AND NOT baton_holder_live(h.session_pid, h.session_start);
+    IF d > 0 THEN
+        RETURN QUERY SELECT NULL::bigint, d, NULL::integer;
+        RETURN;
+    END IF;
+    SELECT h.slots INTO o FROM baton_lock_holders h
+     WHERE h.lock_id = p_lock AND h.slots <> p_slots
+       AND baton_holder_live(h.session_pid, h.session_start) LIMIT 1;
+    IF o IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::bigint, 0::bigint, o;
+        RETURN;
+    END IF;
+    UPDATE baton_locks l SET token = l.token + 1, slots = p_slots WHERE l.id = p_lock
+        RETURNING l.token INTO t;
+    INSERT INTO baton_lock_holders (lock_id, token, slot, mode, slots, session_pid,
+        session_start, host, pid, owner, operation, run_id, record)
+    VALUES (p_lock, t, p_slot, p_mode, p_slots, pg_backend_pid(),
+        (SELECT a.backend_start FROM pg_stat_get_activity(pg_backend_pid()) a),
+        p_host, p_pid, p_owner, p_operation, p_run, p_record);
+    RETURN QUERY SELECT t, 0::bigint, NULL::integer;
+END
+$$;
+";
+
 /// Creates or upgrades the tables; returns the version now in place.
 pub(crate) fn migrate(session: &Session) -> Result<i32, PgError> {
     // The common case, one round trip: already there.
@@ -133,15 +182,27 @@ pub(crate) fn migrate(session: &Session) -> Result<i32, PgError> {
                 .query_opt("SELECT version FROM baton_lock_schema", &[])
                 .await?
                 .map(|r| r.get(0));
-            if v.is_none() {
-                c.batch_execute(V1).await?;
-                c.execute(
-                    "INSERT INTO baton_lock_schema (version) VALUES ($1)",
-                    &[&SCHEMA_VERSION],
-                )
-                .await?;
+            match v {
+                None => {
+                    c.batch_execute(V1).await?;
+                    c.batch_execute(V2).await?;
+                    c.execute(
+                        "INSERT INTO baton_lock_schema (version) VALUES ($1)",
+                        &[&SCHEMA_VERSION],
+                    )
+                    .await?;
+                }
+                Some(1) => {
+                    c.batch_execute(V2).await?;
+                    c.execute(
+                        "UPDATE baton_lock_schema SET version = $1",
+                        &[&SCHEMA_VERSION],
+                    )
+                    .await?;
+                }
+                Some(_) => {}
             }
-            Ok::<_, tokio_postgres::Error>(v.unwrap_or(SCHEMA_VERSION))
+            Ok::<_, tokio_postgres::Error>(v.map_or(SCHEMA_VERSION, |v| v.max(SCHEMA_VERSION)))
         }
         .await;
         match result {

@@ -164,7 +164,7 @@ fn conflicting(session: &Session, mode: Mode, id: i32, slot: u32) -> Result<Vec<
         |_| async move {
             c.query(
             "SELECT token, mode, record FROM baton_lock_holders h WHERE lock_id = $1 AND slot = $2 \
-             AND NOT baton_session_live(h.session_pid, h.session_start)",
+             AND NOT baton_holder_live(h.session_pid, h.session_start)",
             &[&id, &slot],
         )
         .await

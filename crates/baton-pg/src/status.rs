@@ -164,7 +164,7 @@ fn status_with_sessions(session: &Session, name: &str) -> Result<(LockStatus, Ve
         let rows = c
             .query(
                 "SELECT token, slot, mode, record, session_pid, \
-                 baton_session_live(h.session_pid, h.session_start) FROM baton_lock_holders h WHERE lock_id = $1 ORDER BY token",
+                 baton_holder_live(h.session_pid, h.session_start) FROM baton_lock_holders h WHERE lock_id = $1 ORDER BY token",
                 &[&id],
             )
             .await?;
