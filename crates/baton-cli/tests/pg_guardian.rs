@@ -575,3 +575,50 @@ fn a_holder_row_whose_session_no_longer_holds_its_lock_is_waited_for() {
     tx.send(()).unwrap();
     idle.join().unwrap();
 }
+
+/// Found by a hostile review: a process that forks and exits in a loop
+/// (its pid changes all the time, its process group does not) survived the
+/// guardian's scan of /proc after `kill -9` of its supervisor. One atomic
+/// kill of the group now ends it.
+#[test]
+fn a_pid_hopping_child_dies_with_its_supervisor() {
+    let db = TestDb::new();
+    let a = Host::new("host-a", &db);
+    let log = a.env.path("hops");
+    let hopper = format!(
+        "/usr/bin/python3 -c 'import os, time\nlast = 0\nwhile True:\n    if os.fork():\n        os._exit(0)\n    now = time.monotonic_ns()\n    if now - last > 100000000:\n        open(\"{}\", \"a\").write(\"%d\\n\" % now)\n        last = now' & sleep 1000",
+        log.display()
+    );
+    let pgid_file = a.env.path("pgid");
+    let hopper = format!("echo $$ > {}; {hopper}", pgid_file.display());
+    let holder = a.spawn(&["run", "--lock", "k", "--", "sh", "-c", &hopper]);
+    // Should this test fail, the hopper must not outlive it.
+    struct KillGroup(i32);
+    impl Drop for KillGroup {
+        fn drop(&mut self) {
+            kill(-self.0, libc::SIGKILL);
+        }
+    }
+    let _cleanup = KillGroup(read_pid(&pgid_file));
+    let count = || {
+        std::fs::read_to_string(&log)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    wait_until(Duration::from_secs(30), || count() >= 10);
+    kill(holder.id() as i32, libc::SIGKILL);
+    let _ = finish(holder, Duration::from_secs(10));
+    // Gone: no new hop for a whole second, within 10 s.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let before = count();
+        std::thread::sleep(Duration::from_secs(1));
+        if count() == before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hopper still runs 10 s after its supervisor died"
+        );
+    }
+}
