@@ -181,6 +181,19 @@ pub fn terminate_group(pgid: i32, identity: GroupIdentity, grace: Duration) -> V
                 });
             }
         }
+        // One atomic signal to the whole group too: a process that forks
+        // and exits in a loop changes its pid faster than the scan above
+        // can follow, but not its group (found by a hostile review). The id
+        // is still this group's: members with its identity were just seen.
+        if let Some(group) = Pid::from_raw(pgid) {
+            let signal = if round == 0 {
+                Signal::TERM
+            } else {
+                Signal::KILL
+            };
+            let _ = rustix::process::kill_process_group(group, signal);
+            let _ = rustix::process::kill_process_group(group, Signal::CONT);
+        }
         let _ = stop_all(members, if round == 0 { Some(grace) } else { None });
     }
     found

@@ -415,36 +415,16 @@ struct Armed {
 impl Armed {
     /// Kills the whole group at once (no grace: the bound is the promise);
     /// whether anything of it was still running.
-    ///
-    /// First one `kill(-pgid, SIGKILL)`, atomic for every member, once a
-    /// member shows the id is still this group's: a process that forks and
-    /// exits in a loop changes its pid faster than a scan of `/proc` can
-    /// follow (found by a hostile review), but not its group. Then the
-    /// identity-checked sweep of [`terminate_group`] for what remains.
     fn stop(&self) -> bool {
-        let ours = |st: &crate::procfs::ProcStat| {
-            st.pgrp == self.pgid
-                && !st.exited
-                && st.start_time >= self.leader_start_time
-                && (self.session == 0 || st.session == self.session)
-        };
-        let leader_reused = crate::procfs::stat(self.pgid)
-            .is_some_and(|l| !l.exited && l.start_time != self.leader_start_time);
-        let members = !leader_reused && !crate::procfs::scan(|_, st| ours(st)).is_empty();
-        if members {
-            if let Some(pgid) = Pid::from_raw(self.pgid) {
-                let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
-            }
-        }
-        let rest = terminate_group(
+        !terminate_group(
             self.pgid,
             GroupIdentity::Recorded {
                 leader_start_time: self.leader_start_time,
                 session: self.session,
             },
             Duration::ZERO,
-        );
-        members || !rest.is_empty()
+        )
+        .is_empty()
     }
 }
 
