@@ -244,6 +244,8 @@ fn a_group_run_of_another_host_starts_after_the_dead_runs_children() {
 struct Proxy {
     port: u16,
     frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Milliseconds by which the server's answers are held back.
+    delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Proxy {
@@ -254,6 +256,8 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let frozen = Arc::new(AtomicBool::new(false));
         let f = Arc::clone(&frozen);
+        let delay_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let d = Arc::clone(&delay_ms);
         std::thread::spawn(move || {
             let mut held = Vec::new();
             for conn in listener.incoming() {
@@ -265,16 +269,29 @@ impl Proxy {
                 let Ok(up) = std::net::TcpStream::connect("127.0.0.1:5432") else {
                     continue;
                 };
-                for (from, to) in [(down.try_clone(), up.try_clone()), (Ok(up), Ok(down))] {
+                for (from, to, delayed) in [
+                    (down.try_clone(), up.try_clone(), None),
+                    (Ok(up), Ok(down), Some(Arc::clone(&d))),
+                ] {
                     let (Ok(from), Ok(to)) = (from, to) else {
                         continue;
                     };
                     let f = Arc::clone(&f);
-                    std::thread::spawn(move || pump(from, to, &f));
+                    std::thread::spawn(move || pump(from, to, &f, delayed.as_deref()));
                 }
             }
         });
-        Proxy { port, frozen }
+        Proxy {
+            port,
+            frozen,
+            delay_ms,
+        }
+    }
+
+    /// Holds every answer of the server back by `d` from now on.
+    fn delay(&self, d: Duration) {
+        let ms = u64::try_from(d.as_millis()).unwrap();
+        self.delay_ms.store(ms, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn freeze(&self) {
@@ -286,6 +303,7 @@ fn pump(
     mut from: std::net::TcpStream,
     mut to: std::net::TcpStream,
     frozen: &std::sync::atomic::AtomicBool,
+    delay_ms: Option<&std::sync::atomic::AtomicU64>,
 ) {
     use std::io::{Read, Write};
     let _ = from.set_read_timeout(Some(Duration::from_millis(50)));
@@ -301,6 +319,8 @@ fn pump(
                 return;
             }
             Ok(n) => {
+                let delay = delay_ms.map_or(0, |d| d.load(std::sync::atomic::Ordering::SeqCst));
+                std::thread::sleep(Duration::from_millis(delay));
                 if frozen.load(std::sync::atomic::Ordering::SeqCst)
                     || to.write_all(&buf[..n]).is_err()
                 {
@@ -621,4 +641,42 @@ fn a_pid_hopping_child_dies_with_its_supervisor() {
             "the hopper still runs 10 s after its supervisor died"
         );
     }
+}
+
+/// Found by a hostile review: a database that answers every heartbeat in
+/// 2.6 s (slow, but within the limit: the session is fine) got the command
+/// fenced, because the next heartbeat waited 2 s after each slow answer.
+/// Heartbeats now keep a fixed cadence: a slow, live database fences
+/// nothing.
+#[test]
+fn a_slow_but_live_database_does_not_fence_the_command() {
+    let db = TestDb::new();
+    let proxy = Proxy::start();
+    let url = db.url().replace(":5432/", &format!(":{}/", proxy.port));
+    let env = Env::new();
+    let started = env.path("started");
+    let script = format!("touch {}; sleep 12", started.display());
+    let holder = env
+        .baton(&[
+            "--backend",
+            url.as_str(),
+            "run",
+            "--lock",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(30), || started.exists());
+    proxy.delay(Duration::from_millis(2600));
+    let out = finish(holder, Duration::from_secs(90));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    eprintln!("slow database: exit {}, stderr {err:?}", code(&out));
+    assert_eq!(code(&out), 0, "{err}");
 }

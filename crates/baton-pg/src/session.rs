@@ -8,8 +8,9 @@
 //! 5 s, interval 2 s, 3 probes) and `tcp_user_timeout` 10 s; the server
 //! with the same settings for this session, so the server ends the session
 //! of a machine that died or was cut off, and frees its locks, within about
-//! 11 s. While holding, a heartbeat every 2 s that does not answer within
-//! 5 s counts as a lost session too.
+//! 11 s. While holding, a heartbeat sent every 2 s (at a fixed cadence,
+//! whatever the answers take) that does not answer within 3 s counts as a
+//! lost session too.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -24,7 +25,7 @@ use crate::error::{one_line, redact, sqlstate, PgError};
 /// How often a holding session checks that the server still answers.
 pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
 /// How long a heartbeat may take before the session counts as lost.
-pub(crate) const HEARTBEAT_LIMIT: Duration = Duration::from_secs(5);
+pub(crate) const HEARTBEAT_LIMIT: Duration = Duration::from_secs(3);
 
 /// How long making a session may take (the TCP connection, the login, the
 /// session's settings) before it counts as failed.
@@ -38,11 +39,26 @@ pub(crate) const RELEASE_LIMIT: Duration = Duration::from_secs(5);
 /// How long a holder's command may run past the sending of the last
 /// heartbeat its session answered, when its supervisor stops vouching for
 /// it (stalled, or cut off): the bound of its guardian's fence
-/// (`baton_proc::Fence`). A live supervisor notices a lost session within
-/// the same time. Another machine takes over no earlier than this plus 1 s
-/// (and the holder's grace) after it sees the session ended, and the session
-/// ended after that heartbeat was sent: the command is stopped first.
-pub const FENCE: Duration = Duration::from_secs(HEARTBEAT.as_secs() + HEARTBEAT_LIMIT.as_secs());
+/// (`baton_proc::Fence`). A live supervisor notices a lost session sooner
+/// (interval + limit). Another machine takes over no earlier than this plus
+/// 1 s (and the holder's grace) after it sees the session ended, and the
+/// session ended after that heartbeat was sent: the command is stopped
+/// first.
+pub const FENCE: Duration = Duration::from_secs(7);
+
+// A live session never trips its fence: a heartbeat is sent at most
+// max(interval, limit) after the previous one and answered within the
+// limit, before the previous proof's deadline; and a live supervisor notices
+// a lost session within the fence.
+const _: () = assert!(
+    (if HEARTBEAT.as_secs() > HEARTBEAT_LIMIT.as_secs() {
+        HEARTBEAT.as_secs()
+    } else {
+        HEARTBEAT_LIMIT.as_secs()
+    }) + HEARTBEAT_LIMIT.as_secs()
+        < FENCE.as_secs()
+);
+const _: () = assert!(HEARTBEAT.as_secs() + HEARTBEAT_LIMIT.as_secs() <= FENCE.as_secs());
 
 /// A callback told a one-line message (see [`Database::on_notice`]).
 pub(crate) type Notice = Arc<dyn Fn(&str) + Send + Sync>;
@@ -385,8 +401,14 @@ impl Session {
         let client = Arc::clone(&self.client);
         let lost = Arc::clone(&self.lost);
         self.rt.spawn(async move {
+            // A fixed cadence: the next heartbeat does not wait for the
+            // interval after a slow answer (a slow but live server must not
+            // let the guardian's deadline pass).
+            let mut tick = tokio::time::interval(HEARTBEAT);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
             loop {
-                tokio::time::sleep(HEARTBEAT).await;
+                tick.tick().await;
                 let sent = std::time::Instant::now();
                 match tokio::time::timeout(HEARTBEAT_LIMIT, client.simple_query("")).await {
                     Ok(Ok(_)) => lost.alive(sent),

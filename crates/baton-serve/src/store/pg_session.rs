@@ -31,11 +31,15 @@ pub(super) const NODE_CLASS: i32 = 0x6261_746e; // "batn"
 const HEARTBEAT: Duration = Duration::from_secs(2);
 
 /// How long a heartbeat may take before the session is taken as lost.
-const HEARTBEAT_LIMIT: Duration = Duration::from_secs(5);
+const HEARTBEAT_LIMIT: Duration = Duration::from_secs(3);
 
 // The jobs' guardians are fenced with baton-pg's bound, which must cover a
 // heartbeat's interval and limit here too.
-const _: () = assert!(HEARTBEAT.as_secs() + HEARTBEAT_LIMIT.as_secs() <= baton_pg::FENCE.as_secs());
+// (The next heartbeat is sent at most max(interval, limit) after the last
+// one and answered within the limit: before the last proof's deadline.)
+const _: () =
+    assert!(HEARTBEAT_LIMIT.as_secs() + HEARTBEAT_LIMIT.as_secs() < baton_pg::FENCE.as_secs());
+const _: () = assert!(HEARTBEAT.as_secs() + HEARTBEAT_LIMIT.as_secs() < baton_pg::FENCE.as_secs());
 
 /// How long to wait for the liveness lock of this node id (held by a
 /// previous session of the same node the server has not ended yet).
@@ -212,6 +216,7 @@ async fn hold(mut session: Connected, node: &str, shared: &Shared) {
     // Notifications sent while there was no session are lost: look.
     let _ = shared.events.send(StoreEvent::Wake);
     let mut tick = tokio::time::interval(HEARTBEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             note = session.notes.recv() => match note {
