@@ -680,3 +680,68 @@ fn a_slow_but_live_database_does_not_fence_the_command() {
     eprintln!("slow database: exit {}, stderr {err:?}", code(&out));
     assert_eq!(code(&out), 0, "{err}");
 }
+
+/// Found by a hostile review: a group run waiting for its `--lock` whose
+/// group slot's session ended exited 79 ("superseded") without a word;
+/// nobody superseded it: it lost its slot, exit 76 with the reason.
+#[test]
+fn a_group_run_that_loses_its_slot_while_waiting_for_its_lock_exits_76() {
+    let db = TestDb::new();
+    let env = Env::new();
+    let url = db.url();
+    let held = env.path("held");
+    let go = env.path("go");
+    let holder_script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        held.display(),
+        go.display()
+    );
+    let holder = env
+        .baton(&[
+            "--backend",
+            url.as_str(),
+            "run",
+            "--lock",
+            "lx",
+            "--",
+            "sh",
+            "-c",
+            &holder_script,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(30), || held.exists());
+    let waiter = env
+        .baton(&[
+            "--backend",
+            url.as_str(),
+            "run",
+            "--group",
+            "gx",
+            "--lock",
+            "lx",
+            "--",
+            "true",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(30), || {
+        db.scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+            .is_some_and(|n| n != "0")
+    });
+    let ended = db.query("SELECT pg_terminate_backend(session_pid) FROM baton_group_runs");
+    assert_eq!(ended.len(), 1, "the group slot's session was ended");
+    let out = finish(waiter, Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    eprintln!("waiter: exit {}, stderr {err:?}", code(&out));
+    assert_eq!(code(&out), 76, "{err}");
+    assert!(err.contains("gx"), "{err}");
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(code(&finish(holder, Duration::from_secs(30))), 0);
+}

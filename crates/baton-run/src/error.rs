@@ -77,7 +77,7 @@ pub enum RunError {
     /// The database session holding the run's locks ended while the command
     /// ran (the server terminated it, restarted, or stopped answering): the
     /// command was stopped, since the locks were no longer held.
-    #[error("lost the lock{}: its database session ended while the command ran; the command was stopped", if .locks.is_empty() { String::new() } else { format!(" '{}'", .locks) })]
+    #[error("lost the lock{}: its database session ended; the command was stopped (or never started)", if .locks.is_empty() { String::new() } else { format!(" '{}'", .locks) })]
     LockLost {
         /// The locks (comma-separated).
         locks: String,

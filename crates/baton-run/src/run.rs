@@ -207,6 +207,14 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
             g
         }
         Err(RunError::Lock(LockError::Cancelled { .. })) => {
+            // The group slot's session ended while the run waited for its
+            // locks: nobody superseded it (79), it lost its slot (76).
+            if control.stop_reason() == Some(StopReason::LockLost) {
+                let key = req.group.as_ref().map(|g| g.key.to_string());
+                return Err(RunError::LockLost {
+                    locks: key.unwrap_or_default(),
+                });
+            }
             return Ok(match (member.take(), &req.group) {
                 (Some(m), Some(g)) => match crate::member::stopped(m, control) {
                     Entered::Superseded(by) => not_run(req, g, &run_id, Some(by)),
