@@ -745,3 +745,35 @@ fn a_group_run_that_loses_its_slot_while_waiting_for_its_lock_exits_76() {
     std::fs::write(&go, "").unwrap();
     assert_eq!(code(&finish(holder, Duration::from_secs(30))), 0);
 }
+
+/// Found by a hostile review: a guardian killed during the run went
+/// unnoticed, and the command ran on unguarded (then outlived its
+/// supervisor's `kill -9` beside the next host's holder). The supervisor
+/// now watches its guardian: the command is stopped and the run fails
+/// (125), saying why.
+#[test]
+fn a_killed_guardian_stops_the_command() {
+    let db = TestDb::new();
+    let a = Host::new("host-a", &db);
+    let (holder, ticker, _log) = a.start_ticking(&["run", "--grace", "1s", "--lock", "k"]);
+    let children = std::fs::read_to_string(format!(
+        "/proc/{pid}/task/{pid}/children",
+        pid = holder.id()
+    ))
+    .unwrap();
+    let guardian = children
+        .split_whitespace()
+        .map(|p| p.parse::<i32>().unwrap())
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("__baton-guard"))
+        })
+        .expect("the run's guardian");
+    kill(guardian, libc::SIGKILL);
+    let out = finish(holder, Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    eprintln!("guardian killed: exit {}, stderr {err:?}", code(&out));
+    assert_eq!(code(&out), 125, "{err}");
+    assert!(err.contains("guardian died"), "{err}");
+    wait_until(Duration::from_secs(10), || !running(ticker));
+}

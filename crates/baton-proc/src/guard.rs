@@ -205,6 +205,8 @@ impl FenceSource {
 /// The supervisor's end of a running guardian. Dropping it disarms it.
 pub(crate) struct Guardian {
     child: std::process::Child,
+    /// Readable once it has exited.
+    pidfd: Option<OwnedFd>,
     socket: Option<Arc<OwnedFd>>,
     fence: Fence,
     /// Set once it has exited: whether it fenced the command.
@@ -236,12 +238,20 @@ impl Guardian {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(child.id() as i32);
+        let pidfd =
+            Pid::from_raw(child.id() as i32).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
         Ok(Guardian {
+            pidfd,
             child,
             socket: Some(Arc::new(ours)),
             fence: spec.fence.clone(),
             fenced: None,
         })
+    }
+
+    /// A descriptor readable once it has exited.
+    pub(crate) fn pidfd(&self) -> Option<&OwnedFd> {
+        self.pidfd.as_ref()
     }
 
     /// Hands it the command's group, with the fence's deadline; from now

@@ -231,6 +231,9 @@ pub struct Finished {
     /// this process did not vouch for itself in time (it was stopped, or
     /// its proofs of liveness failed).
     pub fenced: bool,
+    /// The guardian died while the command ran (someone killed it), so
+    /// the command was stopped: it must not run unguarded.
+    pub guardian_lost: bool,
 }
 
 /// How a supervised child ended.

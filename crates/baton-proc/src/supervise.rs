@@ -86,6 +86,7 @@ impl Supervisor {
             outcome: Outcome::Cancelled,
             leftovers: Vec::new(),
             fenced: false,
+            guardian_lost: false,
         };
         if self.cancel.is_cancelled() {
             return Ok(cancelled);
@@ -147,8 +148,27 @@ impl Supervisor {
                 .and_then(|timeout| started.checked_add(timeout)),
             phase: Phase::Running,
         };
+        // A guardian that exits while the command runs either stopped the
+        // command (it then ends too) or was killed: the command must not
+        // run on unguarded, so it is stopped (TERM, grace, KILL).
+        let mut guardian_lost = false;
         loop {
-            let events = wait_for_events(&pidfd, signals.as_ref(), stops.as_ref(), &waker, &state)?;
+            let watch_guardian = guardian
+                .as_ref()
+                .and_then(Guardian::pidfd)
+                .filter(|_| !guardian_lost);
+            let events = wait_for_events(
+                &pidfd,
+                signals.as_ref(),
+                stops.as_ref(),
+                &waker,
+                watch_guardian,
+                &state,
+            )?;
+            if events.guardian_gone {
+                guardian_lost = true;
+                state.on_cancel();
+            }
             if events.child_exited {
                 if state.phase != Phase::Running {
                     // The leader is gone but not reaped, so its id still pins the group: kill
@@ -166,6 +186,7 @@ impl Supervisor {
                     outcome,
                     leftovers,
                     fenced,
+                    guardian_lost: guardian_lost && !fenced,
                 });
             }
             if events.signals {
@@ -351,6 +372,7 @@ struct Events {
     signals: bool,
     stopped: bool,
     cancel: bool,
+    guardian_gone: bool,
 }
 
 /// Block in `poll` until the child exits, a signal or a cancel arrives, or the next deadline.
@@ -359,6 +381,7 @@ fn wait_for_events(
     signals: Option<&SignalCatcher>,
     stops: Option<&StopWatch>,
     waker: &OwnedFd,
+    guardian: Option<&OwnedFd>,
     state: &State,
 ) -> Result<Events, ProcError> {
     let timeout = state
@@ -379,6 +402,10 @@ fn wait_for_events(
         fds.push(PollFd::from_borrowed_fd(s.fd(), PollFlags::IN));
         fds.len() - 1
     });
+    let guardian_at = guardian.map(|g| {
+        fds.push(PollFd::new(g, PollFlags::IN));
+        fds.len() - 1
+    });
     match poll(&mut fds, timeout.as_ref()) {
         Ok(_) => {}
         Err(Errno::INTR) => return Ok(Events::default()),
@@ -390,6 +417,7 @@ fn wait_for_events(
         cancel: watch_cancel && ready(Some(1)),
         signals: ready(signal_at),
         stopped: ready(stop_at),
+        guardian_gone: ready(guardian_at),
     })
 }
 

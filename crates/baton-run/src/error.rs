@@ -90,6 +90,10 @@ pub enum RunError {
         /// The fence's bound.
         fence: std::time::Duration,
     },
+    /// The run's guardian died while the command ran (someone killed it):
+    /// the command was stopped rather than run on unguarded.
+    #[error("the command's guardian died while the command ran (was it killed?); the command was stopped, since it must not run unguarded")]
+    GuardianLost,
     /// An I/O error while talking to the background holder.
     #[error("{op}")]
     Io {

@@ -303,9 +303,9 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
             })
         }
     };
-    let (outcome, leftovers, fenced) = match finished {
-        Ok(f) => (Ok(f.outcome), f.leftovers, f.fenced),
-        Err(e) => (Err(e), Vec::new(), false),
+    let (outcome, leftovers, fenced, guardian_lost) = match finished {
+        Ok(f) => (Ok(f.outcome), f.leftovers, f.fenced, f.guardian_lost),
+        Err(e) => (Err(e), Vec::new(), false, false),
     };
 
     // 4. Tear down: workspace, locks (reverse order), group slot.
@@ -347,6 +347,9 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     }
     if let Some(locks) = lock_lost {
         return Err(RunError::LockLost { locks });
+    }
+    if guardian_lost {
+        return Err(RunError::GuardianLost);
     }
     if let Some(e) = release_error {
         return Err(e);
