@@ -204,7 +204,7 @@ impl FenceSource {
 
 /// The supervisor's end of a running guardian. Dropping it disarms it.
 pub(crate) struct Guardian {
-    child: std::process::Child,
+    child: Option<std::process::Child>,
     /// Readable once it has exited.
     pidfd: Option<OwnedFd>,
     socket: Option<Arc<OwnedFd>>,
@@ -242,7 +242,7 @@ impl Guardian {
             Pid::from_raw(child.id() as i32).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
         Ok(Guardian {
             pidfd,
-            child,
+            child: Some(child),
             socket: Some(Arc::new(ours)),
             fence: spec.fence.clone(),
             fenced: None,
@@ -289,35 +289,60 @@ impl Guardian {
             return fenced;
         }
         self.fence.lock().socket = None;
+        let mut fenced = false;
         if let Some(socket) = self.socket.take() {
+            // A guardian that fences says so on the socket before it kills:
+            // the command's death, which brought us here, came after.
+            fenced = said_fenced(&socket);
             let _ = write_all(&socket, b"D\n");
         }
-        let pid = self.child.id() as i32;
-        // It exits at once on "D" and end of file; one that does not
-        // within 5 s is killed.
-        if let Some(fd) = Pid::from_raw(pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok()) {
-            let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-            let limit = crate::supervise::timespec(Duration::from_secs(5));
-            loop {
-                match poll(&mut fds, Some(&limit)) {
-                    Err(Errno::INTR) => continue,
-                    Ok(0) => {
-                        let _ = self.child.kill();
+        // Dropping the socket is its end of file: it exits. It is reaped
+        // off this thread: waiting here would add its start-up to every
+        // run's hold (a short command ends before its guardian has even
+        // started), serialising the lock's holders on it.
+        if let Some(mut child) = self.child.take() {
+            let pid = child.id() as i32;
+            let pidfd = self.pidfd.take();
+            let reap = move || {
+                // One that does not exit within 5 s is killed.
+                if let Some(fd) = &pidfd {
+                    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+                    let limit = crate::supervise::timespec(Duration::from_secs(5));
+                    loop {
+                        match poll(&mut fds, Some(&limit)) {
+                            Err(Errno::INTR) => continue,
+                            Ok(0) => {
+                                let _ = child.kill();
+                            }
+                            _ => {}
+                        }
+                        break;
                     }
-                    _ => {}
                 }
-                break;
-            }
+                let _ = child.wait();
+                SUPERVISED
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .retain(|p| *p != pid);
+            };
+            // Without a thread (out of resources) it still exits, and stays
+            // a zombie until this process ends.
+            let _ = std::thread::Builder::new()
+                .name("baton-guard-reap".into())
+                .spawn(reap);
         }
-        let code = self.child.wait().ok().and_then(|s| s.code());
-        SUPERVISED
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|p| *p != pid);
-        let fenced = code == Some(GUARD_FENCED);
         self.fenced = Some(fenced);
         fenced
     }
+}
+
+/// Whether the guardian wrote "F" (it fenced the command), without waiting.
+fn said_fenced(socket: &OwnedFd) -> bool {
+    let mut buf = [0u8; 64];
+    matches!(
+        rustix::net::recv(socket.as_fd(), &mut buf, rustix::net::RecvFlags::DONTWAIT),
+        Ok((n, _)) if buf[..n].contains(&b'F')
+    )
 }
 
 impl Drop for Guardian {
@@ -350,10 +375,14 @@ pub fn guardian_main() -> i32 {
                 let now = mono_ns();
                 if now >= a.until {
                     // A command that had ended already was not cut short.
-                    return match a.stop() {
-                        true => GUARD_FENCED,
-                        false => GUARD_DISARMED,
-                    };
+                    if !a.running() {
+                        return GUARD_DISARMED;
+                    }
+                    // Told before the kill: the supervisor learns it from
+                    // the socket when it sees its command end.
+                    let _ = send(input, b"F\n", SendFlags::NOSIGNAL);
+                    a.stop();
+                    return GUARD_FENCED;
                 }
                 Some(Duration::from_nanos(a.until - now))
             }
@@ -423,6 +452,20 @@ struct Armed {
 }
 
 impl Armed {
+    /// Whether a process of the group, as recorded, still runs.
+    fn running(&self) -> bool {
+        let reused = crate::procfs::stat(self.pgid)
+            .is_some_and(|l| !l.exited && l.start_time != self.leader_start_time);
+        !reused
+            && !crate::procfs::scan(|_, st| {
+                st.pgrp == self.pgid
+                    && !st.exited
+                    && st.start_time >= self.leader_start_time
+                    && (self.session == 0 || st.session == self.session)
+            })
+            .is_empty()
+    }
+
     /// Kills the whole group at once (no grace: the bound is the promise);
     /// whether anything of it was still running.
     fn stop(&self) -> bool {
