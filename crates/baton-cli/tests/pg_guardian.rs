@@ -777,3 +777,80 @@ fn a_killed_guardian_stops_the_command() {
     assert!(err.contains("guardian died"), "{err}");
     wait_until(Duration::from_secs(10), || !running(ticker));
 }
+
+/// Fault 8, for groups (found by a hostile review): a run waiting for its
+/// group's slot whose session is ended (as in a restart of the server) used
+/// to exit 125; it joins again on a new session and waits on, saying so
+/// once, then runs.
+#[test]
+fn a_group_waiter_waits_on_through_a_lost_session() {
+    let db = TestDb::new();
+    let env = Env::new();
+    let url = db.url();
+    let held = env.path("held");
+    let go = env.path("go");
+    let first = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        held.display(),
+        go.display()
+    );
+    let holder = env
+        .baton(&[
+            "--backend",
+            url.as_str(),
+            "run",
+            "--group",
+            "gz",
+            "--",
+            "sh",
+            "-c",
+            &first,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(30), || held.exists());
+    let log = env.path("log");
+    let waiter = env
+        .baton(&[
+            "--backend",
+            url.as_str(),
+            "run",
+            "--group",
+            "gz",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo ran >> {}", log.display()),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+    wait_until(Duration::from_secs(30), || {
+        db.scalar(waiting).is_some_and(|n| n == "1")
+    });
+    let ended = db.query(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
+         AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    );
+    assert_eq!(ended.len(), 1, "the waiter's session was terminated");
+    wait_until(Duration::from_secs(30), || {
+        db.scalar(waiting).is_some_and(|n| n == "1")
+    });
+    assert!(!log.exists(), "the waiter ran while the group was busy");
+    std::fs::write(&go, "").unwrap();
+    let out = finish(waiter, Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    eprintln!("group waiter: exit {}, stderr {err:?}", code(&out));
+    assert_eq!(code(&out), 0, "{err}");
+    assert_eq!(err.lines().count(), 1, "told once: {err:?}");
+    assert!(err.contains("reconnecting"), "{err}");
+    assert!(log.exists(), "the waiter's command ran");
+    assert_eq!(code(&finish(holder, Duration::from_secs(30))), 0);
+}

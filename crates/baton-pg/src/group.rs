@@ -15,7 +15,7 @@
 //! same statement that records it running.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use baton_lock::{CancelToken, CommandGroup, LockError, LockName, LockRequest, Mode, WaitPolicy};
 
@@ -121,13 +121,63 @@ impl Database {
     ///
     /// [`PgError`] when the database cannot be used; a wait that ends is
     /// [`LockError::Busy`] inside [`PgError::Lock`].
+    ///
+    /// A run waiting for the slot whose session is lost after it connected
+    /// (a server restart, a broken connection) joins again on a new session,
+    /// with backoff, within the same deadline; [`Database::on_notice`] is
+    /// told once.
     pub fn join_group(
         &self,
         req: &GroupJoin,
         cancel: &CancelToken,
         on_superseded: impl Fn(String) + Send + Sync + 'static,
     ) -> Result<Joined, PgError> {
+        let on_superseded = Arc::new(on_superseded);
+        let deadline = req.wait.deadline_from(Instant::now());
+        let mut req = req.clone();
+        if let Some(d) = deadline {
+            req.wait = WaitPolicy::Until(d);
+        }
+        let waits = req.mode != "skip" && !matches!(req.wait, WaitPolicy::Immediately);
+        let mut told = false;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let mut connected = false;
+            let f = Arc::clone(&on_superseded);
+            match self.join_group_once(&req, cancel, move |by| f(by), &mut connected) {
+                Err(e) if e.is_transient() && connected && waits && !cancel.is_cancelled() => {
+                    if deadline.is_some_and(|d| Instant::now() + backoff >= d) {
+                        return Err(e);
+                    }
+                    if !told {
+                        told = true;
+                        if let Some(f) = &self.notice {
+                            f(&format!(
+                                "{e}; waiting on for group '{}', reconnecting",
+                                req.key
+                            ));
+                        }
+                    }
+                    tracing::warn!(error = %e, "lost the database session while waiting for the group; reconnecting");
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One try of [`Database::join_group`]; `connected` becomes true once a
+    /// session was made.
+    fn join_group_once(
+        &self,
+        req: &GroupJoin,
+        cancel: &CancelToken,
+        on_superseded: impl Fn(String) + Send + Sync + 'static,
+        connected: &mut bool,
+    ) -> Result<Joined, PgError> {
         let mut session = self.connect()?;
+        *connected = true;
         crate::schema::migrate(&session)?;
         match join_in(&mut session, req, cancel) {
             Ok(grant) => {
