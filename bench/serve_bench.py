@@ -26,6 +26,9 @@ and the memory of the service with many finished jobs retained.
    the endpoint answers 404.
 4. Memory: M jobs (`true`) run and retained (job_ttl 24h); VmRSS of the
    `baton serve` process once all have ended. Bar: < 100 MiB.
+5. Log readers: one job writes 16 MiB to its stdout, then R = 60 clients read
+   `GET /v1/jobs/{id}/log` at once, slowly (64 KiB, a 5 ms pause, ...); the
+   service's peak VmRSS (VmHWM) while they read. Bar: < 200 MiB.
 
 Needs Rust (cargo), xargs and Python 3.11 (standard library only). Builds
 `cargo build --release -p baton -p baton-bench` unless --skip-build. Prints a
@@ -109,6 +112,7 @@ class Server:
             "[templates.noop]", 'command = ["true"]',
             "[templates.echo]", 'command = ["echo", "hi"]',
             "[templates.hold]", 'command = ["sleep", "3600"]',
+            "[templates.big]", 'command = ["head", "-c", "16777216", "/dev/zero"]',
         ]
         config = self.dir / "serve.toml"
         config.write_text("\n".join(lines) + "\n")
@@ -214,6 +218,9 @@ class Results:
     mem_kib: tuple[int, int] = (0, 0)
     mem_idle_kib: int = 0
     mem_jobs: int = 0
+    readers: int = 0
+    readers_hwm_kib: int = 0
+    readers_before_kib: int = 0
     problems: list[str] = field(default_factory=list)
 
 
@@ -329,6 +336,52 @@ def memory(baton: Path, gen: Path, work: Path, jobs: int, conc: int, res: Result
         srv.stop()
 
 
+def log_readers(baton: Path, work: Path, readers: int, res: Results) -> None:
+    import threading
+    srv = Server(baton, work, "logs", max_log_bytes=64 * 1024 * 1024)
+    try:
+        host, port = srv.addr.rsplit(":", 1)
+        c = http.client.HTTPConnection(host, int(port), timeout=60)
+        c.request("POST", "/v1/jobs", body=json.dumps({"template": "big"}),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        job = json.loads(r.read())["id"]
+        c.close()
+        srv.wait_idle(1, timeout=120)
+        res.readers_before_kib = srv.rss_kib()[0]
+        got: list[int] = []
+        lock = threading.Lock()
+
+        def read_slowly() -> None:
+            conn = http.client.HTTPConnection(host, int(port), timeout=120)
+            conn.request("GET", f"/v1/jobs/{job}/log")
+            resp = conn.getresponse()
+            n = 0
+            while True:
+                chunk = resp.read(64 * 1024)
+                if not chunk:
+                    break
+                n += len(chunk)
+                time.sleep(0.005)
+            conn.close()
+            with lock:
+                got.append(n)
+
+        threads = [threading.Thread(target=read_slowly) for _ in range(readers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        res.readers = readers
+        res.readers_hwm_kib = srv.rss_kib()[1]
+        if got.count(16 * 1024 * 1024) != readers:
+            res.problems.append(f"log readers: bytes read {sorted(set(got))}, expected {16 * 1024 * 1024} each")
+        log(f"  log readers: peak VmRSS {res.readers_hwm_kib / 1024:.1f} MiB with {readers} readers "
+            f"(before: {res.readers_before_kib / 1024:.1f} MiB)")
+    finally:
+        srv.stop()
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -381,6 +434,12 @@ def table(res: Results, a: argparse.Namespace) -> str:
         f"| memory: VmRSS with {res.mem_jobs} finished jobs retained "
         f"| {rss / 1024:.1f} MiB (peak {hwm / 1024:.1f}, idle {res.mem_idle_kib / 1024:.1f}) | | bar < 100 MiB | {yes(rss < 100 * 1024)} |"
     )
+    if res.readers:
+        hwm = res.readers_hwm_kib
+        rows.append(
+            f"| memory: peak VmRSS (VmHWM) while {res.readers} clients read a 16 MiB job log at once, slowly "
+            f"| {hwm / 1024:.1f} MiB (before: {res.readers_before_kib / 1024:.1f}) | | bar < 200 MiB | {yes(hwm < 200 * 1024)} |"
+        )
     return "\n".join(rows)
 
 
@@ -412,6 +471,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=10.0, help="seconds at that rate")
     ap.add_argument("--chat-n", type=int, default=200)
     ap.add_argument("--mem-jobs", type=int, default=10_000)
+    ap.add_argument("--readers", type=int, default=60, help="clients reading one 16 MiB log at once")
+    ap.add_argument("--only-log-readers", action="store_true", help="measure only 5 (the log readers)")
     ap.add_argument("--quick", action="store_true",
                     help="--jobs 500 --rounds 1 --duration 3 --chat-n 50 --mem-jobs 2000: < 1 minute")
     ap.add_argument("--skip-build", action="store_true")
@@ -426,6 +487,12 @@ def main() -> None:
     res = Results()
     with tempfile.TemporaryDirectory(prefix="baton-serve-bench-", dir=a.dir) as tmp:
         work = Path(tmp).resolve()
+        if a.only_log_readers:
+            log_readers(baton, work, a.readers, res)
+            rss = res.readers_hwm_kib
+            print(f"| memory: peak VmRSS (VmHWM) while {res.readers} clients read a 16 MiB job log at once, slowly "
+                  f"| {rss / 1024:.1f} MiB (before: {res.readers_before_kib / 1024:.1f}) | | bar < 200 MiB | {yes(rss < 200 * 1024)} |")
+            sys.exit(1 if res.problems else 0)
         for rnd in range(a.rounds):
             log(f"throughput round {rnd + 1}/{a.rounds}")
             throughput_service(baton, gen, work, rnd, a.jobs, a.concurrency, res)
@@ -438,6 +505,8 @@ def main() -> None:
         chat_latency(baton, gen, work, a.chat_n, res)
         log(f"memory ({a.mem_jobs} jobs)")
         memory(baton, gen, work, a.mem_jobs, a.concurrency, res)
+        log(f"log readers ({a.readers})")
+        log_readers(baton, work, a.readers, res)
         fs = fs_type(work)
     cpu = platform.processor() or platform.machine()
     load = " / ".join(f"{x:.1f}" for x in (load0, os.getloadavg()[0]))
