@@ -370,7 +370,10 @@ impl Service {
                 jobs_root: service.jobs_root.clone(),
                 shutting_down: Arc::clone(&service.shutting_down),
                 groups: service.groups.clone(),
-                guard: fence.map(baton_proc::GuardSpec::this_program),
+                guard: fence.map(|fence| baton_proc::GuardSpec {
+                    program: guard_program().clone(),
+                    fence,
+                }),
             };
             if let (JobMode::Supersede, Some(g)) = (job.spec.mode, &job.spec.group) {
                 service.supersede_older(&id, job.seq, g).await;
@@ -550,6 +553,25 @@ impl Service {
         }
         self.drained.send_replace(true);
     }
+}
+
+/// The program a job's guardian runs: the `baton` binary installed next to
+/// this one when there is one (it starts in a fraction of the time of the
+/// service's own binary, and every job starts a guardian), else this
+/// program itself. Both run a guardian when given `__baton-guard`.
+fn guard_program() -> &'static std::path::PathBuf {
+    static PROGRAM: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    PROGRAM.get_or_init(|| {
+        std::env::current_exe()
+            .ok()
+            .map(|me| me.with_file_name("baton"))
+            .filter(|small| {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::metadata(small)
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+            .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"))
+    })
 }
 
 /// The result of [`Service::cancel`].
