@@ -262,6 +262,10 @@ impl Store for PgStore {
         timed(op, async {
             let tx = tokio_postgres::Client::transaction(&mut c).await?;
             lock_queue(&tx).await?;
+            // The start is when the claim holds the queue (claims of several
+            // nodes wait for each other here): taken before, a stored start
+            // could precede the stored end of the job whose slot it took.
+            let now = now.max(crate::model::now_ms());
             // Only while this node's liveness lock is held: a node whose
             // session has gone (and whose jobs others take over) claims nothing.
             let held: bool = tx
