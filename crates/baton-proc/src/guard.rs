@@ -27,7 +27,10 @@
 //!   supervisor does. Deadlines are `CLOCK_MONOTONIC` instants, shared by
 //!   every process of the machine.
 //! - **The command ends normally**: the supervisor disarms the guardian
-//!   once the command and its leftovers are gone, and waits for it to exit.
+//!   once the command and its leftovers are gone; it exits, and is reaped
+//!   off the supervisor's thread (a short command must not wait for its
+//!   guardian's start-up). A guardian that fences says "F" on the socket
+//!   before it kills, which is how the supervisor learns it.
 //!
 //! Another machine that takes over after this one's session ended waits
 //! longer than the fence's bound after seeing the session end (baton-pg's
@@ -277,7 +280,7 @@ impl Guardian {
         Ok(())
     }
 
-    /// Disarms it and waits for it to exit (call it once the command and
+    /// Disarms it, to exit on its own (call it once the command and
     /// its leftovers are gone). Returns whether it had stopped the command
     /// itself because the supervisor stopped vouching in time.
     pub(crate) fn finish(mut self) -> bool {
