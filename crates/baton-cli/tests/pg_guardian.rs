@@ -387,79 +387,7 @@ fn a_black_holed_database_ends_the_run_with_76_in_bounded_time() {
 /// with backoff and waits on, saying so once on stderr, then runs.
 #[test]
 fn a_waiter_waits_on_through_a_lost_session() {
-    let db = TestDb::new();
-    let env = Env::new();
-    let url = db.url();
-    let go = env.path("go");
-    let holder_script = format!(
-        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
-        env.path("held").display(),
-        go.display()
-    );
-    let holder = env
-        .baton(&[
-            "--backend",
-            url.as_str(),
-            "run",
-            "--lock",
-            "k",
-            "--",
-            "sh",
-            "-c",
-            &holder_script,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let held = env.path("held");
-    wait_until(Duration::from_secs(30), || held.exists());
-    let log = env.path("log");
-    let waiter = env
-        .baton(&[
-            "--backend",
-            url.as_str(),
-            "run",
-            "--wait",
-            "60s",
-            "--lock",
-            "k",
-            "--",
-            "sh",
-            "-c",
-            &format!("echo ran >> {}", log.display()),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
-                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
-    wait_until(Duration::from_secs(30), || {
-        db.scalar(waiting).is_some_and(|n| n == "1")
-    });
-    let ended = db.query(
-        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
-         AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-    );
-    assert_eq!(ended.len(), 1, "the waiter's session was terminated");
-    // It waits again, on a new session.
-    wait_until(Duration::from_secs(30), || {
-        db.scalar(waiting).is_some_and(|n| n == "1")
-    });
-    assert!(!log.exists(), "the waiter ran while the lock was held");
-    std::fs::write(&go, "").unwrap();
-    let out = finish(waiter, Duration::from_secs(60));
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    eprintln!("waiter: exit {}, stderr {err:?}", code(&out));
-    assert_eq!(code(&out), 0, "{err}");
-    assert_eq!(err.lines().count(), 1, "told once: {err:?}");
-    assert!(err.contains("reconnecting"), "{err}");
-    assert!(log.exists(), "the waiter's command ran");
-    let out = finish(holder, Duration::from_secs(30));
-    assert_eq!(code(&out), 0);
+    waiter_waits_on_through_a_lost_session(&["--lock", "k"]);
 }
 
 /// Fault 3: host A's supervisor is stalled (SIGSTOP) *and* cut off from
@@ -784,52 +712,36 @@ fn a_killed_guardian_stops_the_command() {
 /// once, then runs.
 #[test]
 fn a_group_waiter_waits_on_through_a_lost_session() {
+    waiter_waits_on_through_a_lost_session(&["--group", "gz"]);
+}
+
+/// A waiter (`baton run TARGET -- ...`, TARGET the same `--lock` or
+/// `--group` as a holder's) whose waiting session is terminated waits on,
+/// on a new session, says so once on stderr, and runs once the holder ends.
+fn waiter_waits_on_through_a_lost_session(target: &[&str]) {
     let db = TestDb::new();
     let env = Env::new();
     let url = db.url();
-    let held = env.path("held");
-    let go = env.path("go");
-    let first = format!(
+    let (held, go, log) = (env.path("held"), env.path("go"), env.path("log"));
+    let hold = format!(
         "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
         held.display(),
         go.display()
     );
-    let holder = env
-        .baton(&[
-            "--backend",
-            url.as_str(),
-            "run",
-            "--group",
-            "gz",
-            "--",
-            "sh",
-            "-c",
-            &first,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let spawn = |script: &str, stderr: Stdio| {
+        let mut args = vec!["--backend", url.as_str(), "run", "--wait", "60s"];
+        args.extend_from_slice(target);
+        args.extend(["--", "sh", "-c", script]);
+        env.baton(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap()
+    };
+    let holder = spawn(&hold, Stdio::null());
     wait_until(Duration::from_secs(30), || held.exists());
-    let log = env.path("log");
-    let waiter = env
-        .baton(&[
-            "--backend",
-            url.as_str(),
-            "run",
-            "--group",
-            "gz",
-            "--",
-            "sh",
-            "-c",
-            &format!("echo ran >> {}", log.display()),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let waiter = spawn(&format!("echo ran >> {}", log.display()), Stdio::piped());
     let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
                    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
     wait_until(Duration::from_secs(30), || {
@@ -840,14 +752,15 @@ fn a_group_waiter_waits_on_through_a_lost_session() {
          AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
     );
     assert_eq!(ended.len(), 1, "the waiter's session was terminated");
+    // It waits again, on a new session.
     wait_until(Duration::from_secs(30), || {
         db.scalar(waiting).is_some_and(|n| n == "1")
     });
-    assert!(!log.exists(), "the waiter ran while the group was busy");
+    assert!(!log.exists(), "the waiter ran while the holder held");
     std::fs::write(&go, "").unwrap();
     let out = finish(waiter, Duration::from_secs(60));
     let err = String::from_utf8_lossy(&out.stderr).to_string();
-    eprintln!("group waiter: exit {}, stderr {err:?}", code(&out));
+    eprintln!("waiter: exit {}, stderr {err:?}", code(&out));
     assert_eq!(code(&out), 0, "{err}");
     assert_eq!(err.lines().count(), 1, "told once: {err:?}");
     assert!(err.contains("reconnecting"), "{err}");

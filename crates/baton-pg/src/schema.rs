@@ -65,46 +65,7 @@ LANGUAGE sql STABLE AS $$
     SELECT EXISTS (SELECT 1 FROM pg_stat_get_activity(p) a
                    WHERE a.backend_start = s OR a.backend_start IS NULL)
 $$;
--- A grant, in one call. Under the lock row's lock (grants of one lock go
--- one at a time, and each statement below sees the ones before it): no
--- grant while a conflicting row of an ended session remains (dead > 0:
--- settle it first), none beside a live holder using another slot count
--- (other_slots), else the next token and the holder's row.
-CREATE FUNCTION baton_grant(p_lock integer, p_slots integer, p_slot integer, p_mode text,
-    p_host text, p_pid integer, p_owner text, p_operation text, p_run text, p_record jsonb,
-    p_shared boolean)
-RETURNS TABLE (token bigint, dead bigint, other_slots integer)
-LANGUAGE plpgsql AS $$
-DECLARE
-    t bigint;
-    d bigint;
-    o integer;
-BEGIN
-    PERFORM 1 FROM baton_locks l WHERE l.id = p_lock FOR UPDATE;
-    SELECT count(*) INTO d FROM baton_lock_holders h
-     WHERE h.lock_id = p_lock AND h.slot = p_slot AND NOT (p_shared AND h.mode = 'shared')
-       AND NOT baton_session_live(h.session_pid, h.session_start);
-    IF d > 0 THEN
-        RETURN QUERY SELECT NULL::bigint, d, NULL::integer;
-        RETURN;
-    END IF;
-    SELECT h.slots INTO o FROM baton_lock_holders h
-     WHERE h.lock_id = p_lock AND h.slots <> p_slots
-       AND baton_session_live(h.session_pid, h.session_start) LIMIT 1;
-    IF o IS NOT NULL THEN
-        RETURN QUERY SELECT NULL::bigint, 0::bigint, o;
-        RETURN;
-    END IF;
-    UPDATE baton_locks l SET token = l.token + 1, slots = p_slots WHERE l.id = p_lock
-        RETURNING l.token INTO t;
-    INSERT INTO baton_lock_holders (lock_id, token, slot, mode, slots, session_pid,
-        session_start, host, pid, owner, operation, run_id, record)
-    VALUES (p_lock, t, p_slot, p_mode, p_slots, pg_backend_pid(),
-        (SELECT a.backend_start FROM pg_stat_get_activity(pg_backend_pid()) a),
-        p_host, p_pid, p_owner, p_operation, p_run, p_record);
-    RETURN QUERY SELECT t, 0::bigint, NULL::integer;
-END
-$$;
+-- baton_grant: created by V2 (with the holder's liveness as V2 judges it).
 ";
 
 /// Version 2: a holder row's session counts as live only while it still
@@ -119,6 +80,11 @@ LANGUAGE sql STABLE AS $$
        AND EXISTS (SELECT 1 FROM pg_locks l
                    WHERE l.pid = p AND l.locktype = 'advisory' AND l.granted)
 $$;
+-- A grant, in one call. Under the lock row's lock (grants of one lock go
+-- one at a time, and each statement below sees the ones before it): no
+-- grant while a conflicting row of an ended session remains (dead > 0:
+-- settle it first), none beside a live holder using another slot count
+-- (other_slots), else the next token and the holder's row.
 CREATE OR REPLACE FUNCTION baton_grant(p_lock integer, p_slots integer, p_slot integer, p_mode text,
     p_host text, p_pid integer, p_owner text, p_operation text, p_run text, p_record jsonb,
     p_shared boolean)
