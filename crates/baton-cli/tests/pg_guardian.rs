@@ -22,6 +22,19 @@ use std::time::{Duration, Instant};
 use common::{code, stderr, wait_until, Env};
 use pg_common::{running, TestDb};
 
+/// `baton --backend URL ARGS` in `env` (this host), stdin and stdout
+/// closed, stderr as given.
+fn spawn_on(env: &Env, url: &str, args: &[&str], stderr: Stdio) -> Child {
+    let mut all = vec!["--backend", url];
+    all.extend_from_slice(args);
+    env.baton(&all)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
 /// A simulated machine: its own host name and baton dir.
 struct Host {
     env: Env,
@@ -347,10 +360,10 @@ fn a_black_holed_database_ends_the_run_with_76_in_bounded_time() {
     let proxy = Proxy::start();
     let url = db.url().replace(":5432/", &format!(":{}/", proxy.port));
     let env = Env::new();
-    let holder = env
-        .baton(&[
-            "--backend",
-            url.as_str(),
+    let holder = spawn_on(
+        &env,
+        &url,
+        &[
             "run",
             "--grace",
             "1s",
@@ -360,12 +373,9 @@ fn a_black_holed_database_ends_the_run_with_76_in_bounded_time() {
             "sh",
             "-c",
             "touch started; exec sleep 600",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+        Stdio::piped(),
+    );
     let started = env.path("started");
     wait_until(Duration::from_secs(30), || started.exists());
     proxy.freeze();
@@ -584,23 +594,12 @@ fn a_slow_but_live_database_does_not_fence_the_command() {
     let env = Env::new();
     let started = env.path("started");
     let script = format!("touch {}; sleep 12", started.display());
-    let holder = env
-        .baton(&[
-            "--backend",
-            url.as_str(),
-            "run",
-            "--lock",
-            "k",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let holder = spawn_on(
+        &env,
+        &url,
+        &["run", "--lock", "k", "--", "sh", "-c", &script],
+        Stdio::piped(),
+    );
     wait_until(Duration::from_secs(30), || started.exists());
     proxy.delay(Duration::from_millis(2600));
     let out = finish(holder, Duration::from_secs(90));
@@ -624,41 +623,19 @@ fn a_group_run_that_loses_its_slot_while_waiting_for_its_lock_exits_76() {
         held.display(),
         go.display()
     );
-    let holder = env
-        .baton(&[
-            "--backend",
-            url.as_str(),
-            "run",
-            "--lock",
-            "lx",
-            "--",
-            "sh",
-            "-c",
-            &holder_script,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let holder = spawn_on(
+        &env,
+        &url,
+        &["run", "--lock", "lx", "--", "sh", "-c", &holder_script],
+        Stdio::null(),
+    );
     wait_until(Duration::from_secs(30), || held.exists());
-    let waiter = env
-        .baton(&[
-            "--backend",
-            url.as_str(),
-            "run",
-            "--group",
-            "gx",
-            "--lock",
-            "lx",
-            "--",
-            "true",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let waiter = spawn_on(
+        &env,
+        &url,
+        &["run", "--group", "gx", "--lock", "lx", "--", "true"],
+        Stdio::piped(),
+    );
     wait_until(Duration::from_secs(30), || {
         db.scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
             .is_some_and(|n| n != "0")
@@ -729,15 +706,10 @@ fn waiter_waits_on_through_a_lost_session(target: &[&str]) {
         go.display()
     );
     let spawn = |script: &str, stderr: Stdio| {
-        let mut args = vec!["--backend", url.as_str(), "run", "--wait", "60s"];
+        let mut args = vec!["run", "--wait", "60s"];
         args.extend_from_slice(target);
         args.extend(["--", "sh", "-c", script]);
-        env.baton(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .unwrap()
+        spawn_on(&env, &url, &args, stderr)
     };
     let holder = spawn(&hold, Stdio::null());
     wait_until(Duration::from_secs(30), || held.exists());

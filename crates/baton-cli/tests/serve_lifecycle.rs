@@ -11,26 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use serve_common::{alive, sh_config, wait_for_file, Server};
-
-/// A script that starts a background child in its process group, records
-/// both pids (`{t}/NAME.pid`, `{t}/NAME.bg`) and waits for it.
-fn lingering(t: &str, name: &str) -> String {
-    format!("echo $$ > {t}/{name}.pid; sleep 300 & echo $! > {t}/{name}.bg; wait")
-}
-
-/// The pids a [`lingering`] job recorded (waiting for them).
-fn pids(t: &str, name: &str) -> Vec<i32> {
-    ["pid", "bg"]
-        .iter()
-        .map(|ext| {
-            wait_for_file(Path::new(&format!("{t}/{name}.{ext}")))
-                .trim()
-                .parse()
-                .unwrap()
-        })
-        .collect()
-}
+use serve_common::{alive, lingering, pids, sh_config, wait_for_file, Server};
 
 fn status(j: &Value) -> &str {
     j["status"].as_str().unwrap_or("")
@@ -62,8 +43,8 @@ fn wait_exit(s: &mut Server) -> Option<i32> {
 fn kill9_with_running_and_queued_jobs_accounts_for_every_job_after_restart() {
     let mut s = Server::start(&sh_config(""), &["--max-concurrency", "2"]);
     let t = s.tmp();
-    let a = s.submit(json!({"prompt": lingering(&t, "a")}));
-    let b = s.submit(json!({"prompt": lingering(&t, "b")}));
+    let a = s.submit(json!({"prompt": lingering(&t, "a", false)}));
+    let b = s.submit(json!({"prompt": lingering(&t, "b", false)}));
     let mut old = pids(&t, "a");
     old.extend(pids(&t, "b"));
     let queued: Vec<String> = ["c", "d", "e"]
@@ -236,7 +217,7 @@ fn drain_timeout_cancels_a_long_job_and_leaves_nothing_running() {
     let config = sh_config("drain_timeout = \"1s\"");
     let mut s = Server::start(&config, &[]);
     let t = s.tmp();
-    let long = s.submit(json!({"prompt": lingering(&t, "l")}));
+    let long = s.submit(json!({"prompt": lingering(&t, "l", false)}));
     let ids = pids(&t, "l");
     sigterm(&s);
     assert_eq!(wait_exit(&mut s), Some(0));
@@ -328,7 +309,7 @@ fn the_timeout_counts_from_the_start_of_execution_not_from_queue_wait() {
     assert_eq!(status(&j), "succeeded", "{j}");
     assert!(j["queue_wait_ms"].as_u64().unwrap() >= 2500, "{j}");
 
-    let slow = s.submit(json!({"prompt": lingering(&t, "slow"), "timeout": "1s"}));
+    let slow = s.submit(json!({"prompt": lingering(&t, "slow", false), "timeout": "1s"}));
     let ids = pids(&t, "slow");
     let j = s.wait_final(&slow);
     assert_eq!(status(&j), "timed_out", "{j}");

@@ -12,28 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use serve_common::{alive, sh_config, wait_for_file, wait_until_gone, Server};
-
-/// A script that starts a background child in its process group, records
-/// both pids (`{t}/NAME.pid`, `{t}/NAME.bg`) and waits for it; with
-/// `stubborn`, both ignore SIGTERM.
-fn lingering(t: &str, name: &str, stubborn: bool) -> String {
-    let trap = if stubborn { "trap '' TERM; " } else { "" };
-    format!("{trap}echo $$ > {t}/{name}.pid; sleep 300 & echo $! > {t}/{name}.bg; wait")
-}
-
-/// The pids a [`lingering`] job recorded (waiting for them).
-fn pids(t: &str, name: &str) -> Vec<i32> {
-    ["pid", "bg"]
-        .iter()
-        .map(|ext| {
-            wait_for_file(Path::new(&format!("{t}/{name}.{ext}")))
-                .trim()
-                .parse()
-                .unwrap()
-        })
-        .collect()
-}
+use serve_common::{alive, lingering, pids, sh_config, wait_until_gone, Server};
 
 fn status(j: &Value) -> &str {
     j["status"].as_str().unwrap_or("")

@@ -286,3 +286,24 @@ pub fn node_id(s: &Server) -> String {
         .trim()
         .to_string()
 }
+
+/// A script that starts a background child in its process group, records
+/// both pids (`{t}/NAME.pid`, `{t}/NAME.bg`) and waits for it; with
+/// `stubborn`, both ignore SIGTERM.
+pub fn lingering(t: &str, name: &str, stubborn: bool) -> String {
+    let trap = if stubborn { "trap '' TERM; " } else { "" };
+    format!("{trap}echo $$ > {t}/{name}.pid; sleep 300 & echo $! > {t}/{name}.bg; wait")
+}
+
+/// The pids a [`lingering`] job recorded (waiting for them).
+pub fn pids(t: &str, name: &str) -> Vec<i32> {
+    ["pid", "bg"]
+        .iter()
+        .map(|ext| {
+            wait_for_file(Path::new(&format!("{t}/{name}.{ext}")))
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect()
+}
