@@ -115,6 +115,19 @@ fn slow_clients_that_never_send_their_body_neither_exhaust_the_service_nor_stay_
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
 
+/// `GET {path}` on a fresh connection, as [`health`] does.
+fn get(addr: &str, path: &str) -> String {
+    let mut c = connect(addr);
+    c.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    c.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    String::from_utf8_lossy(&got).to_string()
+}
+
 #[test]
 fn connections_beyond_max_connections_get_503_and_their_slots_come_back() {
     let config = sh_config("request_body_timeout = \"3s\"\nmax_connections = 10");
@@ -122,8 +135,8 @@ fn connections_beyond_max_connections_get_503_and_their_slots_come_back() {
     let mut slow: Vec<TcpStream> = (0..10).map(|_| slow_client(&s.addr)).collect();
     // The eleventh is answered at once, and closed.
     let start = Instant::now();
-    let mut refused = loop {
-        let answer = health(&s.addr, Duration::from_secs(15));
+    let refused = loop {
+        let answer = get(&s.addr, "/v1/jobs");
         if answer.starts_with("HTTP/1.1 503") {
             break answer;
         }
@@ -136,7 +149,17 @@ fn connections_beyond_max_connections_get_503_and_their_slots_come_back() {
     };
     assert!(refused.contains("too_many_connections"), "{refused}");
     assert!(refused.contains("max_connections"), "{refused}");
-    refused.clear();
+    assert!(refused.to_ascii_lowercase().contains("retry-after: 1"), "{refused}");
+    // A monitor still sees the service: /health is answered from the
+    // reserve, with the real health document.
+    for _ in 0..5 {
+        let answer = health(&s.addr, Duration::from_secs(15));
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("\"status\":\"ok\""), "{answer}");
+    }
+    // ... and the API is still refused: the reserve serves only /health.
+    let answer = get(&s.addr, "/v1/jobs");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
 
     let deadline = Instant::now() + Duration::from_secs(60);
     for c in &mut slow {
@@ -144,7 +167,7 @@ fn connections_beyond_max_connections_get_503_and_their_slots_come_back() {
     }
     let start = Instant::now();
     loop {
-        let answer = health(&s.addr, Duration::from_secs(15));
+        let answer = get(&s.addr, "/v1/jobs");
         if answer.starts_with("HTTP/1.1 200") {
             break;
         }

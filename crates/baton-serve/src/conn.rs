@@ -8,7 +8,10 @@
 //! - At most `max_connections` connections are served at once, and never
 //!   more than the descriptor limit leaves room for beside the store, the
 //!   logs and the jobs' pipes ([`connection_cap`]); a connection beyond that
-//!   is answered 503 (`too_many_connections`, `Retry-After`) and closed.
+//!   is answered 503 (`too_many_connections`, `Retry-After`) and closed —
+//!   except `GET /health`, which is answered from a reserve of 64 such
+//!   connections, so that a monitor still sees the service while clients
+//!   use up its connections.
 //! - [`raise_nofile_limit`] (called by [`crate::server::run`]) raises the
 //!   soft descriptor limit to the hard one at start.
 
@@ -25,7 +28,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
-use tokio::io::AsyncWriteExt;
 
 use crate::api::{ApiError, AppState};
 use crate::config::Config;
@@ -107,7 +109,7 @@ pub(crate) async fn accept_loop(
         };
         while conns.try_join_next().is_some() {}
         if open.load(Ordering::SeqCst) >= cap {
-            refuse(stream, cap, &refusing);
+            refuse(stream, cap, &refusing, &app);
             continue;
         }
         let count = Counted::new(&open);
@@ -152,43 +154,55 @@ impl Drop for Counted {
     }
 }
 
-/// Answers a connection beyond the cap with 503 and closes it (within
-/// 2 s; at most 64 such answers at once, beyond that it is closed at once).
-fn refuse(mut stream: tokio::net::TcpStream, cap: usize, refusing: &Arc<AtomicUsize>) {
+/// Serves a connection beyond the cap from the reserve: one request,
+/// `GET /health` answered as usual, anything else 503; then closed, in
+/// at most 2 s. At most 64 such connections at once: beyond that a
+/// connection is closed at once.
+fn refuse(stream: tokio::net::TcpStream, cap: usize, refusing: &Arc<AtomicUsize>, app: &Router) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
     if refusing.load(Ordering::SeqCst) >= 64 {
         return;
     }
     let count = Counted::new(refusing);
+    let app = TowerToHyperService::new(app.clone());
     tokio::spawn(async move {
         let _count = count;
-        let body = serde_json::json!({"error": {
-            "code": "too_many_connections",
-            "message": format!(
-                "the service has {cap} connections open, as many as it serves at once \
-                 (max_connections, or its open files limit): try again later"
-            ),
-        }})
-        .to_string();
-        let response = format!(
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-             retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        let _ = tokio::time::timeout(Duration::from_secs(2), async {
-            stream.write_all(response.as_bytes()).await?;
-            stream.shutdown().await?;
-            // Read what the client sent, so that closing sends no reset
-            // before it has read the answer.
-            let mut sink = [0u8; 4096];
-            loop {
-                use tokio::io::AsyncReadExt;
-                if stream.read(&mut sink).await? == 0 {
-                    return Ok::<(), std::io::Error>(());
+        let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+            let health = req.method() == axum::http::Method::GET && req.uri().path() == "/health";
+            let app = app.clone();
+            async move {
+                if health {
+                    hyper::service::Service::call(&app, req).await
+                } else {
+                    Ok(too_many_connections(cap))
                 }
             }
-        })
-        .await;
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(2))
+            .keep_alive(false)
+            .serve_connection(TokioIo::new(stream), service);
+        let _ = tokio::time::timeout(Duration::from_secs(2), conn).await;
     });
+}
+
+/// The answer to a request beyond the connection cap.
+fn too_many_connections(cap: usize) -> Response {
+    let mut resp = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too_many_connections",
+        format!(
+            "the service has {cap} connections open, as many as it serves at once \
+             (max_connections, or its open files limit): try again later"
+        ),
+    )
+    .into_response();
+    let headers = resp.headers_mut();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
 }
 
 /// Middleware: a request's body must arrive within `request_body_timeout`
