@@ -20,9 +20,12 @@
 //!   [`json_body`], a route layer: a method the route does not have gets
 //!   405 first.
 //!
-//! Also a request target longer than [`MAX_URI_BYTES`] gets 414 with the
-//! JSON error body (beyond 64 KiB the HTTP layer answers 414 itself,
-//! before the service sees the request).
+//! Also a request target longer than [`MAX_URI_BYTES`] gets 414, and a
+//! request with more than [`MAX_HEADERS`] header fields 431, with the JSON
+//! error body. What the HTTP layer refuses before the service sees a
+//! request is answered by it with the right status and an empty body: a
+//! request that is not HTTP/1 (400), a target beyond 64 KiB (414), more
+//! than [`crate::conn::PARSED_HEADERS`] fields or a head beyond ~400 KiB (431).
 
 use std::net::SocketAddr;
 
@@ -36,6 +39,9 @@ use crate::config::ConfigError;
 
 /// The longest request target (path and query) the service reads.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
+
+/// The most header fields a request may carry.
+pub const MAX_HEADERS: usize = 100;
 
 /// The names the checks accept, fixed at start.
 #[derive(Clone, Debug)]
@@ -136,6 +142,16 @@ fn refusal(guard: &Guard, req: &Request) -> Option<ApiError> {
         ));
     }
     let headers = req.headers();
+    if headers.len() > MAX_HEADERS {
+        return Some(ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "too_many_headers",
+            format!(
+                "the request has {} header fields; the limit is {MAX_HEADERS}",
+                headers.len()
+            ),
+        ));
+    }
     let given = headers.get(header::HOST);
     let host = match given {
         Some(v) => v.to_str().ok(),

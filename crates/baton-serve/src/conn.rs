@@ -32,6 +32,10 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use crate::api::{ApiError, AppState};
 use crate::config::Config;
 
+/// The most header fields the HTTP layer parses; the service itself
+/// refuses more than [`crate::browser::MAX_HEADERS`] with its JSON error.
+pub const PARSED_HEADERS: usize = 1000;
+
 /// Descriptors kept for everything but connections: the store, the
 /// journal, locks, plus per job its pipes, logs and locks.
 fn reserved_descriptors(config: &Config) -> u64 {
@@ -120,6 +124,7 @@ pub(crate) async fn accept_loop(
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_read_timeout)
+                .max_headers(PARSED_HEADERS)
                 .serve_connection(TokioIo::new(stream), service);
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
