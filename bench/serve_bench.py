@@ -27,7 +27,7 @@ and the memory of the service with many finished jobs retained.
 3. Chat completion: `POST /v1/chat/completions` (model = a template whose
    command is `echo hi`) sequentially N times against running `echo hi`
    directly (fork + exec with pipes, from the same load generator), p50 of
-   each; the difference is what the service adds. Bar: < 10 ms. "skipped" when
+   each; the difference is what the service adds. Bar: < 5 ms. "skipped" when
    the endpoint answers 404.
 4. Memory: M jobs (`true`) run and retained (job_ttl 24h); VmRSS of the
    `baton serve` process once all have ended. Bar: < 50 MiB.
