@@ -234,3 +234,37 @@ fn the_overview_lists_the_nodes() {
     assert_eq!(nodes[0]["id"].as_str(), Some(node_id(&s).as_str()), "{o}");
     assert_eq!(nodes[0]["live"], true, "{o}");
 }
+
+/// A supersede job taken by node B stops the older job of its group that
+/// node A runs in another mode (queue): the older one ends superseded,
+/// the newer one runs once it has ended — not `failed` with the group
+/// library's mode mismatch.
+#[test]
+fn a_supersede_job_on_one_node_supersedes_an_other_mode_job_on_another() {
+    let db = TestDb::new();
+    let url = db.url();
+    // The old job ignores SIGTERM: it ends only at the grace's end (KILL).
+    let script = "case $1 in long) trap '' TERM; sleep 30;; *) echo ran $1;; esac";
+    // Each node runs one job at most: the node that runs the old job is
+    // full, so the other takes the new one.
+    let args = [
+        "--store",
+        url.as_str(),
+        "--max-concurrency",
+        "4",
+        "--node-max-concurrency",
+        "1",
+    ];
+    let a = Server::start(&config(script, "a"), &args);
+    let b = Server::start(&config(script, "b"), &args);
+    let old = a.submit(json!({"prompt": "long", "group": "g", "mode": "queue"}));
+    let running = a.wait_job(&old, Duration::from_secs(20), |j| j["status"] == "running");
+    let old_node = running["node"].as_str().unwrap().to_string();
+    let new = b.submit(json!({"prompt": "short", "group": "g", "mode": "supersede"}));
+    let newer = b.wait_final(&new);
+    assert_eq!(newer["status"], "succeeded", "{newer}");
+    assert_ne!(newer["node"].as_str(), Some(old_node.as_str()), "{newer}");
+    let older = a.wait_final(&old);
+    assert_eq!(older["status"], "superseded", "{older}");
+    assert_eq!(older["superseded_by"].as_str(), Some(new.as_str()), "{older}");
+}

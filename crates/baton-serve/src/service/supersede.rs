@@ -1,21 +1,34 @@
-//! A supersede job stops the older jobs of its group running on this node,
-//! whatever their mode. The run library supersedes only runs of its own
+//! A supersede job stops the older jobs of its group, whatever their mode
+//! and wherever they run. The run library supersedes only runs of its own
 //! mode, and refuses to join a group whose runs use another (all runs of a
 //! key agree, as `baton run` requires); in the service each job has its
-//! own mode, so without this a supersede job meeting a running queue job
-//! ended failed (125) instead of superseding it (issue 21, item 17). A job
-//! of another mode on another node of a PostgreSQL store, or a `baton run`
-//! of another mode outside the service, still makes it fail with the
-//! library's one-line message: those are not this node's to stop.
+//! own mode, so:
+//!
+//! - this node's older jobs of the group are superseded here, whatever
+//!   their mode (without this a supersede job meeting a running queue job
+//!   ended failed, 125, instead of superseding it: issue 21, item 17);
+//! - on a shared store, the other nodes stop theirs when the job is
+//!   submitted (the store's `Supersede` event), and the job waits until
+//!   the store shows no older job of its group running anywhere before it
+//!   joins the group (else it could meet the other node's job, in another
+//!   mode, still stopping, and fail with the library's mode mismatch).
+//!
+//! Bounded: each wait lasts at most grace + 5 s (a stop takes at most the
+//! grace, then KILL). Not covered: a `baton run` of another mode outside
+//! the service is not the service's to stop; the job then fails with the
+//! library's one-line message.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crate::model::{JobStatus, ListFilter};
 
 use super::{Live, Service};
 
 impl Service {
     /// Supersedes this node's running jobs of `group` older than job `by`
-    /// (FIFO `seq` below `by_seq`), and waits until they have ended (at
-    /// most grace + 5 s each), so that `by` then joins an idle group.
+    /// (FIFO `seq` below `by_seq`), and waits until they, and those of
+    /// other nodes, have ended (at most grace + 5 s each wait), so that
+    /// `by` then joins an idle group.
     pub(crate) async fn supersede_older(&self, by: &str, by_seq: i64, group: &str) {
         let older: Vec<Live> = self
             .lives()
@@ -30,6 +43,38 @@ impl Service {
         for l in older {
             let mut done = l.done.clone();
             let _ = tokio::time::timeout(wait, done.wait_for(|d| *d)).await;
+        }
+        if self.store.events().is_some() {
+            self.wait_older_ended_elsewhere(by_seq, group, wait).await;
+        }
+    }
+
+    /// Polls the store until no job of `group` older than `by_seq` runs
+    /// (on any node), at most `limit`. A store error ends the wait: the
+    /// join then decides.
+    async fn wait_older_ended_elsewhere(&self, by_seq: i64, group: &str, limit: Duration) {
+        let filter = ListFilter {
+            status: Some(JobStatus::Running),
+            group: Some(group.to_string()),
+            limit: 1,
+            before_seq: Some(by_seq),
+        };
+        let deadline = Instant::now() + limit;
+        loop {
+            match self.store.list(&filter).await {
+                Ok(older) if older.is_empty() => return,
+                Ok(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Ok(_) => {
+                    tracing::warn!(group, "older jobs of the group still run after the grace; joining anyway");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(group, error = %e, "cannot see whether older jobs of the group still run");
+                    return;
+                }
+            }
         }
     }
 }
