@@ -23,7 +23,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::api::{self, ApiError, AppState, PathParam, SubmitRequest};
@@ -78,19 +78,30 @@ pub async fn execute(
         .into_response())
 }
 
+/// A job as `GET /v1/jobs/{id}` shows it, plus `job_id`.
+#[derive(Debug, Serialize)]
+pub struct CompatJob {
+    /// The job's id (as `id`).
+    pub job_id: String,
+    /// The job.
+    #[serde(flatten)]
+    pub job: baton_api::JobView,
+}
+
 /// `GET /jobs/{id}`: the job as `GET /v1/jobs/{id}` shows it, plus `job_id`.
 pub async fn get_job(
     State(service): State<AppState>,
     PathParam(id): PathParam,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CompatJob>, ApiError> {
     let job = service
         .store
         .get(&id)
         .await?
         .ok_or_else(|| ApiError::no_job(&id))?;
-    let mut v = api::job_json(&service, &job, true);
-    v["job_id"] = Value::String(job.spec.id.clone());
-    Ok(Json(v))
+    Ok(Json(CompatJob {
+        job_id: job.spec.id.clone(),
+        job: api::job_with_output(&service, &job),
+    }))
 }
 
 /// `GET /v1/models`: every template, as an OpenAI model list.
@@ -211,6 +222,10 @@ impl IntoResponse for OpenAiError {
     fn into_response(self) -> Response {
         let body = json!({"error": self.error_json()});
         let mut resp = (self.inner.status, Json(body)).into_response();
+        if let Some(logged) = self.inner.logged {
+            // For `api::log_errors`, as an `ApiError`'s response carries it.
+            resp.extensions_mut().insert(logged);
+        }
         let headers = resp.headers_mut();
         if let Some(s) = self.inner.retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(s));
