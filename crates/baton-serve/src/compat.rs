@@ -23,7 +23,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::api::{self, ApiError, AppState, PathParam, SubmitRequest};
@@ -78,30 +78,19 @@ pub async fn execute(
         .into_response())
 }
 
-/// A job as `GET /v1/jobs/{id}` shows it, plus `job_id`.
-#[derive(Debug, Serialize)]
-pub struct CompatJob {
-    /// The job's id (as `id`).
-    pub job_id: String,
-    /// The job.
-    #[serde(flatten)]
-    pub job: baton_api::JobView,
-}
-
 /// `GET /jobs/{id}`: the job as `GET /v1/jobs/{id}` shows it, plus `job_id`.
 pub async fn get_job(
     State(service): State<AppState>,
     PathParam(id): PathParam,
-) -> Result<Json<CompatJob>, ApiError> {
+) -> Result<Json<Value>, ApiError> {
     let job = service
         .store
         .get(&id)
         .await?
         .ok_or_else(|| ApiError::no_job(&id))?;
-    Ok(Json(CompatJob {
-        job_id: job.spec.id.clone(),
-        job: api::job_with_output(&service, &job),
-    }))
+    let mut v = json!(api::job_with_output(&service, &job));
+    v["job_id"] = Value::String(job.spec.id.clone());
+    Ok(Json(v))
 }
 
 /// `GET /v1/models`: every template, as an OpenAI model list.
