@@ -11,11 +11,12 @@
 //! - [`openapi`]: the OpenAPI document, for the running configuration.
 //! - [`browser`]: the Host, Origin and content-type checks of every request.
 //! - [`server`]: `baton serve` itself; [`conn`]: its connections' limits.
-//! - [`client`]: a blocking client of the service (`baton job ...`).
+//!
+//! The wire model (requests, jobs, statuses, modes, errors) is `baton-api`;
+//! the client of the service (`baton job ...`) is `baton-client`.
 
 pub mod api;
 pub mod browser;
-pub mod client;
 pub mod compat;
 pub mod config;
 pub mod conn;
