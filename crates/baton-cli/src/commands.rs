@@ -3,18 +3,11 @@
 use std::error::Error;
 use std::time::Duration;
 
-use std::sync::Arc;
-
-use baton_lock::{list, BatonDir, Mode, WaitPolicy};
+use baton_lock::{BatonDir, Mode, WaitPolicy};
 use baton_proc::LeftoverPolicy;
 use baton_run::events::print_events;
-use baton_run::hold::{
-    break_lock, caller_to_watch, lock_status, release_held, serve_hold, start_holder, HoldRequest,
-};
-use baton_run::{
-    group_status, remote_group_status, run, Backend, GroupMode, GroupRequest, RunControl,
-    RunRequest,
-};
+use baton_run::hold::{caller_to_watch, serve_hold, start_holder, HoldRequest};
+use baton_run::{run, Backend, GroupMode, GroupRequest, RunControl, RunRequest};
 
 use crate::cli::{
     Cli, Command, DbCommand, GroupCommand, LockCommand, LogFormat, ModeArg, ModeArgs, WaitArgs,
@@ -110,13 +103,11 @@ fn run_cli(services: &Services) -> u8 {
         Err(e) => return fail(&e, for_lock_error(&e)),
     };
     let backend_url = cli.globals.backend.filter(|u| !u.is_empty());
-    let backend = match backend_url.as_deref() {
-        None => Backend::Local,
-        Some(url) => match baton_pg::Database::new(url) {
-            // A wait that goes on through a server restart says so once.
-            Ok(db) => Backend::Postgres(Arc::new(db.on_notice(|m| errln!("baton: {m}")))),
-            Err(e) => return fail(&e, BATON_FAILED),
-        },
+    // A wait that goes on through a server restart says so once.
+    let backend = match Backend::open_noting(&dir, backend_url.as_deref(), |m| errln!("baton: {m}"))
+    {
+        Ok(b) => b,
+        Err(e) => return fail(&e, BATON_FAILED),
     };
     if matches!(dir.sharing(), baton_lock::Sharing::Group { .. }) {
         // What this process and its children create (workspaces, files of
@@ -157,7 +148,7 @@ fn run_cli(services: &Services) -> u8 {
             };
             let req = RunRequest {
                 locks: args.locks,
-                backend: flags.backend.clone(),
+                backend: Some(flags.backend.clone()),
                 mode: mode(lock_mode),
                 wait: wait(args.wait),
                 group,
@@ -186,9 +177,7 @@ fn run_cli(services: &Services) -> u8 {
                 // Another machine may take over a run on PostgreSQL: its
                 // whole command must stop with this process, or when this
                 // process stops vouching for itself in time.
-                guard: matches!(flags.backend, Backend::Postgres(_)).then(|| {
-                    baton_proc::GuardSpec::this_program(baton_proc::Fence::new(baton_pg::FENCE))
-                }),
+                guard: flags.backend.guard(),
             };
             doctor::warn_if_remote(&dir);
             // This process runs one command: orphans of its descendants come
@@ -240,11 +229,7 @@ fn run_cli(services: &Services) -> u8 {
         Command::Db(cmd) => db(cmd, &flags.backend),
         Command::Group(GroupCommand::Status { key, json }) => {
             crate::startup::restore_default_sigpipe();
-            let all = match &flags.backend {
-                Backend::Local => group_status(&dir, key.as_ref()),
-                Backend::Postgres(db) => remote_group_status(db, key.as_ref()),
-            };
-            match all {
+            match flags.backend.group_status(key.as_ref()) {
                 Ok(all) => output::groups(&all, key.is_some(), json),
                 Err(e) => fail(&e, for_run_error(&e)),
             }
@@ -324,29 +309,23 @@ fn lock(dir: &BatonDir, cmd: LockCommand, flags: &CliFlags) -> u8 {
         LockCommand::Status {
             name: Some(name),
             json,
-        } => match lock_status(&flags.backend, dir, &name) {
+        } => match flags.backend.status(&name) {
             Ok(st) => output::status(&st, json),
             Err(e) => fail(&e, for_run_error(&e)),
         },
         LockCommand::Status { name: None, json } | LockCommand::List { json } => {
-            let all = match &flags.backend {
-                Backend::Local => list(dir).map_err(baton_run::RunError::from),
-                Backend::Postgres(db) => db.list().map_err(baton_run::RunError::from),
-            };
-            match all {
+            match flags.backend.list() {
                 Ok(all) => output::list(&all, json),
                 Err(e) => fail(&e, for_run_error(&e)),
             }
         }
-        LockCommand::Break { name, grace, json } => {
-            match break_lock(&flags.backend, dir, &name, grace) {
-                Ok(report) => {
-                    crate::say::committed();
-                    output::broke(&report, json)
-                }
-                Err(e) => fail(&e, for_run_error(&e)),
+        LockCommand::Break { name, grace, json } => match flags.backend.break_lock(&name, grace) {
+            Ok(report) => {
+                crate::say::committed();
+                output::broke(&report, json)
             }
-        }
+            Err(e) => fail(&e, for_run_error(&e)),
+        },
         LockCommand::Acquire {
             name,
             wait: w,
@@ -390,14 +369,10 @@ fn lock(dir: &BatonDir, cmd: LockCommand, flags: &CliFlags) -> u8 {
                         Err(e) => {
                             // Without its token the caller cannot use or
                             // release the hold: give it back.
-                            let _ = release_held(
-                                &flags.backend,
-                                dir,
-                                &name,
-                                Some(held.token),
-                                caller,
-                                false,
-                            );
+                            let _ =
+                                flags
+                                    .backend
+                                    .release_held(&name, Some(held.token), caller, false);
                             errln!("baton: cannot write the token of lock '{name}' to stdout ({e}): the lock was released again");
                             BATON_FAILED
                         }
@@ -411,7 +386,10 @@ fn lock(dir: &BatonDir, cmd: LockCommand, flags: &CliFlags) -> u8 {
             token,
             force,
             json,
-        } => match release_held(&flags.backend, dir, &name, token, caller_to_watch(), force) {
+        } => match flags
+            .backend
+            .release_held(&name, token, caller_to_watch(), force)
+        {
             Ok(report) => {
                 crate::say::committed();
                 output::released(&report, json)
@@ -423,16 +401,14 @@ fn lock(dir: &BatonDir, cmd: LockCommand, flags: &CliFlags) -> u8 {
 
 /// `baton db ...`.
 fn db(cmd: DbCommand, backend: &Backend) -> u8 {
-    let Backend::Postgres(db) = backend else {
-        errln!(
-            "baton: `baton db` needs --backend postgres://USER@HOST/DATABASE (or BATON_BACKEND)"
-        );
-        return BATON_FAILED;
-    };
     match cmd {
-        DbCommand::Migrate => match db.migrate() {
-            Ok(v) => {
-                outln!("baton's tables are at schema version {v} in {}", db.url());
+        DbCommand::Migrate => match backend.migrate() {
+            Ok(m) => {
+                outln!(
+                    "baton's tables are at schema version {} in {}",
+                    m.version,
+                    m.place
+                );
                 0
             }
             Err(e) => fail(&e, BATON_FAILED),

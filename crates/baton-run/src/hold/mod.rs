@@ -22,11 +22,11 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::{pidfd_open, Pid, PidfdFlags};
 use serde::{Deserialize, Serialize};
 
+use crate::backend::Backend;
 use crate::error::RunError;
-use crate::locks::{Backend, Held as HeldLocks};
 
 mod stop;
-pub use stop::{break_lock, lock_status, release_held, BreakReport, BrokenHolder, ReleaseReport};
+pub use stop::{BreakReport, BrokenHolder, ReleaseReport};
 
 /// Environment variable carrying the request to the background holder.
 pub const HOLD_REQUEST_ENV: &str = "BATON_HOLD_REQUEST";
@@ -341,12 +341,8 @@ fn hold(
         None => WaitPolicy::Forever,
         Some(ms) => WaitPolicy::from(Duration::from_millis(ms)),
     };
-    let backend = match &req.backend {
-        None => Backend::Local,
-        Some(url) => Backend::Postgres(std::sync::Arc::new(
-            baton_pg::Database::new(url).map_err(|e| baton_lock::one_line(&e))?,
-        )),
-    };
+    let backend =
+        Backend::open(dir, req.backend.as_deref()).map_err(|e| baton_lock::one_line(&e))?;
     let mut lock_req = LockRequest::new(name.clone())
         .mode(mode)
         .wait(wait)
@@ -369,11 +365,10 @@ fn hold(
     // local backend drops its (unused) callback: only a written byte counts.
     let _lost_open = lost_tx.try_clone().map_err(fault("wait for the lock"))?;
     let (result_tx, result_rx) = std::sync::mpsc::channel();
-    let dir_for_thread = dir.clone();
     let span = tracing::Span::current();
     std::thread::spawn(move || {
         let _span = span.entered();
-        let result = HeldLocks::acquire(&backend, &dir_for_thread, &[lock_req], move || {
+        let result = backend.acquire(&[lock_req], move || {
             let _ = (&lost_tx).write_all(b"x");
         });
         let _ = result_tx.send(result);
