@@ -2,7 +2,7 @@
 //! tables there (or creatable), and the privileges `run`, `lock` and
 //! `break` need. The facts come from `baton_run::diagnose_database`.
 
-use crate::doctor::{Check, Status};
+use super::check::{Check, Status};
 
 /// The `--backend` database: reachable, baton's tables there (or creatable),
 /// the privileges `run`, `lock` and `break` need.
