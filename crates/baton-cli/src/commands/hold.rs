@@ -507,3 +507,96 @@ fn stop_caller_first(req: &HoldRequest, watched: Option<&rustix::fd::OwnedFd>) {
         ) {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+    use super::*;
+
+    fn read(json: &str) -> HoldRequest {
+        HoldRequest::try_from(serde_json::from_str::<WireRequest>(json).unwrap()).unwrap()
+    }
+
+    /// The request as baton wrote it before `grace_ms`, `run_id`,
+    /// `share_stderr`, `holder_args` and `backend` existed: a holder of
+    /// this binary started by such a baton still takes the lock it was asked.
+    #[test]
+    fn a_request_of_an_earlier_baton_is_read() {
+        let req = read(
+            r#"{"name":"repo/main","shared":false,"max":1,"wait_ms":30000,"ttl_ms":600000,
+                "owner":null,"operation":"deploy","watch_pid":42,"watch_start_time":7}"#,
+        );
+        assert_eq!(req.name.as_str(), "repo/main");
+        assert_eq!(req.mode, Mode::Semaphore(1));
+        assert_eq!(req.wait, WaitPolicy::AtMost(Duration::from_secs(30)));
+        assert_eq!(req.ttl, Some(Duration::from_secs(600)));
+        assert_eq!(req.operation.as_deref(), Some("deploy"));
+        assert_eq!(req.caller, Some((42, 7)));
+        assert_eq!(req.grace, None);
+        assert!(req.backend.is_none() && req.holder_args.is_empty() && !req.share_stderr);
+        let shared = read(
+            r#"{"name":"x","shared":true,"max":1,"wait_ms":0,"ttl_ms":null,"owner":null,
+                "operation":null,"watch_pid":null,"watch_start_time":null}"#,
+        );
+        assert_eq!(shared.mode, Mode::Shared);
+        assert_eq!(shared.wait, WaitPolicy::Immediately);
+        assert_eq!(shared.caller, None);
+    }
+
+    /// What `acquire` sends carries every field under its old name, and
+    /// reads back as what was sent.
+    #[test]
+    fn a_request_travels_under_its_old_field_names() {
+        let sent = HoldRequest {
+            name: LockName::new("gpu").unwrap(),
+            mode: Mode::Semaphore(3),
+            wait: WaitPolicy::Forever,
+            ttl: None,
+            owner: Some("me@host".into()),
+            operation: None,
+            caller: Some((1234, 99)),
+            grace: Some(Duration::from_millis(1500)),
+            run_id: Some("r1".into()),
+            share_stderr: true,
+            holder_args: vec!["-v".into()],
+            backend: Some("postgres://u@h/db".into()),
+        };
+        let json = serde_json::to_value(WireRequest::from(&sent)).unwrap();
+        let mut keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "backend",
+                "grace_ms",
+                "holder_args",
+                "max",
+                "name",
+                "operation",
+                "owner",
+                "run_id",
+                "share_stderr",
+                "shared",
+                "ttl_ms",
+                "wait_ms",
+                "watch_pid",
+                "watch_start_time"
+            ]
+        );
+        assert_eq!(json["max"], 3);
+        assert_eq!(json["wait_ms"], serde_json::Value::Null);
+        let back = read(&json.to_string());
+        assert_eq!(back.name, sent.name);
+        assert_eq!(back.mode, sent.mode);
+        assert_eq!(back.wait, sent.wait);
+        assert_eq!(back.caller, sent.caller);
+        assert_eq!(back.grace, sent.grace);
+        assert_eq!(back.backend, sent.backend);
+    }
+}
