@@ -120,7 +120,16 @@ impl Backend {
         reqs: &[LockRequest],
         on_lost: impl Fn() + Send + 'static,
     ) -> Result<HeldLocks, RunError> {
-        HeldLocks::acquire(self, reqs, on_lost)
+        match self {
+            Backend::Local(dir) => Ok(HeldLocks::local(baton_lock::acquire_all(dir, reqs)?)),
+            // No session for no locks: a group-only run holds none.
+            Backend::Postgres(_) if reqs.is_empty() => Ok(HeldLocks::local(Vec::new())),
+            Backend::Postgres(db) => {
+                let holds = db.acquire_all(reqs)?;
+                holds.on_lost(on_lost);
+                Ok(HeldLocks::remote(holds))
+            }
+        }
     }
 
     /// Joins a group and waits for its slot (see [`crate::member`]).

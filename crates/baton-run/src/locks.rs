@@ -1,13 +1,13 @@
-//! The locks a run or a background holder holds, on either [`Backend`]:
-//! the same steps (token, run id, command group, release) for both.
+//! The locks a run or a background holder holds, on either backend
+//! ([`crate::Backend::acquire`]): the same steps (token, run id, command
+//! group, release) for both.
 
-use baton_lock::{acquire_all, CommandGroup, LockGuard, LockRequest};
+use baton_lock::{CommandGroup, LockGuard};
 use baton_pg::Holds;
 
-use crate::backend::Backend;
 use crate::error::RunError;
 
-/// Locks held by a run or a background holder ([`Backend::acquire`]);
+/// Locks held by a run or a background holder ([`crate::Backend::acquire`]);
 /// released by [`HeldLocks::release`], or by the end of the process.
 #[derive(Debug)]
 #[must_use = "the locks are released when this is dropped"]
@@ -20,23 +20,14 @@ enum Held {
 }
 
 impl HeldLocks {
-    /// See [`Backend::acquire`].
-    pub(crate) fn acquire(
-        backend: &Backend,
-        reqs: &[LockRequest],
-        on_lost: impl Fn() + Send + 'static,
-    ) -> Result<HeldLocks, RunError> {
-        Ok(HeldLocks(match backend {
-            Backend::Local(dir) => Held::Local(acquire_all(dir, reqs)?),
-            Backend::Postgres(db) => {
-                if reqs.is_empty() {
-                    return Ok(HeldLocks(Held::Local(Vec::new())));
-                }
-                let holds = db.acquire_all(reqs)?;
-                holds.on_lost(on_lost);
-                Held::Remote(Box::new(holds))
-            }
-        }))
+    /// Locks held in the baton dir.
+    pub(crate) fn local(guards: Vec<LockGuard>) -> HeldLocks {
+        HeldLocks(Held::Local(guards))
+    }
+
+    /// Locks held by a database session.
+    pub(crate) fn remote(holds: Holds) -> HeldLocks {
+        HeldLocks(Held::Remote(Box::new(holds)))
     }
 
     /// (name, fencing token) of each lock, in name order.
