@@ -51,7 +51,7 @@ pub(crate) fn run_cli(services: &Services) -> u8 {
     let plain = Plain {
         dir: cli.globals.dir.as_deref(),
         backend: backend_url,
-        root: crate::command,
+        root: <Cli as clap::CommandFactory>::command,
     };
     let command = match run_without_dir(cli.command, &plain, services) {
         Ok(code) => return code,
