@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `lock status NAME --json` | `baton_lock::LockStatus` | object, [`LOCK_STATUS`] |
 //! | `lock status --json`, `lock list --json` | `Vec<LockStatus>` | array of [`LOCK_STATUS`] |
-//! | `lock acquire --json` | `baton_run::hold::Held` | object, [`LOCK_ACQUIRE`] |
+//! | `lock acquire --json` | `Held` of the CLI's holder (`commands/hold.rs`) | object, [`LOCK_ACQUIRE`] |
 //! | `lock release --json` | `baton_run::hold::ReleaseReport` | object, [`LOCK_RELEASE`] |
 //! | `lock break --json` | `baton_run::hold::BreakReport` | object, [`LOCK_BREAK`] |
 //! | `group status KEY --json` | `baton_run::GroupStatus` | object, [`GROUP_STATUS`] |

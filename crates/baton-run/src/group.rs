@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::RunError;
 use crate::events::{self, Event};
-pub use crate::group_status::{group_status, remote_group_status, GroupStatus};
+pub use crate::group_status::GroupStatus;
 
 /// How runs of one group key relate: the one mode of baton, defined with
 /// the service's wire model (a job's `mode` is the same value), and named

@@ -183,12 +183,10 @@ fn baton_dir_sections(
     };
     put(
         "groups",
-        match groups {
-            baton_run::Backend::Local => baton_run::group_status(dir, None),
-            baton_run::Backend::Postgres(db) => baton_run::remote_group_status(db, None),
-        }
-        .map_err(|e| format!("cannot read the groups: {e}"))
-        .and_then(to_json),
+        groups
+            .group_status(None)
+            .map_err(|e| format!("cannot read the groups: {e}"))
+            .and_then(to_json),
     );
     put(
         "locks",

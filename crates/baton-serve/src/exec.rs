@@ -194,7 +194,7 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
             Ok(k) => k,
             Err(e) => return failed(format!("invalid group '{group}': {e}")),
         };
-        req.backend = ctx.groups.clone();
+        req.backend = Some(ctx.groups.clone());
         req.group = Some(GroupRequest {
             key,
             mode: job.spec.mode,

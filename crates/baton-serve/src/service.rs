@@ -108,14 +108,8 @@ impl Service {
             )
         })?;
         let node = store.node().to_string();
-        let groups = if config.store.starts_with("postgres") {
-            let db = baton_pg::Database::new(&config.store).map_err(|e| {
-                std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
-            })?;
-            baton_run::Backend::Postgres(Arc::new(db))
-        } else {
-            baton_run::Backend::Local
-        };
+        let groups = baton_run::Backend::for_store(&dir, &config.store)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         Ok(Arc::new(Service {
             groups,
             journal: Arc::new(journal),

@@ -13,11 +13,10 @@ use baton_client::{
 use baton_lock::LockName;
 use clap::{Args, Subcommand, ValueEnum};
 
-use crate::cli::ModeArg;
-use crate::commands::fail;
+use crate::args::ModeArg;
 use crate::duration::parse_positive_duration;
 use crate::exit_codes::for_child;
-use crate::output::print_json;
+use crate::say::{fail, print_json};
 
 fn lock_name(s: &str) -> Result<LockName, String> {
     LockName::new(s).map_err(|e| e.to_string())
