@@ -1,0 +1,36 @@
+//! The leaf helpers every baton crate that touches files shares: one path
+//! error, one atomic write, one random number. It depends on nothing of
+//! baton, so the lock, state, git, run and service crates can all use it.
+//!
+//! - [`PathError`] and [`IoResultExt::context`]: every I/O error says what
+//!   was being done and to which path (`cannot flush directory '/x'`); each
+//!   crate turns it into the `Io` variant of its own error type with `?`.
+//! - [`write_atomic`] and [`TempFile`]: replace a file so that a reader or a
+//!   crash of the writer sees the old content or the new, never a mix, with
+//!   a [`Durability`] that says what a power loss may still undo.
+//! - [`random_u64`]: from the kernel's random source, with a fallback for
+//!   the uses here (unique names, jitter), where uniqueness matters and
+//!   secrecy does not.
+//!
+//! ```
+//! use baton_fs::{write_atomic, Durability};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("doc.json");
+//! write_atomic(&path, b"{}\n", Durability::DataAndDir)?;
+//! assert_eq!(std::fs::read(&path)?, b"{}\n");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Modelled on jj's `lib/src/file_util.rs` (`PathError`, `IoResultExt`,
+//! `persist_temp_file`).
+
+#![forbid(unsafe_code)]
+
+mod atomic;
+mod error;
+mod random;
+
+pub use atomic::{temp_prefix, write_atomic, Durability, TempFile, WriteError};
+pub use error::{IoResultExt, PathError};
+pub use random::random_u64;
