@@ -231,23 +231,12 @@ pub enum EditError<E> {
     Aborted(E),
 }
 
-/// Attaches a path and an operation to an I/O result.
-pub(crate) trait IoContext<T> {
-    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, StateError>;
-}
-
-impl<T> IoContext<T> for io::Result<T> {
-    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, StateError> {
-        self.map_err(|source| StateError::Io {
-            op,
-            path: path.into(),
-            source,
-        })
-    }
-}
-
-impl<T> IoContext<T> for Result<T, rustix::io::Errno> {
-    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, StateError> {
-        self.map_err(io::Error::from).at(op, path)
+impl From<baton_fs::PathError> for StateError {
+    fn from(e: baton_fs::PathError) -> Self {
+        StateError::Io {
+            op: e.op,
+            path: e.path,
+            source: e.source,
+        }
     }
 }

@@ -6,7 +6,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::error::{IoContext, StateError};
+use crate::error::StateError;
+use baton_fs::IoResultExt;
 
 /// A command that turns a file's current content (its standard input) into
 /// the new content (its standard output), like `jq '.n += 1'`,
@@ -82,7 +83,9 @@ impl Filter {
             });
             (fed, read)
         });
-        let status = child.wait().at("cannot wait for the filter of", file)?;
+        let status = child
+            .wait()
+            .context("cannot wait for the filter of", file)?;
         if let Some(sig) = status.signal() {
             return Err(self.failed(file, 128 + sig, Some(sig)));
         }
@@ -91,8 +94,10 @@ impl Filter {
             Some(code) => return Err(self.failed(file, code, None)),
             None => return Err(self.failed(file, 125, None)),
         }
-        fed.at("cannot write to the filter of", file)?;
-        output.at("cannot read the output of the filter of", file)
+        fed.context("cannot write to the filter of", file)?;
+        output
+            .context("cannot read the output of the filter of", file)
+            .map_err(Into::into)
     }
 
     fn failed(&self, file: &Path, code: i32, signal: Option<i32>) -> StateError {
