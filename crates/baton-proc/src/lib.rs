@@ -1,6 +1,9 @@
 //! Supervise one child command for `baton run`: its own process group, signal forwarding,
 //! `SIGTERM` → grace → `SIGKILL`, a timeout, cancellation from another thread, and mapping
-//! of how it ended to an exit code.
+//! of how it ended to an exit code. Every child baton starts goes through here (the
+//! commands of `baton run` and of the service, git, state filters), so each gets the
+//! same guarantees; one whose input or output is data (a filter, git) has its streams
+//! pumped from and into the caller's reader and writers ([`Supervisor::run_streaming`]).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -68,6 +71,7 @@ pub mod procfs;
 pub mod signal_handling {}
 mod signals;
 mod spawn;
+pub mod streams;
 mod supervise;
 mod terminal;
 mod terminate;
@@ -86,6 +90,7 @@ pub use contain::{
 pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 pub use guard::{guardian_main, Fence, FenceSource, GuardSpec, GUARD_ARG};
 pub use signals::FORWARDED_SIGNALS;
+pub use streams::{Streamed, Streams};
 pub use supervise::Supervisor;
 
 pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL_WAIT};

@@ -37,7 +37,7 @@ use crate::{Finished, Outcome, ProcError, RunSpec, Started};
 #[derive(Debug)]
 #[must_use = "a Supervisor does nothing until `run` is called"]
 pub struct Supervisor {
-    spec: RunSpec,
+    pub(crate) spec: RunSpec,
     cancel: Arc<CancelShared>,
 }
 
