@@ -16,7 +16,7 @@ pub enum GitError {
         command: String,
         /// The cause.
         #[source]
-        source: io::Error,
+        source: baton_proc::ProcError,
     },
     /// A git command failed.
     #[error("`{command}` failed ({status}): {stderr}")]

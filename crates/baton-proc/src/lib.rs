@@ -133,6 +133,15 @@ pub struct RunSpec {
     /// run: right for a program that runs one command (`baton run`), wrong
     /// for one that hosts many runs, so it is off unless asked for.
     pub forward_signals: bool,
+    /// Hand the command the terminal when this process is the terminal's
+    /// foreground job, and proxy job control, as [`RunSpec::forward_signals`]
+    /// does, but without forwarding the signals this process receives: for a
+    /// helper that may prompt on the terminal (git starting ssh), run by a
+    /// library that must not take over this process's `SIGINT`/`SIGTERM`.
+    /// Keyboard signals then reach the command's group only. (Only while the
+    /// command has the terminal is a `SIGCHLD` watch installed, to proxy
+    /// job control.) Implied by `forward_signals`; off by default.
+    pub terminal: bool,
     /// Where the command's standard input, output and error go; inherited
     /// from this process by default.
     pub stdio: StdioSpec,
@@ -192,6 +201,7 @@ impl RunSpec {
             grace: DEFAULT_GRACE,
             leftovers: LeftoverPolicy::Terminate,
             forward_signals: false,
+            terminal: false,
             stdio: StdioSpec::default(),
             guard: None,
         }

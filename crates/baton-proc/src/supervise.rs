@@ -109,7 +109,8 @@ impl Supervisor {
             ),
             false => None,
         };
-        let terminal = self.spec.forward_signals && TerminalHandover::wanted();
+        let terminal =
+            (self.spec.forward_signals || self.spec.terminal) && TerminalHandover::wanted();
         let mut stops = match terminal {
             true => {
                 Some(StopWatch::new().map_err(|e| ProcError::io("watch for a stopped child", e))?)
