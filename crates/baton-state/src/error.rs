@@ -120,6 +120,17 @@ pub enum StateError {
         /// The signal that killed the filter, if one did.
         signal: Option<i32>,
     },
+    /// The filter ran longer than its [timeout](crate::Filter::timeout)
+    /// and its process group was stopped; nothing was written.
+    #[error("filter '{}' timed out after {}; '{}' unchanged", program.to_string_lossy(), humantime::format_duration(*timeout), path.display())]
+    FilterTimedOut {
+        /// The filter program.
+        program: OsString,
+        /// The state file.
+        path: PathBuf,
+        /// The timeout it exceeded.
+        timeout: std::time::Duration,
+    },
     /// The filter program does not exist.
     #[error("filter '{}' not found", program.to_string_lossy())]
     FilterNotFound {
