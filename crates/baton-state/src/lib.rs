@@ -144,6 +144,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod append;
 mod atomic;
 mod edit;
