@@ -1,18 +1,6 @@
 //! Replacing a file atomically: a temp file in the same directory, written,
-//! flushed as far as the [`Durability`] asks, renamed over the target.
-//!
-//! The rename is the commit point. A reader, or the next writer after a
-//! crash of this one (even `kill -9`), sees the old content or the new,
-//! never a mix. What a power loss (or a kernel crash) may still undo
-//! depends on the [`Durability`]. A writer that dies before the rename
-//! leaves its temp file (`.NAME.baton-tmp-PID-RANDOM`, see
-//! [`temp_prefix`]); one that fails removes it.
-//!
-//! Not guaranteed: anything when two writers replace the same file at once
-//! without a lock (the last rename wins, whole); the owner and mode of the
-//! file being replaced (the new file is the writer's, with the mode given
-//! to [`TempFile::create`]; callers that care copy them onto the temp file
-//! before [`TempFile::persist`]).
+//! flushed as far as the [`Durability`] asks, renamed over the target. What
+//! this does and does not guarantee is in the crate documentation.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
@@ -191,7 +179,7 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), PathError> {
         .context("cannot flush directory", dir)
 }
 
-/// Replaces the file at `path` with `bytes` (see the [module](self) notes):
+/// Replaces the file at `path` with `bytes` (see the [crate](crate) notes):
 /// a temp file with permission bits 0666 minus the umask, flushed and
 /// renamed as `durability` says.
 pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> Result<(), WriteError> {

@@ -22,6 +22,21 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! ## Atomic replacement: what is and is not guaranteed
+//!
+//! The rename is the commit point. A reader, or the next writer after a
+//! crash of this one (even `kill -9`), sees the old content or the new,
+//! never a mix. What a power loss (or a kernel crash) may still undo
+//! depends on the [`Durability`]. A writer that dies before the rename
+//! leaves its temp file (`.NAME.baton-tmp-PID-RANDOM`, see [`temp_prefix`]),
+//! for its caller to clean up; one that fails removes it.
+//!
+//! Not guaranteed: anything when two writers replace the same file at once
+//! without a lock (the last rename wins, whole); the owner and mode of the
+//! file being replaced (the new file is the writer's, with the mode given
+//! to [`TempFile::create`]; callers that care copy them onto the temp file
+//! before [`TempFile::persist`], as baton-state does).
+//!
 //! Modelled on jj's `lib/src/file_util.rs` (`PathError`, `IoResultExt`,
 //! `persist_temp_file`).
 
