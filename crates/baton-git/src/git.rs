@@ -13,9 +13,10 @@
 //! of a `clone` or `checkout` does not leave git writing into a workspace that
 //! gc is about to remove. Linux sends the signal when the spawning *thread*
 //! exits; the supervisor spawns and waits on the calling thread. git leads its
-//! own process group; when baton is the terminal's foreground job, git's group
-//! gets the terminal while it runs ([`baton_proc::RunSpec::terminal`]), so ssh
-//! can still prompt there and a Ctrl-C reaches git. No timeout, and what git
+//! own process group; when baton is the terminal's foreground job and git runs
+//! on baton's main thread (a command line, not the service), git's group gets
+//! the terminal while it runs ([`baton_proc::RunSpec::terminal`]), so ssh can
+//! still prompt there and a Ctrl-C reaches git. No timeout, and what git
 //! leaves running when it exits is left alone (a credential cache daemon,
 //! `gc --auto` in the background are meant to outlive it). Not covered:
 //! processes git itself starts (hooks, filters, credential helpers) outlive a
@@ -74,7 +75,7 @@ where
     spec.env.push(("GIT_TERMINAL_PROMPT".into(), "0".into()));
     spec.stdio.stdin = baton_proc::Stdio::Null;
     spec.leftovers = LeftoverPolicy::Leave;
-    spec.terminal = true;
+    spec.terminal = on_main_thread();
     let line = format!(
         "git -C {} {}",
         dir.display(),
@@ -84,6 +85,16 @@ where
             .join(" ")
     );
     (spec, line)
+}
+
+/// Whether git may be handed the terminal: only from the main thread. A
+/// command line program (`baton git push`, `baton run --workspace`) runs git
+/// there, and giving git's group the terminal while it runs lets ssh prompt
+/// and a Ctrl-C reach git. A program that hosts many runs (the service) runs
+/// git on worker threads, where several gits may run at once and the
+/// terminal, if it has one, must stay its own.
+fn on_main_thread() -> bool {
+    rustix::thread::gettid() == rustix::process::getpid()
 }
 
 /// Turns a wait into a deadline fixed now, so that every lock taken during
