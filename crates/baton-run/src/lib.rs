@@ -6,6 +6,8 @@
 //! coalesce, skip) whose lifecycle is logged to [`events`]. [`hold`] is `baton lock acquire/release/break`: a background
 //! holder process for scripts that cannot wrap a command.
 
+#![forbid(unsafe_code)]
+
 mod backend;
 mod control;
 mod error;
