@@ -22,7 +22,7 @@ use crate::journal::StartJournal;
 use crate::metrics::Metrics;
 use crate::model::{now_ms, Finish, Job, JobMode, JobStatus};
 use crate::output::JobFiles;
-use crate::store::{Store, StoreError, StoreEvent};
+use crate::store::{Store, StoreError, StoreEvent, StoreUrl};
 
 mod recovery;
 mod supersede;
@@ -108,14 +108,7 @@ impl Service {
             )
         })?;
         let node = store.node().to_string();
-        let groups = if config.store.starts_with("postgres") {
-            let db = baton_pg::Database::new(&config.store).map_err(|e| {
-                std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
-            })?;
-            baton_run::Backend::Postgres(Arc::new(db))
-        } else {
-            baton_run::Backend::Local
-        };
+        let groups = groups_backend(&config.store)?;
         Ok(Arc::new(Service {
             groups,
             journal: Arc::new(journal),
@@ -552,6 +545,20 @@ impl Service {
             }
         }
         self.drained.send_replace(true);
+    }
+}
+
+/// Where the jobs' groups live: the baton dir, or with a PostgreSQL store
+/// that database (the one place the service builds a run backend).
+fn groups_backend(store: &StoreUrl) -> std::io::Result<baton_run::Backend> {
+    match store {
+        StoreUrl::Sqlite(_) => Ok(baton_run::Backend::Local),
+        StoreUrl::Postgres(url) => {
+            let db = baton_pg::Database::new(url).map_err(|e| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
+            })?;
+            Ok(baton_run::Backend::Postgres(Arc::new(db)))
+        }
     }
 }
 

@@ -53,7 +53,7 @@ async fn serve_answers_on_the_given_listener_and_returns_once_its_shutdown_futur
 async fn a_second_serve_on_an_owned_store_is_refused_naming_the_store() {
     let tmp = tempfile::tempdir().unwrap();
     let mut config = config();
-    config.store = format!("sqlite://{}/shared.db", tmp.path().display());
+    config.store = baton_serve::store::StoreUrl::Sqlite(tmp.path().join("shared.db"));
     let first_dir = baton_lock::BatonDir::open(tmp.path().join("a")).unwrap();
     let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let first_addr = listener.local_addr().unwrap();

@@ -47,8 +47,6 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
-pub use baton_pg::redact;
-
 impl PgStore {
     /// Connects to `url`, creates or migrates the schema, and establishes
     /// this node's session (liveness lock, LISTEN).
