@@ -21,6 +21,7 @@ mod git_cli;
 mod job_cli;
 mod logging;
 mod output;
+mod serve_process;
 mod service;
 mod startup;
 mod state_cli;

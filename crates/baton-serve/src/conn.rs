@@ -141,6 +141,8 @@ pub(crate) async fn accept_loop(
         while conns.join_next().await.is_some() {}
     })
     .await;
+    // The rest are cut: none outlives the service.
+    conns.shutdown().await;
 }
 
 /// One in a counter for as long as it lives.

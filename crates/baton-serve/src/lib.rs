@@ -10,7 +10,8 @@
 //! - [`api`], [`compat`], [`dashboard`]: the HTTP front end.
 //! - [`openapi`]: the OpenAPI document, for the running configuration.
 //! - [`browser`]: the Host, Origin and content-type checks of every request.
-//! - [`server`]: `baton serve` itself; [`conn`]: its connections' limits.
+//! - [`server`]: the entry points (`claim_instance`, `bind`, `open`,
+//!   `launch`) and the router; [`conn`]: its connections' limits.
 //! - [`client`]: a blocking client of the service (`baton job ...`).
 
 pub mod api;
@@ -32,4 +33,4 @@ pub mod service;
 pub mod store;
 
 pub use config::{Config, ConfigError, Overrides};
-pub use server::{run, ServeError};
+pub use server::{bind, claim_instance, launch, open, Instance, ServeError};

@@ -77,7 +77,9 @@ mod tests {
         );
         assert!(StoreUrl::parse("postgres://u@h/db").is_ok_and(|s| s.is_shared()));
         assert!(StoreUrl::parse("postgresql://u@h/db").is_ok_and(|s| s.is_shared()));
-        let err = StoreUrl::parse("mysql://u:secret@h/db").unwrap_err().to_string();
+        let err = StoreUrl::parse("mysql://u:secret@h/db")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unsupported store URL"), "{err}");
         assert!(!err.contains("secret"), "{err}");
     }
