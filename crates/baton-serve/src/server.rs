@@ -5,7 +5,7 @@
 //! limit. The process around it (the runtime, the signals) is the binary's:
 //! `launch` is what tests run in process.
 //!
-//! Design: see `SERVICE.md`.
+//! Design: see `SERVICE.md` (next to this crate's Cargo.toml).
 
 use std::io::Write;
 use std::sync::Arc;

@@ -13,7 +13,7 @@
 //! Groups are the run library's, on the same baton dir as every
 //! `baton run --group` (or the PostgreSQL store's database).
 //!
-//! Design: see `SERVICE.md`.
+//! Design: see `SERVICE.md` (next to this crate's Cargo.toml).
 
 use std::path::PathBuf;
 use std::sync::Arc;

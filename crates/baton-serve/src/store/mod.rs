@@ -2,6 +2,8 @@
 //! URL. No driver type crosses this boundary; every method is one atomic
 //! step (a transaction), so two callers in the same millisecond never both
 //! claim a job or both take the last place in the queue.
+//!
+//! Design (the claim protocol, durability per promise): see `SERVICE.md`.
 
 mod pg_session;
 mod pg_sql;
