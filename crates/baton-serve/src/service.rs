@@ -1,7 +1,7 @@
 //! The running service: the state its HTTP handlers share, and its parts,
 //! each holding what it needs of it:
 //!
-//! - [`scheduler`](self::scheduler): claims jobs (a global semaphore of
+//! - the scheduler: claims jobs (a global semaphore of
 //!   `max_concurrency` slots kept by the store, a node's own cap, strict
 //!   FIFO) and runs each on a blocking thread through the run library;
 //! - the rescuer (a shared store): takes over the jobs of dead nodes;

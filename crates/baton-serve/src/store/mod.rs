@@ -1,7 +1,8 @@
-//! Where jobs live: a trait with one implementation per engine, selected by
-//! URL. No driver type crosses this boundary; every method is one atomic
-//! step (a transaction), so two callers in the same millisecond never both
-//! claim a job or both take the last place in the queue.
+//! Where jobs live: a trait with one implementation per engine, chosen once
+//! by the parsed store setting ([`StoreUrl`]). No driver type crosses this
+//! boundary; every method is one atomic step (a transaction), so two
+//! callers in the same millisecond never both claim a job or both take the
+//! last place in the queue.
 //!
 //! Design (the claim protocol, durability per promise): see `SERVICE.md`.
 
