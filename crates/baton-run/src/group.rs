@@ -36,33 +36,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::RunError;
 use crate::events::{self, Event};
-pub use crate::group_status::{group_status, remote_group_status, GroupStatus};
+pub use crate::group_status::GroupStatus;
 
-/// How runs of one group key relate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GroupMode {
-    /// Every run executes, one at a time (or `max` at a time), in arrival order.
-    Queue,
-    /// A new run cancels the running one and every older waiting one.
-    Supersede,
-    /// The running run finishes; at most one waits; a newer arrival replaces it.
-    Coalesce,
-    /// If the group is running or has a waiter, the new run does not run.
-    Skip,
-}
-
-impl GroupMode {
-    /// The mode's name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GroupMode::Queue => "queue",
-            GroupMode::Supersede => "supersede",
-            GroupMode::Coalesce => "coalesce",
-            GroupMode::Skip => "skip",
-        }
-    }
-}
+/// How runs of one group key relate: the one mode of baton, defined with
+/// the service's wire model (a job's `mode` is the same value), and named
+/// here for what it is to a group.
+pub use baton_api::Mode as GroupMode;
 
 /// What a run asks of its group.
 #[derive(Clone, Debug)]

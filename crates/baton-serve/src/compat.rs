@@ -111,7 +111,7 @@ pub async fn get_job(
         .get(&id)
         .await?
         .ok_or_else(|| ApiError::no_job(&id))?;
-    let mut v = api::job_json(&service, &job, true);
+    let mut v = json!(api::job_with_output(&service, &job));
     v["job_id"] = Value::String(job.spec.id.clone());
     v["baton_status"] = Value::String(job.status.as_str().to_string());
     v["status"] = Value::String(legacy_status(job.status).to_string());
@@ -236,6 +236,10 @@ impl IntoResponse for OpenAiError {
     fn into_response(self) -> Response {
         let body = json!({"error": self.error_json()});
         let mut resp = (self.inner.status, Json(body)).into_response();
+        if let Some(logged) = self.inner.logged {
+            // For `api::log_errors`, as an `ApiError`'s response carries it.
+            resp.extensions_mut().insert(logged);
+        }
         let headers = resp.headers_mut();
         if let Some(s) = self.inner.retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(s));

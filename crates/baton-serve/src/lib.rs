@@ -14,14 +14,15 @@
 //! - [`browser`]: the Host, Origin and content-type checks of every request.
 //! - [`server`]: the entry points (`claim_instance`, `bind`, `open`,
 //!   `launch`) and the router; [`conn`]: its connections' limits.
-//! - [`client`]: a blocking client of the service (`baton job ...`).
+//!
+//! The wire model (requests, jobs, statuses, modes, errors) is `baton-api`;
+//! the client of the service (`baton job ...`) is `baton-client`.
 //!
 //! Design: see `SERVICE.md` next to this crate's `Cargo.toml`, rendered
 //! here as [`design`].
 
 pub mod api;
 pub mod browser;
-pub mod client;
 pub mod compat;
 pub mod config;
 pub mod conn;

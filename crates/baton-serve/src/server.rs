@@ -206,6 +206,7 @@ pub fn router(service: AppState, local: std::net::SocketAddr) -> Router {
             crate::conn::body_deadline,
         ))
         .layer(middleware::from_fn_with_state(guard, crate::browser::check))
+        .layer(middleware::from_fn(api::log_errors))
         .with_state(service)
 }
 

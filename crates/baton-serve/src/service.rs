@@ -95,7 +95,7 @@ impl Service {
             )
         })?;
         let node = store.node().to_string();
-        let groups = groups_backend(&config.store)?;
+        let groups = groups_backend(&dir, &config.store)?;
         Ok(Arc::new(Service {
             groups,
             journal: Arc::new(journal),
@@ -247,16 +247,13 @@ impl Service {
 
 /// Where the jobs' groups live: the baton dir, or with a PostgreSQL store
 /// that database (the one place the service builds a run backend).
-fn groups_backend(store: &StoreUrl) -> std::io::Result<baton_run::Backend> {
-    match store {
-        StoreUrl::Sqlite(_) => Ok(baton_run::Backend::Local),
-        StoreUrl::Postgres(url) => {
-            let db = baton_pg::Database::new(url).map_err(|e| {
-                std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
-            })?;
-            Ok(baton_run::Backend::Postgres(Arc::new(db)))
-        }
-    }
+fn groups_backend(dir: &BatonDir, store: &StoreUrl) -> std::io::Result<baton_run::Backend> {
+    let url = match store {
+        StoreUrl::Sqlite(_) => None,
+        StoreUrl::Postgres(url) => Some(url.as_str()),
+    };
+    baton_run::Backend::open(dir, url)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))
 }
 
 /// The result of [`Service::cancel`].
