@@ -41,6 +41,7 @@ mod duration;
 mod exit_codes;
 mod filesystem;
 mod logging;
+mod serve_process;
 mod service;
 mod startup;
 

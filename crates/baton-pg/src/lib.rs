@@ -35,6 +35,7 @@ mod diagnose;
 mod error;
 mod group;
 mod holds;
+pub mod liveness;
 mod schema;
 mod session;
 mod settle;
@@ -42,7 +43,7 @@ mod status;
 
 pub use acquire::MAX_SLOTS;
 pub use diagnose::Diagnosis;
-pub use error::{redact, PgError};
+pub use error::{one_line, redact, PgError};
 pub use group::{GroupJoin, GroupRunRow, GroupSlot, Joined};
 pub use holds::{Grant, Holds};
 pub use schema::SCHEMA_VERSION;

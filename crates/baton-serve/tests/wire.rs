@@ -31,7 +31,8 @@ async fn the_client_and_the_server_speak_the_same_types() {
     let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server::serve(config, dir, listener, async {
+    let service = server::open(config, dir).await.unwrap();
+    let serving = tokio::spawn(server::launch(listener, service, async {
         let _ = stopped.await;
     }));
 

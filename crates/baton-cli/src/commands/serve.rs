@@ -50,7 +50,7 @@ pub(crate) fn cmd_serve(args: ServeArgs, dir: BatonDir) -> u8 {
         Ok(c) => c,
         Err(e) => return fail(&e, BATON_FAILED),
     };
-    match baton_serve::run(config, dir) {
+    match crate::serve_process::run(config, dir) {
         Ok(()) => 0,
         Err(e) => fail(&e, BATON_FAILED),
     }

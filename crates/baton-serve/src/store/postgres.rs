@@ -19,7 +19,9 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::broadcast;
 use tokio_postgres::NoTls;
 
-use super::pg_session::{self, one_line, Shared, NODE_CLASS};
+use baton_pg::one_line;
+
+use super::pg_session::{self, Shared, NODE_CLASS};
 use super::pg_sql::{
     counts, get_job, job_from_row, lock_queue, mark_interrupted, migrate, nodes, plan, running_on,
     to_i64, Retry, COLUMNS,
@@ -47,8 +49,6 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
-pub use baton_pg::redact;
-
 impl PgStore {
     /// Connects to `url`, creates or migrates the schema, and establishes
     /// this node's session (liveness lock, LISTEN).
@@ -60,7 +60,7 @@ impl PgStore {
         let mut cfg: tokio_postgres::Config = url
             .parse()
             .map_err(|e: tokio_postgres::Error| format!("invalid URL: {}", one_line(&e)))?;
-        pg_session::keepalives(&mut cfg);
+        baton_pg::liveness::client_keepalives(&mut cfg);
         let manager = Manager::from_config(
             cfg.clone(),
             NoTls,
