@@ -130,6 +130,35 @@ fn a_chat_whose_client_went_away_before_shutdown_does_not_run_after_the_restart(
     assert_eq!(lines(&format!("{t}/chat.runs")), 0, "the prompt ran");
 }
 
+/// kill -9 of the service drops a waiting chat caller's connection (its
+/// client retries): the queued chat job must not run after the restart.
+#[test]
+fn a_chat_waiting_in_the_queue_at_kill_9_does_not_run_after_the_restart() {
+    let mut s = Server::start(&sh_config(""), &["--max-concurrency", "1"]);
+    let t = s.tmp();
+    blocker(&s, &t);
+    let prompt = format!("echo run >> {t}/chat.runs; echo answer");
+    let waiting = send_post(&s.addr, "/v1/chat/completions", &chat(&prompt));
+    let h = wait_health(&s, |h| h["queued"] == 1);
+    assert_eq!(h["active"], 1, "{h}");
+    let (_, list) = s.get("/v1/jobs?status=queued");
+    let job = list["jobs"][0]["id"].as_str().unwrap().to_string();
+
+    s.kill9();
+    let answer = read_all(waiting);
+    assert!(!answer.starts_with("HTTP/1.1 200"), "{answer}");
+    std::fs::write(format!("{t}/go"), "").unwrap();
+    s.spawn();
+    let j = s.wait_final(&job);
+    assert_eq!(j["status"], "cancelled", "{j}");
+    wait_health(&s, |h| h["queued"] == 0 && h["active"] == 0);
+    assert_eq!(lines(&format!("{t}/chat.runs")), 0, "the prompt ran");
+    // The client's retry runs it once.
+    let (code, v) = s.post("/v1/chat/completions", &chat(&prompt));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(lines(&format!("{t}/chat.runs")), 1);
+}
+
 #[test]
 fn a_log_follower_of_a_queued_job_gets_a_complete_answer_at_shutdown() {
     let config = sh_config("drain_timeout = \"10s\"");

@@ -293,6 +293,7 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
         branch,
         command: req.command,
         created_at: now_ms(),
+        waiter: None,
     })
 }
 

@@ -405,6 +405,7 @@ mod tests {
                 branch: None,
                 command,
                 created_at: 0,
+                waiter: None,
             },
             seq: 1,
             status: JobStatus::Running,

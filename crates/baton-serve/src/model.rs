@@ -31,6 +31,10 @@ pub struct NewJob {
     pub command: Option<Vec<String>>,
     /// When it was submitted (ms since the epoch).
     pub created_at: i64,
+    /// The node whose caller waits for its result on an open connection (a
+    /// chat completion): nobody else knows the job, so once that node is
+    /// gone (restarted after kill -9, or dead) the job is not run any more.
+    pub waiter: Option<String>,
 }
 
 /// The recorded process group of a running job's command, so that a

@@ -105,6 +105,7 @@ exercises!(
     a_queue_job_whose_group_runs_is_passed_over_and_keeps_its_place,
     cancel_takes_only_queued_jobs,
     recover_marks_a_nodes_running_jobs_or_queues_them_first,
+    recover_never_queues_again_a_job_whose_caller_waited,
     reap_takes_over_only_the_jobs_of_dead_nodes,
     evict_removes_only_jobs_finished_before_the_cutoff,
     supersede_and_coalesce_mark_the_queued_jobs_of_their_group,
@@ -132,6 +133,7 @@ fn job(id: &str, created_at: i64) -> NewJob {
         branch: None,
         command: Some(vec!["true".to_string()]),
         created_at,
+        waiter: None,
     }
 }
 
@@ -360,6 +362,25 @@ async fn recover_marks_a_nodes_running_jobs_or_queues_them_first(ctx: Ctx) {
     let again = s.recover(s.node(), &ids, &always, t(120)).await.unwrap();
     assert!(again.is_empty(), "{again:?}");
     assert_eq!(status(s, "a").await, Some(JobStatus::Interrupted));
+}
+
+async fn recover_never_queues_again_a_job_whose_caller_waited(ctx: Ctx) {
+    let s = &*ctx.store;
+    let waited = NewJob {
+        waiter: Some(s.node().to_string()),
+        ..job("chat", 1)
+    };
+    submit(s, waited).await;
+    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("chat"));
+    let stored = s.get("chat").await.unwrap().unwrap();
+    assert_eq!(stored.spec.waiter.as_deref(), Some(s.node()));
+    let recovered = s
+        .recover(s.node(), &["chat".to_string()], &always, t(100))
+        .await
+        .unwrap();
+    assert_eq!(recovered.len(), 1, "{recovered:?}");
+    assert!(!recovered[0].requeued, "{recovered:?}");
+    assert_eq!(status(s, "chat").await, Some(JobStatus::Interrupted));
 }
 
 async fn reap_takes_over_only_the_jobs_of_dead_nodes(ctx: Ctx) {

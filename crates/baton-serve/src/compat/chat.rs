@@ -192,7 +192,7 @@ pub async fn completions(
         param: Some("messages"),
         ..e.into()
     })?;
-    let job = api::resolve(
+    let mut job = api::resolve(
         &service,
         SubmitRequest {
             template: Some(req.model.clone()),
@@ -200,6 +200,8 @@ pub async fn completions(
             ..SubmitRequest::default()
         },
     )?;
+    // Stored with the job: if this node goes (kill -9), nobody waits for it.
+    job.waiter = Some(service.node.clone());
     // Armed before the job is stored: a client that goes away while it is
     // being stored must not leave it to run for nobody.
     let guard = Waiting::new(Arc::clone(&service), job.id.clone());

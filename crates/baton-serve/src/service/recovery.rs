@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::{now_ms, Job, JobStatus, RecordedGroup};
-use crate::store::StoreError;
+use crate::store::{CancelQueued, StoreError};
 
 use super::Service;
 
@@ -38,7 +38,12 @@ impl Service {
         // the store shows running adds its stored group if the journal
         // lacks one.
         let mut groups = self.journal.read();
-        let running = self.running_here().await?;
+        let running = self
+            .jobs_here(JobStatus::Running, |j| {
+                j.node.as_deref() == Some(&self.node)
+            })
+            .await?;
+        self.cancel_abandoned().await?;
         for job in &running {
             if let Some(g) = job.process_group {
                 groups.entry(job.spec.id.clone()).or_insert(g);
@@ -136,12 +141,36 @@ impl Service {
         self.wake();
     }
 
-    /// The jobs the store says run on this node (at start: left by the
-    /// previous instance).
-    async fn running_here(&self) -> Result<Vec<Job>, StoreError> {
+    /// Cancels the queued jobs whose callers waited on this node's
+    /// previous instance (chat completions): their connections ended with
+    /// it (kill -9, a crash), and their clients retry; run now, a prompt
+    /// would run twice.
+    async fn cancel_abandoned(&self) -> Result<(), StoreError> {
+        let abandoned = self
+            .jobs_here(JobStatus::Queued, |j| {
+                j.spec.waiter.as_deref() == Some(&self.node)
+            })
+            .await?;
+        for job in abandoned {
+            if let CancelQueued::Cancelled(_) =
+                self.store.cancel_queued(&job.spec.id, now_ms()).await?
+            {
+                tracing::warn!(job = %job.spec.id, "cancelled a queued job whose caller waited on the previous instance");
+            }
+        }
+        Ok(())
+    }
+
+    /// The jobs with `status` that `here` selects (at start: what the
+    /// previous instance left).
+    async fn jobs_here(
+        &self,
+        status: JobStatus,
+        here: impl Fn(&Job) -> bool,
+    ) -> Result<Vec<Job>, StoreError> {
         let mut found = Vec::new();
         let mut filter = crate::model::ListFilter {
-            status: Some(JobStatus::Running),
+            status: Some(status),
             group: None,
             limit: 500,
             before_seq: None,
@@ -150,10 +179,7 @@ impl Service {
             let page = self.store.list(&filter).await?;
             let last = page.last().map(|j| j.seq);
             let full = page.len() == filter.limit as usize;
-            found.extend(
-                page.into_iter()
-                    .filter(|j| j.node.as_deref() == Some(self.node.as_str())),
-            );
+            found.extend(page.into_iter().filter(|j| here(j)));
             match (full, last) {
                 (true, Some(seq)) => filter.before_seq = Some(seq),
                 _ => return Ok(found),

@@ -8,8 +8,14 @@
 //! whose caller went away is cancelled too. So a prompt runs at most once
 //! across a drain, a restart and the client's retries.
 //!
-//! Not guaranteed: after `kill -9` of the service, a waiting caller's queued
-//! job is not known as such by the next start, and runs.
+//! After `kill -9` of the service (or a crash), a waiting caller's job is
+//! known as such by the next start (the store keeps its `waiter`, this
+//! node): queued, it is cancelled; running, it is marked interrupted and
+//! never queued again, whatever `retry_on_interrupt` says.
+//!
+//! Not guaranteed: on a store several nodes share, a node that dies for
+//! good (never restarts) leaves its callers' queued jobs to the others,
+//! which run them.
 
 use std::sync::{Arc, PoisonError};
 

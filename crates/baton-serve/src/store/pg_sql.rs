@@ -10,7 +10,8 @@ use crate::model::{rfc3339, Counts, Job, JobMode, JobStatus, NewJob, NodeInfo};
 
 type PgResult<T> = Result<T, tokio_postgres::Error>;
 
-pub(super) const SCHEMA_VERSION: i32 = 1;
+/// 2: `waiter` (the node whose caller waits for the job).
+pub(super) const SCHEMA_VERSION: i32 = 2;
 
 /// The advisory lock (transaction level) that serialises submits and claims.
 pub(super) const QUEUE_KEY: i64 = 0x6261_746f_6e5f_7131; // "baton_q1"
@@ -56,10 +57,12 @@ CREATE TABLE baton_nodes (
 );
 ";
 
+const SCHEMA_V2: &str = "ALTER TABLE baton_jobs ADD COLUMN IF NOT EXISTS waiter TEXT";
+
 pub(super) const COLUMNS: &str =
     "seq, id, template, prompt, grp, mode, timeout_ms, branch, command, \
     created_at, status, exit_code, error, started_at, finished_at, workspace, superseded_by, \
-    node, attempts, pgroup";
+    node, attempts, pgroup, waiter";
 
 pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), String> {
     let tx = client.transaction().await.map_err(|e| one_line(&e))?;
@@ -89,6 +92,14 @@ pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), S
             .await
             .map_err(|e| one_line(&e))?;
     }
+    if version < 2 {
+        tx.batch_execute(SCHEMA_V2)
+            .await
+            .map_err(|e| one_line(&e))?;
+        tx.execute("INSERT INTO baton_serve_schema (version) VALUES (2)", &[])
+            .await
+            .map_err(|e| one_line(&e))?;
+    }
     tx.commit().await.map_err(|e| one_line(&e))
 }
 
@@ -109,6 +120,7 @@ pub(super) fn job_from_row(r: &Row) -> Job {
             branch: r.get(7),
             command: command.and_then(|c| serde_json::from_str(&c).ok()),
             created_at: r.get(9),
+            waiter: r.get(20),
         },
         status: JobStatus::parse(&status).unwrap_or(JobStatus::Failed),
         exit_code: r.get(11),
@@ -207,7 +219,9 @@ pub(super) type Retry<'a> = &'a (dyn for<'b> Fn(&'b str) -> bool + Send + Sync);
 pub(super) fn plan(jobs: Vec<Job>, retry: Retry<'_>) -> Vec<(Job, bool)> {
     jobs.into_iter()
         .map(|j| {
-            let again = retry(&j.spec.template) && j.attempts <= 1;
+            // A job whose caller waited is not run again: its caller's
+            // connection ended with its node.
+            let again = j.spec.waiter.is_none() && retry(&j.spec.template) && j.attempts <= 1;
             (j, again)
         })
         .collect()

@@ -166,8 +166,8 @@ impl Store for PgStore {
                 .map(|c| serde_json::to_string(c).unwrap_or_default());
             tx.execute(
                 "INSERT INTO baton_jobs (id, template, prompt, grp, mode, timeout_ms, branch, \
-                 command, created_at, status) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued')",
+                 command, created_at, status, waiter) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10)",
                 &[
                     &job.id,
                     &job.template,
@@ -178,6 +178,7 @@ impl Store for PgStore {
                     &job.branch,
                     &command,
                     &job.created_at,
+                    &job.waiter,
                 ],
             )
             .await?;

@@ -27,7 +27,8 @@ use crate::model::{
     Counts, Finish, Job, JobMode, JobStatus, ListFilter, NewJob, RecordedGroup, Submitted,
 };
 
-const SCHEMA_VERSION: i64 = 1;
+/// 2: `waiter` (the node whose caller waits for the job).
+const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS jobs (
@@ -51,7 +52,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     node          TEXT,
     attempts      INTEGER NOT NULL DEFAULT 0,
     pgroup        TEXT,
-    priority      INTEGER NOT NULL DEFAULT 0
+    priority      INTEGER NOT NULL DEFAULT 0,
+    waiter        TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(status, priority DESC, seq);
 CREATE INDEX IF NOT EXISTS jobs_finished ON jobs(finished_at) WHERE finished_at IS NOT NULL;
@@ -60,7 +62,7 @@ CREATE INDEX IF NOT EXISTS jobs_group ON jobs(grp, status);
 
 const COLUMNS: &str = "seq, id, template, prompt, grp, mode, timeout_ms, branch, command, \
     created_at, status, exit_code, error, started_at, finished_at, workspace, superseded_by, \
-    node, attempts, pgroup";
+    node, attempts, pgroup, waiter";
 
 /// Jobs in an SQLite file.
 #[derive(Clone)]
@@ -120,6 +122,10 @@ impl SqliteStore {
             return Err(format!(
                 "it was written by a newer baton (schema {version}, this one knows {SCHEMA_VERSION})"
             ));
+        }
+        if version == 1 {
+            conn.execute_batch("ALTER TABLE jobs ADD COLUMN waiter TEXT")
+                .map_err(|e| e.to_string())?;
         }
         conn.execute_batch(SCHEMA).map_err(|e| e.to_string())?;
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
@@ -208,6 +214,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
             branch: r.get(7)?,
             command: command.and_then(|c| serde_json::from_str(&c).ok()),
             created_at: r.get(9)?,
+            waiter: r.get(20)?,
         },
         status: JobStatus::parse(&status).unwrap_or(JobStatus::Failed),
         exit_code: r.get(11)?,
@@ -268,7 +275,7 @@ impl Store for SqliteStore {
                 .map(|c| serde_json::to_string(c).unwrap_or_default());
             tx.execute(
                 "INSERT INTO jobs (id, template, prompt, grp, mode, timeout_ms, branch, command, \
-                 created_at, status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'queued')",
+                 created_at, status, waiter) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'queued', ?10)",
                 params![
                     job.id,
                     job.template,
@@ -279,6 +286,7 @@ impl Store for SqliteStore {
                     job.branch,
                     command,
                     job.created_at,
+                    job.waiter,
                 ],
             )?;
             let mut superseded = Vec::new();
@@ -473,7 +481,9 @@ impl Store for SqliteStore {
             .into_iter()
             .filter(|j| ids.contains(&j.spec.id))
             .map(|j| {
-                let again = retry(&j.spec.template) && j.attempts <= 1;
+                // A job whose caller waited is not run again: the caller's
+                // connection ended with the previous instance.
+                let again = j.spec.waiter.is_none() && retry(&j.spec.template) && j.attempts <= 1;
                 (j, again)
             })
             .collect();
