@@ -37,6 +37,7 @@ mod schema;
 mod session;
 mod settle;
 mod status;
+mod tls;
 
 pub use acquire::MAX_SLOTS;
 pub use diagnose::Diagnosis;
@@ -46,3 +47,4 @@ pub use holds::{Grant, Holds};
 pub use schema::SCHEMA_VERSION;
 pub use session::{Database, FENCE};
 pub use status::Terminated;
+pub use tls::{client_config, SslMode, Tls, TlsFailure};

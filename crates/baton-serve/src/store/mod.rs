@@ -204,7 +204,7 @@ pub trait Store: Send + Sync + 'static {
 
 /// Opens the store named by `url`: `sqlite://PATH` (a relative PATH is
 /// taken from the baton dir) or `postgres://...` / `postgresql://...` (a
-/// libpq-style URL; no TLS). For PostgreSQL this connects, migrates the
+/// libpq-style URL; TLS as its `sslmode` says). For PostgreSQL this connects, migrates the
 /// schema and establishes this node's session before returning.
 pub async fn open(url: &str, baton_dir: &Path) -> Result<Box<dyn Store>, StoreError> {
     let open_error = |message: String| StoreError::Open {
