@@ -3,37 +3,10 @@
 //!
 //! Every connection baton makes to PostgreSQL (locks, groups, the job
 //! service's store) gets its driver configuration and its TLS connector
-//! from [`client_config`], so a URL means the same everywhere:
-//!
-//! | `sslmode`          | TLS                                   | certificate checked                          |
-//! |--------------------|---------------------------------------|----------------------------------------------|
-//! | `disable`          | never                                 | -                                            |
-//! | `prefer` (default) | if the server offers it, else plain   | no (chain only if `sslrootcert` is given)    |
-//! | `require`          | always (fails if the server has none) | no (chain only if `sslrootcert` is given)    |
-//! | `verify-ca`        | always                                | chain to a trusted root, not the host name   |
-//! | `verify-full`      | always                                | chain, and the host name in the URL          |
-//!
-//! The trusted roots are the PEM certificates in `sslrootcert=FILE`, or the
-//! system's (`sslrootcert=system`, or `verify-ca`/`verify-full` with no
-//! `sslrootcert`). Where this differs from libpq, on purpose:
-//! - libpq reads `~/.postgresql/root.crt` when no `sslrootcert` is given;
-//!   baton never reads files in the home directory, and uses the system's
-//!   roots instead for the verifying modes (a managed database's
-//!   certificate usually chains to a public root). So `prefer`/`require`
-//!   check the chain ("behave like `verify-ca`", as libpq says when a root
-//!   file exists) only when `sslrootcert=FILE` is given explicitly.
-//! - With `prefer`, libpq retries in plain when the TLS handshake itself
-//!   fails; here only a server that declines TLS gets a plain connection,
-//!   and a failed handshake is an error.
-//! - Client certificates (`sslcert`, `sslkey`) and the `PGSSLMODE` style
-//!   environment variables are not supported.
-//!
-//! As in libpq 16, `sslrootcert=system` makes `verify-full` the default and
-//! refuses a weaker `sslmode`. Over a Unix socket there is no TLS (the
-//! server offers none there), whatever the mode, as in libpq.
-//!
-//! A connection that fails a check is a [`PgError::Tls`] naming the check
-//! ([`TlsFailure`]): never retried, since trying again cannot help.
+//! from [`client_config`] (which documents the modes), so a URL means the
+//! same everywhere. A connection that fails a check is a [`PgError::Tls`]
+//! naming the check ([`TlsFailure`]): never retried, since trying again
+//! cannot help.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -335,11 +308,36 @@ struct TlsParams {
     rootcert: Option<String>,
 }
 
-/// The driver's configuration and the TLS connector for a
-/// `postgres://` URL: `sslmode` (`disable`, `prefer` — the default —,
-/// `require`, `verify-ca`, `verify-full`) and `sslrootcert` (a PEM file, or
-/// `system`) are read here with libpq's meaning (see the module docs); the
-/// rest of the URL goes to the driver as written.
+/// The driver's configuration and the TLS connector for a `postgres://`
+/// URL: `sslmode` and `sslrootcert` are taken out of it and read here with
+/// libpq's meaning; the rest of the URL goes to the driver as written.
+///
+/// | `sslmode`          | TLS                                   | certificate checked                          |
+/// |--------------------|---------------------------------------|----------------------------------------------|
+/// | `disable`          | never                                 | -                                            |
+/// | `prefer` (default) | if the server offers it, else plain   | no (chain only if `sslrootcert` is given)    |
+/// | `require`          | always (fails if the server has none) | no (chain only if `sslrootcert` is given)    |
+/// | `verify-ca`        | always                                | chain to a trusted root, not the host name   |
+/// | `verify-full`      | always                                | chain, and the host name in the URL          |
+///
+/// The trusted roots are the PEM certificates in `sslrootcert=FILE`, or the
+/// system's (`sslrootcert=system`, or `verify-ca`/`verify-full` with no
+/// `sslrootcert`). Where this differs from libpq, on purpose:
+/// - libpq reads `~/.postgresql/root.crt` when no `sslrootcert` is given;
+///   baton never reads files in the home directory, and uses the system's
+///   roots instead for the verifying modes (a managed database's
+///   certificate usually chains to a public root). So `prefer`/`require`
+///   check the chain ("behave like `verify-ca`", as libpq says when a root
+///   file exists) only when `sslrootcert=FILE` is given explicitly.
+/// - With `prefer`, libpq retries in plain when the TLS handshake itself
+///   fails; here only a server that declines TLS gets a plain connection,
+///   and a failed handshake is an error.
+/// - Client certificates (`sslcert`, `sslkey`) and the `PGSSLMODE` style
+///   environment variables are not supported.
+///
+/// As in libpq 16, `sslrootcert=system` makes `verify-full` the default and
+/// refuses a weaker `sslmode`. Over a Unix socket there is no TLS (the
+/// server offers none there), whatever the mode, as in libpq.
 ///
 /// # Errors
 ///
