@@ -469,7 +469,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub job_ttl: Option<Duration>,
     /// The job store [default: sqlite://<baton dir>/serve.db], or postgres://... (TLS as
-    /// `--backend` says: `sslmode`, `sslrootcert`).
+    /// libpq's `?sslmode=...&sslrootcert=...` say; default prefer).
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
 }
