@@ -6,27 +6,69 @@
 //! `baton-service` ([`service_main`]), which `baton` executes for `serve`
 //! and `job` so that the job service's code stays out of the binary every
 //! `baton run` starts.
+//!
+//! # Layout
+//!
+//! Modules only import modules below them in this list (no circles):
+//!
+//! - `app`: one invocation — the guardian's dispatch, the parse, the
+//!   diagnostics, the baton dir and the backend — then `commands`.
+//! - `cli`: the whole command tree (global options, the fast parse of the
+//!   per-step commands), gathered from `commands`.
+//! - `commands`: the top-level `Command` and the match that hands it to one
+//!   module per command family (`commands/run.rs`, `lock.rs`, `group.rs`,
+//!   `state.rs`, `git.rs`, `job.rs`, `serve.rs`, `doctor.rs`, `docs.rs`,
+//!   `init.rs`, `db.rs`; `hold.rs` is the background holder `lock acquire`
+//!   starts), each owning its arguments and its handler. A family uses
+//!   another only for its arguments (`run --workspace` takes
+//!   `git::RunWorkspaceArgs`) or, for `lock`, its holder.
+//! - Leaves, which import no module above: `args` (argument types several
+//!   commands share, and their conversion into library policies), `say`
+//!   (output that never panics, `--json`, one-line errors), `exit_codes`,
+//!   `filesystem` (the network filesystem warning), `logging`, `startup`,
+//!   `duration`, `service` (executing `baton-service`).
+//!
+//! The one arrow up: [`main_without_runtime`] hands [`main`] to `startup`.
 
 #[macro_use]
 mod say;
 
+mod app;
+mod args;
 mod cli;
 mod commands;
-mod docs;
-mod doctor;
-mod doctor_backend;
 mod duration;
 mod exit_codes;
-mod git_cli;
-mod job_cli;
+mod filesystem;
 mod logging;
-mod output;
+mod serve_process;
 mod service;
 mod startup;
-mod state_cli;
 
-pub use commands::{main, service_main};
-pub use startup::main_without_runtime;
+use commands::Services;
+
+/// The `baton` command: runs the CLI and returns the process exit code;
+/// `serve` and `job` are handed to the `baton-service` binary next to it.
+pub fn main() -> u8 {
+    say::finish(app::run_cli(&Services {
+        serve: |_, _| service::exec_service(),
+        job: |_| service::exec_service(),
+    }))
+}
+
+/// The `baton-service` command: the whole CLI, `serve` and `job` included.
+pub fn service_main() -> u8 {
+    say::finish(app::run_cli(&Services {
+        serve: commands::serve::cmd_serve,
+        job: commands::job::run,
+    }))
+}
+
+/// [`main`] in a process that Rust's runtime did not start (the `baton`
+/// binary is `no_main`): see `startup`.
+pub fn main_without_runtime() -> u8 {
+    startup::without_runtime(main)
+}
 
 /// The clap definition of the whole command line, every subcommand included.
 pub fn command() -> clap::Command {

@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 
-use crate::cli::LogFormat;
+use crate::args::LogFormat;
 
 /// The environment variable holding a filter, as `RUST_LOG` would.
 pub const LOG_ENV: &str = "BATON_LOG";

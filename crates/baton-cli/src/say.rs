@@ -4,10 +4,16 @@
 //! Rust's 101. Here a failed write to stderr is dropped (there is nowhere to
 //! report it), and a failed write to stdout is kept and reported once when
 //! the command ends ([`finish`]): the output the caller asked for was lost.
+//!
+//! Also the one way errors ([`fail`]) and `--json` documents
+//! ([`print_json`]) are printed. A leaf: every command module prints through
+//! it, and it depends on nothing of the crate but the exit codes.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+
+use serde::Serialize;
 
 use crate::exit_codes::BATON_FAILED;
 
@@ -78,6 +84,44 @@ pub(crate) fn finish(code: u8) -> u8 {
             BATON_FAILED
         }
         _ => code,
+    }
+}
+
+/// Prints an error and its causes on one line; returns `code`.
+pub(crate) fn fail(e: &dyn std::error::Error, code: u8) -> u8 {
+    err_line(format_args!("baton: {}", baton_lock::one_line(e)));
+    code
+}
+
+/// How a `--json` document is laid out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// Indented, for reports (`lock status`, `workspace list`, ...).
+    Pretty,
+    /// One line, for values that scripts pipe on (`state get`, `state edit`).
+    Line,
+}
+
+/// The one JSON printer of the CLI; returns the exit code.
+pub(crate) fn print_json<T: Serialize + ?Sized>(value: &T) -> u8 {
+    write_json(value, Layout::Pretty)
+}
+
+/// Prints `value` as JSON laid out as asked; returns the exit code.
+pub(crate) fn write_json<T: Serialize + ?Sized>(value: &T, layout: Layout) -> u8 {
+    let text = match layout {
+        Layout::Pretty => serde_json::to_string_pretty(value),
+        Layout::Line => serde_json::to_string(value),
+    };
+    match text {
+        Ok(s) => {
+            out_line(format_args!("{s}"));
+            0
+        }
+        Err(e) => {
+            err_line(format_args!("baton: cannot encode JSON: {e}"));
+            BATON_FAILED
+        }
     }
 }
 

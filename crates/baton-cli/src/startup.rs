@@ -7,7 +7,7 @@
 
 use std::os::fd::IntoRawFd;
 
-/// Makes the process ready for [`crate::main`]: standard descriptors that
+/// Makes the process ready for the CLI ([`crate::main`]): standard descriptors that
 /// were closed are opened on /dev/null (so that no lock file or pipe of
 /// baton's becomes a child's stdin, stdout or stderr), and SIGPIPE is
 /// ignored, so that writing to a closed pipe is an error baton reports.
@@ -45,16 +45,16 @@ fn prepare_process() -> Result<(), std::io::Error> {
     Ok(())
 }
 
-/// Runs [`crate::main`] in a process that Rust's runtime did not start (see
-/// the module's documentation): prepares the process, turns a panic into
-/// exit code 101 as Rust's runtime does ([`crate::main`] flushes stdout).
-pub fn main_without_runtime() -> u8 {
+/// Runs `main` in a process that Rust's runtime did not start (see the
+/// module's documentation): prepares the process, turns a panic into exit
+/// code 101 as Rust's runtime does (`main` flushes stdout).
+pub(crate) fn without_runtime(main: fn() -> u8) -> u8 {
     if let Err(e) = prepare_process() {
         // stderr may be one of the descriptors that could not be opened.
         errln!("baton: cannot open /dev/null for a closed standard descriptor: {e}");
         return crate::exit_codes::BATON_FAILED;
     }
-    std::panic::catch_unwind(crate::main).unwrap_or(101)
+    std::panic::catch_unwind(main).unwrap_or(101)
 }
 
 fn ignore_sigpipe() {

@@ -860,6 +860,29 @@ fn killing_baton_during_workspace_creation_kills_its_git() {
     assert!(g.leftovers().is_empty(), "{:?}", g.leftovers());
 }
 
+/// Issue 23: every git child starts through baton-proc's supervisor: it
+/// leads its own process group, and a `kill -9` of `baton git push` in the
+/// middle of its `git push` takes that git along (the parent-death signal).
+#[test]
+fn git_children_lead_their_own_group_and_die_with_baton() {
+    let g = GitEnv::new();
+    let a = pusher(&g, "a");
+    let stall = g.stall_git("push");
+    let mut push = g
+        .stalled(&stall, &["git", "push", "--repo", a.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let git = stall.wait();
+    let st = baton_proc::procfs::stat(git).unwrap();
+    assert_eq!(st.pgrp, git, "git should lead its own process group");
+    assert_eq!(st.ppid, push.id() as i32, "git should be baton's child");
+    push.kill().unwrap();
+    push.wait().unwrap();
+    wait_until(Duration::from_secs(10), || !alive(git));
+}
+
 /// Issue 18: gc leaves alone a workspace whose creation is still running,
 /// even when the process it was created for has died meanwhile.
 #[test]

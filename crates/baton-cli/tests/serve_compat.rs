@@ -189,12 +189,73 @@ fn two_concurrent_execute_jobs_both_run() {
     for (id, p) in ids.iter().zip(["a", "b"]) {
         s.wait_final(id);
         let (_, v) = s.get(&format!("/jobs/{id}"));
-        assert_eq!(v["status"], "succeeded", "{v}");
+        assert_eq!(v["status"], "completed", "{v}");
+        assert_eq!(v["baton_status"], "succeeded", "{v}");
         assert_eq!(v["output"], format!("done {p}\n"));
     }
     let (code, v) = s.get("/jobs/nosuchjob");
     assert_eq!(code, 404, "{v}");
     assert_eq!(v["error"]["code"], "not_found");
+}
+
+/// A poller written against the older service: it submits with
+/// `/execute` and polls `/jobs/{id}` until one of that service's end
+/// states (`completed`, `failed`, `timeout`, `error`).
+const OLDER_POLLER: &str = r#"
+import json, sys, time, urllib.request
+base, template, prompt = sys.argv[1], sys.argv[2], sys.argv[3]
+req = urllib.request.Request(base + "/execute", method="POST",
+    data=json.dumps({"prompt": prompt, "template": template}).encode(),
+    headers={"Content-Type": "application/json"})
+job = json.load(urllib.request.urlopen(req))
+assert job["status"] == "queued", job
+seen = []
+deadline = time.time() + 60
+while time.time() < deadline:
+    j = json.load(urllib.request.urlopen(base + "/jobs/" + job["job_id"]))
+    if not seen or seen[-1] != j["status"]:
+        seen.append(j["status"])
+    if j["status"] in ("completed", "failed", "timeout", "error"):
+        print(json.dumps({"seen": seen, "baton_status": j["baton_status"], "id": job["job_id"]}))
+        sys.exit(0)
+    time.sleep(0.05)
+sys.exit("the job never reached an end state the older service knows: %s" % seen)
+"#;
+
+#[test]
+fn the_older_routes_speak_the_older_services_vocabulary() {
+    let s = server("", &[]);
+    let py = python(&[]);
+    let base = s.url("");
+    let base = base.trim_end_matches('/');
+    for (template, end, precise) in [
+        ("echo", "completed", "succeeded"),
+        ("fail", "failed", "failed"),
+        ("slow", "timeout", "timed_out"),
+    ] {
+        let v = run_python(&py, OLDER_POLLER, &[base, template, "p"]);
+        let seen = v["seen"].as_array().unwrap();
+        assert_eq!(seen.last().unwrap(), end, "{template}: {v}");
+        assert!(
+            seen.iter()
+                .all(|x| ["queued", "running", end].contains(&x.as_str().unwrap())),
+            "{template}: {v}"
+        );
+        assert_eq!(v["baton_status"], precise, "{template}: {v}");
+    }
+    // Every other end (here: cancelled) is `error`, the precise state beside it.
+    let (code, v) = s.post("/execute", &json!({"prompt": "c"}));
+    assert_eq!(code, 202, "{v}");
+    let id = v["job_id"].as_str().unwrap().to_string();
+    started(&s, "c");
+    let (code, _) = s.delete(&format!("/v1/jobs/{id}"));
+    assert_eq!(code, 200);
+    let (_, v) = s.get(&format!("/jobs/{id}"));
+    assert_eq!(v["status"], "error", "{v}");
+    assert_eq!(v["baton_status"], "cancelled", "{v}");
+    // The new routes keep the new names.
+    let (_, v) = s.get(&format!("/v1/jobs/{id}"));
+    assert_eq!(v["status"], "cancelled", "{v}");
 }
 
 #[test]

@@ -266,5 +266,9 @@ fn a_supersede_job_on_one_node_supersedes_an_other_mode_job_on_another() {
     assert_ne!(newer["node"].as_str(), Some(old_node.as_str()), "{newer}");
     let older = a.wait_final(&old);
     assert_eq!(older["status"], "superseded", "{older}");
-    assert_eq!(older["superseded_by"].as_str(), Some(new.as_str()), "{older}");
+    assert_eq!(
+        older["superseded_by"].as_str(),
+        Some(new.as_str()),
+        "{older}"
+    );
 }

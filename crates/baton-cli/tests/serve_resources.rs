@@ -149,7 +149,10 @@ fn connections_beyond_max_connections_get_503_and_their_slots_come_back() {
     };
     assert!(refused.contains("too_many_connections"), "{refused}");
     assert!(refused.contains("max_connections"), "{refused}");
-    assert!(refused.to_ascii_lowercase().contains("retry-after: 1"), "{refused}");
+    assert!(
+        refused.to_ascii_lowercase().contains("retry-after: 1"),
+        "{refused}"
+    );
     // A monitor still sees the service: /health is answered from the
     // reserve, with the real health document.
     for _ in 0..5 {

@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `lock status NAME --json` | `baton_lock::LockStatus` | object, [`LOCK_STATUS`] |
 //! | `lock status --json`, `lock list --json` | `Vec<LockStatus>` | array of [`LOCK_STATUS`] |
-//! | `lock acquire --json` | `baton_run::hold::Held` | object, [`LOCK_ACQUIRE`] |
+//! | `lock acquire --json` | `Held` of the CLI's holder (`commands/hold.rs`) | object, [`LOCK_ACQUIRE`] |
 //! | `lock release --json` | `baton_run::hold::ReleaseReport` | object, [`LOCK_RELEASE`] |
 //! | `lock break --json` | `baton_run::hold::BreakReport` | object, [`LOCK_BREAK`] |
 //! | `group status KEY --json` | `baton_run::GroupStatus` | object, [`GROUP_STATUS`] |
@@ -18,10 +18,13 @@
 //! | `workspace gc --json` | `baton_git::GcReport` | object, [`WORKSPACE_GC`] |
 //! | `git push --json` | `baton_git::PushReport` | object, [`GIT_PUSH`] |
 //! | `doctor --json` | the CLI's doctor report | object, [`DOCTOR`]; each of `checks`, [`DOCTOR_CHECK`] |
-//! | `job submit --json` | `baton_serve::client::Queued` | object, [`JOB_SUBMITTED`] |
-//! | `job submit --wait --json`, `job status --json` | `baton_serve::client::Job` | object, [`JOB`] |
-//! | `job cancel --json` | `baton_serve::client::Job` | object, [`JOB_LISTED`] |
-//! | `job list --json` | `baton_serve::client::JobList` | object, [`JOB_LIST`]; each of `jobs`, [`JOB_LISTED`] |
+//! | `job submit --json` | `baton_api::Queued` | object, [`JOB_SUBMITTED`] |
+//! | `job submit --wait --json`, `job status --json` | `baton_api::JobView` | object, [`JOB`] |
+//! | `job cancel --json` | `baton_api::JobView` | object, [`JOB_LISTED`] |
+//! | `job list --json` | `baton_api::JobList` | object, [`JOB_LIST`]; each of `jobs`, [`JOB_LISTED`] |
+//!
+//! The `job` outputs are the job service's own answers (`baton-api`'s types,
+//! as `GET /v1/jobs...` returns them), printed as the client received them.
 //!
 //! A holder inside `holders`/`holder`/`last_holder` has the fields [`HOLDER`],
 //! its `liveness` one of [`LIVENESS`]; an element of `kernel_holders` has the
@@ -222,7 +225,8 @@ pub const JOB_SUBMITTED: Shape = Shape {
 };
 
 /// A job in `baton job list --json` and `job cancel --json`; `status` is
-/// one of [`JOB_STATUSES`], times are RFC 3339, durations milliseconds.
+/// one of [`JOB_STATUSES`], times are RFC 3339, durations milliseconds;
+/// `node` is the node of the service that runs or ran it.
 pub const JOB_LISTED: Shape = Shape {
     command: "job list (a job)",
     fields: &[
@@ -235,6 +239,7 @@ pub const JOB_LISTED: Shape = Shape {
         "group",
         "id",
         "mode",
+        "node",
         "queue_wait_ms",
         "run_ms",
         "started_at",
@@ -260,6 +265,7 @@ pub const JOB: Shape = Shape {
         "group",
         "id",
         "mode",
+        "node",
         "output",
         "queue_wait_ms",
         "run_ms",

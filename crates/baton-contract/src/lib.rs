@@ -9,5 +9,7 @@
 //! Both are tested against the real binary (`crates/baton-cli/tests/contract.rs`).
 //! A change here is a change of the contract: add, never rename or remove.
 
+#![forbid(unsafe_code)]
+
 pub mod exit;
 pub mod json;

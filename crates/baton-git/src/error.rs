@@ -16,7 +16,7 @@ pub enum GitError {
         command: String,
         /// The cause.
         #[source]
-        source: io::Error,
+        source: baton_proc::ProcError,
     },
     /// A git command failed.
     #[error("`{command}` failed ({status}): {stderr}")]
@@ -192,17 +192,12 @@ impl From<LockError> for GitError {
     }
 }
 
-/// Attaches a path and an operation to an I/O result.
-pub(crate) trait IoContext<T> {
-    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, GitError>;
-}
-
-impl<T> IoContext<T> for io::Result<T> {
-    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, GitError> {
-        self.map_err(|source| GitError::Io {
-            op,
-            path: path.into(),
-            source,
-        })
+impl From<baton_fs::PathError> for GitError {
+    fn from(e: baton_fs::PathError) -> Self {
+        GitError::Io {
+            op: e.op,
+            path: e.path,
+            source: e.source,
+        }
     }
 }

@@ -6,15 +6,21 @@
 //! inherited from a hook that may have started baton (they would redirect the
 //! command to another repository).
 //!
-//! **git dies with baton.** Each git child gets `PR_SET_PDEATHSIG(SIGKILL)`
-//! between fork and exec (and gives up if baton already died), so a `kill -9`
-//! of baton in the middle of a `clone` or `checkout` does not leave git
-//! writing into a workspace that gc is about to remove. Linux sends the signal
-//! when the spawning *thread* exits; every git command is spawned and waited
-//! for on the calling thread. git stays in baton's process group, so a
-//! terminal's Ctrl-C reaches both and ssh can still prompt on the terminal.
-//! Not covered: processes git itself starts (hooks, filters, credential
-//! helpers) outlive a SIGKILLed git.
+//! **git dies with baton.** Every git command starts through baton-proc's
+//! supervisor ([`baton_proc::Supervisor::run_streaming`]), like every other
+//! child of baton: `PR_SET_PDEATHSIG(SIGKILL)` between fork and exec (and no
+//! exec at all if baton already died), so a `kill -9` of baton in the middle
+//! of a `clone` or `checkout` does not leave git writing into a workspace that
+//! gc is about to remove. Linux sends the signal when the spawning *thread*
+//! exits; the supervisor spawns and waits on the calling thread. git leads its
+//! own process group; when baton is the terminal's foreground job and git runs
+//! on baton's main thread (a command line, not the service), git's group gets
+//! the terminal while it runs ([`baton_proc::RunSpec::terminal`]), so ssh can
+//! still prompt there and a Ctrl-C reaches git. No timeout, and what git
+//! leaves running when it exits is left alone (a credential cache daemon,
+//! `gc --auto` in the background are meant to outlive it). Not covered:
+//! processes git itself starts (hooks, filters, credential helpers) outlive a
+//! SIGKILLed git.
 //!
 //! **A lock lives with what it protects**, never in the caller's baton dir,
 //! so every caller on the machine meets in one place whatever its cwd,
@@ -24,13 +30,13 @@
 //! per-user machine-wide baton dir ([`machine_dir`]).
 
 use std::ffi::{OsStr, OsString};
-use std::io;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{ExitStatus, Output};
 use std::time::{Duration, Instant};
 
 use baton_lock::{acquire, BatonDir, LockError, LockGuard, LockName, LockRequest, WaitPolicy};
+use baton_proc::{LeftoverPolicy, Outcome, ProcError, RunSpec, Streams, Supervisor};
 use sha2::{Digest, Sha256};
 
 use crate::error::GitError;
@@ -49,20 +55,27 @@ const REPO_ENV: &[&str] = &[
     "GIT_PREFIX",
 ];
 
-/// `git -C dir args...`, ready to run.
-pub(crate) fn command<I, S>(dir: &Path, args: I) -> (Command, String)
+/// `git -C dir args...`, ready to run, and its command line for messages.
+pub(crate) fn command<I, S>(dir: &Path, args: I) -> (RunSpec, String)
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
     let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
-    let mut c = Command::new("git");
-    c.arg("-C").arg(dir).args(&args);
-    for v in REPO_ENV {
-        c.env_remove(v);
-    }
-    c.env("GIT_TERMINAL_PROMPT", "0").stdin(Stdio::null());
-    die_with_parent(&mut c);
+    let mut spec = RunSpec::new("git")
+        .arg("-C")
+        .arg(dir.as_os_str())
+        .args(&args);
+    // This process's environment without the variables that would redirect
+    // git (the supervisor adds and replaces variables; it removes none).
+    spec.clear_env = true;
+    spec.env = std::env::vars_os()
+        .filter(|(k, _)| !REPO_ENV.iter().any(|v| k == v))
+        .collect();
+    spec.env.push(("GIT_TERMINAL_PROMPT".into(), "0".into()));
+    spec.stdio.stdin = baton_proc::Stdio::Null;
+    spec.leftovers = LeftoverPolicy::Leave;
+    spec.terminal = on_main_thread();
     let line = format!(
         "git -C {} {}",
         dir.display(),
@@ -71,32 +84,17 @@ where
             .collect::<Vec<_>>()
             .join(" ")
     );
-    (c, line)
+    (spec, line)
 }
 
-/// Makes the child get `SIGKILL` when the thread that spawned it dies, even
-/// by `SIGKILL` (as `baton_proc` does for commands).
-fn die_with_parent(command: &mut Command) {
-    let parent = rustix::process::getpid();
-    let hook = move || -> io::Result<()> {
-        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
-        // If baton died before the prctl, the signal will never come: we
-        // have been re-parented already, so do not run at all.
-        if rustix::process::getppid() != Some(parent) {
-            return Err(io::Error::from_raw_os_error(
-                rustix::io::Errno::SRCH.raw_os_error(),
-            ));
-        }
-        Ok(())
-    };
-    // SAFETY: the hook runs in the child between fork and exec, where only
-    // async-signal-safe operations are allowed. It makes two raw system calls
-    // through rustix (prctl, getppid), does not allocate (an `io::Error` made
-    // from a raw errno is stored inline), takes no locks and touches no
-    // shared state.
-    unsafe {
-        command.pre_exec(hook);
-    }
+/// Whether git may be handed the terminal: only from the main thread. A
+/// command line program (`baton git push`, `baton run --workspace`) runs git
+/// there, and giving git's group the terminal while it runs lets ssh prompt
+/// and a Ctrl-C reach git. A program that hosts many runs (the service) runs
+/// git on worker threads, where several gits may run at once and the
+/// terminal, if it has one, must stay its own.
+fn on_main_thread() -> bool {
+    rustix::thread::gettid() == rustix::process::getpid()
 }
 
 /// Turns a wait into a deadline fixed now, so that every lock taken during
@@ -160,20 +158,55 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let (mut c, line) = command(dir, args);
+    let (spec, line) = command(dir, args);
     tracing::debug!(command = %line, "running git");
     let started = Instant::now();
-    let out = c.output().map_err(|source| GitError::Spawn {
+    let spawn_failed = |source| GitError::Spawn {
         command: line.clone(),
         source,
-    })?;
+    };
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let streamed = Supervisor::new(spec)
+        .run_streaming(
+            Streams::new().stdout(&mut stdout).stderr(&mut stderr),
+            |_| {},
+        )
+        .map_err(spawn_failed)?;
+    for read in [streamed.stdout, streamed.stderr] {
+        read.map_err(|source| {
+            spawn_failed(ProcError::Io {
+                op: "read the output of git",
+                source,
+            })
+        })?;
+    }
+    let status = exit_status(streamed.finished.outcome);
     tracing::debug!(
         command = %line,
-        status = %out.status,
+        status = %status,
         elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         "git finished"
     );
-    Ok((out, line))
+    Ok((
+        Output {
+            status,
+            stdout,
+            stderr,
+        },
+        line,
+    ))
+}
+
+/// The wait status of a command that ended as `outcome` (git has no timeout
+/// and no canceller, so it only exits or dies of a signal).
+fn exit_status(outcome: Outcome) -> ExitStatus {
+    match outcome {
+        Outcome::Exited(code) => ExitStatus::from_raw((code & 0xff) << 8),
+        Outcome::Signaled(signal) => ExitStatus::from_raw(signal & 0x7f),
+        Outcome::TimedOut | Outcome::Cancelled => {
+            ExitStatus::from_raw(rustix::process::Signal::KILL.as_raw())
+        }
+    }
 }
 
 /// The oldest git baton works with (`rev-parse --path-format=absolute`
@@ -411,6 +444,19 @@ mod tests {
         assert!(!old.is_supported());
         let installed = git_version().unwrap();
         assert!(installed.number.is_some(), "{installed:?}");
+    }
+
+    #[test]
+    fn outcomes_read_as_the_wait_statuses_git_would_have_had() {
+        assert_eq!(
+            exit_status(Outcome::Exited(0)).to_string(),
+            "exit status: 0"
+        );
+        assert_eq!(exit_status(Outcome::Exited(128)).code(), Some(128));
+        assert_eq!(exit_status(Outcome::Signaled(9)).signal(), Some(9));
+        let (out, _) = output(Path::new("/"), ["--no-such-option"]).unwrap();
+        assert_eq!(out.status.code(), Some(129), "{out:?}");
+        assert!(!out.stderr.is_empty());
     }
 
     #[test]

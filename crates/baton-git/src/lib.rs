@@ -25,6 +25,8 @@
 //! configuration apply; status checks use `--no-optional-locks`; a git child
 //! dies with the baton process that started it.
 
+#![forbid(unsafe_code)]
+
 mod error;
 mod gc;
 mod git;

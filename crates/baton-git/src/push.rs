@@ -28,8 +28,9 @@ use std::time::Duration;
 use baton_lock::{acquire, new_run_id, BatonDir, LockRequest, WaitPolicy};
 use serde::Serialize;
 
-use crate::error::{GitError, IoContext};
+use crate::error::GitError;
 use crate::git::{self, hashed_name, machine_dir, Repo, DEFAULT_GIT_LOCK_WAIT};
+use baton_fs::IoResultExt;
 
 /// Retry policy of a push.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -77,17 +78,7 @@ impl Backoff {
 
 /// A uniformly distributed number in `[0, 1)` from the kernel's random source.
 fn random_unit() -> f64 {
-    let mut buf = [0u8; 8];
-    let filled =
-        rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty()).unwrap_or(0);
-    if filled < buf.len() {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        return f64::from(nanos % 1_000_000) / 1_000_000.0;
-    }
-    (u64::from_le_bytes(buf) >> 11) as f64 / (1u64 << 53) as f64
+    (baton_fs::random_u64() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// What to push.
@@ -399,7 +390,7 @@ pub fn init_attributes(repo: &Path) -> Result<(PathBuf, bool), GitError> {
     let current = match fs::read_to_string(&path) {
         Ok(s) => s,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e).at("cannot read", &path),
+        Err(e) => return Err(e).context("cannot read", &path).map_err(Into::into),
     };
     let present = current
         .lines()
@@ -413,17 +404,10 @@ pub fn init_attributes(repo: &Path) -> Result<(PathBuf, bool), GitError> {
     }
     next.push_str(JSONL_UNION);
     next.push('\n');
-    let tmp = top.join(format!(".gitattributes.baton-tmp-{}", std::process::id()));
-    let written = (|| -> std::io::Result<()> {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(next.as_bytes())?;
-        f.sync_data()?;
-        fs::rename(&tmp, &path)
-    })();
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(e).at("cannot write", &path);
-    }
+    // Flushed before the rename, as before; the directory is not: losing
+    // the line to a power loss only means it is added again next time.
+    baton_fs::write_atomic(&path, next.as_bytes(), baton_fs::Durability::Data)
+        .map_err(baton_fs::PathError::from)?;
     Ok((path, true))
 }
 

@@ -15,8 +15,9 @@ use std::path::{Path, PathBuf};
 
 use baton_lock::BatonDir;
 
-use crate::error::{GitError, IoContext};
+use crate::error::GitError;
 use crate::workspace::Workspace;
+use baton_fs::IoResultExt;
 
 /// `<baton dir>/workspaces`, created `0700` if missing.
 pub(crate) fn workspaces_dir(dir: &BatonDir) -> Result<PathBuf, GitError> {
@@ -33,7 +34,9 @@ pub(crate) fn registry_dir(dir: &BatonDir) -> Result<PathBuf, GitError> {
 
 /// 0700, or 2770 in a baton dir shared with a group.
 fn make_dir(path: &Path) -> Result<(), GitError> {
-    baton_lock::sharing::create_dir(path).at("cannot create directory", path)
+    baton_lock::sharing::create_dir(path)
+        .context("cannot create directory", path)
+        .map_err(Into::into)
 }
 
 fn record_path(reg: &Path, id: &str) -> PathBuf {
@@ -62,7 +65,9 @@ pub(crate) fn insert(dir: &BatonDir, ws: &Workspace) -> Result<(), GitError> {
     })();
     if let Err(e) = written {
         let _ = fs::remove_file(&tmp);
-        return Err(e).at("cannot write workspace record", &tmp);
+        return Err(e)
+            .context("cannot write workspace record", &tmp)
+            .map_err(Into::into);
     }
     // link(2) publishes the complete record and fails if the id is taken.
     let linked = fs::hard_link(&tmp, &target);
@@ -76,7 +81,11 @@ pub(crate) fn insert(dir: &BatonDir, ws: &Workspace) -> Result<(), GitError> {
                 path,
             });
         }
-        Err(e) => return Err(e).at("cannot publish workspace record", &target),
+        Err(e) => {
+            return Err(e)
+                .context("cannot publish workspace record", &target)
+                .map_err(Into::into)
+        }
     }
     sync_dir(&reg)
 }
@@ -91,7 +100,9 @@ pub(crate) fn get(dir: &BatonDir, id: &str) -> Result<Workspace, GitError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             Err(GitError::NoSuchWorkspace { id: id.to_string() })
         }
-        Err(e) => Err(e).at("cannot read workspace record", path),
+        Err(e) => Err(e)
+            .context("cannot read workspace record", path)
+            .map_err(Into::into),
     }
 }
 
@@ -102,7 +113,9 @@ pub(crate) fn delete(dir: &BatonDir, id: &str) -> Result<(), GitError> {
     match fs::remove_file(&path) {
         Ok(()) => sync_dir(&reg),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).at("cannot remove workspace record", path),
+        Err(e) => Err(e)
+            .context("cannot remove workspace record", path)
+            .map_err(Into::into),
     }
 }
 
@@ -110,8 +123,8 @@ pub(crate) fn delete(dir: &BatonDir, id: &str) -> Result<(), GitError> {
 pub(crate) fn all(dir: &BatonDir) -> Result<Vec<Result<Workspace, GitError>>, GitError> {
     let reg = registry_dir(dir)?;
     let mut out = Vec::new();
-    for entry in fs::read_dir(&reg).at("cannot list workspace registry", &reg)? {
-        let entry = entry.at("cannot list workspace registry", &reg)?;
+    for entry in fs::read_dir(&reg).context("cannot list workspace registry", &reg)? {
+        let entry = entry.context("cannot list workspace registry", &reg)?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
         let Some(id) = name.strip_suffix(".json") else {
@@ -137,5 +150,6 @@ pub(crate) fn all(dir: &BatonDir) -> Result<Vec<Result<Workspace, GitError>>, Gi
 fn sync_dir(path: &Path) -> Result<(), GitError> {
     File::open(path)
         .and_then(|d| d.sync_all())
-        .at("cannot sync directory", path)
+        .context("cannot sync directory", path)
+        .map_err(Into::into)
 }

@@ -30,9 +30,10 @@ use baton_lock::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::error::{GitError, IoContext};
+use crate::error::GitError;
 use crate::git::{self, Repo, DEFAULT_GIT_LOCK_WAIT};
 use crate::registry;
+use baton_fs::IoResultExt;
 
 /// How often a `clone --local` that met an object being written in the
 /// base is tried (see `populate`).
@@ -375,7 +376,7 @@ fn fetch_base(
     run_id: &str,
 ) -> Result<(), GitError> {
     let stamps = repo.baton_dir()?.path().join("fetch");
-    baton_lock::sharing::create_dir(&stamps).at("cannot create directory", &stamps)?;
+    baton_lock::sharing::create_dir(&stamps).context("cannot create directory", &stamps)?;
     let name = repo.lock_name()?;
     let stamp = stamps.join(name.as_str().replace('/', "-"));
     let guard = repo.lock(wait, "git fetch", run_id)?;
@@ -390,7 +391,7 @@ fn fetch_base(
         options.write(true).truncate(true);
         baton_lock::sharing::open_or_create(&stamp, &options, 0o644)
             .and_then(|mut f| std::io::Write::write_all(&mut f, run_id.as_bytes()))
-            .at("cannot write fetch stamp", &stamp)?;
+            .context("cannot write fetch stamp", &stamp)?;
     }
     drop(guard);
     Ok(())
@@ -499,9 +500,9 @@ fn copy_included(repo: &Repo, to: &Path) -> Result<(), GitError> {
         }
         let (src, dst) = (top.join(rel), to.join(rel));
         if let Some(parent) = dst.parent() {
-            fs::create_dir_all(parent).at("cannot create directory", parent)?;
+            fs::create_dir_all(parent).context("cannot create directory", parent)?;
         }
-        fs::copy(&src, &dst).at("cannot copy ignored file", &src)?;
+        fs::copy(&src, &dst).context("cannot copy ignored file", &src)?;
     }
     Ok(())
 }

@@ -17,8 +17,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::error::{IoContext, LockError};
+use crate::error::LockError;
 use crate::ofd::{self, Kind};
+use baton_fs::IoResultExt;
 
 /// What kind of filesystem a path is on, as far as locking is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,7 +113,7 @@ impl Filesystem {
 
 /// The filesystem `path` is on (`statfs(2)`).
 pub fn filesystem(path: &Path) -> Result<Filesystem, LockError> {
-    let st = rustix::fs::statfs(path).at("cannot statfs", path)?;
+    let st = rustix::fs::statfs(path).context("cannot statfs", path)?;
     // `f_type` is a C long (or narrower) holding a 32-bit magic number;
     // widening through i64 keeps it whatever the architecture's type.
     #[allow(clippy::unnecessary_cast)] // the field's type differs per architecture
@@ -133,7 +134,7 @@ pub struct Space {
 
 /// Free space on the filesystem of `path` (`statvfs(2)`).
 pub fn free_space(path: &Path) -> Result<Space, LockError> {
-    let st = rustix::fs::statvfs(path).at("cannot statvfs", path)?;
+    let st = rustix::fs::statvfs(path).context("cannot statvfs", path)?;
     Ok(Space {
         available_bytes: st.f_bavail.saturating_mul(st.f_frsize),
         total_bytes: st.f_blocks.saturating_mul(st.f_frsize),
@@ -178,11 +179,11 @@ pub fn probe_locks(dir: &Path) -> Result<LockProbe, LockError> {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
     };
-    let first = open(true).at("cannot create probe file", &path)?;
+    let first = open(true).context("cannot create probe file", &path)?;
     let second = open(false);
     let removed = fs::remove_file(&path);
-    let second = second.at("cannot open probe file", &path)?;
-    removed.at("cannot remove probe file", &path)?;
+    let second = second.context("cannot open probe file", &path)?;
+    removed.context("cannot remove probe file", &path)?;
     let (a, b) = (first.as_fd(), second.as_fd());
     let refused = |e: std::io::Error| Ok(LockProbe::Unsupported(e.to_string()));
     match ofd::try_lock(a, Kind::Write, 0, 1) {

@@ -12,8 +12,9 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::error::{IoContext, LockError};
+use crate::error::LockError;
 use crate::name::LockName;
+use baton_fs::IoResultExt;
 
 /// A vetted baton dir.
 #[derive(Clone, Debug)]
@@ -111,7 +112,7 @@ impl BatonDir {
             path
         } else {
             std::env::current_dir()
-                .at("cannot read the working directory for", &path)?
+                .context("cannot read the working directory for", &path)?
                 .join(path)
         };
         match fs::symlink_metadata(&path) {
@@ -121,22 +122,26 @@ impl BatonDir {
                     .recursive(true)
                     .mode(0o700)
                     .create(&path)
-                    .at("cannot create baton dir", &path)?;
+                    .context("cannot create baton dir", &path)?;
                 // Inside a shared baton dir (`groups/`), shared in turn.
                 if path.parent().is_some_and(crate::sharing::is_shared) {
                     fs::set_permissions(&path, fs::Permissions::from_mode(0o2770))
-                        .at("cannot create baton dir", &path)?;
+                        .context("cannot create baton dir", &path)?;
                 }
             }
-            Err(e) => return Err(e).at("cannot inspect baton dir", &path),
+            Err(e) => {
+                return Err(e)
+                    .context("cannot inspect baton dir", &path)
+                    .map_err(Into::into)
+            }
         }
         let sharing = vet(&path)?;
         // One spelling per directory (`d/`, `./d`, a symlinked parent): the
         // marker of a lock is derived from this path (LOCKING.md).
-        let path = fs::canonicalize(&path).at("cannot resolve baton dir", &path)?;
+        let path = fs::canonicalize(&path).context("cannot resolve baton dir", &path)?;
         let dir = BatonDir { path, sharing };
         let locks = dir.locks_dir();
-        crate::sharing::create_dir(&locks).at("cannot create lock directory", &locks)?;
+        crate::sharing::create_dir(&locks).context("cannot create lock directory", &locks)?;
         vet(&locks)?;
         Ok(dir)
     }
@@ -177,9 +182,13 @@ impl BatonDir {
                     .recursive(true)
                     .mode(0o700)
                     .create(path)
-                    .at("cannot create baton dir", path)?;
+                    .context("cannot create baton dir", path)?;
             }
-            Err(e) => return Err(e).at("cannot inspect baton dir", path),
+            Err(e) => {
+                return Err(e)
+                    .context("cannot inspect baton dir", path)
+                    .map_err(Into::into)
+            }
         }
         share_tree(path, gid, 0)?;
         BatonDir::open(path)
@@ -209,26 +218,26 @@ impl BatonDir {
 /// Gives group `gid` the directory `path` and, below it, what baton keeps
 /// there (not the checkouts of workspaces, which belong to their users).
 fn share_tree(path: &Path, gid: u32, depth: u32) -> Result<(), LockError> {
-    let meta = fs::symlink_metadata(path).at("cannot inspect", path)?;
+    let meta = fs::symlink_metadata(path).context("cannot inspect", path)?;
     if meta.file_type().is_symlink() {
         return Ok(());
     }
     rustix::fs::chown(path, None, Some(rustix::fs::Gid::from_raw(gid)))
         .map_err(std::io::Error::from)
-        .at("cannot change the group of", path)?;
+        .context("cannot change the group of", path)?;
     let mode = if meta.is_dir() {
         (meta.mode() & 0o7777 & !0o007) | 0o2770
     } else {
         (meta.mode() & 0o777 & !0o007) | 0o060
     };
     fs::set_permissions(path, fs::Permissions::from_mode(mode))
-        .at("cannot change the permissions of", path)?;
+        .context("cannot change the permissions of", path)?;
     if !meta.is_dir() || depth > 3 {
         return Ok(());
     }
     let in_workspaces = path.file_name().is_some_and(|n| n == "workspaces") && depth == 1;
-    for entry in fs::read_dir(path).at("cannot list", path)? {
-        let entry = entry.at("cannot list", path)?;
+    for entry in fs::read_dir(path).context("cannot list", path)? {
+        let entry = entry.context("cannot list", path)?;
         let is_checkout = in_workspaces && entry.file_name() != ".registry";
         if is_checkout {
             continue;
@@ -245,7 +254,7 @@ fn vet(path: &Path) -> Result<Sharing, LockError> {
         path: path.to_path_buf(),
         reason,
     };
-    let meta = fs::symlink_metadata(path).at("cannot inspect baton dir", path)?;
+    let meta = fs::symlink_metadata(path).context("cannot inspect baton dir", path)?;
     if meta.file_type().is_symlink() {
         return Err(refuse(
             "is a symbolic link; use the real directory path".into(),
@@ -284,7 +293,7 @@ fn default_location() -> Result<(PathBuf, DirRule), LockError> {
     if let Some(dir) = std::env::var_os("BATON_DIR").filter(|d| !d.is_empty()) {
         return Ok((PathBuf::from(dir), DirRule::Env));
     }
-    let cwd = std::env::current_dir().at("cannot read the working directory", ".")?;
+    let cwd = std::env::current_dir().context("cannot read the working directory", ".")?;
     if let Some(common) = git_common_dir(&cwd) {
         return Ok((
             common.join("baton"),

@@ -142,23 +142,12 @@ pub fn one_line(e: &dyn std::error::Error) -> String {
     line
 }
 
-/// Attaches a path and an operation to an I/O result.
-pub(crate) trait IoContext<T> {
-    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, LockError>;
-}
-
-impl<T> IoContext<T> for io::Result<T> {
-    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, LockError> {
-        self.map_err(|source| LockError::Io {
-            op,
-            path: path.into(),
-            source,
-        })
-    }
-}
-
-impl<T> IoContext<T> for Result<T, rustix::io::Errno> {
-    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, LockError> {
-        self.map_err(io::Error::from).at(op, path)
+impl From<baton_fs::PathError> for LockError {
+    fn from(e: baton_fs::PathError) -> Self {
+        LockError::Io {
+            op: e.op,
+            path: e.path,
+            source: e.source,
+        }
     }
 }

@@ -6,7 +6,7 @@
 use std::os::fd::AsFd;
 use std::time::{Instant, SystemTime};
 
-use crate::error::{IoContext, LockError};
+use crate::error::LockError;
 use crate::identity::{default_owner, new_run_id, Liveness, ProcessIdentity};
 use crate::layout::{held_slots, SLOT_BASE};
 use crate::lock::{Grant, MetaLock, Target};
@@ -14,6 +14,7 @@ use crate::meta::{read_doc, write_doc, CommandGroup, HolderKind, HolderRecord, L
 use crate::ofd::{self, Kind};
 use crate::replaced;
 use crate::request::{LockRequest, Mode};
+use baton_fs::IoResultExt;
 
 /// Holding `slot` (and META with the document just read, on the fast path):
 /// make sure nobody holds this lock through a deleted or replaced file, stop
@@ -37,10 +38,10 @@ pub(crate) fn take_over(
     // The marker first, then the path check: an acquirer that creates a new
     // file either sees our marker or we see that our file is no longer there.
     // Read locks on markers never conflict: this always succeeds.
-    let marked = ofd::try_lock(fd, Kind::Read, at.mark, 1).at("cannot lock", path);
+    let marked = ofd::try_lock(fd, Kind::Read, at.mark, 1).context("cannot lock", path);
     if let Err(e) = marked {
         give_back();
-        return Err(e);
+        return Err(e.into());
     }
     if !replaced::still_at_path(at.id, path) {
         give_back();
@@ -51,13 +52,15 @@ pub(crate) fn take_over(
             Some(l) => l,
             None => {
                 let meta = MetaLock::write_until(file, deadline, req.cancel.as_ref())
-                    .at("cannot lock metadata of", path)?
+                    .context("cannot lock metadata of", path)?
                     .ok_or_else(|| {
                         busy(Some(
                             "a process that holds the lock's metadata (stopped?)".into(),
                         ))
                     })?;
-                let doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
+                let doc = read_doc(file)
+                    .context("cannot read lock file", path)?
+                    .or_fresh();
                 (meta, doc)
             }
         };
@@ -73,7 +76,7 @@ pub(crate) fn take_over(
             // count first, so that others meeting our slot agree with it.
             if doc.max != mode.slots() {
                 doc.max = mode.slots();
-                write_doc(file, &mut doc).at("cannot write lock metadata to", path)?;
+                write_doc(file, &mut doc).context("cannot write lock metadata to", path)?;
             }
             drop(meta);
             if replaced_holders {
@@ -108,13 +111,15 @@ pub(crate) fn take_over(
                 );
             }
             let _meta = MetaLock::write_until(file, deadline, req.cancel.as_ref())
-                .at("cannot lock metadata of", path)?
+                .context("cannot lock metadata of", path)?
                 .ok_or_else(|| {
                     busy(Some(
                         "a process that holds the lock's metadata (stopped?)".into(),
                     ))
                 })?;
-            let mut doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
+            let mut doc = read_doc(file)
+                .context("cannot read lock file", path)?
+                .or_fresh();
             return record_grant(at, &mut doc, req, mode, slot).map(Some);
         }
         record_grant(at, &mut doc, req, mode, slot).map(Some)
@@ -211,7 +216,7 @@ fn record_grant(
         command_group: None,
         acquired_for: req.acquired_for.clone(),
     });
-    write_doc(at.file, doc).at("cannot write lock metadata to", at.path)?;
+    write_doc(at.file, doc).context("cannot write lock metadata to", at.path)?;
     Ok((doc.token, run_id))
 }
 

@@ -258,18 +258,7 @@ pub fn default_owner() -> &'static str {
 
 /// A new run id: 16 hex digits from the kernel's random source.
 pub fn new_run_id() -> String {
-    let mut buf = [0u8; 8];
-    let filled =
-        rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty()).unwrap_or(0);
-    if filled < buf.len() {
-        // Fall back to time and pid; uniqueness matters, secrecy does not.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        buf = (nanos ^ (u64::from(std::process::id()) << 40)).to_le_bytes();
-    }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
+    format!("{:016x}", baton_fs::random_u64())
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use crate::cancel::CancelToken;
 use crate::dir::BatonDir;
-use crate::error::{IoContext, LockError};
+use crate::error::LockError;
 use crate::grant::{held_for_ancestor, take_over};
 use crate::layout::{
     greatest_ticket_below, held_slots, BORROW_BASE, META, SLOT_BASE, TICKET_BASE, TICKET_END,
@@ -26,6 +26,7 @@ use crate::reentrant::{forget_held, held_key, remember_held, HeldKey};
 use crate::replaced::{self, FileId};
 use crate::request::{LockRequest, Mode};
 use crate::wait::WaitPolicy;
+use baton_fs::IoResultExt;
 
 /// A held lock. Dropping it releases the lock; [`LockGuard::release`] does
 /// the same and reports errors.
@@ -100,7 +101,9 @@ impl LockGuard {
             }
             Ok(())
         })();
-        result.at("cannot update lock metadata in", &self.path)
+        result
+            .context("cannot update lock metadata in", &self.path)
+            .map_err(Into::into)
     }
 
     /// Releases the lock now.
@@ -116,7 +119,9 @@ impl LockGuard {
             self.released = true;
             forget_held(&self.key);
             let byte = BORROW_BASE + u64::from(self.slot);
-            return ofd::unlock(self.file.as_fd(), byte, 1).at("cannot release lock", &self.path);
+            return ofd::unlock(self.file.as_fd(), byte, 1)
+                .context("cannot release lock", &self.path)
+                .map_err(Into::into);
         }
         self.released = true;
         forget_held(&self.key);
@@ -154,8 +159,8 @@ impl LockGuard {
             None,
         );
         let unlock = ofd::unlock(fd, SLOT_BASE + u64::from(self.slot), 1);
-        unlock.at("cannot release lock", &self.path)?;
-        record.at("cannot update lock metadata in", &self.path)?;
+        unlock.context("cannot release lock", &self.path)?;
+        record.context("cannot update lock metadata in", &self.path)?;
         Ok(())
     }
 }
@@ -311,7 +316,9 @@ fn open_lock_file(path: &Path) -> Result<File, LockError> {
         .read(true)
         .write(true)
         .custom_flags(libc::O_NOFOLLOW);
-    crate::sharing::open_or_create(path, &options, 0o600).at("cannot open lock file", path)
+    crate::sharing::open_or_create(path, &options, 0o600)
+        .context("cannot open lock file", path)
+        .map_err(Into::into)
 }
 
 /// How long a release waits for processes still using the hold (borrowers).
@@ -425,13 +432,15 @@ fn acquire_in(
                 )))
             }
         };
-        let mut doc = read_doc(file).at("cannot read lock file", path)?.or_fresh();
-        let waiting = greatest_ticket_below(fd, TICKET_END).at("cannot inspect lock", path)?;
+        let mut doc = read_doc(file)
+            .context("cannot read lock file", path)?
+            .or_fresh();
+        let waiting = greatest_ticket_below(fd, TICKET_END).context("cannot inspect lock", path)?;
         // Only a disagreement about the slot count needs the slots inspected.
         let disagrees = doc.max != slots
             && (waiting.is_some()
                 || !held_slots(fd, doc.max.max(slots))
-                    .at("cannot inspect lock", path)?
+                    .context("cannot inspect lock", path)?
                     .is_empty());
         if disagrees {
             return Err(LockError::ModeMismatch {
@@ -441,14 +450,14 @@ fn acquire_in(
             });
         }
         if waiting.is_none() {
-            if let Some(slot) = try_slots(file, mode, slots).at("cannot lock", path)? {
+            if let Some(slot) = try_slots(file, mode, slots).context("cannot lock", path)? {
                 tracing::debug!(lock = %req.name, slot, "free and nobody waiting: taking it at once");
                 return take_over(at, req, mode, slot, Some((meta, doc)), deadline, busy);
             }
         }
         if req.use_ancestor_hold {
             if let Some(h) =
-                held_for_ancestor(fd, &doc, Some(mode)).at("cannot inspect lock", path)?
+                held_for_ancestor(fd, &doc, Some(mode)).context("cannot inspect lock", path)?
             {
                 drop(meta);
                 tracing::debug!(lock = %req.name, ancestor_pid = h.process.pid, token = h.token, "held by an ancestor of this process: using its hold");
@@ -479,7 +488,9 @@ fn acquire_in(
         // never end: that supervisor waits for us. Refuse instead. Other
         // holders (a library user that spawned us) may well release first.
         if req.wait == WaitPolicy::Forever {
-            if let Some(h) = held_for_ancestor(fd, &doc, None).at("cannot inspect lock", path)? {
+            if let Some(h) =
+                held_for_ancestor(fd, &doc, None).context("cannot inspect lock", path)?
+            {
                 return Err(LockError::HeldByAncestor {
                     name: req.name.to_string(),
                     pid: h.process.pid,
@@ -489,10 +500,10 @@ fn acquire_in(
         }
         if doc.max != slots {
             doc.max = slots;
-            write_doc(file, &mut doc).at("cannot write lock metadata to", path)?;
+            write_doc(file, &mut doc).context("cannot write lock metadata to", path)?;
         }
         let mut t = waiting.map_or(TICKET_BASE, |w| w + 1);
-        while !ofd::try_lock(fd, Kind::Write, t, 1).at("cannot join the queue of", path)? {
+        while !ofd::try_lock(fd, Kind::Write, t, 1).context("cannot join the queue of", path)? {
             t += 1;
         }
         tracing::debug!(lock = %req.name, position = crate::layout::count_tickets(fd).map_or(0, |n| n + 1), ticket = t - TICKET_BASE, holder = describe_holders(&doc).as_deref().unwrap_or("unknown"), "joined the line (position 1 is next); waiting for the holder");

@@ -6,7 +6,8 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::thread::ThreadId;
 
-use crate::error::{IoContext, LockError};
+use crate::error::LockError;
+use baton_fs::IoResultExt;
 
 /// Identifies a lock file and the thread that holds it, for re-entrancy checks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,7 +20,7 @@ pub(crate) struct HeldKey {
 static HELD: Mutex<Vec<HeldKey>> = Mutex::new(Vec::new());
 
 pub(crate) fn held_key(file: &File, path: &Path) -> Result<HeldKey, LockError> {
-    let meta = file.metadata().at("cannot inspect lock file", path)?;
+    let meta = file.metadata().context("cannot inspect lock file", path)?;
     Ok(HeldKey {
         dev: meta.dev(),
         ino: meta.ino(),

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::dir::BatonDir;
-use crate::error::{IoContext, LockError};
+use crate::error::LockError;
 use crate::identity::{Liveness, ProcessIdentity};
 use crate::layout::{count_tickets, held_slots};
 use crate::lock::MetaLock;
@@ -23,6 +23,7 @@ use crate::meta::{read_doc, DocRead, HolderKind, HolderRecord};
 use crate::name::LockName;
 use crate::ofd::Kind;
 use crate::replaced::{holders_elsewhere, marker, FileId};
+use baton_fs::IoResultExt;
 
 /// One holder as shown by `status`.
 #[derive(Clone, Debug, Serialize)]
@@ -178,10 +179,10 @@ fn see_replaced_files(st: &mut LockStatus, dir: &BatonDir, name: &str) {
 /// Status of every lock in the baton dir, sorted by name.
 pub fn list(dir: &BatonDir) -> Result<Vec<LockStatus>, LockError> {
     let locks = dir.locks_dir();
-    let entries = std::fs::read_dir(&locks).at("cannot list", &locks)?;
+    let entries = std::fs::read_dir(&locks).context("cannot list", &locks)?;
     let mut out = Vec::new();
     for entry in entries {
-        let entry = entry.at("cannot list", &locks)?;
+        let entry = entry.context("cannot list", &locks)?;
         let file_name = entry.file_name();
         let Some(stem) = file_name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
             continue;
@@ -226,15 +227,19 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
     let file = match open_for_status(path) {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(st),
-        Err(e) => return Err(e).at("cannot open lock file", path),
+        Err(e) => {
+            return Err(e)
+                .context("cannot open lock file", path)
+                .map_err(Into::into)
+        }
     };
     let fd = file.as_fd();
     // Read under META for a consistent view; a writer never holds it for more
     // than a few system calls, so one that holds it for seconds is stopped or
     // stuck, and a best-effort view beats hanging.
     let _meta =
-        MetaLock::read(&file, Duration::from_secs(2)).at("cannot lock metadata of", path)?;
-    let doc = match read_doc(&file).at("cannot read lock file", path)? {
+        MetaLock::read(&file, Duration::from_secs(2)).context("cannot lock metadata of", path)?;
+    let doc = match read_doc(&file).context("cannot read lock file", path)? {
         DocRead::Valid(doc) => {
             st.content = Content::Ok;
             Some(doc)
@@ -251,8 +256,8 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
     };
     let max = doc.as_ref().map_or(1, |d| d.max.max(1));
     st.max = max;
-    let held = held_slots(fd, max).at("cannot inspect lock", path)?;
-    st.waiters = count_tickets(fd).at("cannot inspect lock", path)?;
+    let held = held_slots(fd, max).context("cannot inspect lock", path)?;
+    st.waiters = count_tickets(fd).context("cannot inspect lock", path)?;
     st.held = !held.is_empty();
     if st.held {
         st.mode = Some(

@@ -106,7 +106,7 @@ pub(crate) fn session_ended(e: &tokio_postgres::Error) -> bool {
 }
 
 /// A driver error in one line (SQLSTATE and message for server errors).
-pub(crate) fn one_line(e: &tokio_postgres::Error) -> String {
+pub fn one_line(e: &tokio_postgres::Error) -> String {
     let text = match e.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
         None => baton_lock::one_line(e),

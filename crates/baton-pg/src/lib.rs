@@ -37,11 +37,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod acquire;
 mod diagnose;
 mod error;
 mod group;
 mod holds;
+pub mod liveness;
 mod schema;
 mod session;
 mod settle;
@@ -50,7 +53,7 @@ mod tls;
 
 pub use acquire::MAX_SLOTS;
 pub use diagnose::Diagnosis;
-pub use error::{redact, PgError};
+pub use error::{one_line, redact, PgError};
 pub use group::{GroupJoin, GroupRunRow, GroupSlot, Joined};
 pub use holds::{Grant, Holds};
 pub use schema::SCHEMA_VERSION;

@@ -4,13 +4,9 @@
 //! The connection is driven by a task on a small runtime owned by the
 //! session, so its end is noticed the instant it happens (the server
 //! terminated it, restarted, or the socket failed), not at the next query.
-//! Both ends watch for a dead peer: the client with TCP keepalives (idle
-//! 5 s, interval 2 s, 3 probes) and `tcp_user_timeout` 10 s; the server
-//! with the same settings for this session, so the server ends the session
-//! of a machine that died or was cut off, and frees its locks, within about
-//! 11 s. While holding, a heartbeat sent every 2 s (at a fixed cadence,
-//! whatever the answers take) that does not answer within 3 s counts as a
-//! lost session too.
+//! Both ends watch for a dead peer, and while holding a heartbeat sent
+//! every 2 s (at a fixed cadence, whatever the answers take) that does not
+//! answer within 3 s counts as a lost session too: see [`crate::liveness`].
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -21,11 +17,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 
 use crate::error::{one_line, redact, sqlstate, PgError};
-
-/// How often a holding session checks that the server still answers.
-pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
-/// How long a heartbeat may take before the session counts as lost.
-pub(crate) const HEARTBEAT_LIMIT: Duration = Duration::from_secs(3);
+use crate::liveness::{HEARTBEAT, HEARTBEAT_LIMIT};
 
 /// How long making a session may take (the TCP connection, the login, the
 /// session's settings) before it counts as failed.
@@ -118,13 +110,7 @@ impl Database {
         if config.get_application_name().is_none() {
             config.application_name("baton");
         }
-        config
-            .connect_timeout(Duration::from_secs(5))
-            .keepalives(true)
-            .keepalives_idle(Duration::from_secs(5))
-            .keepalives_interval(Duration::from_secs(2))
-            .keepalives_retries(3)
-            .tcp_user_timeout(Duration::from_secs(10));
+        crate::liveness::client_keepalives(&mut config);
         Ok(Database {
             config,
             tls,
@@ -294,8 +280,7 @@ impl Session {
         // the dead waiter keeps its place (and its connection) until it is
         // granted the lock. It exists from PostgreSQL 14; before, the
         // setting fails the whole batch, and the rest is set alone.
-        let keepalives = "SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2; \
-                          SET tcp_keepalives_count = 3; SET tcp_user_timeout = 10000";
+        let keepalives = crate::liveness::SERVER_KEEPALIVES.join("; ");
         let c = Arc::clone(&client);
         let set = rt.block_on(async move {
             // Bounded: a server that accepted the connection and then
@@ -307,7 +292,7 @@ impl Session {
                     Ok(()) => Ok(()),
                     Err(e) if sqlstate(&e) == Some("42704") => {
                         tracing::debug!(error = %one_line(&e), "no client_connection_check_interval");
-                        c.batch_execute(keepalives).await
+                        c.batch_execute(&keepalives).await
                     }
                     Err(e) => Err(e),
                 }
@@ -406,21 +391,14 @@ impl Session {
             // A fixed cadence: the next heartbeat does not wait for the
             // interval after a slow answer (a slow but live server must not
             // let the guardian's deadline pass).
-            let mut tick = tokio::time::interval(HEARTBEAT);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut tick = crate::liveness::ticker();
             tick.tick().await;
             loop {
                 tick.tick().await;
-                let sent = std::time::Instant::now();
-                match tokio::time::timeout(HEARTBEAT_LIMIT, client.simple_query("")).await {
-                    Ok(Ok(_)) => lost.alive(sent),
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %one_line(&e), "heartbeat failed");
-                        lost.fire();
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!("heartbeat unanswered");
+                match crate::liveness::beat(client.simple_query("")).await {
+                    Ok(sent) => lost.alive(sent),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "heartbeat failed");
                         lost.fire();
                         return;
                     }

@@ -1,6 +1,9 @@
 //! Supervise one child command for `baton run`: its own process group, signal forwarding,
 //! `SIGTERM` → grace → `SIGKILL`, a timeout, cancellation from another thread, and mapping
-//! of how it ended to an exit code.
+//! of how it ended to an exit code. Every child baton starts goes through here (the
+//! commands of `baton run` and of the service, git, state filters), so each gets the
+//! same guarantees; one whose input or output is data (a filter, git) has its streams
+//! pumped from and into the caller's reader and writers ([`Supervisor::run_streaming`]).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -68,6 +71,7 @@ pub mod procfs;
 pub mod signal_handling {}
 mod signals;
 mod spawn;
+pub mod streams;
 mod supervise;
 mod terminal;
 mod terminate;
@@ -86,6 +90,7 @@ pub use contain::{
 pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 pub use guard::{guardian_main, Fence, FenceSource, GuardSpec, GUARD_ARG};
 pub use signals::FORWARDED_SIGNALS;
+pub use streams::{Streamed, Streams};
 pub use supervise::Supervisor;
 
 pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL_WAIT};
@@ -128,6 +133,15 @@ pub struct RunSpec {
     /// run: right for a program that runs one command (`baton run`), wrong
     /// for one that hosts many runs, so it is off unless asked for.
     pub forward_signals: bool,
+    /// Hand the command the terminal when this process is the terminal's
+    /// foreground job, and proxy job control, as [`RunSpec::forward_signals`]
+    /// does, but without forwarding the signals this process receives: for a
+    /// helper that may prompt on the terminal (git starting ssh), run by a
+    /// library that must not take over this process's `SIGINT`/`SIGTERM`.
+    /// Keyboard signals then reach the command's group only. (Only while the
+    /// command has the terminal is a `SIGCHLD` watch installed, to proxy
+    /// job control.) Implied by `forward_signals`; off by default.
+    pub terminal: bool,
     /// Where the command's standard input, output and error go; inherited
     /// from this process by default.
     pub stdio: StdioSpec,
@@ -187,6 +201,7 @@ impl RunSpec {
             grace: DEFAULT_GRACE,
             leftovers: LeftoverPolicy::Terminate,
             forward_signals: false,
+            terminal: false,
             stdio: StdioSpec::default(),
             guard: None,
         }

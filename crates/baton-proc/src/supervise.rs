@@ -37,7 +37,7 @@ use crate::{Finished, Outcome, ProcError, RunSpec, Started};
 #[derive(Debug)]
 #[must_use = "a Supervisor does nothing until `run` is called"]
 pub struct Supervisor {
-    spec: RunSpec,
+    pub(crate) spec: RunSpec,
     cancel: Arc<CancelShared>,
 }
 
@@ -109,7 +109,8 @@ impl Supervisor {
             ),
             false => None,
         };
-        let terminal = self.spec.forward_signals && TerminalHandover::wanted();
+        let terminal =
+            (self.spec.forward_signals || self.spec.terminal) && TerminalHandover::wanted();
         let mut stops = match terminal {
             true => {
                 Some(StopWatch::new().map_err(|e| ProcError::io("watch for a stopped child", e))?)

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use baton_proc::{
-    run, terminate_process, Outcome, ProcError, RunSpec, Supervisor, TerminateReport,
+    run, terminate_process, Outcome, ProcError, RunSpec, Streams, Supervisor, TerminateReport,
 };
 use common::{
     first_line, pidfd, pidfd_exits_within, sh, wait_for_line, GROWING_TIMEOUTS, PATIENCE,
@@ -336,4 +336,75 @@ fn terminate_process_refuses_pids_that_are_not_one_other_process() {
         let err = terminate_process(pid, Duration::from_secs(1)).expect_err("must refuse");
         assert!(matches!(err, ProcError::InvalidPid { .. }), "{err:?}");
     }
+}
+
+/// Streams: a command that echoes a megabyte back neither deadlocks (it
+/// writes before it has read everything) nor loses a byte; its stderr is
+/// the caller's too.
+#[test]
+fn streams_feed_stdin_and_drain_stdout_and_stderr_at_once() {
+    let input: Vec<u8> = (0..1024 * 1024).map(|i| (i % 251) as u8).collect();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let streamed = Supervisor::new(sh("cat; echo done >&2"))
+        .run_streaming(
+            Streams::new()
+                .stdin(&input[..])
+                .stdout(&mut out)
+                .stderr(&mut err),
+            |_| {},
+        )
+        .expect("run");
+    assert_eq!(streamed.finished.outcome, Outcome::Exited(0));
+    assert!(streamed.stdin.is_ok() && streamed.stdout.is_ok() && streamed.stderr.is_ok());
+    assert!(out == input, "{} bytes back of {}", out.len(), input.len());
+    assert_eq!(err, b"done\n");
+}
+
+/// A command may ignore its input: the closed pipe is not an error.
+#[test]
+fn streams_accept_a_command_that_ignores_its_input() {
+    let input = vec![b'x'; 1024 * 1024];
+    let mut out = Vec::new();
+    let streamed = Supervisor::new(sh("echo '{}'"))
+        .run_streaming(Streams::new().stdin(&input[..]).stdout(&mut out), |_| {})
+        .expect("run");
+    assert_eq!(streamed.finished.outcome, Outcome::Exited(0));
+    assert!(streamed.stdin.is_ok(), "{:?}", streamed.stdin);
+    assert_eq!(out, b"{}\n");
+}
+
+/// A streamed command is contained like any other: at its timeout its
+/// group dies, including a background child that holds its output pipe
+/// (which would otherwise keep the drain, and the caller, waiting).
+#[test]
+fn a_streamed_command_that_times_out_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("bg.pid");
+    for timeout in GROWING_TIMEOUTS {
+        let _ = std::fs::remove_file(&pid_file);
+        let mut spec = sh(r#"sleep 600 & echo $! > "$PIDFILE"; exec sleep 600"#);
+        spec.env.push(("PIDFILE".into(), pid_file.clone().into()));
+        spec.timeout = Some(timeout);
+        spec.grace = Duration::from_millis(300);
+        let mut out = Vec::new();
+        let start = Instant::now();
+        let streamed = Supervisor::new(spec)
+            .run_streaming(Streams::new().stdin(&b""[..]).stdout(&mut out), |_| {})
+            .expect("run");
+        assert_eq!(streamed.finished.outcome, Outcome::TimedOut);
+        assert!(
+            start.elapsed() < timeout + PATIENCE,
+            "{:?}",
+            start.elapsed()
+        );
+        let Some(bg) = first_line(&pid_file) else {
+            eprintln!("no background child within {timeout:?}; again");
+            continue;
+        };
+        let bg: i32 = bg.parse().expect("pid");
+        let gone = baton_proc::procfs::stat(bg).map_or(true, |st| st.exited);
+        assert!(gone, "the background child {bg} outlived the timeout");
+        return;
+    }
+    panic!("the command never started its background child");
 }

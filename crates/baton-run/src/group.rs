@@ -34,35 +34,16 @@ use baton_lock::{
 };
 use serde::{Deserialize, Serialize};
 
+use baton_fs::{Durability, IoResultExt, TempFile, WriteError};
+
 use crate::error::RunError;
 use crate::events::{self, Event};
-pub use crate::group_status::{group_status, remote_group_status, GroupStatus};
+pub use crate::group_status::GroupStatus;
 
-/// How runs of one group key relate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GroupMode {
-    /// Every run executes, one at a time (or `max` at a time), in arrival order.
-    Queue,
-    /// A new run cancels the running one and every older waiting one.
-    Supersede,
-    /// The running run finishes; at most one waits; a newer arrival replaces it.
-    Coalesce,
-    /// If the group is running or has a waiter, the new run does not run.
-    Skip,
-}
-
-impl GroupMode {
-    /// The mode's name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GroupMode::Queue => "queue",
-            GroupMode::Supersede => "supersede",
-            GroupMode::Coalesce => "coalesce",
-            GroupMode::Skip => "skip",
-        }
-    }
-}
+/// How runs of one group key relate: the one mode of baton, defined with
+/// the service's wire model (a job's `mode` is the same value), and named
+/// here for what it is to a group.
+pub use baton_api::Mode as GroupMode;
 
 /// What a run asks of its group.
 #[derive(Clone, Debug)]
@@ -222,8 +203,9 @@ pub(crate) fn read_doc(path: &Path, key: &LockName) -> Result<GroupDoc, RunError
 }
 
 /// Replaces the document atomically (temp file + rename in the same
-/// directory), so a reader or a crash never sees half of it. No fsync: the
-/// document describes live processes, which a power loss ends anyway.
+/// directory), so a reader or a crash never sees half of it. No fsync
+/// ([`Durability::Rename`]): the document describes live processes, which a
+/// power loss ends anyway.
 fn write_doc(path: &Path, doc: &GroupDoc) -> Result<(), RunError> {
     let io = |source| RunError::File {
         op: "write the group document",
@@ -231,13 +213,18 @@ fn write_doc(path: &Path, doc: &GroupDoc) -> Result<(), RunError> {
         source,
     };
     let bytes = serde_json::to_vec_pretty(doc).map_err(|e| io(e.into()))?;
-    let tmp = path.with_extension(format!("json.tmp-{}", std::process::id()));
-    let mut f = fs::File::create(&tmp).map_err(io)?;
-    // Others of a shared baton dir's group rewrite it too.
-    baton_lock::sharing::share_new_file(&f, &tmp).map_err(io)?;
-    std::io::Write::write_all(&mut f, &bytes).map_err(io)?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(io)
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let written = TempFile::create(dir, &baton_fs::temp_prefix(path), 0o666)
+        .map_err(WriteError::NotWritten)
+        .and_then(|temp| {
+            // Others of a shared baton dir's group rewrite it too.
+            baton_lock::sharing::share_new_file(temp.file(), temp.path())
+                .and_then(|()| std::io::Write::write_all(&mut temp.file(), &bytes))
+                .context("cannot write", temp.path())
+                .map_err(WriteError::NotWritten)?;
+            temp.persist(path, Durability::Rename)
+        });
+    written.map_err(|e| io(e.into_path_error().source))
 }
 
 /// Drops runs whose process is gone (killed while waiting or running).

@@ -37,8 +37,11 @@ pub struct GroupStatus {
     pub counted: bool,
 }
 
-/// Status of one group, or of all groups (sorted by key).
-pub fn group_status(dir: &BatonDir, key: Option<&LockName>) -> Result<Vec<GroupStatus>, RunError> {
+/// Status of one group, or of all groups (sorted by key), in the baton dir.
+pub(crate) fn local_group_status(
+    dir: &BatonDir,
+    key: Option<&LockName>,
+) -> Result<Vec<GroupStatus>, RunError> {
     let root = dir.path().join("groups");
     let mut docs = Vec::new();
     match key {
@@ -93,10 +96,10 @@ pub fn group_status(dir: &BatonDir, key: Option<&LockName>) -> Result<Vec<GroupS
     Ok(out)
 }
 
-/// [`group_status`] for groups on PostgreSQL. Only live runs are kept
+/// [`local_group_status`] for groups on PostgreSQL. Only live runs are kept
 /// there: the counters (`completed`, `superseded`, `skipped`, `generation`)
 /// are 0.
-pub fn remote_group_status(
+pub(crate) fn remote_group_status(
     db: &baton_pg::Database,
     key: Option<&LockName>,
 ) -> Result<Vec<GroupStatus>, RunError> {

@@ -6,6 +6,9 @@
 //! coalesce, skip) whose lifecycle is logged to [`events`]. [`hold`] is `baton lock acquire/release/break`: a background
 //! holder process for scripts that cannot wrap a command.
 
+#![forbid(unsafe_code)]
+
+mod backend;
 mod control;
 mod error;
 pub mod events;
@@ -17,10 +20,9 @@ mod locks;
 mod member;
 mod run;
 
+pub use backend::{diagnose_database, Backend, DiagnoseError, Diagnosis, Migrated};
 pub use control::{RunControl, StopReason};
 pub use error::RunError;
-pub use group::{
-    group_status, remote_group_status, GroupEvent, GroupMode, GroupRequest, GroupStatus, RunState,
-};
-pub use locks::Backend;
+pub use group::{GroupEvent, GroupMode, GroupRequest, GroupStatus, RunState};
+pub use locks::HeldLocks;
 pub use run::{command_line, run, OnStart, RunReport, RunRequest};

@@ -1,56 +1,38 @@
-//! Where a run's locks live: the baton dir (kernel locks) or a PostgreSQL
-//! database (session advisory locks), behind one type, so that `run` and
-//! the background holder do the same steps for both.
+//! The locks a run or a background holder holds, on either backend
+//! ([`crate::Backend::acquire`]): the same steps (token, run id, command
+//! group, release) for both.
 
-use std::sync::Arc;
-
-use baton_lock::{acquire_all, BatonDir, CommandGroup, LockGuard, LockRequest};
-use baton_pg::{Database, Holds};
+use baton_lock::{CommandGroup, LockGuard};
+use baton_pg::Holds;
 
 use crate::error::RunError;
 
-/// Where locks are kept.
-#[derive(Clone, Debug, Default)]
-pub enum Backend {
-    /// Lock files in the baton dir: one machine.
-    #[default]
-    Local,
-    /// A PostgreSQL database: every machine using it.
-    Postgres(Arc<Database>),
-}
-
-/// Locks held by a run or a background holder.
+/// Locks held by a run or a background holder ([`crate::Backend::acquire`]);
+/// released by [`HeldLocks::release`], or by the end of the process.
 #[derive(Debug)]
-pub(crate) enum Held {
+#[must_use = "the locks are released when this is dropped"]
+pub struct HeldLocks(Held);
+
+#[derive(Debug)]
+enum Held {
     Local(Vec<LockGuard>),
     Remote(Box<Holds>),
 }
 
-impl Held {
-    /// Takes every lock of `reqs` (sorted, one deadline). On PostgreSQL,
-    /// `on_lost` runs if the session ends while they are held.
-    pub(crate) fn acquire(
-        backend: &Backend,
-        dir: &BatonDir,
-        reqs: &[LockRequest],
-        on_lost: impl Fn() + Send + 'static,
-    ) -> Result<Held, RunError> {
-        match backend {
-            Backend::Local => Ok(Held::Local(acquire_all(dir, reqs)?)),
-            Backend::Postgres(db) => {
-                if reqs.is_empty() {
-                    return Ok(Held::Local(Vec::new()));
-                }
-                let holds = db.acquire_all(reqs)?;
-                holds.on_lost(on_lost);
-                Ok(Held::Remote(Box::new(holds)))
-            }
-        }
+impl HeldLocks {
+    /// Locks held in the baton dir.
+    pub(crate) fn local(guards: Vec<LockGuard>) -> HeldLocks {
+        HeldLocks(Held::Local(guards))
+    }
+
+    /// Locks held by a database session.
+    pub(crate) fn remote(holds: Holds) -> HeldLocks {
+        HeldLocks(Held::Remote(Box::new(holds)))
     }
 
     /// (name, fencing token) of each lock, in name order.
-    pub(crate) fn tokens(&self) -> Vec<(String, u64)> {
-        match self {
+    pub fn tokens(&self) -> Vec<(String, u64)> {
+        match &self.0 {
             Held::Local(g) => g
                 .iter()
                 .map(|g| (g.name().to_string(), g.token()))
@@ -64,8 +46,8 @@ impl Held {
     }
 
     /// The run id recorded with the first lock.
-    pub(crate) fn run_id(&self) -> Option<String> {
-        match self {
+    pub fn run_id(&self) -> Option<String> {
+        match &self.0 {
             Held::Local(g) => g.first().map(|g| g.run_id().to_string()),
             Held::Remote(h) => h.grants().first().map(|g| g.run_id.clone()),
         }
@@ -74,7 +56,7 @@ impl Held {
     /// Makes the locks' database session (if on PostgreSQL) a source of
     /// the guardian's fence: each heartbeat it answers vouches for the run.
     pub(crate) fn vouch_to(&self, fence: &baton_proc::Fence) {
-        if let Held::Remote(h) = self {
+        if let Held::Remote(h) = &self.0 {
             let source = fence.source();
             h.on_alive(move |sent| source.vouch(sent));
         }
@@ -82,12 +64,12 @@ impl Held {
 
     /// Whether the locks are no longer held: the database session ended.
     pub(crate) fn is_lost(&self) -> bool {
-        matches!(self, Held::Remote(h) if h.is_lost())
+        matches!(&self.0, Held::Remote(h) if h.is_lost())
     }
 
     /// Records the command's process group with every lock (best effort).
     pub(crate) fn set_command_group(&self, group: CommandGroup) {
-        match self {
+        match &self.0 {
             Held::Local(g) => {
                 for g in g {
                     let _ = g.set_command_group(group);
@@ -102,8 +84,13 @@ impl Held {
     }
 
     /// Releases every lock, in reverse order; the first error is returned.
-    pub(crate) fn release(self) -> Result<(), RunError> {
-        match self {
+    ///
+    /// # Errors
+    ///
+    /// A lock could not be released cleanly (it is released anyway when
+    /// this process ends).
+    pub fn release(self) -> Result<(), RunError> {
+        match self.0 {
             Held::Local(guards) => {
                 let mut first = None;
                 for g in guards.into_iter().rev() {

@@ -1,6 +1,6 @@
 //! A run's place in its group, from arrival to departure, as one guard.
 //!
-//! [`enter`] registers the run, wakes the runs it supersedes, waits for the
+//! [`Backend::join_group`](crate::Backend) registers the run, wakes the runs it supersedes, waits for the
 //! group's slot and starts; the returned [`Member`] holds the slot and, when
 //! dropped on any path, releases it and removes the run from the group with
 //! the event its [`End`] names.
@@ -45,7 +45,7 @@ enum Place {
     Remote(Option<GroupSlot>),
 }
 
-/// What [`enter`] ended with.
+/// What joining a group ended with.
 pub(crate) enum Entered {
     /// Holding the slot, started: run the command.
     Running(Box<Member>),
@@ -56,7 +56,7 @@ pub(crate) enum Entered {
 }
 
 /// Joins the group, wakes the runs this one supersedes, waits for the slot.
-pub(crate) fn enter(
+pub(crate) fn enter_local(
     dir: &BatonDir,
     req: &GroupRequest,
     run_id: &str,
@@ -111,7 +111,7 @@ pub(crate) fn enter(
     Ok(Entered::Running(Box::new(member)))
 }
 
-/// [`enter`] for a group on PostgreSQL: the same modes, for runs on every
+/// [`enter_local`] for a group on PostgreSQL: the same modes, for runs on every
 /// machine using the database. A newer run's mark reaches this one while it
 /// waits (its wait in the server is cancelled) or runs (a NOTIFY), and
 /// stops it through `control`; so does the end of its session.

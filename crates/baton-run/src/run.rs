@@ -10,11 +10,12 @@ use baton_lock::{
 };
 use baton_proc::{Leftover, LeftoverPolicy, Outcome, RunSpec, Started, StdioSpec, Supervisor};
 
+use crate::backend::Backend;
 use crate::control::{RunControl, StopReason};
 use crate::error::RunError;
 use crate::group::GroupRequest;
-use crate::locks::{Backend, Held};
-use crate::member::{enter, enter_remote, End, Entered, Member};
+use crate::locks::HeldLocks;
+use crate::member::{End, Entered, Member};
 
 /// What to run, in which group and under which locks.
 #[derive(Clone, Debug)]
@@ -22,8 +23,9 @@ pub struct RunRequest {
     /// Locks to hold while the command runs; taken in canonical (sorted) order.
     pub locks: Vec<LockName>,
     /// Where the locks and the group live: the baton dir, or a PostgreSQL
-    /// database shared by many machines.
-    pub backend: Backend,
+    /// database shared by many machines; `None` is the baton dir given to
+    /// [`run()`].
+    pub backend: Option<Backend>,
     /// Mode of every lock.
     pub mode: Mode,
     /// How long to wait for the locks (and the group's slot), all together.
@@ -112,7 +114,7 @@ impl RunRequest {
     pub fn new(command: Vec<OsString>) -> RunRequest {
         RunRequest {
             locks: Vec::new(),
-            backend: Backend::Local,
+            backend: None,
             mode: Mode::Exclusive,
             wait: WaitPolicy::Forever,
             group: None,
@@ -176,15 +178,20 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
     let line = command_line(&req.command);
     let control = &req.control;
+    let local;
+    let backend = match &req.backend {
+        Some(b) => b,
+        None => {
+            local = Backend::Local(dir.clone());
+            &local
+        }
+    };
     tracing::debug!(run_id = %run_id, command = %line, locks = req.locks.len(), group = req.group.as_ref().map(|g| g.key.as_str()), "run started");
 
     // 1. The group's slot.
     let mut member = match &req.group {
         None => None,
-        Some(g) => match match &req.backend {
-            Backend::Local => enter(dir, g, &run_id, &line, control)?,
-            Backend::Postgres(db) => enter_remote(db, g, &run_id, &line, control)?,
-        } {
+        Some(g) => match backend.join_group(g, &run_id, &line, control)? {
             Entered::Running(m) => Some(*m),
             Entered::Superseded(by) => return Ok(not_run(req, g, &run_id, Some(by))),
             Entered::Cancelled => return Ok(not_run_cancelled(&run_id)),
@@ -193,15 +200,10 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
 
     // 2. The locks, then the workspace.
     let lost = control.clone();
-    let guards = match Held::acquire(
-        &req.backend,
-        dir,
-        &lock_requests(req, &run_id, &line, control),
-        move || {
-            tracing::error!("the database session holding the locks ended: stopping the command");
-            lost.stop(StopReason::LockLost);
-        },
-    ) {
+    let guards = match backend.acquire(&lock_requests(req, &run_id, &line, control), move || {
+        tracing::error!("the database session holding the locks ended: stopping the command");
+        lost.stop(StopReason::LockLost);
+    }) {
         Ok(g) => {
             tracing::debug!(locks = g.tokens().len(), "locks held; starting the command");
             g
@@ -393,7 +395,7 @@ fn command_env(
     dir: &BatonDir,
     req: &RunRequest,
     run_id: &str,
-    guards: &Held,
+    guards: &HeldLocks,
     member: Option<&Member>,
 ) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = vec![
@@ -426,7 +428,7 @@ fn command_env(
 fn record_command(
     started: Started,
     grace_ms: u64,
-    guards: &Held,
+    guards: &HeldLocks,
     member: Option<&Member>,
     on_start: Option<&OnStart>,
 ) {

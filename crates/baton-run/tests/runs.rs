@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use baton_lock::{BatonDir, LockName, WaitPolicy};
 use baton_proc::{LeftoverPolicy, Outcome};
-use baton_run::{group_status, run, GroupMode, GroupRequest, RunControl, RunReport, RunRequest};
+use baton_run::{run, Backend, GroupMode, GroupRequest, RunControl, RunReport, RunRequest};
 use baton_testkit::Rng;
 
 fn request(group: Option<GroupRequest>, script: &str) -> RunRequest {
@@ -120,7 +120,9 @@ fn threads_superseding_one_group_never_overlap_and_the_newest_wins() {
         superseded > 0,
         "no run was ever superseded: the test did not test"
     );
-    let st = group_status(&dir, Some(&key("agent"))).unwrap();
+    let st = Backend::Local(dir.clone())
+        .group_status(Some(&key("agent")))
+        .unwrap();
     assert!(
         st[0].running.is_empty() && st[0].waiting.is_empty(),
         "{:?}",

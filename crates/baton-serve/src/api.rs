@@ -1,26 +1,36 @@
-//! The HTTP API (`/v1/jobs`, `/health`, `/metrics`): JSON in and out,
-//! errors as `{"error": {"code", "message"}}`.
+//! The HTTP API (`/v1/jobs`, `/health`, `/metrics`): JSON in and out, in
+//! the types of `baton-api` (a job is a [`JobView`], made from the stored
+//! [`Job`]), errors as [`ErrorBody`] `{"error": {"code", "message"}}`.
+//!
+//! Errors follow axum's `examples/error-handling`: a handler returns an
+//! [`ApiError`], which turns into its response with no side effect; an
+//! internal error keeps its detail out of the answer (a generic message)
+//! and hands it to the [`log_errors`] middleware, which logs it once with
+//! the request. A JSON body is read by [`JsonBody`], whose rejection is an
+//! [`ApiError`] naming the field.
 
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use baton_api::{ErrorBody, JobList, JobView, Mode, Queued};
+pub use baton_api::{ListQuery, SubmitRequest, WorkspaceOptions};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::model::{now_ms, rfc3339, Job, JobMode, JobStatus, ListFilter, NewJob, Submitted};
+use crate::model::{now_ms, Job, JobStatus, ListFilter, NewJob, Submitted};
 use crate::output::{self, Stream};
 use crate::service::{Cancelled, Service};
 use crate::store::StoreError;
 
 mod input;
 
-use input::{check_group_length, parse_timeout, present, valid_branch};
+use input::{check_group_length, parse_timeout, valid_branch};
 pub use input::{check_prompt, parse_body, MAX_NON_ASCII_GROUP_CHARS};
 
 /// Shared state of the handlers.
@@ -40,6 +50,19 @@ pub struct ApiError {
     pub message: String,
     /// Seconds to wait before retrying (429, 503).
     pub retry_after: Option<u64>,
+    /// What only the log may see (an internal error's cause): see
+    /// [`ApiError::internal`].
+    pub logged: Option<Logged>,
+}
+
+/// An error's detail for the service's log, carried by its response to the
+/// [`log_errors`] middleware.
+#[derive(Clone, Debug)]
+pub struct Logged {
+    /// What failed ("store error", ...).
+    pub what: &'static str,
+    /// Its cause, in full.
+    pub detail: String,
 }
 
 impl ApiError {
@@ -50,7 +73,23 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            logged: None,
         }
+    }
+
+    /// 500 whose answer says only that the service failed (`code`, and
+    /// what it was doing), while `detail` goes to the log.
+    pub fn internal(code: &'static str, doing: &str, detail: impl std::fmt::Display) -> ApiError {
+        let mut e = ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            code,
+            format!("internal error while trying to {doing} (the service's log has the cause)"),
+        );
+        e.logged = Some(Logged {
+            what: "internal error",
+            detail: format!("cannot {doing}: {detail}"),
+        });
+        e
     }
 
     /// 400 naming a bad field.
@@ -68,28 +107,67 @@ impl ApiError {
     }
 }
 
+/// 503 `store_unavailable` (retry in 1 s). The store's message names what
+/// failed, not a secret, and tells a client whether retrying may help: it
+/// is the answer's message; it is logged too.
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
-        tracing::error!(error = %e, "store error");
+        let message = e.to_string();
         let mut err = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "store_unavailable",
-            e.to_string(),
+            message.clone(),
         );
         err.retry_after = Some(1);
+        err.logged = Some(Logged {
+            what: "store error",
+            detail: message,
+        });
         err
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let body = ErrorBody::new(self.code, self.message);
         let mut resp = (self.status, Json(body)).into_response();
         if let Some(s) = self.retry_after {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
+        if let Some(logged) = self.logged {
+            resp.extensions_mut().insert(logged);
+        }
         resp
+    }
+}
+
+/// Logs the detail of every error response that carries one (see
+/// [`ApiError::logged`]), with the request's method and path.
+pub async fn log_errors(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let resp = next.run(req).await;
+    if let Some(logged) = resp.extensions().get::<Logged>() {
+        tracing::error!(error = %logged.detail, %method, %path, "{}", logged.what);
+    }
+    resp
+}
+
+/// A JSON body of type `T`, read with [`parse_body`]: every way it can be
+/// wrong is an [`ApiError`] naming the field.
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<S, T> FromRequest<S> for JsonBody<T>
+where
+    S: Send + Sync,
+    T: serde::de::DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<JsonBody<T>, ApiError> {
+        parse_body(Bytes::from_request(req, state).await).map(JsonBody)
     }
 }
 
@@ -107,45 +185,6 @@ impl<S: Send + Sync> FromRequestParts<S> for PathParam {
             Err(e) => Err(ApiError::bad(format!("invalid path: {}", e.body_text()))),
         }
     }
-}
-
-/// `POST /v1/jobs`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-///
-/// A field is given or absent: `null` is refused (400), as the OpenAPI
-/// document says (`"template": null` is not "the default template").
-pub struct SubmitRequest {
-    /// The template to run (default: the configured default).
-    #[serde(default, deserialize_with = "present")]
-    pub template: Option<String>,
-    /// The prompt.
-    #[serde(default, deserialize_with = "present")]
-    pub prompt: Option<String>,
-    /// The concurrency group.
-    #[serde(default, deserialize_with = "present")]
-    pub group: Option<String>,
-    /// How the job joins its group.
-    #[serde(default, deserialize_with = "present")]
-    pub mode: Option<String>,
-    /// Timeout: a duration ("90s", "15m") or a number of seconds.
-    #[serde(default, deserialize_with = "present")]
-    pub timeout: Option<Value>,
-    /// Workspace options.
-    #[serde(default, deserialize_with = "present")]
-    pub workspace: Option<WorkspaceOptions>,
-    /// Raw argv (only with `allow_raw_commands`).
-    #[serde(default, deserialize_with = "present")]
-    pub command: Option<Vec<String>>,
-}
-
-/// Per-job workspace options.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WorkspaceOptions {
-    /// The branch the job's workspace works on.
-    #[serde(default, deserialize_with = "present")]
-    pub branch: Option<String>,
 }
 
 /// Validates a submission and resolves it into a job to store.
@@ -207,9 +246,9 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
         check_group_length(g)?;
     }
     let mode = match req.mode.as_deref() {
-        None => JobMode::Queue,
+        None => Mode::Queue,
         Some(m) => {
-            let mode = JobMode::parse(m).ok_or_else(|| {
+            let mode = Mode::parse(m).ok_or_else(|| {
                 ApiError::bad(format!(
                     "invalid field 'mode': '{m}' (use queue, supersede, coalesce or skip)"
                 ))
@@ -299,88 +338,53 @@ pub async fn submit(service: &Service, job: NewJob) -> Result<(Job, u64), ApiErr
     }
 }
 
-/// `POST /v1/jobs`.
+/// `POST /v1/jobs`: `202` [`Queued`].
 pub async fn post_job(
     State(service): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
+    JsonBody(req): JsonBody<SubmitRequest>,
 ) -> Result<Response, ApiError> {
-    let req: SubmitRequest = parse_body(body)?;
     let job = resolve(&service, req)?;
     let (job, position) = submit(&service, job).await?;
     Ok((
         StatusCode::ACCEPTED,
         [(header::LOCATION, format!("/v1/jobs/{}", job.spec.id))],
-        Json(json!({"id": job.spec.id, "status": job.status.as_str(), "position": position})),
+        Json(Queued {
+            id: job.spec.id,
+            status: job.status,
+            position,
+        }),
     )
         .into_response())
 }
 
-/// A job as the API shows it; `output` adds the stdout tail.
-pub fn job_json(service: &Service, job: &Job, output: bool) -> Value {
-    let now = now_ms();
-    let queue_wait_ms = match job.started_at {
-        Some(s) => Some(s - job.spec.created_at),
-        None if job.status == JobStatus::Queued => Some(now - job.spec.created_at),
-        None => None,
-    };
-    let run_ms = job.started_at.map(|s| job.finished_at.unwrap_or(now) - s);
-    let mut v = json!({
-        "id": job.spec.id,
-        "template": job.spec.template,
-        "status": job.status.as_str(),
-        "exit_code": job.exit_code,
-        "error": job.error,
-        "created_at": rfc3339(job.spec.created_at),
-        "started_at": job.started_at.map(rfc3339),
-        "finished_at": job.finished_at.map(rfc3339),
-        "queue_wait_ms": queue_wait_ms,
-        "run_ms": run_ms,
-        "group": job.spec.group,
-        "mode": job.spec.mode.as_str(),
-        "timeout_ms": job.spec.timeout_ms,
-        "branch": job.spec.branch,
-        "workspace": job.workspace,
-        "superseded_by": job.superseded_by,
-        "node": job.node,
-        "attempts": job.attempts,
-    });
-    if output {
-        v["output"] = Value::String(output::tail(
-            &service.files(&job.spec.id).stream(Stream::Stdout),
-            OUTPUT_TAIL_BYTES,
-        ));
-    }
-    v
+/// A job as the API shows it, with the tail of its stdout.
+pub fn job_with_output(service: &Service, job: &Job) -> JobView {
+    let mut view = JobView::from(job);
+    view.output = Some(output::tail(
+        &service.files(&job.spec.id).stream(Stream::Stdout),
+        OUTPUT_TAIL_BYTES,
+    ));
+    view
 }
 
 /// `GET /v1/jobs/{id}`.
 pub async fn get_job(
     State(service): State<AppState>,
     PathParam(id): PathParam,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<JobView>, ApiError> {
     let job = service
         .store
         .get(&id)
         .await?
         .ok_or_else(|| ApiError::no_job(&id))?;
-    Ok(Json(job_json(&service, &job, true)))
-}
-
-/// `GET /v1/jobs` query.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    status: Option<String>,
-    group: Option<String>,
-    limit: Option<u32>,
-    cursor: Option<String>,
+    Ok(Json(job_with_output(&service, &job)))
 }
 
 /// `GET /v1/jobs?status=&group=&limit=&cursor=`, newest first.
 pub async fn list_jobs(
     State(service): State<AppState>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<JobList>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad(format!("invalid query: {}", e.body_text())))?;
     let status = match q.status.as_deref() {
         None | Some("") => None,
@@ -419,17 +423,19 @@ pub async fn list_jobs(
     let next_cursor = (jobs.len() == limit as usize)
         .then(|| jobs.last().map(|j| j.seq.to_string()))
         .flatten();
-    let items: Vec<Value> = jobs.iter().map(|j| job_json(&service, j, false)).collect();
-    Ok(Json(json!({"jobs": items, "next_cursor": next_cursor})))
+    Ok(Json(JobList {
+        jobs: jobs.iter().map(JobView::from).collect(),
+        next_cursor,
+    }))
 }
 
 /// `DELETE /v1/jobs/{id}`.
 pub async fn cancel_job(
     State(service): State<AppState>,
     PathParam(id): PathParam,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<JobView>, ApiError> {
     match service.cancel(&id).await? {
-        Cancelled::Done(job) => Ok(Json(job_json(&service, &job, false))),
+        Cancelled::Done(job) => Ok(Json(JobView::from(&*job))),
         Cancelled::Unknown => Err(ApiError::no_job(&id)),
         Cancelled::Finished(status) => Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -479,13 +485,9 @@ pub async fn job_log(
     if !q.follow.unwrap_or(false) || job.status.is_final() {
         // Streamed from disk in chunks: memory stays bounded however many
         // read a large log.
-        let chunks = output::chunks(&path).await.map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "io",
-                format!("cannot read the job's log: {e}"),
-            )
-        })?;
+        let chunks = output::chunks(&path)
+            .await
+            .map_err(|e| ApiError::internal("io", "read the job's log", e))?;
         return Ok((text, Body::from_stream(chunks)).into_response());
     }
     let body = Body::from_stream(crate::follow::follow(service, id, path));

@@ -2,7 +2,10 @@
 //! unchanged:
 //!
 //! - `POST /execute {prompt, template?}` -> `202 {job_id, status}` and
-//!   `GET /jobs/{id}`: the single-endpoint agent service this one replaces.
+//!   `GET /jobs/{id}`: the single-endpoint agent service this one replaces,
+//!   in its vocabulary ([`legacy_status`]: its pollers wait for
+//!   `completed`, `failed`, `timeout` or `error`); the precise state is in
+//!   `baton_status`.
 //! - `POST /v1/chat/completions`, `GET /v1/models`, `GET /v1/models/{model}`:
 //!   the OpenAI shape, so stock OpenAI clients run templates (a model is a
 //!   template). See [`chat`] for how messages become a prompt, how the call
@@ -73,12 +76,32 @@ pub async fn execute(
     Ok((
         StatusCode::ACCEPTED,
         [(header::LOCATION, format!("/jobs/{}", job.spec.id))],
-        Json(json!({"job_id": job.spec.id, "status": job.status.as_str()})),
+        Json(json!({"job_id": job.spec.id, "status": legacy_status(job.status)})),
     )
         .into_response())
 }
 
-/// `GET /jobs/{id}`: the job as `GET /v1/jobs/{id}` shows it, plus `job_id`.
+/// A status in the older service's vocabulary: `queued`, `running`,
+/// `completed`, `failed`, `timeout`, or `error` for every other end
+/// (cancelled, superseded, skipped, interrupted).
+pub fn legacy_status(status: crate::model::JobStatus) -> &'static str {
+    use crate::model::JobStatus;
+    match status {
+        JobStatus::Queued => "queued",
+        JobStatus::Running => "running",
+        JobStatus::Succeeded => "completed",
+        JobStatus::Failed => "failed",
+        JobStatus::TimedOut => "timeout",
+        JobStatus::Cancelled
+        | JobStatus::Superseded
+        | JobStatus::Skipped
+        | JobStatus::Interrupted => "error",
+    }
+}
+
+/// `GET /jobs/{id}`: the job as `GET /v1/jobs/{id}` shows it, plus `job_id`,
+/// with `status` in the older vocabulary ([`legacy_status`]) and the
+/// precise status in `baton_status`.
 pub async fn get_job(
     State(service): State<AppState>,
     PathParam(id): PathParam,
@@ -88,8 +111,10 @@ pub async fn get_job(
         .get(&id)
         .await?
         .ok_or_else(|| ApiError::no_job(&id))?;
-    let mut v = api::job_json(&service, &job, true);
+    let mut v = json!(api::job_with_output(&service, &job));
     v["job_id"] = Value::String(job.spec.id.clone());
+    v["baton_status"] = Value::String(job.status.as_str().to_string());
+    v["status"] = Value::String(legacy_status(job.status).to_string());
     Ok(Json(v))
 }
 
@@ -211,6 +236,10 @@ impl IntoResponse for OpenAiError {
     fn into_response(self) -> Response {
         let body = json!({"error": self.error_json()});
         let mut resp = (self.inner.status, Json(body)).into_response();
+        if let Some(logged) = self.inner.logged {
+            // For `api::log_errors`, as an `ApiError`'s response carries it.
+            resp.extensions_mut().insert(logged);
+        }
         let headers = resp.headers_mut();
         if let Some(s) = self.inner.retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(s));

@@ -66,8 +66,8 @@ pub struct Config {
     pub grace: Duration,
     /// On SIGTERM, how long running jobs may go on before they are cancelled.
     pub drain_timeout: Duration,
-    /// The job store's URL.
-    pub store: String,
+    /// Where jobs live (parsed from the `store` URL).
+    pub store: crate::store::StoreUrl,
     /// The template used when a request names none.
     pub default_template: Option<String>,
     /// The commands jobs may run, by name.
@@ -394,6 +394,13 @@ impl Config {
                 .then(|| templates.keys().next().cloned())
                 .flatten()
         });
+        let store = overrides
+            .store
+            .as_deref()
+            .or(parsed.store.as_deref())
+            .unwrap_or("sqlite://serve.db")
+            .parse()
+            .map_err(|e: crate::store::StoreError| ConfigError(e.to_string()))?;
         Ok(Config {
             listen,
             token,
@@ -405,11 +412,7 @@ impl Config {
             max_timeout,
             grace,
             drain_timeout,
-            store: overrides
-                .store
-                .clone()
-                .or(parsed.store)
-                .unwrap_or_else(|| "sqlite://serve.db".to_string()),
+            store,
             default_template,
             templates,
             allow_raw_commands: parsed.allow_raw_commands.unwrap_or(false),
@@ -444,7 +447,7 @@ impl Config {
     /// cluster's `max_concurrency`; with SQLite (one node) what this node
     /// may run, `min(max_concurrency, node_max_concurrency)`.
     pub fn capacity(&self) -> u64 {
-        if self.store.starts_with("postgres") {
+        if self.store.is_shared() {
             self.max_concurrency
         } else {
             self.node_cap()

@@ -12,8 +12,8 @@
 //!   except `GET /health`, which is answered from a reserve of 64 such
 //!   connections, so that a monitor still sees the service while clients
 //!   use up its connections.
-//! - [`raise_nofile_limit`] (called by [`crate::server::run`]) raises the
-//!   soft descriptor limit to the hard one at start.
+//! - [`raise_nofile_limit`] (called by the binary before it starts the
+//!   runtime) raises the soft descriptor limit to the hard one at start.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -141,6 +141,8 @@ pub(crate) async fn accept_loop(
         while conns.join_next().await.is_some() {}
     })
     .await;
+    // The rest are cut: none outlives the service.
+    conns.shutdown().await;
 }
 
 /// One in a counter for as long as it lives.

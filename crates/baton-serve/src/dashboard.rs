@@ -30,7 +30,7 @@ use axum::{Json, Router};
 use baton_lock::BatonDir;
 use serde_json::{json, Map, Value};
 
-use crate::api::{job_json, ApiError, AppState};
+use crate::api::{ApiError, AppState};
 use crate::model::{now_ms, rfc3339, Job, JobStatus, ListFilter};
 
 /// The page: markup, style and script in one document.
@@ -123,7 +123,9 @@ pub async fn overview(State(service): State<AppState>) -> Result<Json<Value>, Ap
                 (Map::new(), errors)
             });
     let as_json = |list: &[Job]| -> Vec<Value> {
-        list.iter().map(|j| job_json(&service, j, false)).collect()
+        list.iter()
+            .map(|j| json!(baton_api::JobView::from(j)))
+            .collect()
     };
     Ok(Json(json!({
         "generated_at": rfc3339(now_ms()),
@@ -181,12 +183,10 @@ fn baton_dir_sections(
     };
     put(
         "groups",
-        match groups {
-            baton_run::Backend::Local => baton_run::group_status(dir, None),
-            baton_run::Backend::Postgres(db) => baton_run::remote_group_status(db, None),
-        }
-        .map_err(|e| format!("cannot read the groups: {e}"))
-        .and_then(to_json),
+        groups
+            .group_status(None)
+            .map_err(|e| format!("cannot read the groups: {e}"))
+            .and_then(to_json),
     );
     put(
         "locks",

@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use baton_lock::{BatonDir, CommandGroup, LockName, WaitPolicy};
 use baton_proc::{Outcome, Stdio, StdioSpec};
-use baton_run::{GroupMode, GroupRequest, OnStart, RunControl, RunError, RunRequest};
+use baton_run::{GroupRequest, OnStart, RunControl, RunError, RunRequest};
 use tokio::sync::watch;
 
 use crate::config::{Config, Template, BASE_ENV};
-use crate::model::{now_ms, Finish, Job, JobMode, JobStatus, RecordedGroup};
+use crate::model::{now_ms, Finish, Job, JobStatus, RecordedGroup};
 use crate::output::{Capture, JobFiles, Stream};
 
 /// What a job needs from the service to run.
@@ -194,15 +194,10 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
             Ok(k) => k,
             Err(e) => return failed(format!("invalid group '{group}': {e}")),
         };
-        req.backend = ctx.groups.clone();
+        req.backend = Some(ctx.groups.clone());
         req.group = Some(GroupRequest {
             key,
-            mode: match job.spec.mode {
-                JobMode::Queue => GroupMode::Queue,
-                JobMode::Supersede => GroupMode::Supersede,
-                JobMode::Coalesce => GroupMode::Coalesce,
-                JobMode::Skip => GroupMode::Skip,
-            },
+            mode: job.spec.mode,
             max: 1,
             max_pending: None,
             wait: WaitPolicy::Forever,
@@ -396,7 +391,7 @@ fn e_exit_code(e: &RunError) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::NewJob;
+    use crate::model::{JobMode, NewJob};
 
     fn job(command: Option<Vec<String>>) -> Job {
         Job {

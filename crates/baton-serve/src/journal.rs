@@ -11,6 +11,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
+use baton_fs::{Durability, IoResultExt, TempFile};
 use serde::{Deserialize, Serialize};
 
 use crate::model::RecordedGroup;
@@ -90,16 +91,18 @@ impl StartJournal {
             })
             .map(|l| format!("{l}\n"))
             .collect();
-        let tmp = self.path.with_extension("tmp");
-        let mut out = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        out.write_all(kept.as_bytes())?;
-        out.sync_all()?;
-        fs::rename(&tmp, &self.path)?;
+        // Flushed before the rename; the directory is not: a compaction
+        // lost to a power loss leaves the longer journal, which says the same.
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let as_io = |e: baton_fs::PathError| io::Error::new(e.source.kind(), e);
+        let temp =
+            TempFile::create(dir, &baton_fs::temp_prefix(&self.path), 0o600).map_err(as_io)?;
+        temp.file()
+            .write_all(kept.as_bytes())
+            .context("cannot write", temp.path())
+            .map_err(as_io)?;
+        temp.persist(&self.path, Durability::Data)
+            .map_err(|e| as_io(e.into_path_error()))?;
         *file = open_append(&self.path)?;
         Ok(())
     }

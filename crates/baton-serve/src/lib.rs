@@ -3,23 +3,37 @@
 //! timeout), on a store that survives restarts.
 //!
 //! - [`config`]: the TOML file and its command-line overrides.
-//! - [`store`]: the job store trait and its SQLite implementation.
-//! - [`service`]: the scheduler (global semaphore, strict FIFO), cancel,
-//!   drain, restart recovery, eviction.
+//! - [`store`]: the job store trait, its SQLite and PostgreSQL
+//!   implementations, and the store setting ([`store::StoreUrl`]).
+//! - [`service`]: the running service and its parts: the scheduler (global
+//!   semaphore, strict FIFO), the rescuer, the cleaner, restart recovery,
+//!   cancel and the drain.
 //! - [`exec`]: running one job.
 //! - [`api`], [`compat`], [`dashboard`]: the HTTP front end.
 //! - [`openapi`]: the OpenAPI document, for the running configuration.
 //! - [`browser`]: the Host, Origin and content-type checks of every request.
-//! - [`server`]: `baton serve` itself; [`conn`]: its connections' limits.
-//! - [`client`]: a blocking client of the service (`baton job ...`).
+//! - [`server`]: the entry points (`claim_instance`, `bind`, `open`,
+//!   `launch`) and the router; [`conn`]: its connections' limits.
+//!
+//! The wire model (requests, jobs, statuses, modes, errors) is `baton-api`;
+//! the client of the service (`baton job ...`) is `baton-client`.
+//!
+//! Design: see `SERVICE.md` next to this crate's `Cargo.toml`, rendered
+//! here as [`design`].
 
 pub mod api;
 pub mod browser;
-pub mod client;
 pub mod compat;
 pub mod config;
 pub mod conn;
 pub mod dashboard;
+/// Design note: the claim protocol, durability per promise, recovery order,
+/// the drain and the rescuer's timing.
+///
+/// This module holds no code; its documentation is `SERVICE.md` from the
+/// crate's directory.
+#[doc = include_str!("../SERVICE.md")]
+pub mod design {}
 pub mod exec;
 pub mod follow;
 pub mod journal;
@@ -32,4 +46,4 @@ pub mod service;
 pub mod store;
 
 pub use config::{Config, ConfigError, Overrides};
-pub use server::{run, ServeError};
+pub use server::{bind, claim_instance, launch, open, Instance, ServeError};

@@ -1,110 +1,14 @@
-//! Jobs as the store keeps them and the API shows them.
+//! Jobs as the store keeps them. The API shows them as
+//! [`baton_api::JobView`] (`From<&Job>`, here); their status and mode are
+//! the wire model's own types.
 
 use serde::{Deserialize, Serialize};
 
-/// Where a job is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobStatus {
-    /// Stored, waiting for a slot.
-    Queued,
-    /// Given a slot: waiting for its group, preparing its workspace, or running.
-    Running,
-    /// The command exited 0.
-    Succeeded,
-    /// The command exited non-zero or was killed by a signal, its setup
-    /// failed, or it could not be started.
-    Failed,
-    /// Killed after its timeout (counted from the start of execution).
-    TimedOut,
-    /// Cancelled through the API (or by a shutdown that outlived its drain).
-    Cancelled,
-    /// A newer job or run of its group superseded it.
-    Superseded,
-    /// Mode skip, and its group was busy.
-    Skipped,
-    /// The service stopped (crash, kill -9) while it ran.
-    Interrupted,
-}
+pub use baton_api::JobStatus;
 
-impl JobStatus {
-    /// Every status, in lifecycle order.
-    pub const ALL: [JobStatus; 9] = [
-        JobStatus::Queued,
-        JobStatus::Running,
-        JobStatus::Succeeded,
-        JobStatus::Failed,
-        JobStatus::TimedOut,
-        JobStatus::Cancelled,
-        JobStatus::Superseded,
-        JobStatus::Skipped,
-        JobStatus::Interrupted,
-    ];
-
-    /// The name used in the API and the store.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobStatus::Queued => "queued",
-            JobStatus::Running => "running",
-            JobStatus::Succeeded => "succeeded",
-            JobStatus::Failed => "failed",
-            JobStatus::TimedOut => "timed_out",
-            JobStatus::Cancelled => "cancelled",
-            JobStatus::Superseded => "superseded",
-            JobStatus::Skipped => "skipped",
-            JobStatus::Interrupted => "interrupted",
-        }
-    }
-
-    /// The status named `s`.
-    pub fn parse(s: &str) -> Option<JobStatus> {
-        JobStatus::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-
-    /// Whether the job has ended (nothing of it runs or will run).
-    pub fn is_final(self) -> bool {
-        !matches!(self, JobStatus::Queued | JobStatus::Running)
-    }
-}
-
-/// How a job joins its group (the CLI's `--mode`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobMode {
-    /// Wait for the group's slot.
-    #[default]
-    Queue,
-    /// Stop the group's running job and older waiters.
-    Supersede,
-    /// Replace the group's waiting job; let the running one finish.
-    Coalesce,
-    /// Do not run if the group is busy.
-    Skip,
-}
-
-impl JobMode {
-    /// The name used in the API and the store.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobMode::Queue => "queue",
-            JobMode::Supersede => "supersede",
-            JobMode::Coalesce => "coalesce",
-            JobMode::Skip => "skip",
-        }
-    }
-
-    /// The mode named `s`.
-    pub fn parse(s: &str) -> Option<JobMode> {
-        [
-            JobMode::Queue,
-            JobMode::Supersede,
-            JobMode::Coalesce,
-            JobMode::Skip,
-        ]
-        .into_iter()
-        .find(|m| m.as_str() == s)
-    }
-}
+/// How a job joins its group: [`baton_api::Mode`], the one mode of baton,
+/// under the name the store and the scheduler use.
+pub use baton_api::Mode as JobMode;
 
 /// A job to store: everything needed to run it, resolved at submission.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -278,4 +182,39 @@ pub fn rfc3339(ms: i64) -> String {
     let t =
         std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// A job as the API shows it, now (`queue_wait_ms` and `run_ms` of a job
+/// that has not ended count to now), without `output`: the handler that
+/// shows one job adds its stdout's tail.
+impl From<&Job> for baton_api::JobView {
+    fn from(job: &Job) -> baton_api::JobView {
+        let now = now_ms();
+        let queue_wait_ms = match job.started_at {
+            Some(s) => Some(s - job.spec.created_at),
+            None if job.status == JobStatus::Queued => Some(now - job.spec.created_at),
+            None => None,
+        };
+        baton_api::JobView {
+            id: job.spec.id.clone(),
+            template: job.spec.template.clone(),
+            status: job.status,
+            exit_code: job.exit_code,
+            error: job.error.clone(),
+            created_at: rfc3339(job.spec.created_at),
+            started_at: job.started_at.map(rfc3339),
+            finished_at: job.finished_at.map(rfc3339),
+            queue_wait_ms,
+            run_ms: job.started_at.map(|s| job.finished_at.unwrap_or(now) - s),
+            group: job.spec.group.clone(),
+            mode: job.spec.mode,
+            timeout_ms: job.spec.timeout_ms,
+            branch: job.spec.branch.clone(),
+            workspace: job.workspace.clone(),
+            superseded_by: job.superseded_by.clone(),
+            node: job.node.clone(),
+            attempts: job.attempts,
+            output: None,
+        }
+    }
 }

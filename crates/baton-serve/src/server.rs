@@ -1,6 +1,11 @@
-//! `baton serve`: one service per baton dir (an exclusive baton lock says
-//! so), the router with its auth and body limit, and the shutdown sequence
-//! (SIGTERM or SIGINT: drain, then stop).
+//! The service's entry points, in the order a start takes them:
+//! [`claim_instance`] (one service per baton dir), [`bind`], [`open`] (the
+//! store), [`launch`] (recovery, then answering until the caller's shutdown
+//! future completes, then the drain); and the router with its auth and body
+//! limit. The process around it (the runtime, the signals) is the binary's:
+//! `launch` is what tests run in process.
+//!
+//! Design: see `SERVICE.md` (next to this crate's Cargo.toml).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -44,36 +49,40 @@ pub enum ServeError {
     Runtime(#[source] std::io::Error),
 }
 
-/// Runs the service until SIGTERM or SIGINT, then drains and returns.
+/// This baton dir's one service: while it is held, another service on the
+/// same baton dir is refused ([`claim_instance`]).
+#[must_use = "the baton dir is this service's only while the instance is held"]
+pub struct Instance {
+    _lock: baton_lock::LockGuard,
+}
+
+/// Takes the baton dir for one service (an exclusive baton lock,
+/// `serve/instance`), without waiting.
 ///
 /// Start-up takes, in this order, what only one service may have — the
-/// baton dir (an exclusive baton lock), the address (bound), the store
-/// (an SQLite store's lock) — before it reads or changes any job: a start
-/// that fails for any reason leaves every job as it was.
-pub fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
+/// baton dir (this), the address ([`bind`]), the store ([`open`]) — before
+/// it reads or changes any job ([`launch`]): a start that fails for any
+/// reason leaves every job as it was.
+///
+/// # Errors
+///
+/// [`ServeError::Instance`]: another service runs on this baton dir, or the
+/// lock could not be taken.
+pub fn claim_instance(dir: &BatonDir) -> Result<Instance, ServeError> {
     let name = LockName::new("serve/instance").map_err(|e| ServeError::Instance(e.to_string()))?;
-    let _instance = baton_lock::acquire(
-        &dir,
+    baton_lock::acquire(
+        dir,
         &LockRequest::new(name)
             .wait(WaitPolicy::Immediately)
             .operation("baton serve"),
     )
+    .map(|lock| Instance { _lock: lock })
     .map_err(|e| match e {
         LockError::Busy { .. } => ServeError::Instance(format!(
             "another `baton serve` is running on the baton dir '{}' (see `baton lock status serve/instance`)",
             dir.path().display()
         )),
         other => ServeError::Instance(other.to_string()),
-    })?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("baton-serve")
-        .build()
-        .map_err(ServeError::Runtime)?;
-    crate::conn::raise_nofile_limit();
-    runtime.block_on(async move {
-        let listener = bind(config.listen).await?;
-        serve(config, dir, listener, shutdown_signal()).await
     })
 }
 
@@ -88,28 +97,44 @@ pub async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener,
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
-/// The service on `listener` (already bound: see [`bind`]) until
-/// `shutdown` completes; then it drains (see [`Service::drain`]) and
-/// returns. The testable entry point: [`run`] is this with the process's
-/// signals.
+/// Opens the store `config` names (an SQLite store is then this service's
+/// alone) and makes the service on it. Nothing runs and no job is read or
+/// changed until [`launch`].
 ///
 /// # Errors
 ///
-/// The store cannot be opened (or is another service's), or recovery
-/// cannot read it; nothing was changed then.
-pub async fn serve<F>(
-    config: Config,
-    dir: BatonDir,
+/// The store cannot be opened (or is another service's), or the start
+/// journal cannot be opened; nothing was changed then.
+pub async fn open(config: Config, dir: BatonDir) -> Result<Arc<Service>, ServeError> {
+    let store: Arc<dyn store::Store> = Arc::from(store::open(&config.store, dir.path()).await?);
+    Service::new(Arc::new(config), store, dir).map_err(ServeError::Runtime)
+}
+
+/// Runs `service` on `listener` (already bound: see [`bind`]) until
+/// `shutdown` completes; then it drains (see [`Service::drain`]) and
+/// returns once the drain is over and the listener closed.
+///
+/// It first recovers what a previous instance left and starts the
+/// scheduler (see [`Service::start`]), then prints the one line a
+/// supervisor (or a test) waits for, `baton serve: listening on
+/// http://ADDR`, and answers. The process's signals are the caller's: the
+/// binary passes a future that completes on SIGTERM or SIGINT, a test one
+/// it completes itself.
+///
+/// # Errors
+///
+/// Recovery cannot read the store (nothing was changed then), or the
+/// listener has no local address.
+pub async fn launch<F>(
     listener: tokio::net::TcpListener,
+    service: Arc<Service>,
     shutdown: F,
 ) -> Result<(), ServeError>
 where
     F: std::future::Future<Output = ()> + Send + 'static,
 {
-    let store: Arc<dyn store::Store> = Arc::from(store::open(&config.store, dir.path()).await?);
-    let service = Service::new(Arc::new(config), store, dir).map_err(ServeError::Runtime)?;
-    service.start().await?;
     let local = listener.local_addr().map_err(ServeError::Runtime)?;
+    service.start().await?;
     tracing::info!(address = %local, "listening");
     // The one line a supervisor (or a test) waits for.
     let mut out = std::io::stdout();
@@ -119,7 +144,7 @@ where
     let app = router(Arc::clone(&service), local);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let drainer = Arc::clone(&service);
-    tokio::spawn(async move {
+    let draining = tokio::spawn(async move {
         shutdown.await;
         tracing::info!("shutdown requested: draining");
         drainer.drain().await;
@@ -128,22 +153,10 @@ where
     let cap = crate::conn::connection_cap(&service.config);
     let header_timeout = service.config.connections.header_read_timeout;
     crate::conn::accept_loop(listener, app, stop_rx, header_timeout, cap).await;
+    // Over once the drain is (it stopped the loop): nothing the service
+    // started runs on.
+    let _ = draining.await;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let term = signal(SignalKind::terminate());
-    let int = signal(SignalKind::interrupt());
-    match (term, int) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => std::future::pending::<()>().await,
-    }
 }
 
 /// Every route, with auth, the body limit and the [`crate::browser`] checks
@@ -193,6 +206,7 @@ pub fn router(service: AppState, local: std::net::SocketAddr) -> Router {
             crate::conn::body_deadline,
         ))
         .layer(middleware::from_fn_with_state(guard, crate::browser::check))
+        .layer(middleware::from_fn(api::log_errors))
         .with_state(service)
 }
 

@@ -11,9 +11,10 @@ use serde::de::IgnoredAny;
 
 use crate::atomic::{self, complete_len};
 use crate::edit::check_version;
-use crate::error::{IoContext, StateError};
+use crate::error::StateError;
 use crate::file::{Format, StateFile};
 use crate::version::Version;
+use baton_fs::IoResultExt;
 
 /// A torn last line found at the end of a file and moved out of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,19 +77,19 @@ pub fn append_locked<R: AsRef<[u8]>>(
             }
             match open(path, true) {
                 Ok(f) => (f, true),
-                Err(e) => return Err(e).at("cannot create", path),
+                Err(e) => return Err(e).context("cannot create", path).map_err(Into::into),
             }
         }
-        Err(e) => return Err(e).at("cannot open", path),
+        Err(e) => return Err(e).context("cannot open", path).map_err(Into::into),
     };
-    let meta = f.metadata().at("cannot inspect", path)?;
+    let meta = f.metadata().context("cannot inspect", path)?;
     atomic::require_regular(&meta, path)?;
     let size = meta.len();
     let lines_end = complete_len(&f, size, path)?;
     let tail = if lines_end < size {
         let mut bytes = vec![0u8; usize::try_from(size - lines_end).unwrap_or(usize::MAX)];
         f.read_exact_at(&mut bytes, lines_end)
-            .at("cannot read", path)?;
+            .context("cannot read", path)?;
         bytes
     } else {
         Vec::new()
@@ -98,7 +99,8 @@ pub fn append_locked<R: AsRef<[u8]>>(
     let keep = if unterminated { size } else { lines_end };
     if if_version.is_some() && !created {
         let mut bytes = vec![0u8; usize::try_from(keep).unwrap_or(usize::MAX)];
-        f.read_exact_at(&mut bytes, 0).at("cannot read", path)?;
+        f.read_exact_at(&mut bytes, 0)
+            .context("cannot read", path)?;
         if unterminated {
             bytes.push(b'\n');
         }
@@ -106,7 +108,8 @@ pub fn append_locked<R: AsRef<[u8]>>(
     }
     let torn = if keep < size {
         let saved_to = atomic::save_torn(file, &tail, Some(&meta))?;
-        f.set_len(keep).at("cannot cut the torn line off", path)?;
+        f.set_len(keep)
+            .context("cannot cut the torn line off", path)?;
         Some(Torn {
             bytes: size - keep,
             saved_to,
@@ -131,8 +134,8 @@ pub fn append_locked<R: AsRef<[u8]>>(
     // The records are in the file: a failure now is not "nothing appended".
     if !data.is_empty() || torn.is_some() {
         f.sync_data()
-            .at("cannot flush", path)
-            .map_err(|e| e.after_change(path))?;
+            .context("cannot flush", path)
+            .map_err(|e| StateError::from(e).after_change(path))?;
     }
     if created {
         atomic::sync_dir(file.dir()).map_err(|e| e.after_change(path))?;
@@ -172,7 +175,9 @@ fn write_all_or_nothing(f: &File, data: &[u8], base: u64, path: &Path) -> Result
         Err(e) => Err(e),
     };
     match undone {
-        Ok(()) => Err(cause).at("cannot append to", path),
+        Ok(()) => Err(cause)
+            .context("cannot append to", path)
+            .map_err(Into::into),
         Err(source) => Err(StateError::PartlyAppended {
             path: path.to_path_buf(),
             written,

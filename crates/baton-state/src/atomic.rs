@@ -10,14 +10,17 @@ use std::borrow::Cow;
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{Access, AtFlags, Gid, Mode, Uid};
 use serde::de::IgnoredAny;
 
-use crate::error::{IoContext, StateError};
+use baton_fs::IoResultExt;
+use baton_fs::{Durability, TempFile, WriteError};
+
+use crate::error::StateError;
 use crate::file::{Format, StateFile};
 
 /// A file's bytes and metadata, or nothing if it does not exist.
@@ -43,12 +46,12 @@ pub(crate) fn read(file: &StateFile) -> Result<Current, StateError> {
                 meta: None,
             })
         }
-        Err(e) => return Err(e).at("cannot open", path),
+        Err(e) => return Err(e).context("cannot open", path).map_err(Into::into),
     };
-    let meta = f.metadata().at("cannot inspect", path)?;
+    let meta = f.metadata().context("cannot inspect", path)?;
     require_regular(&meta, path)?;
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    (&f).read_to_end(&mut bytes).at("cannot read", path)?;
+    (&f).read_to_end(&mut bytes).context("cannot read", path)?;
     Ok(Current {
         bytes: Some(bytes),
         meta: Some(meta),
@@ -75,7 +78,7 @@ pub(crate) fn require_regular(meta: &Metadata, path: &Path) -> Result<(), StateE
 /// read-only is respected, not silently replaced).
 pub(crate) fn check_writable(file: &StateFile, exists: bool) -> Result<(), StateError> {
     let check = |p: &Path, op| {
-        rustix::fs::accessat(rustix::fs::CWD, p, Access::WRITE_OK, AtFlags::EACCESS).at(op, p)
+        rustix::fs::accessat(rustix::fs::CWD, p, Access::WRITE_OK, AtFlags::EACCESS).context(op, p)
     };
     check(file.dir(), "cannot create files in directory")?;
     if exists {
@@ -100,60 +103,6 @@ pub(crate) fn remove_stale_temps(file: &StateFile) -> usize {
         .count()
 }
 
-/// A temp file that is removed when dropped, unless it was renamed.
-struct Temp {
-    path: PathBuf,
-    armed: bool,
-}
-
-impl Drop for Temp {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = fs::remove_file(&self.path);
-        }
-    }
-}
-
-/// Creates a new temp file for `file` in its directory. Its mode is `mode`
-/// minus the umask; it is created exclusively, so it cannot clobber
-/// anything.
-fn create_temp(file: &StateFile, mode: u32) -> Result<(File, Temp), StateError> {
-    let prefix = file.temp_prefix();
-    let pid = std::process::id();
-    let mut attempts = 0;
-    loop {
-        let mut name = prefix.clone().into_vec();
-        name.extend_from_slice(format!("{pid}-{:016x}", random_u64()).as_bytes());
-        let path = file.dir().join(std::ffi::OsString::from_vec(name));
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-        {
-            Ok(f) => return Ok((f, Temp { path, armed: true })),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < 8 => attempts += 1,
-            Err(e) => return Err(e).at("cannot create a temporary file", path),
-        }
-    }
-}
-
-fn random_u64() -> u64 {
-    let mut buf = [0u8; 8];
-    match rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty()) {
-        Ok(8) => u64::from_ne_bytes(buf),
-        _ => {
-            // Uniqueness only matters among our own temp files, and
-            // create_new refuses collisions; the clock will do.
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            u64::from(t.subsec_nanos()) ^ t.as_secs().rotate_left(32)
-        }
-    }
-}
-
 /// Replaces `file` with `content` atomically and durably. An error after
 /// the rename is [`StateError::NotDurable`].
 ///
@@ -165,17 +114,24 @@ pub(crate) fn replace(
     content: &[u8],
     like: Option<&Metadata>,
 ) -> Result<(), StateError> {
-    let (mut f, mut temp) = create_temp(file, if like.is_some() { 0o600 } else { 0o666 })?;
+    let temp = TempFile::create(
+        file.dir(),
+        &file.temp_prefix(),
+        if like.is_some() { 0o600 } else { 0o666 },
+    )?;
     if let Some(meta) = like {
-        copy_ownership(f.as_fd(), meta, 0o7777, &temp.path)?;
+        copy_ownership(temp.file().as_fd(), meta, 0o7777, temp.path())?;
     }
-    f.write_all(content).at("cannot write", &temp.path)?;
-    f.sync_all().at("cannot flush", &temp.path)?;
-    drop(f);
-    fs::rename(&temp.path, file.path()).at("cannot rename a temporary file over", file.path())?;
-    temp.armed = false;
-    // The commit point has passed: a failure now is not "nothing written".
-    sync_dir(file.dir()).map_err(|e| e.after_change(file.path()))
+    temp.file()
+        .write_all(content)
+        .context("cannot write", temp.path())?;
+    // The rename is the commit point: a failure after it (flushing the
+    // directory) is not "nothing written".
+    temp.persist(file.path(), Durability::DataAndDir)
+        .map_err(|e| match e {
+            WriteError::NotWritten(e) => StateError::from(e),
+            WriteError::NotDurable(e) => StateError::from(e).after_change(file.path()),
+        })
 }
 
 /// Gives the new file `fd` (at `path`, ours, just created) the owner, group
@@ -196,7 +152,7 @@ fn copy_ownership(
     mask: u32,
     path: &Path,
 ) -> Result<(), StateError> {
-    let ours = rustix::fs::fstat(fd).at("cannot inspect", path)?;
+    let ours = rustix::fs::fstat(fd).context("cannot inspect", path)?;
     let root = rustix::process::geteuid().is_root();
     let (uid, gid) = (Uid::from_raw(like.uid()), Gid::from_raw(like.gid()));
     let owner_kept =
@@ -211,7 +167,9 @@ fn copy_ownership(
         let others = mode & 0o007;
         mode &= !(0o2000 | (0o070 & !(others << 3)));
     }
-    rustix::fs::fchmod(fd, Mode::from_raw_mode(mode)).at("cannot set permissions of", path)
+    rustix::fs::fchmod(fd, Mode::from_raw_mode(mode))
+        .context("cannot set permissions of", path)
+        .map_err(Into::into)
 }
 
 /// Whether the calling process is in group `gid` (effective or supplementary).
@@ -224,7 +182,8 @@ fn is_member(gid: Gid) -> bool {
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), StateError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .at("cannot flush directory", dir)
+        .context("cannot flush directory", dir)
+        .map_err(Into::into)
 }
 
 /// Length of the part of `bytes` that ends in a newline (all of it if it is
@@ -275,7 +234,7 @@ pub(crate) fn complete_len(f: &File, size: u64, path: &Path) -> Result<u64, Stat
     }
     let mut last = [0u8];
     f.read_exact_at(&mut last, size - 1)
-        .at("cannot read", path)?;
+        .context("cannot read", path)?;
     if last[0] == b'\n' {
         return Ok(size);
     }
@@ -284,7 +243,7 @@ pub(crate) fn complete_len(f: &File, size: u64, path: &Path) -> Result<u64, Stat
     while end > 0 {
         let start = end.saturating_sub(CHUNK);
         let chunk = &mut buf[..(end - start) as usize];
-        f.read_exact_at(chunk, start).at("cannot read", path)?;
+        f.read_exact_at(chunk, start).context("cannot read", path)?;
         if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
             return Ok(start + i as u64 + 1);
         }
@@ -315,9 +274,9 @@ pub(crate) fn save_torn(
     let (mut f, created) = match open(true) {
         Ok(f) => (f, true),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            (open(false).at("cannot open", &path)?, false)
+            (open(false).context("cannot open", &path)?, false)
         }
-        Err(e) => return Err(e).at("cannot create", &path),
+        Err(e) => return Err(e).context("cannot create", &path).map_err(Into::into),
     };
     if let (true, Some(like)) = (created, like) {
         copy_ownership(f.as_fd(), like, 0o666, &path)?;
@@ -325,8 +284,8 @@ pub(crate) fn save_torn(
     let mut buf = Vec::with_capacity(torn.len() + 1);
     buf.extend_from_slice(torn);
     buf.push(b'\n');
-    f.write_all(&buf).at("cannot write", &path)?;
-    f.sync_all().at("cannot flush", &path)?;
+    f.write_all(&buf).context("cannot write", &path)?;
+    f.sync_all().context("cannot flush", &path)?;
     if created {
         sync_dir(file.dir())?;
     }

@@ -120,6 +120,17 @@ pub enum StateError {
         /// The signal that killed the filter, if one did.
         signal: Option<i32>,
     },
+    /// The filter ran longer than its [timeout](crate::Filter::timeout)
+    /// and its process group was stopped; nothing was written.
+    #[error("filter '{}' timed out after {}; '{}' unchanged", program.to_string_lossy(), humantime::format_duration(*timeout), path.display())]
+    FilterTimedOut {
+        /// The filter program.
+        program: OsString,
+        /// The state file.
+        path: PathBuf,
+        /// The timeout it exceeded.
+        timeout: std::time::Duration,
+    },
     /// The filter program does not exist.
     #[error("filter '{}' not found", program.to_string_lossy())]
     FilterNotFound {
@@ -231,23 +242,12 @@ pub enum EditError<E> {
     Aborted(E),
 }
 
-/// Attaches a path and an operation to an I/O result.
-pub(crate) trait IoContext<T> {
-    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, StateError>;
-}
-
-impl<T> IoContext<T> for io::Result<T> {
-    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, StateError> {
-        self.map_err(|source| StateError::Io {
-            op,
-            path: path.into(),
-            source,
-        })
-    }
-}
-
-impl<T> IoContext<T> for Result<T, rustix::io::Errno> {
-    fn at(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T, StateError> {
-        self.map_err(io::Error::from).at(op, path)
+impl From<baton_fs::PathError> for StateError {
+    fn from(e: baton_fs::PathError) -> Self {
+        StateError::Io {
+            op: e.op,
+            path: e.path,
+            source: e.source,
+        }
     }
 }

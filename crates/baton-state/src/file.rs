@@ -10,7 +10,8 @@ use std::path::{Component, Path, PathBuf};
 use baton_lock::LockName;
 use sha2::{Digest, Sha256};
 
-use crate::error::{IoContext, StateError};
+use crate::error::StateError;
+use baton_fs::IoResultExt;
 
 /// How a state file's content is checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,14 +82,14 @@ impl StateFile {
                 Ok(m) if !m.is_dir() => Err(io::Error::from_raw_os_error(libc::ENOTDIR)),
                 _ => Ok(dir),
             })
-            .at("cannot resolve the directory of", &given)?;
+            .context("cannot resolve the directory of", &given)?;
         let mut name = name;
         let mut hops = 0;
         loop {
             let path = dir.join(&name);
             match fs::symlink_metadata(&path) {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-                Err(e) => return Err(e).at("cannot inspect", &path),
+                Err(e) => return Err(e).context("cannot inspect", &path).map_err(Into::into),
                 Ok(meta) => {
                     let ft = meta.file_type();
                     if ft.is_symlink() {
@@ -197,7 +198,7 @@ impl StateFile {
 /// The target of the link at `link` (inside `dir`), as a name in `dir`;
 /// refuses targets in any other directory.
 fn same_dir_link_target(dir: &Path, link: &Path) -> Result<OsString, StateError> {
-    let target = fs::read_link(link).at("cannot read symbolic link", link)?;
+    let target = fs::read_link(link).context("cannot read symbolic link", link)?;
     let outside = || StateError::SymlinkOutside {
         path: link.to_path_buf(),
         target: target.clone(),

@@ -1,12 +1,14 @@
 //! Running an external filter: current content on stdin, new content on stdout.
 
 use std::ffi::{OsStr, OsString};
-use std::io::{self, Read, Write};
-use std::os::unix::process::ExitStatusExt;
+use std::io;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use crate::error::{IoContext, StateError};
+use baton_fs::IoResultExt;
+use baton_proc::{Outcome, ProcError, RunSpec, Streams, Supervisor, DEFAULT_GRACE};
+
+use crate::error::StateError;
 
 /// A command that turns a file's current content (its standard input) into
 /// the new content (its standard output), like `jq '.n += 1'`,
@@ -15,14 +17,26 @@ use crate::error::{IoContext, StateError};
 /// Its standard error and working directory are inherited. It also gets
 /// `BATON_STATE_FILE` (the real file's path) and, when run under a lock,
 /// `BATON_LOCK` and `BATON_FENCING_TOKEN`.
+///
+/// It is supervised like every child of baton (baton-proc): it leads its
+/// own process group, dies with the baton process that runs it (even by
+/// `SIGKILL`), and what it leaves running in its group when it exits is
+/// terminated (`SIGTERM`, the [grace](Filter::grace), `SIGKILL`). With a
+/// [timeout](Filter::timeout), its whole group is stopped the same way when
+/// it runs longer, and nothing is written. Its input is fed and its output
+/// read at the same time, so a filter may write before it has read
+/// everything.
 #[derive(Clone, Debug)]
 pub struct Filter {
     program: OsString,
     args: Vec<OsString>,
+    timeout: Option<Duration>,
+    grace: Duration,
 }
 
 impl Filter {
-    /// A filter from a command line: the program, then its arguments.
+    /// A filter from a command line: the program, then its arguments. No
+    /// timeout; a grace period of [`DEFAULT_GRACE`].
     pub fn new<I, S>(argv: I) -> Result<Filter, StateError>
     where
         I: IntoIterator<Item = S>,
@@ -33,7 +47,26 @@ impl Filter {
         Ok(Filter {
             program,
             args: it.collect(),
+            timeout: None,
+            grace: DEFAULT_GRACE,
         })
+    }
+
+    /// Stops the filter's process group when it runs longer than `timeout`
+    /// (measured from its start): [`StateError::FilterTimedOut`], nothing
+    /// written.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Filter {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// How long the filter's group gets between `SIGTERM` and `SIGKILL`, at
+    /// a timeout and for what it left running.
+    #[must_use]
+    pub fn grace(mut self, grace: Duration) -> Filter {
+        self.grace = grace;
+        self
     }
 
     /// The program.
@@ -49,50 +82,37 @@ impl Filter {
         file: &Path,
         env: &[(&str, String)],
     ) -> Result<Vec<u8>, StateError> {
-        let mut cmd = Command::new(&self.program);
-        cmd.args(&self.args)
-            .env("BATON_STATE_FILE", file)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        let mut spec = RunSpec::new(&self.program).args(&self.args);
+        spec.env
+            .push(("BATON_STATE_FILE".into(), file.as_os_str().to_owned()));
         for (k, v) in env {
-            cmd.env(k, v);
+            spec.env.push((k.into(), v.into()));
         }
-        let mut child = cmd.spawn().map_err(|e| self.spawn_error(e))?;
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        // Feed stdin from a second thread while reading stdout here: a filter
-        // that writes before it has read everything must not deadlock us.
-        let (fed, output) = std::thread::scope(|s| {
-            let feeder = s.spawn(move || match stdin {
-                Some(mut pipe) => match pipe.write_all(input) {
-                    // A filter may well ignore its input (`echo '{}'`).
-                    Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-                    other => other,
-                },
-                None => Ok(()),
-            });
-            let mut out = Vec::new();
-            let read = match stdout {
-                Some(mut pipe) => pipe.read_to_end(&mut out).map(|_| out),
-                None => Ok(out),
-            };
-            let fed = feeder.join().unwrap_or_else(|_| {
-                Err(io::Error::other("the thread feeding the filter panicked"))
-            });
-            (fed, read)
-        });
-        let status = child.wait().at("cannot wait for the filter of", file)?;
-        if let Some(sig) = status.signal() {
-            return Err(self.failed(file, 128 + sig, Some(sig)));
+        spec.timeout = self.timeout;
+        spec.grace = self.grace;
+        let mut output = Vec::new();
+        let streamed = Supervisor::new(spec)
+            .run_streaming(Streams::new().stdin(input).stdout(&mut output), |_| {})
+            .map_err(|e| self.spawn_error(e, file))?;
+        match streamed.finished.outcome {
+            Outcome::Exited(0) => {}
+            Outcome::Exited(code) => return Err(self.failed(file, code, None)),
+            Outcome::Signaled(sig) => return Err(self.failed(file, 128 + sig, Some(sig))),
+            Outcome::TimedOut | Outcome::Cancelled => {
+                return Err(StateError::FilterTimedOut {
+                    program: self.program.clone(),
+                    path: file.to_path_buf(),
+                    timeout: self.timeout.unwrap_or_default(),
+                })
+            }
         }
-        match status.code() {
-            Some(0) => {}
-            Some(code) => return Err(self.failed(file, code, None)),
-            None => return Err(self.failed(file, 125, None)),
-        }
-        fed.at("cannot write to the filter of", file)?;
-        output.at("cannot read the output of the filter of", file)
+        streamed
+            .stdin
+            .context("cannot write to the filter of", file)?;
+        streamed
+            .stdout
+            .context("cannot read the output of the filter of", file)?;
+        Ok(output)
     }
 
     fn failed(&self, file: &Path, code: i32, signal: Option<i32>) -> StateError {
@@ -104,14 +124,26 @@ impl Filter {
         }
     }
 
-    /// "Not found" is 127's case; anything else that stops the start
-    /// (permission, not an executable format, a directory) is 126's.
-    fn spawn_error(&self, source: io::Error) -> StateError {
+    /// "Not found" (the program, or its interpreter) is 127's case;
+    /// anything else that stops the start (permission, not an executable
+    /// format, a directory) is 126's.
+    fn spawn_error(&self, e: ProcError, file: &Path) -> StateError {
         let program = self.program.clone();
-        if source.kind() == io::ErrorKind::NotFound {
-            StateError::FilterNotFound { program, source }
-        } else {
-            StateError::FilterNotExecutable { program, source }
+        match e {
+            ProcError::NotFound { .. } | ProcError::InterpreterNotFound { .. } => {
+                StateError::FilterNotFound {
+                    program,
+                    source: io::Error::from_raw_os_error(rustix::io::Errno::NOENT.raw_os_error()),
+                }
+            }
+            ProcError::NotExecutable { source, .. } | ProcError::Spawn { source, .. } => {
+                StateError::FilterNotExecutable { program, source }
+            }
+            other => StateError::Io {
+                op: "cannot supervise the filter of",
+                path: file.to_path_buf(),
+                source: io::Error::other(other),
+            },
         }
     }
 }

@@ -14,8 +14,9 @@
 //!   file must stay one JSON value), write it to a temp file
 //!   `.<name>.baton-tmp-<pid>-<random>` in the same directory, give it the
 //!   old file's group and permission bits (and owner, as root), fsync it,
-//!   rename it over the file, fsync the directory. The rename is the commit
-//!   point.
+//!   rename it over the file, fsync the directory (`baton_fs::TempFile`
+//!   with `Durability::DataAndDir`). The rename is the commit point. A
+//!   [`Filter`] runs under baton-proc's supervisor, as a contained child.
 //! - **append** ([`append`], [`append_locked`]): under the lock, check all
 //!   records, cut off a torn last line (keeping its bytes in `FILE.torn`),
 //!   write the records with one `write` (cut back off if it fails),
@@ -143,6 +144,8 @@
 //! append(&dir, tmp.path().join("events.jsonl"), &Options::new().lock("memory".parse()?), &["{}"])?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+
+#![forbid(unsafe_code)]
 
 mod append;
 mod atomic;

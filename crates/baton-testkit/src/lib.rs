@@ -7,6 +7,7 @@
 //! - [`Immutable`]: a directory made immutable with `chattr +i`.
 //! - [`Rng`]: a small seeded generator whose seed is printed for replay.
 
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failed unwrap is a failed test
 
 use std::io::{BufRead, BufReader};

@@ -4,28 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use baton_lock::{
-    start_time, status, BatonDir, HolderInfo, HolderKind, Liveness, LockError, LockName,
-};
+use baton_lock::{start_time, HolderInfo, HolderKind, Liveness, LockError, LockName};
 use baton_proc::{terminate_verified, TerminateReport};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::{pidfd_open, Pid, PidfdFlags};
 use serde::Serialize;
 
+use crate::backend::Backend;
 use crate::error::RunError;
-use crate::locks::Backend;
-
-/// The status of `name` where it lives.
-pub fn lock_status(
-    backend: &Backend,
-    dir: &BatonDir,
-    name: &LockName,
-) -> Result<baton_lock::LockStatus, RunError> {
-    match backend {
-        Backend::Local => Ok(status(dir, name)?),
-        Backend::Postgres(db) => Ok(db.status(name)?),
-    }
-}
 
 /// What `release` did.
 #[derive(Clone, Debug, Serialize)]
@@ -38,40 +24,41 @@ pub struct ReleaseReport {
     pub holder_pid: i32,
 }
 
-/// Releases a lock held by a background holder (`baton lock acquire`).
-///
-/// With `token`, only the grant with that token is released; a token that is
-/// not current changes nothing and is reported as [`LockError::StaleToken`].
-/// Without it, only a hold taken for `caller` (the script asking, see
-/// [`caller_to_watch`](super::caller_to_watch)) is released, unless `force`: a script must never
-/// free a lock that another script holds (`trap 'baton lock release x' EXIT`
-/// after a failed acquire, say).
-pub fn release_held(
-    backend: &Backend,
-    dir: &BatonDir,
-    name: &LockName,
-    token: Option<u64>,
-    caller: Option<(i32, u64)>,
-    force: bool,
-) -> Result<ReleaseReport, RunError> {
-    let st = lock_status(backend, dir, name)?;
-    let holds: Vec<&HolderInfo> = st
-        .holders
-        .iter()
-        .filter(|h| h.kind == HolderKind::Hold)
-        .collect();
-    let mine: Vec<&HolderInfo> = holds
-        .iter()
-        .copied()
-        .filter(|h| {
-            force
-                || h.acquired_for.as_ref().is_some_and(|f| {
-                    f.in_my_pid_ns()
-                        && caller.is_some_and(|(pid, start)| f.pid == pid && f.start_time == start)
-                })
-        })
-        .collect();
-    let target = match token {
+impl Backend {
+    /// Releases a lock held by a background holder (`baton lock acquire`).
+    ///
+    /// With `token`, only the grant with that token is released; a token that is
+    /// not current changes nothing and is reported as [`LockError::StaleToken`].
+    /// Without it, only a hold taken for `caller` (the script asking, see
+    /// [`caller_to_watch`](crate::hold::caller_to_watch)) is released, unless `force`: a script must never
+    /// free a lock that another script holds (`trap 'baton lock release x' EXIT`
+    /// after a failed acquire, say).
+    pub fn release_held(
+        &self,
+        name: &LockName,
+        token: Option<u64>,
+        caller: Option<(i32, u64)>,
+        force: bool,
+    ) -> Result<ReleaseReport, RunError> {
+        let st = self.status(name)?;
+        let holds: Vec<&HolderInfo> = st
+            .holders
+            .iter()
+            .filter(|h| h.kind == HolderKind::Hold)
+            .collect();
+        let mine: Vec<&HolderInfo> = holds
+            .iter()
+            .copied()
+            .filter(|h| {
+                force
+                    || h.acquired_for.as_ref().is_some_and(|f| {
+                        f.in_my_pid_ns()
+                            && caller
+                                .is_some_and(|(pid, start)| f.pid == pid && f.start_time == start)
+                    })
+            })
+            .collect();
+        let target = match token {
         Some(t) => match st.holders.iter().find(|h| h.token == t) {
             Some(h) if h.kind == HolderKind::Hold => h,
             Some(h) => {
@@ -144,8 +131,8 @@ pub fn release_held(
             }
         },
     };
-    if target.host != baton_lock::hostname() {
-        return Err(LockError::Refused {
+        if target.host != baton_lock::hostname() {
+            return Err(LockError::Refused {
             name: name.to_string(),
             reason: format!(
                 "its background holder (pid {}) runs on host '{}'; release it there, or end it with `baton lock break`",
@@ -153,13 +140,14 @@ pub fn release_held(
             ),
         }
         .into());
+        }
+        ask_to_release(name, target)?;
+        Ok(ReleaseReport {
+            name: name.to_string(),
+            token: target.token,
+            holder_pid: target.pid,
+        })
     }
-    ask_to_release(name, target)?;
-    Ok(ReleaseReport {
-        name: name.to_string(),
-        token: target.token,
-        holder_pid: target.pid,
-    })
 }
 
 /// One holder stopped by `break`.
@@ -184,39 +172,35 @@ pub struct BreakReport {
     pub free_now: bool,
 }
 
-/// Stops the live holders of a lock on this host: TERM, `grace`, KILL.
-///
-/// Never unlinks or rewrites a lock file; the kernel releases the lock when
-/// the holder exits. Holders on another host, or a held lock whose recorded
-/// holder is gone, are refused with an explanation.
-pub fn break_lock(
-    backend: &Backend,
-    dir: &BatonDir,
-    name: &LockName,
-    grace: Duration,
-) -> Result<BreakReport, RunError> {
-    if let Backend::Postgres(db) = backend {
-        return break_remote(db, name);
-    }
-    let st = status(dir, name)?;
-    let mut report = BreakReport {
-        name: name.to_string(),
-        was_held: st.held,
-        stopped: Vec::new(),
-        free_now: !st.held,
-    };
-    if !st.held {
-        return Ok(report);
-    }
-    if st.holders.is_empty() {
-        return Err(LockError::Refused {
+impl Backend {
+    /// Stops the live holders of a lock on this host: TERM, `grace`, KILL.
+    ///
+    /// Never unlinks or rewrites a lock file; the kernel releases the lock when
+    /// the holder exits. Holders on another host, or a held lock whose recorded
+    /// holder is gone, are refused with an explanation.
+    pub fn break_lock(&self, name: &LockName, grace: Duration) -> Result<BreakReport, RunError> {
+        if let Some(db) = self.database() {
+            return break_remote(db, name);
+        }
+        let st = self.status(name)?;
+        let mut report = BreakReport {
+            name: name.to_string(),
+            was_held: st.held,
+            stopped: Vec::new(),
+            free_now: !st.held,
+        };
+        if !st.held {
+            return Ok(report);
+        }
+        if st.holders.is_empty() {
+            return Err(LockError::Refused {
             name: name.to_string(),
             reason: "it is held, but its metadata names no holder (unreadable or missing); find the holder with `fuser` on the lock file".into(),
         }
         .into());
-    }
-    for h in &st.holders {
-        match h.liveness {
+        }
+        for h in &st.holders {
+            match h.liveness {
             Liveness::Unknown => {
                 return Err(LockError::Refused {
                     name: name.to_string(),
@@ -265,28 +249,29 @@ pub fn break_lock(
             }
             Liveness::Alive => {}
         }
-    }
-    for h in &st.holders {
-        // A script holding through `lock acquire` is stopped before its
-        // holder lets go, so it never works beside the next holder.
-        if let Some(caller) = h
-            .acquired_for
-            .as_ref()
-            .filter(|_| h.kind == HolderKind::Hold)
-        {
-            // Its pid here (it may run in another PID namespace).
-            if let Some(pid) = caller.sighting().local_pid {
-                baton_proc::terminate_tree(pid, caller.start_time, grace);
-            }
         }
-        let action = stop_holder(name, h, grace)?;
-        report.stopped.push(BrokenHolder {
-            holder: h.clone(),
-            action: action.into(),
-        });
+        for h in &st.holders {
+            // A script holding through `lock acquire` is stopped before its
+            // holder lets go, so it never works beside the next holder.
+            if let Some(caller) = h
+                .acquired_for
+                .as_ref()
+                .filter(|_| h.kind == HolderKind::Hold)
+            {
+                // Its pid here (it may run in another PID namespace).
+                if let Some(pid) = caller.sighting().local_pid {
+                    baton_proc::terminate_tree(pid, caller.start_time, grace);
+                }
+            }
+            let action = stop_holder(name, h, grace)?;
+            report.stopped.push(BrokenHolder {
+                holder: h.clone(),
+                action: action.into(),
+            });
+        }
+        report.free_now = !self.status(name)?.held;
+        Ok(report)
     }
-    report.free_now = !status(dir, name)?.held;
-    Ok(report)
 }
 
 /// `break` on PostgreSQL: the holders' sessions are ended, wherever they

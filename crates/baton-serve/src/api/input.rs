@@ -44,17 +44,6 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// A field that, when given, has a value: `null` is refused as the wrong
-/// type (`#[serde(default, deserialize_with = "present")]`), where plain
-/// `Option` would take it for an absent field.
-pub(crate) fn present<'de, D, T>(de: D) -> Result<Option<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: serde::Deserialize<'de>,
-{
-    T::deserialize(de).map(Some)
-}
-
 /// Refuses a prompt the template's command could not take safely: larger
 /// than `max_prompt_bytes` (413), or starting with `-` where the command
 /// could read it as an option (400: allowed only after an `--` in the

@@ -246,13 +246,8 @@ pub async fn completions(
         return Err(job_error(&ended));
     }
     let path = service.files(&id).stream(OutStream::Stdout);
-    let content = output::read_from(&path, 0, u64::MAX).map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "io",
-            format!("cannot read the output of job '{id}': {e}"),
-        )
-    })?;
+    let content = output::read_from(&path, 0, u64::MAX)
+        .map_err(|e| ApiError::internal("io", &format!("read the output of job '{id}'"), e))?;
     let content = String::from_utf8_lossy(&content);
     Ok(Json(json!({
         "id": head.id,
@@ -450,12 +445,8 @@ fn chunks(
                     }
                     Some(Err(e)) => {
                         st.phase = Phase::Over;
-                        let err: OpenAiError = ApiError::new(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "io",
-                            format!("cannot read the output of job '{}': {e}", st.job.spec.id),
-                        )
-                        .into();
+                        let doing = format!("read the output of job '{}'", st.job.spec.id);
+                        let err: OpenAiError = ApiError::internal("io", &doing, e).into();
                         return Some((Ok(error_event(&err)), st));
                     }
                     None => {
@@ -510,7 +501,12 @@ fn chunks(
     })
 }
 
+/// An error as the last event of a stream. The response has been sent:
+/// an error with a detail for the log (see `api::log_errors`) is logged here.
 fn error_event(e: &OpenAiError) -> Event {
+    if let Some(logged) = &e.inner.logged {
+        tracing::error!(error = %logged.detail, "{}", logged.what);
+    }
     Event::default().data(json!({"error": e.error_json()}).to_string())
 }
 

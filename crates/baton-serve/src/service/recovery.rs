@@ -10,8 +10,8 @@
 //! Guaranteed:
 //! - a job is marked only once nothing of it runs: until then it stays
 //!   `running` in the store, so it keeps its slot (the store's
-//!   `max_concurrency` count, and this node's cap through
-//!   [`Service::recovering_count`]) and no new job runs beside its leftovers;
+//!   `max_concurrency` count, and this node's cap through the recovering
+//!   jobs of `Lives`) and no new job runs beside its leftovers;
 //! - an instance killed in the middle of recovering leaves such a job
 //!   running in the store, with its process group in the journal, for the
 //!   next start to stop.
@@ -28,22 +28,6 @@ use crate::store::StoreError;
 use super::Service;
 
 impl Service {
-    /// How many of the previous instance's jobs are still being stopped.
-    pub(crate) fn recovering_count(&self) -> u64 {
-        self.recovering_ids().len() as u64
-    }
-
-    /// Whether job `id` is a previous instance's job still being stopped.
-    pub(crate) fn is_recovering(&self, id: &str) -> bool {
-        self.recovering_ids().contains(id)
-    }
-
-    fn recovering_ids(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        self.recovering
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Finds what the previous instance left and starts stopping it in the
     /// background (see the module docs). Returns once the jobs concerned
     /// are known and counted as taking their slots.
@@ -60,7 +44,8 @@ impl Service {
                 groups.entry(job.spec.id.clone()).or_insert(g);
             }
         }
-        self.recovering_ids()
+        self.lives
+            .recovering()
             .extend(running.iter().map(|j| j.spec.id.clone()));
         let mut tasks = tokio::task::JoinSet::new();
         for job in running {
@@ -73,7 +58,7 @@ impl Service {
             tasks.spawn_blocking(move || stop_group(&id, group));
         }
         let service = Arc::clone(self);
-        tokio::spawn(async move {
+        self.lifecycle.spawn(async move {
             while tasks.join_next().await.is_some() {}
             // Nothing of the old jobs runs any more: keep only the journal
             // lines of the jobs this instance runs.
@@ -147,7 +132,7 @@ impl Service {
                 }
             }
         }
-        self.recovering_ids().remove(&id);
+        self.lives.recovering().remove(&id);
         self.wake();
     }
 

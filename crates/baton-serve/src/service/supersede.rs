@@ -22,16 +22,18 @@ use std::time::{Duration, Instant};
 
 use crate::model::{JobStatus, ListFilter};
 
-use super::{Live, Service};
+use super::lives::Live;
+use super::scheduler::Scheduler;
 
-impl Service {
+impl Scheduler {
     /// Supersedes this node's running jobs of `group` older than job `by`
     /// (FIFO `seq` below `by_seq`), and waits until they, and those of
     /// other nodes, have ended (at most grace + 5 s each wait), so that
     /// `by` then joins an idle group.
     pub(crate) async fn supersede_older(&self, by: &str, by_seq: i64, group: &str) {
         let older: Vec<Live> = self
-            .lives()
+            .lives
+            .running()
             .iter()
             .filter(|(id, l)| *id != by && l.seq < by_seq && l.group.as_deref() == Some(group))
             .map(|(_, l)| l.clone())
@@ -67,7 +69,10 @@ impl Service {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Ok(_) => {
-                    tracing::warn!(group, "older jobs of the group still run after the grace; joining anyway");
+                    tracing::warn!(
+                        group,
+                        "older jobs of the group still run after the grace; joining anyway"
+                    );
                     return;
                 }
                 Err(e) => {

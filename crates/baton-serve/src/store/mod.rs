@@ -1,13 +1,17 @@
-//! Where jobs live: a trait with one implementation per engine, selected by
-//! URL. No driver type crosses this boundary; every method is one atomic
-//! step (a transaction), so two callers in the same millisecond never both
-//! claim a job or both take the last place in the queue.
+//! Where jobs live: a trait with one implementation per engine, chosen once
+//! by the parsed store setting ([`StoreUrl`]). No driver type crosses this
+//! boundary; every method is one atomic step (a transaction), so two
+//! callers in the same millisecond never both claim a job or both take the
+//! last place in the queue.
+//!
+//! Design (the claim protocol, durability per promise): see `SERVICE.md`.
 
 mod pg_session;
 mod pg_sql;
 mod postgres;
 mod sqlite;
 mod sqlite_files;
+mod url;
 
 use std::path::Path;
 
@@ -20,6 +24,7 @@ use crate::model::{
 
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
+pub use url::StoreUrl;
 
 /// A store failure.
 #[derive(Debug, thiserror::Error)]
@@ -202,24 +207,24 @@ pub trait Store: Send + Sync + 'static {
     async fn status_counts(&self) -> Result<Vec<(JobStatus, u64)>, StoreError>;
 }
 
-/// Opens the store named by `url`: `sqlite://PATH` (a relative PATH is
-/// taken from the baton dir) or `postgres://...` / `postgresql://...` (a
-/// libpq-style URL; TLS as its `sslmode` says). For PostgreSQL this connects, migrates the
-/// schema and establishes this node's session before returning.
-pub async fn open(url: &str, baton_dir: &Path) -> Result<Box<dyn Store>, StoreError> {
+/// Opens the store `url` names: SQLite (a relative path is taken from the
+/// baton dir) or PostgreSQL (TLS as the URL's `sslmode` says). For
+/// PostgreSQL this connects,
+/// migrates the schema and establishes this node's session before
+/// returning.
+pub async fn open(url: &StoreUrl, baton_dir: &Path) -> Result<Box<dyn Store>, StoreError> {
     let open_error = |message: String| StoreError::Open {
-        url: postgres::redact(url),
+        url: url.to_string(),
         message,
     };
-    if let Some(path) = url.strip_prefix("sqlite://") {
-        let path = baton_dir.join(path);
-        return Ok(Box::new(SqliteStore::open(&path).map_err(open_error)?));
+    match url {
+        StoreUrl::Sqlite(path) => {
+            let path = baton_dir.join(path);
+            Ok(Box::new(SqliteStore::open(&path).map_err(open_error)?))
+        }
+        StoreUrl::Postgres(pg) => {
+            let node = pg_session::node_id(baton_dir).map_err(open_error)?;
+            Ok(Box::new(PgStore::open(pg, node).await.map_err(open_error)?))
+        }
     }
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let node = pg_session::node_id(baton_dir).map_err(open_error)?;
-        return Ok(Box::new(
-            PgStore::open(url, node).await.map_err(open_error)?,
-        ));
-    }
-    Err(StoreError::UnsupportedUrl(postgres::redact(url)))
 }

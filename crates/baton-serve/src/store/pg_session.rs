@@ -5,12 +5,10 @@
 //! loss) the node is told at once, and the session is re-established in
 //! the background.
 //!
-//! Both ends are configured to notice a dead peer: the client with TCP
-//! keepalives (idle 5 s, interval 2 s, 3 probes) and `tcp_user_timeout`
-//! 10 s; the server side with the same `tcp_keepalives_*` and
-//! `tcp_user_timeout` settings for this session, so the server ends the
-//! session of a machine that died or was cut off, and frees its liveness
-//! lock, within about 11 s.
+//! Both ends are configured to notice a dead peer, and the heartbeat keeps
+//! baton-pg's cadence and limit, so each answered heartbeat vouches for the
+//! node's jobs within `baton_pg::FENCE`: all three come from
+//! `baton_pg::liveness`, the one definition.
 
 use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
@@ -22,24 +20,12 @@ use futures_util::StreamExt;
 use tokio::sync::{broadcast, mpsc};
 use tokio_postgres::AsyncMessage;
 
+use baton_pg::one_line;
+
 use super::StoreEvent;
 
 /// The advisory lock class (first key) of node liveness locks.
 pub(super) const NODE_CLASS: i32 = 0x6261_746e; // "batn"
-
-/// How often a node heartbeats (and checks its session).
-const HEARTBEAT: Duration = Duration::from_secs(2);
-
-/// How long a heartbeat may take before the session is taken as lost.
-const HEARTBEAT_LIMIT: Duration = Duration::from_secs(3);
-
-// The jobs' guardians are fenced with baton-pg's bound, which must cover a
-// heartbeat's interval and limit here too.
-// (The next heartbeat is sent at most max(interval, limit) after the last
-// one and answered within the limit: before the last proof's deadline.)
-const _: () =
-    assert!(HEARTBEAT_LIMIT.as_secs() + HEARTBEAT_LIMIT.as_secs() < baton_pg::FENCE.as_secs());
-const _: () = assert!(HEARTBEAT.as_secs() + HEARTBEAT_LIMIT.as_secs() < baton_pg::FENCE.as_secs());
 
 /// How long to wait for the liveness lock of this node id (held by a
 /// previous session of the same node the server has not ended yet).
@@ -87,16 +73,6 @@ pub(super) fn node_id(baton_dir: &Path) -> Result<String, String> {
     std::fs::write(&path, format!("{id}\n"))
         .map_err(|e| format!("cannot write '{}': {e}", path.display()))?;
     Ok(id)
-}
-
-/// Applies the keepalive settings described in the module docs to `cfg`.
-pub(super) fn keepalives(cfg: &mut tokio_postgres::Config) {
-    cfg.connect_timeout(Duration::from_secs(5))
-        .keepalives(true)
-        .keepalives_idle(Duration::from_secs(5))
-        .keepalives_interval(Duration::from_secs(2))
-        .keepalives_retries(3)
-        .tcp_user_timeout(Duration::from_secs(10));
 }
 
 /// Establishes the first session (an error if it cannot), then keeps it up
@@ -151,12 +127,7 @@ async fn connect(
             }
         }
     });
-    for setting in [
-        "SET tcp_keepalives_idle = 5",
-        "SET tcp_keepalives_interval = 2",
-        "SET tcp_keepalives_count = 3",
-        "SET tcp_user_timeout = 10000",
-    ] {
+    for setting in baton_pg::liveness::SERVER_KEEPALIVES {
         // Best effort: a server that lacks one still works, only slower to
         // notice a dead machine.
         if let Err(e) = client.batch_execute(setting).await {
@@ -217,8 +188,7 @@ async fn hold(mut session: Connected, node: &str, shared: &Shared) {
     let _ = shared.events.send(StoreEvent::Live(true));
     // Notifications sent while there was no session are lost: look.
     let _ = shared.events.send(StoreEvent::Wake);
-    let mut tick = tokio::time::interval(HEARTBEAT);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = baton_pg::liveness::ticker();
     loop {
         tokio::select! {
             note = session.notes.recv() => match note {
@@ -248,21 +218,16 @@ async fn hold(mut session: Connected, node: &str, shared: &Shared) {
             },
             _ = tick.tick() => {
                 let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&node];
-                let sent = std::time::Instant::now();
                 let beat = session.client.execute(
                     "UPDATE baton_nodes SET heartbeat_at = now() WHERE id = $1",
                     &params,
                 );
-                match tokio::time::timeout(HEARTBEAT_LIMIT, beat).await {
-                    Ok(Ok(_)) => {
+                match baton_pg::liveness::beat(beat).await {
+                    Ok(sent) => {
                         let _ = shared.events.send(StoreEvent::Alive(sent));
                     }
-                    Ok(Err(e)) => {
-                        tracing::warn!(error = %one_line(&e), "heartbeat failed");
-                        break;
-                    }
-                    Err(_) => {
-                        tracing::warn!("heartbeat timed out");
+                    Err(e) => {
+                        tracing::warn!(error = %e, "heartbeat failed");
                         break;
                     }
                 }
@@ -272,13 +237,4 @@ async fn hold(mut session: Connected, node: &str, shared: &Shared) {
     shared.live.store(false, Ordering::SeqCst);
     tracing::error!(node = %node, "lost the database session: this node's jobs are stopped and it claims none until the session is back");
     let _ = shared.events.send(StoreEvent::Live(false));
-}
-
-/// A driver error in one line.
-pub(super) fn one_line(e: &tokio_postgres::Error) -> String {
-    let text = match e.as_db_error() {
-        Some(db) => format!("{}: {}", db.code().code(), db.message()),
-        None => e.to_string(),
-    };
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }

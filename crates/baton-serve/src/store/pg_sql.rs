@@ -3,7 +3,9 @@
 
 use tokio_postgres::{GenericClient, Row};
 
-use super::pg_session::{one_line, NODE_CLASS};
+use baton_pg::one_line;
+
+use super::pg_session::NODE_CLASS;
 use crate::model::{rfc3339, Counts, Job, JobMode, JobStatus, NewJob, NodeInfo};
 
 type PgResult<T> = Result<T, tokio_postgres::Error>;

@@ -18,7 +18,9 @@ use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::broadcast;
 
-use super::pg_session::{self, one_line, Shared, NODE_CLASS};
+use baton_pg::one_line;
+
+use super::pg_session::{self, Shared, NODE_CLASS};
 use super::pg_sql::{
     counts, get_job, job_from_row, lock_queue, mark_interrupted, migrate, nodes, plan, running_on,
     to_i64, Retry, COLUMNS,
@@ -46,8 +48,6 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
-pub use baton_pg::redact;
-
 impl PgStore {
     /// Connects to `url`, creates or migrates the schema, and establishes
     /// this node's session (liveness lock, LISTEN).
@@ -57,7 +57,7 @@ impl PgStore {
     /// A one-line message naming what failed.
     pub async fn open(url: &str, node: String) -> Result<PgStore, String> {
         let (mut cfg, tls) = baton_pg::client_config(url).map_err(config_error)?;
-        pg_session::keepalives(&mut cfg);
+        baton_pg::liveness::client_keepalives(&mut cfg);
         let manager = Manager::from_config(
             cfg.clone(),
             tls.clone(),

@@ -1,24 +1,22 @@
 //! `baton job ...`: a client of the job service (`baton serve`). Syntax and
-//! output only; the HTTP calls, the waiting and the mapping of a job's end
-//! to an exit code are `baton_serve::client`'s.
+//! output only; the HTTP calls and the waiting are `baton_client`'s, the
+//! mapping of a job's end to an exit code `baton_api`'s.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use baton_lock::LockName;
-use baton_serve::client::{
-    read_token_file, Client, ClientError, Job, JobList, ListQuery, LogStream, PromptSource,
-    Submission, DEFAULT_SERVER,
+use baton_client::{
+    read_token_file, Client, ClientError, JobList, JobStatus, JobView, ListQuery, LogStream, Mode,
+    PromptSource, SubmitRequest, WorkspaceOptions, DEFAULT_SERVER,
 };
-use baton_serve::model::{JobMode, JobStatus};
+use baton_lock::LockName;
 use clap::{Args, Subcommand, ValueEnum};
 
-use crate::cli::ModeArg;
-use crate::commands::fail;
+use crate::args::ModeArg;
 use crate::duration::parse_positive_duration;
 use crate::exit_codes::for_child;
-use crate::output::print_json;
+use crate::say::{fail, print_json};
 
 fn lock_name(s: &str) -> Result<LockName, String> {
     LockName::new(s).map_err(|e| e.to_string())
@@ -96,8 +94,8 @@ the token, or refuses the request (the server's message is printed).")]
 
 JSON: id, template, status (queued running succeeded failed timed_out cancelled superseded
 skipped interrupted), exit_code, error, created_at, started_at, finished_at, queue_wait_ms,
-run_ms, group, mode, timeout_ms, branch, workspace, superseded_by, attempts, output (the
-tail of its stdout). Exit status: 0; 125 for an unknown (or evicted) job.")]
+run_ms, group, mode, timeout_ms, branch, workspace, superseded_by, node, attempts, output
+(the tail of its stdout). Exit status: 0; 125 for an unknown (or evicted) job.")]
     Status {
         /// The job's id.
         id: String,
@@ -234,7 +232,7 @@ pub fn run(args: JobArgs) -> u8 {
             json,
         } => {
             let q = ListQuery {
-                status: status.map(job_status),
+                status: status.map(|s| job_status(s).as_str().to_string()),
                 group: group.map(|g| g.as_str().to_string()),
                 limit: Some(limit),
                 cursor,
@@ -285,18 +283,23 @@ fn submit(client: &Client, a: SubmitArgs) -> u8 {
         Ok(p) => p,
         Err(e) => return failed(&e),
     };
-    let sub = Submission {
+    let sub = SubmitRequest {
         template: a.template,
         prompt,
         group: a.group.map(|g| g.as_str().to_string()),
-        mode: a.mode.map(|m| match m {
-            ModeArg::Queue => JobMode::Queue,
-            ModeArg::Supersede => JobMode::Supersede,
-            ModeArg::Coalesce => JobMode::Coalesce,
-            ModeArg::Skip => JobMode::Skip,
+        mode: a.mode.map(|m| {
+            match m {
+                ModeArg::Queue => Mode::Queue,
+                ModeArg::Supersede => Mode::Supersede,
+                ModeArg::Coalesce => Mode::Coalesce,
+                ModeArg::Skip => Mode::Skip,
+            }
+            .as_str()
+            .to_string()
         }),
-        timeout: a.timeout,
-        branch: a.branch,
+        timeout: a.timeout.map(SubmitRequest::timeout_value),
+        workspace: a.branch.map(|b| WorkspaceOptions { branch: Some(b) }),
+        ..SubmitRequest::default()
     };
     let queued = match client.submit(&sub) {
         Ok(q) => q,
@@ -386,7 +389,7 @@ fn or_dash(v: Option<&str>) -> &str {
     v.unwrap_or("-")
 }
 
-fn print_job(j: &Job) -> u8 {
+fn print_job(j: &JobView) -> u8 {
     let mut rows: Vec<(&str, String)> = vec![
         ("id", j.id.clone()),
         ("status", j.status.as_str().to_string()),

@@ -1,8 +1,8 @@
 //! `baton doctor`'s check of the `--backend` database: reachable, baton's
 //! tables there (or creatable), and the privileges `run`, `lock` and
-//! `break` need. The facts come from `baton_pg::Database::diagnose`.
+//! `break` need. The facts come from `baton_run::diagnose_database`.
 
-use crate::doctor::{Check, Status};
+use super::check::{Check, Status};
 
 /// The `--backend` database: reachable, baton's tables there (or creatable),
 /// the privileges `run`, `lock` and `break` need.
@@ -11,13 +11,12 @@ pub(crate) fn backend_check(url: Option<&str>) -> Check {
     let Some(url) = url else {
         return Check::skipped(NAME, "no --backend (locks are in the baton dir)");
     };
-    let db = match baton_pg::Database::new(url) {
-        Ok(db) => db,
-        Err(e) => return Check::new(NAME, Status::Error, e.to_string()),
-    };
-    let d =
-        match db.diagnose() {
-            Ok(d) => d,
+    let (d, shown) =
+        match baton_run::diagnose_database(url) {
+            Ok(found) => found,
+            Err(e @ baton_run::DiagnoseError::Url(_)) => {
+                return Check::new(NAME, Status::Error, e.to_string())
+            }
             Err(e) => return Check::new(NAME, Status::Error, e.to_string()).remedy(
                 "check the URL, that the server runs, and that it accepts this user (pg_hba.conf)",
             ),
@@ -25,7 +24,7 @@ pub(crate) fn backend_check(url: Option<&str>) -> Check {
     let detail = serde_json::to_value(&d).unwrap_or_default();
     let migrate = format!(
         "run `baton --backend {} db migrate` once as the database's owner",
-        db.url()
+        shown
     );
     let user = &d.user;
     let check = match d.schema_version {
@@ -71,7 +70,7 @@ pub(crate) fn backend_check(url: Option<&str>) -> Check {
             format!(
                 "PostgreSQL {} at {} as '{user}', {}",
                 d.server_version,
-                db.url(),
+                shown,
                 d.schema_version.map_or("tables created on first use".to_string(), |v| format!("schema version {v}"))
             ),
         ),

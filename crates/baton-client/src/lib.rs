@@ -1,7 +1,10 @@
-//! A blocking client of the job service, for `baton job ...`: submit, look
+//! A blocking client of the baton job service (`baton serve`), used by
+//! `baton job ...` and usable by tests and other Rust programs: submit, look
 //! up, list, cancel, read or follow a job's log, wait for a job's end, and
 //! map that end to baton's exit codes. Every failure is a [`ClientError`]
 //! that names the server and the reason in one line and knows its exit code.
+//! What it sends and receives are the wire types of `baton-api`, re-exported
+//! here.
 //!
 //! Waiting uses the log's follow stream (`GET /v1/jobs/{id}/log?follow=true`),
 //! which the server ends when the job ends: no polling on this side. If the
@@ -9,28 +12,31 @@
 //! already seen are skipped.
 //!
 //! ```no_run
-//! use baton_serve::client::{Client, Submission};
+//! use baton_client::{Client, SubmitRequest};
 //!
 //! let client = Client::new("http://127.0.0.1:7420", std::env::var("BATON_TOKEN").ok())?;
-//! let sub = Submission { prompt: Some("fix the tests".into()), ..Submission::default() };
-//! let queued = client.submit(&sub)?;
+//! let req = SubmitRequest { prompt: Some("fix the tests".into()), ..SubmitRequest::default() };
+//! let queued = client.submit(&req)?;
 //! let job = client.wait(&queued.id, &mut std::io::sink())?;
 //! std::process::exit(job.exit_code());
-//! # Ok::<(), baton_serve::client::ClientError>(())
+//! # Ok::<(), baton_client::ClientError>(())
 //! ```
+
+#![forbid(unsafe_code)]
 
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use baton_api::ErrorBody;
 use baton_contract::exit;
-use serde_json::Value;
 
-mod types;
+mod local;
 
-pub use types::{
-    read_token_file, Job, JobList, ListQuery, LogStream, PromptSource, Queued, Submission,
+pub use baton_api::{
+    JobList, JobStatus, JobView, ListQuery, Mode, Queued, SubmitRequest, WorkspaceOptions,
 };
+pub use local::{read_token_file, LogStream, PromptSource};
 
 /// The service's address when none is given.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7420";
@@ -180,14 +186,14 @@ impl Client {
     }
 
     /// Submits a job.
-    pub fn submit(&self, sub: &Submission) -> Result<Queued, ClientError> {
+    pub fn submit(&self, job: &SubmitRequest) -> Result<Queued, ClientError> {
         let req = self.auth(self.agent.post(format!("{}/v1/jobs", self.base)));
-        let resp = req.send_json(sub.body()).map_err(|e| self.transport(e))?;
+        let resp = req.send_json(job).map_err(|e| self.transport(e))?;
         self.json(resp)
     }
 
     /// The job `id`, with its output's tail.
-    pub fn job(&self, id: &str) -> Result<Job, ClientError> {
+    pub fn job(&self, id: &str) -> Result<JobView, ClientError> {
         let resp = self
             .auth(
                 self.agent
@@ -201,8 +207,8 @@ impl Client {
     /// A page of jobs, newest first.
     pub fn list(&self, q: &ListQuery) -> Result<JobList, ClientError> {
         let mut req = self.auth(self.agent.get(format!("{}/v1/jobs", self.base)));
-        if let Some(s) = q.status {
-            req = req.query("status", s.as_str());
+        if let Some(s) = &q.status {
+            req = req.query("status", s);
         }
         if let Some(g) = &q.group {
             req = req.query("group", g);
@@ -220,7 +226,7 @@ impl Client {
     /// Cancels job `id`: a queued job at once, a running one with TERM,
     /// grace, KILL (this call returns once it has ended). The job as it is
     /// afterwards (it may have ended otherwise meanwhile).
-    pub fn cancel(&self, id: &str) -> Result<Job, ClientError> {
+    pub fn cancel(&self, id: &str) -> Result<JobView, ClientError> {
         let resp = self
             .auth(
                 self.agent
@@ -271,7 +277,7 @@ impl Client {
 
     /// Waits until job `id` has ended, writing its stdout to `out` as it
     /// comes (give `io::sink()` to discard it), and returns the job.
-    pub fn wait(&self, id: &str, out: &mut dyn Write) -> Result<Job, ClientError> {
+    pub fn wait(&self, id: &str, out: &mut dyn Write) -> Result<JobView, ClientError> {
         self.log(id, LogStream::Stdout, true, out)?;
         let job = self.job(id)?;
         if job.status.is_final() {
@@ -372,12 +378,9 @@ impl Client {
             .limit(64 * 1024)
             .read_to_string()
             .unwrap_or_default();
-        let (code, message) = match serde_json::from_str::<Value>(&text) {
-            Ok(v) if v["error"]["message"].is_string() => (
-                v["error"]["code"].as_str().unwrap_or("").to_string(),
-                v["error"]["message"].as_str().unwrap_or("").to_string(),
-            ),
-            _ => (
+        let (code, message) = match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(body) => (body.error.code, body.error.message),
+            Err(_) => (
                 String::new(),
                 match text.lines().next().map(str::trim) {
                     Some(l) if !l.is_empty() => l.to_string(),

@@ -1,77 +1,31 @@
 //! `baton doctor`: checks that baton can work where it is pointed, and says
-//! what to do about anything that is not right. Also the warning `baton run`
-//! and `baton lock acquire` print when the baton dir is on a network or FUSE
-//! filesystem.
+//! what to do about anything that is not right.
 //!
 //! The facts come from the libraries (`baton_lock::BatonDir::locate`,
 //! `baton_lock::{filesystem, probe_locks, inotify, free_space}`,
 //! `baton_git::{git_version, dead_owners}`); this module only judges them
 //! and words the remedies. The JSON shape is `baton_contract::json::DOCTOR`.
-//!
-//! Test seam: `BATON_TEST_FS_MAGIC` (a `statfs` type such as `0x6969`)
-//! replaces the filesystem type of the baton dir, so that the network and
-//! FUSE warnings can be tested without such a mount.
+//! The filesystem judgement is shared with `run` and `lock acquire`
+//! ([`crate::filesystem`]).
 
 use std::path::{Path, PathBuf};
 
 use baton_contract::exit;
-use baton_lock::{BatonDir, DirRule, Filesystem, FsClass, LockError, LockProbe};
+use baton_lock::{BatonDir, DirRule, FsClass, LockError, LockProbe};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::json;
 
+mod backend;
+mod check;
+
+use self::check::{Check, Status};
 use crate::exit_codes::BATON_FAILED;
+use crate::filesystem::{danger, filesystem_of, local_dir_remedy};
 
-/// The test seam described in the module doc.
-const FS_MAGIC_ENV: &str = "BATON_TEST_FS_MAGIC";
 /// Less free space than this for workspaces is a warning.
 const LOW_SPACE: u64 = 1 << 30;
 /// Fewer free inodes than this is a warning.
 const LOW_INODES: u64 = 10_000;
-
-/// How a check came out; a report's status is its worst check's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Status {
-    Ok,
-    Skipped,
-    Warning,
-    Error,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct Check {
-    name: &'static str,
-    status: Status,
-    summary: String,
-    remedy: Option<String>,
-    detail: Value,
-}
-
-impl Check {
-    pub(crate) fn new(name: &'static str, status: Status, summary: impl Into<String>) -> Check {
-        Check {
-            name,
-            status,
-            summary: summary.into(),
-            remedy: None,
-            detail: json!({}),
-        }
-    }
-
-    pub(crate) fn remedy(mut self, remedy: impl Into<String>) -> Check {
-        self.remedy = Some(remedy.into());
-        self
-    }
-
-    pub(crate) fn detail(mut self, detail: Value) -> Check {
-        self.detail = detail;
-        self
-    }
-
-    pub(crate) fn skipped(name: &'static str, why: &str) -> Check {
-        Check::new(name, Status::Skipped, format!("not checked: {why}"))
-    }
-}
 
 #[derive(Debug, Serialize)]
 struct Report {
@@ -81,65 +35,11 @@ struct Report {
     checks: Vec<Check>,
 }
 
-/// The filesystem under `path`, or the one `BATON_TEST_FS_MAGIC` names.
-pub fn filesystem_of(path: &Path) -> Result<Filesystem, LockError> {
-    let seam = std::env::var(FS_MAGIC_ENV).ok().and_then(|v| {
-        let v = v.trim();
-        match v.strip_prefix("0x") {
-            Some(hex) => u64::from_str_radix(hex, 16).ok(),
-            None => v.parse().ok(),
-        }
-    });
-    match seam {
-        Some(magic) => Ok(Filesystem::from_magic(magic)),
-        None => baton_lock::filesystem(path),
-    }
-}
-
-/// What a network or FUSE filesystem means for locks, in one sentence.
-fn danger(fs: &Filesystem) -> String {
-    let what = match fs.class {
-        FsClass::Fuse => "a FUSE filesystem, whose locks a user-space daemon implements, if at all: exclusion, and the release of a dead holder's lock, are only as good as that daemon",
-        _ => "a network filesystem, whose locks a server's lock manager keeps, not this kernel: a holder on another machine that dies keeps its lock until the server notices, and exclusion is only as good as that server",
-    };
-    format!("{} ({what})", fs.name)
-}
-
-fn local_dir_remedy() -> String {
-    let uid = rustix::process::geteuid().as_raw();
-    let local = std::env::var_os("XDG_RUNTIME_DIR")
-        .filter(|d| !d.is_empty())
-        .map(|d| PathBuf::from(d).join("baton"))
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("baton-{uid}")));
-    format!(
-        "keep the baton dir on a local filesystem: --dir {0} or BATON_DIR={0} (every process that shares locks must use the same one)",
-        local.display()
-    )
-}
-
-/// `baton run` and `baton lock acquire`: one warning on stderr when the
-/// baton dir is on a network or FUSE filesystem (nothing otherwise, and
-/// nothing when the type cannot be read: the command itself will say).
-pub fn warn_if_remote(dir: &BatonDir) {
-    if let Ok(fs) = filesystem_of(dir.path()) {
-        if fs.class.is_remote() {
-            errln!(
-                "baton: warning: the baton dir '{}' is on {}; {} (run `baton doctor`)",
-                dir.path().display(),
-                danger(&fs),
-                local_dir_remedy()
-            );
-        }
-    }
-}
-
 /// `baton doctor [--json]`: runs every check, prints them, returns 0 (all
 /// well), 1 (warnings) or 125 (baton cannot work there).
-pub fn doctor(explicit: Option<&Path>, backend: Option<&str>, json: bool) -> u8 {
+pub(crate) fn cmd_doctor(explicit: Option<&Path>, backend: Option<&str>, json: bool) -> u8 {
     let mut report = run_checks(explicit);
-    report
-        .checks
-        .push(crate::doctor_backend::backend_check(backend));
+    report.checks.push(backend::backend_check(backend));
     report.status = report
         .checks
         .iter()

@@ -11,10 +11,9 @@ use baton_git::{
 use baton_lock::{BatonDir, ProcessIdentity, WaitPolicy};
 use clap::{Args, Subcommand, ValueEnum};
 
-use crate::commands::fail;
 use crate::duration::parse_duration;
 use crate::exit_codes::{BATON_FAILED, NOT_ACQUIRED, PUSH_CONFLICT};
-use crate::output::print_json;
+use crate::say::{fail, print_json};
 
 /// Workspace strategies on the command line.
 #[derive(Debug, Clone, Copy, ValueEnum)]

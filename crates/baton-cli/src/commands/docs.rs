@@ -1,19 +1,17 @@
 //! `baton completions SHELL` and `baton man --dir D`: generated from the
-//! same clap definitions as `--help` ([`crate::cli::Cli`]), so they cannot
-//! drift from the commands.
+//! same clap definitions as `--help` (the root command they are given,
+//! [`crate::command`]), so they cannot drift from the commands.
 
 use std::path::{Path, PathBuf};
 
-use clap::CommandFactory;
-
-use crate::cli::Cli;
 use crate::exit_codes::BATON_FAILED;
+use crate::startup::restore_default_sigpipe;
 
 /// `baton completions SHELL`: the script on stdout.
-pub fn completions(shell: clap_complete::Shell) -> u8 {
+pub(crate) fn cmd_completions(shell: clap_complete::Shell, root: &clap::Command) -> u8 {
     use clap_complete::Generator;
-    crate::startup::restore_default_sigpipe(); // `baton completions bash | head`
-    let mut cmd = without_hidden_subcommands(&Cli::command());
+    restore_default_sigpipe(); // `baton completions bash | head`
+    let mut cmd = without_hidden_subcommands(root);
     cmd.set_bin_name("baton");
     cmd.build();
     // Not clap_complete::generate: it panics when the write fails.
@@ -47,14 +45,14 @@ fn without_hidden_subcommands(root: &clap::Command) -> clap::Command {
 
 /// The commands that get a man page: `baton` and every visible subcommand,
 /// at every depth, with their display names (`baton-lock-status`).
-pub fn documented_commands() -> Vec<clap::Command> {
+fn documented_commands(root: &clap::Command) -> Vec<clap::Command> {
     fn walk(cmd: &clap::Command, out: &mut Vec<clap::Command>) {
         out.push(cmd.clone());
         for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
             walk(sub, out);
         }
     }
-    let mut root = Cli::command().disable_help_subcommand(true);
+    let mut root = root.clone().disable_help_subcommand(true);
     root.build();
     let mut out = Vec::new();
     walk(&root, &mut out);
@@ -63,14 +61,14 @@ pub fn documented_commands() -> Vec<clap::Command> {
 
 /// `baton man --dir D`: writes one page per command into `dir` (created if
 /// missing) and prints the paths written.
-pub fn man(dir: Option<&Path>) -> u8 {
+pub(crate) fn cmd_man(dir: Option<&Path>, root: &clap::Command) -> u8 {
     let Some(dir) = dir else {
         errln!(
             "baton: man needs --dir DIR, the directory to write the pages to (see 'baton man --help')"
         );
         return BATON_FAILED;
     };
-    match write_pages(dir) {
+    match write_pages(dir, root) {
         Ok(paths) => {
             for p in paths {
                 outln!("{}", p.display());
@@ -84,11 +82,11 @@ pub fn man(dir: Option<&Path>) -> u8 {
     }
 }
 
-fn write_pages(dir: &Path) -> Result<Vec<PathBuf>, String> {
+fn write_pages(dir: &Path, root: &clap::Command) -> Result<Vec<PathBuf>, String> {
     std::fs::create_dir_all(dir)
         .map_err(|e| format!("cannot create directory '{}': {e}", dir.display()))?;
     let mut written = Vec::new();
-    for cmd in documented_commands() {
+    for cmd in documented_commands(root) {
         let page = clap_mangen::Man::new(cmd).source(concat!("baton ", env!("CARGO_PKG_VERSION")));
         let path = dir.join(page.get_filename());
         let mut text = Vec::new();

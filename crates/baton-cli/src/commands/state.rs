@@ -6,24 +6,19 @@ use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use baton_lock::{BatonDir, LockName, WaitPolicy};
+use baton_lock::{BatonDir, LockName};
 use baton_state::{
     append, edit_with_filter, get, Appended, Edited, Filter, Options, StateError, Version,
 };
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use crate::cli::WaitArgs;
-use crate::commands::fail;
+use crate::args::{lock_name, WaitArgs};
 use crate::exit_codes::{
     for_child, for_lock_error, BATON_FAILED, CHANGED_NOT_DURABLE, NOT_ACQUIRED, NOT_EXECUTABLE,
     NOT_FOUND,
 };
-use crate::output::{write_json, Layout};
-
-fn lock_name(s: &str) -> Result<LockName, String> {
-    LockName::new(s).map_err(|e| e.to_string())
-}
+use crate::say::{fail, write_json, Layout};
 
 fn version(s: &str) -> Result<Version, String> {
     s.parse().map_err(|e: StateError| e.to_string())
@@ -283,11 +278,7 @@ fn print_json<T: Serialize>(value: &T) -> u8 {
 fn options(lock: LockArgs) -> Options {
     let mut opts = Options::new();
     opts.lock = lock.lock;
-    opts.wait = match (lock.wait.no_wait, lock.wait.wait) {
-        (true, _) => WaitPolicy::Immediately,
-        (false, Some(d)) => WaitPolicy::from(d),
-        (false, None) => WaitPolicy::Forever,
-    };
+    opts.wait = lock.wait.into();
     opts
 }
 

@@ -1,0 +1,34 @@
+//! The body of every refusal of the job API.
+
+use serde::{Deserialize, Serialize};
+
+/// Every error of `/v1/...`, `/health` aside: `{"error": {"code", "message"}}`
+/// (429 and 503 add a `Retry-After` header).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// The error inside an [`ErrorBody`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// A stable, machine-readable code (`not_found`, `invalid_request`,
+    /// `queue_full`, ...; the OpenAPI document lists them).
+    #[serde(default)]
+    pub code: String,
+    /// What went wrong, in one line, naming the thing and the reason.
+    pub message: String,
+}
+
+impl ErrorBody {
+    /// The body for `code` and `message`.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                code: code.into(),
+                message: message.into(),
+            },
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! What a client sends: a submission, and which jobs to list.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The body of `POST /v1/jobs`. A field is given or absent: `null` is
+/// refused (400), as the OpenAPI document says (`"template": null` is not
+/// "the default template"); an absent field is left to the service, and is
+/// not sent.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    /// The template to run (default: the configured default).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub template: Option<String>,
+    /// The prompt.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub prompt: Option<String>,
+    /// The concurrency group.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub group: Option<String>,
+    /// How the job joins its group: a [`crate::Mode`]'s name (the service
+    /// names the accepted ones when it refuses another).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub mode: Option<String>,
+    /// Timeout: a duration ("90s", "15m") or a number of seconds (see
+    /// [`SubmitRequest::timeout_value`]).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout: Option<Value>,
+    /// Workspace options.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub workspace: Option<WorkspaceOptions>,
+    /// Raw argv (only when the service allows raw commands).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub command: Option<Vec<String>>,
+}
+
+impl SubmitRequest {
+    /// `d` as a `timeout`: whole milliseconds, at least 1 (`"1500ms"`).
+    pub fn timeout_value(d: Duration) -> Value {
+        Value::String(format!("{}ms", d.as_millis().max(1)))
+    }
+}
+
+/// Per-job workspace options (`workspace` of a [`SubmitRequest`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceOptions {
+    /// The branch the job's workspace works on.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub branch: Option<String>,
+}
+
+/// The query of `GET /v1/jobs` (`?status=&group=&limit=&cursor=`); an
+/// absent (or empty) parameter does not filter.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Only jobs with this status: a [`crate::JobStatus`]'s name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Only jobs of this group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// At most this many, 1 to 1000 (the service's default, 50, when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+/// A field that, when given, has a value: `null` is refused as the wrong
+/// type (`#[serde(default, deserialize_with = "present")]`), where plain
+/// `Option` would take it for an absent field.
+fn present<'de, D, T>(de: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(de).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absent_fields_are_not_sent_and_null_is_refused() {
+        let req = SubmitRequest {
+            prompt: Some("hi".into()),
+            workspace: Some(WorkspaceOptions {
+                branch: Some("b".into()),
+            }),
+            ..SubmitRequest::default()
+        };
+        let v = serde_json::to_value(&req).unwrap_or_default();
+        assert_eq!(
+            v,
+            serde_json::json!({"prompt": "hi", "workspace": {"branch": "b"}})
+        );
+        assert!(serde_json::from_value::<SubmitRequest>(v).is_ok());
+        assert!(serde_json::from_str::<SubmitRequest>(r#"{"template": null}"#).is_err());
+        assert!(serde_json::from_str::<SubmitRequest>(r#"{"nope": 1}"#).is_err());
+    }
+
+    #[test]
+    fn a_timeout_is_sent_in_whole_milliseconds() {
+        assert_eq!(
+            SubmitRequest::timeout_value(Duration::from_micros(10)),
+            Value::String("1ms".into())
+        );
+        assert_eq!(
+            SubmitRequest::timeout_value(Duration::from_secs(90)),
+            Value::String("90000ms".into())
+        );
+    }
+}

@@ -1,0 +1,602 @@
+//! The background holder of `baton lock acquire` (`baton __hold`), a
+//! process of its own.
+//!
+//! A script that cannot wrap a command in `baton run` asks for the lock with
+//! `baton lock acquire`. That command starts a small background process (the
+//! holder: `baton __hold`, detached in its own process group, stdio on
+//! /dev/null so `$(baton lock acquire ...)` returns at once) which takes the
+//! lock, reports the token on a pipe, and keeps the lock until one of:
+//! `baton lock release` (which sends it SIGUSR1), its `--ttl` elapsing, a
+//! TERM, or the death of the process that called `acquire` (watched through
+//! a pidfd, with the caller's start time checked so a reused pid is never
+//! mistaken for it). The kernel releases the lock if the holder itself is
+//! killed.
+//!
+//! This module is the holder's whole process: the request it is started
+//! with ([`HoldRequest`], JSON in [`HOLD_REQUEST_ENV`]), its signal
+//! handling (process-wide, which is why it lives in the binary and not in
+//! `baton-run`), its report and its exit code.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use baton_lock::{start_time, BatonDir, LockError, LockName, LockRequest, Mode, WaitPolicy};
+use baton_run::{Backend, RunError};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::process::{pidfd_open, Pid, PidfdFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::exit_codes::BATON_FAILED;
+
+/// Environment variable carrying the request to the background holder.
+pub(crate) const HOLD_REQUEST_ENV: &str = "BATON_HOLD_REQUEST";
+
+/// What the background holder should take and for how long.
+#[derive(Clone, Debug)]
+pub(crate) struct HoldRequest {
+    /// The lock.
+    pub name: LockName,
+    /// How it is taken (exclusive, shared, semaphore).
+    pub mode: Mode,
+    /// How long to wait for it.
+    pub wait: WaitPolicy,
+    /// Release after this long.
+    pub ttl: Option<Duration>,
+    /// Recorded owner.
+    pub owner: Option<String>,
+    /// Recorded operation.
+    pub operation: Option<String>,
+    /// Release when this process (the caller of `acquire`: pid, start time)
+    /// exits; the start time tells a reused pid apart.
+    pub caller: Option<(i32, u64)>,
+    /// Time between TERM and KILL when the caller must be stopped before the
+    /// hold ends (ttl, break); 10 s when absent.
+    pub grace: Option<Duration>,
+    /// The run id to record; a new one when absent.
+    pub run_id: Option<String>,
+    /// Let the holder write its diagnostics (`-v`) to the caller's stderr
+    /// until it reports; after the report its stderr is /dev/null, so that
+    /// `$(baton lock acquire ...)` and pipes on stderr do not wait for it.
+    pub share_stderr: bool,
+    /// Global arguments given to the holder before `__hold`, such as the
+    /// caller's `-vv --log-format json`.
+    pub holder_args: Vec<String>,
+    /// The `--backend` URL the lock lives in, as given (password included);
+    /// the baton dir when absent.
+    pub backend: Option<String>,
+}
+
+/// [`HoldRequest`] as it travels in [`HOLD_REQUEST_ENV`]. The field names
+/// are those of every earlier baton: a holder started by another version
+/// of the binary reads the same request.
+#[derive(Serialize, Deserialize)]
+struct WireRequest {
+    name: String,
+    shared: bool,
+    /// Semaphore slots (1: an exclusive or shared lock).
+    max: u32,
+    /// `None` waits forever, `Some(0)` not at all.
+    wait_ms: Option<u64>,
+    ttl_ms: Option<u64>,
+    owner: Option<String>,
+    operation: Option<String>,
+    watch_pid: Option<i32>,
+    watch_start_time: Option<u64>,
+    #[serde(default)]
+    grace_ms: Option<u64>,
+    #[serde(default)]
+    run_id: Option<String>,
+    #[serde(default)]
+    share_stderr: bool,
+    #[serde(default)]
+    holder_args: Vec<String>,
+    #[serde(default)]
+    backend: Option<String>,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl From<&HoldRequest> for WireRequest {
+    fn from(r: &HoldRequest) -> WireRequest {
+        let (shared, max) = match r.mode {
+            Mode::Shared => (true, 1),
+            Mode::Semaphore(n) => (false, n),
+            _ => (false, 1),
+        };
+        WireRequest {
+            name: r.name.to_string(),
+            shared,
+            max,
+            wait_ms: match r.wait {
+                WaitPolicy::Forever => None,
+                WaitPolicy::AtMost(d) => Some(millis(d)),
+                _ => Some(0),
+            },
+            ttl_ms: r.ttl.map(millis),
+            owner: r.owner.clone(),
+            operation: r.operation.clone(),
+            watch_pid: r.caller.map(|c| c.0),
+            watch_start_time: r.caller.map(|c| c.1),
+            grace_ms: r.grace.map(millis),
+            run_id: r.run_id.clone(),
+            share_stderr: r.share_stderr,
+            holder_args: r.holder_args.clone(),
+            backend: r.backend.clone(),
+        }
+    }
+}
+
+impl TryFrom<WireRequest> for HoldRequest {
+    type Error = LockError;
+
+    fn try_from(w: WireRequest) -> Result<HoldRequest, LockError> {
+        Ok(HoldRequest {
+            name: LockName::new(w.name)?,
+            // An exclusive lock is a semaphore of one slot, as it always was
+            // for a holder.
+            mode: if w.shared {
+                Mode::Shared
+            } else {
+                Mode::Semaphore(w.max)
+            },
+            wait: match w.wait_ms {
+                None => WaitPolicy::Forever,
+                Some(ms) => WaitPolicy::from(Duration::from_millis(ms)),
+            },
+            ttl: w.ttl_ms.map(Duration::from_millis),
+            owner: w.owner,
+            operation: w.operation,
+            caller: w.watch_pid.zip(w.watch_start_time),
+            grace: w.grace_ms.map(Duration::from_millis),
+            run_id: w.run_id,
+            share_stderr: w.share_stderr,
+            holder_args: w.holder_args,
+            backend: w.backend,
+        })
+    }
+}
+
+/// What the holder reports once it holds the lock.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Held {
+    /// Fencing token of the grant.
+    pub token: u64,
+    /// Run id recorded in the metadata.
+    pub run_id: String,
+    /// Pid of the background holder.
+    pub holder_pid: i32,
+    /// The lock's name.
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+enum Report {
+    Held(Held),
+    Busy { message: String },
+    Failed { message: String },
+}
+
+/// Starts the background holder (`exe --dir DIR __hold`) and waits until it
+/// holds the lock or gives up.
+pub(crate) fn start_holder(
+    exe: &Path,
+    dir: &BatonDir,
+    req: &HoldRequest,
+) -> Result<Held, RunError> {
+    let json = serde_json::to_string(&WireRequest::from(req)).map_err(|e| RunError::Io {
+        op: "cannot encode the request for the background lock holder",
+        source: e.into(),
+    })?;
+    let mut child = Command::new(exe)
+        .arg("--dir")
+        .arg(dir.path())
+        .args(&req.holder_args)
+        .arg("__hold")
+        .env(HOLD_REQUEST_ENV, json)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(if req.share_stderr {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
+        .process_group(0)
+        .spawn()
+        .map_err(|source| RunError::Io {
+            op: "cannot start the background lock holder",
+            source,
+        })?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        BufReader::new(out)
+            .read_line(&mut line)
+            .map_err(|source| RunError::Io {
+                op: "cannot read the background lock holder's report",
+                source,
+            })?;
+    }
+    match serde_json::from_str::<Report>(line.trim()) {
+        Ok(Report::Held(held)) => Ok(held),
+        Ok(Report::Busy { message }) => {
+            let _ = child.wait();
+            Err(RunError::Holder {
+                busy: true,
+                message,
+            })
+        }
+        Ok(Report::Failed { message }) => {
+            let _ = child.wait();
+            Err(RunError::Holder {
+                busy: false,
+                message,
+            })
+        }
+        Err(_) => {
+            use std::os::unix::process::ExitStatusExt;
+            let pid = child.id();
+            let how = match child.wait() {
+                Ok(s) => match (s.code(), s.signal()) {
+                    (Some(code), _) => format!("exited with code {code}"),
+                    (None, Some(sig)) => format!("was killed by signal {sig}"),
+                    (None, None) => "ended".to_string(),
+                },
+                Err(e) => format!("ended (how is unknown: {e})"),
+            };
+            Err(RunError::Holder {
+                busy: false,
+                message: format!(
+                    "lock '{}' was not acquired: its background holder (pid {pid}) {how} before reporting whether it got the lock",
+                    req.name
+                ),
+            })
+        }
+    }
+}
+
+/// The body of the background holder; returns its exit code.
+pub(crate) fn serve_hold(dir: &BatonDir) -> u8 {
+    let mut out = std::io::stdout();
+    // Whether the report reached `acquire` (it may have been killed).
+    let report = |out: &mut std::io::Stdout, r: &Report| -> bool {
+        let told = match serde_json::to_string(r) {
+            Ok(s) => writeln!(out, "{s}").and_then(|()| out.flush()).is_ok(),
+            Err(_) => false,
+        };
+        // The caller has its answer: stop holding its stderr open (see
+        // `HoldRequest::share_stderr`); later diagnostics go nowhere.
+        if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+            let _ = rustix::stdio::dup2_stderr(&null);
+        }
+        told
+    };
+    let req: HoldRequest = match std::env::var(HOLD_REQUEST_ENV)
+        .ok()
+        .and_then(|s| serde_json::from_str::<WireRequest>(&s).ok())
+        .and_then(|w| HoldRequest::try_from(w).ok())
+    {
+        Some(r) => r,
+        None => {
+            let _ = report(
+                &mut out,
+                &Report::Failed {
+                    message: format!(
+                        "the background lock holder got no valid request in {HOLD_REQUEST_ENV} (it is started by `baton lock acquire`)"
+                    ),
+                },
+            );
+            return BATON_FAILED;
+        }
+    };
+    let run_id = req.run_id.clone().unwrap_or_else(baton_lock::new_run_id);
+    let _span = tracing::info_span!("baton", run_id = %run_id).entered();
+    tracing::debug!(lock = %req.name, pid = std::process::id(), "background holder started");
+    let req = HoldRequest {
+        run_id: Some(run_id),
+        ..req
+    };
+    match hold(dir, &req, &mut |r| report(&mut out, r)) {
+        Ok(HoldEnd::Done) => 0,
+        Ok(HoldEnd::Abandoned) => 1,
+        Err(message) => {
+            let _ = report(&mut out, &Report::Failed { message });
+            BATON_FAILED
+        }
+    }
+}
+
+/// How a background hold ended.
+enum HoldEnd {
+    /// Held, then released (or never granted: busy, reported).
+    Done,
+    /// Nobody wanted the lock any more before it was granted.
+    Abandoned,
+}
+
+fn hold(
+    dir: &BatonDir,
+    req: &HoldRequest,
+    report: &mut dyn FnMut(&Report) -> bool,
+) -> Result<HoldEnd, String> {
+    // Every error says what failed, on its own: it is what `lock acquire` prints.
+    let fault = |what: &'static str| {
+        move |e: std::io::Error| {
+            format!(
+                "the background holder of lock '{}' could not {what}: {e}",
+                req.name
+            )
+        }
+    };
+    let signals = fault("set up its signal handling");
+    // Signals first, so a release request that arrives early is not lost.
+    let (sig_rx, sig_tx) = UnixStream::pair().map_err(signals)?;
+    sig_rx.set_nonblocking(true).map_err(signals)?;
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let tx = sig_tx.try_clone().map_err(signals)?;
+        signal_hook::low_level::pipe::register(sig, tx).map_err(signals)?;
+    }
+    // SIGUSR1 is `baton lock release`: the caller is done, just let go.
+    let (release_rx, release_tx) = UnixStream::pair().map_err(signals)?;
+    release_rx.set_nonblocking(true).map_err(signals)?;
+    signal_hook::low_level::pipe::register(libc::SIGUSR1, release_tx).map_err(signals)?;
+    let watched = match req.caller {
+        Some((pid, start)) => {
+            let pidfd = Pid::from_raw(pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
+            // Checked after opening: the pidfd now pins the process we verified.
+            match pidfd {
+                Some(fd) if start_time(pid) == Some(start) => Some(fd),
+                _ => {
+                    return Err(format!(
+                        "lock '{}' was not acquired: the process to hold it for (pid {pid}) has already exited",
+                        req.name
+                    ))
+                }
+            }
+        }
+        None => None,
+    };
+    let backend =
+        Backend::open(dir, req.backend.as_deref()).map_err(|e| baton_lock::one_line(&e))?;
+    let mut lock_req = LockRequest::new(req.name.clone())
+        .mode(req.mode)
+        .wait(req.wait)
+        .kind(baton_lock::HolderKind::Hold);
+    lock_req.owner = req.owner.clone();
+    lock_req.operation = req.operation.clone();
+    lock_req.run_id = req.run_id.clone();
+    lock_req.acquired_for = req
+        .caller
+        .and_then(|(pid, _)| baton_lock::ProcessIdentity::of_pid(pid));
+    // The `acquire` process that started us waits for our report; if it is
+    // gone (Ctrl-C, `timeout`), nobody wants the lock any more.
+    let requester =
+        rustix::process::getppid().and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
+    // Wait for the lock in a thread, so that this thread can give up when the
+    // requester or the caller dies or a signal asks us to stop: exiting the
+    // process is what takes us out of the line.
+    let (done_rx, done_tx) = UnixStream::pair().map_err(fault("wait for the lock"))?;
+    // Written to when the database session holding the lock ends.
+    let (lost_rx, lost_tx) = UnixStream::pair().map_err(fault("wait for the lock"))?;
+    // Kept open here, so that the read end never sees a hang-up when the
+    // local backend drops its (unused) callback: only a written byte counts.
+    let _lost_open = lost_tx.try_clone().map_err(fault("wait for the lock"))?;
+    let (result_tx, result_rx) = std::sync::mpsc::channel();
+    let span = tracing::Span::current();
+    std::thread::spawn(move || {
+        let _span = span.entered();
+        let result = backend.acquire(&[lock_req], move || {
+            let _ = (&lost_tx).write_all(b"x");
+        });
+        let _ = result_tx.send(result);
+        drop(done_tx); // wakes the poll below with end-of-file
+    });
+    loop {
+        let mut fds = vec![
+            PollFd::new(&done_rx, PollFlags::IN),
+            PollFd::new(&sig_rx, PollFlags::IN),
+            PollFd::new(&release_rx, PollFlags::IN),
+        ];
+        if let Some(w) = &watched {
+            fds.push(PollFd::new(w, PollFlags::IN));
+        }
+        if let Some(r) = &requester {
+            fds.push(PollFd::new(r, PollFlags::IN));
+        }
+        match rustix::event::poll(&mut fds, None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(fault("wait for the lock")(e.into())),
+        }
+        if fds[0].revents().is_empty() {
+            // Asked to stop, or everyone who wanted the lock is gone: return,
+            // and the process ends (with the waiting thread, out of the line).
+            return Ok(HoldEnd::Abandoned);
+        }
+        break;
+    }
+    let guard = match result_rx.recv() {
+        Ok(Ok(g)) => g,
+        Ok(Err(e @ RunError::Lock(LockError::Busy { .. }))) => {
+            let _ = report(&Report::Busy {
+                message: baton_lock::one_line(&e),
+            });
+            return Ok(HoldEnd::Done);
+        }
+        // The same message as `baton run` gives for it (e.g. a mode mismatch).
+        Ok(Err(e)) => return Err(baton_lock::one_line(&e)),
+        Err(_) => {
+            let what = "failed: its waiting thread ended without a result";
+            return Err(format!(
+                "the background holder of lock '{}' {what}",
+                req.name
+            ));
+        }
+    };
+    let token = guard.tokens().first().map_or(0, |(_, t)| *t);
+    let told = report(&Report::Held(Held {
+        token,
+        run_id: guard.run_id().unwrap_or_default(),
+        holder_pid: std::process::id() as i32,
+        name: req.name.to_string(),
+    }));
+    if !told {
+        // `acquire` died before it could print the token: nobody knows the
+        // lock is held, so nobody would release it. Let go at once.
+        guard.release().map_err(|e| e.to_string())?;
+        return Ok(HoldEnd::Abandoned);
+    }
+    let deadline = req.ttl.map(|ttl| Instant::now() + ttl);
+    // Why the hold ends: only `release` and the caller's own exit end it
+    // while the caller may still work under the lock.
+    let forced = loop {
+        let timeout = deadline.map(|d| {
+            let left = d.saturating_duration_since(Instant::now());
+            Timespec {
+                tv_sec: left.as_secs() as i64,
+                tv_nsec: i64::from(left.subsec_nanos()),
+            }
+        });
+        if timeout.is_some_and(|t| t.tv_sec == 0 && t.tv_nsec == 0) {
+            break true; // ttl elapsed
+        }
+        let mut fds = vec![
+            PollFd::new(&sig_rx, PollFlags::IN),
+            PollFd::new(&lost_rx, PollFlags::IN),
+            PollFd::new(&release_rx, PollFlags::IN),
+        ];
+        if let Some(w) = &watched {
+            fds.push(PollFd::new(w, PollFlags::IN));
+        }
+        match rustix::event::poll(&mut fds, timeout.as_ref()) {
+            Ok(0) => break true, // ttl elapsed
+            // TERM/INT/HUP, or the lock was lost with its session: forced
+            Ok(_) => break !fds[0].revents().is_empty() || !fds[1].revents().is_empty(),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => break true,
+        }
+    };
+    if forced {
+        stop_caller_first(req, watched.as_ref());
+    }
+    guard.release().map_err(|e| baton_lock::one_line(&e))?;
+    Ok(HoldEnd::Done)
+}
+
+/// The hold ends while the caller may still be working under the lock
+/// (`--ttl` elapsed, `break`, a TERM from anyone): stop the caller first
+/// (TERM, grace, KILL, identity-checked), so that it never works beside the
+/// next holder. If it cannot be stopped (another user's process), the hold
+/// lasts until it exits by itself.
+fn stop_caller_first(req: &HoldRequest, watched: Option<&rustix::fd::OwnedFd>) {
+    let (Some((pid, start)), Some(pidfd)) = (req.caller, watched) else {
+        return;
+    };
+    let grace = req.grace.unwrap_or(Duration::from_secs(10));
+    // The script and everything it started: its children work under the lock too.
+    if !baton_proc::terminate_tree(pid, start, grace) {
+        let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+        while matches!(
+            rustix::event::poll(&mut fds, None),
+            Err(rustix::io::Errno::INTR)
+        ) {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+    use super::*;
+
+    fn read(json: &str) -> HoldRequest {
+        HoldRequest::try_from(serde_json::from_str::<WireRequest>(json).unwrap()).unwrap()
+    }
+
+    /// The request as baton wrote it before `grace_ms`, `run_id`,
+    /// `share_stderr`, `holder_args` and `backend` existed: a holder of
+    /// this binary started by such a baton still takes the lock it was asked.
+    #[test]
+    fn a_request_of_an_earlier_baton_is_read() {
+        let req = read(
+            r#"{"name":"repo/main","shared":false,"max":1,"wait_ms":30000,"ttl_ms":600000,
+                "owner":null,"operation":"deploy","watch_pid":42,"watch_start_time":7}"#,
+        );
+        assert_eq!(req.name.as_str(), "repo/main");
+        assert_eq!(req.mode, Mode::Semaphore(1));
+        assert_eq!(req.wait, WaitPolicy::AtMost(Duration::from_secs(30)));
+        assert_eq!(req.ttl, Some(Duration::from_secs(600)));
+        assert_eq!(req.operation.as_deref(), Some("deploy"));
+        assert_eq!(req.caller, Some((42, 7)));
+        assert_eq!(req.grace, None);
+        assert!(req.backend.is_none() && req.holder_args.is_empty() && !req.share_stderr);
+        let shared = read(
+            r#"{"name":"x","shared":true,"max":1,"wait_ms":0,"ttl_ms":null,"owner":null,
+                "operation":null,"watch_pid":null,"watch_start_time":null}"#,
+        );
+        assert_eq!(shared.mode, Mode::Shared);
+        assert_eq!(shared.wait, WaitPolicy::Immediately);
+        assert_eq!(shared.caller, None);
+    }
+
+    /// What `acquire` sends carries every field under its old name, and
+    /// reads back as what was sent.
+    #[test]
+    fn a_request_travels_under_its_old_field_names() {
+        let sent = HoldRequest {
+            name: LockName::new("gpu").unwrap(),
+            mode: Mode::Semaphore(3),
+            wait: WaitPolicy::Forever,
+            ttl: None,
+            owner: Some("me@host".into()),
+            operation: None,
+            caller: Some((1234, 99)),
+            grace: Some(Duration::from_millis(1500)),
+            run_id: Some("r1".into()),
+            share_stderr: true,
+            holder_args: vec!["-v".into()],
+            backend: Some("postgres://u@h/db".into()),
+        };
+        let json = serde_json::to_value(WireRequest::from(&sent)).unwrap();
+        let mut keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "backend",
+                "grace_ms",
+                "holder_args",
+                "max",
+                "name",
+                "operation",
+                "owner",
+                "run_id",
+                "share_stderr",
+                "shared",
+                "ttl_ms",
+                "wait_ms",
+                "watch_pid",
+                "watch_start_time"
+            ]
+        );
+        assert_eq!(json["max"], 3);
+        assert_eq!(json["wait_ms"], serde_json::Value::Null);
+        let back = read(&json.to_string());
+        assert_eq!(back.name, sent.name);
+        assert_eq!(back.mode, sent.mode);
+        assert_eq!(back.wait, sent.wait);
+        assert_eq!(back.caller, sent.caller);
+        assert_eq!(back.grace, sent.grace);
+        assert_eq!(back.backend, sent.backend);
+    }
+}

@@ -1,0 +1,180 @@
+//! `baton run`: a command under locks, in a group, in a workspace.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use baton_lock::{BatonDir, LockName};
+use baton_proc::LeftoverPolicy;
+use baton_run::{command_line, run, Backend, GroupRequest, RunControl, RunRequest};
+use clap::{ArgGroup, Args};
+
+use super::git::RunWorkspaceArgs;
+use crate::args::{lock_name, HolderArgs, ModeArg, ModeArgs, WaitArgs};
+use crate::duration::{parse_duration, parse_positive_duration};
+use crate::exit_codes::{for_child, for_run_error};
+use crate::filesystem::warn_if_remote;
+use crate::logging;
+use crate::say::fail;
+
+/// `baton run`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("target").args(["locks", "group", "workspace"]).required(true).multiple(true)))]
+pub struct RunArgs {
+    /// Lock to hold while the command runs; repeat for several.
+    #[arg(long = "lock", value_name = "NAME", value_parser = lock_name)]
+    pub locks: Vec<LockName>,
+
+    /// Run in this concurrency group (key rules as lock names); see --mode.
+    #[arg(long, value_name = "KEY", value_parser = lock_name)]
+    pub group: Option<LockName>,
+
+    /// How runs of the group relate.
+    #[arg(long, value_enum, default_value = "queue", requires = "group")]
+    pub mode: ModeArg,
+
+    /// Queue mode: refuse (exit 75) an arrival when this many runs already wait.
+    #[arg(long, value_name = "N", requires = "group", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub max_pending: Option<u32>,
+
+    /// Shell command run when this run is superseded (BATON_SUPERSEDED_BY is set), at most --grace long.
+    #[arg(long, value_name = "CMD", requires = "group")]
+    pub on_superseded: Option<String>,
+
+    #[command(flatten)]
+    pub lock_mode: ModeArgs,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// Kill the command's whole process group after this long (TERM, --grace, KILL); exit 124.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, allow_hyphen_values = true)]
+    pub timeout: Option<Duration>,
+
+    /// Time between SIGTERM and SIGKILL when stopping the command.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true, default_value = "10s")]
+    pub grace: Duration,
+
+    /// Leave processes that the command started in the background running
+    /// after it exits, for a command that starts a daemon on purpose. By
+    /// default they are terminated (TERM, --grace, KILL) before the locks are
+    /// released, so nothing the command started runs beside the next holder.
+    #[arg(long)]
+    pub leave_leftovers: bool,
+
+    #[command(flatten)]
+    pub holder: HolderArgs,
+
+    #[command(flatten)]
+    pub workspace: RunWorkspaceArgs,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// `baton run`.
+pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, backend: &Backend) -> u8 {
+    let group = args.group.map(|key| GroupRequest {
+        key,
+        mode: args.mode.into(),
+        max: args.lock_mode.max.unwrap_or(1),
+        max_pending: args.max_pending,
+        wait: args.wait.into(),
+    });
+    let lock_mode = if group.is_some() {
+        ModeArgs {
+            shared: args.lock_mode.shared,
+            max: None,
+        }
+    } else {
+        args.lock_mode
+    };
+    let req = RunRequest {
+        locks: args.locks,
+        backend: Some(backend.clone()),
+        mode: lock_mode.into(),
+        wait: args.wait.into(),
+        group,
+        on_superseded: args.on_superseded,
+        owner: args.holder.owner,
+        operation: args.holder.operation,
+        command: args.command,
+        timeout: args.timeout,
+        grace: args.grace,
+        workspace: args.workspace.request(),
+        keep_workspace: args.workspace.keep_workspace,
+        leftovers: if args.leave_leftovers {
+            LeftoverPolicy::Leave
+        } else {
+            LeftoverPolicy::Terminate
+        },
+        control: RunControl::new(),
+        forward_signals: true,
+        run_id: Some(logging::run_id().to_string()),
+        env: Vec::new(),
+        clear_env: false,
+        cwd: None,
+        stdio: Default::default(),
+        setup: None,
+        on_start: None,
+        // Another machine may take over a run on PostgreSQL: its
+        // whole command must stop with this process, or when this
+        // process stops vouching for itself in time.
+        guard: backend.guard(),
+    };
+    warn_if_remote(dir);
+    // This process runs one command: orphans of its descendants come
+    // back to it, so that they can be stopped when the command ends.
+    if let Err(e) = baton_proc::become_subreaper() {
+        errln!("baton: warning: {e}; processes that leave the command's process group are not contained");
+    }
+    tracing::info!(
+        locks = ?req.locks.iter().map(|l| l.as_str()).collect::<Vec<_>>(),
+        group = req.group.as_ref().map(|g| g.key.as_str()),
+        command = %command_line(&req.command),
+        "run: taking the group slot and locks, then running the command"
+    );
+    match run(dir, &req) {
+        Ok(report) => {
+            tracing::info!(
+                ran = report.ran,
+                exit_code = report.outcome.exit_code(),
+                "run: done"
+            );
+            if let (false, Some(by), Some(g)) = (report.ran, &report.superseded_by, &req.group) {
+                errln!(
+                    "baton: run {} in group '{}' was superseded by run {by} while waiting",
+                    report.run_id,
+                    g.key
+                );
+            }
+            if !report.leftovers.is_empty() {
+                errln!(
+                    "baton: warning: the command left {} process(es) running ({}); terminated them (TERM, --grace, KILL) before releasing",
+                    report.leftovers.len(),
+                    leftovers(&report.leftovers)
+                );
+            }
+            if let Some(e) = &report.workspace_error {
+                errln!("baton: warning: {e} (the workspace is left for `baton workspace gc`)");
+            }
+            for_child(report.outcome.exit_code())
+        }
+        Err(e) => fail(&e, for_run_error(&e)),
+    }
+}
+
+/// `pid 12 (sleep), pid 13 (sh, had left the process group)`.
+fn leftovers(all: &[baton_proc::Leftover]) -> String {
+    all.iter()
+        .map(|l| {
+            let escaped = if l.escaped {
+                ", had left the process group"
+            } else {
+                ""
+            };
+            format!("pid {} ({}{escaped})", l.pid, l.command)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,41 @@
+//! The process around `baton serve`: the parts only a binary may own (the
+//! async runtime, the open files limit, SIGTERM and SIGINT), around the
+//! service's entry points, in the order they must be taken (see
+//! `baton_serve::server`).
+
+use baton_lock::BatonDir;
+use baton_serve::{Config, ServeError};
+
+/// Runs the service on `dir` until SIGTERM or SIGINT, then drains and
+/// returns.
+pub(crate) fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
+    let _instance = baton_serve::claim_instance(&dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("baton-serve")
+        .build()
+        .map_err(ServeError::Runtime)?;
+    baton_serve::conn::raise_nofile_limit();
+    runtime.block_on(async move {
+        let listener = baton_serve::bind(config.listen).await?;
+        let service = baton_serve::open(config, dir).await?;
+        baton_serve::launch(listener, service, shutdown_signal()).await
+    })
+}
+
+/// Completes on the first SIGTERM or SIGINT (never, if they cannot be
+/// watched).
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending::<()>().await,
+    }
+}

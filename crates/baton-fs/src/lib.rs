@@ -1,0 +1,51 @@
+//! The leaf helpers every baton crate that touches files shares: one path
+//! error, one atomic write, one random number. It depends on nothing of
+//! baton, so the lock, state, git, run and service crates can all use it.
+//!
+//! - [`PathError`] and [`IoResultExt::context`]: every I/O error says what
+//!   was being done and to which path (`cannot flush directory '/x'`); each
+//!   crate turns it into the `Io` variant of its own error type with `?`.
+//! - [`write_atomic`] and [`TempFile`]: replace a file so that a reader or a
+//!   crash of the writer sees the old content or the new, never a mix, with
+//!   a [`Durability`] that says what a power loss may still undo.
+//! - [`random_u64`]: from the kernel's random source, with a fallback for
+//!   the uses here (unique names, jitter), where uniqueness matters and
+//!   secrecy does not.
+//!
+//! ```
+//! use baton_fs::{write_atomic, Durability};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("doc.json");
+//! write_atomic(&path, b"{}\n", Durability::DataAndDir)?;
+//! assert_eq!(std::fs::read(&path)?, b"{}\n");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Atomic replacement: what is and is not guaranteed
+//!
+//! The rename is the commit point. A reader, or the next writer after a
+//! crash of this one (even `kill -9`), sees the old content or the new,
+//! never a mix. What a power loss (or a kernel crash) may still undo
+//! depends on the [`Durability`]. A writer that dies before the rename
+//! leaves its temp file (`.NAME.baton-tmp-PID-RANDOM`, see [`temp_prefix`]),
+//! for its caller to clean up; one that fails removes it.
+//!
+//! Not guaranteed: anything when two writers replace the same file at once
+//! without a lock (the last rename wins, whole); the owner and mode of the
+//! file being replaced (the new file is the writer's, with the mode given
+//! to [`TempFile::create`]; callers that care copy them onto the temp file
+//! before [`TempFile::persist`], as baton-state does).
+//!
+//! Modelled on jj's `lib/src/file_util.rs` (`PathError`, `IoResultExt`,
+//! `persist_temp_file`).
+
+#![forbid(unsafe_code)]
+
+mod atomic;
+mod error;
+mod random;
+
+pub use atomic::{temp_prefix, write_atomic, Durability, TempFile, WriteError};
+pub use error::{IoResultExt, PathError};
+pub use random::random_u64;

@@ -1,0 +1,38 @@
+//! A random `u64` for names and jitter.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// 64 bits from the kernel's random source (`getrandom(2)`).
+///
+/// Should the kernel not answer (a seccomp filter, an exotic kernel), it
+/// falls back to the clock, the pid and a per-process counter: distinct
+/// between calls and between processes, but predictable. So it is for
+/// uniqueness (temp file names, run ids) and jitter, never for secrets.
+pub fn random_u64() -> u64 {
+    let mut buf = [0u8; 8];
+    match rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty()) {
+        Ok(8) => u64::from_ne_bytes(buf),
+        _ => fallback(),
+    }
+}
+
+fn fallback() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let nanos = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    nanos ^ (u64::from(std::process::id()) << 40) ^ count.rotate_left(20)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_differ_also_on_the_fallback() {
+        assert_ne!(random_u64(), random_u64());
+        assert_ne!(fallback(), fallback());
+    }
+}

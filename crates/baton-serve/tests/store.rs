@@ -1,0 +1,536 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! The store's contract, written once and run on every store (as River's
+//! `riverdrivertest` runs one exercise over every driver): each exercise
+//! below is one `async fn` on an open store, and `exercises!` makes a test
+//! of it for SQLite and one for PostgreSQL (a fresh database each, at
+//! 127.0.0.1:5432).
+//!
+//! Where the stores differ by design (one node or several), the exercise
+//! says so by asking [`Ctx::shared`], never by naming the engine.
+
+mod common;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_serve::model::{Finish, JobMode, JobStatus, ListFilter, NewJob, Submitted};
+use baton_serve::store::{self, CancelQueued, Store, StoreError, StoreUrl};
+use common::pg::TestDb;
+
+/// The engines every exercise runs on.
+#[derive(Clone, Copy, Debug)]
+enum Driver {
+    Sqlite,
+    Postgres,
+}
+
+/// What an exercise gets: the store, and where it lives (to open it again).
+struct Ctx {
+    store: Arc<dyn Store>,
+    url: StoreUrl,
+    baton_dir: PathBuf,
+}
+
+impl Ctx {
+    /// Whether several nodes share this store.
+    fn shared(&self) -> bool {
+        self.url.is_shared()
+    }
+}
+
+type Exercise = fn(Ctx) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Opens a fresh store of `driver`, runs `exercise` on it, then drops the
+/// store (its runtime first) and its database or files.
+fn run(driver: Driver, exercise: Exercise) {
+    let tmp = tempfile::tempdir().unwrap();
+    let baton_dir = tmp.path().join("baton");
+    std::fs::create_dir_all(&baton_dir).unwrap();
+    let db = matches!(driver, Driver::Postgres).then(TestDb::new);
+    let url = match &db {
+        None => StoreUrl::Sqlite(tmp.path().join("jobs.db")),
+        Some(db) => StoreUrl::Postgres(db.url()),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store: Arc<dyn Store> = Arc::from(store::open(&url, &baton_dir).await.unwrap());
+        let ctx = Ctx {
+            store,
+            url: url.clone(),
+            baton_dir: baton_dir.clone(),
+        };
+        tokio::time::timeout(Duration::from_secs(90), exercise(ctx))
+            .await
+            .expect("the exercise did not end within 90 s");
+    });
+    // The store's session tasks end with their runtime, before the
+    // database is dropped.
+    rt.shutdown_timeout(Duration::from_secs(5));
+    drop(db);
+}
+
+/// One test per exercise and store.
+macro_rules! exercises {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[test]
+                fn $name() {
+                    super::run(super::Driver::Sqlite, |ctx| Box::pin(super::$name(ctx)));
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[test]
+                fn $name() {
+                    super::run(super::Driver::Postgres, |ctx| Box::pin(super::$name(ctx)));
+                }
+            )*
+        }
+    };
+}
+
+exercises!(
+    claims_are_strictly_fifo,
+    submissions_stop_at_the_depth_cap,
+    claims_stop_at_the_concurrency_cap,
+    a_queue_job_whose_group_runs_is_passed_over_and_keeps_its_place,
+    cancel_takes_only_queued_jobs,
+    recover_marks_a_nodes_running_jobs_or_queues_them_first,
+    reap_takes_over_only_the_jobs_of_dead_nodes,
+    evict_removes_only_jobs_finished_before_the_cutoff,
+    supersede_and_coalesce_mark_the_queued_jobs_of_their_group,
+    a_finish_ends_only_a_running_job,
+    the_store_has_one_owner,
+);
+
+const MANY: u64 = 1_000;
+
+/// `ms` after the test began (a store may not take times before its
+/// clock's: PostgreSQL claims at the latest of the given time and its own).
+fn t(ms: i64) -> i64 {
+    static BASE: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *BASE.get_or_init(baton_serve::model::now_ms) + ms
+}
+
+fn job(id: &str, created_at: i64) -> NewJob {
+    NewJob {
+        id: id.to_string(),
+        template: "t".to_string(),
+        prompt: Some(format!("prompt of {id}")),
+        group: None,
+        mode: JobMode::Queue,
+        timeout_ms: 60_000,
+        branch: None,
+        command: Some(vec!["true".to_string()]),
+        created_at,
+    }
+}
+
+fn in_group(id: &str, created_at: i64, group: &str, mode: JobMode) -> NewJob {
+    NewJob {
+        group: Some(group.to_string()),
+        mode,
+        ..job(id, created_at)
+    }
+}
+
+fn ended(status: JobStatus, at: i64) -> Finish {
+    Finish {
+        status,
+        exit_code: Some(0),
+        error: None,
+        superseded_by: None,
+        finished_at: at,
+    }
+}
+
+async fn submit(store: &dyn Store, job: NewJob) -> Submitted {
+    store.submit(job, MANY).await.unwrap()
+}
+
+/// The id of the job the next claim on `node` takes, if any.
+async fn claim(store: &dyn Store, node: &str, cap: u64) -> Option<String> {
+    store
+        .claim_next(node, cap, t(5_000))
+        .await
+        .unwrap()
+        .map(|j| j.spec.id)
+}
+
+/// The id of the job the next claim on the store's own node takes (a job
+/// only its own node may end), if any.
+async fn claim_here(store: &dyn Store, cap: u64) -> Option<String> {
+    claim(store, store.node(), cap).await
+}
+
+async fn status(store: &dyn Store, id: &str) -> Option<JobStatus> {
+    store.get(id).await.unwrap().map(|j| j.status)
+}
+
+fn never(_: &str) -> bool {
+    false
+}
+
+fn always(_: &str) -> bool {
+    true
+}
+
+async fn claims_are_strictly_fifo(ctx: Ctx) {
+    let s = &*ctx.store;
+    for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
+        match submit(s, job(id, 1_000 + i as i64)).await {
+            Submitted::Queued { position, job, .. } => {
+                assert_eq!(position, i as u64 + 1);
+                assert_eq!(job.status, JobStatus::Queued);
+            }
+            full => panic!("refused: {full:?}"),
+        }
+    }
+    let mut order = Vec::new();
+    while let Some(id) = claim_here(s, MANY).await {
+        order.push(id);
+    }
+    assert_eq!(order, ["a", "b", "c", "d"]);
+    let a = s.get("a").await.unwrap().unwrap();
+    assert_eq!(a.status, JobStatus::Running);
+    assert_eq!(a.node.as_deref(), Some(s.node()));
+    assert_eq!(a.attempts, 1);
+    assert_eq!(a.started_at, Some(t(5_000)));
+    // The list is newest first.
+    let listed: Vec<String> = s
+        .list(&ListFilter {
+            limit: 10,
+            ..ListFilter::default()
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.spec.id)
+        .collect();
+    assert_eq!(listed, ["d", "c", "b", "a"]);
+}
+
+async fn submissions_stop_at_the_depth_cap(ctx: Ctx) {
+    let s = &*ctx.store;
+    assert!(matches!(
+        s.submit(job("a", 1), 2).await.unwrap(),
+        Submitted::Queued { .. }
+    ));
+    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("a"));
+    assert!(matches!(
+        s.submit(job("b", 2), 2).await.unwrap(),
+        Submitted::Queued { .. }
+    ));
+    // Running + queued = 2: the third is refused, and not stored.
+    match s.submit(job("c", 3), 2).await.unwrap() {
+        Submitted::Full { counts } => {
+            assert_eq!((counts.running, counts.queued), (1, 1));
+        }
+        queued => panic!("stored beyond the depth cap: {queued:?}"),
+    }
+    assert_eq!(status(s, "c").await, None);
+    // A job's end makes room.
+    assert!(s
+        .finish("a", &ended(JobStatus::Succeeded, t(10)))
+        .await
+        .unwrap());
+    assert!(matches!(
+        s.submit(job("c", 3), 2).await.unwrap(),
+        Submitted::Queued { .. }
+    ));
+    let counts = s.counts().await.unwrap();
+    assert_eq!((counts.running, counts.queued), (0, 2));
+}
+
+async fn claims_stop_at_the_concurrency_cap(ctx: Ctx) {
+    let s = &*ctx.store;
+    for (i, id) in ["a", "b", "c"].iter().enumerate() {
+        submit(s, job(id, i as i64)).await;
+    }
+    // The cap counts the store's running jobs, whichever node runs them.
+    assert_eq!(claim(s, "node-b", 2).await.as_deref(), Some("a"));
+    assert_eq!(claim_here(s, 2).await.as_deref(), Some("b"));
+    assert_eq!(claim_here(s, 2).await, None);
+    assert_eq!(claim(s, "node-b", 2).await, None);
+    assert_eq!(status(s, "c").await, Some(JobStatus::Queued));
+    assert!(s
+        .finish("b", &ended(JobStatus::Failed, t(10)))
+        .await
+        .unwrap());
+    assert_eq!(claim_here(s, 2).await.as_deref(), Some("c"));
+    let by_status = s.status_counts().await.unwrap();
+    let count = |st| {
+        by_status
+            .iter()
+            .find(|(s, _)| *s == st)
+            .map_or(0, |(_, n)| *n)
+    };
+    assert_eq!(count(JobStatus::Running), 2);
+    assert_eq!(count(JobStatus::Failed), 1);
+}
+
+async fn a_queue_job_whose_group_runs_is_passed_over_and_keeps_its_place(ctx: Ctx) {
+    let s = &*ctx.store;
+    submit(s, in_group("g1", 1, "g", JobMode::Queue)).await;
+    submit(s, in_group("g2", 2, "g", JobMode::Queue)).await;
+    submit(s, job("free", 3)).await;
+    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("g1"));
+    // g2 would only wait for its group while holding a slot.
+    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("free"));
+    assert_eq!(claim_here(s, MANY).await, None);
+    assert!(s
+        .finish("g1", &ended(JobStatus::Succeeded, t(10)))
+        .await
+        .unwrap());
+    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("g2"));
+}
+
+async fn cancel_takes_only_queued_jobs(ctx: Ctx) {
+    let s = &*ctx.store;
+    submit(s, job("a", 1)).await;
+    submit(s, job("b", 2)).await;
+    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("a"));
+    match s.cancel_queued("b", t(50)).await.unwrap() {
+        CancelQueued::Cancelled(job) => {
+            assert_eq!(job.spec.id, "b");
+            assert_eq!(job.status, JobStatus::Cancelled);
+        }
+        other => panic!("not cancelled: {other:?}"),
+    }
+    let b = s.get("b").await.unwrap().unwrap();
+    assert_eq!(b.status, JobStatus::Cancelled);
+    assert_eq!(b.finished_at, Some(t(50)));
+    assert_eq!(
+        s.cancel_queued("a", 60).await.unwrap(),
+        CancelQueued::NotQueued(JobStatus::Running)
+    );
+    assert_eq!(
+        s.cancel_queued("b", 60).await.unwrap(),
+        CancelQueued::NotQueued(JobStatus::Cancelled)
+    );
+    assert_eq!(
+        s.cancel_queued("nope", 60).await.unwrap(),
+        CancelQueued::Unknown
+    );
+    // A cancelled job is never claimed.
+    assert_eq!(claim_here(s, MANY).await, None);
+}
+
+async fn recover_marks_a_nodes_running_jobs_or_queues_them_first(ctx: Ctx) {
+    let s = &*ctx.store;
+    for (i, id) in ["a", "b", "other", "later"].iter().enumerate() {
+        submit(s, job(id, i as i64)).await;
+    }
+    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("a"));
+    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("b"));
+    assert_eq!(claim(s, "node-b", MANY).await.as_deref(), Some("other"));
+
+    // Only the named jobs still running on the named node.
+    let ids = ["a".to_string(), "other".to_string()];
+    let recovered = s.recover(s.node(), &ids, &never, t(100)).await.unwrap();
+    assert_eq!(recovered.len(), 1, "{recovered:?}");
+    assert_eq!(recovered[0].job.spec.id, "a");
+    assert!(!recovered[0].requeued);
+    let a = s.get("a").await.unwrap().unwrap();
+    assert_eq!(a.status, JobStatus::Interrupted);
+    assert_eq!(status(s, "other").await, Some(JobStatus::Running));
+    assert_eq!(status(s, "b").await, Some(JobStatus::Running));
+
+    // Queued again, it comes before older queued jobs; once only.
+    let recovered = s
+        .recover(s.node(), &["b".to_string()], &always, t(110))
+        .await
+        .unwrap();
+    assert!(recovered[0].requeued, "{recovered:?}");
+    assert_eq!(status(s, "b").await, Some(JobStatus::Queued));
+    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("b"));
+    let b = s.get("b").await.unwrap().unwrap();
+    assert_eq!(b.attempts, 2);
+    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("later"));
+    // Recovering what is no longer running changes nothing.
+    let again = s.recover(s.node(), &ids, &always, t(120)).await.unwrap();
+    assert!(again.is_empty(), "{again:?}");
+    assert_eq!(status(s, "a").await, Some(JobStatus::Interrupted));
+}
+
+async fn reap_takes_over_only_the_jobs_of_dead_nodes(ctx: Ctx) {
+    let s = &*ctx.store;
+    submit(s, job("mine", 1)).await;
+    submit(s, job("ghosts", 2)).await;
+    submit(s, job("ghosts-again", 3)).await;
+    assert_eq!(s.node() == "local", !ctx.shared());
+    let me = s.node().to_string();
+    assert_eq!(claim(s, &me, MANY).await.as_deref(), Some("mine"));
+    // A node that never kept a session: dead.
+    assert_eq!(claim(s, "ghost", MANY).await.as_deref(), Some("ghosts"));
+    assert_eq!(
+        claim(s, "ghost", MANY).await.as_deref(),
+        Some("ghosts-again")
+    );
+    let retry = |template: &str| template == "never-retried";
+    let reaped = s.reap(&retry, Duration::ZERO, t(200)).await.unwrap();
+    if !ctx.shared() {
+        // One node uses this store: no other node's jobs to take over.
+        assert!(reaped.is_empty(), "{reaped:?}");
+        assert_eq!(status(s, "ghosts").await, Some(JobStatus::Running));
+        return;
+    }
+    let mut ids: Vec<&str> = reaped.iter().map(|r| r.job.spec.id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["ghosts", "ghosts-again"]);
+    assert!(reaped.iter().all(|r| !r.requeued));
+    assert_eq!(status(s, "ghosts").await, Some(JobStatus::Interrupted));
+    // This node is live: its job stays.
+    assert_eq!(status(s, "mine").await, Some(JobStatus::Running));
+}
+
+async fn evict_removes_only_jobs_finished_before_the_cutoff(ctx: Ctx) {
+    let s = &*ctx.store;
+    for (i, id) in ["old", "new", "running", "queued"].iter().enumerate() {
+        submit(s, job(id, i as i64)).await;
+    }
+    for _ in 0..3 {
+        claim_here(s, MANY).await.unwrap();
+    }
+    assert!(s
+        .finish("old", &ended(JobStatus::Succeeded, t(1_000)))
+        .await
+        .unwrap());
+    assert!(s
+        .finish("new", &ended(JobStatus::Failed, t(3_000)))
+        .await
+        .unwrap());
+    let evicted = s.evict(t(2_000)).await.unwrap();
+    assert_eq!(evicted, ["old"]);
+    assert_eq!(status(s, "old").await, None);
+    assert_eq!(status(s, "new").await, Some(JobStatus::Failed));
+    assert_eq!(status(s, "running").await, Some(JobStatus::Running));
+    assert_eq!(status(s, "queued").await, Some(JobStatus::Queued));
+    assert!(s.evict(t(2_000)).await.unwrap().is_empty());
+}
+
+async fn supersede_and_coalesce_mark_the_queued_jobs_of_their_group(ctx: Ctx) {
+    let s = &*ctx.store;
+    submit(s, in_group("running", 1, "g", JobMode::Supersede)).await;
+    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("running"));
+    submit(s, in_group("q1", 2, "g", JobMode::Queue)).await;
+    submit(s, in_group("q2", 3, "g", JobMode::Queue)).await;
+    submit(s, in_group("elsewhere", 4, "h", JobMode::Queue)).await;
+    match submit(s, in_group("newest", 5, "g", JobMode::Supersede)).await {
+        Submitted::Queued { superseded, .. } => {
+            let mut superseded = superseded;
+            superseded.sort_unstable();
+            assert_eq!(superseded, ["q1", "q2"]);
+        }
+        full => panic!("refused: {full:?}"),
+    }
+    let q1 = s.get("q1").await.unwrap().unwrap();
+    assert_eq!(q1.status, JobStatus::Superseded);
+    assert_eq!(q1.superseded_by.as_deref(), Some("newest"));
+    assert!(q1.finished_at.is_some());
+    // The running job is the scheduler's to stop, not the store's.
+    assert_eq!(status(s, "running").await, Some(JobStatus::Running));
+    assert_eq!(status(s, "elsewhere").await, Some(JobStatus::Queued));
+    // Coalesce marks the same way; queue and skip mark nothing.
+    match submit(s, in_group("coalesced", 6, "g", JobMode::Coalesce)).await {
+        Submitted::Queued { superseded, .. } => assert_eq!(superseded, ["newest"]),
+        full => panic!("refused: {full:?}"),
+    }
+    for (id, mode) in [("queued", JobMode::Queue), ("skipping", JobMode::Skip)] {
+        match submit(s, in_group(id, 7, "g", mode)).await {
+            Submitted::Queued { superseded, .. } => assert!(superseded.is_empty(), "{id}"),
+            full => panic!("refused: {full:?}"),
+        }
+    }
+    assert_eq!(status(s, "coalesced").await, Some(JobStatus::Queued));
+}
+
+async fn a_finish_ends_only_a_running_job(ctx: Ctx) {
+    let s = &*ctx.store;
+    submit(s, job("a", 1)).await;
+    assert!(!s
+        .finish("a", &ended(JobStatus::Succeeded, t(10)))
+        .await
+        .unwrap());
+    assert_eq!(status(s, "a").await, Some(JobStatus::Queued));
+    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("a"));
+    let group = baton_serve::model::RecordedGroup {
+        pgid: 4242,
+        leader_start_time: 7,
+        session: 4242,
+        grace_ms: 100,
+    };
+    s.set_process_group("a", group).await.unwrap();
+    s.set_workspace("a", "/tmp/ws").await.unwrap();
+    let running = s.get("a").await.unwrap().unwrap();
+    assert_eq!(running.process_group, Some(group));
+    assert_eq!(running.workspace.as_deref(), Some("/tmp/ws"));
+    let finish = Finish {
+        status: JobStatus::TimedOut,
+        exit_code: Some(124),
+        error: Some("timed out".into()),
+        superseded_by: None,
+        finished_at: t(20),
+    };
+    assert!(s.finish("a", &finish).await.unwrap());
+    let a = s.get("a").await.unwrap().unwrap();
+    assert_eq!(
+        (a.status, a.exit_code, a.error.as_deref(), a.finished_at),
+        (
+            JobStatus::TimedOut,
+            Some(124),
+            Some("timed out"),
+            Some(t(20))
+        )
+    );
+    assert!(!s.finish("a", &finish).await.unwrap(), "ended twice");
+}
+
+async fn the_store_has_one_owner(ctx: Ctx) {
+    if ctx.shared() {
+        // Several nodes share it, each its own node id: a second node opens
+        // it beside the first...
+        let other = tempfile::tempdir().unwrap();
+        let second = store::open(&ctx.url, other.path()).await.unwrap();
+        assert_ne!(second.node(), ctx.store.node());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !second.is_live() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the second node never became live"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // ...but a node id has one owner (the liveness lock, waited for
+        // 30 s in case the server has not ended an old session yet).
+        let refused = store::open(&ctx.url, &ctx.baton_dir).await;
+        match refused {
+            Err(StoreError::Open { message, .. }) => {
+                assert!(message.contains("liveness lock"), "{message}")
+            }
+            Err(other) => panic!("refused for another reason: {other}"),
+            Ok(_) => panic!("a second owner of the node id was let in"),
+        }
+    } else {
+        let refused = store::open(&ctx.url, &ctx.baton_dir).await;
+        match refused {
+            Err(StoreError::Open { message, .. }) => {
+                assert!(message.contains("in use"), "{message}")
+            }
+            Err(other) => panic!("refused for another reason: {other}"),
+            Ok(_) => panic!("a second owner of the store was let in"),
+        }
+    }
+    // The first owner goes on.
+    submit(&*ctx.store, job("after", 1)).await;
+    assert_eq!(status(&*ctx.store, "after").await, Some(JobStatus::Queued));
+}
