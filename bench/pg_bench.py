@@ -8,7 +8,9 @@ PostgreSQL database, side by side with etcd and with baton's local backend.
    section (`baton-bench-worker crit`: counter file +1, hold H = 1 ms) under a
    lock through a CLI: `baton --backend postgres://... run --lock L --`,
    `etcdctl --endpoints=... lock L --` against a local one-node etcd, and
-   `baton --dir D run --lock L --` (the local backend). All P released at
+   `baton --dir D run --lock L --` (the local backend); baton on PostgreSQL
+   runs twice, in plain (`sslmode=disable`) and with TLS (`sslmode=require`,
+   when the server has `ssl` on), on the same server. All P released at
    once (run.py's gate); rounds interleaved (A B C A B C ...), median
    cycles/s, waits pooled. Lost updates must be 0. Bar: baton on PostgreSQL
    >= 3x etcdctl.
@@ -52,6 +54,7 @@ ROOT = BENCH.parent
 OUT = BENCH / "out"
 
 PG_LOCK, ETCD_LOCK, LOCAL_LOCK = "baton on PostgreSQL", "etcdctl lock (etcd)", "baton, local backend"
+PG_TLS_LOCK = "baton on PostgreSQL, TLS"
 NO_BACKEND = "this baton has no --backend"
 
 
@@ -106,13 +109,20 @@ class Databases:
         r = self.psql("SHOW server_version")
         return r.stdout.strip() if r.returncode == 0 else "?"
 
+    def ssl(self) -> bool:
+        """Whether the server has TLS on (`SHOW ssl`)."""
+        r = self.psql("SHOW ssl")
+        return r.returncode == 0 and r.stdout.strip() == "on"
+
     def create(self) -> str:
+        """A fresh database's URL, in plain (`sslmode=disable`): the rows
+        measured before TLS existed stay comparable."""
         name = f"baton_bench_{secrets.token_hex(6)}"
         r = self.psql(f"CREATE DATABASE {name}")
         if r.returncode != 0:
             die(f"CREATE DATABASE through psql at {self.base} failed: {last_line(r)}")
         self.created.append(name)
-        return f"{self.base}/{name}"
+        return f"{self.base}/{name}?sslmode=disable"
 
     def drop_all(self) -> None:
         while self.created:
@@ -247,12 +257,20 @@ def cli_argv(worker: Path, prefix: list[str], iters: int, hold_us: int):
 
 
 def lock_rows(baton: Path, worker: Path, pg_url: str | None, pg_skip: str | None,
-              etcd: Etcd | None, etcd_skip: str | None, iters: int, hold_us: int) -> list[LockRow]:
+              tls_skip: str | None, etcd: Etcd | None, etcd_skip: str | None, iters: int,
+              hold_us: int) -> list[LockRow]:
     b = str(baton)
-    pg = LockRow(PG_LOCK, "`baton --backend postgres://… run --lock L -- crit`", skipped=pg_skip)
+    pg = LockRow(PG_LOCK, "`baton --backend postgres://…?sslmode=disable run --lock L -- crit`",
+                 skipped=pg_skip)
+    tls = LockRow(PG_TLS_LOCK, "`baton --backend postgres://…?sslmode=require run --lock L -- crit`",
+                  skipped=pg_skip or tls_skip)
     if pg_url and not pg_skip:
         pg.argv_for = cli_argv(worker, [b, "--backend", pg_url, "run", "--lock", "bench", "--"],
                                iters, hold_us)
+        if not tls_skip:
+            tls_url = pg_url.replace("sslmode=disable", "sslmode=require")
+            tls.argv_for = cli_argv(worker, [b, "--backend", tls_url, "run", "--lock", "bench",
+                                             "--"], iters, hold_us)
     et = LockRow(ETCD_LOCK, "`etcdctl --endpoints=… lock L -- crit`", skipped=etcd_skip)
     if etcd and not etcd_skip:
         et.argv_for = cli_argv(worker, [shutil.which("etcdctl") or "etcdctl",
@@ -260,7 +278,7 @@ def lock_rows(baton: Path, worker: Path, pg_url: str | None, pg_skip: str | None
                                iters, hold_us)
     local = LockRow(LOCAL_LOCK, "`baton --dir D run --lock L -- crit`",
                     argv_for=local_argv(worker, baton, iters, hold_us))
-    return [pg, et, local]
+    return [pg, tls, et, local]
 
 
 def local_argv(worker: Path, baton: Path, iters: int, hold_us: int):
@@ -453,6 +471,11 @@ def lock_table(rows: list[LockRow]) -> list[str]:
 
 def lock_details(rows: list[LockRow]) -> list[str]:
     out = []
+    by = {r.name: r for r in rows}
+    plain, tls = by[PG_LOCK], by[PG_TLS_LOCK]
+    if plain.ok and tls.ok:
+        out.append(f"- TLS: {tls.cycles_s / plain.cycles_s:.2f}x the plain cycles/s on the same "
+                   f"server (wait p50 {fmt_dur(tls.wait(50))} vs {fmt_dur(plain.wait(50))})")
     for r in rows:
         if r.rounds:
             per = ", ".join(f"{x.ops_per_s:.0f}" for x in r.rounds)
@@ -559,11 +582,18 @@ def main() -> None:
         try:
             pg_url = dbs.create()
             pg_skip, pg_error = baton_backend_works(baton, pg_url)
+            tls_skip = None if dbs.ssl() else "the server has ssl off (`SHOW ssl`)"
+            tls_error = None
+            if not pg_skip and not pg_error and not tls_skip:
+                _, tls_error = baton_backend_works(
+                    baton, pg_url.replace("sslmode=disable", "sslmode=require"))
             if not etcd_skip:
                 etcd = Etcd(work)
                 etcd_skip = etcd.wait_healthy()
-            rows = lock_rows(baton, worker, pg_url, pg_skip, etcd, etcd_skip, a.iterations, hold_us)
+            rows = lock_rows(baton, worker, pg_url, pg_skip, tls_skip, etcd, etcd_skip,
+                             a.iterations, hold_us)
             rows[0].error = pg_error
+            rows[1].error = pg_error or tls_error
             measure_locks(rows, a.rounds, a.procs, a.iterations, hold_us)
             serve = measure_serve(baton, gen, work, dbs, a)
             pg_version = dbs.version()

@@ -60,7 +60,9 @@ pub struct Globals {
     pub dir: Option<PathBuf>,
 
     /// Keep locks and groups in a PostgreSQL database, shared by every machine using it,
-    /// instead of the baton dir: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE. Applies
+    /// instead of the baton dir: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE, TLS as
+    /// libpq's `?sslmode=disable|prefer|require|verify-ca|verify-full` (default prefer) and
+    /// `&sslrootcert=FILE|system` say (a managed database: sslmode=verify-full). Applies
     /// to `run --lock`, `run --group`, `group status` and the `lock` commands; give the
     /// `--store` URL of a `baton serve` to share its jobs' groups. The tables are created
     /// on first use (or by `baton db migrate`). A run whose database session ends stops its

@@ -20,7 +20,6 @@ use baton_lock::{
     ProcessIdentity, WaitPolicy,
 };
 use tokio_postgres::types::Type;
-use tokio_postgres::NoTls;
 
 use crate::error::{sqlstate, PgError};
 use crate::holds::{Grant, Holds};
@@ -356,6 +355,7 @@ fn blocking(
     }
     let c = Arc::clone(&session.client);
     let canceller = session.client.cancel_token();
+    let tls = session.db.tls.clone();
     let result = session.rt.block_on(async move {
         let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =
             [(&key, Type::INT4), (&id, Type::INT4)];
@@ -364,7 +364,7 @@ fn blocking(
         let cancelling = async {
             notify.notified().await;
             loop {
-                let _ = canceller.cancel_query(NoTls).await;
+                let _ = canceller.cancel_query(tls.clone()).await;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         };

@@ -62,6 +62,16 @@ pub enum PgError {
         /// The driver's reason, in one line.
         reason: String,
     },
+    /// A TLS check failed (the server declined TLS, its certificate is not
+    /// signed by a trusted CA or does not name the host), or the trusted
+    /// roots cannot be loaded: trying again cannot help.
+    #[error("cannot connect to PostgreSQL at {url}: {failure}")]
+    Tls {
+        /// The URL, password hidden.
+        url: String,
+        /// The check that failed.
+        failure: crate::tls::TlsFailure,
+    },
     /// The session ended while a statement ran (the server terminated it,
     /// shut down or restarted, or the connection broke).
     #[error("PostgreSQL: cannot {op}: the session ended ({message})")]

@@ -11,6 +11,15 @@
 //! so it can stop its work, and a new holder does not start while an ended
 //! holder's command may still run (see the `settle` module).
 //!
+//! TLS follows the URL's `sslmode` (`disable`, `prefer` — the default —,
+//! `require`, `verify-ca`, `verify-full`) and `sslrootcert` (a PEM file, or
+//! `system`) with libpq's meaning, on rustls; [`client_config`] turns a URL
+//! into the driver's configuration and the TLS connector, for this crate's
+//! sessions and for any other client of the same database (the job
+//! service's store). A failed check is [`PgError::Tls`], naming it
+//! ([`TlsFailure`]). [`client_config`] lists the modes, and where they
+//! differ from libpq.
+//!
 //! The tables (`baton_locks`, `baton_lock_holders`, `baton_lock_schema`)
 //! belong to this crate and are created on first use, or by
 //! [`Database::migrate`].
@@ -19,7 +28,7 @@
 //! use baton_lock::{LockRequest, Mode};
 //! use baton_pg::Database;
 //!
-//! let db = Database::new("postgres://agent@db.internal/coordination")?;
+//! let db = Database::new("postgres://agent@db.internal/coordination?sslmode=verify-full")?;
 //! let req = LockRequest::new("deploy".parse()?).mode(Mode::Exclusive);
 //! let holds = db.acquire_all(&[req])?;
 //! holds.on_lost(|| eprintln!("lost the lock: stop working"));
@@ -40,6 +49,7 @@ mod schema;
 mod session;
 mod settle;
 mod status;
+mod tls;
 
 pub use acquire::MAX_SLOTS;
 pub use diagnose::Diagnosis;
@@ -49,3 +59,4 @@ pub use holds::{Grant, Holds};
 pub use schema::SCHEMA_VERSION;
 pub use session::{Database, FENCE};
 pub use status::Terminated;
+pub use tls::{client_config, SslMode, Tls, TlsFailure};

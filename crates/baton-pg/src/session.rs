@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 use crate::error::{one_line, redact, sqlstate, PgError};
 use crate::liveness::{HEARTBEAT, HEARTBEAT_LIMIT};
@@ -59,6 +59,8 @@ pub(crate) type Notice = Arc<dyn Fn(&str) + Send + Sync>;
 #[derive(Clone)]
 pub struct Database {
     pub(crate) config: tokio_postgres::Config,
+    /// The TLS connector `sslmode`/`sslrootcert` asked for (`crate::tls`).
+    pub(crate) tls: crate::tls::Tls,
     /// The URL with its password replaced, for messages.
     pub(crate) shown: String,
     /// Told (once per wait) when a wait goes on through a lost session.
@@ -91,9 +93,7 @@ impl Database {
                 "only postgres:// (or postgresql://) URLs are supported".into(),
             ));
         }
-        let mut config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e: tokio_postgres::Error| bad(one_line(&e)))?;
+        let (mut config, tls) = crate::tls::client_config(url)?;
         if config.get_hosts().is_empty() {
             return Err(bad("it names no host".into()));
         }
@@ -113,6 +113,7 @@ impl Database {
         crate::liveness::client_keepalives(&mut config);
         Ok(Database {
             config,
+            tls,
             shown,
             notice: None,
         })
@@ -234,9 +235,10 @@ impl Session {
         let (notes_tx, notes) = mpsc::unbounded_channel();
         let driver_lost = Arc::clone(&lost);
         let config = db.config.clone();
+        let tls = db.tls.clone();
         let connected = rt.block_on(async move {
             let (client, mut connection) =
-                match tokio::time::timeout(CONNECT_LIMIT, config.connect(NoTls)).await {
+                match tokio::time::timeout(CONNECT_LIMIT, config.connect(tls)).await {
                     Ok(c) => c?,
                     Err(_) => return Ok(None),
                 };
@@ -416,6 +418,12 @@ impl Session {
 
 /// Why a connection could not be made, in the words a user needs.
 fn connect_error(db: &Database, e: &tokio_postgres::Error) -> PgError {
+    if let Some(failure) = db.tls.failure(e) {
+        return PgError::Tls {
+            url: db.shown.clone(),
+            failure,
+        };
+    }
     let user = db.config.get_user().unwrap_or("?");
     let dbname = db.config.get_dbname().unwrap_or("?");
     let reason = match sqlstate(e) {

@@ -31,7 +31,8 @@ pub struct ServeArgs {
     /// Finished jobs and their logs are removed this long after they end [default: 1h].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub job_ttl: Option<Duration>,
-    /// The job store [default: sqlite://<baton dir>/serve.db].
+    /// The job store [default: sqlite://<baton dir>/serve.db], or postgres://... (TLS as
+    /// libpq's `?sslmode=...&sslrootcert=...` say; default prefer).
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
 }

@@ -208,7 +208,8 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// Opens the store `url` names: SQLite (a relative path is taken from the
-/// baton dir) or PostgreSQL (no TLS). For PostgreSQL this connects,
+/// baton dir) or PostgreSQL (TLS as the URL's `sslmode` says). For
+/// PostgreSQL this connects,
 /// migrates the schema and establishes this node's session before
 /// returning.
 pub async fn open(url: &StoreUrl, baton_dir: &Path) -> Result<Box<dyn Store>, StoreError> {

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::{broadcast, mpsc};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 use baton_pg::one_line;
 
@@ -79,17 +79,18 @@ pub(super) fn node_id(baton_dir: &Path) -> Result<String, String> {
 /// in the background for the life of the process.
 pub(super) async fn start(
     cfg: tokio_postgres::Config,
+    tls: baton_pg::Tls,
     node: String,
     shared: Arc<Shared>,
 ) -> Result<(), String> {
-    let first = connect(&cfg, &node, &shared).await?;
+    let first = connect(&cfg, &tls, &node, &shared).await?;
     tokio::spawn(async move {
         let mut session = first;
         loop {
             hold(session, &node, &shared).await;
             session = loop {
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                match connect(&cfg, &node, &shared).await {
+                match connect(&cfg, &tls, &node, &shared).await {
                     Ok(s) => break s,
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot re-establish the database session; retrying")
@@ -105,10 +106,11 @@ pub(super) async fn start(
 /// Connects, LISTENs, registers the node and takes its liveness lock.
 async fn connect(
     cfg: &tokio_postgres::Config,
+    tls: &baton_pg::Tls,
     node: &str,
     shared: &Shared,
 ) -> Result<Connected, String> {
-    let (client, mut conn) = cfg.connect(NoTls).await.map_err(|e| one_line(&e))?;
+    let (client, mut conn) = cfg.connect(tls.clone()).await.map_err(|e| one_line(&e))?;
     let (tx, notes) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));

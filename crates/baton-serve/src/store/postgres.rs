@@ -1,6 +1,6 @@
 //! The shared store: PostgreSQL, for several `baton serve` nodes that are
-//! one service. Connections are plain TCP without TLS (`NoTls`): put the
-//! database on a trusted network or a local socket, or tunnel it.
+//! one service. TLS follows the URL's `sslmode`/`sslrootcert`, with libpq's
+//! meaning (`baton_pg::client_config`).
 //!
 //! Every submit and claim serialises on one transaction-level advisory lock
 //! (`QUEUE_KEY`), so the depth and concurrency caps are exact at every
@@ -17,7 +17,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::broadcast;
-use tokio_postgres::NoTls;
 
 use baton_pg::one_line;
 
@@ -57,13 +56,11 @@ impl PgStore {
     ///
     /// A one-line message naming what failed.
     pub async fn open(url: &str, node: String) -> Result<PgStore, String> {
-        let mut cfg: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e: tokio_postgres::Error| format!("invalid URL: {}", one_line(&e)))?;
+        let (mut cfg, tls) = baton_pg::client_config(url).map_err(config_error)?;
         baton_pg::liveness::client_keepalives(&mut cfg);
         let manager = Manager::from_config(
             cfg.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -75,7 +72,7 @@ impl PgStore {
             .create_timeout(Some(Duration::from_secs(5)))
             .build()
             .map_err(|e| e.to_string())?;
-        let mut client = pool.get().await.map_err(|e| pool_error(&e))?;
+        let mut client = pool.get().await.map_err(|e| tls_error(&tls, &e))?;
         migrate(&mut client).await?;
         drop(client);
         let (events, _) = broadcast::channel(1024);
@@ -84,7 +81,7 @@ impl PgStore {
             num: AtomicI32::new(0),
             events,
         });
-        pg_session::start(cfg, node.clone(), Arc::clone(&shared)).await?;
+        pg_session::start(cfg, tls, node.clone(), Arc::clone(&shared)).await?;
         Ok(PgStore { pool, node, shared })
     }
 
@@ -120,6 +117,25 @@ async fn timed<T>(
             op,
             message: "the database did not answer in time".into(),
         }),
+    }
+}
+
+/// A URL the store cannot use (the store's error already shows the URL).
+fn config_error(e: baton_pg::PgError) -> String {
+    match e {
+        baton_pg::PgError::Url { reason, .. } => format!("invalid URL: {reason}"),
+        baton_pg::PgError::Tls { failure, .. } => failure.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// A first connection's error: the TLS check that failed, if one did.
+fn tls_error(tls: &baton_pg::Tls, e: &deadpool_postgres::PoolError) -> String {
+    match e {
+        deadpool_postgres::PoolError::Backend(b) => tls
+            .failure(b)
+            .map_or_else(|| one_line(b), |failure| failure.to_string()),
+        other => pool_error(other),
     }
 }
 

@@ -12,7 +12,8 @@ pub enum StoreUrl {
     /// `sqlite://PATH`: one node's file (a relative PATH is taken from the
     /// baton dir when the store is opened).
     Sqlite(PathBuf),
-    /// `postgres://...` or `postgresql://...` (a libpq-style URL, no TLS):
+    /// `postgres://...` or `postgresql://...` (a libpq-style URL; TLS as its
+    /// `sslmode` and `sslrootcert` say):
     /// a database several nodes share.
     Postgres(String),
 }
