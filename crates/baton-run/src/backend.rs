@@ -61,18 +61,6 @@ impl Backend {
         Backend::open_with(dir, url, Some(Box::new(notice)))
     }
 
-    /// Where the groups of a job service whose store is `store` live: in
-    /// the store's database when it is on PostgreSQL (one group across
-    /// every node), else in the baton dir.
-    ///
-    /// # Errors
-    ///
-    /// As [`Backend::open`].
-    pub fn for_store(dir: &BatonDir, store: &str) -> Result<Backend, RunError> {
-        let url = is_database_url(store).then_some(store);
-        Backend::open(dir, url)
-    }
-
     #[allow(clippy::type_complexity)] // a boxed callback, used once
     fn open_with(
         dir: &BatonDir,
@@ -210,12 +198,6 @@ impl Backend {
             Backend::Postgres(db) => Some(db),
         }
     }
-}
-
-/// Whether `url` names a PostgreSQL database: the one place a URL's scheme
-/// is looked at (the database checks the rest when it is opened).
-fn is_database_url(url: &str) -> bool {
-    url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
 /// The facts `baton doctor` reports about a `--backend` database.
