@@ -279,29 +279,7 @@ impl Cluster {
             "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=disable connect_timeout=5",
             self.port
         );
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
-                .await
-                .map_err(|e| e.to_string())?;
-            let driver = tokio::spawn(connection);
-            let messages = client.simple_query(sql).await.map_err(|e| e.to_string())?;
-            let rows = messages
-                .into_iter()
-                .filter_map(|m| match m {
-                    tokio_postgres::SimpleQueryMessage::Row(r) => {
-                        Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
-                    }
-                    _ => None,
-                })
-                .collect();
-            drop(client);
-            let _ = driver.await;
-            Ok(rows)
-        })
+        baton_testkit::pg::try_query(&conn, sql)
     }
 
     fn query(&self, sql: &str) -> Vec<Vec<Option<String>>> {

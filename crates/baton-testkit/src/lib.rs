@@ -6,9 +6,12 @@
 //! - [`expect_line`]: read a child's output until a marker appears.
 //! - [`Immutable`]: a directory made immutable with `chattr +i`.
 //! - [`Rng`]: a small seeded generator whose seed is printed for replay.
+//! - [`pg`]: fresh PostgreSQL databases on the machine's server.
 
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failed unwrap is a failed test
+
+pub mod pg;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
