@@ -285,24 +285,32 @@ class Results:
     problems: list[str] = field(default_factory=list)
 
 
+def burst_through(srv: Server, gen: Path, rnd: int, jobs: int, name: str, res: Results) -> tuple[float, dict]:
+    """Submits `jobs` trivial jobs to `srv` as fast as 4 connections allow and
+    waits until all have ended; returns jobs/s from the first submission to
+    the last end (as the service stored it) and the load generator's report."""
+    b = gen_run(gen, "burst", "--addr", srv.addr, "--path", "/v1/jobs",
+                "--body", json.dumps({"template": "noop"}), "--count", str(jobs), "--conns", "4")
+    accepted = b["statuses"].get("202", 0)
+    if accepted != jobs:
+        res.problems.append(f"{name} round {rnd}: {accepted} of {jobs} accepted ({b['first_error']})")
+    srv.wait_idle(jobs, timeout=600)
+    all_jobs = srv.jobs()
+    ok = sum(1 for j in all_jobs if j["status"] == "succeeded")
+    if ok != accepted:
+        res.problems.append(f"{name} round {rnd}: {ok} of {accepted} jobs succeeded")
+    last_end = max(unix_ms(j["finished_at"]) for j in all_jobs if j["finished_at"])
+    secs = (last_end - b["first_send_unix_ms"]) / 1000.0
+    log(f"  {name}: {jobs / secs:.0f} jobs/s ({secs:.2f} s; submissions took {b['elapsed_s']:.2f} s)")
+    return jobs / secs, b
+
+
 def throughput_service(baton: Path, gen: Path, work: Path, rnd: int, jobs: int, conc: int, res: Results) -> None:
     srv = Server(baton, work, f"tp{rnd}", max_concurrency=conc, max_queue_depth=jobs + 500)
     try:
-        b = gen_run(gen, "burst", "--addr", srv.addr, "--path", "/v1/jobs",
-                    "--body", json.dumps({"template": "noop"}), "--count", str(jobs), "--conns", "4")
-        accepted = b["statuses"].get("202", 0)
-        if accepted != jobs:
-            res.problems.append(f"throughput round {rnd}: {accepted} of {jobs} accepted ({b['first_error']})")
-        srv.wait_idle(jobs, timeout=600)
-        all_jobs = srv.jobs()
-        ok = sum(1 for j in all_jobs if j["status"] == "succeeded")
-        if ok != accepted:
-            res.problems.append(f"throughput round {rnd}: {ok} of {accepted} jobs succeeded")
-        last_end = max(unix_ms(j["finished_at"]) for j in all_jobs if j["finished_at"])
-        secs = (last_end - b["first_send_unix_ms"]) / 1000.0
-        res.svc_jobs_s.append(jobs / secs)
+        rate, b = burst_through(srv, gen, rnd, jobs, "service", res)
+        res.svc_jobs_s.append(rate)
         res.svc_submit_s.append(jobs / b["elapsed_s"])
-        log(f"  service: {jobs / secs:.0f} jobs/s ({secs:.2f} s; submissions took {b['elapsed_s']:.2f} s)")
     finally:
         srv.stop()
 
@@ -310,20 +318,7 @@ def throughput_service(baton: Path, gen: Path, work: Path, rnd: int, jobs: int, 
 def throughput_seed(python: Path, gen: Path, work: Path, rnd: int, jobs: int, conc: int, res: Results) -> None:
     srv = SeedServer(python, work, f"seed-tp{rnd}", conc)
     try:
-        b = gen_run(gen, "burst", "--addr", srv.addr, "--path", "/v1/jobs",
-                    "--body", json.dumps({"template": "noop"}), "--count", str(jobs), "--conns", "4")
-        accepted = b["statuses"].get("202", 0)
-        if accepted != jobs:
-            res.problems.append(f"seed throughput round {rnd}: {accepted} of {jobs} accepted ({b['first_error']})")
-        srv.wait_idle(jobs, timeout=600)
-        all_jobs = srv.jobs()
-        ok = sum(1 for j in all_jobs if j["status"] == "succeeded")
-        if ok != accepted:
-            res.problems.append(f"seed throughput round {rnd}: {ok} of {accepted} jobs succeeded")
-        last_end = max(unix_ms(j["finished_at"]) for j in all_jobs if j["finished_at"])
-        secs = (last_end - b["first_send_unix_ms"]) / 1000.0
-        res.seed_jobs_s.append(jobs / secs)
-        log(f"  seed design: {jobs / secs:.0f} jobs/s ({secs:.2f} s)")
+        res.seed_jobs_s.append(burst_through(srv, gen, rnd, jobs, "seed design", res)[0])
     finally:
         srv.stop()
 
