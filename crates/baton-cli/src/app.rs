@@ -2,7 +2,7 @@
 //! parse (with clap's errors on one line), diagnostics, the baton dir and
 //! the backend, then the command ([`crate::commands`]).
 
-use baton_lock::BatonDir;
+use baton_lock::{BatonDir, DirRule};
 use baton_run::Backend;
 
 use crate::cli::Cli;
@@ -57,15 +57,24 @@ pub(crate) fn run_cli(services: &Services) -> u8 {
         Ok(code) => return code,
         Err(command) => command,
     };
+    let mut named_dir = true;
     let dir = match BatonDir::locate(cli.globals.dir.as_deref()).and_then(|(path, rule)| {
         if !matches!(command, Command::Hold) {
             tracing::info!(path = %path.display(), rule = rule.as_str(), "baton dir ({rule})");
         }
+        named_dir = matches!(rule, DirRule::Explicit | DirRule::Env);
         BatonDir::open(path)
     }) {
         Ok(d) => d,
         Err(e) => return fail(&e, for_lock_error(&e)),
     };
+    let takes_locks = matches!(
+        command,
+        Command::Run(_) | Command::Lock(crate::commands::lock::LockCommand::Acquire { .. })
+    );
+    if !named_dir && takes_locks && backend_url.is_none() {
+        warn_of_previous_default(&dir);
+    }
     // A wait that goes on through a server restart says so once.
     let backend = match Backend::open_noting(&dir, backend_url, |m| errln!("baton: {m}")) {
         Ok(b) => b,
@@ -81,8 +90,30 @@ pub(crate) fn run_cli(services: &Services) -> u8 {
         log_format: cli.globals.log_format,
         backend: &backend,
         backend_url,
+        named_dir,
     };
     run_in_dir(command, dir, &flags, services)
+}
+
+/// During an upgrade: holders of an older baton in this clone's former
+/// default dir (`<git common dir>/baton`) do not exclude holders in the
+/// per-user dir used now; say so (README "Upgrading").
+fn warn_of_previous_default(dir: &BatonDir) {
+    let Some(old) = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| baton_lock::previous_default(&cwd, dir.path()))
+    else {
+        return;
+    };
+    let held = baton_lock::held_locks_in(&old);
+    if !held.is_empty() {
+        errln!(
+            "baton: warning: lock(s) {} are held in '{}', this clone's baton dir before lock names became per machine; those holders (an older baton) do not exclude holders in '{}' (see `baton doctor`)",
+            held.join(", "),
+            old.display(),
+            dir.path().display()
+        );
+    }
 }
 
 /// Prints a clap error as one line (help and version go to stdout, exit 0).

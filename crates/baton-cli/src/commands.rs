@@ -238,14 +238,14 @@ pub(crate) fn run_in_dir(
 ) -> u8 {
     match command {
         Command::Serve(args) => (services.serve)(args, dir),
-        Command::Run(args) => run::cmd_run(&dir, args, flags.backend),
+        Command::Run(args) => run::cmd_run(&dir, args, flags),
         Command::Hold => hold::serve_hold(&dir),
         Command::Lock(cmd) => lock::cmd_lock(&dir, cmd, flags),
         Command::Db(cmd) => db::cmd_db(cmd, flags.backend),
         Command::Group(cmd) => group::cmd_group(cmd, flags.backend),
         Command::Events { group, follow } => group::cmd_events(&dir, group.as_ref(), follow),
         Command::State(cmd) => state::run(&dir, cmd),
-        Command::Workspace(cmd) => git::run_workspace(&dir, cmd),
+        Command::Workspace(cmd) => git::run_workspace(&dir, cmd, flags.named_dir),
         Command::Git(cmd) => git::run_git(&dir, cmd),
         // Carried out by `run_without_dir`, never handed here.
         Command::Doctor { .. }

@@ -26,7 +26,14 @@
 //! The `job` outputs are the job service's own answers (`baton-api`'s types,
 //! as `GET /v1/jobs...` returns them), printed as the client received them.
 //!
-//! A holder inside `holders`/`holder`/`last_holder` has the fields [`HOLDER`],
+//! `previous_holder_died` (in `lock status` and `lock acquire`) is true when
+//! the holder before the current (or next) grant ended without releasing —
+//! it died, or the script it held the lock for did — so its work may be half
+//! done; `previous_holder` is that holder (or `null`). A command run under
+//! `baton run --lock`/`--group` learns the same from
+//! `BATON_PREVIOUS_HOLDER_DIED=1`.
+//!
+//! A holder inside `holders`/`holder`/`last_holder`/`previous_holder` has the fields [`HOLDER`],
 //! its `liveness` one of [`LIVENESS`]; an element of `kernel_holders` has the
 //! fields [`KERNEL_HOLDER`].
 
@@ -57,6 +64,8 @@ pub const LOCK_STATUS: Shape = Shape {
         "mode",
         "name",
         "path",
+        "previous_holder",
+        "previous_holder_died",
         "waiters",
     ],
 };
@@ -104,7 +113,14 @@ pub const KERNEL_HOLDER: Shape = Shape {
 /// `baton lock acquire --json`.
 pub const LOCK_ACQUIRE: Shape = Shape {
     command: "lock acquire NAME",
-    fields: &["holder_pid", "name", "run_id", "token"],
+    fields: &[
+        "holder_pid",
+        "name",
+        "previous_holder",
+        "previous_holder_died",
+        "run_id",
+        "token",
+    ],
 };
 
 /// `baton lock release --json`.
@@ -314,7 +330,7 @@ pub const DOCTOR_CHECKS: &[&str] = &[
 
 /// The rules that choose a baton dir (`rule` of `baton doctor --json`), in
 /// resolution order (DESIGN.md, decision 10).
-pub const DIR_RULES: &[&str] = &["explicit", "env", "git", "xdg_runtime_dir", "temp_dir"];
+pub const DIR_RULES: &[&str] = &["explicit", "env", "xdg_runtime_dir", "temp_dir"];
 
 /// Every shape, for tests and documentation.
 pub const ALL: &[Shape] = &[

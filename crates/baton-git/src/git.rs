@@ -119,19 +119,22 @@ pub(crate) fn remaining(wait: WaitPolicy) -> WaitPolicy {
 }
 
 /// The per-user baton dir shared by every process of this user on this
-/// machine, whatever their cwd or `BATON_DIR`: `$XDG_RUNTIME_DIR/baton`, else
-/// `<temp dir>/baton-<uid>` (the last two steps of DESIGN.md's decision 10).
-/// It holds the locks of what has no directory of its own here: pushes to a
-/// network remote, and repositories whose own baton dir cannot be used.
+/// machine, whatever their cwd or `BATON_DIR`: [`baton_lock::user_location`]
+/// (the default baton dir, DESIGN.md's decision 10). It holds the locks of
+/// what has no directory of its own here: pushes to a network remote, and
+/// repositories whose own baton dir cannot be used.
 pub fn machine_dir() -> Result<BatonDir, GitError> {
-    let path = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        Some(run) if Path::new(&run).is_dir() => PathBuf::from(run).join("baton"),
-        _ => {
-            let uid = rustix::process::geteuid().as_raw();
-            std::env::temp_dir().join(format!("baton-{uid}"))
-        }
-    };
+    let (path, _) = baton_lock::user_location();
     BatonDir::open(path).map_err(|e| GitError::Lock(Box::new(e)))
+}
+
+/// Where the workspaces of the repository at or above `path` are recorded
+/// and made when no baton dir is named (`--dir`, `BATON_DIR`): that
+/// repository's own baton dir ([`Repo::baton_dir`]), so that workspaces stay
+/// per repository and on its disk while lock names are per machine
+/// (DESIGN.md, decision 10).
+pub fn workspace_home(path: &Path) -> Result<BatonDir, GitError> {
+    Repo::open(path)?.baton_dir()
 }
 
 /// `<git dir>/baton` of a repository, else (another user's repository, a

@@ -1,12 +1,27 @@
 //! Finding and vetting the baton dir, where all coordination state lives.
 //!
 //! Resolution order (DESIGN.md, decision 10): an explicit path, else
-//! `BATON_DIR`, else `<git common dir>/baton` when inside a git repository
-//! (shared by all worktrees, never tracked), else `$XDG_RUNTIME_DIR/baton`,
-//! else `<temp dir>/baton-<uid>`. The directory is created `0700` if missing
-//! and refused if it is a symlink, writable by every user, or not ours —
-//! unless it is shared with a group we are in (`baton init --shared`, see
+//! `BATON_DIR`, else the per-user dir of this machine ([`user_location`]):
+//! `$XDG_RUNTIME_DIR/baton` when that is a directory of ours that nobody
+//! else can write, else `<temp dir>/baton-<uid>`. So a lock name means one
+//! lock for every process of the user on the machine, whatever clone or
+//! directory it runs in. The directory is created `0700` if missing and
+//! refused if it is a symlink, writable by every user, or not ours — unless
+//! it is shared with a group we are in (`baton init --shared`, see
 //! [`crate::sharing`]).
+//!
+//! Why a runtime dir (tmpfs) and not a dir on disk: the kernel locks live
+//! only as long as their holders anyway, and fencing tokens never go back
+//! when lock files are lost (each is at least the wall clock in
+//! microseconds, `LOCKING.md` "Fencing tokens"), so nothing in the dir has to
+//! survive a reboot; a local tmpfs is never a network filesystem (where
+//! `flock` may not exclude) and is removed with the user's last session.
+//! What must survive (workspaces, the repository's lock) is kept per
+//! repository, in `<git common dir>/baton`.
+//!
+//! Before this rule, the default inside a git repository was that
+//! repository's `<git common dir>/baton`, one per clone; [`previous_default`]
+//! finds it, so that callers can warn about holders still there.
 
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -44,11 +59,6 @@ pub enum DirRule {
     Explicit,
     /// The `BATON_DIR` environment variable.
     Env,
-    /// `<git common dir>/baton` of the repository around the working directory.
-    GitRepository {
-        /// The repository's common git dir.
-        common_dir: PathBuf,
-    },
     /// `$XDG_RUNTIME_DIR/baton`.
     XdgRuntimeDir,
     /// `<temp dir>/baton-<uid>`, the last resort.
@@ -56,12 +66,11 @@ pub enum DirRule {
 }
 
 impl DirRule {
-    /// A stable short name: `explicit`, `env`, `git`, `xdg_runtime_dir`, `temp_dir`.
+    /// A stable short name: `explicit`, `env`, `xdg_runtime_dir`, `temp_dir`.
     pub fn as_str(&self) -> &'static str {
         match self {
             DirRule::Explicit => "explicit",
             DirRule::Env => "env",
-            DirRule::GitRepository { .. } => "git",
             DirRule::XdgRuntimeDir => "xdg_runtime_dir",
             DirRule::TempDir => "temp_dir",
         }
@@ -73,16 +82,11 @@ impl std::fmt::Display for DirRule {
         match self {
             DirRule::Explicit => f.write_str("given with --dir"),
             DirRule::Env => f.write_str("from $BATON_DIR"),
-            DirRule::GitRepository { common_dir } => write!(
-                f,
-                "inside a git repository: <git common dir>/baton of '{}'",
-                common_dir.display()
+            DirRule::XdgRuntimeDir => f.write_str(
+                "no --dir or $BATON_DIR: this user's dir on this machine, $XDG_RUNTIME_DIR/baton",
             ),
-            DirRule::XdgRuntimeDir => {
-                f.write_str("no --dir, $BATON_DIR or git repository: $XDG_RUNTIME_DIR/baton")
-            }
             DirRule::TempDir => f.write_str(
-                "no --dir, $BATON_DIR, git repository or $XDG_RUNTIME_DIR: <temp dir>/baton-<uid>",
+                "no --dir, $BATON_DIR or usable $XDG_RUNTIME_DIR: this user's dir on this machine, <temp dir>/baton-<uid>",
             ),
         }
     }
@@ -99,10 +103,13 @@ impl BatonDir {
     /// Where [`BatonDir::resolve`] would put the baton dir, and which rule
     /// chose it; creates and vets nothing.
     pub fn locate(explicit: Option<&Path>) -> Result<(PathBuf, DirRule), LockError> {
-        match explicit {
-            Some(p) => Ok((p.to_path_buf(), DirRule::Explicit)),
-            None => default_location(),
+        if let Some(p) = explicit {
+            return Ok((p.to_path_buf(), DirRule::Explicit));
         }
+        if let Some(dir) = std::env::var_os("BATON_DIR").filter(|d| !d.is_empty()) {
+            return Ok((PathBuf::from(dir), DirRule::Env));
+        }
+        Ok(user_location())
     }
 
     /// Uses `path` as the baton dir, creating it (mode 0700) if needed.
@@ -289,28 +296,37 @@ fn vet(path: &Path) -> Result<Sharing, LockError> {
     Ok(Sharing::Private)
 }
 
-fn default_location() -> Result<(PathBuf, DirRule), LockError> {
-    if let Some(dir) = std::env::var_os("BATON_DIR").filter(|d| !d.is_empty()) {
-        return Ok((PathBuf::from(dir), DirRule::Env));
-    }
-    let cwd = std::env::current_dir().context("cannot read the working directory", ".")?;
-    if let Some(common) = git_common_dir(&cwd) {
-        return Ok((
-            common.join("baton"),
-            DirRule::GitRepository { common_dir: common },
-        ));
-    }
-    if let Some(run) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        let run = PathBuf::from(run);
-        if run.is_dir() {
-            return Ok((run.join("baton"), DirRule::XdgRuntimeDir));
-        }
-    }
+/// This user's baton dir on this machine, the default when neither `--dir`
+/// nor `BATON_DIR` names one: `$XDG_RUNTIME_DIR/baton` when
+/// `$XDG_RUNTIME_DIR` is an absolute path to a directory owned by this user
+/// and writable by nobody else (as the login manager makes it), else
+/// `<temp dir>/baton-<uid>` (vetted like any baton dir when opened: one
+/// made by another user first is refused, never used).
+pub fn user_location() -> (PathBuf, DirRule) {
     let uid = rustix::process::geteuid().as_raw();
-    Ok((
-        std::env::temp_dir().join(format!("baton-{uid}")),
-        DirRule::TempDir,
-    ))
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|run| run.is_absolute())
+        .filter(|run| {
+            fs::metadata(run)
+                .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
+        });
+    match runtime {
+        Some(run) => (run.join("baton"), DirRule::XdgRuntimeDir),
+        None => (
+            std::env::temp_dir().join(format!("baton-{uid}")),
+            DirRule::TempDir,
+        ),
+    }
+}
+
+/// The baton dir an older baton used by default in the git repository
+/// around `cwd` (`<git common dir>/baton`, one per clone), if it exists and
+/// has locks in it; `None` when it is `current` (named explicitly).
+pub fn previous_default(cwd: &Path, current: &Path) -> Option<PathBuf> {
+    let old = git_common_dir(cwd)?.join("baton");
+    let same = fs::canonicalize(current).is_ok_and(|c| c == old);
+    (!same && old.join("locks").is_dir()).then_some(old)
 }
 
 /// The common git dir of the repository containing `start`, found without

@@ -47,7 +47,7 @@ pub(crate) fn take_over(
         give_back();
         return Ok(None);
     }
-    let result = (|| -> Result<Option<(u64, String)>, LockError> {
+    let result = (|| -> Result<Option<Recorded>, LockError> {
         let (meta, mut doc) = match locked {
             Some(l) => l,
             None => {
@@ -125,11 +125,16 @@ pub(crate) fn take_over(
         record_grant(at, &mut doc, req, mode, slot).map(Some)
     })();
     match result {
-        Ok(Some((token, run_id))) => Ok(Some(Grant {
+        Ok(Some(Recorded {
+            token,
+            run_id,
+            previous,
+        })) => Ok(Some(Grant {
             slot,
             token,
             run_id,
             borrowed: false,
+            previous,
         })),
         Ok(None) => {
             give_back();
@@ -162,6 +167,38 @@ fn dead_command_groups(
         .collect()
 }
 
+/// What [`record_grant`] recorded.
+struct Recorded {
+    token: u64,
+    run_id: String,
+    /// The holder before us on our slot, if it ended without releasing.
+    previous: Option<HolderRecord>,
+}
+
+/// Whether the grant of `slot` in `mode` keeps record `h`: anything on
+/// another slot, and other shared holders that still run (not abandoned).
+fn kept(h: &HolderRecord, mode: Mode, slot: u32) -> bool {
+    h.slot != slot
+        || (mode == Mode::Shared
+            && h.mode == "shared"
+            && !h.abandoned
+            && h.process.liveness() != Liveness::Dead)
+}
+
+/// The holder on `slot` before this grant, if it ended without releasing
+/// (a clean release removes its record; a dead or abandoned holder's record
+/// stays until the next grant): the latest such record the grant replaces.
+fn previous_on_slot(doc: &LockDoc, mode: Mode, slot: u32) -> Option<HolderRecord> {
+    doc.holders
+        .iter()
+        .filter(|h| !kept(h, mode, slot) && h.ended_without_release())
+        .max_by_key(|h| h.token)
+        .map(|h| HolderRecord {
+            previous: None,
+            ..h.clone()
+        })
+}
+
 /// Issues the next fencing token and records the holder. Caller holds META.
 ///
 /// A token is the larger of the last one + 1 and the wall clock in
@@ -174,8 +211,9 @@ fn record_grant(
     req: &LockRequest,
     mode: Mode,
     slot: u32,
-) -> Result<(u64, String), LockError> {
+) -> Result<Recorded, LockError> {
     let id = at.id;
+    let previous = previous_on_slot(doc, mode, slot);
     let floor = doc.holders.iter().map(|h| h.token).max().unwrap_or(0);
     let next = doc
         .token
@@ -193,12 +231,7 @@ fn record_grant(
     doc.max = mode.slots();
     // Records that cannot belong to a current holder: anything on the slot we
     // now hold, except other shared holders that still run.
-    doc.holders.retain(|h| {
-        h.slot != slot
-            || (mode == Mode::Shared
-                && h.mode == "shared"
-                && h.process.liveness() != Liveness::Dead)
-    });
+    doc.holders.retain(|h| kept(h, mode, slot));
     let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
     doc.holders.push(HolderRecord {
         process: ProcessIdentity::current(),
@@ -215,9 +248,15 @@ fn record_grant(
         kind: req.kind,
         command_group: None,
         acquired_for: req.acquired_for.clone(),
+        abandoned: false,
+        previous: previous.clone().map(Box::new),
     });
     write_doc(at.file, doc).context("cannot write lock metadata to", at.path)?;
-    Ok((doc.token, run_id))
+    Ok(Recorded {
+        token: doc.token,
+        run_id,
+        previous,
+    })
 }
 
 /// Microseconds since the Unix epoch (0 if the clock is before it).

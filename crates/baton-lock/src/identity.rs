@@ -39,7 +39,7 @@ pub struct ProcessIdentity {
 }
 
 /// Whether a recorded process still runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Liveness {
     /// Same host and boot, and a process with that pid and start time exists.

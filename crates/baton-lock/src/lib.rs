@@ -49,7 +49,7 @@ pub use cancel::CancelToken;
 pub use diagnose::{
     filesystem, free_space, inotify, probe_locks, Filesystem, FsClass, Inotify, LockProbe, Space,
 };
-pub use dir::{git_common_dir, BatonDir, DirRule, Sharing};
+pub use dir::{git_common_dir, previous_default, user_location, BatonDir, DirRule, Sharing};
 pub use error::{one_line, LockError};
 pub use identity::{
     ancestors, boot_id, default_owner, hostname, new_run_id, parent_of, start_time, Liveness,
@@ -60,5 +60,5 @@ pub use lock::{acquire, acquire_all, plan_all, LockGuard};
 pub use meta::{CommandGroup, HolderKind, HolderRecord, LockDoc};
 pub use name::{LockName, MAX_NAME_LEN};
 pub use request::{LockRequest, Mode};
-pub use status::{list, status, Content, HolderInfo, LockStatus};
+pub use status::{held_locks_in, list, status, Content, HolderInfo, LockStatus};
 pub use wait::WaitPolicy;

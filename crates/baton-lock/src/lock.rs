@@ -19,7 +19,7 @@ use crate::grant::{held_for_ancestor, take_over};
 use crate::layout::{
     greatest_ticket_below, held_slots, BORROW_BASE, META, SLOT_BASE, TICKET_BASE, TICKET_END,
 };
-use crate::meta::{read_doc, write_doc, CommandGroup, DocRead, LockDoc};
+use crate::meta::{read_doc, write_doc, CommandGroup, DocRead, HolderRecord, LockDoc};
 use crate::name::LockName;
 use crate::ofd::{self, Kind};
 use crate::reentrant::{forget_held, held_key, remember_held, HeldKey};
@@ -44,6 +44,10 @@ pub struct LockGuard {
     released: bool,
     /// The lock is held by an ancestor process; this guard only uses it.
     borrowed: bool,
+    /// The holder before this grant, when it ended without releasing.
+    previous: Option<Box<HolderRecord>>,
+    /// Released by [`LockGuard::abandon`]: the record stays, marked.
+    abandoned: bool,
 }
 
 impl LockGuard {
@@ -82,6 +86,24 @@ impl LockGuard {
     /// The mode it is held in.
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// The holder this grant followed, when that one ended without
+    /// releasing (it died, or [`LockGuard::abandon`]ed the lock): whatever
+    /// it was doing under the lock may be half done. `None` after a clean
+    /// release, for a new lock, and for a borrowed hold.
+    pub fn previous_holder_died(&self) -> Option<&HolderRecord> {
+        self.previous.as_deref()
+    }
+
+    /// Lets go of the lock as a holder that died would: the slot is freed
+    /// but the record stays, marked `abandoned`, so the next holder learns
+    /// that the work under the lock may be half done
+    /// ([`LockGuard::previous_holder_died`]). For a holder whose principal
+    /// (the script it holds the lock for) ended without releasing.
+    pub fn abandon(mut self) -> Result<(), LockError> {
+        self.abandoned = true;
+        self.release_inner()
     }
 
     /// Records the process group of the command run under this lock, so that
@@ -140,7 +162,13 @@ impl LockGuard {
                 Err(e) => return Err(e),
             };
             if let DocRead::Valid(mut doc) = read_doc(&self.file)? {
-                doc.holders.retain(|h| h.token != self.token);
+                if self.abandoned {
+                    for h in doc.holders.iter_mut().filter(|h| h.token == self.token) {
+                        h.abandoned = true;
+                    }
+                } else {
+                    doc.holders.retain(|h| h.token != self.token);
+                }
                 write_doc(&self.file, &mut doc)?;
             }
             Ok(())
@@ -223,6 +251,8 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
                     key,
                     released: false,
                     borrowed: g.borrowed,
+                    previous: g.previous.map(Box::new),
+                    abandoned: false,
                 });
             }
             // The file was deleted or replaced while we waited: use the new one.
@@ -242,6 +272,7 @@ pub(crate) struct Grant {
     pub(crate) token: u64,
     pub(crate) run_id: String,
     pub(crate) borrowed: bool,
+    pub(crate) previous: Option<crate::meta::HolderRecord>,
 }
 
 /// The lock file being acquired.
@@ -477,6 +508,7 @@ fn acquire_in(
                     token: h.token,
                     run_id: h.run_id,
                     borrowed: true,
+                    previous: None,
                 }));
             }
         }

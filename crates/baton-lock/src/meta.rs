@@ -46,6 +46,30 @@ pub struct HolderRecord {
     /// `baton lock acquire`), which alone may release it without its token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acquired_for: Option<ProcessIdentity>,
+    /// The holder let go of the lock because the process it held it for
+    /// ended without releasing it ([`crate::LockGuard::abandon`]): for the
+    /// next holder, as if it had died.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abandoned: bool,
+    /// The holder this grant followed, when that one ended without
+    /// releasing (died, or [`HolderRecord::abandoned`]): its work may be
+    /// half done. Its own `previous_holder` is not kept.
+    #[serde(
+        default,
+        rename = "previous_holder",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub previous: Option<Box<HolderRecord>>,
+}
+
+impl HolderRecord {
+    /// Whether this record, left on a slot nobody holds, belongs to a holder
+    /// that ended without releasing: it was abandoned, or its process no
+    /// longer runs (one that still runs is releasing: the slot is freed
+    /// before the record is removed).
+    pub fn ended_without_release(&self) -> bool {
+        self.abandoned || self.process.liveness() != crate::identity::Liveness::Alive
+    }
 }
 
 /// The process group a holder's command runs in (DESIGN.md, decision 11).

@@ -26,7 +26,7 @@ use crate::replaced::{holders_elsewhere, marker, FileId};
 use baton_fs::IoResultExt;
 
 /// One holder as shown by `status`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct HolderInfo {
     /// Process id of the holding process.
     pub pid: i32,
@@ -133,6 +133,14 @@ pub struct LockStatus {
     pub last_holder_died: bool,
     /// That holder, when `last_holder_died`.
     pub last_holder: Option<HolderInfo>,
+    /// What the holder that is (or will be) granted the lock learns: true
+    /// when the holder before it ended without releasing (died, or the
+    /// script it held the lock for did), so its work may be half done. For a
+    /// held lock, about the (first) current holder's grant; for a free
+    /// lock, the same as `last_holder_died`.
+    pub previous_holder_died: bool,
+    /// That holder, when `previous_holder_died`.
+    pub previous_holder: Option<HolderInfo>,
     /// The last fencing token granted.
     pub last_token: u64,
     /// State of the metadata document.
@@ -197,6 +205,28 @@ pub fn list(dir: &BatonDir) -> Result<Vec<LockStatus>, LockError> {
     Ok(out)
 }
 
+/// The names of the locks held now in the baton dir at `path` (say, the
+/// per-clone dir an older baton used, [`crate::previous_default`]), sorted;
+/// creates nothing, and an unreadable dir has none.
+pub fn held_locks_in(path: &Path) -> Vec<String> {
+    let locks = path.join("locks");
+    let Ok(entries) = std::fs::read_dir(&locks) else {
+        return Vec::new();
+    };
+    let mut held: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let file_name = entry.file_name();
+            let stem = file_name.to_str()?.strip_suffix(".lock")?.to_string();
+            let guess = LockName::from_file_stem(&stem).map(|n| n.to_string());
+            let st = status_of_file(&entry.path(), guess.as_deref().or(Some(&stem))).ok()?;
+            st.held.then_some(st.name)
+        })
+        .collect();
+    held.sort();
+    held
+}
+
 impl LockStatus {
     /// The status of a free lock that nobody has used yet, at `path` (for
     /// a lock kept elsewhere than in a file, where it is kept).
@@ -212,6 +242,8 @@ impl LockStatus {
             waiters: 0,
             last_holder_died: false,
             last_holder: None,
+            previous_holder_died: false,
+            previous_holder: None,
             last_token: 0,
             content: Content::Missing,
             content_error: None,
@@ -283,6 +315,10 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
                 let shared_dead = r.mode == "shared" && r.process.liveness() == Liveness::Dead;
                 slot_held && !shared_dead
             });
+        if let Some(prev) = live.first().and_then(|r| r.previous.as_deref()) {
+            st.previous_holder_died = true;
+            st.previous_holder = Some(HolderInfo::from_record(prev));
+        }
         st.holders = live.into_iter().map(HolderInfo::from_record).collect();
         // The kernel says the slot is held: its recorded holder is gone only
         // if someone inherited the open lock file (never "dead" while held).
@@ -292,15 +328,14 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
             }
         }
         // A record left on a free lock by a process that still runs is a
-        // release in progress (the slot is freed before the record), not a death.
+        // release in progress (the slot is freed before the record), not a
+        // death, unless it was abandoned.
         if !st.held {
-            if let Some(last) = dead
-                .iter()
-                .rev()
-                .find(|r| r.process.liveness() != Liveness::Alive)
-            {
+            if let Some(last) = dead.iter().rev().find(|r| r.ended_without_release()) {
                 st.last_holder_died = true;
                 st.last_holder = Some(HolderInfo::from_record(last));
+                st.previous_holder_died = true;
+                st.previous_holder = st.last_holder.clone();
             }
         }
     }

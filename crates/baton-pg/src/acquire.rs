@@ -476,6 +476,8 @@ fn grant(session: &Session, req: &LockRequest, id: i32, slot: u32) -> Result<Gra
         kind: req.kind,
         command_group: None,
         acquired_for: req.acquired_for.clone(),
+        abandoned: false,
+        previous: None,
     };
     let record = serde_json::to_value(&record).map_err(|e| PgError::Database {
         op: "record the holder",

@@ -243,6 +243,8 @@ fn status_with_sessions(session: &Session, name: &str) -> Result<(LockStatus, Ve
                 i.liveness = Liveness::Dead;
                 i
             });
+            st.previous_holder_died = true;
+            st.previous_holder = st.last_holder.clone();
         }
     }
     Ok((st, sessions))

@@ -2,7 +2,7 @@
 //! ([`crate::Backend::acquire`]): the same steps (token, run id, command
 //! group, release) for both.
 
-use baton_lock::{CommandGroup, LockGuard};
+use baton_lock::{CommandGroup, HolderRecord, LockGuard};
 use baton_pg::Holds;
 
 use crate::error::RunError;
@@ -53,6 +53,17 @@ impl HeldLocks {
         }
     }
 
+    /// The holder before this one of the first lock whose previous holder
+    /// ended without releasing it (died, or its script did), if any: what it
+    /// did under the lock may be half done. Only known for locks in the
+    /// baton dir.
+    pub fn previous_holder_died(&self) -> Option<&HolderRecord> {
+        match &self.0 {
+            Held::Local(g) => g.iter().find_map(LockGuard::previous_holder_died),
+            Held::Remote(_) => None,
+        }
+    }
+
     /// Makes the locks' database session (if on PostgreSQL) a source of
     /// the guardian's fence: each heartbeat it answers vouches for the run.
     pub(crate) fn vouch_to(&self, fence: &baton_proc::Fence) {
@@ -95,6 +106,29 @@ impl HeldLocks {
                 let mut first = None;
                 for g in guards.into_iter().rev() {
                     if let Err(e) = g.release() {
+                        first.get_or_insert(e);
+                    }
+                }
+                first.map_or(Ok(()), |e| Err(e.into()))
+            }
+            Held::Remote(h) => Ok(h.release()?),
+        }
+    }
+
+    /// Lets go of every lock as a holder that died would (see
+    /// [`LockGuard::abandon`]): the next holder learns that the previous one
+    /// ended without releasing. For a background holder whose script ended
+    /// without `baton lock release`. On PostgreSQL, a plain release.
+    ///
+    /// # Errors
+    ///
+    /// As [`HeldLocks::release`].
+    pub fn abandon(self) -> Result<(), RunError> {
+        match self.0 {
+            Held::Local(guards) => {
+                let mut first = None;
+                for g in guards.into_iter().rev() {
+                    if let Err(e) = g.abandon() {
                         first.get_or_insert(e);
                     }
                 }

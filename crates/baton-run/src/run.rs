@@ -53,6 +53,11 @@ pub struct RunRequest {
     pub workspace: Option<baton_git::WorkspaceRequest>,
     /// Leave the workspace in place after the command.
     pub keep_workspace: bool,
+    /// Where the workspace is recorded and made; `None` is the run's baton
+    /// dir. The CLI gives the base repository's own baton dir when no baton
+    /// dir was named (`baton_git::workspace_home`): workspaces belong to
+    /// their repository, locks to the machine.
+    pub workspace_dir: Option<BatonDir>,
     /// What to do with processes the command leaves running when it exits.
     pub leftovers: LeftoverPolicy,
     /// Stops the run from another thread (and is how a newer run of the
@@ -126,6 +131,7 @@ impl RunRequest {
             grace: baton_proc::DEFAULT_GRACE,
             workspace: None,
             keep_workspace: false,
+            workspace_dir: None,
             leftovers: LeftoverPolicy::Terminate,
             control: RunControl::new(),
             forward_signals: false,
@@ -165,7 +171,9 @@ pub struct RunReport {
 
 /// Joins the group (if any), acquires the locks, runs the command with
 /// `BATON_LOCK`, `BATON_FENCING_TOKEN`, `BATON_RUN_ID`, `BATON_DIR` (and
-/// `BATON_GROUP`) set, and releases everything when it ends.
+/// `BATON_GROUP`) set, plus `BATON_PREVIOUS_HOLDER_DIED=1` when a lock's or
+/// the group slot's previous holder ended without releasing it, and
+/// releases everything when it ends.
 ///
 /// With several locks, `BATON_LOCK` and `BATON_FENCING_TOKEN` hold
 /// comma-separated lists in the same (sorted) order. In a group without
@@ -227,12 +235,13 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         }
         Err(e) => return Err(e),
     };
+    let ws_dir = req.workspace_dir.as_ref().unwrap_or(dir);
     let workspace = match &req.workspace {
         None => None,
         Some(w) => {
             let mut w = w.clone();
             w.run_id = Some(run_id.clone());
-            Some((baton_git::create(dir, &w)?, w.git_lock_wait))
+            Some((baton_git::create(ws_dir, &w)?, w.git_lock_wait))
         }
     };
 
@@ -312,7 +321,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
 
     // 4. Tear down: workspace, locks (reverse order), group slot.
     let workspace_error = match &workspace {
-        Some((ws, wait)) if !req.keep_workspace => baton_git::remove(dir, &ws.id, *wait).err(),
+        Some((ws, wait)) if !req.keep_workspace => baton_git::remove(ws_dir, &ws.id, *wait).err(),
         _ => None,
     };
     // Errors here must not hide the command's outcome; the kernel releases
@@ -412,6 +421,12 @@ fn command_env(
         let values: Vec<String> = tokens.iter().map(|(_, t)| t.to_string()).collect();
         env.push(("BATON_LOCK".into(), names.join(",").into()));
         env.push(("BATON_FENCING_TOKEN".into(), values.join(",").into()));
+    }
+    // The previous holder of a lock or of the group's slot ended without
+    // releasing it: the command may find its work half done (README).
+    if guards.previous_holder_died().is_some() || member.is_some_and(Member::previous_holder_died)
+    {
+        env.push(("BATON_PREVIOUS_HOLDER_DIED".into(), "1".into()));
     }
     if let (Some(g), Some(token)) = (&req.group, member.and_then(Member::token)) {
         env.push(("BATON_GROUP".into(), g.key.to_string().into()));

@@ -26,6 +26,7 @@ fn request(group: Option<GroupRequest>, script: &str) -> RunRequest {
         grace: Duration::from_secs(5),
         workspace: None,
         keep_workspace: false,
+        workspace_dir: None,
         leftovers: LeftoverPolicy::Terminate,
         control: RunControl::new(),
         forward_signals: false,

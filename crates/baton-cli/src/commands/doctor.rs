@@ -86,18 +86,7 @@ fn run_checks(explicit: Option<&Path>) -> Report {
         }
     };
     let path = std::path::absolute(&path).unwrap_or(path);
-    checks.push(
-        Check::new(
-            "baton_dir",
-            Status::Ok,
-            format!("{} ({rule})", path.display()),
-        )
-        .detail(json!({
-            "path": path,
-            "rule": rule.as_str(),
-            "git_common_dir": match &rule { DirRule::GitRepository { common_dir } => Some(common_dir), _ => None },
-        })),
-    );
+    checks.push(dir_check(&path, &rule));
     let existed = path.exists();
     let dir = match BatonDir::open(&path) {
         Ok(dir) => {
@@ -123,6 +112,44 @@ fn run_checks(explicit: Option<&Path>) -> Report {
     }
     checks.push(pid_namespace());
     report(Some(path), Some(rule.as_str()), checks)
+}
+
+/// Which baton dir is used and why; a warning when the per-clone dir an
+/// older baton used by default still has holders, who do not exclude those
+/// of the dir used now (README "Upgrading").
+fn dir_check(path: &Path, rule: &DirRule) -> Check {
+    let previous = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| baton_lock::previous_default(&cwd, path));
+    let held = previous
+        .as_deref()
+        .map(baton_lock::held_locks_in)
+        .unwrap_or_default();
+    let detail = json!({
+        "path": path,
+        "rule": rule.as_str(),
+        "previous_default": previous,
+        "held_in_previous_default": held,
+    });
+    let summary = format!("{} ({rule})", path.display());
+    match previous {
+        Some(old) if !held.is_empty() => Check::new(
+            "baton_dir",
+            Status::Warning,
+            format!(
+                "{summary}; but {} lock(s) are held in '{}', this clone's baton dir before lock names became per machine ({}): those holders do not exclude holders here",
+                held.len(),
+                old.display(),
+                held.join(", ")
+            ),
+        )
+        .remedy(format!(
+            "let those holders (an older baton) finish before running this one, or join them with --dir '{}' until they have",
+            old.display()
+        ))
+        .detail(detail),
+        _ => Check::new("baton_dir", Status::Ok, summary).detail(detail),
+    }
 }
 
 fn report(baton_dir: Option<PathBuf>, rule: Option<&'static str>, checks: Vec<Check>) -> Report {

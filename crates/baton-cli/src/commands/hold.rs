@@ -173,6 +173,13 @@ pub(crate) struct Held {
     pub holder_pid: i32,
     /// The lock's name.
     pub name: String,
+    /// Whether the holder before this grant ended without releasing (died,
+    /// or its script did): the work it did under the lock may be half done.
+    #[serde(default)]
+    pub previous_holder_died: bool,
+    /// That holder, when `previous_holder_died`.
+    #[serde(default)]
+    pub previous_holder: Option<baton_lock::HolderInfo>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -439,11 +446,16 @@ fn hold(
         }
     };
     let token = guard.tokens().first().map_or(0, |(_, t)| *t);
+    let previous = guard
+        .previous_holder_died()
+        .map(baton_lock::HolderInfo::from_record);
     let told = report(&Report::Held(Held {
         token,
         run_id: guard.run_id().unwrap_or_default(),
         holder_pid: std::process::id() as i32,
         name: req.name.to_string(),
+        previous_holder_died: previous.is_some(),
+        previous_holder: previous,
     }));
     if !told {
         // `acquire` died before it could print the token: nobody knows the
@@ -454,7 +466,16 @@ fn hold(
     let deadline = req.ttl.map(|ttl| Instant::now() + ttl);
     // Why the hold ends: only `release` and the caller's own exit end it
     // while the caller may still work under the lock.
-    let forced = loop {
+    /// Why the hold ended.
+    enum End {
+        /// `--ttl`, a signal, a lost session: the caller is stopped first.
+        Forced,
+        /// `baton lock release`.
+        Released,
+        /// The caller exited without releasing.
+        CallerGone,
+    }
+    let end = loop {
         let timeout = deadline.map(|d| {
             let left = d.saturating_duration_since(Instant::now());
             Timespec {
@@ -463,7 +484,7 @@ fn hold(
             }
         });
         if timeout.is_some_and(|t| t.tv_sec == 0 && t.tv_nsec == 0) {
-            break true; // ttl elapsed
+            break End::Forced; // ttl elapsed
         }
         let mut fds = vec![
             PollFd::new(&sig_rx, PollFlags::IN),
@@ -474,17 +495,28 @@ fn hold(
             fds.push(PollFd::new(w, PollFlags::IN));
         }
         match rustix::event::poll(&mut fds, timeout.as_ref()) {
-            Ok(0) => break true, // ttl elapsed
+            Ok(0) => break End::Forced, // ttl elapsed
             // TERM/INT/HUP, or the lock was lost with its session: forced
-            Ok(_) => break !fds[0].revents().is_empty() || !fds[1].revents().is_empty(),
+            Ok(_) if !fds[0].revents().is_empty() || !fds[1].revents().is_empty() => {
+                break End::Forced
+            }
+            Ok(_) if !fds[2].revents().is_empty() => break End::Released,
+            // The caller ended without `baton lock release`.
+            Ok(_) => break End::CallerGone,
             Err(rustix::io::Errno::INTR) => continue,
-            Err(_) => break true,
+            Err(_) => break End::Forced,
         }
     };
-    if forced {
-        stop_caller_first(req, watched.as_ref());
+    match end {
+        End::Forced => {
+            stop_caller_first(req, watched.as_ref());
+            guard.release()
+        }
+        End::Released => guard.release(),
+        // The next holder learns that the script ended under the lock.
+        End::CallerGone => guard.abandon(),
     }
-    guard.release().map_err(|e| baton_lock::one_line(&e))?;
+    .map_err(|e| baton_lock::one_line(&e))?;
     Ok(HoldEnd::Done)
 }
 

@@ -133,6 +133,10 @@ pub(crate) struct Flags<'a> {
     pub backend: &'a Backend,
     /// The `--backend` URL as given, password included, for the background holder.
     pub backend_url: Option<&'a str>,
+    /// Whether the baton dir was named (`--dir`, `BATON_DIR`) rather than
+    /// the per-user default: workspaces then live in it too, else in their
+    /// repository's own baton dir (`baton_git::workspace_home`).
+    pub named_dir: bool,
 }
 
 /// The global flags that give the background holder the same diagnostics.

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use baton_lock::{BatonDir, LockName};
 use baton_proc::LeftoverPolicy;
-use baton_run::{command_line, run, Backend, GroupRequest, RunControl, RunRequest};
+use baton_run::{command_line, run, GroupRequest, RunControl, RunRequest};
 use clap::{ArgGroup, Args};
 
 use super::git::RunWorkspaceArgs;
+use super::lock::Flags;
 use crate::args::{lock_name, HolderArgs, ModeArg, ModeArgs, WaitArgs};
 use crate::duration::{parse_duration, parse_positive_duration};
 use crate::exit_codes::{for_child, for_run_error};
@@ -73,7 +74,19 @@ pub struct RunArgs {
 }
 
 /// `baton run`.
-pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, backend: &Backend) -> u8 {
+pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, flags: &Flags<'_>) -> u8 {
+    let backend = flags.backend;
+    // Workspaces belong to their repository, locks to the machine.
+    let workspace_dir = match &args.workspace.workspace {
+        Some(base) if !flags.named_dir => match baton_git::workspace_home(base) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                let e = baton_run::RunError::from(e);
+                return fail(&e, for_run_error(&e));
+            }
+        },
+        _ => None,
+    };
     let group = args.group.map(|key| GroupRequest {
         key,
         mode: args.mode.into(),
@@ -103,6 +116,7 @@ pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, backend: &Backend) -> u8 {
         grace: args.grace,
         workspace: args.workspace.request(),
         keep_workspace: args.workspace.keep_workspace,
+        workspace_dir,
         leftovers: if args.leave_leftovers {
             LeftoverPolicy::Leave
         } else {
