@@ -193,18 +193,26 @@ fn doctor_reports_which_rule_chose_the_baton_dir() {
         .output()
         .unwrap();
     assert!(init.status.success(), "{}", stderr(&init));
-    let (rule, dir) = rule_of(&mut bare(&env, &repo, &["doctor", "--json"]));
-    let want = fs::canonicalize(repo.join(".git")).unwrap().join("baton");
-    assert_eq!((rule.as_str(), Path::new(&dir)), ("git", want.as_path()));
-
     let run = env.path("run");
     fs::create_dir(&run).unwrap();
-    let (rule, dir) =
-        rule_of(bare(&env, &plain, &["doctor", "--json"]).env("XDG_RUNTIME_DIR", &run));
-    assert_eq!(
-        (rule.as_str(), Path::new(&dir)),
-        ("xdg_runtime_dir", run.join("baton").as_path())
-    );
+    fs::set_permissions(&run, fs::Permissions::from_mode(0o700)).unwrap();
+    // Inside a git repository as outside: this user's dir on this machine,
+    // not the clone's (lock names are per machine, DESIGN.md decision 10).
+    for cwd in [&plain, &repo] {
+        let (rule, dir) =
+            rule_of(bare(&env, cwd, &["doctor", "--json"]).env("XDG_RUNTIME_DIR", &run));
+        assert_eq!(
+            (rule.as_str(), Path::new(&dir)),
+            ("xdg_runtime_dir", run.join("baton").as_path())
+        );
+    }
+    // A runtime dir that others can write is not used.
+    let open = env.path("open-run");
+    fs::create_dir(&open).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+    let (rule, _) =
+        rule_of(bare(&env, &repo, &["doctor", "--json"]).env("XDG_RUNTIME_DIR", &open));
+    assert_eq!(rule, "temp_dir");
 
     // The last resort: <temp dir>/baton-<uid> (TMPDIR is the test's own dir).
     let (rule, dir) = rule_of(&mut bare(&env, &plain, &["doctor", "--json"]));

@@ -104,16 +104,28 @@ impl GitEnv {
         c
     }
 
-    /// Holds the lock of `repo` the way a caller inside it would (`baton
-    /// run --lock <its name>` with the default baton dir) until dropped.
+    /// Holds the lock of `repo` the way a caller inside it can (`baton
+    /// --dir <git common dir>/baton run --lock <its name>`) until dropped.
     fn hold_repo_lock(&self, repo: &Path) -> Killed {
-        let name = baton_git::Repo::open(repo).unwrap().lock_name().unwrap();
+        let repo_info = baton_git::Repo::open(repo).unwrap();
+        let name = repo_info.lock_name().unwrap();
+        let home = repo_info.common_dir.join("baton");
         let ready = self.env.path("repo-lock-held");
         let script = format!("touch {}; exec sleep 600", ready.display());
         let child = self
             .baton_in(
                 repo,
-                &["run", "--lock", name.as_str(), "--", "sh", "-c", &script],
+                &[
+                    "--dir",
+                    home.to_str().unwrap(),
+                    "run",
+                    "--lock",
+                    name.as_str(),
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                ],
             )
             .spawn()
             .unwrap();

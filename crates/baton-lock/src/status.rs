@@ -205,24 +205,34 @@ pub fn list(dir: &BatonDir) -> Result<Vec<LockStatus>, LockError> {
     Ok(out)
 }
 
-/// The names of the locks held now in the baton dir at `path` (say, the
-/// per-clone dir an older baton used, [`crate::previous_default`]), sorted;
-/// creates nothing, and an unreadable dir has none.
+/// What is held now in the baton dir at `path` (say, the per-clone dir an
+/// older baton used by default, [`crate::previous_default`]), sorted: the
+/// names of its locks, and `group KEY` for its groups' slots; not the locks
+/// baton's git operations hold there (the repository lock, workspaces),
+/// which belong there. Creates nothing; an unreadable dir has none.
 pub fn held_locks_in(path: &Path) -> Vec<String> {
-    let locks = path.join("locks");
-    let Ok(entries) = std::fs::read_dir(&locks) else {
-        return Vec::new();
-    };
-    let mut held: Vec<String> = entries
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
+    let mut held = Vec::new();
+    for (sub, prefix) in [("locks", ""), ("groups/slots/locks", "group ")] {
+        let locks = path.join(sub);
+        let Ok(entries) = std::fs::read_dir(&locks) else {
+            continue;
+        };
+        for entry in entries.filter_map(Result::ok) {
             let file_name = entry.file_name();
-            let stem = file_name.to_str()?.strip_suffix(".lock")?.to_string();
-            let guess = LockName::from_file_stem(&stem).map(|n| n.to_string());
-            let st = status_of_file(&entry.path(), guess.as_deref().or(Some(&stem))).ok()?;
-            st.held.then_some(st.name)
-        })
-        .collect();
+            let Some(stem) = file_name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
+                continue;
+            };
+            let guess = LockName::from_file_stem(stem).map(|n| n.to_string());
+            let Ok(st) = status_of_file(&entry.path(), guess.as_deref().or(Some(stem))) else {
+                continue;
+            };
+            let git_only =
+                !st.holders.is_empty() && st.holders.iter().all(|h| h.kind == HolderKind::Git);
+            if st.held && !git_only {
+                held.push(format!("{prefix}{}", st.name));
+            }
+        }
+    }
     held.sort();
     held
 }
