@@ -109,9 +109,21 @@ fn a_clean_release_is_not_a_death() {
 fn a_group_run_whose_supervisor_was_killed_tells_the_next_run() {
     let env = Env::new();
     let mut first = start_holding(&env, &["run", "--group", "deploy"], "ready");
+    let group_status = || -> serde_json::Value {
+        let out = env.run(&["group", "status", "deploy", "--json"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let running = group_status();
+    assert_eq!(running["previous_holder_died"], false, "{running}");
+    let run_id = running["running"][0]["run_id"].clone();
     sigkill(&mut first);
+    let st = group_status();
+    assert_eq!(st["previous_holder_died"], true, "{st}");
+    assert_eq!(st["previous_holder"]["run_id"], run_id, "{st}");
     assert_eq!(told(&env, &["run", "--group", "deploy"]), "died=1");
     assert_eq!(told(&env, &["run", "--group", "deploy"]), "died=");
+    assert_eq!(group_status()["previous_holder_died"], false);
 }
 
 /// A script that took the lock with `baton lock acquire` and was killed

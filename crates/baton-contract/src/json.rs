@@ -144,6 +144,8 @@ pub const GROUP_STATUS: Shape = Shape {
         "key",
         "max",
         "mode",
+        "previous_holder",
+        "previous_holder_died",
         "running",
         "skipped",
         "superseded",

@@ -31,6 +31,13 @@ pub struct GroupStatus {
     pub skipped: u64,
     /// Supersede generation.
     pub generation: u64,
+    /// Whether the holder of the group's slot before the current (or next)
+    /// run ended without releasing it (its `baton run` died): its work may
+    /// be half done. As `previous_holder_died` of `lock status`; always
+    /// false for groups on PostgreSQL.
+    pub previous_holder_died: bool,
+    /// That holder, when `previous_holder_died`.
+    pub previous_holder: Option<baton_lock::HolderInfo>,
     /// Whether the counters above are kept (a baton dir) or not (groups on
     /// PostgreSQL keep only their live runs; the counters read 0).
     #[serde(skip)]
@@ -78,7 +85,12 @@ pub(crate) fn local_group_status(
                 .runs
                 .into_iter()
                 .partition(|r| r.state == RunState::Running);
+            let previous = slot_status(&root, &doc.key)
+                .filter(|st| st.previous_holder_died)
+                .and_then(|st| st.previous_holder);
             GroupStatus {
+                previous_holder_died: previous.is_some(),
+                previous_holder: previous,
                 key: doc.key,
                 mode: doc.mode,
                 max: doc.max,
@@ -151,6 +163,19 @@ fn uncounted(key: &str) -> GroupStatus {
         superseded: 0,
         skipped: 0,
         generation: 0,
+        previous_holder_died: false,
+        previous_holder: None,
         counted: false,
     }
+}
+
+/// The `lock status` of group `key`'s slot under `root` (`<baton dir>/groups`),
+/// if its slots dir exists (nothing is created).
+fn slot_status(root: &std::path::Path, key: &str) -> Option<baton_lock::LockStatus> {
+    let slots = root.join("slots");
+    if !slots.join("locks").is_dir() {
+        return None;
+    }
+    let dir = BatonDir::open(slots).ok()?;
+    baton_lock::status(&dir, &LockName::new(key).ok()?).ok()
 }
