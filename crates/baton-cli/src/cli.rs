@@ -54,8 +54,8 @@ pub struct Cli {
 /// Options that every command takes (before or after its name).
 #[derive(Debug, Args)]
 pub struct Globals {
-    /// Baton dir holding all coordination state [default: $BATON_DIR, else <git common
-    /// dir>/baton inside a repository, else $XDG_RUNTIME_DIR/baton, else /tmp/baton-<uid>]
+    /// Baton dir holding all coordination state [default: $BATON_DIR, else this user's dir on
+    /// this machine, $XDG_RUNTIME_DIR/baton, else <temp dir>/baton-<uid>]
     #[arg(long, global = true, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 

@@ -55,7 +55,9 @@ With --group, --max applies to the group; the command also gets BATON_GROUP.
 
 The command runs in its own process group with BATON_LOCK, BATON_FENCING_TOKEN,
 BATON_RUN_ID and BATON_DIR set (with several locks, BATON_LOCK and BATON_FENCING_TOKEN
-are comma-separated lists in sorted order). SIGINT, SIGTERM, SIGHUP and SIGQUIT are
+are comma-separated lists in sorted order), and BATON_PREVIOUS_HOLDER_DIED=1 when the
+previous holder of a lock or of the group's slot ended without releasing it (its work
+may be half done: repair first). SIGINT, SIGTERM, SIGHUP and SIGQUIT are
 forwarded to it. The lock is released when it exits; it is never inherited by the command,
 so a daemon the command leaves behind does not keep it.
 
@@ -129,7 +131,8 @@ reached or refuses the request; `submit --wait` exits with the job's code (see i
     /// Check that baton can work here and explain what is not right, with remedies.
     #[command(
         after_help = "Checks: where the baton dir is and which rule chose it (--dir,
-$BATON_DIR, git repository, $XDG_RUNTIME_DIR, temp dir); its owner and permissions; the
+$BATON_DIR, $XDG_RUNTIME_DIR, temp dir), and holders an older baton left in this clone's
+former default dir (<git common dir>/baton); its owner and permissions; the
 filesystem under it (network and FUSE filesystems are warned about loudly: kernel locks there
 depend on a server or a daemon); whether OFD locks work there (a real probe); inotify; the git
 version; free space for workspaces; leftover workspaces of dead owners; the PID namespace

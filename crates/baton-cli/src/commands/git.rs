@@ -115,7 +115,8 @@ clone (default): `git clone --local` (objects hardlinked, a fully independent .g
 re-pointed to the base's own origin URL. worktree: `git worktree add`, sharing the base's .git.
 Only the git commands on the base's shared metadata run under the repository's lock (in
 <git common dir>/baton, whatever your baton dir); checking files out does not. The workspace
-lives under <baton dir>/workspaces/, its path contains the run id, and it is recorded with its
+lives under <git common dir>/baton/workspaces/ of the base (or <baton dir>/workspaces/ when
+--dir or BATON_DIR names one), its path contains the run id, and it is recorded with its
 owner (the process that ran this command, usually your shell): once the owner has exited,
 `baton workspace gc` removes it. When a clone on --branch is removed, commits on the branch
 that exist nowhere else are fetched into the base's branch first; if the base cannot take

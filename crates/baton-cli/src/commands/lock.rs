@@ -38,7 +38,9 @@ pub enum LockCommand {
 
 JSON: one object per lock (an array without NAME) with name, held, mode, max, holder
 {pid, host, owner, operation, run_id, acquired_at, token, alive, ...}, holders, waiters,
-last_holder_died, last_holder, last_token, content (ok|empty|unreadable|missing).")]
+last_holder_died, last_holder, previous_holder_died, previous_holder (the holder before the
+current grant, or the next one, when it ended without releasing), last_token, content
+(ok|empty|unreadable|missing).")]
     Status {
         /// The lock; all locks when omitted.
         #[arg(value_parser = lock_name)]
@@ -96,7 +98,8 @@ Prints the fencing token. The lock is held by a small background process until
         ttl: Option<Duration>,
         #[command(flatten)]
         holder: HolderArgs,
-        /// Print JSON {name, token, run_id, holder_pid} instead of the token.
+        /// Print JSON {name, token, run_id, holder_pid, previous_holder_died, previous_holder}
+        /// instead of the token.
         #[arg(long)]
         json: bool,
     },
@@ -252,6 +255,8 @@ fn state(st: &LockStatus) -> String {
             format!("held ({mode}, {}/{} slots)", st.holders.len(), st.max)
         } else if st.holders.len() > 1 {
             format!("held ({mode}, {} holders)", st.holders.len())
+        } else if st.previous_holder_died {
+            format!("held ({mode}); the previous holder died")
         } else {
             format!("held ({mode})")
         }
@@ -407,10 +412,20 @@ fn print_list(all: &[LockStatus], json: bool) -> u8 {
     0
 }
 
-/// `baton lock acquire`: the token alone, for `TOKEN=$(...)`.
+/// `baton lock acquire`: the token alone, for `TOKEN=$(...)`; a previous
+/// holder that died is named on stderr (in the JSON with `--json`).
 fn print_acquired(held: &Held, json: bool) -> u8 {
     if json {
         return print_json(held);
+    }
+    if let Some(prev) = &held.previous_holder {
+        errln!(
+            "baton: note: the previous holder of '{}' ({}, run {}, token {}) ended without releasing it: its work may be half done",
+            held.name,
+            who_last(prev),
+            prev.run_id,
+            prev.token
+        );
     }
     outln!("{}", held.token);
     0
