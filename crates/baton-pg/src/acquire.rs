@@ -203,18 +203,28 @@ pub(crate) fn acquire_one(
         }
     };
     // The grant is refused while a conflicting row of an ended session
-    // remains (one round trip in the usual case, where none does).
+    // remains (one round trip in the usual case, where none does). The
+    // latest such holder is the one this grant follows: it is told.
+    let mut previous: Option<HolderRecord> = None;
     loop {
-        match grant(session, req, id, slot)? {
-            Granted::Yes(g) => return Ok(g),
-            Granted::Dead => crate::settle::dead_holders(
-                session,
-                req,
-                id,
-                slot,
-                wait.flatten(),
-                kind == "group",
-            )?,
+        match grant(session, req, id, slot, previous.as_ref())? {
+            Granted::Yes(mut g) => {
+                g.previous = previous;
+                return Ok(g);
+            }
+            Granted::Dead => {
+                let settled = crate::settle::dead_holders(
+                    session,
+                    req,
+                    id,
+                    slot,
+                    wait.flatten(),
+                    kind == "group",
+                )?;
+                if settled.as_ref().map(|r| r.token) > previous.as_ref().map(|r| r.token) {
+                    previous = settled;
+                }
+            }
             Granted::OtherSlots(existing) => {
                 let describe = |n: i64| {
                     if n <= 1 {
@@ -455,7 +465,13 @@ enum Granted {
 /// live holder uses another slot count. An exclusive or shared holder
 /// keeps only slot 0, so a `--max 2` runner's slot 1 would not wait for
 /// it: disagreeing holders must never be granted side by side.
-fn grant(session: &Session, req: &LockRequest, id: i32, slot: u32) -> Result<Granted, PgError> {
+fn grant(
+    session: &Session,
+    req: &LockRequest,
+    id: i32,
+    slot: u32,
+    previous: Option<&HolderRecord>,
+) -> Result<Granted, PgError> {
     const SQL: &str =
         "SELECT token, dead, other_slots FROM baton_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
     let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
@@ -477,7 +493,7 @@ fn grant(session: &Session, req: &LockRequest, id: i32, slot: u32) -> Result<Gra
         command_group: None,
         acquired_for: req.acquired_for.clone(),
         abandoned: false,
-        previous: None,
+        previous: previous.cloned().map(Box::new),
     };
     let record = serde_json::to_value(&record).map_err(|e| PgError::Database {
         op: "record the holder",
@@ -518,6 +534,7 @@ fn grant(session: &Session, req: &LockRequest, id: i32, slot: u32) -> Result<Gra
             slot,
             mode: req.mode,
             lock_id: id,
+            previous: None,
         }),
         (None, _, Some(o)) => Granted::OtherSlots(o),
         (None, _, None) => Granted::Dead,

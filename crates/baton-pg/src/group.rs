@@ -78,6 +78,12 @@ impl GroupSlot {
         self.holds.grants().first().map_or(0, |g| g.token)
     }
 
+    /// The holder of the slot before this run, when its session ended
+    /// without releasing (its `baton run` died).
+    pub fn previous_holder_died(&self) -> Option<&baton_lock::HolderRecord> {
+        self.holds.grants().first().and_then(|g| g.previous.as_ref())
+    }
+
     /// See [`Holds::on_lost`].
     pub fn on_lost(&self, f: impl Fn() + Send + 'static) {
         self.holds.on_lost(f);

@@ -23,6 +23,10 @@ pub struct Grant {
     /// The mode it is held in.
     pub mode: Mode,
     pub(crate) lock_id: i32,
+    /// The holder this grant followed, when its session ended without
+    /// releasing (its rows were settled by this grant): its work may be
+    /// half done.
+    pub previous: Option<baton_lock::HolderRecord>,
 }
 
 /// Locks held on one database session. They stay held until

@@ -34,7 +34,9 @@ struct DeadRow {
 }
 
 /// Waits until no row of an ended session conflicts with a grant of `slot`
-/// in `req.mode`, settling what can be settled from here.
+/// in `req.mode`, settling what can be settled from here. Returns the
+/// record of the latest holder settled (it ended without releasing: the
+/// next holder is told, `previous_holder_died`).
 pub(crate) fn dead_holders(
     session: &Session,
     req: &LockRequest,
@@ -42,18 +44,26 @@ pub(crate) fn dead_holders(
     slot: u32,
     deadline: Option<Instant>,
     group: bool,
-) -> Result<(), PgError> {
+) -> Result<Option<HolderRecord>, PgError> {
     let mut first_seen: HashMap<i64, Instant> = HashMap::new();
+    let mut latest: Option<(i64, HolderRecord)> = None;
     loop {
         let rows = conflicting(session, req.mode, id, slot)?;
         if rows.is_empty() {
-            return Ok(());
+            return Ok(latest.map(|(_, r)| r));
         }
         let mut pending = false;
         for row in rows {
             let seen = *first_seen.entry(row.token).or_insert_with(Instant::now);
             if settle(&row, seen) {
                 delete(session, id, row.token)?;
+                if let Some(mut rec) = row.record {
+                    if latest.as_ref().is_none_or(|(t, _)| *t < row.token) {
+                        rec.token = u64::try_from(row.token).unwrap_or(0);
+                        rec.previous = None;
+                        latest = Some((row.token, rec));
+                    }
+                }
             } else {
                 pending = true;
             }

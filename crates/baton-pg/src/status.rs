@@ -226,6 +226,15 @@ fn status_with_sessions(session: &Session, name: &str) -> Result<(LockStatus, Ve
                 .iter()
                 .any(|(s, _, p)| *s == i64::from(row.slot) && *p == row.session_pid);
         if holds {
+            if st.holders.is_empty() {
+                let previous = serde_json::from_value::<HolderRecord>(row.record.clone())
+                    .ok()
+                    .and_then(|r| r.previous);
+                if let Some(prev) = previous {
+                    st.previous_holder_died = true;
+                    st.previous_holder = Some(HolderInfo::from_record(&prev));
+                }
+            }
             if let Some(mut info) = info_of(row) {
                 info.alive = true;
                 info.liveness = Liveness::Alive;

@@ -55,12 +55,11 @@ impl HeldLocks {
 
     /// The holder before this one of the first lock whose previous holder
     /// ended without releasing it (died, or its script did), if any: what it
-    /// did under the lock may be half done. Only known for locks in the
-    /// baton dir.
+    /// did under the lock may be half done.
     pub fn previous_holder_died(&self) -> Option<&HolderRecord> {
         match &self.0 {
             Held::Local(g) => g.iter().find_map(LockGuard::previous_holder_died),
-            Held::Remote(_) => None,
+            Held::Remote(h) => h.grants().iter().find_map(|g| g.previous.as_ref()),
         }
     }
 

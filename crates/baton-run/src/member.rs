@@ -190,14 +190,15 @@ impl Member {
     }
 
     /// Whether the previous holder of the group's slot ended without
-    /// releasing it (a dead `baton run`): its work may be half done. Only
-    /// known for a group in the baton dir.
+    /// releasing it (a dead `baton run`): its work may be half done.
     pub(crate) fn previous_holder_died(&self) -> bool {
         match &self.place {
             Place::Local { slot, .. } => slot
                 .as_ref()
                 .is_some_and(|s| s.previous_holder_died().is_some()),
-            Place::Remote(_) => false,
+            Place::Remote(slot) => slot
+                .as_ref()
+                .is_some_and(|s| s.previous_holder_died().is_some()),
         }
     }
 
