@@ -75,6 +75,9 @@ pub(crate) fn run_cli(services: &Services) -> u8 {
     if !named_dir && takes_locks && backend_url.is_none() {
         warn_of_previous_default(&dir);
     }
+    if !named_dir && matches!(command, Command::Serve(_)) {
+        warn_of_runtime_dir(&dir);
+    }
     // A wait that goes on through a server restart says so once.
     let backend = match Backend::open_noting(&dir, backend_url, |m| errln!("baton: {m}")) {
         Ok(b) => b,
@@ -111,6 +114,18 @@ fn warn_of_previous_default(dir: &BatonDir) {
             "baton: warning: lock(s) {} are held in '{}', this clone's baton dir before lock names became per machine; those holders (an older baton) do not exclude holders in '{}' (see `baton doctor`)",
             held.join(", "),
             old.display(),
+            dir.path().display()
+        );
+    }
+}
+
+/// `baton serve` keeps its SQLite store (unless `--store` names another),
+/// job outputs and workspaces in its baton dir: the per-user default is
+/// usually a tmpfs, emptied at reboot and logout. Say so.
+fn warn_of_runtime_dir(dir: &BatonDir) {
+    if baton_lock::filesystem(dir.path()).is_ok_and(|f| f.name == "tmpfs") {
+        errln!(
+            "baton: warning: the service's baton dir '{}' (this user's default) is a tmpfs, emptied at reboot and logout: its default job store, job outputs and workspaces go with it; give --dir DIR on disk (or BATON_DIR) for jobs that must survive",
             dir.path().display()
         );
     }
