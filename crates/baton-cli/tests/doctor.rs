@@ -210,8 +210,7 @@ fn doctor_reports_which_rule_chose_the_baton_dir() {
     let open = env.path("open-run");
     fs::create_dir(&open).unwrap();
     fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
-    let (rule, _) =
-        rule_of(bare(&env, &repo, &["doctor", "--json"]).env("XDG_RUNTIME_DIR", &open));
+    let (rule, _) = rule_of(bare(&env, &repo, &["doctor", "--json"]).env("XDG_RUNTIME_DIR", &open));
     assert_eq!(rule, "temp_dir");
 
     // The last resort: <temp dir>/baton-<uid> (TMPDIR is the test's own dir).

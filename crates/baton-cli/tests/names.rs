@@ -244,6 +244,33 @@ fn workspaces_and_the_repository_lock_stay_in_their_repository() {
         stdout(&out)
     );
     assert_eq!(listed(&c.b).len(), 1);
+
+    // A workspace whose owner (the shell that made it) is gone: `doctor`
+    // inside its repository finds it.
+    let bin = env!("CARGO_BIN_EXE_baton");
+    let sh = c.baton(&c.a, &[]); // its environment, for a shell that runs baton
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            &format!("'{bin}' workspace create --repo . --id orphan"),
+        ])
+        .env_clear()
+        .envs(sh.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(&c.a)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let doctor = c.output(&c.a, &["doctor", "--json"]);
+    let r: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    let check = r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "workspaces")
+        .unwrap()
+        .clone();
+    assert_eq!(check["status"], "warning", "{check:#}");
+    assert!(check.to_string().contains("orphan"), "{check:#}");
 }
 
 #[test]

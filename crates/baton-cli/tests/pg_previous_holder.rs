@@ -54,7 +54,9 @@ impl Pg {
 
     fn status(&self, name: &str) -> serde_json::Value {
         let url = self.db.url();
-        let out = self.env.run(&self.args(&url, &["lock", "status", name, "--json"]));
+        let out = self
+            .env
+            .run(&self.args(&url, &["lock", "status", name, "--json"]));
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         serde_json::from_slice(&out.stdout).unwrap()
     }

@@ -137,6 +137,17 @@ pub fn workspace_home(path: &Path) -> Result<BatonDir, GitError> {
     Repo::open(path)?.baton_dir()
 }
 
+/// The baton dir whose workspaces a caller at `path` works on: `dir` when
+/// the user named it (`named`: `--dir`, `BATON_DIR`), else the
+/// [`workspace_home`] of the repository at or above `path`, else (outside
+/// any repository) `dir`.
+pub fn workspaces_of(dir: &BatonDir, named: bool, path: &Path) -> Result<BatonDir, GitError> {
+    if named || baton_lock::git_common_dir(path).is_none() {
+        return Ok(dir.clone());
+    }
+    workspace_home(path)
+}
+
 /// `<git dir>/baton` of a repository, else (another user's repository, a
 /// read-only one) the [`machine_dir`].
 pub(crate) fn baton_dir_of(common_dir: &Path) -> Result<BatonDir, GitError> {

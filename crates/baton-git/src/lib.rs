@@ -36,7 +36,10 @@ mod workspace;
 
 pub use error::GitError;
 pub use gc::{dead_owners, gc, GcFailure, GcOptions, GcReport, GcSkipped};
-pub use git::{git_version, machine_dir, workspace_home, GitVersion, Repo, DEFAULT_GIT_LOCK_WAIT, MIN_GIT_VERSION};
+pub use git::{
+    git_version, machine_dir, workspace_home, workspaces_of, GitVersion, Repo,
+    DEFAULT_GIT_LOCK_WAIT, MIN_GIT_VERSION,
+};
 pub use push::{init_attributes, push, Backoff, PushReport, PushRequest, JSONL_UNION};
 pub use workspace::{
     create, get, list, remove, validate_id, Strategy, Workspace, WorkspaceInfo, WorkspaceRequest,

@@ -308,8 +308,7 @@ pub fn user_location() -> (PathBuf, DirRule) {
         .map(PathBuf::from)
         .filter(|run| run.is_absolute())
         .filter(|run| {
-            fs::metadata(run)
-                .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
+            fs::metadata(run).is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
         });
     match runtime {
         Some(run) => (run.join("baton"), DirRule::XdgRuntimeDir),

@@ -81,7 +81,10 @@ impl GroupSlot {
     /// The holder of the slot before this run, when its session ended
     /// without releasing (its `baton run` died).
     pub fn previous_holder_died(&self) -> Option<&baton_lock::HolderRecord> {
-        self.holds.grants().first().and_then(|g| g.previous.as_ref())
+        self.holds
+            .grants()
+            .first()
+            .and_then(|g| g.previous.as_ref())
     }
 
     /// See [`Holds::on_lost`].

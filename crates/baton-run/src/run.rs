@@ -424,8 +424,7 @@ fn command_env(
     }
     // The previous holder of a lock or of the group's slot ended without
     // releasing it: the command may find its work half done (README).
-    if guards.previous_holder_died().is_some() || member.is_some_and(Member::previous_holder_died)
-    {
+    if guards.previous_holder_died().is_some() || member.is_some_and(Member::previous_holder_died) {
         env.push(("BATON_PREVIOUS_HOLDER_DIED".into(), "1".into()));
     }
     if let (Some(g), Some(token)) = (&req.group, member.and_then(Member::token)) {

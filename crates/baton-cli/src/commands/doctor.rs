@@ -106,7 +106,15 @@ fn run_checks(explicit: Option<&Path>) -> Report {
     checks.push(inotify(dir.as_ref().map_or(path.as_path(), |d| d.path())));
     checks.push(git());
     checks.push(space(&path));
-    match &dir {
+    // Workspaces belong to their repository (README "Git").
+    let named = matches!(rule, DirRule::Explicit | DirRule::Env);
+    let ws_dir = dir.as_ref().map(|d| {
+        std::env::current_dir()
+            .ok()
+            .and_then(|cwd| baton_git::workspaces_of(d, named, &cwd).ok())
+            .unwrap_or_else(|| d.clone())
+    });
+    match &ws_dir {
         Some(d) => checks.push(workspaces(d)),
         None => checks.push(Check::skipped("workspaces", "the baton dir cannot be used")),
     }

@@ -1,7 +1,7 @@
 //! `baton workspace ...` and `baton git ...`: isolated workspaces and safe
 //! pushes (syntax and output only; the work is done by `baton_git`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_git::{
@@ -266,24 +266,13 @@ fn caller() -> ProcessIdentity {
         .unwrap_or_else(ProcessIdentity::current)
 }
 
-/// The baton dir whose workspaces a `baton workspace` command works on:
-/// `dir` when it was named (`--dir`, `BATON_DIR`), else the own baton dir of
-/// the repository at or above `repo` (`baton_git::workspace_home`), else
-/// (outside any repository) `dir`.
-fn workspaces_of(dir: &BatonDir, named_dir: bool, repo: &Path) -> Result<BatonDir, GitError> {
-    if named_dir || baton_lock::git_common_dir(repo).is_none() {
-        return Ok(dir.clone());
-    }
-    baton_git::workspace_home(repo)
-}
-
 /// Runs a `baton workspace` command; returns the exit code.
 pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand, named_dir: bool) -> u8 {
     let repo = match &cmd {
         WorkspaceCommand::Create { repo, .. } => repo.clone(),
         _ => PathBuf::from("."),
     };
-    let dir = match workspaces_of(dir, named_dir, &repo) {
+    let dir = match baton_git::workspaces_of(dir, named_dir, &repo) {
         Ok(d) => d,
         Err(e) => return fail(&e, code(&e)),
     };
