@@ -209,7 +209,7 @@ pub(crate) fn acquire_one(
     loop {
         match grant(session, req, id, slot, previous.as_ref())? {
             Granted::Yes(mut g) => {
-                g.previous = previous;
+                g.previous = previous.map(Box::new);
                 return Ok(g);
             }
             Granted::Dead => {

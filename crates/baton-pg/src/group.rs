@@ -84,7 +84,7 @@ impl GroupSlot {
         self.holds
             .grants()
             .first()
-            .and_then(|g| g.previous.as_ref())
+            .and_then(|g| g.previous.as_deref())
     }
 
     /// See [`Holds::on_lost`].

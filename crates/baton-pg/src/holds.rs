@@ -26,7 +26,7 @@ pub struct Grant {
     /// The holder this grant followed, when its session ended without
     /// releasing (its rows were settled by this grant): its work may be
     /// half done.
-    pub previous: Option<baton_lock::HolderRecord>,
+    pub previous: Option<Box<baton_lock::HolderRecord>>,
 }
 
 /// Locks held on one database session. They stay held until

@@ -58,7 +58,7 @@ pub(crate) fn dead_holders(
             if settle(&row, seen) {
                 delete(session, id, row.token)?;
                 if let Some(mut rec) = row.record {
-                    if latest.as_ref().is_none_or(|(t, _)| *t < row.token) {
+                    if !matches!(&latest, Some((t, _)) if *t >= row.token) {
                         rec.token = u64::try_from(row.token).unwrap_or(0);
                         rec.previous = None;
                         latest = Some((row.token, rec));

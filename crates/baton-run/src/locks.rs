@@ -59,7 +59,7 @@ impl HeldLocks {
     pub fn previous_holder_died(&self) -> Option<&HolderRecord> {
         match &self.0 {
             Held::Local(g) => g.iter().find_map(LockGuard::previous_holder_died),
-            Held::Remote(h) => h.grants().iter().find_map(|g| g.previous.as_ref()),
+            Held::Remote(h) => h.grants().iter().find_map(|g| g.previous.as_deref()),
         }
     }
 

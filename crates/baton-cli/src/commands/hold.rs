@@ -179,7 +179,7 @@ pub(crate) struct Held {
     pub previous_holder_died: bool,
     /// That holder, when `previous_holder_died`.
     #[serde(default)]
-    pub previous_holder: Option<baton_lock::HolderInfo>,
+    pub previous_holder: Option<Box<baton_lock::HolderInfo>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -448,7 +448,7 @@ fn hold(
     let token = guard.tokens().first().map_or(0, |(_, t)| *t);
     let previous = guard
         .previous_holder_died()
-        .map(baton_lock::HolderInfo::from_record);
+        .map(|r| Box::new(baton_lock::HolderInfo::from_record(r)));
     let told = report(&Report::Held(Held {
         token,
         run_id: guard.run_id().unwrap_or_default(),
