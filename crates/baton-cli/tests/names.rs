@@ -83,7 +83,21 @@ impl Clones {
         self.baton(cwd, args).output().unwrap()
     }
 
-    /// `baton run --lock michi` in `cwd`, holding it until `release` exists.
+    /// `baton doctor --json` in `cwd`: the report and its check `name`.
+    fn doctor(&self, cwd: &Path, name: &str) -> (serde_json::Value, serde_json::Value) {
+        let out = self.output(cwd, &["doctor", "--json"]);
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let check = r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no check {name} in {r}"))
+            .clone();
+        (r, check)
+    }
+
+    /// `baton ARGS -- sh -c '...'` in `cwd`, holding until `release` exists.
     fn hold(&self, cwd: &Path, args: &[&str], ready: &Path, release: &Path) -> Child {
         let script = format!(
             "touch '{}'; while [ ! -e '{}' ]; do sleep 0.01; done",
@@ -260,15 +274,7 @@ fn workspaces_and_the_repository_lock_stay_in_their_repository() {
         .output()
         .unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let doctor = c.output(&c.a, &["doctor", "--json"]);
-    let r: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
-    let check = r["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "workspaces")
-        .unwrap()
-        .clone();
+    let (_, check) = c.doctor(&c.a, "workspaces");
     assert_eq!(check["status"], "warning", "{check:#}");
     assert!(check.to_string().contains("orphan"), "{check:#}");
 }
@@ -292,15 +298,7 @@ fn a_holder_in_the_old_per_clone_dir_is_named_during_an_upgrade() {
         err.contains("warning") && err.contains("michi") && err.contains(old.to_str().unwrap()),
         "{err}"
     );
-    let doctor = c.output(&c.a, &["doctor", "--json"]);
-    let r: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
-    let check = r["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "baton_dir")
-        .unwrap()
-        .clone();
+    let (r, check) = c.doctor(&c.a, "baton_dir");
     assert_eq!(check["status"], "warning", "{check:#}");
     assert_eq!(check["detail"]["held_in_previous_default"][0], "michi");
     assert_eq!(r["rule"], "xdg_runtime_dir");

@@ -15,19 +15,13 @@ use std::time::Duration;
 use common::{code, stderr, stdout, wait_until, Env};
 use pg_common::TestDb;
 
+/// A fresh database (dropped at the end) and a temp dir with the baton dir.
 struct Pg {
     db: TestDb,
     env: Env,
 }
 
 impl Pg {
-    fn new() -> Pg {
-        Pg {
-            db: TestDb::new(),
-            env: Env::new(),
-        }
-    }
-
     fn args<'a>(&'a self, url: &'a str, args: &[&'a str]) -> Vec<&'a str> {
         let mut all = vec!["--backend", url];
         all.extend_from_slice(args);
@@ -78,7 +72,10 @@ fn kill_a_holder(pg: &Pg, args: &[&str]) {
 
 #[test]
 fn a_run_on_postgresql_after_a_killed_holder_is_told() {
-    let pg = Pg::new();
+    let pg = Pg {
+        db: TestDb::new(),
+        env: Env::new(),
+    };
     let held = pg.spawn(
         &["run", "--lock", "k"],
         &format!("touch '{}'; exec sleep 600", pg.env.path("r0").display()),
@@ -116,7 +113,10 @@ fn a_run_on_postgresql_after_a_killed_holder_is_told() {
 
 #[test]
 fn a_group_run_on_postgresql_after_a_killed_run_is_told() {
-    let pg = Pg::new();
+    let pg = Pg {
+        db: TestDb::new(),
+        env: Env::new(),
+    };
     kill_a_holder(&pg, &["run", "--group", "g"]);
     assert_eq!(pg.told(&["run", "--group", "g"]), "died=1");
     assert_eq!(pg.told(&["run", "--group", "g"]), "died=");

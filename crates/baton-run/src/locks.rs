@@ -100,18 +100,7 @@ impl HeldLocks {
     /// A lock could not be released cleanly (it is released anyway when
     /// this process ends).
     pub fn release(self) -> Result<(), RunError> {
-        match self.0 {
-            Held::Local(guards) => {
-                let mut first = None;
-                for g in guards.into_iter().rev() {
-                    if let Err(e) = g.release() {
-                        first.get_or_insert(e);
-                    }
-                }
-                first.map_or(Ok(()), |e| Err(e.into()))
-            }
-            Held::Remote(h) => Ok(h.release()?),
-        }
+        self.let_go(LockGuard::release)
     }
 
     /// Lets go of every lock as a holder that died would (see
@@ -123,11 +112,20 @@ impl HeldLocks {
     ///
     /// As [`HeldLocks::release`].
     pub fn abandon(self) -> Result<(), RunError> {
+        self.let_go(LockGuard::abandon)
+    }
+
+    /// Lets go of every lock with `local` (in reverse order) or, on
+    /// PostgreSQL, releases them; the first error is returned.
+    fn let_go(
+        self,
+        local: fn(LockGuard) -> Result<(), baton_lock::LockError>,
+    ) -> Result<(), RunError> {
         match self.0 {
             Held::Local(guards) => {
                 let mut first = None;
                 for g in guards.into_iter().rev() {
-                    if let Err(e) = g.abandon() {
+                    if let Err(e) = local(g) {
                         first.get_or_insert(e);
                     }
                 }
