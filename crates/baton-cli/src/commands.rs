@@ -181,7 +181,7 @@ written are printed, one per line.")]
   sudo baton init --shared agents /srv/baton      then every member of group agents:
   baton --dir /srv/baton run --lock deploy -- ./deploy.sh
 
-The dir (created if missing; DIR defaults to the baton dir baton would use) and what is
+The dir (created if missing; DIR defaults to $BATON_DIR, never to your own default dir) and what is
 already in it get group GROUP, group read and write, and the set-group-ID bit (mode 2770), so
 that what any member creates there belongs to GROUP and stays usable by the others; others
 get no access. Members are accepted although the dir is not theirs; anyone else is refused

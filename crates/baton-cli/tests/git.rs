@@ -97,6 +97,8 @@ impl GitEnv {
         let mut c = Command::new(env!("CARGO_BIN_EXE_baton"));
         c.env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            // The per-user default baton dir, <TMPDIR>/baton-<uid>: the test's.
+            .env("TMPDIR", self.env.tmp.path())
             .current_dir(cwd)
             .args(args)
             .stdin(Stdio::null());

@@ -310,3 +310,16 @@ fn a_holder_in_the_old_per_clone_dir_is_named_during_an_upgrade() {
     let out = c.output(&c.a, &["run", "--lock", "michi", "--", "true"]);
     assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
 }
+
+#[test]
+fn init_shared_never_shares_the_users_own_default_dir() {
+    let c = Clones::new();
+    let out = c.output(&c.a, &["init", "--shared", "0"]);
+    assert_eq!(code(&out), exit::BATON_FAILED, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("name the dir to share"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!c.run.join("baton").exists(), "nothing created or changed");
+}

@@ -208,8 +208,9 @@ pub fn list(dir: &BatonDir) -> Result<Vec<LockStatus>, LockError> {
 /// What is held now in the baton dir at `path` (say, the per-clone dir an
 /// older baton used by default, [`crate::previous_default`]), sorted: the
 /// names of its locks, and `group KEY` for its groups' slots; not the locks
-/// baton's git operations hold there (the repository lock, workspaces),
-/// which belong there. Creates nothing; an unreadable dir has none.
+/// that belong there (the repository lock `git/…`, a local remote's push
+/// queue `git-push/…`, workspaces' `workspace/…`, or anything held by
+/// baton's git operations). Creates nothing; an unreadable dir has none.
 pub fn held_locks_in(path: &Path) -> Vec<String> {
     let mut held = Vec::new();
     for (sub, prefix) in [("locks", ""), ("groups/slots/locks", "group ")] {
@@ -226,9 +227,13 @@ pub fn held_locks_in(path: &Path) -> Vec<String> {
             let Ok(st) = status_of_file(&entry.path(), guess.as_deref().or(Some(stem))) else {
                 continue;
             };
+            // What baton's git operations keep there by name, whoever holds it.
+            let of_git = ["git/", "git-push/", "workspace/"]
+                .iter()
+                .any(|p| prefix.is_empty() && st.name.starts_with(p));
             let git_only =
                 !st.holders.is_empty() && st.holders.iter().all(|h| h.kind == HolderKind::Git);
-            if st.held && !git_only {
+            if st.held && !git_only && !of_git {
                 held.push(format!("{prefix}{}", st.name));
             }
         }

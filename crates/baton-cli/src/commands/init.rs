@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use baton_lock::BatonDir;
+use baton_lock::{BatonDir, DirRule};
 use clap::Args;
 
 use crate::exit_codes::{for_lock_error, BATON_FAILED};
@@ -14,7 +14,7 @@ pub struct InitArgs {
     /// Share the dir with this group (a name or a numeric id).
     #[arg(long, value_name = "GROUP", required = true)]
     pub shared: String,
-    /// The baton dir [default: the one baton would use here].
+    /// The baton dir [default: $BATON_DIR; this user's own default dir is never shared].
     #[arg(value_name = "DIR")]
     pub dir: Option<PathBuf>,
 }
@@ -31,7 +31,17 @@ pub(crate) fn cmd_init(args: &InitArgs, global_dir: Option<&Path>) -> u8 {
     let path = match args.dir.as_deref().or(global_dir) {
         Some(p) => p.to_path_buf(),
         None => match BatonDir::locate(None) {
-            Ok((p, _)) => p,
+            Ok((p, DirRule::Env)) => p,
+            // This user's own dir on this machine (under a runtime dir no
+            // one else can enter): sharing it would help nobody.
+            Ok((p, _)) => {
+                errln!(
+                    "baton: name the dir to share (`baton init --shared {} DIR`, e.g. /srv/baton): the default baton dir '{}' is this user's own",
+                    args.shared,
+                    p.display()
+                );
+                return BATON_FAILED;
+            }
             Err(e) => return fail(&e, for_lock_error(&e)),
         },
     };
