@@ -84,7 +84,9 @@ command and stops it with its own grace period, so give --grace more time than t
 
 Prints the fencing token. The lock is held by a small background process until
 `baton lock release`, until --ttl elapses, or until the process that ran `acquire`
-(usually your script's shell) exits, whichever comes first.")]
+(usually your script's shell) exits, whichever comes first. A script that exits without
+`release` (killed, or not) is reported to the next holder as a holder that died
+(previous_holder_died, a note on stderr): release when the work is complete.")]
     Acquire {
         /// The lock.
         #[arg(value_parser = lock_name)]
