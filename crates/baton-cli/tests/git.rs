@@ -700,6 +700,53 @@ fn init_attributes_is_idempotent() {
 }
 
 #[test]
+fn init_attributes_marks_each_pattern_once_and_refuses_bad_ones_whole() {
+    let g = GitEnv::new();
+    let repo = g.base.to_str().unwrap();
+    let attrs = g.base.join(".gitattributes");
+    for _ in 0..2 {
+        let out = g.run(&[
+            "git",
+            "init-attributes",
+            "--repo",
+            repo,
+            "--pattern",
+            "*.jsonl",
+            "--pattern",
+            "logs/*.ndjson",
+            "--pattern",
+            "*.jsonl",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+    }
+    assert_eq!(
+        fs::read_to_string(&attrs).unwrap(),
+        "*.jsonl merge=union\nlogs/*.ndjson merge=union\n"
+    );
+    let check = g.git_ok(&g.base, &["check-attr", "merge", "--", "logs/a.ndjson"]);
+    assert_eq!(check, "logs/a.ndjson: merge: union");
+    for bad in ["a b", "!x", ""] {
+        let out = g.run(&[
+            "git",
+            "init-attributes",
+            "--repo",
+            repo,
+            "--pattern",
+            "*.csv",
+            "--pattern",
+            bad,
+        ]);
+        assert_eq!(code(&out), 125, "{bad:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+        assert!(stderr(&out).contains("--pattern"), "{}", stderr(&out));
+    }
+    assert!(
+        !fs::read_to_string(&attrs).unwrap().contains("csv"),
+        "nothing half-written"
+    );
+}
+
+#[test]
 fn workspace_errors_are_one_line_with_exit_125() {
     let g = GitEnv::new();
     let notrepo = g.env.path("plain");

@@ -240,11 +240,21 @@ is shown).")]
         json: bool,
     },
 
-    /// Add `*.jsonl merge=union` to .gitattributes, so concurrent appends merge cleanly.
+    /// Add `*.jsonl merge=union` (or each --pattern) to .gitattributes, so concurrent appends
+    /// merge cleanly.
+    #[command(after_help = "Examples:
+  baton git init-attributes
+  baton git init-attributes --pattern '*.jsonl' --pattern 'logs/*.ndjson' --pattern CHANGES.md
+
+Only for files whose lines are independent records: a union merge keeps both sides' lines
+and never reports a conflict. Lines already present are left alone.")]
     InitAttributes {
         /// The repository.
         #[arg(long, value_name = "PATH", default_value = ".")]
         repo: PathBuf,
+        /// Files to merge as a union of lines (a .gitattributes pattern; repeatable) [default: *.jsonl].
+        #[arg(long = "pattern", value_name = "GLOB")]
+        patterns: Vec<String>,
     },
 }
 
@@ -431,14 +441,16 @@ pub fn run_git(_dir: &BatonDir, cmd: GitCommand) -> u8 {
                 Err(e) => fail(&e, code(&e)),
             }
         }
-        GitCommand::InitAttributes { repo } => match init_attributes(&repo) {
-            Ok((path, changed)) => {
-                let what = if changed { "added" } else { "already present:" };
-                errln!(
-                    "baton: {what} '{}' in '{}'",
-                    baton_git::JSONL_UNION,
-                    path.display()
-                );
+        GitCommand::InitAttributes { repo, patterns } => match init_attributes(&repo, &patterns) {
+            Ok(report) => {
+                for (what, lines) in [
+                    ("added", &report.added),
+                    ("already present:", &report.present),
+                ] {
+                    for line in lines {
+                        errln!("baton: {what} '{line}' in '{}'", report.path.display());
+                    }
+                }
                 0
             }
             Err(e) => fail(&e, code(&e)),
