@@ -1170,3 +1170,108 @@ fn run_with_a_workspace_accepts_fetch_as_documented() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(g.git_ok(&g.base, &["rev-parse", "origin/main"]), tip);
 }
+
+/// Moves the remote's `main` one commit ahead of the base's, and fetches it
+/// into the base: `origin/main` is then ahead of the stale local `main`.
+fn advance_remote(g: &GitEnv, file: &str) -> String {
+    let other = g.env.path(&format!("other-{file}"));
+    g.git_ok(
+        g.env.tmp.path(),
+        &[
+            "clone",
+            "-q",
+            g.remote.to_str().unwrap(),
+            other.to_str().unwrap(),
+        ],
+    );
+    fs::write(other.join(file), "new\n").unwrap();
+    g.git_ok(&other, &["add", "."]);
+    g.git_ok(&other, &["commit", "-qm", file]);
+    g.git_ok(&other, &["push", "-q", "origin", "main"]);
+    g.git_ok(&g.base, &["fetch", "-q", "origin"]);
+    g.git_ok(&g.base, &["rev-parse", "origin/main"])
+}
+
+#[test]
+fn a_workspace_on_an_existing_branch_starts_exactly_at_ref_or_refuses_naming_both() {
+    let g = GitEnv::new();
+    let base = g.base.to_str().unwrap();
+    let stale = g.git_ok(&g.base, &["rev-parse", "main"]);
+    let fresh = advance_remote(&g, "b.txt");
+    assert_ne!(stale, fresh);
+    // The stale local `main` is behind origin/main: the workspace starts at
+    // origin/main, on `main` (clone), and on a branch behind it (worktree).
+    g.git_ok(&g.base, &["branch", "feature", &stale]);
+    for (strategy, branch) in [("clone", "main"), ("worktree", "feature")] {
+        let out = g.run(&[
+            "workspace",
+            "create",
+            "--repo",
+            base,
+            "--strategy",
+            strategy,
+            "--ref",
+            "origin/main",
+            "--branch",
+            branch,
+            "--json",
+        ]);
+        assert_eq!(code(&out), 0, "{strategy}: {}", stderr(&out));
+        let ws: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let path = PathBuf::from(ws["path"].as_str().unwrap());
+        assert_eq!(ws["commit"], fresh.as_str(), "{strategy}: {ws}");
+        assert_eq!(g.git_ok(&path, &["rev-parse", "HEAD"]), fresh, "{strategy}");
+        assert_eq!(
+            g.git_ok(&path, &["symbolic-ref", "--short", "HEAD"]),
+            branch,
+            "{strategy}"
+        );
+    }
+    // Without --ref an existing branch is continued where it is.
+    g.git_ok(&g.base, &["branch", "old", &stale]);
+    let out = g.run(&[
+        "workspace",
+        "create",
+        "--repo",
+        base,
+        "--branch",
+        "old",
+        "--json",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let ws: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(ws["commit"], stale.as_str(), "{ws}");
+    // A branch with commits that --ref lacks: refused, naming both commits,
+    // nothing created.
+    g.git_ok(&g.base, &["checkout", "-q", "-b", "side", &stale]);
+    fs::write(g.base.join("c.txt"), "side\n").unwrap();
+    g.git_ok(&g.base, &["add", "."]);
+    g.git_ok(&g.base, &["commit", "-qm", "side"]);
+    let side = g.git_ok(&g.base, &["rev-parse", "side"]);
+    g.git_ok(&g.base, &["checkout", "-q", "main"]);
+    let before = g.workspaces().len();
+    for strategy in ["clone", "worktree"] {
+        let out = g.run(&[
+            "workspace",
+            "create",
+            "--repo",
+            base,
+            "--strategy",
+            strategy,
+            "--ref",
+            "origin/main",
+            "--branch",
+            "side",
+        ]);
+        assert_eq!(code(&out), 125, "{strategy}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(&side) && err.contains(&fresh), "{err}");
+        assert_eq!(g.workspaces().len(), before, "nothing created");
+    }
+    assert_eq!(
+        g.git_ok(&g.base, &["rev-parse", "side"]),
+        side,
+        "branch untouched"
+    );
+}

@@ -44,6 +44,21 @@ pub enum GitError {
         /// The ref asked for.
         reference: String,
     },
+    /// `--branch` exists and has commits that `--ref` does not contain: a
+    /// workspace on it cannot start at `--ref` without dropping them.
+    #[error("branch '{branch}' of '{}' is at {branch_commit}, which '{reference}' ({ref_commit}) does not contain: the workspace cannot start at --ref on that branch; drop --ref to continue the branch where it is, name a new --branch to start at --ref, or move the branch first (`git -C '{}' branch -f {branch} {ref_commit}`, which drops its other commits)", repo.display(), repo.display())]
+    BranchNotAtRef {
+        /// The base repository.
+        repo: PathBuf,
+        /// The branch.
+        branch: String,
+        /// Where the branch is.
+        branch_commit: String,
+        /// The ref asked for.
+        reference: String,
+        /// The commit it names.
+        ref_commit: String,
+    },
     /// The repository lock could not be taken (busy past the wait, or an I/O error).
     #[error("cannot lock repository '{}' for `{operation}`", repo.display())]
     RepoLock {

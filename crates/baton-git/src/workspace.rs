@@ -68,7 +68,11 @@ pub struct WorkspaceRequest {
     /// The commit to check out (any rev of the base); default `HEAD`.
     pub reference: Option<String>,
     /// A branch to work on: created at `reference` if the base has no such
-    /// branch, else checked out as it is.
+    /// branch. If it exists: without `reference` it is checked out as it
+    /// is; with one, the workspace starts exactly at `reference` and the
+    /// branch is moved forward to it, or the creation is refused
+    /// ([`GitError::BranchNotAtRef`]) when the branch has commits that
+    /// `reference` lacks. It never silently starts elsewhere.
     pub branch: Option<String>,
     /// Clone (default) or worktree.
     pub strategy: Strategy,
@@ -121,9 +125,10 @@ pub struct Workspace {
     pub base_repo: PathBuf,
     /// The base repository's common git dir (the key of its lock).
     pub base_git_dir: PathBuf,
-    /// The ref asked for.
+    /// The ref asked for (the branch, when an existing branch was
+    /// continued without a ref).
     pub reference: String,
-    /// The commit it resolved to.
+    /// The commit the workspace started at.
     pub commit: String,
     /// The branch checked out, if any.
     pub branch: Option<String>,
@@ -206,8 +211,7 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
     if req.fetch {
         fetch_base(&repo, req, wait, &run_id)?;
     }
-    let reference = req.reference.clone().unwrap_or_else(|| "HEAD".into());
-    let commit = resolve(&repo, &reference)?;
+    let (reference, commit) = start_point(&repo, req)?;
     let root = registry::workspaces_dir(dir)?;
     let name = if id == run_id {
         id.clone()
@@ -287,6 +291,11 @@ fn populate(
         Some(b) => branch_commit(repo, b)?,
         None => None,
     };
+    // An existing branch is checked out as it is when it is at the start
+    // commit, else (start_point checked that it is behind) moved forward.
+    let moved = existing_branch
+        .as_ref()
+        .is_some_and(|tip| *tip != ws.commit);
     match ws.strategy {
         Strategy::Worktree => {
             let mut args: Vec<&std::ffi::OsStr> = vec![
@@ -299,6 +308,9 @@ fn populate(
                 (None, _) => args.extend(["--detach".as_ref(), path, ws.commit.as_ref()]),
                 (Some(b), None) => {
                     args.extend(["-b".as_ref(), b.as_ref(), path, ws.commit.as_ref()])
+                }
+                (Some(b), Some(_)) if moved => {
+                    args.extend(["-B".as_ref(), b.as_ref(), path, ws.commit.as_ref()])
                 }
                 (Some(b), Some(_)) => args.extend([path, b.as_ref()]),
             }
@@ -352,7 +364,7 @@ fn populate(
             if let Some(url) = origin_url(repo)? {
                 git::run(&ws.path, ["remote", "set-url", "origin", url.as_str()])?;
             }
-            let start = existing_branch.as_deref().unwrap_or(&ws.commit);
+            let start = ws.commit.as_str();
             match &ws.branch {
                 Some(b) => git::run(&ws.path, ["checkout", "--quiet", "-B", b.as_str(), start])?,
                 None => git::run(&ws.path, ["checkout", "--quiet", "--detach", start])?,
@@ -416,6 +428,48 @@ fn resolve(repo: &Repo, reference: &str) -> Result<String, GitError> {
             repo: repo.path.clone(),
             reference: reference.to_string(),
         })
+    }
+}
+
+/// Where a workspace starts: the ref asked for and its commit.
+///
+/// Without `--ref`, an existing `--branch` is continued where it is (else
+/// `HEAD`). With `--ref`, the workspace starts exactly there: an existing
+/// branch must be at that commit or behind it (it is then moved forward),
+/// else the creation is refused naming both commits.
+fn start_point(repo: &Repo, req: &WorkspaceRequest) -> Result<(String, String), GitError> {
+    let tip = match &req.branch {
+        Some(b) => branch_commit(repo, b)?.map(|tip| (b, tip)),
+        None => None,
+    };
+    let Some(reference) = req.reference.clone() else {
+        return Ok(match tip {
+            Some((b, tip)) => (b.clone(), tip),
+            None => ("HEAD".into(), resolve(repo, "HEAD")?),
+        });
+    };
+    let commit = resolve(repo, &reference)?;
+    if let Some((branch, tip)) = tip {
+        if tip != commit && !is_ancestor(&repo.path, &tip, &commit)? {
+            return Err(GitError::BranchNotAtRef {
+                repo: repo.path.clone(),
+                branch: branch.clone(),
+                branch_commit: tip,
+                reference,
+                ref_commit: commit,
+            });
+        }
+    }
+    Ok((reference, commit))
+}
+
+/// Whether `ancestor` is reachable from `descendant` in `repo`.
+fn is_ancestor(repo: &Path, ancestor: &str, descendant: &str) -> Result<bool, GitError> {
+    let (out, line) = git::output(repo, ["merge-base", "--is-ancestor", ancestor, descendant])?;
+    match out.status.code() {
+        Some(0) => Ok(true),
+        Some(1) => Ok(false),
+        _ => Err(git::failed(line, &out)),
     }
 }
 

@@ -55,7 +55,9 @@ pub struct RunWorkspaceArgs {
     #[arg(long = "ref", value_name = "REF", requires = "workspace")]
     pub reference: Option<String>,
 
-    /// Branch to work on in the workspace: created at --ref, or checked out if it exists.
+    /// Branch to work on in the workspace: created at --ref; if it exists, continued where it
+    /// is, or with --ref moved forward to it (refused, naming both commits, if it has commits
+    /// --ref lacks: the workspace never starts elsewhere than --ref).
     #[arg(long, value_name = "NAME", requires = "workspace")]
     pub branch: Option<String>,
 
@@ -130,7 +132,8 @@ Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait;
         /// Commit to start from [default: HEAD].
         #[arg(long = "ref", value_name = "REF")]
         reference: Option<String>,
-        /// Branch to work on: created at --ref, or checked out as it is if it exists.
+        /// Branch to work on: created at --ref; if it exists, continued where it is, or with
+        /// --ref moved forward to it (refused, naming both commits, if it has commits --ref lacks).
         #[arg(long, value_name = "NAME")]
         branch: Option<String>,
         /// How the workspace is made.
