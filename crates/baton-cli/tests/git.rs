@@ -1275,3 +1275,101 @@ fn a_workspace_on_an_existing_branch_starts_exactly_at_ref_or_refuses_naming_bot
         "branch untouched"
     );
 }
+
+/// A run in a clone on `main` (checked out in the base, so the base cannot
+/// take its commit) that commits `subject` and ends: its workspace is left,
+/// owner dead. Returns its id and path.
+fn unpushed_workspace(g: &GitEnv, subject: &str) -> (String, PathBuf) {
+    let before: Vec<String> = g
+        .workspaces()
+        .iter()
+        .map(|w| w["id"].as_str().unwrap().to_string())
+        .collect();
+    let commit =
+        format!("echo '{subject}' >> f.txt && git add f.txt && git commit -qm '{subject}'");
+    let out = g.run(&[
+        "run",
+        "--workspace",
+        g.base.to_str().unwrap(),
+        "--branch",
+        "main",
+        "--",
+        "sh",
+        "-c",
+        &commit,
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let ws = g
+        .workspaces()
+        .into_iter()
+        .find(|w| !before.contains(&w["id"].as_str().unwrap().to_string()))
+        .expect("the run left its workspace");
+    (
+        ws["id"].as_str().unwrap().to_string(),
+        PathBuf::from(ws["path"].as_str().unwrap()),
+    )
+}
+
+/// Issue 26: a clone whose branch has commits the base cannot take does not
+/// make every gc fail: gc keeps and names it, removes the rest and exits 0;
+/// `--discard` (gc and remove) removes it, naming the branch and commits.
+#[test]
+fn gc_keeps_and_names_unpushed_clones_and_discard_drops_them_by_name() {
+    let g = GitEnv::new();
+    let (kept_id, kept_path) = unpushed_workspace(&g, "first unpushed");
+    let out = g.run(&[
+        "run",
+        "--workspace",
+        g.base.to_str().unwrap(),
+        "--keep-workspace",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(g.workspaces().len(), 2);
+    for _ in 0..2 {
+        let out = g.run(&["workspace", "gc", "--json"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["kept"][0]["id"], kept_id.as_str(), "{report}");
+        assert_eq!(report["kept"][0]["branch"], "main", "{report}");
+        assert_eq!(report["kept"][0]["count"], 1, "{report}");
+        let listed = report["kept"][0]["commits"][0].as_str().unwrap();
+        assert!(listed.ends_with(" first unpushed"), "{report}");
+        assert!(report["failed"].as_array().unwrap().is_empty(), "{report}");
+        let err = stderr(&out);
+        assert!(
+            err.contains("first unpushed") && err.contains("--discard"),
+            "{err}"
+        );
+        assert!(kept_path.is_dir());
+    }
+    assert_eq!(g.workspaces().len(), 1, "the other one was removed");
+
+    let (other_id, other_path) = unpushed_workspace(&g, "second unpushed");
+    let out = g.run(&["workspace", "remove", &other_id]);
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--discard"), "{}", stderr(&out));
+    let out = g.run(&["workspace", "remove", &other_id, "--discard"]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    assert!(
+        err.contains("discarded")
+            && err.contains("branch 'main'")
+            && err.contains("second unpushed"),
+        "{err}"
+    );
+    assert!(!other_path.exists());
+
+    let out = g.run(&["workspace", "gc", "--discard", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["removed"][0]["id"], kept_id.as_str(), "{report}");
+    assert_eq!(report["discarded"][0]["id"], kept_id.as_str(), "{report}");
+    let listed = report["discarded"][0]["commits"][0].as_str().unwrap();
+    assert!(listed.ends_with(" first unpushed"), "{report}");
+    assert!(stderr(&out).contains("first unpushed"), "{}", stderr(&out));
+    assert!(!kept_path.exists());
+    assert!(g.workspaces().is_empty());
+    assert_eq!(g.git_ok(&g.base, &["log", "--format=%s", "main"]), "init");
+}

@@ -140,7 +140,7 @@ pub enum GitError {
     /// and they could not be handed to the base repository's branch (it is
     /// checked out there, it has diverged, or the base is gone): the
     /// workspace is left as it is.
-    #[error("workspace '{id}' at '{}' has unpushed commits on branch '{branch}' that cannot be kept in '{}' ({reason}): push them (`baton git push --repo '{}'`), keep them under another name (`git -C '{}' fetch '{}' {branch}:{branch}-kept`) or discard them (`rm -rf '{}'`), then run `baton workspace remove {id}`", path.display(), base.display(), path.display(), base.display(), path.display(), path.display())]
+    #[error("workspace '{id}' at '{}' has {} unpushed commit(s) on branch '{branch}' that cannot be kept in '{}' ({reason}): push them (`baton git push --repo '{}'`), keep them under another name (`git -C '{}' fetch '{}' {branch}:{branch}-kept`), or discard them with `baton workspace remove {id} --discard`", path.display(), commits.len(), base.display(), path.display(), base.display(), path.display())]
     Unpushed {
         /// The workspace id.
         id: String,
@@ -148,6 +148,8 @@ pub enum GitError {
         path: PathBuf,
         /// The branch with the commits.
         branch: String,
+        /// The commits (`abbreviated-hash subject`), newest first.
+        commits: Vec<String>,
         /// The base repository.
         base: PathBuf,
         /// Why they could not be kept there (git's words).

@@ -32,6 +32,7 @@ mod gc;
 mod git;
 mod push;
 mod registry;
+mod remove;
 mod workspace;
 
 pub use error::GitError;
@@ -41,6 +42,7 @@ pub use push::{
     init_attributes, push, AttributesReport, Backoff, PushReport, PushRequest,
     DEFAULT_UNION_PATTERN,
 };
+pub use remove::{remove, remove_with, BranchCommits, Removed, Unpushed};
 pub use workspace::{
-    create, get, list, remove, validate_id, Strategy, Workspace, WorkspaceInfo, WorkspaceRequest,
+    create, get, list, validate_id, Strategy, Workspace, WorkspaceInfo, WorkspaceRequest,
 };

@@ -19,7 +19,6 @@
 
 use std::collections::HashSet;
 use std::fs;
-use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -31,8 +30,9 @@ use baton_lock::{
 use serde::{Deserialize, Serialize};
 
 use crate::error::GitError;
-use crate::git::{self, Repo, DEFAULT_GIT_LOCK_WAIT};
+use crate::git::{self, commit_of, Repo, DEFAULT_GIT_LOCK_WAIT};
 use crate::registry;
+use crate::remove::{inside_workspaces, remove, remove_dir};
 use baton_fs::IoResultExt;
 
 /// How often a `clone --local` that met an object being written in the
@@ -247,7 +247,7 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
 }
 
 /// Takes the lock of workspace `id` (held while it is created or removed).
-fn lock_workspace(
+pub(crate) fn lock_workspace(
     dir: &BatonDir,
     id: &str,
     wait: WaitPolicy,
@@ -410,25 +410,10 @@ fn fetch_base(
 }
 
 fn resolve(repo: &Repo, reference: &str) -> Result<String, GitError> {
-    let spec = format!("{reference}^{{commit}}");
-    let (out, _) = git::output(
-        &repo.path,
-        [
-            "--no-optional-locks",
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            spec.as_str(),
-        ],
-    )?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(GitError::UnknownRef {
-            repo: repo.path.clone(),
-            reference: reference.to_string(),
-        })
-    }
+    commit_of(&repo.path, reference)?.ok_or_else(|| GitError::UnknownRef {
+        repo: repo.path.clone(),
+        reference: reference.to_string(),
+    })
 }
 
 /// Where a workspace starts: the ref asked for and its commit.
@@ -584,237 +569,6 @@ pub fn get(dir: &BatonDir, id: &str) -> Result<Workspace, GitError> {
     registry::get(dir, id)
 }
 
-/// Removes a workspace (directory, worktree registration, record), whoever
-/// owns it. A clone on a branch first hands commits that exist nowhere else
-/// to the base's branch, or refuses ([`GitError::Unpushed`]).
-/// `git_lock_wait` bounds the whole removal (the workspace's lock, which a
-/// creation or another removal holds, and the repository's).
-pub fn remove(dir: &BatonDir, id: &str, git_lock_wait: WaitPolicy) -> Result<Workspace, GitError> {
-    validate_id(id)?;
-    let wait = git::deadline(git_lock_wait);
-    let guard = lock_workspace(dir, id, wait, "remove workspace", "")?;
-    let ws = registry::get(dir, id)?;
-    remove_workspace(dir, &ws, wait)?;
-    drop(guard);
-    Ok(ws)
-}
-
-/// What [`remove_if`] did.
-pub(crate) enum Removal {
-    /// Removed.
-    Removed(Box<Workspace>),
-    /// Not removed: no longer due (re-checked under its lock).
-    NotDue,
-    /// Not removed: being created or removed by another process.
-    Busy(String),
-    /// Removed by someone else meanwhile.
-    Gone,
-}
-
-/// Removes workspace `id` if `due` holds for its record as read under its
-/// lock, without waiting for the lock: a workspace being created or removed
-/// is left alone.
-pub(crate) fn remove_if(
-    dir: &BatonDir,
-    id: &str,
-    wait: WaitPolicy,
-    due: impl Fn(&Workspace) -> bool,
-) -> Result<Removal, GitError> {
-    let guard = match lock_workspace(dir, id, WaitPolicy::Immediately, "gc workspace", "") {
-        Ok(g) => g,
-        Err(e) if e.is_busy() => return Ok(Removal::Busy(baton_lock::one_line(&e))),
-        Err(e) => return Err(e),
-    };
-    let ws = match registry::get(dir, id) {
-        Ok(ws) => ws,
-        Err(GitError::NoSuchWorkspace { .. }) => return Ok(Removal::Gone),
-        Err(e) => return Err(e),
-    };
-    if !due(&ws) {
-        return Ok(Removal::NotDue);
-    }
-    remove_workspace(dir, &ws, wait)?;
-    drop(guard);
-    Ok(Removal::Removed(Box::new(ws)))
-}
-
-/// Whether the record's path is a directory under `<baton dir>/workspaces`.
-fn inside_workspaces(dir: &BatonDir, ws: &Workspace) -> bool {
-    let root = dir.path().join("workspaces");
-    ws.path.starts_with(&root)
-        && ws.path != root
-        && ws
-            .path
-            .components()
-            .all(|c| !matches!(c, Component::ParentDir))
-}
-
-fn remove_workspace(dir: &BatonDir, ws: &Workspace, wait: WaitPolicy) -> Result<(), GitError> {
-    let root = registry::workspaces_dir(dir)?;
-    // Never delete outside the workspaces dir, whatever a record says.
-    if !inside_workspaces(dir, ws) {
-        return Err(GitError::Invalid(format!(
-            "workspace '{}' (run {}) records path '{}', outside '{}': refusing to delete it; remove the record '{}' by hand",
-            ws.id,
-            ws.run_id,
-            ws.path.display(),
-            root.display(),
-            root.join(".registry").join(format!("{}.json", ws.id)).display()
-        )));
-    }
-    if let (Strategy::Clone, Some(branch)) = (ws.strategy, &ws.branch) {
-        keep_branch(ws, branch, wait)?;
-    }
-    remove_dir(ws)?;
-    if ws.strategy == Strategy::Worktree {
-        // The base may be gone too; then there is nothing to prune.
-        if let Ok(repo) = Repo::open(&ws.base_repo) {
-            repo.run_locked(wait, &ws.run_id, &["worktree", "prune"])?;
-        }
-    }
-    // Only now, with the directory gone, may the record go.
-    registry::delete(dir, &ws.id)
-}
-
-/// Deletes the workspace's directory and checks that it is gone (a process
-/// still writing into it could have made it again).
-fn remove_dir(ws: &Workspace) -> Result<(), GitError> {
-    let gone = match fs::remove_dir_all(&ws.path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
-    .and_then(|()| match fs::symlink_metadata(&ws.path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-        Ok(_) => Err(io::Error::from_raw_os_error(
-            rustix::io::Errno::NOTEMPTY.raw_os_error(),
-        )),
-    });
-    gone.map_err(|source| GitError::RemoveFailed {
-        id: ws.id.clone(),
-        path: ws.path.clone(),
-        run_id: ws.run_id.clone(),
-        remedy: remedy(&source, ws),
-        source,
-    })
-}
-
-/// What to do when a workspace directory cannot be deleted, by the cause.
-fn remedy(e: &io::Error, ws: &Workspace) -> String {
-    use rustix::io::Errno;
-    let path = ws.path.display();
-    let again = format!("run `baton workspace remove {}` again", ws.id);
-    match Errno::from_io_error(e) {
-        Some(Errno::ACCESS | Errno::PERM) => {
-            format!("make it writable (`chmod -R u+w '{path}'`), then {again}")
-        }
-        Some(Errno::NOTEMPTY | Errno::EXIST) => format!(
-            "a process is still writing into it (`lsof +D '{path}'` names it): stop it, then {again}"
-        ),
-        Some(Errno::BUSY) => format!(
-            "something is mounted in it or keeps it busy (`findmnt -R '{path}'`): unmount or stop it, then {again}"
-        ),
-        Some(Errno::ROFS) => {
-            format!("its filesystem is read-only: remount it read-write, then {again}")
-        }
-        _ => format!("fix the cause, then {again}"),
-    }
-}
-
-/// Before a clone workspace on `branch` goes, hands the commits of its branch
-/// that exist nowhere else to the base repository's branch of the same name,
-/// where a worktree would have left them. "Nowhere else": not reachable from
-/// the workspace's remote-tracking refs (what it pushed, and the base's
-/// branches as they were when it was cloned), from the commit it started at,
-/// or from the base's branch. The fetch into the base is a fast-forward or
-/// nothing (no `+`), and git refuses to move a branch checked out in a work
-/// tree of the base; then the removal is refused with the ways to keep them.
-fn keep_branch(ws: &Workspace, branch: &str, wait: WaitPolicy) -> Result<(), GitError> {
-    if !ws.path.join(".git").is_dir() {
-        return Ok(()); // never got as far as a clone
-    }
-    let full = format!("refs/heads/{branch}");
-    let Some(tip) = commit_of(&ws.path, &full)? else {
-        return Ok(()); // the branch was deleted in the workspace
-    };
-    let new = git::run(
-        &ws.path,
-        [
-            "rev-list",
-            "-n1",
-            "--ignore-missing",
-            tip.as_str(),
-            "--not",
-            "--remotes",
-            ws.commit.as_str(),
-        ],
-    )?;
-    if new.is_empty() {
-        return Ok(());
-    }
-    let unpushed = |reason: String| GitError::Unpushed {
-        id: ws.id.clone(),
-        path: ws.path.clone(),
-        branch: branch.to_string(),
-        base: ws.base_repo.clone(),
-        reason,
-    };
-    let base = Repo::open(&ws.base_repo)
-        .map_err(|e| unpushed(format!("it cannot be opened: {}", baton_lock::one_line(&e))))?;
-    if let Some(kept) = commit_of(&base.path, &full)? {
-        let (out, _) = git::output(
-            &base.path,
-            ["merge-base", "--is-ancestor", tip.as_str(), kept.as_str()],
-        )?;
-        if out.status.success() {
-            return Ok(()); // the base's branch has them already
-        }
-    }
-    let refspec = format!("{full}:{full}");
-    let (out, _) = base.output_locked(
-        wait,
-        &ws.run_id,
-        &[
-            "fetch".as_ref(),
-            "--quiet".as_ref(),
-            ws.path.as_os_str(),
-            refspec.as_ref(),
-        ],
-    )?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    Err(unpushed(
-        stderr
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join("; "),
-    ))
-}
-
-/// The commit `full_ref` points at in `repo`, if it exists.
-fn commit_of(repo: &Path, full_ref: &str) -> Result<Option<String>, GitError> {
-    let spec = format!("{full_ref}^{{commit}}");
-    let (out, _) = git::output(
-        repo,
-        [
-            "--no-optional-locks",
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            spec.as_str(),
-        ],
-    )?;
-    Ok(out
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()))
-}
-
 /// Bytes allocated on disk under `path`, each inode counted once.
 fn disk_usage(path: &Path) -> u64 {
     let mut seen = HashSet::new();
@@ -848,35 +602,6 @@ mod tests {
         let long = "x".repeat(65);
         for bad in ["", ".hidden", "-x", "a/b", "..", "a b", "é", long.as_str()] {
             assert!(validate_id(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn remove_failure_remedy_matches_the_cause() {
-        let ws = Workspace {
-            id: "w1".into(),
-            path: PathBuf::from("/b/workspaces/w1"),
-            strategy: Strategy::Clone,
-            base_repo: PathBuf::from("/src"),
-            base_git_dir: PathBuf::from("/src/.git"),
-            reference: "HEAD".into(),
-            commit: "0".repeat(40),
-            branch: None,
-            owner: ProcessIdentity::current(),
-            run_id: "r1".into(),
-            created_at: "2026-01-01T00:00:00Z".into(),
-        };
-        let of = |errno: rustix::io::Errno| {
-            remedy(&io::Error::from_raw_os_error(errno.raw_os_error()), &ws)
-        };
-        let busy = of(rustix::io::Errno::NOTEMPTY);
-        assert!(
-            busy.contains("still writing") && !busy.contains("chmod"),
-            "{busy}"
-        );
-        assert!(of(rustix::io::Errno::ACCESS).contains("chmod -R u+w"));
-        for errno in [rustix::io::Errno::NOTEMPTY, rustix::io::Errno::IO] {
-            assert!(of(errno).contains("baton workspace remove w1"));
         }
     }
 

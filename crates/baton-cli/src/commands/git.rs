@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_git::{
-    create, gc, init_attributes, list, push, remove, Backoff, GcOptions, GitError, PushRequest,
-    Strategy, WorkspaceRequest,
+    create, gc, init_attributes, list, push, remove_with, Backoff, BranchCommits, GcOptions,
+    GitError, PushRequest, Strategy, Unpushed, WorkspaceRequest,
 };
 use baton_lock::{BatonDir, ProcessIdentity, WaitPolicy};
 use clap::{Args, Subcommand, ValueEnum};
@@ -170,9 +170,22 @@ Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait;
     },
 
     /// Remove a workspace (its directory, its worktree entry, its record).
+    #[command(after_help = "Examples:
+  baton workspace remove fix-42
+  baton workspace remove fix-42 --discard
+
+A clone made with --branch hands the commits on its branch that exist nowhere else (not
+pushed, not in the base) to the base's branch of the same name first. When the base cannot
+take them (the branch is checked out there, or has diverged) the removal is refused and names
+them; --discard removes the workspace anyway and names the branch and the commits dropped.
+
+Exit status: 0 removed; 75 a lock stayed busy past --git-lock-wait; 125 failed or refused.")]
     Remove {
         /// The workspace id.
         id: String,
+        /// Remove it even if commits on its branch exist nowhere else (they are named).
+        #[arg(long)]
+        discard: bool,
         #[command(flatten)]
         wait: GitLockWaitArg,
     },
@@ -183,16 +196,22 @@ Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait;
   baton workspace gc --older-than 2h --json
 
 The workspace of a live owner (boot id + pid + start time) is never removed, however old;
-nor is one being created or removed right now (reported as skipped). A workspace that cannot
-be removed is reported with its path and a remedy; the others are still removed. Exit status:
-0 if everything due was removed or skipped, 125 if something could not be removed.")]
+nor is one being created or removed right now (reported as skipped). A clone whose branch has
+commits that exist nowhere else and that the base cannot take is kept and reported with the
+commits (not a failure); --discard removes it too and names what was dropped. A workspace that
+cannot be removed is reported with its path and a remedy; the others are still removed.
+Exit status: 0 if everything due was removed, skipped or kept; 125 if something could not be
+removed.")]
     Gc {
         /// Only remove workspaces (of dead owners) at least this old.
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         older_than: Option<Duration>,
+        /// Also remove clones whose branch has commits that exist nowhere else (they are named).
+        #[arg(long)]
+        discard: bool,
         #[command(flatten)]
         wait: GitLockWaitArg,
-        /// Print JSON {removed, skipped, failed, pruned}.
+        /// Print JSON {removed, discarded, kept, skipped, failed, pruned}.
         #[arg(long)]
         json: bool,
     },
@@ -345,15 +364,24 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
             }
             Err(e) => fail(&e, code(&e)),
         },
-        WorkspaceCommand::Remove { id, wait } => {
-            match remove(dir, &id, WaitPolicy::from(wait.git_lock_wait)) {
-                Ok(ws) => {
+        WorkspaceCommand::Remove { id, discard, wait } => {
+            match remove_with(
+                dir,
+                &id,
+                WaitPolicy::from(wait.git_lock_wait),
+                unpushed(discard),
+            ) {
+                Ok(r) => {
+                    let ws = &r.workspace;
                     errln!(
                         "baton: removed workspace '{}' at '{}' (run {})",
                         ws.id,
                         ws.path.display(),
                         ws.run_id
                     );
+                    if let Some(d) = &r.discarded {
+                        errln!("baton: {}", discarded(d));
+                    }
                     0
                 }
                 Err(e) => fail(&e, code(&e)),
@@ -361,12 +389,14 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
         }
         WorkspaceCommand::Gc {
             older_than,
+            discard,
             wait,
             json,
         } => {
             let opts = GcOptions {
                 older_than,
                 git_lock_wait: WaitPolicy::from(wait.git_lock_wait),
+                unpushed: unpushed(discard),
             };
             let report = match gc(dir, &opts) {
                 Ok(r) => r,
@@ -386,6 +416,19 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
                 }
                 0
             };
+            for d in &report.discarded {
+                errln!("baton: gc: {}", discarded(d));
+            }
+            for k in &report.kept {
+                errln!(
+                    "baton: gc: kept workspace '{}' at '{}' (run {}): {}; push them, or drop them with `baton workspace remove {} --discard` (or `gc --discard`)",
+                    k.id,
+                    k.path.display(),
+                    k.run_id,
+                    commits(k),
+                    k.id
+                );
+            }
             for s in &report.skipped {
                 errln!(
                     "baton: gc: skipped workspace '{}' at '{}': {}",
@@ -459,6 +502,41 @@ pub fn run_git(_dir: &BatonDir, cmd: GitCommand) -> u8 {
             Err(e) => fail(&e, code(&e)),
         },
     }
+}
+
+fn unpushed(discard: bool) -> Unpushed {
+    if discard {
+        Unpushed::Discard
+    } else {
+        Unpushed::Keep
+    }
+}
+
+/// `branch 'b' has 2 commit(s) that exist nowhere else (abc1234 fix; def5678 wip): <reason>`.
+fn commits(c: &BranchCommits) -> String {
+    let more = c.count.saturating_sub(c.commits.len());
+    let more = if more > 0 {
+        format!("; and {more} more")
+    } else {
+        String::new()
+    };
+    format!(
+        "branch '{}' has {} commit(s) that exist nowhere else ({}{more}), which the base cannot take ({})",
+        c.branch,
+        c.count,
+        c.commits.join("; "),
+        c.reason
+    )
+}
+
+/// What `--discard` dropped with workspace `c.id`.
+fn discarded(c: &BranchCommits) -> String {
+    format!(
+        "discarded with workspace '{}' (run {}): {}",
+        c.id,
+        c.run_id,
+        commits(c)
+    )
 }
 
 fn human_age(secs: u64) -> String {
