@@ -37,8 +37,8 @@ impl GitEnv {
     /// A bare remote with one commit on `main`, and a clone of it as the base.
     fn new() -> GitEnv {
         let env = Env::new();
-        // No auto maintenance: git 2.47 detaches it from `git commit` into
-        // its own session, and `baton run` then reports it as a leftover.
+        // No auto maintenance, for speed (a run makes it foreground, see
+        // `commits_in_a_run_leave_no_detached_git_maintenance_behind`).
         fs::write(
             env.path("gitconfig"),
             "[init]\n\tdefaultBranch = main\n[maintenance]\n\tauto = false\n[gc]\n\tauto = 0\n",
@@ -1372,4 +1372,66 @@ fn gc_keeps_and_names_unpushed_clones_and_discard_drops_them_by_name() {
     assert!(!kept_path.exists());
     assert!(g.workspaces().is_empty());
     assert_eq!(g.git_ok(&g.base, &["log", "--format=%s", "main"]), "init");
+}
+
+/// Issue 26: `git commit` in a run, with git's automatic maintenance on
+/// (detached by default since git 2.47), leaves nothing running for baton
+/// to warn about or kill: the maintenance runs inside the command. Made
+/// deterministic: two packs over `gc.autoPackLimit = 1` make every commit's
+/// maintenance want a gc, and a `pre-auto-gc` hook that takes a second (and
+/// then declines) keeps a detached maintenance alive past the command.
+#[test]
+fn commits_in_a_run_leave_no_detached_git_maintenance_behind() {
+    let g = GitEnv::new();
+    let hooks = g.env.path("hooks");
+    let ran = g.env.path("pre-auto-gc.log");
+    fs::create_dir(&hooks).unwrap();
+    let hook = hooks.join("pre-auto-gc");
+    fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\necho ran >> {}\nsleep 1\nexit 1\n",
+            ran.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+    for n in ["p1", "p2"] {
+        g.git_ok(&g.base, &["commit", "-q", "--allow-empty", "-m", n]);
+        g.git_ok(&g.base, &["repack", "-q"]);
+    }
+    // Automatic maintenance on, detached: git's defaults.
+    fs::write(
+        g.env.path("gitconfig"),
+        format!(
+            "[init]\n\tdefaultBranch = main\n[gc]\n\tautoPackLimit = 1\n[core]\n\thooksPath = {}\n",
+            hooks.display()
+        ),
+    )
+    .unwrap();
+    let commit = "echo 1 > n.txt && git add n.txt && git commit -qm n";
+    for args in [
+        vec!["--workspace", g.base.to_str().unwrap(), "--branch", "work"],
+        vec!["--lock", "repo"],
+    ] {
+        let mut all = vec!["run"];
+        all.extend(args);
+        all.extend(["--", "sh", "-c", commit]);
+        let out = g.baton(&all).current_dir(&g.base).output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(code(&out), 0, "{err}");
+        assert!(!err.contains("left"), "{all:?}: {err}");
+    }
+    // Once per commit, within the run (and once more for the fetch that
+    // hands the workspace's branch to the base).
+    let ran = fs::read_to_string(&ran).unwrap_or_default();
+    assert!(ran.lines().count() >= 2, "{ran:?}");
+    assert_eq!(
+        g.git_ok(&g.base, &["log", "-1", "--format=%s", "work"]),
+        "n"
+    );
+    assert_eq!(
+        g.git_ok(&g.base, &["log", "-1", "--format=%s", "main"]),
+        "n"
+    );
 }

@@ -257,6 +257,8 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     spec.clear_env = req.clear_env;
     spec.env
         .extend(command_env(dir, req, &run_id, &guards, member.as_ref()));
+    let git = crate::git_env::foreground_maintenance(&spec.env, spec.clear_env);
+    spec.env.extend(git);
     if let Some((ws, _)) = &workspace {
         spec.cwd = Some(ws.path.clone());
         spec.env
