@@ -1435,3 +1435,86 @@ fn commits_in_a_run_leave_no_detached_git_maintenance_behind() {
         "n"
     );
 }
+
+/// Issue 26: a workspace root per base, by flag or by the base's git
+/// setting `baton.workspaceRoot`; the registry stays in the baton dir, and
+/// baton deletes only directories it made in a root it marked.
+#[test]
+fn workspaces_go_to_the_root_chosen_by_flag_or_by_the_bases_setting() {
+    let g = GitEnv::new();
+    let base = g.base.to_str().unwrap();
+    let flag_root = g.env.path("fast/ws");
+    let out = g.run(&[
+        "workspace",
+        "create",
+        "--repo",
+        base,
+        "--workspace-root",
+        flag_root.to_str().unwrap(),
+        "--id",
+        "by-flag",
+        "--json",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let ws: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let path = PathBuf::from(ws["path"].as_str().unwrap());
+    let flag_root = fs::canonicalize(&flag_root).unwrap();
+    assert_eq!(path.parent(), Some(flag_root.as_path()), "{ws}");
+    assert!(path.join("a.txt").is_file());
+    assert_eq!(g.workspaces().len(), 1, "recorded in the baton dir");
+    let out = g.run(&["workspace", "remove", "by-flag"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!path.exists() && flag_root.is_dir());
+
+    // The base's setting, relative to its top, for runs and creations.
+    g.git_ok(&g.base, &["config", "baton.workspaceRoot", "../by-setting"]);
+    let out = g.run(&["run", "--workspace", base, "--", "pwd"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let ran_in = PathBuf::from(stdout(&out).trim());
+    let setting_root = fs::canonicalize(g.env.path("by-setting")).unwrap();
+    assert_eq!(ran_in.parent(), Some(setting_root.as_path()));
+    assert!(!ran_in.exists(), "removed after the run");
+    assert!(g.leftovers().is_empty());
+
+    // Inside the base's work tree: refused, nothing made.
+    let inside = g.base.join("sub/ws");
+    let out = g.run(&[
+        "workspace",
+        "create",
+        "--repo",
+        base,
+        "--workspace-root",
+        inside.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("inside the work tree"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!g.base.join("sub").exists());
+
+    // A root without baton's marker is never deleted from, whatever the record says.
+    let out = g.run(&[
+        "workspace",
+        "create",
+        "--repo",
+        base,
+        "--id",
+        "marked",
+        "--json",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let ws: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let path = PathBuf::from(ws["path"].as_str().unwrap());
+    fs::remove_file(setting_root.join(".baton-workspace-root")).unwrap();
+    let out = g.run(&["workspace", "remove", "marked"]);
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("refusing to delete"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(path.is_dir());
+}

@@ -33,6 +33,7 @@ mod git;
 mod push;
 mod registry;
 mod remove;
+mod root;
 mod workspace;
 
 pub use error::GitError;
@@ -43,6 +44,7 @@ pub use push::{
     DEFAULT_UNION_PATTERN,
 };
 pub use remove::{remove, remove_with, BranchCommits, Removed, Unpushed};
+pub use root::ROOT_SETTING;
 pub use workspace::{
     create, get, list, validate_id, Strategy, Workspace, WorkspaceInfo, WorkspaceRequest,
 };

@@ -11,7 +11,7 @@
 
 use std::fs;
 use std::io;
-use std::path::{Component, PathBuf};
+use std::path::PathBuf;
 
 use baton_lock::{BatonDir, WaitPolicy};
 use serde::Serialize;
@@ -158,33 +158,22 @@ pub(crate) fn remove_if(
     })))
 }
 
-/// Whether the record's path is a directory under `<baton dir>/workspaces`.
-pub(crate) fn inside_workspaces(dir: &BatonDir, ws: &Workspace) -> bool {
-    let root = dir.path().join("workspaces");
-    ws.path.starts_with(&root)
-        && ws.path != root
-        && ws
-            .path
-            .components()
-            .all(|c| !matches!(c, Component::ParentDir))
-}
-
 fn remove_workspace(
     dir: &BatonDir,
     ws: &Workspace,
     wait: WaitPolicy,
     unpushed: Unpushed,
 ) -> Result<Option<BranchCommits>, GitError> {
-    let root = registry::workspaces_dir(dir)?;
-    // Never delete outside the workspaces dir, whatever a record says.
-    if !inside_workspaces(dir, ws) {
+    // Never delete outside a workspace root baton made, whatever a record says.
+    if !crate::root::may_delete(dir, ws) {
+        let root = crate::root::root_of(dir, ws);
         return Err(GitError::Invalid(format!(
             "workspace '{}' (run {}) records path '{}', outside '{}': refusing to delete it; remove the record '{}' by hand",
             ws.id,
             ws.run_id,
             ws.path.display(),
             root.display(),
-            root.join(".registry").join(format!("{}.json", ws.id)).display()
+            registry::record_file(dir, &ws.id).display()
         )));
     }
     let discarded = match (ws.strategy, &ws.branch) {
@@ -339,6 +328,7 @@ mod tests {
         let ws = Workspace {
             id: "w1".into(),
             path: PathBuf::from("/b/workspaces/w1"),
+            root: None,
             strategy: Strategy::Clone,
             base_repo: PathBuf::from("/src"),
             base_git_dir: PathBuf::from("/src/.git"),

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::GitError;
 use crate::git::{self, commit_of, Repo, DEFAULT_GIT_LOCK_WAIT};
 use crate::registry;
-use crate::remove::{inside_workspaces, remove, remove_dir};
+use crate::remove::{remove, remove_dir};
 use baton_fs::IoResultExt;
 
 /// How often a `clone --local` that met an object being written in the
@@ -84,6 +84,9 @@ pub struct WorkspaceRequest {
     pub owner: Option<ProcessIdentity>,
     /// Copy the ignored files listed in the base's `.worktreeinclude`.
     pub include_ignored: bool,
+    /// Where to make the workspace; default the base's `baton.workspaceRoot`
+    /// setting, else `<baton dir>/workspaces` (the registry stays there).
+    pub root: Option<PathBuf>,
     /// Refresh the base from its origin first.
     pub fetch: bool,
     /// Fetches within this long of the last one are skipped (shared).
@@ -105,6 +108,7 @@ impl WorkspaceRequest {
             run_id: None,
             owner: None,
             include_ignored: false,
+            root: None,
             fetch: false,
             fetch_debounce: Duration::from_secs(30),
             git_lock_wait: WaitPolicy::AtMost(DEFAULT_GIT_LOCK_WAIT),
@@ -119,6 +123,10 @@ pub struct Workspace {
     pub id: String,
     /// Where it is.
     pub path: PathBuf,
+    /// The workspace root it was made in, when one was chosen (flag or
+    /// setting) rather than the baton dir's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<PathBuf>,
     /// How it was made.
     pub strategy: Strategy,
     /// The base repository's path.
@@ -212,7 +220,7 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
         fetch_base(&repo, req, wait, &run_id)?;
     }
     let (reference, commit) = start_point(&repo, req)?;
-    let root = registry::workspaces_dir(dir)?;
+    let (root, chosen) = crate::root::choose(dir, &repo, req.root.as_deref())?;
     let name = if id == run_id {
         id.clone()
     } else {
@@ -221,6 +229,7 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
     let ws = Workspace {
         id: id.clone(),
         path: root.join(name),
+        root: chosen.then_some(root),
         strategy: req.strategy,
         base_repo: repo.path.clone(),
         base_git_dir: repo.common_dir.clone(),
@@ -269,7 +278,7 @@ pub(crate) fn lock_workspace(
 /// the record, unless the directory could not be removed (then gc finds it
 /// by its record).
 fn discard(dir: &BatonDir, ws: &Workspace, wait: WaitPolicy) {
-    if !inside_workspaces(dir, ws) || remove_dir(ws).is_err() {
+    if !crate::root::may_delete(dir, ws) || remove_dir(ws).is_err() {
         return;
     }
     if ws.strategy == Strategy::Worktree {

@@ -73,6 +73,11 @@ pub struct RunWorkspaceArgs {
     #[arg(long, requires = "workspace")]
     pub include_ignored: bool,
 
+    /// Make the workspace in this directory [default: the repository's `baton.workspaceRoot`
+    /// git setting, else <baton dir>/workspaces].
+    #[arg(long, value_name = "DIR", requires = "workspace")]
+    pub workspace_root: Option<PathBuf>,
+
     /// First refresh the repository from its origin (`git fetch origin`), shared with other
     /// fetches within --fetch-debounce.
     #[arg(long, requires = "workspace")]
@@ -96,6 +101,7 @@ impl RunWorkspaceArgs {
         req.branch = self.branch.clone();
         req.strategy = self.strategy.into();
         req.include_ignored = self.include_ignored;
+        req.root = self.workspace_root.clone();
         req.fetch = self.fetch;
         req.fetch_debounce = self.fetch_debounce;
         if let Some(w) = self.git_lock_wait {
@@ -112,17 +118,20 @@ pub enum WorkspaceCommand {
     #[command(after_help = "Examples:
   WS=$(baton workspace create --repo . --branch agent/fix-42) && cd \"$WS\"
   baton workspace create --repo ~/src/app --strategy worktree --ref origin/main --json
+  git -C ~/src/app config baton.workspaceRoot /fast/workspaces   # this repository's root
 
 clone (default): `git clone --local` (objects hardlinked, a fully independent .git), origin
 re-pointed to the base's own origin URL. worktree: `git worktree add`, sharing the base's .git.
 Only the git commands on the base's shared metadata run under the repository's lock (in
 <git common dir>/baton, whatever your baton dir); checking files out does not. The workspace
-lives under <baton dir>/workspaces/, its path contains the run id, and it is recorded with its
-owner (the process that ran this command, usually your shell): once the owner has exited,
-`baton workspace gc` removes it. When a clone on --branch is removed, commits on the branch
-that exist nowhere else are fetched into the base's branch first; if the base cannot take
-them (the branch is checked out there, or has diverged) the removal is refused and says how
-to keep them.
+lives under <baton dir>/workspaces/ (or --workspace-root, or the directory the repository's
+git setting baton.workspaceRoot names, relative to its top), its path contains the run id,
+and it is recorded in the baton dir with its owner (the process that ran this command,
+usually your shell): once the owner has exited, `baton workspace gc` removes it. When a clone
+on --branch is removed, commits on the branch that exist nowhere else are fetched into the
+base's branch first; if the base cannot take them (the branch is checked out there, or has
+diverged) the removal is refused and names them (`baton workspace remove ID --discard`
+drops them).
 
 Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait; 125 failed.")]
     Create {
@@ -152,6 +161,10 @@ Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait;
         /// Copy the git-ignored files listed in the repository's .worktreeinclude.
         #[arg(long)]
         include_ignored: bool,
+        /// Make the workspace in this directory [default: the repository's
+        /// `baton.workspaceRoot` git setting, else <baton dir>/workspaces].
+        #[arg(long, value_name = "DIR")]
+        workspace_root: Option<PathBuf>,
         #[command(flatten)]
         wait: GitLockWaitArg,
         /// Print the workspace record as JSON.
@@ -309,10 +322,12 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
             fetch,
             fetch_debounce,
             include_ignored,
+            workspace_root,
             wait,
             json,
         } => {
             let mut req = WorkspaceRequest::new(repo);
+            req.root = workspace_root;
             req.reference = reference;
             req.branch = branch;
             req.strategy = strategy.into();
