@@ -19,6 +19,7 @@ use crate::say::fail;
 /// `baton run`.
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("target").args(["locks", "group", "workspace"]).required(true).multiple(true)))]
+#[command(mut_arg("max", |a| a.help("Use the lock as a semaphore with N slots (with --group: N runs of the group at once, mode queue); every user of the name must give the same N")))]
 pub struct RunArgs {
     /// Lock to hold while the command runs; repeat for several.
     #[arg(long = "lock", value_name = "NAME", value_parser = lock_name)]
