@@ -124,8 +124,8 @@ pub struct Workspace {
     /// Where it is.
     pub path: PathBuf,
     /// The workspace root it was made in, when one was chosen (flag or
-    /// setting) rather than the baton dir's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// setting) rather than the baton dir's (`null`: the baton dir's).
+    #[serde(default)]
     pub root: Option<PathBuf>,
     /// How it was made.
     pub strategy: Strategy,

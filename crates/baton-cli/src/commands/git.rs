@@ -51,7 +51,8 @@ pub struct RunWorkspaceArgs {
     #[arg(long, value_name = "REPO")]
     pub workspace: Option<PathBuf>,
 
-    /// Commit the workspace starts from [default: HEAD of the repository].
+    /// Commit the workspace starts from, exactly [default: an existing --branch where it is, else
+    /// HEAD of the repository].
     #[arg(long = "ref", value_name = "REF", requires = "workspace")]
     pub reference: Option<String>,
 
@@ -138,7 +139,7 @@ Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait;
         /// The base repository (any path inside it).
         #[arg(long, value_name = "PATH", default_value = ".")]
         repo: PathBuf,
-        /// Commit to start from [default: HEAD].
+        /// Commit to start from, exactly [default: an existing --branch where it is, else HEAD].
         #[arg(long = "ref", value_name = "REF")]
         reference: Option<String>,
         /// Branch to work on: created at --ref; if it exists, continued where it is, or with
