@@ -140,20 +140,12 @@ pub enum GitError {
     /// and they could not be handed to the base repository's branch (it is
     /// checked out there, it has diverged, or the base is gone): the
     /// workspace is left as it is.
-    #[error("workspace '{id}' at '{}' has {} unpushed commit(s) on branch '{branch}' that cannot be kept in '{}' ({reason}): push them (`baton git push --repo '{}'`), keep them under another name (`git -C '{}' fetch '{}' {branch}:{branch}-kept`), or discard them with `baton workspace remove {id} --discard`", path.display(), commits.len(), base.display(), path.display(), base.display(), path.display())]
+    #[error("workspace '{}' at '{}' has {} unpushed commit(s) on branch '{}' that cannot be kept in '{}' ({}): push them (`baton git push --repo '{}'`), keep them under another name (`git -C '{}' fetch '{}' {}:{}-kept`), or discard them with `baton workspace remove {} --discard`", .commits.id, .commits.path.display(), .commits.count, .commits.branch, .base.display(), .commits.reason, .commits.path.display(), .base.display(), .commits.path.display(), .commits.branch, .commits.branch, .commits.id)]
     Unpushed {
-        /// The workspace id.
-        id: String,
-        /// Its path.
-        path: PathBuf,
-        /// The branch with the commits.
-        branch: String,
-        /// The commits (`abbreviated-hash subject`), newest first.
-        commits: Vec<String>,
+        /// The workspace, its branch and the commits.
+        commits: Box<crate::remove::BranchCommits>,
         /// The base repository.
         base: PathBuf,
-        /// Why they could not be kept there (git's words).
-        reason: String,
     },
     /// HEAD is detached and no branch was named.
     #[error("HEAD of '{}' is detached: name the branch to push with --branch", repo.display())]

@@ -142,7 +142,7 @@ pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
                 run_id: ws.run_id.clone(),
                 reason,
             }),
-            Err(e) => match BranchCommits::from_error(&ws, e) {
+            Err(e) => match BranchCommits::from_error(e) {
                 Ok(kept) => report.kept.push(kept),
                 Err(e) => report.failed.push(GcFailure {
                     id: ws.id.clone(),

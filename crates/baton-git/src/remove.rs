@@ -55,24 +55,10 @@ pub struct BranchCommits {
 }
 
 impl BranchCommits {
-    /// What [`GitError::Unpushed`] says about workspace `ws`; any other
-    /// error is handed back.
-    pub(crate) fn from_error(ws: &Workspace, e: GitError) -> Result<BranchCommits, GitError> {
+    /// What [`GitError::Unpushed`] says; any other error is handed back.
+    pub(crate) fn from_error(e: GitError) -> Result<BranchCommits, GitError> {
         match e {
-            GitError::Unpushed {
-                branch,
-                commits,
-                reason,
-                ..
-            } => Ok(BranchCommits {
-                id: ws.id.clone(),
-                path: ws.path.clone(),
-                run_id: ws.run_id.clone(),
-                branch,
-                count: commits.len(),
-                commits: commits.into_iter().take(LISTED_COMMITS).collect(),
-                reason,
-            }),
+            GitError::Unpushed { commits, .. } => Ok(*commits),
             e => Err(e),
         }
     }
@@ -179,7 +165,7 @@ fn remove_workspace(
     let discarded = match (ws.strategy, &ws.branch) {
         (Strategy::Clone, Some(branch)) => match keep_branch(ws, branch, wait) {
             Ok(()) => None,
-            Err(e) if unpushed == Unpushed::Discard => Some(BranchCommits::from_error(ws, e)?),
+            Err(e) if unpushed == Unpushed::Discard => Some(BranchCommits::from_error(e)?),
             Err(e) => return Err(e),
         },
         _ => None,
@@ -275,12 +261,20 @@ fn keep_branch(ws: &Workspace, branch: &str, wait: WaitPolicy) -> Result<(), Git
         return Ok(());
     }
     let unpushed = |reason: String| GitError::Unpushed {
-        id: ws.id.clone(),
-        path: ws.path.clone(),
-        branch: branch.to_string(),
-        commits: new.lines().map(str::to_string).collect(),
+        commits: Box::new(BranchCommits {
+            id: ws.id.clone(),
+            path: ws.path.clone(),
+            run_id: ws.run_id.clone(),
+            branch: branch.to_string(),
+            count: new.lines().count(),
+            commits: new
+                .lines()
+                .take(LISTED_COMMITS)
+                .map(str::to_string)
+                .collect(),
+            reason,
+        }),
         base: ws.base_repo.clone(),
-        reason,
     };
     let base = Repo::open(&ws.base_repo)
         .map_err(|e| unpushed(format!("it cannot be opened: {}", baton_lock::one_line(&e))))?;
