@@ -167,6 +167,13 @@ impl GitEnv {
         c
     }
 
+    /// `baton ARGS` that must exit 0: its stdout as JSON.
+    fn json_ok(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.run(args);
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
     fn workspaces(&self) -> Vec<serde_json::Value> {
         let out = self.run(&["workspace", "list", "--json"]);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -1203,7 +1210,7 @@ fn a_workspace_on_an_existing_branch_starts_exactly_at_ref_or_refuses_naming_bot
     // origin/main, on `main` (clone), and on a branch behind it (worktree).
     g.git_ok(&g.base, &["branch", "feature", &stale]);
     for (strategy, branch) in [("clone", "main"), ("worktree", "feature")] {
-        let out = g.run(&[
+        let ws = g.json_ok(&[
             "workspace",
             "create",
             "--repo",
@@ -1216,8 +1223,6 @@ fn a_workspace_on_an_existing_branch_starts_exactly_at_ref_or_refuses_naming_bot
             branch,
             "--json",
         ]);
-        assert_eq!(code(&out), 0, "{strategy}: {}", stderr(&out));
-        let ws: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let path = PathBuf::from(ws["path"].as_str().unwrap());
         assert_eq!(ws["commit"], fresh.as_str(), "{strategy}: {ws}");
         assert_eq!(g.git_ok(&path, &["rev-parse", "HEAD"]), fresh, "{strategy}");
@@ -1229,7 +1234,7 @@ fn a_workspace_on_an_existing_branch_starts_exactly_at_ref_or_refuses_naming_bot
     }
     // Without --ref an existing branch is continued where it is.
     g.git_ok(&g.base, &["branch", "old", &stale]);
-    let out = g.run(&[
+    let ws = g.json_ok(&[
         "workspace",
         "create",
         "--repo",
@@ -1238,8 +1243,6 @@ fn a_workspace_on_an_existing_branch_starts_exactly_at_ref_or_refuses_naming_bot
         "old",
         "--json",
     ]);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let ws: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(ws["commit"], stale.as_str(), "{ws}");
     // A branch with commits that --ref lacks: refused, naming both commits,
     // nothing created.
@@ -1328,9 +1331,7 @@ fn gc_keeps_and_names_unpushed_clones_and_discard_drops_them_by_name() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(g.workspaces().len(), 2);
     for _ in 0..2 {
-        let out = g.run(&["workspace", "gc", "--json"]);
-        assert_eq!(code(&out), 0, "{}", stderr(&out));
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let report = g.json_ok(&["workspace", "gc", "--json"]);
         assert_eq!(report["kept"][0]["id"], kept_id.as_str(), "{report}");
         assert_eq!(report["kept"][0]["branch"], "main", "{report}");
         assert_eq!(report["kept"][0]["count"], 1, "{report}");
@@ -1361,9 +1362,7 @@ fn gc_keeps_and_names_unpushed_clones_and_discard_drops_them_by_name() {
     );
     assert!(!other_path.exists());
 
-    let out = g.run(&["workspace", "gc", "--discard", "--json"]);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = g.json_ok(&["workspace", "gc", "--discard", "--json"]);
     assert_eq!(report["removed"][0]["id"], kept_id.as_str(), "{report}");
     assert_eq!(report["discarded"][0]["id"], kept_id.as_str(), "{report}");
     let listed = report["discarded"][0]["commits"][0].as_str().unwrap();
@@ -1444,7 +1443,7 @@ fn workspaces_go_to_the_root_chosen_by_flag_or_by_the_bases_setting() {
     let g = GitEnv::new();
     let base = g.base.to_str().unwrap();
     let flag_root = g.env.path("fast/ws");
-    let out = g.run(&[
+    let ws = g.json_ok(&[
         "workspace",
         "create",
         "--repo",
@@ -1455,8 +1454,6 @@ fn workspaces_go_to_the_root_chosen_by_flag_or_by_the_bases_setting() {
         "by-flag",
         "--json",
     ]);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let ws: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let path = PathBuf::from(ws["path"].as_str().unwrap());
     let flag_root = fs::canonicalize(&flag_root).unwrap();
     assert_eq!(path.parent(), Some(flag_root.as_path()), "{ws}");
@@ -1496,7 +1493,7 @@ fn workspaces_go_to_the_root_chosen_by_flag_or_by_the_bases_setting() {
     assert!(!g.base.join("sub").exists());
 
     // A root without baton's marker is never deleted from, whatever the record says.
-    let out = g.run(&[
+    let ws = g.json_ok(&[
         "workspace",
         "create",
         "--repo",
@@ -1505,8 +1502,6 @@ fn workspaces_go_to_the_root_chosen_by_flag_or_by_the_bases_setting() {
         "marked",
         "--json",
     ]);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let ws: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let path = PathBuf::from(ws["path"].as_str().unwrap());
     fs::remove_file(setting_root.join(".baton-workspace-root")).unwrap();
     let out = g.run(&["workspace", "remove", "marked"]);
