@@ -1512,4 +1512,9 @@ fn workspaces_go_to_the_root_chosen_by_flag_or_by_the_bases_setting() {
         stderr(&out)
     );
     assert!(path.is_dir());
+    // A root wiped by someone else (a tmpfs after a reboot): its records go.
+    fs::remove_dir_all(&setting_root).unwrap();
+    let out = g.run(&["workspace", "remove", "marked"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(g.workspaces().is_empty());
 }

@@ -150,8 +150,11 @@ fn remove_workspace(
     wait: WaitPolicy,
     unpushed: Unpushed,
 ) -> Result<Option<BranchCommits>, GitError> {
-    // Never delete outside a workspace root baton made, whatever a record says.
-    if !crate::root::may_delete(dir, ws) {
+    // Never delete outside a workspace root baton made, whatever a record
+    // says; a directory that is gone already (its root was wiped) needs no
+    // deleting, and its record may go.
+    let exists = fs::symlink_metadata(&ws.path).is_ok();
+    if exists && !crate::root::may_delete(dir, ws) {
         let root = crate::root::root_of(dir, ws);
         return Err(GitError::Invalid(format!(
             "workspace '{}' (run {}) records path '{}', outside '{}': refusing to delete it; remove the record '{}' by hand",
