@@ -1331,7 +1331,9 @@ fn gc_keeps_and_names_unpushed_clones_and_discard_drops_them_by_name() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(g.workspaces().len(), 2);
     for _ in 0..2 {
-        let report = g.json_ok(&["workspace", "gc", "--json"]);
+        let out = g.run(&["workspace", "gc", "--json"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(report["kept"][0]["id"], kept_id.as_str(), "{report}");
         assert_eq!(report["kept"][0]["branch"], "main", "{report}");
         assert_eq!(report["kept"][0]["count"], 1, "{report}");
@@ -1362,7 +1364,9 @@ fn gc_keeps_and_names_unpushed_clones_and_discard_drops_them_by_name() {
     );
     assert!(!other_path.exists());
 
-    let report = g.json_ok(&["workspace", "gc", "--discard", "--json"]);
+    let out = g.run(&["workspace", "gc", "--discard", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["removed"][0]["id"], kept_id.as_str(), "{report}");
     assert_eq!(report["discarded"][0]["id"], kept_id.as_str(), "{report}");
     let listed = report["discarded"][0]["commits"][0].as_str().unwrap();
