@@ -121,3 +121,74 @@ fn a_group_run_on_postgresql_after_a_killed_run_is_told() {
     assert_eq!(pg.told(&["run", "--group", "g"]), "died=1");
     assert_eq!(pg.told(&["run", "--group", "g"]), "died=");
 }
+
+/// `sh -c SCRIPT` in a clean environment, for scripts that run baton.
+fn shell(pg: &Pg, script: &str) -> std::process::Command {
+    let mut c = std::process::Command::new("sh");
+    c.args(["-c", script])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", pg.env.tmp.path())
+        .stdin(std::process::Stdio::null());
+    c
+}
+
+/// A script that took the lock with `lock acquire` on PostgreSQL and was
+/// killed before `release`: the next `lock acquire --json` names it.
+#[test]
+fn lock_acquire_on_postgresql_after_a_killed_script_reports_the_dead_holder() {
+    let pg = Pg {
+        db: TestDb::new(),
+        env: Env::new(),
+    };
+    let (bin, dir, url) = (
+        env!("CARGO_BIN_EXE_baton"),
+        pg.env.dir.display().to_string(),
+        pg.db.url(),
+    );
+    let first_json = pg.env.path("first.json");
+    let mut script = shell(
+        &pg,
+        &format!(
+            "'{bin}' --dir '{dir}' --backend '{url}' lock acquire memory --json > '{}' || exit 1; while :; do sleep 0.05; done",
+            first_json.display()
+        ),
+    )
+    .spawn()
+    .unwrap();
+    wait_until(Duration::from_secs(30), || {
+        fs::read_to_string(&first_json).is_ok_and(|s| s.trim_end().ends_with('}'))
+    });
+    let first: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&first_json).unwrap()).unwrap();
+    script.kill().unwrap(); // SIGKILL
+    script.wait().unwrap();
+    let acquire = || -> serde_json::Value {
+        let out = shell(
+            &pg,
+            &format!(
+                "'{bin}' --dir '{dir}' --backend '{url}' lock acquire memory --json && '{bin}' --dir '{dir}' --backend '{url}' lock release memory"
+            ),
+        )
+        .output()
+        .unwrap();
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        serde_json::Deserializer::from_slice(&out.stdout)
+            .into_iter::<serde_json::Value>()
+            .next()
+            .unwrap()
+            .unwrap()
+    };
+    let second = acquire();
+    assert_eq!(second["previous_holder_died"], true, "{second}");
+    assert_eq!(
+        second["previous_holder"]["run_id"], first["run_id"],
+        "{second}"
+    );
+    assert_eq!(
+        second["previous_holder"]["token"], first["token"],
+        "{second}"
+    );
+    let third = acquire();
+    assert_eq!(third["previous_holder_died"], false, "{third}");
+}

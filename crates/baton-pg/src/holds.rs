@@ -146,6 +146,44 @@ impl Holds {
         self.release_inner()
     }
 
+    /// Lets go of the locks as a holder that died would: they are unlocked
+    /// (and semaphore waiters told) but the holder rows stay, so the next
+    /// grant settles them and learns that the previous holder ended without
+    /// releasing (`previous_holder_died`). For `baton lock acquire`'s
+    /// holder whose script ended first. A group's slot is released.
+    ///
+    /// # Errors
+    ///
+    /// The server could not be told (the locks are freed anyway: the
+    /// session is closed).
+    pub fn abandon(mut self) -> Result<(), PgError> {
+        if self.group.is_some() {
+            return self.release_inner();
+        }
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        let sql = format!("SELECT pg_advisory_unlock_all(); {}", self.announcements());
+        let done = if session.lost.is_lost() {
+            Ok(())
+        } else {
+            after(&session, sql)
+        };
+        session.close();
+        done
+    }
+
+    /// The `NOTIFY`s that wake semaphore waiters when these locks are let go.
+    fn announcements(&self) -> String {
+        let notify: Vec<String> = self
+            .grants
+            .iter()
+            .filter(|g| matches!(g.mode, Mode::Semaphore(n) if n > 1))
+            .map(|g| format!("NOTIFY {FREE_CHANNEL}, '{}'", g.lock_id))
+            .collect();
+        notify.join("; ")
+    }
+
     fn release_inner(&mut self) -> Result<(), PgError> {
         let Some(session) = self.session.take() else {
             return Ok(());
@@ -155,13 +193,7 @@ impl Holds {
             session.close();
             return Ok(());
         }
-        let notify: Vec<String> = self
-            .grants
-            .iter()
-            .filter(|g| matches!(g.mode, Mode::Semaphore(n) if n > 1))
-            .map(|g| format!("NOTIFY {FREE_CHANNEL}, '{}'", g.lock_id))
-            .collect();
-        let announce = notify.join("; ");
+        let announce = self.announcements();
         let group = self.group.take();
         if !session.lost.is_lost() {
             // Unlock before announcing, so a woken waiter finds the slot free.

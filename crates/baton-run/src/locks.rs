@@ -100,26 +100,28 @@ impl HeldLocks {
     /// A lock could not be released cleanly (it is released anyway when
     /// this process ends).
     pub fn release(self) -> Result<(), RunError> {
-        self.let_go(LockGuard::release)
+        self.let_go(LockGuard::release, Holds::release)
     }
 
     /// Lets go of every lock as a holder that died would (see
     /// [`LockGuard::abandon`]): the next holder learns that the previous one
     /// ended without releasing. For a background holder whose script ended
-    /// without `baton lock release`. On PostgreSQL, a plain release.
+    /// without `baton lock release` (on PostgreSQL too: its rows stay for
+    /// the next grant to settle).
     ///
     /// # Errors
     ///
     /// As [`HeldLocks::release`].
     pub fn abandon(self) -> Result<(), RunError> {
-        self.let_go(LockGuard::abandon)
+        self.let_go(LockGuard::abandon, Holds::abandon)
     }
 
     /// Lets go of every lock with `local` (in reverse order) or, on
-    /// PostgreSQL, releases them; the first error is returned.
+    /// PostgreSQL, with `remote`; the first error is returned.
     fn let_go(
         self,
         local: fn(LockGuard) -> Result<(), baton_lock::LockError>,
+        remote: fn(Holds) -> Result<(), baton_pg::PgError>,
     ) -> Result<(), RunError> {
         match self.0 {
             Held::Local(guards) => {
@@ -131,7 +133,7 @@ impl HeldLocks {
                 }
                 first.map_or(Ok(()), |e| Err(e.into()))
             }
-            Held::Remote(h) => Ok(h.release()?),
+            Held::Remote(h) => Ok(remote(*h)?),
         }
     }
 }
