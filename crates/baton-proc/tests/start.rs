@@ -6,7 +6,7 @@
 // just the same, with a message, which is what a failed test should do.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

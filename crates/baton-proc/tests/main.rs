@@ -1,0 +1,8 @@
+//! The integration tests of baton-proc, in one test binary (one link instead of
+//! 3, on a 2-core CI): each file is a module. A new test file must be
+//! declared here (the crate sets `autotests = false`).
+
+mod common;
+mod run;
+mod signals;
+mod start;
