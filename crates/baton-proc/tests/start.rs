@@ -118,7 +118,7 @@ fn killed_before_the_record_the_command_never_runs() {
     let mut supervisor = Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--exact",
-            "helper_supervisor_that_hangs_while_recording",
+            "start::helper_supervisor_that_hangs_while_recording", // its name in tests/main.rs
             "--ignored",
             "--nocapture",
         ])
