@@ -132,4 +132,3 @@ pub fn one_line(e: &dyn std::error::Error) -> String {
     }
     line
 }
-
