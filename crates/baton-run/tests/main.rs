@@ -4,3 +4,8 @@
 
 mod events_rotation;
 mod runs;
+
+#[test]
+fn every_test_file_is_declared_here() {
+    baton_testkit::assert_test_files_declared(env!("CARGO_MANIFEST_DIR"));
+}

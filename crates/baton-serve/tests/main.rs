@@ -6,3 +6,8 @@ mod common;
 mod entry_point;
 mod store;
 mod wire;
+
+#[test]
+fn every_test_file_is_declared_here() {
+    baton_testkit::assert_test_files_declared(env!("CARGO_MANIFEST_DIR"));
+}
