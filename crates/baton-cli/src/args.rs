@@ -59,8 +59,7 @@ pub struct ModeArgs {
     #[arg(long, conflicts_with = "max")]
     pub shared: bool,
 
-    /// Use the lock as a semaphore with N slots (with --group: N runs of the group at once,
-    /// mode queue); every user of the name must give the same N.
+    /// Use the lock as a semaphore with N slots; every user of the name must give the same N.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max: Option<u32>,
 }

@@ -55,8 +55,10 @@ With --group, --max applies to the group; the command also gets BATON_GROUP.
 
 The command runs in its own process group with BATON_LOCK, BATON_FENCING_TOKEN,
 BATON_RUN_ID and BATON_DIR set (with several locks, BATON_LOCK and BATON_FENCING_TOKEN
-are comma-separated lists in sorted order). SIGINT, SIGTERM, SIGHUP and SIGQUIT are
-forwarded to it. The lock is released when it exits; it is never inherited by the command,
+are comma-separated lists in sorted order), and git's automatic maintenance runs in the
+foreground in it (maintenance.autoDetach and gc.autoDetach false, through GIT_CONFIG_COUNT,
+after any entries of yours), so a commit leaves nothing running. SIGINT, SIGTERM, SIGHUP and
+SIGQUIT are forwarded to it. The lock is released when it exits; it is never inherited by the command,
 so a daemon the command leaves behind does not keep it.
 
 Exit status: the command's own (128+N if killed by signal N); 75 if the lock was busy

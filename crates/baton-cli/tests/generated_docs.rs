@@ -171,3 +171,43 @@ fn man_without_a_directory_is_a_one_line_error() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("baton: man needs --dir DIR"), "{err}");
 }
+
+/// Issue 26: help that a new user reads says what baton does today: no
+/// "(not yet to groups)" on `--backend` (groups work on PostgreSQL), no
+/// "(being built)", and `lock acquire --max` does not talk about `--group`,
+/// an option `lock acquire` does not have.
+#[test]
+fn help_makes_no_stale_claims() {
+    let env = Env::new();
+    let mut seen = 0;
+    for path in commands() {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let out = env.run(&args);
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        let help = stdout(&out);
+        for stale in ["not yet", "being built"] {
+            assert!(
+                !help.contains(stale),
+                "`baton {}` says {stale:?}:\n{help}",
+                args.join(" ")
+            );
+        }
+        if path == ["lock", "acquire"] {
+            seen += 1;
+            let max = help
+                .split("--max <N>")
+                .nth(1)
+                .and_then(|rest| rest.split("\n  -").next())
+                .unwrap_or_default();
+            assert!(!max.is_empty(), "{help}");
+            assert!(!max.contains("--group"), "lock acquire --max: {max}");
+        }
+    }
+    assert_eq!(seen, 1);
+    let readme = include_str!("../../../README.md");
+    assert!(
+        !readme.contains("being built"),
+        "README says \"being built\""
+    );
+}

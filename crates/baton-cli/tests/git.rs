@@ -37,8 +37,8 @@ impl GitEnv {
     /// A bare remote with one commit on `main`, and a clone of it as the base.
     fn new() -> GitEnv {
         let env = Env::new();
-        // No auto maintenance: git 2.47 detaches it from `git commit` into
-        // its own session, and `baton run` then reports it as a leftover.
+        // No auto maintenance, for speed (a run makes it foreground, see
+        // `commits_in_a_run_leave_no_detached_git_maintenance_behind`).
         fs::write(
             env.path("gitconfig"),
             "[init]\n\tdefaultBranch = main\n[maintenance]\n\tauto = false\n[gc]\n\tauto = 0\n",
@@ -165,6 +165,13 @@ impl GitEnv {
         dirs.extend(std::env::split_paths(&path));
         c.env("PATH", std::env::join_paths(dirs).unwrap());
         c
+    }
+
+    /// `baton ARGS` that must exit 0: its stdout as JSON.
+    fn json_ok(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.run(args);
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
     }
 
     fn workspaces(&self) -> Vec<serde_json::Value> {
@@ -700,6 +707,53 @@ fn init_attributes_is_idempotent() {
 }
 
 #[test]
+fn init_attributes_marks_each_pattern_once_and_refuses_bad_ones_whole() {
+    let g = GitEnv::new();
+    let repo = g.base.to_str().unwrap();
+    let attrs = g.base.join(".gitattributes");
+    for _ in 0..2 {
+        let out = g.run(&[
+            "git",
+            "init-attributes",
+            "--repo",
+            repo,
+            "--pattern",
+            "*.jsonl",
+            "--pattern",
+            "logs/*.ndjson",
+            "--pattern",
+            "*.jsonl",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+    }
+    assert_eq!(
+        fs::read_to_string(&attrs).unwrap(),
+        "*.jsonl merge=union\nlogs/*.ndjson merge=union\n"
+    );
+    let check = g.git_ok(&g.base, &["check-attr", "merge", "--", "logs/a.ndjson"]);
+    assert_eq!(check, "logs/a.ndjson: merge: union");
+    for bad in ["a b", "!x", ""] {
+        let out = g.run(&[
+            "git",
+            "init-attributes",
+            "--repo",
+            repo,
+            "--pattern",
+            "*.csv",
+            "--pattern",
+            bad,
+        ]);
+        assert_eq!(code(&out), 125, "{bad:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+        assert!(stderr(&out).contains("--pattern"), "{}", stderr(&out));
+    }
+    assert!(
+        !fs::read_to_string(&attrs).unwrap().contains("csv"),
+        "nothing half-written"
+    );
+}
+
+#[test]
 fn workspace_errors_are_one_line_with_exit_125() {
     let g = GitEnv::new();
     let notrepo = g.env.path("plain");
@@ -1122,4 +1176,349 @@ fn run_with_a_workspace_accepts_fetch_as_documented() {
     ]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(g.git_ok(&g.base, &["rev-parse", "origin/main"]), tip);
+}
+
+/// Moves the remote's `main` one commit ahead of the base's, and fetches it
+/// into the base: `origin/main` is then ahead of the stale local `main`.
+fn advance_remote(g: &GitEnv, file: &str) -> String {
+    let other = g.env.path(&format!("other-{file}"));
+    g.git_ok(
+        g.env.tmp.path(),
+        &[
+            "clone",
+            "-q",
+            g.remote.to_str().unwrap(),
+            other.to_str().unwrap(),
+        ],
+    );
+    fs::write(other.join(file), "new\n").unwrap();
+    g.git_ok(&other, &["add", "."]);
+    g.git_ok(&other, &["commit", "-qm", file]);
+    g.git_ok(&other, &["push", "-q", "origin", "main"]);
+    g.git_ok(&g.base, &["fetch", "-q", "origin"]);
+    g.git_ok(&g.base, &["rev-parse", "origin/main"])
+}
+
+#[test]
+fn a_workspace_on_an_existing_branch_starts_exactly_at_ref_or_refuses_naming_both() {
+    let g = GitEnv::new();
+    let base = g.base.to_str().unwrap();
+    let stale = g.git_ok(&g.base, &["rev-parse", "main"]);
+    let fresh = advance_remote(&g, "b.txt");
+    assert_ne!(stale, fresh);
+    // The stale local `main` is behind origin/main: the workspace starts at
+    // origin/main, on `main` (clone), and on a branch behind it (worktree).
+    g.git_ok(&g.base, &["branch", "feature", &stale]);
+    for (strategy, branch) in [("clone", "main"), ("worktree", "feature")] {
+        let ws = g.json_ok(&[
+            "workspace",
+            "create",
+            "--repo",
+            base,
+            "--strategy",
+            strategy,
+            "--ref",
+            "origin/main",
+            "--branch",
+            branch,
+            "--json",
+        ]);
+        let path = PathBuf::from(ws["path"].as_str().unwrap());
+        assert_eq!(ws["commit"], fresh.as_str(), "{strategy}: {ws}");
+        assert_eq!(g.git_ok(&path, &["rev-parse", "HEAD"]), fresh, "{strategy}");
+        assert_eq!(
+            g.git_ok(&path, &["symbolic-ref", "--short", "HEAD"]),
+            branch,
+            "{strategy}"
+        );
+    }
+    // Without --ref an existing branch is continued where it is.
+    g.git_ok(&g.base, &["branch", "old", &stale]);
+    let ws = g.json_ok(&[
+        "workspace",
+        "create",
+        "--repo",
+        base,
+        "--branch",
+        "old",
+        "--json",
+    ]);
+    assert_eq!(ws["commit"], stale.as_str(), "{ws}");
+    // A branch with commits that --ref lacks: refused, naming both commits,
+    // nothing created.
+    g.git_ok(&g.base, &["checkout", "-q", "-b", "side", &stale]);
+    fs::write(g.base.join("c.txt"), "side\n").unwrap();
+    g.git_ok(&g.base, &["add", "."]);
+    g.git_ok(&g.base, &["commit", "-qm", "side"]);
+    let side = g.git_ok(&g.base, &["rev-parse", "side"]);
+    g.git_ok(&g.base, &["checkout", "-q", "main"]);
+    let before = g.workspaces().len();
+    for strategy in ["clone", "worktree"] {
+        let out = g.run(&[
+            "workspace",
+            "create",
+            "--repo",
+            base,
+            "--strategy",
+            strategy,
+            "--ref",
+            "origin/main",
+            "--branch",
+            "side",
+        ]);
+        assert_eq!(code(&out), 125, "{strategy}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(&side) && err.contains(&fresh), "{err}");
+        assert_eq!(g.workspaces().len(), before, "nothing created");
+    }
+    assert_eq!(
+        g.git_ok(&g.base, &["rev-parse", "side"]),
+        side,
+        "branch untouched"
+    );
+}
+
+/// A run in a clone on `main` (checked out in the base, so the base cannot
+/// take its commit) that commits `subject` and ends: its workspace is left,
+/// owner dead. Returns its id and path.
+fn unpushed_workspace(g: &GitEnv, subject: &str) -> (String, PathBuf) {
+    let before: Vec<String> = g
+        .workspaces()
+        .iter()
+        .map(|w| w["id"].as_str().unwrap().to_string())
+        .collect();
+    let commit =
+        format!("echo '{subject}' >> f.txt && git add f.txt && git commit -qm '{subject}'");
+    let out = g.run(&[
+        "run",
+        "--workspace",
+        g.base.to_str().unwrap(),
+        "--branch",
+        "main",
+        "--",
+        "sh",
+        "-c",
+        &commit,
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let ws = g
+        .workspaces()
+        .into_iter()
+        .find(|w| !before.contains(&w["id"].as_str().unwrap().to_string()))
+        .expect("the run left its workspace");
+    (
+        ws["id"].as_str().unwrap().to_string(),
+        PathBuf::from(ws["path"].as_str().unwrap()),
+    )
+}
+
+/// Issue 26: a clone whose branch has commits the base cannot take does not
+/// make every gc fail: gc keeps and names it, removes the rest and exits 0;
+/// `--discard` (gc and remove) removes it, naming the branch and commits.
+#[test]
+fn gc_keeps_and_names_unpushed_clones_and_discard_drops_them_by_name() {
+    let g = GitEnv::new();
+    let (kept_id, kept_path) = unpushed_workspace(&g, "first unpushed");
+    let out = g.run(&[
+        "run",
+        "--workspace",
+        g.base.to_str().unwrap(),
+        "--keep-workspace",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(g.workspaces().len(), 2);
+    for _ in 0..2 {
+        let out = g.run(&["workspace", "gc", "--json"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["kept"][0]["id"], kept_id.as_str(), "{report}");
+        assert_eq!(report["kept"][0]["branch"], "main", "{report}");
+        assert_eq!(report["kept"][0]["count"], 1, "{report}");
+        let listed = report["kept"][0]["commits"][0].as_str().unwrap();
+        assert!(listed.ends_with(" first unpushed"), "{report}");
+        assert!(report["failed"].as_array().unwrap().is_empty(), "{report}");
+        let err = stderr(&out);
+        assert!(
+            err.contains("first unpushed") && err.contains("--discard"),
+            "{err}"
+        );
+        assert!(kept_path.is_dir());
+    }
+    assert_eq!(g.workspaces().len(), 1, "the other one was removed");
+
+    let (other_id, other_path) = unpushed_workspace(&g, "second unpushed");
+    let out = g.run(&["workspace", "remove", &other_id]);
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--discard"), "{}", stderr(&out));
+    let out = g.run(&["workspace", "remove", &other_id, "--discard"]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    assert!(
+        err.contains("discarded")
+            && err.contains("branch 'main'")
+            && err.contains("second unpushed"),
+        "{err}"
+    );
+    assert!(!other_path.exists());
+
+    let out = g.run(&["workspace", "gc", "--discard", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["removed"][0]["id"], kept_id.as_str(), "{report}");
+    assert_eq!(report["discarded"][0]["id"], kept_id.as_str(), "{report}");
+    let listed = report["discarded"][0]["commits"][0].as_str().unwrap();
+    assert!(listed.ends_with(" first unpushed"), "{report}");
+    assert!(stderr(&out).contains("first unpushed"), "{}", stderr(&out));
+    assert!(!kept_path.exists());
+    assert!(g.workspaces().is_empty());
+    assert_eq!(g.git_ok(&g.base, &["log", "--format=%s", "main"]), "init");
+}
+
+/// Issue 26: `git commit` in a run, with git's automatic maintenance on
+/// (detached by default since git 2.47), leaves nothing running for baton
+/// to warn about or kill: the maintenance runs inside the command. Made
+/// deterministic: two packs over `gc.autoPackLimit = 1` make every commit's
+/// maintenance want a gc, and a `pre-auto-gc` hook that takes a second (and
+/// then declines) keeps a detached maintenance alive past the command.
+#[test]
+fn commits_in_a_run_leave_no_detached_git_maintenance_behind() {
+    let g = GitEnv::new();
+    let hooks = g.env.path("hooks");
+    let ran = g.env.path("pre-auto-gc.log");
+    fs::create_dir(&hooks).unwrap();
+    let hook = hooks.join("pre-auto-gc");
+    fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\necho ran >> {}\nsleep 1\nexit 1\n",
+            ran.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+    for n in ["p1", "p2"] {
+        g.git_ok(&g.base, &["commit", "-q", "--allow-empty", "-m", n]);
+        g.git_ok(&g.base, &["repack", "-q"]);
+    }
+    // Automatic maintenance on, detached: git's defaults.
+    fs::write(
+        g.env.path("gitconfig"),
+        format!(
+            "[init]\n\tdefaultBranch = main\n[gc]\n\tautoPackLimit = 1\n[core]\n\thooksPath = {}\n",
+            hooks.display()
+        ),
+    )
+    .unwrap();
+    let commit = "echo 1 > n.txt && git add n.txt && git commit -qm n";
+    for args in [
+        vec!["--workspace", g.base.to_str().unwrap(), "--branch", "work"],
+        vec!["--lock", "repo"],
+    ] {
+        let mut all = vec!["run"];
+        all.extend(args);
+        all.extend(["--", "sh", "-c", commit]);
+        let out = g.baton(&all).current_dir(&g.base).output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(code(&out), 0, "{err}");
+        assert!(!err.contains("left"), "{all:?}: {err}");
+    }
+    // Once per commit, within the run (and once more for the fetch that
+    // hands the workspace's branch to the base).
+    let ran = fs::read_to_string(&ran).unwrap_or_default();
+    assert!(ran.lines().count() >= 2, "{ran:?}");
+    assert_eq!(
+        g.git_ok(&g.base, &["log", "-1", "--format=%s", "work"]),
+        "n"
+    );
+    assert_eq!(
+        g.git_ok(&g.base, &["log", "-1", "--format=%s", "main"]),
+        "n"
+    );
+}
+
+/// Issue 26: a workspace root per base, by flag or by the base's git
+/// setting `baton.workspaceRoot`; the registry stays in the baton dir, and
+/// baton deletes only directories it made in a root it marked.
+#[test]
+fn workspaces_go_to_the_root_chosen_by_flag_or_by_the_bases_setting() {
+    let g = GitEnv::new();
+    let base = g.base.to_str().unwrap();
+    let flag_root = g.env.path("fast/ws");
+    let ws = g.json_ok(&[
+        "workspace",
+        "create",
+        "--repo",
+        base,
+        "--workspace-root",
+        flag_root.to_str().unwrap(),
+        "--id",
+        "by-flag",
+        "--json",
+    ]);
+    let path = PathBuf::from(ws["path"].as_str().unwrap());
+    let flag_root = fs::canonicalize(&flag_root).unwrap();
+    assert_eq!(path.parent(), Some(flag_root.as_path()), "{ws}");
+    assert!(path.join("a.txt").is_file());
+    assert_eq!(g.workspaces().len(), 1, "recorded in the baton dir");
+    let out = g.run(&["workspace", "remove", "by-flag"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!path.exists() && flag_root.is_dir());
+
+    // The base's setting, relative to its top, for runs and creations.
+    g.git_ok(&g.base, &["config", "baton.workspaceRoot", "../by-setting"]);
+    let out = g.run(&["run", "--workspace", base, "--", "pwd"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let ran_in = PathBuf::from(stdout(&out).trim());
+    let setting_root = fs::canonicalize(g.env.path("by-setting")).unwrap();
+    assert_eq!(ran_in.parent(), Some(setting_root.as_path()));
+    assert!(!ran_in.exists(), "removed after the run");
+    assert!(g.leftovers().is_empty());
+
+    // Inside the base's work tree: refused, nothing made.
+    let inside = g.base.join("sub/ws");
+    let out = g.run(&[
+        "workspace",
+        "create",
+        "--repo",
+        base,
+        "--workspace-root",
+        inside.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("inside the work tree"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!g.base.join("sub").exists());
+
+    // A root without baton's marker is never deleted from, whatever the record says.
+    let ws = g.json_ok(&[
+        "workspace",
+        "create",
+        "--repo",
+        base,
+        "--id",
+        "marked",
+        "--json",
+    ]);
+    let path = PathBuf::from(ws["path"].as_str().unwrap());
+    fs::remove_file(setting_root.join(".baton-workspace-root")).unwrap();
+    let out = g.run(&["workspace", "remove", "marked"]);
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("refusing to delete"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(path.is_dir());
+    // A root wiped by someone else (a tmpfs after a reboot): its records go.
+    fs::remove_dir_all(&setting_root).unwrap();
+    let out = g.run(&["workspace", "remove", "marked"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(g.workspaces().is_empty());
 }

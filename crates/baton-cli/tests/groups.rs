@@ -328,23 +328,41 @@ fn killing_the_supervisor_frees_the_key_and_takes_the_child_down() {
 }
 
 #[test]
-fn on_superseded_hook_runs_once_with_the_newer_run_id() {
+fn on_superseded_hook_runs_once_with_the_newer_run_id_and_whether_it_started() {
     let env = Env::new();
     let hook_out = env.path("hook");
-    let hook = format!("echo \"$BATON_SUPERSEDED_BY\" >> {}", hook_out.display());
-    let old = env.spawn(&[
-        "run",
-        "--group",
-        "h",
-        "--mode",
-        "supersede",
-        "--on-superseded",
-        &hook,
-        "--",
-        "sleep",
-        "30",
-    ]);
+    let go = env.path("go");
+    let hook = format!(
+        "echo \"$BATON_RUN_ID $BATON_SUPERSEDED_BY $BATON_RUN_STARTED\" >> {}",
+        hook_out.display()
+    );
+    // The oldest runs, and on TERM lingers until told to go: the run after
+    // it waits meanwhile and is superseded while waiting.
+    let linger = format!(
+        "trap 'while [ ! -e {go} ]; do sleep 0.02; done; exit 1' TERM; echo $BATON_RUN_ID; while :; do sleep 0.05; done",
+        go = go.display()
+    );
+    let run = |cmd: &str| {
+        env.spawn(&[
+            "run",
+            "--group",
+            "h",
+            "--mode",
+            "supersede",
+            "--grace",
+            "60s",
+            "--on-superseded",
+            &hook,
+            "--",
+            "sh",
+            "-c",
+            cmd,
+        ])
+    };
+    let old = run(&linger);
     wait_for_group(&env, "h", 1, 0);
+    let waiter = run("echo $BATON_RUN_ID");
+    wait_for_group(&env, "h", 1, 1);
     let newer = env.spawn(&[
         "run",
         "--group",
@@ -356,14 +374,33 @@ fn on_superseded_hook_runs_once_with_the_newer_run_id() {
         "-c",
         "echo $BATON_RUN_ID",
     ]);
+    let waiter_out = waiter.wait_with_output().unwrap();
+    assert_eq!(code(&waiter_out), 79, "{}", stderr(&waiter_out));
+    fs::write(&go, "").unwrap();
     let newer_out = newer.wait_with_output().unwrap();
-    assert!(newer_out.status.success());
-    assert_eq!(code(&old.wait_with_output().unwrap()), 79);
+    assert!(newer_out.status.success(), "{}", stderr(&newer_out));
+    let old_out = old.wait_with_output().unwrap();
+    assert_eq!(code(&old_out), 79, "{}", stderr(&old_out));
+    let old_id = stdout(&old_out).trim().to_string();
     let newer_id = stdout(&newer_out).trim().to_string();
-    assert_eq!(
-        fs::read_to_string(&hook_out).unwrap(),
-        format!("{newer_id}\n"),
-        "once, with the newer id"
+    let hooks = fs::read_to_string(&hook_out).unwrap();
+    let mut lines: Vec<&str> = hooks.lines().collect();
+    lines.sort_unstable();
+    let waiter_line = lines
+        .iter()
+        .find(|l| !l.starts_with(&old_id))
+        .copied()
+        .unwrap_or_default();
+    assert_eq!(lines.len(), 2, "one hook per superseded run: {hooks}");
+    let waiter_id = waiter_line.split(' ').next().unwrap_or_default();
+    let old_line = format!("{old_id} {waiter_id} 1");
+    assert!(
+        lines.contains(&old_line.as_str()),
+        "the running one was superseded by the waiter, and had started: {hooks}"
+    );
+    assert!(
+        waiter_line.ends_with(&format!(" {newer_id} 0")),
+        "the waiting one was superseded by the newest, before it started: {hooks}"
     );
 }
 

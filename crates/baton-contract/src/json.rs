@@ -160,6 +160,7 @@ pub const WORKSPACE: Shape = Shape {
         "owner",
         "path",
         "reference",
+        "root",
         "run_id",
         "strategy",
     ],
@@ -181,6 +182,7 @@ pub const WORKSPACE_LISTED: Shape = Shape {
         "owner_alive",
         "path",
         "reference",
+        "root",
         "run_id",
         "size_bytes",
         "strategy",
@@ -190,7 +192,14 @@ pub const WORKSPACE_LISTED: Shape = Shape {
 /// `baton workspace gc --json`.
 pub const WORKSPACE_GC: Shape = Shape {
     command: "workspace gc",
-    fields: &["failed", "pruned", "removed", "skipped"],
+    fields: &[
+        "discarded",
+        "failed",
+        "kept",
+        "pruned",
+        "removed",
+        "skipped",
+    ],
 };
 
 /// `baton git push --json`.

@@ -44,6 +44,21 @@ pub enum GitError {
         /// The ref asked for.
         reference: String,
     },
+    /// `--branch` exists and has commits that `--ref` does not contain: a
+    /// workspace on it cannot start at `--ref` without dropping them.
+    #[error("branch '{branch}' of '{}' is at {branch_commit}, which '{reference}' ({ref_commit}) does not contain: the workspace cannot start at --ref on that branch; drop --ref to continue the branch where it is, name a new --branch to start at --ref, or move the branch first (`git -C '{}' branch -f {branch} {ref_commit}`, which drops its other commits)", repo.display(), repo.display())]
+    BranchNotAtRef {
+        /// The base repository.
+        repo: PathBuf,
+        /// The branch.
+        branch: String,
+        /// Where the branch is.
+        branch_commit: String,
+        /// The ref asked for.
+        reference: String,
+        /// The commit it names.
+        ref_commit: String,
+    },
     /// The repository lock could not be taken (busy past the wait, or an I/O error).
     #[error("cannot lock repository '{}' for `{operation}`", repo.display())]
     RepoLock {
@@ -117,18 +132,12 @@ pub enum GitError {
     /// and they could not be handed to the base repository's branch (it is
     /// checked out there, it has diverged, or the base is gone): the
     /// workspace is left as it is.
-    #[error("workspace '{id}' at '{}' has unpushed commits on branch '{branch}' that cannot be kept in '{}' ({reason}): push them (`baton git push --repo '{}'`), keep them under another name (`git -C '{}' fetch '{}' {branch}:{branch}-kept`) or discard them (`rm -rf '{}'`), then run `baton workspace remove {id}`", path.display(), base.display(), path.display(), base.display(), path.display(), path.display())]
+    #[error("workspace '{}' at '{}' has {} unpushed commit(s) on branch '{}' that cannot be kept in '{}' ({}): push them (`baton git push --repo '{}'`), keep them under another name (`git -C '{}' fetch '{}' {}:{}-kept`), or discard them with `baton workspace remove {} --discard`", .commits.id, .commits.path.display(), .commits.count, .commits.branch, .base.display(), .commits.reason, .commits.path.display(), .base.display(), .commits.path.display(), .commits.branch, .commits.branch, .commits.id)]
     Unpushed {
-        /// The workspace id.
-        id: String,
-        /// Its path.
-        path: PathBuf,
-        /// The branch with the commits.
-        branch: String,
+        /// The workspace, its branch and the commits.
+        commits: Box<crate::remove::BranchCommits>,
         /// The base repository.
         base: PathBuf,
-        /// Why they could not be kept there (git's words).
-        reason: String,
     },
     /// HEAD is detached and no branch was named.
     #[error("HEAD of '{}' is detached: name the branch to push with --branch", repo.display())]

@@ -5,7 +5,9 @@
 //! start time), nor one whose owner it cannot judge (recorded on another
 //! host), nor one being created or removed right now (its lock is busy; gc
 //! does not wait for it), and it drops a record only once the directory is
-//! gone.
+//! gone. A clone whose branch has commits that exist nowhere else and that
+//! the base cannot take is kept and reported ([`GcReport::kept`]), not a
+//! failure, unless the caller said to discard them.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,7 +18,8 @@ use serde::Serialize;
 use crate::error::GitError;
 use crate::git::{self, Repo};
 use crate::registry;
-use crate::workspace::{remove_if, Removal, Strategy, Workspace};
+use crate::remove::{remove_if, BranchCommits, Removal, Unpushed};
+use crate::workspace::{Strategy, Workspace};
 
 /// What `gc` should remove.
 #[derive(Clone, Copy, Debug)]
@@ -27,6 +30,10 @@ pub struct GcOptions {
     pub older_than: Option<Duration>,
     /// How long to wait for repository locks, all together.
     pub git_lock_wait: WaitPolicy,
+    /// What to do with a clone whose branch has commits that exist nowhere
+    /// else and cannot be handed to the base: keep it (reported in
+    /// [`GcReport::kept`]) or remove it ([`GcReport::discarded`]).
+    pub unpushed: Unpushed,
 }
 
 /// A workspace gc could not remove.
@@ -61,6 +68,11 @@ pub struct GcSkipped {
 pub struct GcReport {
     /// Workspaces removed.
     pub removed: Vec<Workspace>,
+    /// Commits discarded with removed workspaces ([`Unpushed::Discard`]).
+    pub discarded: Vec<BranchCommits>,
+    /// Workspaces due for removal but kept, because their branch has
+    /// commits that exist nowhere else ([`Unpushed::Keep`]): not a failure.
+    pub kept: Vec<BranchCommits>,
     /// Workspaces being created or removed by another process: left alone.
     pub skipped: Vec<GcSkipped>,
     /// Workspaces that could not be removed.
@@ -118,8 +130,11 @@ pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
         }
         // Checked again under the workspace's lock: the record may have
         // changed, and a creation in progress holds that lock.
-        match remove_if(dir, &ws.id, wait, due) {
-            Ok(Removal::Removed(ws)) => report.removed.push(*ws),
+        match remove_if(dir, &ws.id, wait, opts.unpushed, due) {
+            Ok(Removal::Removed(r)) => {
+                report.removed.push(r.workspace);
+                report.discarded.extend(r.discarded);
+            }
             Ok(Removal::NotDue | Removal::Gone) => {}
             Ok(Removal::Busy(reason)) => report.skipped.push(GcSkipped {
                 id: ws.id.clone(),
@@ -127,12 +142,15 @@ pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
                 run_id: ws.run_id.clone(),
                 reason,
             }),
-            Err(e) => report.failed.push(GcFailure {
-                id: ws.id.clone(),
-                path: ws.path.clone(),
-                run_id: ws.run_id.clone(),
-                error: baton_lock::one_line(&e),
-            }),
+            Err(e) => match BranchCommits::from_error(e) {
+                Ok(kept) => report.kept.push(kept),
+                Err(e) => report.failed.push(GcFailure {
+                    id: ws.id.clone(),
+                    path: ws.path.clone(),
+                    run_id: ws.run_id.clone(),
+                    error: baton_lock::one_line(&e),
+                }),
+            },
         }
     }
     for base in bases {

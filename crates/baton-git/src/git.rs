@@ -413,6 +413,25 @@ impl Repo {
     }
 }
 
+/// The commit `full_ref` points at in `repo`, if it exists.
+pub(crate) fn commit_of(repo: &Path, full_ref: &str) -> Result<Option<String>, GitError> {
+    let spec = format!("{full_ref}^{{commit}}");
+    let (out, _) = output(
+        repo,
+        [
+            "--no-optional-locks",
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            spec.as_str(),
+        ],
+    )?;
+    Ok(out
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()))
+}
+
 /// `prefix/` and 16 hex digits of the SHA-256 of `key`.
 pub(crate) fn hashed_name(prefix: &str, key: &[u8]) -> Result<LockName, GitError> {
     let digest = Sha256::digest(key);

@@ -32,12 +32,19 @@ mod gc;
 mod git;
 mod push;
 mod registry;
+mod remove;
+mod root;
 mod workspace;
 
 pub use error::GitError;
 pub use gc::{dead_owners, gc, GcFailure, GcOptions, GcReport, GcSkipped};
 pub use git::{git_version, machine_dir, GitVersion, Repo, DEFAULT_GIT_LOCK_WAIT, MIN_GIT_VERSION};
-pub use push::{init_attributes, push, Backoff, PushReport, PushRequest, JSONL_UNION};
+pub use push::{
+    init_attributes, push, AttributesReport, Backoff, PushReport, PushRequest,
+    DEFAULT_UNION_PATTERN,
+};
+pub use remove::{remove, remove_with, BranchCommits, Removed, Unpushed};
+pub use root::ROOT_SETTING;
 pub use workspace::{
-    create, get, list, remove, validate_id, Strategy, Workspace, WorkspaceInfo, WorkspaceRequest,
+    create, get, list, validate_id, Strategy, Workspace, WorkspaceInfo, WorkspaceRequest,
 };

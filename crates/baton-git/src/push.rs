@@ -376,12 +376,39 @@ fn rebase(
     })
 }
 
-/// The `.gitattributes` line that lets concurrent appends to JSONL files merge.
-pub const JSONL_UNION: &str = "*.jsonl merge=union";
+/// The pattern `init_attributes` marks `merge=union` when given none: JSONL
+/// files, so that concurrent appends merge cleanly.
+pub const DEFAULT_UNION_PATTERN: &str = "*.jsonl";
 
-/// Adds `*.jsonl merge=union` to the work tree's `.gitattributes` unless it is
-/// there; returns the file and whether it changed. Idempotent.
-pub fn init_attributes(repo: &Path) -> Result<(PathBuf, bool), GitError> {
+/// What [`init_attributes`] did to `.gitattributes`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttributesReport {
+    /// The `.gitattributes` file at the top of the work tree.
+    pub path: PathBuf,
+    /// The lines added (`PATTERN merge=union`).
+    pub added: Vec<String>,
+    /// The lines that were there already.
+    pub present: Vec<String>,
+}
+
+/// Adds `PATTERN merge=union` to the work tree's `.gitattributes` for each
+/// pattern (default [`DEFAULT_UNION_PATTERN`]) not marked so already.
+/// Idempotent; a bad pattern (empty, with whitespace, a comment or a
+/// negation, which `.gitattributes` does not allow) changes nothing.
+pub fn init_attributes(repo: &Path, patterns: &[String]) -> Result<AttributesReport, GitError> {
+    let defaults = [DEFAULT_UNION_PATTERN.to_string()];
+    let patterns = if patterns.is_empty() {
+        &defaults[..]
+    } else {
+        patterns
+    };
+    for p in patterns {
+        if p.is_empty() || p.chars().any(char::is_whitespace) || p.starts_with(['#', '!']) {
+            return Err(GitError::Invalid(format!(
+                "invalid --pattern {p:?}: a .gitattributes pattern is not empty, has no whitespace and does not start with '#' or '!'"
+            )));
+        }
+    }
     let repo = Repo::open(repo)?;
     let top = repo
         .toplevel
@@ -392,23 +419,37 @@ pub fn init_attributes(repo: &Path) -> Result<(PathBuf, bool), GitError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(e).context("cannot read", &path).map_err(Into::into),
     };
-    let present = current
-        .lines()
-        .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["*.jsonl", "merge=union"]);
-    if present {
-        return Ok((path, false));
-    }
-    let mut next = current;
-    if !next.is_empty() && !next.ends_with('\n') {
+    let mut report = AttributesReport {
+        path,
+        added: Vec::new(),
+        present: Vec::new(),
+    };
+    let mut next = current.clone();
+    for p in patterns {
+        let line = format!("{p} merge=union");
+        let there = next
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == [p.as_str(), "merge=union"]);
+        if there {
+            if !report.present.contains(&line) {
+                report.present.push(line);
+            }
+            continue;
+        }
+        if !next.is_empty() && !next.ends_with('\n') {
+            next.push('\n');
+        }
+        next.push_str(&line);
         next.push('\n');
+        report.added.push(line);
     }
-    next.push_str(JSONL_UNION);
-    next.push('\n');
-    // Flushed before the rename, as before; the directory is not: losing
-    // the line to a power loss only means it is added again next time.
-    baton_fs::write_atomic(&path, next.as_bytes(), baton_fs::Durability::Data)
-        .map_err(baton_fs::PathError::from)?;
-    Ok((path, true))
+    if next != current {
+        // Flushed before the rename, as before; the directory is not: losing
+        // the lines to a power loss only means they are added again next time.
+        baton_fs::write_atomic(&report.path, next.as_bytes(), baton_fs::Durability::Data)
+            .map_err(baton_fs::PathError::from)?;
+    }
+    Ok(report)
 }
 
 #[cfg(test)]

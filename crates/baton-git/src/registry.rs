@@ -43,6 +43,11 @@ fn record_path(reg: &Path, id: &str) -> PathBuf {
     reg.join(format!("{id}.json"))
 }
 
+/// The file that holds (or would hold) the record of workspace `id`.
+pub(crate) fn record_file(dir: &BatonDir, id: &str) -> PathBuf {
+    record_path(&dir.path().join("workspaces").join(".registry"), id)
+}
+
 /// Writes a new record; fails if one with the same id exists.
 pub(crate) fn insert(dir: &BatonDir, ws: &Workspace) -> Result<(), GitError> {
     let reg = registry_dir(dir)?;

@@ -19,7 +19,6 @@
 
 use std::collections::HashSet;
 use std::fs;
-use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -31,8 +30,9 @@ use baton_lock::{
 use serde::{Deserialize, Serialize};
 
 use crate::error::GitError;
-use crate::git::{self, Repo, DEFAULT_GIT_LOCK_WAIT};
+use crate::git::{self, commit_of, Repo, DEFAULT_GIT_LOCK_WAIT};
 use crate::registry;
+use crate::remove::{remove, remove_dir};
 use baton_fs::IoResultExt;
 
 /// How often a `clone --local` that met an object being written in the
@@ -68,7 +68,11 @@ pub struct WorkspaceRequest {
     /// The commit to check out (any rev of the base); default `HEAD`.
     pub reference: Option<String>,
     /// A branch to work on: created at `reference` if the base has no such
-    /// branch, else checked out as it is.
+    /// branch. If it exists: without `reference` it is checked out as it
+    /// is; with one, the workspace starts exactly at `reference` and the
+    /// branch is moved forward to it, or the creation is refused
+    /// ([`GitError::BranchNotAtRef`]) when the branch has commits that
+    /// `reference` lacks. It never silently starts elsewhere.
     pub branch: Option<String>,
     /// Clone (default) or worktree.
     pub strategy: Strategy,
@@ -80,6 +84,9 @@ pub struct WorkspaceRequest {
     pub owner: Option<ProcessIdentity>,
     /// Copy the ignored files listed in the base's `.worktreeinclude`.
     pub include_ignored: bool,
+    /// Where to make the workspace; default the base's `baton.workspaceRoot`
+    /// setting, else `<baton dir>/workspaces` (the registry stays there).
+    pub root: Option<PathBuf>,
     /// Refresh the base from its origin first.
     pub fetch: bool,
     /// Fetches within this long of the last one are skipped (shared).
@@ -101,6 +108,7 @@ impl WorkspaceRequest {
             run_id: None,
             owner: None,
             include_ignored: false,
+            root: None,
             fetch: false,
             fetch_debounce: Duration::from_secs(30),
             git_lock_wait: WaitPolicy::AtMost(DEFAULT_GIT_LOCK_WAIT),
@@ -115,15 +123,20 @@ pub struct Workspace {
     pub id: String,
     /// Where it is.
     pub path: PathBuf,
+    /// The workspace root it was made in, when one was chosen (flag or
+    /// setting) rather than the baton dir's (`null`: the baton dir's).
+    #[serde(default)]
+    pub root: Option<PathBuf>,
     /// How it was made.
     pub strategy: Strategy,
     /// The base repository's path.
     pub base_repo: PathBuf,
     /// The base repository's common git dir (the key of its lock).
     pub base_git_dir: PathBuf,
-    /// The ref asked for.
+    /// The ref asked for (the branch, when an existing branch was
+    /// continued without a ref).
     pub reference: String,
-    /// The commit it resolved to.
+    /// The commit the workspace started at.
     pub commit: String,
     /// The branch checked out, if any.
     pub branch: Option<String>,
@@ -206,9 +219,8 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
     if req.fetch {
         fetch_base(&repo, req, wait, &run_id)?;
     }
-    let reference = req.reference.clone().unwrap_or_else(|| "HEAD".into());
-    let commit = resolve(&repo, &reference)?;
-    let root = registry::workspaces_dir(dir)?;
+    let (reference, commit) = start_point(&repo, req)?;
+    let (root, chosen) = crate::root::choose(dir, &repo, req.root.as_deref())?;
     let name = if id == run_id {
         id.clone()
     } else {
@@ -217,6 +229,7 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
     let ws = Workspace {
         id: id.clone(),
         path: root.join(name),
+        root: chosen.then_some(root),
         strategy: req.strategy,
         base_repo: repo.path.clone(),
         base_git_dir: repo.common_dir.clone(),
@@ -243,7 +256,7 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
 }
 
 /// Takes the lock of workspace `id` (held while it is created or removed).
-fn lock_workspace(
+pub(crate) fn lock_workspace(
     dir: &BatonDir,
     id: &str,
     wait: WaitPolicy,
@@ -265,7 +278,7 @@ fn lock_workspace(
 /// the record, unless the directory could not be removed (then gc finds it
 /// by its record).
 fn discard(dir: &BatonDir, ws: &Workspace, wait: WaitPolicy) {
-    if !inside_workspaces(dir, ws) || remove_dir(ws).is_err() {
+    if !crate::root::may_delete(dir, ws) || remove_dir(ws).is_err() {
         return;
     }
     if ws.strategy == Strategy::Worktree {
@@ -287,6 +300,11 @@ fn populate(
         Some(b) => branch_commit(repo, b)?,
         None => None,
     };
+    // An existing branch is checked out as it is when it is at the start
+    // commit, else (start_point checked that it is behind) moved forward.
+    let moved = existing_branch
+        .as_ref()
+        .is_some_and(|tip| *tip != ws.commit);
     match ws.strategy {
         Strategy::Worktree => {
             let mut args: Vec<&std::ffi::OsStr> = vec![
@@ -299,6 +317,9 @@ fn populate(
                 (None, _) => args.extend(["--detach".as_ref(), path, ws.commit.as_ref()]),
                 (Some(b), None) => {
                     args.extend(["-b".as_ref(), b.as_ref(), path, ws.commit.as_ref()])
+                }
+                (Some(b), Some(_)) if moved => {
+                    args.extend(["-B".as_ref(), b.as_ref(), path, ws.commit.as_ref()])
                 }
                 (Some(b), Some(_)) => args.extend([path, b.as_ref()]),
             }
@@ -352,7 +373,7 @@ fn populate(
             if let Some(url) = origin_url(repo)? {
                 git::run(&ws.path, ["remote", "set-url", "origin", url.as_str()])?;
             }
-            let start = existing_branch.as_deref().unwrap_or(&ws.commit);
+            let start = ws.commit.as_str();
             match &ws.branch {
                 Some(b) => git::run(&ws.path, ["checkout", "--quiet", "-B", b.as_str(), start])?,
                 None => git::run(&ws.path, ["checkout", "--quiet", "--detach", start])?,
@@ -398,24 +419,51 @@ fn fetch_base(
 }
 
 fn resolve(repo: &Repo, reference: &str) -> Result<String, GitError> {
-    let spec = format!("{reference}^{{commit}}");
-    let (out, _) = git::output(
-        &repo.path,
-        [
-            "--no-optional-locks",
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            spec.as_str(),
-        ],
-    )?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(GitError::UnknownRef {
-            repo: repo.path.clone(),
-            reference: reference.to_string(),
-        })
+    commit_of(&repo.path, reference)?.ok_or_else(|| GitError::UnknownRef {
+        repo: repo.path.clone(),
+        reference: reference.to_string(),
+    })
+}
+
+/// Where a workspace starts: the ref asked for and its commit.
+///
+/// Without `--ref`, an existing `--branch` is continued where it is (else
+/// `HEAD`). With `--ref`, the workspace starts exactly there: an existing
+/// branch must be at that commit or behind it (it is then moved forward),
+/// else the creation is refused naming both commits.
+fn start_point(repo: &Repo, req: &WorkspaceRequest) -> Result<(String, String), GitError> {
+    let tip = match &req.branch {
+        Some(b) => branch_commit(repo, b)?.map(|tip| (b, tip)),
+        None => None,
+    };
+    let Some(reference) = req.reference.clone() else {
+        return Ok(match tip {
+            Some((b, tip)) => (b.clone(), tip),
+            None => ("HEAD".into(), resolve(repo, "HEAD")?),
+        });
+    };
+    let commit = resolve(repo, &reference)?;
+    if let Some((branch, tip)) = tip {
+        if tip != commit && !is_ancestor(&repo.path, &tip, &commit)? {
+            return Err(GitError::BranchNotAtRef {
+                repo: repo.path.clone(),
+                branch: branch.clone(),
+                branch_commit: tip,
+                reference,
+                ref_commit: commit,
+            });
+        }
+    }
+    Ok((reference, commit))
+}
+
+/// Whether `ancestor` is reachable from `descendant` in `repo`.
+fn is_ancestor(repo: &Path, ancestor: &str, descendant: &str) -> Result<bool, GitError> {
+    let (out, line) = git::output(repo, ["merge-base", "--is-ancestor", ancestor, descendant])?;
+    match out.status.code() {
+        Some(0) => Ok(true),
+        Some(1) => Ok(false),
+        _ => Err(git::failed(line, &out)),
     }
 }
 
@@ -530,237 +578,6 @@ pub fn get(dir: &BatonDir, id: &str) -> Result<Workspace, GitError> {
     registry::get(dir, id)
 }
 
-/// Removes a workspace (directory, worktree registration, record), whoever
-/// owns it. A clone on a branch first hands commits that exist nowhere else
-/// to the base's branch, or refuses ([`GitError::Unpushed`]).
-/// `git_lock_wait` bounds the whole removal (the workspace's lock, which a
-/// creation or another removal holds, and the repository's).
-pub fn remove(dir: &BatonDir, id: &str, git_lock_wait: WaitPolicy) -> Result<Workspace, GitError> {
-    validate_id(id)?;
-    let wait = git::deadline(git_lock_wait);
-    let guard = lock_workspace(dir, id, wait, "remove workspace", "")?;
-    let ws = registry::get(dir, id)?;
-    remove_workspace(dir, &ws, wait)?;
-    drop(guard);
-    Ok(ws)
-}
-
-/// What [`remove_if`] did.
-pub(crate) enum Removal {
-    /// Removed.
-    Removed(Box<Workspace>),
-    /// Not removed: no longer due (re-checked under its lock).
-    NotDue,
-    /// Not removed: being created or removed by another process.
-    Busy(String),
-    /// Removed by someone else meanwhile.
-    Gone,
-}
-
-/// Removes workspace `id` if `due` holds for its record as read under its
-/// lock, without waiting for the lock: a workspace being created or removed
-/// is left alone.
-pub(crate) fn remove_if(
-    dir: &BatonDir,
-    id: &str,
-    wait: WaitPolicy,
-    due: impl Fn(&Workspace) -> bool,
-) -> Result<Removal, GitError> {
-    let guard = match lock_workspace(dir, id, WaitPolicy::Immediately, "gc workspace", "") {
-        Ok(g) => g,
-        Err(e) if e.is_busy() => return Ok(Removal::Busy(baton_lock::one_line(&e))),
-        Err(e) => return Err(e),
-    };
-    let ws = match registry::get(dir, id) {
-        Ok(ws) => ws,
-        Err(GitError::NoSuchWorkspace { .. }) => return Ok(Removal::Gone),
-        Err(e) => return Err(e),
-    };
-    if !due(&ws) {
-        return Ok(Removal::NotDue);
-    }
-    remove_workspace(dir, &ws, wait)?;
-    drop(guard);
-    Ok(Removal::Removed(Box::new(ws)))
-}
-
-/// Whether the record's path is a directory under `<baton dir>/workspaces`.
-fn inside_workspaces(dir: &BatonDir, ws: &Workspace) -> bool {
-    let root = dir.path().join("workspaces");
-    ws.path.starts_with(&root)
-        && ws.path != root
-        && ws
-            .path
-            .components()
-            .all(|c| !matches!(c, Component::ParentDir))
-}
-
-fn remove_workspace(dir: &BatonDir, ws: &Workspace, wait: WaitPolicy) -> Result<(), GitError> {
-    let root = registry::workspaces_dir(dir)?;
-    // Never delete outside the workspaces dir, whatever a record says.
-    if !inside_workspaces(dir, ws) {
-        return Err(GitError::Invalid(format!(
-            "workspace '{}' (run {}) records path '{}', outside '{}': refusing to delete it; remove the record '{}' by hand",
-            ws.id,
-            ws.run_id,
-            ws.path.display(),
-            root.display(),
-            root.join(".registry").join(format!("{}.json", ws.id)).display()
-        )));
-    }
-    if let (Strategy::Clone, Some(branch)) = (ws.strategy, &ws.branch) {
-        keep_branch(ws, branch, wait)?;
-    }
-    remove_dir(ws)?;
-    if ws.strategy == Strategy::Worktree {
-        // The base may be gone too; then there is nothing to prune.
-        if let Ok(repo) = Repo::open(&ws.base_repo) {
-            repo.run_locked(wait, &ws.run_id, &["worktree", "prune"])?;
-        }
-    }
-    // Only now, with the directory gone, may the record go.
-    registry::delete(dir, &ws.id)
-}
-
-/// Deletes the workspace's directory and checks that it is gone (a process
-/// still writing into it could have made it again).
-fn remove_dir(ws: &Workspace) -> Result<(), GitError> {
-    let gone = match fs::remove_dir_all(&ws.path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
-    .and_then(|()| match fs::symlink_metadata(&ws.path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-        Ok(_) => Err(io::Error::from_raw_os_error(
-            rustix::io::Errno::NOTEMPTY.raw_os_error(),
-        )),
-    });
-    gone.map_err(|source| GitError::RemoveFailed {
-        id: ws.id.clone(),
-        path: ws.path.clone(),
-        run_id: ws.run_id.clone(),
-        remedy: remedy(&source, ws),
-        source,
-    })
-}
-
-/// What to do when a workspace directory cannot be deleted, by the cause.
-fn remedy(e: &io::Error, ws: &Workspace) -> String {
-    use rustix::io::Errno;
-    let path = ws.path.display();
-    let again = format!("run `baton workspace remove {}` again", ws.id);
-    match Errno::from_io_error(e) {
-        Some(Errno::ACCESS | Errno::PERM) => {
-            format!("make it writable (`chmod -R u+w '{path}'`), then {again}")
-        }
-        Some(Errno::NOTEMPTY | Errno::EXIST) => format!(
-            "a process is still writing into it (`lsof +D '{path}'` names it): stop it, then {again}"
-        ),
-        Some(Errno::BUSY) => format!(
-            "something is mounted in it or keeps it busy (`findmnt -R '{path}'`): unmount or stop it, then {again}"
-        ),
-        Some(Errno::ROFS) => {
-            format!("its filesystem is read-only: remount it read-write, then {again}")
-        }
-        _ => format!("fix the cause, then {again}"),
-    }
-}
-
-/// Before a clone workspace on `branch` goes, hands the commits of its branch
-/// that exist nowhere else to the base repository's branch of the same name,
-/// where a worktree would have left them. "Nowhere else": not reachable from
-/// the workspace's remote-tracking refs (what it pushed, and the base's
-/// branches as they were when it was cloned), from the commit it started at,
-/// or from the base's branch. The fetch into the base is a fast-forward or
-/// nothing (no `+`), and git refuses to move a branch checked out in a work
-/// tree of the base; then the removal is refused with the ways to keep them.
-fn keep_branch(ws: &Workspace, branch: &str, wait: WaitPolicy) -> Result<(), GitError> {
-    if !ws.path.join(".git").is_dir() {
-        return Ok(()); // never got as far as a clone
-    }
-    let full = format!("refs/heads/{branch}");
-    let Some(tip) = commit_of(&ws.path, &full)? else {
-        return Ok(()); // the branch was deleted in the workspace
-    };
-    let new = git::run(
-        &ws.path,
-        [
-            "rev-list",
-            "-n1",
-            "--ignore-missing",
-            tip.as_str(),
-            "--not",
-            "--remotes",
-            ws.commit.as_str(),
-        ],
-    )?;
-    if new.is_empty() {
-        return Ok(());
-    }
-    let unpushed = |reason: String| GitError::Unpushed {
-        id: ws.id.clone(),
-        path: ws.path.clone(),
-        branch: branch.to_string(),
-        base: ws.base_repo.clone(),
-        reason,
-    };
-    let base = Repo::open(&ws.base_repo)
-        .map_err(|e| unpushed(format!("it cannot be opened: {}", baton_lock::one_line(&e))))?;
-    if let Some(kept) = commit_of(&base.path, &full)? {
-        let (out, _) = git::output(
-            &base.path,
-            ["merge-base", "--is-ancestor", tip.as_str(), kept.as_str()],
-        )?;
-        if out.status.success() {
-            return Ok(()); // the base's branch has them already
-        }
-    }
-    let refspec = format!("{full}:{full}");
-    let (out, _) = base.output_locked(
-        wait,
-        &ws.run_id,
-        &[
-            "fetch".as_ref(),
-            "--quiet".as_ref(),
-            ws.path.as_os_str(),
-            refspec.as_ref(),
-        ],
-    )?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    Err(unpushed(
-        stderr
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join("; "),
-    ))
-}
-
-/// The commit `full_ref` points at in `repo`, if it exists.
-fn commit_of(repo: &Path, full_ref: &str) -> Result<Option<String>, GitError> {
-    let spec = format!("{full_ref}^{{commit}}");
-    let (out, _) = git::output(
-        repo,
-        [
-            "--no-optional-locks",
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            spec.as_str(),
-        ],
-    )?;
-    Ok(out
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()))
-}
-
 /// Bytes allocated on disk under `path`, each inode counted once.
 fn disk_usage(path: &Path) -> u64 {
     let mut seen = HashSet::new();
@@ -794,35 +611,6 @@ mod tests {
         let long = "x".repeat(65);
         for bad in ["", ".hidden", "-x", "a/b", "..", "a b", "é", long.as_str()] {
             assert!(validate_id(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn remove_failure_remedy_matches_the_cause() {
-        let ws = Workspace {
-            id: "w1".into(),
-            path: PathBuf::from("/b/workspaces/w1"),
-            strategy: Strategy::Clone,
-            base_repo: PathBuf::from("/src"),
-            base_git_dir: PathBuf::from("/src/.git"),
-            reference: "HEAD".into(),
-            commit: "0".repeat(40),
-            branch: None,
-            owner: ProcessIdentity::current(),
-            run_id: "r1".into(),
-            created_at: "2026-01-01T00:00:00Z".into(),
-        };
-        let of = |errno: rustix::io::Errno| {
-            remedy(&io::Error::from_raw_os_error(errno.raw_os_error()), &ws)
-        };
-        let busy = of(rustix::io::Errno::NOTEMPTY);
-        assert!(
-            busy.contains("still writing") && !busy.contains("chmod"),
-            "{busy}"
-        );
-        assert!(of(rustix::io::Errno::ACCESS).contains("chmod -R u+w"));
-        for errno in [rustix::io::Errno::NOTEMPTY, rustix::io::Errno::IO] {
-            assert!(of(errno).contains("baton workspace remove w1"));
         }
     }
 

@@ -12,6 +12,7 @@ mod backend;
 mod control;
 mod error;
 pub mod events;
+mod git_env;
 pub mod group;
 mod group_status;
 pub mod hold;

@@ -33,7 +33,9 @@ pub struct RunRequest {
     /// The concurrency group to run in, if any.
     pub group: Option<GroupRequest>,
     /// Shell command run (best effort, bounded by `grace`) when this run is
-    /// superseded, with `BATON_SUPERSEDED_BY` set.
+    /// superseded, with `BATON_SUPERSEDED_BY` set and `BATON_RUN_STARTED`
+    /// `1` (the command had started and was stopped) or `0` (superseded
+    /// while waiting).
     pub on_superseded: Option<String>,
     /// Recorded owner; default `user@host`.
     pub owner: Option<String>,
@@ -255,6 +257,8 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     spec.clear_env = req.clear_env;
     spec.env
         .extend(command_env(dir, req, &run_id, &guards, member.as_ref()));
+    let git = crate::git_env::foreground_maintenance(&spec.env, spec.clear_env);
+    spec.env.extend(git);
     if let Some((ws, _)) = &workspace {
         spec.cwd = Some(ws.path.clone());
         spec.env
@@ -332,7 +336,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         drop(m); // the newer run may start now
     }
     if let (Some(g), Some(by)) = (&req.group, &superseded_by) {
-        run_hook(req, g.key.as_str(), &run_id, by);
+        run_hook(req, g.key.as_str(), &run_id, by, true);
     }
     tracing::debug!(run_id = %run_id, outcome = ?outcome.as_ref().map(Outcome::exit_code), leftovers = leftovers.len(), superseded_by = superseded_by.as_deref(), "run ended; locks released");
     let outcome = outcome?;
@@ -453,7 +457,7 @@ fn leftover_list(leftovers: &[Leftover]) -> String {
 /// A group run superseded before its command started.
 fn not_run(req: &RunRequest, g: &GroupRequest, run_id: &str, by: Option<String>) -> RunReport {
     if let Some(by) = &by {
-        run_hook(req, g.key.as_str(), run_id, by);
+        run_hook(req, g.key.as_str(), run_id, by, false);
     }
     RunReport {
         run_id: run_id.to_string(),
@@ -480,7 +484,9 @@ fn not_run_cancelled(run_id: &str) -> RunReport {
 
 /// Runs `--on-superseded` with `sh -c`, supervised like any command and
 /// bounded by the grace period (its process group is stopped at the end of it).
-fn run_hook(req: &RunRequest, key: &str, run_id: &str, by: &str) {
+/// `BATON_RUN_STARTED` tells it whether the command had started (`1`: it
+/// was stopped) or the run was superseded while it waited (`0`).
+fn run_hook(req: &RunRequest, key: &str, run_id: &str, by: &str, started: bool) {
     let Some(cmd) = &req.on_superseded else {
         return;
     };
@@ -491,6 +497,10 @@ fn run_hook(req: &RunRequest, key: &str, run_id: &str, by: &str) {
         ("BATON_SUPERSEDED_BY".into(), by.into()),
         ("BATON_RUN_ID".into(), run_id.into()),
         ("BATON_GROUP".into(), key.into()),
+        (
+            "BATON_RUN_STARTED".into(),
+            if started { "1" } else { "0" }.into(),
+        ),
     ];
     spec.timeout = Some(req.grace);
     spec.grace = Duration::from_millis(200).min(req.grace);

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_git::{
-    create, gc, init_attributes, list, push, remove, Backoff, GcOptions, GitError, PushRequest,
-    Strategy, WorkspaceRequest,
+    create, gc, init_attributes, list, push, remove_with, Backoff, BranchCommits, GcOptions,
+    GitError, PushRequest, Strategy, Unpushed, WorkspaceRequest,
 };
 use baton_lock::{BatonDir, ProcessIdentity, WaitPolicy};
 use clap::{Args, Subcommand, ValueEnum};
@@ -51,11 +51,14 @@ pub struct RunWorkspaceArgs {
     #[arg(long, value_name = "REPO")]
     pub workspace: Option<PathBuf>,
 
-    /// Commit the workspace starts from [default: HEAD of the repository].
+    /// Commit the workspace starts from, exactly [default: an existing --branch where it is, else
+    /// HEAD of the repository].
     #[arg(long = "ref", value_name = "REF", requires = "workspace")]
     pub reference: Option<String>,
 
-    /// Branch to work on in the workspace: created at --ref, or checked out if it exists.
+    /// Branch to work on in the workspace: created at --ref; if it exists, continued where it
+    /// is, or with --ref moved forward to it (refused, naming both commits, if it has commits
+    /// --ref lacks: the workspace never starts elsewhere than --ref).
     #[arg(long, value_name = "NAME", requires = "workspace")]
     pub branch: Option<String>,
 
@@ -70,6 +73,11 @@ pub struct RunWorkspaceArgs {
     /// Copy the git-ignored files listed in the repository's .worktreeinclude into the workspace.
     #[arg(long, requires = "workspace")]
     pub include_ignored: bool,
+
+    /// Make the workspace in this directory [default: the repository's `baton.workspaceRoot`
+    /// git setting, else <baton dir>/workspaces].
+    #[arg(long, value_name = "DIR", requires = "workspace")]
+    pub workspace_root: Option<PathBuf>,
 
     /// First refresh the repository from its origin (`git fetch origin`), shared with other
     /// fetches within --fetch-debounce.
@@ -94,6 +102,7 @@ impl RunWorkspaceArgs {
         req.branch = self.branch.clone();
         req.strategy = self.strategy.into();
         req.include_ignored = self.include_ignored;
+        req.root = self.workspace_root.clone();
         req.fetch = self.fetch;
         req.fetch_debounce = self.fetch_debounce;
         if let Some(w) = self.git_lock_wait {
@@ -110,27 +119,31 @@ pub enum WorkspaceCommand {
     #[command(after_help = "Examples:
   WS=$(baton workspace create --repo . --branch agent/fix-42) && cd \"$WS\"
   baton workspace create --repo ~/src/app --strategy worktree --ref origin/main --json
+  git -C ~/src/app config baton.workspaceRoot /fast/workspaces   # this repository's root
 
 clone (default): `git clone --local` (objects hardlinked, a fully independent .git), origin
 re-pointed to the base's own origin URL. worktree: `git worktree add`, sharing the base's .git.
 Only the git commands on the base's shared metadata run under the repository's lock (in
 <git common dir>/baton, whatever your baton dir); checking files out does not. The workspace
-lives under <baton dir>/workspaces/, its path contains the run id, and it is recorded with its
-owner (the process that ran this command, usually your shell): once the owner has exited,
-`baton workspace gc` removes it. When a clone on --branch is removed, commits on the branch
-that exist nowhere else are fetched into the base's branch first; if the base cannot take
-them (the branch is checked out there, or has diverged) the removal is refused and says how
-to keep them.
+lives under <baton dir>/workspaces/ (or --workspace-root, or the directory the repository's
+git setting baton.workspaceRoot names, relative to its top), its path contains the run id,
+and it is recorded in the baton dir with its owner (the process that ran this command,
+usually your shell): once the owner has exited, `baton workspace gc` removes it. When a clone
+on --branch is removed, commits on the branch that exist nowhere else are fetched into the
+base's branch first; if the base cannot take them (the branch is checked out there, or has
+diverged) the removal is refused and names them (`baton workspace remove ID --discard`
+drops them).
 
 Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait; 125 failed.")]
     Create {
         /// The base repository (any path inside it).
         #[arg(long, value_name = "PATH", default_value = ".")]
         repo: PathBuf,
-        /// Commit to start from [default: HEAD].
+        /// Commit to start from, exactly [default: an existing --branch where it is, else HEAD].
         #[arg(long = "ref", value_name = "REF")]
         reference: Option<String>,
-        /// Branch to work on: created at --ref, or checked out as it is if it exists.
+        /// Branch to work on: created at --ref; if it exists, continued where it is, or with
+        /// --ref moved forward to it (refused, naming both commits, if it has commits --ref lacks).
         #[arg(long, value_name = "NAME")]
         branch: Option<String>,
         /// How the workspace is made.
@@ -149,6 +162,10 @@ Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait;
         /// Copy the git-ignored files listed in the repository's .worktreeinclude.
         #[arg(long)]
         include_ignored: bool,
+        /// Make the workspace in this directory [default: the repository's
+        /// `baton.workspaceRoot` git setting, else <baton dir>/workspaces].
+        #[arg(long, value_name = "DIR")]
+        workspace_root: Option<PathBuf>,
         #[command(flatten)]
         wait: GitLockWaitArg,
         /// Print the workspace record as JSON.
@@ -167,9 +184,22 @@ Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait;
     },
 
     /// Remove a workspace (its directory, its worktree entry, its record).
+    #[command(after_help = "Examples:
+  baton workspace remove fix-42
+  baton workspace remove fix-42 --discard
+
+A clone made with --branch hands the commits on its branch that exist nowhere else (not
+pushed, not in the base) to the base's branch of the same name first. When the base cannot
+take them (the branch is checked out there, or has diverged) the removal is refused and names
+them; --discard removes the workspace anyway and names the branch and the commits dropped.
+
+Exit status: 0 removed; 75 a lock stayed busy past --git-lock-wait; 125 failed or refused.")]
     Remove {
         /// The workspace id.
         id: String,
+        /// Remove it even if commits on its branch exist nowhere else (they are named).
+        #[arg(long)]
+        discard: bool,
         #[command(flatten)]
         wait: GitLockWaitArg,
     },
@@ -180,16 +210,22 @@ Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait;
   baton workspace gc --older-than 2h --json
 
 The workspace of a live owner (boot id + pid + start time) is never removed, however old;
-nor is one being created or removed right now (reported as skipped). A workspace that cannot
-be removed is reported with its path and a remedy; the others are still removed. Exit status:
-0 if everything due was removed or skipped, 125 if something could not be removed.")]
+nor is one being created or removed right now (reported as skipped). A clone whose branch has
+commits that exist nowhere else and that the base cannot take is kept and reported with the
+commits (not a failure); --discard removes it too and names what was dropped. A workspace that
+cannot be removed is reported with its path and a remedy; the others are still removed.
+Exit status: 0 if everything due was removed, skipped or kept; 125 if something could not be
+removed.")]
     Gc {
         /// Only remove workspaces (of dead owners) at least this old.
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         older_than: Option<Duration>,
+        /// Also remove clones whose branch has commits that exist nowhere else (they are named).
+        #[arg(long)]
+        discard: bool,
         #[command(flatten)]
         wait: GitLockWaitArg,
-        /// Print JSON {removed, skipped, failed, pruned}.
+        /// Print JSON {removed, discarded, kept, skipped, failed, pruned}.
         #[arg(long)]
         json: bool,
     },
@@ -240,11 +276,21 @@ is shown).")]
         json: bool,
     },
 
-    /// Add `*.jsonl merge=union` to .gitattributes, so concurrent appends merge cleanly.
+    /// Add `*.jsonl merge=union` (or each --pattern) to .gitattributes, so concurrent appends
+    /// merge cleanly.
+    #[command(after_help = "Examples:
+  baton git init-attributes
+  baton git init-attributes --pattern '*.jsonl' --pattern 'logs/*.ndjson' --pattern CHANGES.md
+
+Only for files whose lines are independent records: a union merge keeps both sides' lines
+and never reports a conflict. Lines already present are left alone.")]
     InitAttributes {
         /// The repository.
         #[arg(long, value_name = "PATH", default_value = ".")]
         repo: PathBuf,
+        /// Files to merge as a union of lines (a .gitattributes pattern; repeatable) [default: *.jsonl].
+        #[arg(long = "pattern", value_name = "GLOB")]
+        patterns: Vec<String>,
     },
 }
 
@@ -277,10 +323,12 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
             fetch,
             fetch_debounce,
             include_ignored,
+            workspace_root,
             wait,
             json,
         } => {
             let mut req = WorkspaceRequest::new(repo);
+            req.root = workspace_root;
             req.reference = reference;
             req.branch = branch;
             req.strategy = strategy.into();
@@ -332,15 +380,24 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
             }
             Err(e) => fail(&e, code(&e)),
         },
-        WorkspaceCommand::Remove { id, wait } => {
-            match remove(dir, &id, WaitPolicy::from(wait.git_lock_wait)) {
-                Ok(ws) => {
+        WorkspaceCommand::Remove { id, discard, wait } => {
+            match remove_with(
+                dir,
+                &id,
+                WaitPolicy::from(wait.git_lock_wait),
+                unpushed(discard),
+            ) {
+                Ok(r) => {
+                    let ws = &r.workspace;
                     errln!(
                         "baton: removed workspace '{}' at '{}' (run {})",
                         ws.id,
                         ws.path.display(),
                         ws.run_id
                     );
+                    if let Some(d) = &r.discarded {
+                        errln!("baton: {}", discarded(d));
+                    }
                     0
                 }
                 Err(e) => fail(&e, code(&e)),
@@ -348,12 +405,14 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
         }
         WorkspaceCommand::Gc {
             older_than,
+            discard,
             wait,
             json,
         } => {
             let opts = GcOptions {
                 older_than,
                 git_lock_wait: WaitPolicy::from(wait.git_lock_wait),
+                unpushed: unpushed(discard),
             };
             let report = match gc(dir, &opts) {
                 Ok(r) => r,
@@ -373,6 +432,19 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand) -> u8 {
                 }
                 0
             };
+            for d in &report.discarded {
+                errln!("baton: gc: {}", discarded(d));
+            }
+            for k in &report.kept {
+                errln!(
+                    "baton: gc: kept workspace '{}' at '{}' (run {}): {}; push them, or drop them with `baton workspace remove {} --discard` (or `gc --discard`)",
+                    k.id,
+                    k.path.display(),
+                    k.run_id,
+                    commits(k),
+                    k.id
+                );
+            }
             for s in &report.skipped {
                 errln!(
                     "baton: gc: skipped workspace '{}' at '{}': {}",
@@ -431,19 +503,56 @@ pub fn run_git(_dir: &BatonDir, cmd: GitCommand) -> u8 {
                 Err(e) => fail(&e, code(&e)),
             }
         }
-        GitCommand::InitAttributes { repo } => match init_attributes(&repo) {
-            Ok((path, changed)) => {
-                let what = if changed { "added" } else { "already present:" };
-                errln!(
-                    "baton: {what} '{}' in '{}'",
-                    baton_git::JSONL_UNION,
-                    path.display()
-                );
+        GitCommand::InitAttributes { repo, patterns } => match init_attributes(&repo, &patterns) {
+            Ok(report) => {
+                for (what, lines) in [
+                    ("added", &report.added),
+                    ("already present:", &report.present),
+                ] {
+                    for line in lines {
+                        errln!("baton: {what} '{line}' in '{}'", report.path.display());
+                    }
+                }
                 0
             }
             Err(e) => fail(&e, code(&e)),
         },
     }
+}
+
+fn unpushed(discard: bool) -> Unpushed {
+    if discard {
+        Unpushed::Discard
+    } else {
+        Unpushed::Keep
+    }
+}
+
+/// `branch 'b' has 2 commit(s) that exist nowhere else (abc1234 fix; def5678 wip): <reason>`.
+fn commits(c: &BranchCommits) -> String {
+    let more = c.count.saturating_sub(c.commits.len());
+    let more = if more > 0 {
+        format!("; and {more} more")
+    } else {
+        String::new()
+    };
+    format!(
+        "branch '{}' has {} commit(s) that exist nowhere else ({}{more}), which the base cannot take ({})",
+        c.branch,
+        c.count,
+        c.commits.join("; "),
+        c.reason
+    )
+}
+
+/// What `--discard` dropped with workspace `c.id`.
+fn discarded(c: &BranchCommits) -> String {
+    format!(
+        "discarded with workspace '{}' (run {}): {}",
+        c.id,
+        c.run_id,
+        commits(c)
+    )
 }
 
 fn human_age(secs: u64) -> String {

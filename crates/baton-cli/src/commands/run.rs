@@ -19,6 +19,7 @@ use crate::say::fail;
 /// `baton run`.
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("target").args(["locks", "group", "workspace"]).required(true).multiple(true)))]
+#[command(mut_arg("max", |a| a.help("Use the lock as a semaphore with N slots (with --group: N runs of the group at once, mode queue); every user of the name must give the same N")))]
 pub struct RunArgs {
     /// Lock to hold while the command runs; repeat for several.
     #[arg(long = "lock", value_name = "NAME", value_parser = lock_name)]
@@ -36,7 +37,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", requires = "group", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     pub max_pending: Option<u32>,
 
-    /// Shell command run when this run is superseded (BATON_SUPERSEDED_BY is set), at most --grace long.
+    /// Shell command run when this run is superseded, at most --grace long (BATON_SUPERSEDED_BY is
+    /// the newer run's id; BATON_RUN_STARTED is 1 if the command had started, 0 if it was waiting).
     #[arg(long, value_name = "CMD", requires = "group")]
     pub on_superseded: Option<String>,
 

@@ -1,0 +1,352 @@
+//! Removing a workspace: its directory, its worktree entry in the base, its
+//! record, in that order, under the workspace's lock.
+//!
+//! A clone workspace on a branch keeps its work when it goes: commits that
+//! exist nowhere else are fetched back into the base's branch first (where a
+//! worktree would have left them). When the base cannot take them (the
+//! branch is checked out there, has diverged, or the base is gone) the
+//! removal is refused ([`GitError::Unpushed`], naming the commits), unless
+//! the caller said to discard them ([`Unpushed::Discard`]); then the report
+//! names what was dropped.
+
+use std::fs;
+use std::io;
+use std::path::PathBuf;
+
+use baton_lock::{BatonDir, WaitPolicy};
+use serde::Serialize;
+
+use crate::error::GitError;
+use crate::git::{self, commit_of, Repo};
+use crate::registry;
+use crate::workspace::{lock_workspace, validate_id, Strategy, Workspace};
+
+/// At most this many unpushed commits are named (the count is always exact).
+const LISTED_COMMITS: usize = 20;
+
+/// What a removal does with commits on a clone's branch that exist nowhere
+/// else and cannot be handed to the base.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Unpushed {
+    /// Refuse to remove the workspace ([`GitError::Unpushed`]).
+    #[default]
+    Keep,
+    /// Remove it anyway, and report what was discarded.
+    Discard,
+}
+
+/// Commits of a workspace's branch that exist nowhere else.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BranchCommits {
+    /// The workspace id.
+    pub id: String,
+    /// Its path.
+    pub path: PathBuf,
+    /// The run that created it.
+    pub run_id: String,
+    /// The branch.
+    pub branch: String,
+    /// How many commits.
+    pub count: usize,
+    /// The newest of them (at most 20), as `abbreviated-hash subject`.
+    pub commits: Vec<String>,
+    /// Why the base could not take them (git's words).
+    pub reason: String,
+}
+
+impl BranchCommits {
+    /// What [`GitError::Unpushed`] says; any other error is handed back.
+    pub(crate) fn from_error(e: GitError) -> Result<BranchCommits, GitError> {
+        match e {
+            GitError::Unpushed { commits, .. } => Ok(*commits),
+            e => Err(e),
+        }
+    }
+}
+
+/// A removed workspace, and what went with it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Removed {
+    /// The record of the removed workspace.
+    pub workspace: Workspace,
+    /// Commits discarded with it ([`Unpushed::Discard`] only).
+    pub discarded: Option<BranchCommits>,
+}
+
+/// Removes a workspace (directory, worktree registration, record), whoever
+/// owns it. A clone on a branch first hands commits that exist nowhere else
+/// to the base's branch, or refuses ([`GitError::Unpushed`]).
+/// `git_lock_wait` bounds the whole removal (the workspace's lock, which a
+/// creation or another removal holds, and the repository's).
+pub fn remove(dir: &BatonDir, id: &str, git_lock_wait: WaitPolicy) -> Result<Workspace, GitError> {
+    remove_with(dir, id, git_lock_wait, Unpushed::Keep).map(|r| r.workspace)
+}
+
+/// [`remove`], choosing what happens to commits that cannot be kept.
+pub fn remove_with(
+    dir: &BatonDir,
+    id: &str,
+    git_lock_wait: WaitPolicy,
+    unpushed: Unpushed,
+) -> Result<Removed, GitError> {
+    validate_id(id)?;
+    let wait = git::deadline(git_lock_wait);
+    let guard = lock_workspace(dir, id, wait, "remove workspace", "")?;
+    let ws = registry::get(dir, id)?;
+    let discarded = remove_workspace(dir, &ws, wait, unpushed)?;
+    drop(guard);
+    Ok(Removed {
+        workspace: ws,
+        discarded,
+    })
+}
+
+/// What [`remove_if`] did.
+pub(crate) enum Removal {
+    /// Removed.
+    Removed(Box<Removed>),
+    /// Not removed: no longer due (re-checked under its lock).
+    NotDue,
+    /// Not removed: being created or removed by another process.
+    Busy(String),
+    /// Removed by someone else meanwhile.
+    Gone,
+}
+
+/// Removes workspace `id` if `due` holds for its record as read under its
+/// lock, without waiting for the lock: a workspace being created or removed
+/// is left alone.
+pub(crate) fn remove_if(
+    dir: &BatonDir,
+    id: &str,
+    wait: WaitPolicy,
+    unpushed: Unpushed,
+    due: impl Fn(&Workspace) -> bool,
+) -> Result<Removal, GitError> {
+    let guard = match lock_workspace(dir, id, WaitPolicy::Immediately, "gc workspace", "") {
+        Ok(g) => g,
+        Err(e) if e.is_busy() => return Ok(Removal::Busy(baton_lock::one_line(&e))),
+        Err(e) => return Err(e),
+    };
+    let ws = match registry::get(dir, id) {
+        Ok(ws) => ws,
+        Err(GitError::NoSuchWorkspace { .. }) => return Ok(Removal::Gone),
+        Err(e) => return Err(e),
+    };
+    if !due(&ws) {
+        return Ok(Removal::NotDue);
+    }
+    let discarded = remove_workspace(dir, &ws, wait, unpushed)?;
+    drop(guard);
+    Ok(Removal::Removed(Box::new(Removed {
+        workspace: ws,
+        discarded,
+    })))
+}
+
+fn remove_workspace(
+    dir: &BatonDir,
+    ws: &Workspace,
+    wait: WaitPolicy,
+    unpushed: Unpushed,
+) -> Result<Option<BranchCommits>, GitError> {
+    // Never delete outside a workspace root baton made, whatever a record
+    // says; a directory that is gone already (its root was wiped) needs no
+    // deleting, and its record may go.
+    let exists = fs::symlink_metadata(&ws.path).is_ok();
+    if exists && !crate::root::may_delete(dir, ws) {
+        let root = crate::root::root_of(dir, ws);
+        return Err(GitError::Invalid(format!(
+            "workspace '{}' (run {}) records path '{}', outside '{}': refusing to delete it; remove the record '{}' by hand",
+            ws.id,
+            ws.run_id,
+            ws.path.display(),
+            root.display(),
+            registry::record_file(dir, &ws.id).display()
+        )));
+    }
+    let discarded = match (ws.strategy, &ws.branch) {
+        (Strategy::Clone, Some(branch)) => match keep_branch(ws, branch, wait) {
+            Ok(()) => None,
+            Err(e) if unpushed == Unpushed::Discard => Some(BranchCommits::from_error(e)?),
+            Err(e) => return Err(e),
+        },
+        _ => None,
+    };
+    remove_dir(ws)?;
+    if ws.strategy == Strategy::Worktree {
+        // The base may be gone too; then there is nothing to prune.
+        if let Ok(repo) = Repo::open(&ws.base_repo) {
+            repo.run_locked(wait, &ws.run_id, &["worktree", "prune"])?;
+        }
+    }
+    // Only now, with the directory gone, may the record go.
+    registry::delete(dir, &ws.id)?;
+    Ok(discarded)
+}
+
+/// Deletes the workspace's directory and checks that it is gone (a process
+/// still writing into it could have made it again).
+pub(crate) fn remove_dir(ws: &Workspace) -> Result<(), GitError> {
+    let gone = match fs::remove_dir_all(&ws.path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+    .and_then(|()| match fs::symlink_metadata(&ws.path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+        Ok(_) => Err(io::Error::from_raw_os_error(
+            rustix::io::Errno::NOTEMPTY.raw_os_error(),
+        )),
+    });
+    gone.map_err(|source| GitError::RemoveFailed {
+        id: ws.id.clone(),
+        path: ws.path.clone(),
+        run_id: ws.run_id.clone(),
+        remedy: remedy(&source, ws),
+        source,
+    })
+}
+
+/// What to do when a workspace directory cannot be deleted, by the cause.
+fn remedy(e: &io::Error, ws: &Workspace) -> String {
+    use rustix::io::Errno;
+    let path = ws.path.display();
+    let again = format!("run `baton workspace remove {}` again", ws.id);
+    match Errno::from_io_error(e) {
+        Some(Errno::ACCESS | Errno::PERM) => {
+            format!("make it writable (`chmod -R u+w '{path}'`), then {again}")
+        }
+        Some(Errno::NOTEMPTY | Errno::EXIST) => format!(
+            "a process is still writing into it (`lsof +D '{path}'` names it): stop it, then {again}"
+        ),
+        Some(Errno::BUSY) => format!(
+            "something is mounted in it or keeps it busy (`findmnt -R '{path}'`): unmount or stop it, then {again}"
+        ),
+        Some(Errno::ROFS) => {
+            format!("its filesystem is read-only: remount it read-write, then {again}")
+        }
+        _ => format!("fix the cause, then {again}"),
+    }
+}
+
+/// Before a clone workspace on `branch` goes, hands the commits of its branch
+/// that exist nowhere else to the base repository's branch of the same name,
+/// where a worktree would have left them. "Nowhere else": not reachable from
+/// the workspace's remote-tracking refs (what it pushed, and the base's
+/// branches as they were when it was cloned), from the commit it started at,
+/// or from the base's branch. The fetch into the base is a fast-forward or
+/// nothing (no `+`), and git refuses to move a branch checked out in a work
+/// tree of the base; then [`GitError::Unpushed`] names the commits and the
+/// ways to keep them.
+fn keep_branch(ws: &Workspace, branch: &str, wait: WaitPolicy) -> Result<(), GitError> {
+    if !ws.path.join(".git").is_dir() {
+        return Ok(()); // never got as far as a clone
+    }
+    let full = format!("refs/heads/{branch}");
+    let Some(tip) = commit_of(&ws.path, &full)? else {
+        return Ok(()); // the branch was deleted in the workspace
+    };
+    let new = git::run(
+        &ws.path,
+        [
+            "log",
+            "--ignore-missing",
+            "--format=%h %s",
+            tip.as_str(),
+            "--not",
+            "--remotes",
+            ws.commit.as_str(),
+        ],
+    )?;
+    if new.is_empty() {
+        return Ok(());
+    }
+    let unpushed = |reason: String| GitError::Unpushed {
+        commits: Box::new(BranchCommits {
+            id: ws.id.clone(),
+            path: ws.path.clone(),
+            run_id: ws.run_id.clone(),
+            branch: branch.to_string(),
+            count: new.lines().count(),
+            commits: new
+                .lines()
+                .take(LISTED_COMMITS)
+                .map(str::to_string)
+                .collect(),
+            reason,
+        }),
+        base: ws.base_repo.clone(),
+    };
+    let base = Repo::open(&ws.base_repo)
+        .map_err(|e| unpushed(format!("it cannot be opened: {}", baton_lock::one_line(&e))))?;
+    if let Some(kept) = commit_of(&base.path, &full)? {
+        let (out, _) = git::output(
+            &base.path,
+            ["merge-base", "--is-ancestor", tip.as_str(), kept.as_str()],
+        )?;
+        if out.status.success() {
+            return Ok(()); // the base's branch has them already
+        }
+    }
+    let refspec = format!("{full}:{full}");
+    let (out, _) = base.output_locked(
+        wait,
+        &ws.run_id,
+        &[
+            "fetch".as_ref(),
+            "--quiet".as_ref(),
+            ws.path.as_os_str(),
+            refspec.as_ref(),
+        ],
+    )?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Err(unpushed(
+        stderr
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; "),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_lock::ProcessIdentity;
+
+    #[test]
+    fn remove_failure_remedy_matches_the_cause() {
+        let ws = Workspace {
+            id: "w1".into(),
+            path: PathBuf::from("/b/workspaces/w1"),
+            root: None,
+            strategy: Strategy::Clone,
+            base_repo: PathBuf::from("/src"),
+            base_git_dir: PathBuf::from("/src/.git"),
+            reference: "HEAD".into(),
+            commit: "0".repeat(40),
+            branch: None,
+            owner: ProcessIdentity::current(),
+            run_id: "r1".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+        };
+        let of = |errno: rustix::io::Errno| {
+            remedy(&io::Error::from_raw_os_error(errno.raw_os_error()), &ws)
+        };
+        let busy = of(rustix::io::Errno::NOTEMPTY);
+        assert!(
+            busy.contains("still writing") && !busy.contains("chmod"),
+            "{busy}"
+        );
+        assert!(of(rustix::io::Errno::ACCESS).contains("chmod -R u+w"));
+        for errno in [rustix::io::Errno::NOTEMPTY, rustix::io::Errno::IO] {
+            assert!(of(errno).contains("baton workspace remove w1"));
+        }
+    }
+}
