@@ -57,6 +57,21 @@ impl JobStatus {
         }
     }
 
+    /// What the status means, in a few words (the CLI's help lists them).
+    pub fn summary(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "Waiting for a slot",
+            JobStatus::Running => "Holding a slot",
+            JobStatus::Succeeded => "Exited 0",
+            JobStatus::Failed => "Exited non-zero, was killed, or could not start",
+            JobStatus::TimedOut => "Killed after its timeout",
+            JobStatus::Cancelled => "Cancelled",
+            JobStatus::Superseded => "Stopped by a newer job or run of its group",
+            JobStatus::Skipped => "Not run: its group was busy (mode skip)",
+            JobStatus::Interrupted => "The service stopped while it ran",
+        }
+    }
+
     /// The status named `s`.
     pub fn parse(s: &str) -> Option<JobStatus> {
         JobStatus::ALL.into_iter().find(|st| st.as_str() == s)

@@ -2,31 +2,18 @@
 //! `baton doctor` judges it, and `baton run` and `baton lock acquire` warn
 //! (once, on stderr) when it is a network or FUSE filesystem.
 //!
-//! Test seam: `BATON_TEST_FS_MAGIC` (a `statfs` type such as `0x6969`)
-//! replaces the filesystem type of the baton dir, so that the network and
-//! FUSE warnings can be tested without such a mount.
+//! How the filesystem is found is a parameter ([`FsProbe`]): the binary
+//! always asks the kernel (`baton_lock::filesystem`); tests pass a probe
+//! that names a network or FUSE filesystem, in process, since no such
+//! mount can be made where they run.
 
 use std::path::{Path, PathBuf};
 
 use baton_lock::{BatonDir, Filesystem, FsClass, LockError};
 
-/// The test seam described in the module doc.
-const FS_MAGIC_ENV: &str = "BATON_TEST_FS_MAGIC";
-
-/// The filesystem under `path`, or the one `BATON_TEST_FS_MAGIC` names.
-pub(crate) fn filesystem_of(path: &Path) -> Result<Filesystem, LockError> {
-    let seam = std::env::var(FS_MAGIC_ENV).ok().and_then(|v| {
-        let v = v.trim();
-        match v.strip_prefix("0x") {
-            Some(hex) => u64::from_str_radix(hex, 16).ok(),
-            None => v.parse().ok(),
-        }
-    });
-    match seam {
-        Some(magic) => Ok(Filesystem::from_magic(magic)),
-        None => baton_lock::filesystem(path),
-    }
-}
+/// Finds the filesystem under a path: [`baton_lock::filesystem`] (`statfs`)
+/// in the binary.
+pub type FsProbe = fn(&Path) -> Result<Filesystem, LockError>;
 
 /// What a network or FUSE filesystem means for locks, in one sentence.
 pub(crate) fn danger(fs: &Filesystem) -> String {
@@ -53,14 +40,19 @@ pub(crate) fn local_dir_remedy() -> String {
 /// baton dir is on a network or FUSE filesystem (nothing otherwise, and
 /// nothing when the type cannot be read: the command itself will say).
 pub(crate) fn warn_if_remote(dir: &BatonDir) {
-    if let Ok(fs) = filesystem_of(dir.path()) {
-        if fs.class.is_remote() {
-            errln!(
-                "baton: warning: the baton dir '{}' is on {}; {} (run `baton doctor`)",
-                dir.path().display(),
-                danger(&fs),
-                local_dir_remedy()
-            );
-        }
+    if let Some(line) = remote_warning(dir.path(), baton_lock::filesystem) {
+        errln!("{line}");
     }
+}
+
+/// The warning [`warn_if_remote`] prints for the baton dir at `dir`, if
+/// `probe` finds it on a network or FUSE filesystem.
+pub fn remote_warning(dir: &Path, probe: FsProbe) -> Option<String> {
+    let fs = probe(dir).ok().filter(|fs| fs.class.is_remote())?;
+    Some(format!(
+        "baton: warning: the baton dir '{}' is on {}; {} (run `baton doctor`)",
+        dir.display(),
+        danger(&fs),
+        local_dir_remedy()
+    ))
 }

@@ -2,6 +2,7 @@
 //! and output. It has no logic of its own and no stable Rust API: it is a
 //! library only so that tests can reach the command-line definitions
 //! ([`command`]) that `--help`, the man pages and the completions come from,
+//! and `doctor`'s judgements with an injected filesystem probe ([`seams`]),
 //! and so that its two binaries share it: `baton` ([`main`]) and
 //! `baton-service` ([`service_main`]), which `baton` executes for `serve`
 //! and `job` so that the job service's code stays out of the binary every
@@ -68,6 +69,17 @@ pub fn service_main() -> u8 {
 /// binary is `no_main`): see `startup`.
 pub fn main_without_runtime() -> u8 {
     startup::without_runtime(main)
+}
+
+/// Seams for tests in process: the judgements of `baton doctor` and of the
+/// network filesystem warning of `run` and `lock acquire`, with the probe
+/// that finds a path's filesystem given, so that a network or FUSE
+/// filesystem can be named without mounting one. The binary always uses the
+/// kernel's answer (`baton_lock::filesystem`).
+#[doc(hidden)]
+pub mod seams {
+    pub use crate::commands::doctor::{doctor, Doctor};
+    pub use crate::filesystem::{remote_warning, FsProbe};
 }
 
 /// The clap definition of the whole command line, every subcommand included.

@@ -214,16 +214,11 @@ fn exit_codes_are_the_documented_ones() {
         ]),
         exit::NOT_ACQUIRED
     );
-    let doctor = |magic: &str| {
-        code(
-            &env.baton(&["doctor"])
-                .env("BATON_TEST_FS_MAGIC", magic)
-                .output()
-                .unwrap(),
-        )
-    };
-    assert_eq!(doctor("0xef53"), exit::SUCCESS);
-    assert_eq!(doctor("0x6969"), exit::DOCTOR_WARNINGS);
+    assert_eq!(code(&env.run(&["doctor"])), exit::SUCCESS);
+    let on_nfs = baton::seams::doctor(Some(&env.dir), None, |_| {
+        Ok(baton_lock::Filesystem::from_magic(0x6969))
+    });
+    assert_eq!(i32::from(on_nfs.code), exit::DOCTOR_WARNINGS);
     let open = env.path("open");
     fs::create_dir(&open).unwrap();
     fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();

@@ -1,8 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! `baton doctor` and the network-filesystem warning of `run` and `lock
-//! acquire`. Real binary, real directories, a real OFD probe; only the
-//! filesystem type is injected (`BATON_TEST_FS_MAGIC`), since a network or
-//! FUSE mount cannot be made here.
+//! acquire`. Real binary, real directories, a real OFD probe. A network or
+//! FUSE mount cannot be made here: those judgements run in process, with
+//! the filesystem probe injected (`baton::seams`); the binary always asks
+//! the kernel.
 
 mod common;
 
@@ -15,8 +16,16 @@ use baton_contract::exit;
 use baton_contract::json::DOCTOR_CHECKS;
 use common::{code, stderr, stdout, Env};
 
-const NFS: &str = "0x6969";
-const FUSE: &str = "0x65735546";
+use baton::seams::{doctor, remote_warning};
+use baton_lock::{Filesystem, LockError};
+
+/// Probes that find a network (NFS) or FUSE filesystem under every path.
+fn nfs(_: &Path) -> Result<Filesystem, LockError> {
+    Ok(Filesystem::from_magic(0x6969))
+}
+fn fuse(_: &Path) -> Result<Filesystem, LockError> {
+    Ok(Filesystem::from_magic(0x6573_5546))
+}
 
 fn report(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout)
@@ -122,16 +131,18 @@ fn doctor_refuses_a_world_writable_dir_and_names_the_remedy() {
 
 #[test]
 fn doctor_warns_loudly_about_network_and_fuse_filesystems() {
-    for (magic, name, class) in [(NFS, "nfs", "network"), (FUSE, "fuse", "fuse")] {
+    type Probe = fn(&Path) -> Result<Filesystem, LockError>;
+    for (probe, name, class) in [(nfs as Probe, "nfs", "network"), (fuse, "fuse", "fuse")] {
         let env = Env::new();
-        let out = env
-            .baton(&["doctor", "--json"])
-            .env("BATON_TEST_FS_MAGIC", magic)
-            .output()
-            .unwrap();
-        let r = report(&out);
-        assert_eq!(code(&out), exit::DOCTOR_WARNINGS, "{r:#}");
+        let out = doctor(Some(&env.dir), None, probe);
+        let r: serde_json::Value = serde_json::from_str(out.json.as_ref().unwrap()).unwrap();
+        assert_eq!(i32::from(out.code), exit::DOCTOR_WARNINGS, "{r:#}");
         assert_eq!(r["status"], "warning");
+        assert!(
+            out.text.contains("baton works here, with 1 warning(s)"),
+            "{}",
+            out.text
+        );
         let fs_check = check(&r, "filesystem");
         assert_eq!(fs_check["status"], "warning", "{fs_check:#}");
         assert_eq!(fs_check["detail"]["name"], name);
@@ -291,39 +302,28 @@ fn doctor_lists_leftover_workspaces_of_dead_owners_and_names_gc() {
 }
 
 #[test]
-fn run_and_lock_acquire_warn_once_on_a_network_filesystem() {
+fn run_and_lock_acquire_warn_on_a_network_filesystem() {
     let env = Env::new();
-    let out = env
-        .baton(&["run", "--lock", "x", "--", "true"])
-        .env("BATON_TEST_FS_MAGIC", NFS)
-        .output()
-        .unwrap();
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let err = stderr(&out);
+    let err = remote_warning(&env.dir, nfs).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("baton: warning: the baton dir"), "{err}");
     assert!(err.contains("nfs (a network filesystem"), "{err}");
+    let err = remote_warning(&env.dir, fuse).unwrap();
+    assert!(err.contains("fuse (a FUSE filesystem"), "{err}");
+    assert_eq!(remote_warning(&env.dir, baton_lock::filesystem), None);
 
+    // The real binary, on this machine's local filesystem: no warning.
+    let out = env.run(&["run", "--lock", "x", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
     let held = env
         .baton(&["lock", "acquire", "y"])
-        .env("BATON_TEST_FS_MAGIC", FUSE)
         .stdin(Stdio::null())
         .output()
         .unwrap();
     assert_eq!(code(&held), 0, "{}", stderr(&held));
-    let err = stderr(&held);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("fuse (a FUSE filesystem"), "{err}");
+    assert!(stderr(&held).is_empty(), "{}", stderr(&held));
     let token = stdout(&held).trim().to_string();
     let rel = env.run(&["lock", "release", "y", "--token", &token]);
     assert!(rel.status.success(), "{}", stderr(&rel));
-
-    // Commands that only read say nothing.
-    let st = env
-        .baton(&["lock", "status", "y"])
-        .env("BATON_TEST_FS_MAGIC", NFS)
-        .output()
-        .unwrap();
-    assert!(st.status.success());
-    assert!(stderr(&st).is_empty(), "{}", stderr(&st));
 }

@@ -423,6 +423,80 @@ fn a_failing_filter_passes_its_exit_code_and_changes_nothing() {
     }
 }
 
+/// Whether process `pid` is gone (or a zombie, dead but not yet reaped).
+fn gone(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[test]
+fn a_filter_past_its_timeout_is_killed_with_its_group_and_changes_nothing() {
+    let env = Env::new();
+    let path = env.path("f.json");
+    fs::write(&path, "{\"n\":1}").unwrap();
+    let pidfile = env.path("grandchild.pid");
+    let forks = format!(
+        "cat >/dev/null; echo '{{\"n\":2}}'; sleep 300 & echo $! > {}; sleep 300",
+        s(&pidfile)
+    );
+    for filter in [vec!["sleep", "300"], vec!["sh", "-c", forks.as_str()]] {
+        let mut args = vec!["state", "edit", s(&path), "--filter-timeout", "300ms", "--"];
+        args.extend_from_slice(&filter);
+        let started = Instant::now();
+        let out = env.run(&args);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 124, "{filter:?}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "one line expected: {err}"
+        );
+        assert!(err.contains("timed out after 300ms"), "{err}");
+        assert!(err.contains(s(&path)) && err.contains("unchanged"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(200), "not killed");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "{\"n\":1}");
+        assert_eq!(
+            temps_of(path.parent().unwrap(), "f.json"),
+            Vec::<PathBuf>::new()
+        );
+    }
+    // The grandchild the filter left in its group was killed with it.
+    let pid: u32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    common::wait_until(Duration::from_secs(30), || gone(pid));
+
+    // Within its time a filter works as usual; a timeout must be positive.
+    let out = env.run(&[
+        "state",
+        "edit",
+        s(&path),
+        "--filter-timeout",
+        "60s",
+        "--",
+        "sed",
+        "s/1/2/",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\"n\":2}");
+    let out = env.run(&[
+        "state",
+        "edit",
+        s(&path),
+        "--filter-timeout",
+        "0s",
+        "--",
+        "cat",
+    ]);
+    one_line_125(&out, "--filter-timeout");
+}
+
 #[test]
 fn filters_jq_python_and_sed_work_and_see_their_environment() {
     let env = Env::new();

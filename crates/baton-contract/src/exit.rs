@@ -11,7 +11,7 @@
 //! | 75 | [`NOT_ACQUIRED`] | not acquired: busy with `--no-wait`, `--wait` elapsed, skipped, `--max-pending`, a stale token or version |
 //! | 76 | [`LOCK_LOST`] | `baton run --backend postgres://...`: the database session holding the lock ended, or the run's guardian stopped the command because the supervisor did not prove its session lived in time; the command was stopped (or never started) |
 //! | 79 | [`SUPERSEDED`] | superseded by a newer run of the same group (or cancelled) |
-//! | 124 | [`TIMED_OUT`] | the command ran past `--timeout` and was killed |
+//! | 124 | [`TIMED_OUT`] | the command ran past `--timeout` (a `state edit` filter past `--filter-timeout`) and was killed |
 //! | 125 | [`BATON_FAILED`] | baton itself failed: bad usage, bad input, I/O error |
 //! | 126 | [`NOT_EXECUTABLE`] | the command could not be executed |
 //! | 127 | [`NOT_FOUND`] | the command was not found |

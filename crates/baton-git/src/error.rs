@@ -84,17 +84,9 @@ pub enum GitError {
     /// Another lock error (e.g. the lock of one workspace).
     #[error(transparent)]
     Lock(Box<LockError>),
-    /// An I/O error, with the path it concerns.
-    #[error("{op} '{}'", path.display())]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The path concerned.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: io::Error,
-    },
+    /// An I/O error, with what was being done and the path it concerns.
+    #[error(transparent)]
+    Io(#[from] baton_fs::PathError),
     /// A workspace record in the registry is not valid.
     #[error("workspace record '{}' is not valid JSON (remove it if the workspace is gone)", path.display())]
     BadRecord {
@@ -198,15 +190,5 @@ impl GitError {
 impl From<LockError> for GitError {
     fn from(e: LockError) -> Self {
         GitError::Lock(Box::new(e))
-    }
-}
-
-impl From<baton_fs::PathError> for GitError {
-    fn from(e: baton_fs::PathError) -> Self {
-        GitError::Io {
-            op: e.op,
-            path: e.path,
-            source: e.source,
-        }
     }
 }

@@ -154,9 +154,9 @@ pub(crate) fn baton_dir_of(common_dir: &Path) -> Result<BatonDir, GitError> {
     match BatonDir::open(common_dir.join("baton")) {
         Ok(dir) => Ok(dir),
         Err(LockError::UnsafeDir { .. }) => machine_dir(),
-        Err(LockError::Io { ref source, .. })
+        Err(LockError::Io(ref e))
             if matches!(
-                rustix::io::Errno::from_io_error(source),
+                rustix::io::Errno::from_io_error(&e.source),
                 Some(rustix::io::Errno::ACCESS | rustix::io::Errno::PERM | rustix::io::Errno::ROFS)
             ) =>
         {

@@ -1,6 +1,5 @@
 //! Typed errors of the lock engine.
 
-use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -106,17 +105,9 @@ pub enum LockError {
         /// Why.
         reason: String,
     },
-    /// An I/O error, with the path it concerns.
-    #[error("{op} '{}'", path.display())]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The path concerned.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
-    },
+    /// An I/O error, with what was being done and the path it concerns.
+    #[error(transparent)]
+    Io(#[from] baton_fs::PathError),
 }
 
 fn holder_suffix(holder: &Option<String>) -> String {
@@ -140,14 +131,4 @@ pub fn one_line(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     line
-}
-
-impl From<baton_fs::PathError> for LockError {
-    fn from(e: baton_fs::PathError) -> Self {
-        LockError::Io {
-            op: e.op,
-            path: e.path,
-            source: e.source,
-        }
-    }
 }

@@ -447,11 +447,11 @@ fn acquire_in(
                 name: req.name.to_string(),
             }
         } else {
-            LockError::Io {
+            LockError::Io(baton_fs::PathError {
                 op: "cannot wait for lock",
                 path: path.to_path_buf(),
                 source: e,
-            }
+            })
         }
     };
     let ticket = {

@@ -9,7 +9,7 @@
 // just the same, with a message, which is what a failed test should do.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -21,6 +21,8 @@ use common::{pidfd, pidfd_exits_within, wait_for_line, PATIENCE};
 use rustix::process::{kill_process, Pid, Signal};
 
 const HELPER_ENV: &str = "BATON_PROC_HELPER";
+/// The name of the test [`helper`] in this binary (tests/main.rs).
+const HELPER_TEST: &str = "signals::helper";
 
 /// Not a test of its own: the body of the helper process, run only by the tests.
 #[test]
@@ -54,7 +56,7 @@ fn spawn_helper(dir: &Path, script: &str, grace: Duration) -> Child {
     Command::new(std::env::current_exe().expect("current_exe"))
         .args([
             "--exact",
-            "helper",
+            HELPER_TEST,
             "--include-ignored",
             "--nocapture",
             "--test-threads=1",
@@ -153,7 +155,7 @@ fn default_signal_behaviour_returns_after_run() {
     let mut helper = Command::new(std::env::current_exe().expect("current_exe"))
         .args([
             "--exact",
-            "helper",
+            HELPER_TEST,
             "--include-ignored",
             "--nocapture",
             "--test-threads=1",

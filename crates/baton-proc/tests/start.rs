@@ -6,7 +6,7 @@
 // just the same, with a message, which is what a failed test should do.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;
@@ -118,7 +118,7 @@ fn killed_before_the_record_the_command_never_runs() {
     let mut supervisor = Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--exact",
-            "helper_supervisor_that_hangs_while_recording",
+            "start::helper_supervisor_that_hangs_while_recording", // its name in tests/main.rs
             "--ignored",
             "--nocapture",
         ])

@@ -274,6 +274,16 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
             .push(("BATON_WORKSPACE".into(), ws.path.as_os_str().to_owned()));
     }
     let grace_ms = u64::try_from(req.grace.as_millis()).unwrap_or(u64::MAX);
+    // The setup command's start and the command's are recorded alike.
+    let on_start = |started| {
+        record_command(
+            started,
+            grace_ms,
+            &guards,
+            member.as_ref(),
+            req.on_start.as_ref(),
+        );
+    };
     let mut setup_failed = false;
     let mut finished = None;
     if let Some((setup_program, setup_args)) = req.setup.as_ref().and_then(|s| s.split_first()) {
@@ -283,15 +293,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         setup.args = setup_args.to_vec();
         let supervisor = Supervisor::new(setup);
         control.attach(supervisor.canceller());
-        let done = supervisor.run_with(|started| {
-            record_command(
-                started,
-                grace_ms,
-                &guards,
-                member.as_ref(),
-                req.on_start.as_ref(),
-            );
-        });
+        let done = supervisor.run_with(on_start);
         if !matches!(&done, Ok(f) if f.outcome == Outcome::Exited(0)) {
             tracing::debug!(run_id = %run_id, "setup command failed; the command does not run");
             setup_failed = true;
@@ -307,15 +309,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         None => {
             let supervisor = Supervisor::new(spec);
             control.attach(supervisor.canceller());
-            supervisor.run_with(|started| {
-                record_command(
-                    started,
-                    grace_ms,
-                    &guards,
-                    member.as_ref(),
-                    req.on_start.as_ref(),
-                );
-            })
+            supervisor.run_with(on_start)
         }
     };
     let (outcome, leftovers, fenced, guardian_lost) = match finished {

@@ -8,7 +8,7 @@
 //! Where the stores differ by design (one node or several), the exercise
 //! says so by asking [`Ctx::shared`], never by naming the engine.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -182,17 +182,9 @@ pub enum StateError {
     /// Taking or releasing the lock failed (busy, bad name, unsafe baton dir, ...).
     #[error(transparent)]
     Lock(#[from] LockError),
-    /// An I/O error, with the path it concerns.
-    #[error("{op} '{}'", path.display())]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The path concerned.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
-    },
+    /// An I/O error, with what was being done and the path it concerns.
+    #[error(transparent)]
+    Io(#[from] baton_fs::PathError),
 }
 
 impl StateError {
@@ -210,11 +202,11 @@ impl StateError {
     /// becomes [`StateError::NotDurable`].
     pub(crate) fn after_change(self, file: &Path) -> StateError {
         match self {
-            StateError::Io { op, path, source } => StateError::NotDurable {
+            StateError::Io(e) => StateError::NotDurable {
                 file: file.to_path_buf(),
-                op,
-                path,
-                source,
+                op: e.op,
+                path: e.path,
+                source: e.source,
             },
             other => other,
         }
@@ -240,14 +232,4 @@ pub enum EditError<E> {
     /// The edit function returned this error.
     #[error("{0}")]
     Aborted(E),
-}
-
-impl From<baton_fs::PathError> for StateError {
-    fn from(e: baton_fs::PathError) -> Self {
-        StateError::Io {
-            op: e.op,
-            path: e.path,
-            source: e.source,
-        }
-    }
 }

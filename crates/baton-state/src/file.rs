@@ -331,7 +331,7 @@ mod tests {
         }
         assert!(matches!(
             StateFile::resolve(dir.join("missing-dir/x.json")),
-            Err(StateError::Io { .. })
+            Err(StateError::Io(_))
         ));
     }
 

@@ -139,11 +139,11 @@ impl Filter {
             ProcError::NotExecutable { source, .. } | ProcError::Spawn { source, .. } => {
                 StateError::FilterNotExecutable { program, source }
             }
-            other => StateError::Io {
+            other => StateError::Io(baton_fs::PathError {
                 op: "cannot supervise the filter of",
                 path: file.to_path_buf(),
                 source: io::Error::other(other),
-            },
+            }),
         }
     }
 }

@@ -698,7 +698,7 @@ fn bad_inputs_are_refused_with_their_path_and_leave_files_alone() {
     fs::write(t.path().join("plain"), "x").unwrap();
     assert!(matches!(
         refused(&t.path().join("plain/x.json")),
-        EditError::State(StateError::Io { .. })
+        EditError::State(StateError::Io(_))
     ));
     // A directory nobody may write to: chmod for normal users; root ignores
     // modes, so it gets an immutable directory (chattr +i) where available.
@@ -714,12 +714,9 @@ fn bad_inputs_are_refused_with_their_path_and_leave_files_alone() {
     };
     if locked_down.is_some() || !root {
         let err = refused(&ro.join("s.json"));
-        assert!(
-            matches!(err, EditError::State(StateError::Io { .. })),
-            "{err}"
-        );
+        assert!(matches!(err, EditError::State(StateError::Io(_))), "{err}");
         let err = append(&dir, ro.join("new.jsonl"), &Options::new(), &["{}"]).unwrap_err();
-        assert!(matches!(err, StateError::Io { .. }), "{err}");
+        assert!(matches!(err, StateError::Io(_)), "{err}");
         drop(locked_down);
         fs::set_permissions(&ro, fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(fs::read_to_string(ro.join("s.json")).unwrap(), "{\"n\":1}");
@@ -733,15 +730,9 @@ fn bad_inputs_are_refused_with_their_path_and_leave_files_alone() {
         let f = t.path().join("secret.json");
         fs::write(&f, "{}").unwrap();
         fs::set_permissions(&f, fs::Permissions::from_mode(0o000)).unwrap();
-        assert!(matches!(
-            refused(&f),
-            EditError::State(StateError::Io { .. })
-        ));
+        assert!(matches!(refused(&f), EditError::State(StateError::Io(_))));
         fs::set_permissions(&f, fs::Permissions::from_mode(0o444)).unwrap();
-        assert!(matches!(
-            refused(&f),
-            EditError::State(StateError::Io { .. })
-        ));
+        assert!(matches!(refused(&f), EditError::State(StateError::Io(_))));
         assert_eq!(fs::read_to_string(&f).unwrap(), "{}");
     }
 }

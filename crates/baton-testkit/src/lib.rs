@@ -7,6 +7,8 @@
 //! - [`Immutable`]: a directory made immutable with `chattr +i`.
 //! - [`Rng`]: a small seeded generator whose seed is printed for replay.
 //! - [`pg`]: fresh PostgreSQL databases on the machine's server.
+//! - [`assert_test_files_declared`]: a crate whose integration tests are one
+//!   binary declares every test file.
 
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failed unwrap is a failed test
@@ -135,4 +137,38 @@ impl Rng {
         let x = self.state.wrapping_mul(0x2545_f491_4f6c_dd1d);
         (x >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// Panics unless every file `tests/NAME.rs` and directory `tests/NAME/` of
+/// the crate at `manifest_dir` is declared as `mod NAME;` in
+/// `tests/main.rs`. For the crates whose integration tests are one binary
+/// (`autotests = false`, `[[test]] path = "tests/main.rs"`): a new test file
+/// not declared there would never be built or run.
+pub fn assert_test_files_declared(manifest_dir: &str) {
+    let tests = Path::new(manifest_dir).join("tests");
+    let main = std::fs::read_to_string(tests.join("main.rs")).unwrap();
+    let declared: Vec<&str> = main
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("mod ")?.strip_suffix(';'))
+        .collect();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&tests).unwrap() {
+        let path = entry.unwrap().path();
+        let name = match path.extension() {
+            Some(ext) if ext == "rs" => path.file_stem(),
+            None if path.is_dir() && path.join("mod.rs").exists() => path.file_name(),
+            _ => None,
+        };
+        let Some(name) = name.and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if name != "main" && !declared.contains(&name) {
+            missing.push(name.to_string());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "{}: declare {missing:?} with `mod NAME;` (autotests is off)",
+        tests.join("main.rs").display()
+    );
 }

@@ -20,7 +20,7 @@ mod check;
 
 use self::check::{Check, Status};
 use crate::exit_codes::BATON_FAILED;
-use crate::filesystem::{danger, filesystem_of, local_dir_remedy};
+use crate::filesystem::{danger, local_dir_remedy, FsProbe};
 
 /// Less free space than this for workspaces is a warning.
 const LOW_SPACE: u64 = 1 << 30;
@@ -38,7 +38,39 @@ struct Report {
 /// `baton doctor [--json]`: runs every check, prints them, returns 0 (all
 /// well), 1 (warnings) or 125 (baton cannot work there).
 pub(crate) fn cmd_doctor(explicit: Option<&Path>, backend: Option<&str>, json: bool) -> u8 {
-    let mut report = run_checks(explicit);
+    let outcome = doctor(explicit, backend, baton_lock::filesystem);
+    if json {
+        match &outcome.json {
+            Ok(s) => outln!("{s}"),
+            Err(e) => {
+                errln!("baton: cannot encode JSON: {e}");
+                return BATON_FAILED;
+            }
+        }
+    } else {
+        for line in outcome.text.lines() {
+            outln!("{line}");
+        }
+    }
+    outcome.code
+}
+
+/// What `baton doctor` found: the `--json` document, the text, the exit code.
+#[derive(Debug)]
+pub struct Doctor {
+    /// The `--json` document (`baton_contract::json::DOCTOR`), pretty-printed
+    /// (an error for a path that is not UTF-8).
+    pub json: Result<String, serde_json::Error>,
+    /// The text report, one line per check and remedy, then the verdict.
+    pub text: String,
+    /// The exit code: 0, 1 (warnings) or 125.
+    pub code: u8,
+}
+
+/// Runs every check of `baton doctor` (the dir `explicit`, else the usual
+/// rules; the backend at `backend`), finding filesystems with `probe`.
+pub fn doctor(explicit: Option<&Path>, backend: Option<&str>, probe: FsProbe) -> Doctor {
+    let mut report = run_checks(explicit, probe);
     report.checks.push(backend::backend_check(backend));
     report.status = report
         .checks
@@ -47,26 +79,19 @@ pub(crate) fn cmd_doctor(explicit: Option<&Path>, backend: Option<&str>, json: b
         .filter(|s| *s != Status::Skipped)
         .max()
         .unwrap_or(Status::Ok);
-    if json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(s) => outln!("{s}"),
-            Err(e) => {
-                errln!("baton: cannot encode JSON: {e}");
-                return BATON_FAILED;
-            }
-        }
-    } else {
-        print_text(&report);
-    }
     let code = match report.status {
         Status::Ok | Status::Skipped => exit::SUCCESS,
         Status::Warning => exit::DOCTOR_WARNINGS,
         Status::Error => exit::BATON_FAILED,
     };
-    exit::to_status(code)
+    Doctor {
+        json: serde_json::to_string_pretty(&report),
+        text: text(&report),
+        code: exit::to_status(code),
+    }
 }
 
-fn run_checks(explicit: Option<&Path>) -> Report {
+fn run_checks(explicit: Option<&Path>, probe: FsProbe) -> Report {
     let mut checks = Vec::new();
     let (path, rule) = match BatonDir::locate(explicit) {
         Ok(found) => found,
@@ -98,7 +123,7 @@ fn run_checks(explicit: Option<&Path>) -> Report {
             None
         }
     };
-    checks.push(filesystem(&path));
+    checks.push(filesystem(&path, probe));
     match &dir {
         Some(d) => checks.push(locks(d)),
         None => checks.push(Check::skipped("locks", "the baton dir cannot be used")),
@@ -248,10 +273,10 @@ fn refused(e: &LockError) -> Check {
     .remedy(remedy)
 }
 
-fn filesystem(path: &Path) -> Check {
+fn filesystem(path: &Path, probe: FsProbe) -> Check {
     // The type of the nearest existing ancestor: where the dir would be created.
     let existing = path.ancestors().find(|p| p.exists()).unwrap_or(path);
-    let fs = match filesystem_of(existing) {
+    let fs = match probe(existing) {
         Ok(fs) => fs,
         Err(e) => {
             return Check::new("filesystem", Status::Warning, baton_lock::one_line(&e))
@@ -454,7 +479,9 @@ fn workspaces(dir: &BatonDir) -> Check {
     .detail(json!({ "leftovers": ids }))
 }
 
-fn print_text(r: &Report) {
+fn text(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
     for c in &r.checks {
         let tag = match c.status {
             Status::Ok => "ok",
@@ -462,23 +489,26 @@ fn print_text(r: &Report) {
             Status::Warning => "WARNING",
             Status::Error => "ERROR",
         };
-        outln!("{tag:<8} {:<12} {}", c.name, c.summary);
+        let _ = writeln!(out, "{tag:<8} {:<12} {}", c.name, c.summary);
         if let Some(remedy) = &c.remedy {
-            outln!("{:<8} {:<12} remedy: {remedy}", "", "");
+            let _ = writeln!(out, "{:<8} {:<12} remedy: {remedy}", "", "");
         }
     }
     let count = |s: Status| r.checks.iter().filter(|c| c.status == s).count();
-    outln!("");
-    match r.status {
-        Status::Error => outln!(
+    out.push('\n');
+    let _ = match r.status {
+        Status::Error => writeln!(
+            out,
             "baton cannot work here: {} error(s), {} warning(s)",
             count(Status::Error),
             count(Status::Warning)
         ),
-        Status::Warning => outln!(
+        Status::Warning => writeln!(
+            out,
             "baton works here, with {} warning(s): see the remedies above",
             count(Status::Warning)
         ),
-        _ => outln!("all good"),
-    }
+        _ => writeln!(out, "all good"),
+    };
+    out
 }

@@ -11,16 +11,12 @@ use baton_client::{
     PromptSource, SubmitRequest, WorkspaceOptions, DEFAULT_SERVER,
 };
 use baton_lock::LockName;
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 
-use crate::args::ModeArg;
+use crate::args::{lock_name, ModeArg};
 use crate::duration::parse_positive_duration;
 use crate::exit_codes::for_child;
 use crate::say::{fail, print_json};
-
-fn lock_name(s: &str) -> Result<LockName, String> {
-    LockName::new(s).map_err(|e| e.to_string())
-}
 
 /// `baton job`: which service, and what to do.
 #[derive(Debug, Args)]
@@ -38,28 +34,12 @@ pub struct JobArgs {
     pub command: JobCommand,
 }
 
-/// A job status on the command line.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-#[value(rename_all = "snake_case")]
-pub enum StatusArg {
-    /// Waiting for a slot.
-    Queued,
-    /// Holding a slot.
-    Running,
-    /// Exited 0.
-    Succeeded,
-    /// Exited non-zero, was killed, or could not start.
-    Failed,
-    /// Killed after its timeout.
-    TimedOut,
-    /// Cancelled.
-    Cancelled,
-    /// Stopped by a newer job or run of its group.
-    Superseded,
-    /// Not run: its group was busy (mode skip).
-    Skipped,
-    /// The service stopped while it ran.
-    Interrupted,
+/// A job status on the command line: its API name, described in `--help`.
+fn status_parser() -> impl clap::builder::TypedValueParser<Value = JobStatus> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let names = JobStatus::ALL.map(|s| PossibleValue::new(s.as_str()).help(s.summary()));
+    PossibleValuesParser::new(names)
+        .try_map(|s| JobStatus::parse(&s).ok_or_else(|| format!("unknown job status '{s}'")))
 }
 
 /// `baton job ...` commands.
@@ -114,8 +94,8 @@ run_ms, group, mode, timeout_ms, branch, workspace, superseded_by, node, attempt
 JSON: {jobs: [a job as `job status --json` shows it, without output], next_cursor}.")]
     List {
         /// Only jobs with this status.
-        #[arg(long, value_enum, value_name = "STATUS")]
-        status: Option<StatusArg>,
+        #[arg(long, value_name = "STATUS", value_parser = status_parser())]
+        status: Option<JobStatus>,
         /// Only jobs of this group.
         #[arg(long, value_name = "KEY", value_parser = lock_name)]
         group: Option<LockName>,
@@ -232,7 +212,7 @@ pub fn run(args: JobArgs) -> u8 {
             json,
         } => {
             let q = ListQuery {
-                status: status.map(|s| job_status(s).as_str().to_string()),
+                status: status.map(|s| s.as_str().to_string()),
                 group: group.map(|g| g.as_str().to_string()),
                 limit: Some(limit),
                 cursor,
@@ -356,20 +336,6 @@ fn submit(client: &Client, a: SubmitArgs) -> u8 {
 
 fn failed(e: &ClientError) -> u8 {
     fail(e, for_child(e.exit_code()))
-}
-
-fn job_status(s: StatusArg) -> JobStatus {
-    match s {
-        StatusArg::Queued => JobStatus::Queued,
-        StatusArg::Running => JobStatus::Running,
-        StatusArg::Succeeded => JobStatus::Succeeded,
-        StatusArg::Failed => JobStatus::Failed,
-        StatusArg::TimedOut => JobStatus::TimedOut,
-        StatusArg::Cancelled => JobStatus::Cancelled,
-        StatusArg::Superseded => JobStatus::Superseded,
-        StatusArg::Skipped => JobStatus::Skipped,
-        StatusArg::Interrupted => JobStatus::Interrupted,
-    }
 }
 
 /// A duration in milliseconds, short: `340ms`, `12.3s`, `4m 5s`.

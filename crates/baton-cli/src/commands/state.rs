@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use baton_lock::{BatonDir, LockName};
 use baton_state::{
@@ -14,9 +15,10 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use crate::args::{lock_name, WaitArgs};
+use crate::duration::parse_positive_duration;
 use crate::exit_codes::{
     for_child, for_lock_error, BATON_FAILED, CHANGED_NOT_DURABLE, NOT_ACQUIRED, NOT_EXECUTABLE,
-    NOT_FOUND,
+    NOT_FOUND, TIMED_OUT,
 };
 use crate::say::{fail, write_json, Layout};
 
@@ -60,7 +62,8 @@ signal N), nothing written; 74 written, but flushing it failed (durability unkno
 the file before editing again without --if-version); 75 if --if-version no longer matches or
 the lock was busy (--no-wait, --wait); 125 bad input (a directory, a symlink leaving its
 directory, unreadable, read-only), invalid new content or an I/O error, nothing written;
-126 / 127 FILTER not executable / not found.")]
+124 FILTER ran past --filter-timeout and was killed with its process group, nothing
+written; 126 / 127 FILTER not executable / not found.")]
     Edit {
         /// The state file (created if missing).
         file: PathBuf,
@@ -76,6 +79,11 @@ directory, unreadable, read-only), invalid new content or an I/O error, nothing 
         /// Print JSON {path, previous, version, changed} on success.
         #[arg(long)]
         json: bool,
+
+        /// Kill FILTER's whole process group if it runs longer than this (TERM, 10s, KILL);
+        /// nothing is written, exit 124.
+        #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, allow_hyphen_values = true)]
+        filter_timeout: Option<Duration>,
 
         /// The filter and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "FILTER")]
@@ -147,10 +155,14 @@ pub fn run(dir: &BatonDir, cmd: StateCommand) -> u8 {
             lock,
             if_version,
             json,
+            filter_timeout,
             filter,
         } => {
             let filter = match Filter::new(&filter) {
-                Ok(f) => f,
+                Ok(f) => match filter_timeout {
+                    Some(t) => f.timeout(t),
+                    None => f,
+                },
                 Err(e) => return fail(&e, BATON_FAILED),
             };
             let mut opts = options(lock);
@@ -290,6 +302,7 @@ fn code(e: &StateError) -> u8 {
         StateError::FilterFailed { code, .. } => for_child(*code),
         StateError::FilterNotFound { .. } => NOT_FOUND,
         StateError::FilterNotExecutable { .. } => NOT_EXECUTABLE,
+        StateError::FilterTimedOut { .. } => TIMED_OUT,
         e if e.changed() => CHANGED_NOT_DURABLE,
         _ => BATON_FAILED,
     }

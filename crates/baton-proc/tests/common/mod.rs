@@ -1,7 +1,5 @@
 //! Helpers shared by the integration tests.
 
-#![allow(dead_code)] // Each test binary uses a different subset of these helpers.
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
