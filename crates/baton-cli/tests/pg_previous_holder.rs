@@ -12,7 +12,7 @@ use std::fs;
 use std::process::Child;
 use std::time::Duration;
 
-use common::{code, stderr, stdout, wait_until, Env};
+use common::{code, first_json_of, shell, stderr, stdout, wait_until, Env};
 use pg_common::TestDb;
 
 /// A fresh database (dropped at the end) and a temp dir with the baton dir.
@@ -122,17 +122,6 @@ fn a_group_run_on_postgresql_after_a_killed_run_is_told() {
     assert_eq!(pg.told(&["run", "--group", "g"]), "died=");
 }
 
-/// `sh -c SCRIPT` in a clean environment, for scripts that run baton.
-fn shell(pg: &Pg, script: &str) -> std::process::Command {
-    let mut c = std::process::Command::new("sh");
-    c.args(["-c", script])
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", pg.env.tmp.path())
-        .stdin(std::process::Stdio::null());
-    c
-}
-
 /// A script that took the lock with `lock acquire` on PostgreSQL and was
 /// killed before `release`: the next `lock acquire --json` names it.
 #[test]
@@ -148,7 +137,7 @@ fn lock_acquire_on_postgresql_after_a_killed_script_reports_the_dead_holder() {
     );
     let first_json = pg.env.path("first.json");
     let mut script = shell(
-        &pg,
+        pg.env.tmp.path(),
         &format!(
             "'{bin}' --dir '{dir}' --backend '{url}' lock acquire memory --json > '{}' || exit 1; while :; do sleep 0.05; done",
             first_json.display()
@@ -163,21 +152,13 @@ fn lock_acquire_on_postgresql_after_a_killed_script_reports_the_dead_holder() {
         serde_json::from_str(&fs::read_to_string(&first_json).unwrap()).unwrap();
     script.kill().unwrap(); // SIGKILL
     script.wait().unwrap();
-    let acquire = || -> serde_json::Value {
-        let out = shell(
-            &pg,
+    let acquire = || {
+        first_json_of(
+            pg.env.tmp.path(),
             &format!(
                 "'{bin}' --dir '{dir}' --backend '{url}' lock acquire memory --json && '{bin}' --dir '{dir}' --backend '{url}' lock release memory"
             ),
         )
-        .output()
-        .unwrap();
-        assert_eq!(code(&out), 0, "{}", stderr(&out));
-        serde_json::Deserializer::from_slice(&out.stdout)
-            .into_iter::<serde_json::Value>()
-            .next()
-            .unwrap()
-            .unwrap()
     };
     let second = acquire();
     assert_eq!(second["previous_holder_died"], true, "{second}");

@@ -8,10 +8,10 @@
 mod common;
 
 use std::fs;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
-use common::{code, stderr, stdout, wait_until, Env};
+use common::{code, first_json_of, shell, stderr, stdout, wait_until, Env};
 
 const BATON: &str = env!("CARGO_BIN_EXE_baton");
 
@@ -126,17 +126,6 @@ fn a_group_run_whose_supervisor_was_killed_tells_the_next_run() {
     assert_eq!(group_status()["previous_holder_died"], false);
 }
 
-/// `sh -c SCRIPT` in a clean environment (a script that runs baton itself).
-fn shell(env: &Env, script: &str) -> Command {
-    let mut c = Command::new("sh");
-    c.args(["-c", script])
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", env.tmp.path())
-        .stdin(Stdio::null());
-    c
-}
-
 /// A script that took the lock with `baton lock acquire` and was killed
 /// before `baton lock release`: the next `lock acquire --json` names it.
 #[test]
@@ -148,7 +137,7 @@ fn lock_acquire_after_a_script_was_killed_reports_the_dead_holder() {
         "'{BATON}' --dir '{dir}' lock acquire memory --operation 'pull-modify-push' --json > '{}' || exit 1; while :; do sleep 0.05; done",
         first_json.display()
     );
-    let mut script_proc = shell(&env, &script).spawn().unwrap();
+    let mut script_proc = shell(env.tmp.path(), &script).spawn().unwrap();
     wait_until(Duration::from_secs(30), || {
         fs::read_to_string(&first_json).is_ok_and(|s| s.trim_end().ends_with('}'))
     });
@@ -164,14 +153,7 @@ fn lock_acquire_after_a_script_was_killed_reports_the_dead_holder() {
         let script = format!(
             "'{BATON}' --dir '{dir}' lock acquire {name} --json && '{BATON}' --dir '{dir}' lock release {name}"
         );
-        let out = shell(&env, &script).output().unwrap();
-        assert_eq!(code(&out), 0, "{}", stderr(&out));
-        // `acquire --json`'s object, then what `release` printed.
-        serde_json::Deserializer::from_slice(&out.stdout)
-            .into_iter::<serde_json::Value>()
-            .next()
-            .unwrap()
-            .unwrap()
+        first_json_of(env.tmp.path(), &script)
     };
     let second = acquire("memory");
     assert_eq!(second["previous_holder_died"], true, "{second}");

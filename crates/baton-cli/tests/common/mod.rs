@@ -76,6 +76,31 @@ impl Env {
     }
 }
 
+/// `sh -c SCRIPT` with a cleared environment (PATH kept, HOME = `home`),
+/// for scripts that run baton themselves.
+pub fn shell(home: &Path, script: &str) -> Command {
+    let mut c = Command::new("sh");
+    c.args(["-c", script])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .stdin(Stdio::null());
+    c
+}
+
+/// Runs `sh -c SCRIPT` (see [`shell`]), which must succeed, and returns the
+/// first JSON value it printed (`lock acquire --json && lock release`
+/// prints the acquire's object first).
+pub fn first_json_of(home: &Path, script: &str) -> serde_json::Value {
+    let out = shell(home, script).output().expect("run sh");
+    assert_eq!(code(&out), 0, "{script}: {}", stderr(&out));
+    serde_json::Deserializer::from_slice(&out.stdout)
+        .into_iter::<serde_json::Value>()
+        .next()
+        .expect("a JSON value")
+        .expect("valid JSON")
+}
+
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
