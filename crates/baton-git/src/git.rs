@@ -352,9 +352,9 @@ impl Repo {
         hashed_name("git", self.common_dir.as_os_str().as_encoded_bytes())
     }
 
-    /// Where this repository's lock lives: `<git common dir>/baton`, the
-    /// default baton dir of every caller inside the repository (DESIGN.md,
-    /// decision 10), shared by all its worktrees and never tracked by git.
+    /// Where this repository's lock (and, unless a baton dir is named, its
+    /// workspaces: [`workspace_home`]) lives: `<git common dir>/baton`,
+    /// shared by all its worktrees and never tracked by git.
     /// When that directory cannot be used (it belongs to another user, or the
     /// repository is read-only) the per-user [`machine_dir`] takes its place.
     pub fn baton_dir(&self) -> Result<BatonDir, GitError> {
