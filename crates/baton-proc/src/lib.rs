@@ -75,6 +75,7 @@ pub mod streams;
 mod supervise;
 mod terminal;
 mod terminate;
+mod tree;
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
@@ -93,6 +94,7 @@ pub use signals::FORWARDED_SIGNALS;
 pub use streams::{Streamed, Streams};
 pub use supervise::Supervisor;
 
+pub use tree::ProcessTree;
 pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL_WAIT};
 
 /// The grace period callers use by default between `SIGTERM` and `SIGKILL`.

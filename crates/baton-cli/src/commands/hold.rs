@@ -438,6 +438,12 @@ fn hold(
             ));
         }
     };
+    // Follow what the script starts from now on: when it dies, that is
+    // stopped before the lock is handed over (see `ProcessTree`).
+    let mut tree = req
+        .caller
+        .zip(watched.as_ref())
+        .and_then(|((pid, start), _)| baton_proc::ProcessTree::follow(pid, start));
     let token = guard.tokens().first().map_or(0, |(_, t)| *t);
     let told = report(&Report::Held(Held {
         token,
@@ -452,19 +458,25 @@ fn hold(
         return Ok(HoldEnd::Abandoned);
     }
     let deadline = req.ttl.map(|ttl| Instant::now() + ttl);
-    // Why the hold ends: only `release` and the caller's own exit end it
-    // while the caller may still work under the lock.
-    let forced = loop {
-        let timeout = deadline.map(|d| {
-            let left = d.saturating_duration_since(Instant::now());
-            Timespec {
-                tv_sec: left.as_secs() as i64,
-                tv_nsec: i64::from(left.subsec_nanos()),
-            }
-        });
-        if timeout.is_some_and(|t| t.tv_sec == 0 && t.tv_nsec == 0) {
+    // Why the hold ends: only `release` ends it while the caller may still
+    // work under the lock and nothing needs stopping.
+    let stop = loop {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| d <= now) {
             break true; // ttl elapsed
         }
+        // Wake up to collect what the script started, and at the deadline.
+        let wake = [
+            deadline.map(|d| d.saturating_duration_since(now)),
+            tree.as_ref().map(|_| FOLLOW_EVERY),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let timeout = wake.map(|left| Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        });
         let mut fds = vec![
             PollFd::new(&sig_rx, PollFlags::IN),
             PollFd::new(&lost_rx, PollFlags::IN),
@@ -474,32 +486,46 @@ fn hold(
             fds.push(PollFd::new(w, PollFlags::IN));
         }
         match rustix::event::poll(&mut fds, timeout.as_ref()) {
-            Ok(0) => break true, // ttl elapsed
-            // TERM/INT/HUP, or the lock was lost with its session: forced
-            Ok(_) => break !fds[0].revents().is_empty() || !fds[1].revents().is_empty(),
+            Ok(0) => {
+                if let Some(t) = tree.as_mut() {
+                    t.refresh();
+                }
+            }
+            // TERM/INT/HUP, the lock was lost with its session, or the
+            // script ended: stop what runs under the lock. A release
+            // request from the script: just let go.
+            Ok(_) => break fds[2].revents().is_empty(),
             Err(rustix::io::Errno::INTR) => continue,
             Err(_) => break true,
         }
     };
-    if forced {
-        stop_caller_first(req, watched.as_ref());
+    if stop {
+        stop_caller_first(req, watched.as_ref(), tree);
     }
     guard.release().map_err(|e| baton_lock::one_line(&e))?;
     Ok(HoldEnd::Done)
 }
 
-/// The hold ends while the caller may still be working under the lock
-/// (`--ttl` elapsed, `break`, a TERM from anyone): stop the caller first
-/// (TERM, grace, KILL, identity-checked), so that it never works beside the
-/// next holder. If it cannot be stopped (another user's process), the hold
-/// lasts until it exits by itself.
-fn stop_caller_first(req: &HoldRequest, watched: Option<&rustix::fd::OwnedFd>) {
-    let (Some((pid, start)), Some(pidfd)) = (req.caller, watched) else {
+/// How often the holder collects the processes the script started while it
+/// holds the lock for it (a few system calls per process of the script).
+const FOLLOW_EVERY: Duration = Duration::from_millis(25);
+
+/// The hold ends while the caller, or what it started, may still be working
+/// under the lock (`--ttl` elapsed, `break`, a TERM from anyone, the lost
+/// session, the script's own exit or death): stop the caller and everything
+/// it started first (TERM, grace, KILL, identity-checked), so that nothing
+/// works beside the next holder. If it cannot be stopped (another user's
+/// process), the hold lasts until the caller exits by itself.
+fn stop_caller_first(
+    req: &HoldRequest,
+    watched: Option<&rustix::fd::OwnedFd>,
+    tree: Option<baton_proc::ProcessTree>,
+) {
+    let (Some(tree), Some(pidfd)) = (tree, watched) else {
         return;
     };
     let grace = req.grace.unwrap_or(Duration::from_secs(10));
-    // The script and everything it started: its children work under the lock too.
-    if !baton_proc::terminate_tree(pid, start, grace) {
+    if !tree.terminate(grace) {
         let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
         while matches!(
             rustix::event::poll(&mut fds, None),
