@@ -195,6 +195,31 @@ fn a_script_asking_again_for_a_lock_it_holds_is_refused_not_deadlocked() {
     assert!(stderr(&out).contains("ancestor"), "{}", stderr(&out));
 }
 
+/// A script asking again with a bounded wait for a lock it holds gets the
+/// deadlock named at once (exit 125), not a wait and "busy" (exit 75).
+#[test]
+fn a_script_asking_again_with_a_bounded_wait_is_told_of_the_deadlock_at_once() {
+    let env = Env::new();
+    let script = format!(
+        "T=$({BIN} --dir {d} lock acquire x) || exit 1; {BIN} --dir {d} lock acquire x --wait 60s; echo rc=$?; {BIN} --dir {d} lock release x --token $T",
+        d = env.dir.display()
+    );
+    let started = std::time::Instant::now();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let said = format!("{} {}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("rc=125"), "{said}");
+    assert!(stderr(&out).contains("would deadlock"), "{said}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "it waited for itself: {said}"
+    );
+}
+
 #[test]
 fn group_bookkeeping_behind_a_stuck_process_is_bounded() {
     let env = Env::new();

@@ -51,7 +51,7 @@ pub use diagnose::{
 };
 pub use dir::{git_common_dir, BatonDir, DirRule, Sharing};
 pub use error::{one_line, LockError};
-pub use identity::{
+pub use identity::{thread_of_ancestor, 
     ancestors, boot_id, default_owner, hostname, new_run_id, parent_of, start_time, Liveness,
     ProcessIdentity, Sighting,
 };

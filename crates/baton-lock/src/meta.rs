@@ -46,6 +46,12 @@ pub struct HolderRecord {
     /// `baton lock acquire`), which alone may release it without its token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acquired_for: Option<ProcessIdentity>,
+    /// The thread of `acquired_for` that started the holder (through
+    /// `baton lock acquire`): the caller a second request from the same
+    /// thread would deadlock with. Absent in records of older versions, and
+    /// when it could not be told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller_thread: Option<i32>,
 }
 
 /// The process group a holder's command runs in (DESIGN.md, decision 11).

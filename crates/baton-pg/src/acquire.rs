@@ -476,6 +476,10 @@ fn grant(session: &Session, req: &LockRequest, id: i32, slot: u32) -> Result<Gra
         kind: req.kind,
         command_group: None,
         acquired_for: req.acquired_for.clone(),
+        caller_thread: req
+            .acquired_for
+            .as_ref()
+            .and_then(|f| baton_lock::thread_of_ancestor(f.pid)),
     };
     let record = serde_json::to_value(&record).map_err(|e| PgError::Database {
         op: "record the holder",
