@@ -111,9 +111,12 @@ fn a_release_waits_for_a_borrowed_edit_still_running() {
             "python3 -c 'import json,sys; v=json.load(sys.stdin); v[\"n\"]+={by}; print(json.dumps(v))'"
         )
     };
-    // The script leaves a slow edit under its hold running and exits.
+    // The script leaves a slow edit under its hold running and releases the
+    // hold. (Had it exited without releasing, the edit would be stopped
+    // before the lock is handed over, as everything the script started:
+    // `acquire_containment.rs`.)
     let script = format!(
-        "{BIN} --dir {d} lock acquire m >/dev/null || exit 1; {BIN} --dir {d} state edit {f} --lock m -- sh -c 'sleep 1; {b}' & sleep 0.3; exit 0",
+        "{BIN} --dir {d} lock acquire m >/dev/null || exit 1; {BIN} --dir {d} state edit {f} --lock m -- sh -c 'sleep 1; {b}' & sleep 0.3; {BIN} --dir {d} lock release m; exit 0",
         d = env.dir.display(),
         f = file.display(),
         b = bump(1).replace('\'', "'\\''")

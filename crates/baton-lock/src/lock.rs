@@ -480,11 +480,15 @@ fn acquire_in(
                 }));
             }
         }
+        // Not waiting at all: busy is the whole answer.
+        if req.wait == WaitPolicy::Immediately {
+            return Err(busy(describe_holders(&doc)));
+        }
         // Waiting for a lock held by a `baton run` that is one of our own
         // ancestors (its command runs `baton run --lock X` again), or by a
         // hold that the same caller took (a script running `baton lock
         // acquire X` twice), can never end: that caller waits for us. Say so
-        // at once, whatever the wait policy, instead of waiting and saying
+        // at once, for a bounded wait too, instead of waiting and saying
         // "busy". Other holders (a library user that spawned us, another
         // thread of the caller) may well release first.
         if let Some(h) = held_for_ancestor(fd, &doc, None).context("cannot inspect lock", path)? {
@@ -494,7 +498,7 @@ fn acquire_in(
                 kind: h.kind.as_str().to_string(),
             });
         }
-        if req.wait == WaitPolicy::Immediately || deadline.is_some_and(|d| Instant::now() >= d) {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(busy(describe_holders(&doc)));
         }
         if doc.max != slots {
