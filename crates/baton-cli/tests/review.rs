@@ -223,6 +223,33 @@ fn a_script_asking_again_with_a_bounded_wait_is_told_of_the_deadlock_at_once() {
     );
 }
 
+/// A release without a token from a background subshell is the script's
+/// own (issue 26, item 8): whether the subshell forked a process for it (it
+/// is not the subshell's last command) or ran it in its own process (it is:
+/// the hold taken inside the subshell was taken for that very process).
+#[test]
+fn a_release_from_a_background_subshell_is_the_scripts_own() {
+    let env = Env::new();
+    let script = format!(
+        "T=$({BIN} --dir {d} lock acquire x) || exit 1
+( sleep 0.1; {BIN} --dir {d} lock release x; echo rc-forked=$? ) &
+wait
+( T=$({BIN} --dir {d} lock acquire y) || exit 1; {BIN} --dir {d} lock release y ) &
+wait $!; echo rc-last=$?",
+        d = env.dir.display()
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let said = format!("{} {}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("rc-forked=0"), "{said}");
+    assert!(stdout(&out).contains("rc-last=0"), "{said}");
+    assert!(!said.contains("not for this script"), "{said}");
+}
+
 #[test]
 fn group_bookkeeping_behind_a_stuck_process_is_bounded() {
     let env = Env::new();

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use baton_lock::{BatonDir, Content, HolderInfo, LockName, LockStatus, Mode};
-use baton_run::hold::{caller_to_watch, BreakReport, ReleaseReport};
+use baton_run::hold::{caller_to_watch, callers_of_release, BreakReport, ReleaseReport};
 use baton_run::Backend;
 use clap::Subcommand;
 
@@ -212,7 +212,7 @@ pub(crate) fn cmd_lock(dir: &BatonDir, cmd: LockCommand, flags: &Flags<'_>) -> u
                             let _ =
                                 flags
                                     .backend
-                                    .release_held(&name, Some(held.token), caller, false);
+                                    .release_held(&name, Some(held.token), &[], false);
                             errln!("baton: cannot write the token of lock '{name}' to stdout ({e}): the lock was released again");
                             BATON_FAILED
                         }
@@ -228,7 +228,7 @@ pub(crate) fn cmd_lock(dir: &BatonDir, cmd: LockCommand, flags: &Flags<'_>) -> u
             json,
         } => match flags
             .backend
-            .release_held(&name, token, caller_to_watch(), force)
+            .release_held(&name, token, &callers_of_release(), force)
         {
             Ok(report) => {
                 committed();
