@@ -260,6 +260,29 @@ pub(crate) fn start_holder(
     }
 }
 
+/// Warns, once, when the holders that `lock acquire` leaves are never reaped:
+/// pid 1 of this PID namespace is a program that is not an init (a container
+/// started without `--init`), so every holder that ends stays defunct. The
+/// first defunct holder is the evidence; later calls stay quiet. Only in a
+/// PID namespace other than the initial one, whose init reaps.
+pub(crate) fn warn_if_holders_stay_defunct() {
+    use baton_proc::pidns::{current_pid_ns, INITIAL_PID_NS};
+    if current_pid_ns().is_none_or(|ns| ns == INITIAL_PID_NS) {
+        return;
+    }
+    let me = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+    let defunct = baton_proc::procfs::unreaped_by_init()
+        .into_iter()
+        .filter(|(_, comm)| *comm == me.trim())
+        .count();
+    if defunct == 1 {
+        let init = baton_proc::procfs::stat(1).map_or_else(|| "?".into(), |st| st.comm);
+        errln!(
+            "baton: warning: pid 1 ({init}) does not reap the processes it adopts: each background holder of `baton lock acquire` stays defunct when it ends; start the container with an init (`docker run --init`, tini), or take the lock with `baton run --lock`, which leaves none"
+        );
+    }
+}
+
 /// The body of the background holder; returns its exit code.
 pub(crate) fn serve_hold(dir: &BatonDir) -> u8 {
     let mut out = std::io::stdout();

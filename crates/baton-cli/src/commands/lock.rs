@@ -9,7 +9,7 @@ use baton_run::hold::{caller_to_watch, callers_of_release, BreakReport, ReleaseR
 use baton_run::Backend;
 use clap::Subcommand;
 
-use super::hold::{start_holder, Held, HoldRequest};
+use super::hold::{start_holder, warn_if_holders_stay_defunct, Held, HoldRequest};
 use crate::args::{lock_name, HolderArgs, InvalidInput, LogFormat, ModeArgs, WaitArgs};
 use crate::duration::{parse_duration, parse_positive_duration};
 use crate::exit_codes::{for_run_error, BATON_FAILED};
@@ -203,6 +203,7 @@ pub(crate) fn cmd_lock(dir: &BatonDir, cmd: LockCommand, flags: &Flags<'_>) -> u
             tracing::info!(lock = %name, "lock acquire: starting the background holder");
             match start_holder(&exe, dir, &req) {
                 Ok(held) => {
+                    warn_if_holders_stay_defunct();
                     let code = print_acquired(&held, json);
                     match delivered() {
                         Ok(()) => code,
