@@ -36,7 +36,15 @@ struct KillWriters(std::path::PathBuf);
 impl Drop for KillWriters {
     fn drop(&mut self) {
         for pid in fs::read_to_string(&self.0).unwrap_or_default().lines() {
-            if let Some(pid) = pid.parse().ok().and_then(rustix::process::Pid::from_raw) {
+            // Only a writer: the pid may have been reused since it was written.
+            let is_writer = fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("writer.sh"));
+            if let Some(pid) = pid
+                .parse()
+                .ok()
+                .filter(|_| is_writer)
+                .and_then(rustix::process::Pid::from_raw)
+            {
                 let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
             }
         }
@@ -112,7 +120,7 @@ fn killed_script_hands_over_only_after_its_writers(own_group: bool, body: &str, 
     // Nothing is left running either way.
     for p in &writer_pids {
         let pid: i32 = p.parse().unwrap();
-        assert!(baton_proc::procfs::stat(pid).is_none_or(|st| st.exited));
+        assert!(baton_proc::procfs::stat(pid).map_or(true, |st| st.exited));
     }
 }
 

@@ -196,11 +196,7 @@ print("doctor", "does not reap" in doc.stdout + doc.stderr)
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    let said = format!(
-        "{} {}",
-        String::from_utf8_lossy(&out.stdout),
-        stderr(&out)
-    );
+    let said = format!("{} {}", String::from_utf8_lossy(&out.stdout), stderr(&out));
     assert!(out.status.success(), "{said}");
     assert!(said.contains("warned 1\n"), "{said}");
     assert!(said.contains("doctor True"), "{said}");

@@ -195,7 +195,10 @@ fn outcome(child: &mut Child) -> String {
     let mut reader = std::io::BufReader::new(child.stdout.as_mut().unwrap());
     loop {
         let mut line = String::new();
-        assert!(reader.read_line(&mut line).unwrap() > 0, "child said nothing");
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "child said nothing"
+        );
         for word in ["locked", "refused"] {
             if let Some(at) = line.find(word) {
                 return line[at..].trim().to_string();

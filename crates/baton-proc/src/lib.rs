@@ -94,8 +94,8 @@ pub use signals::FORWARDED_SIGNALS;
 pub use streams::{Streamed, Streams};
 pub use supervise::Supervisor;
 
-pub use tree::ProcessTree;
 pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL_WAIT};
+pub use tree::ProcessTree;
 
 /// The grace period callers use by default between `SIGTERM` and `SIGKILL`.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);

@@ -225,7 +225,10 @@ fn children_of(pid: i32) -> Vec<i32> {
     for task in tasks.flatten() {
         let path = task.path().join("children");
         match std::fs::read_to_string(&path) {
-            Ok(text) => out.extend(text.split_whitespace().filter_map(|s| s.parse::<i32>().ok())),
+            Ok(text) => out.extend(
+                text.split_whitespace()
+                    .filter_map(|s| s.parse::<i32>().ok()),
+            ),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && task.path().exists() => {
                 // A kernel without CONFIG_PROC_CHILDREN.
                 return procfs::scan(|_, st| st.ppid == pid && !st.exited)
@@ -283,7 +286,10 @@ mod tests {
         child.wait().unwrap();
         std::fs::write(&go, "").unwrap();
         assert!(wait_for(|| pidfile.exists()
-            && !std::fs::read_to_string(&pidfile).unwrap().trim().is_empty()));
+            && !std::fs::read_to_string(&pidfile)
+                .unwrap()
+                .trim()
+                .is_empty()));
         let grandchild: i32 = std::fs::read_to_string(&pidfile)
             .unwrap()
             .trim()
@@ -292,6 +298,6 @@ mod tests {
         tree.refresh();
         assert!(tree.pids().contains(&grandchild), "{tree:?}");
         assert!(tree.terminate(Duration::from_secs(5)));
-        assert!(procfs::stat(grandchild).is_none_or(|st| st.exited));
+        assert!(procfs::stat(grandchild).map_or(true, |st| st.exited));
     }
 }

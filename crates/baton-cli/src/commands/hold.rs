@@ -10,7 +10,10 @@
 //! TERM, or the death of the process that called `acquire` (watched through
 //! a pidfd, with the caller's start time checked so a reused pid is never
 //! mistaken for it). The kernel releases the lock if the holder itself is
-//! killed.
+//! killed. Unless the hold ends with `release`, the caller and everything it
+//! started are stopped before the lock is let go: the holder follows what
+//! the caller starts while it holds the lock ([`baton_proc::ProcessTree`]),
+//! because once the caller has died its children cannot be found from it.
 //!
 //! This module is the holder's whole process: the request it is started
 //! with ([`HoldRequest`], JSON in [`HOLD_REQUEST_ENV`]), its signal
@@ -267,7 +270,7 @@ pub(crate) fn start_holder(
 /// PID namespace other than the initial one, whose init reaps.
 pub(crate) fn warn_if_holders_stay_defunct() {
     use baton_proc::pidns::{current_pid_ns, INITIAL_PID_NS};
-    if current_pid_ns().is_none_or(|ns| ns == INITIAL_PID_NS) {
+    if current_pid_ns().map_or(true, |ns| ns == INITIAL_PID_NS) {
         return;
     }
     let me = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();

@@ -82,7 +82,8 @@ command and stops it with its own grace period, so give --grace more time than t
 
 Prints the fencing token. The lock is held by a small background process until
 `baton lock release`, until --ttl elapses, or until the process that ran `acquire`
-(usually your script's shell) exits, whichever comes first.")]
+(usually your script's shell) exits, whichever comes first. Unless released, the
+script and what it started are stopped (TERM, 10 s, KILL) before the lock is free.")]
     Acquire {
         /// The lock.
         #[arg(value_parser = lock_name)]
@@ -210,10 +211,9 @@ pub(crate) fn cmd_lock(dir: &BatonDir, cmd: LockCommand, flags: &Flags<'_>) -> u
                         Err(e) => {
                             // Without its token the caller cannot use or
                             // release the hold: give it back.
-                            let _ =
-                                flags
-                                    .backend
-                                    .release_held(&name, Some(held.token), &[], false);
+                            let _ = flags
+                                .backend
+                                .release_held(&name, Some(held.token), &[], false);
                             errln!("baton: cannot write the token of lock '{name}' to stdout ({e}): the lock was released again");
                             BATON_FAILED
                         }
