@@ -176,6 +176,16 @@ fn a_lock_file_deleted_twice_never_leaves_its_waiters_waiting_for_each_other() {
     assert!(done(third).status.success());
 }
 
+/// Runs `script` with `sh -c`, capturing stdout and stderr.
+fn sh(script: &str) -> std::process::Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_script_asking_again_for_a_lock_it_holds_is_refused_not_deadlocked() {
     let env = Env::new();
@@ -183,12 +193,7 @@ fn a_script_asking_again_for_a_lock_it_holds_is_refused_not_deadlocked() {
         "T=$({BIN} --dir {d} lock acquire x) || exit 1; timeout 20 {BIN} --dir {d} run --lock x -- true; echo rc=$?; {BIN} --dir {d} lock release x --token $T",
         d = env.dir.display()
     );
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(&script)
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
+    let out = sh(&script);
     assert!(
         stdout(&out).contains("rc=125"),
         "{} {}",
@@ -208,12 +213,7 @@ fn a_script_asking_again_with_a_bounded_wait_is_told_of_the_deadlock_at_once() {
         d = env.dir.display()
     );
     let started = std::time::Instant::now();
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(&script)
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
+    let out = sh(&script);
     let said = format!("{} {}", stdout(&out), stderr(&out));
     assert!(stdout(&out).contains("rc=125"), "{said}");
     assert!(stderr(&out).contains("would deadlock"), "{said}");
@@ -238,12 +238,7 @@ wait
 wait $!; echo rc-last=$?",
         d = env.dir.display()
     );
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(&script)
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
+    let out = sh(&script);
     let said = format!("{} {}", stdout(&out), stderr(&out));
     assert!(stdout(&out).contains("rc-forked=0"), "{said}");
     assert!(stdout(&out).contains("rc-last=0"), "{said}");
