@@ -60,7 +60,10 @@ fn vv_names_the_holder_a_waiter_waits_for_and_its_place_in_line() {
         ][..],
         &["-vv", "lock", "acquire", "deploy", "--wait", "300ms"][..],
     ] {
-        let out = env.run(args);
+        // From another thread than the one that took the hold: from the
+        // same thread, the caller would wait for itself, which is refused
+        // at once as a deadlock (review.rs).
+        let out = std::thread::scope(|s| s.spawn(|| env.run(args)).join().unwrap());
         assert_eq!(code(&out), 75, "{args:?}: {}", stderr(&out));
         let err = stderr(&out);
         let joined = err

@@ -163,3 +163,41 @@ fn json_of(out: &std::process::Output) -> serde_json::Value {
     assert_eq!(code(out), 0, "{}", stderr(out));
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// A container without an init (issue 26, item 7): the caller is pid 1 and
+/// reaps only the processes it started itself, so every background holder
+/// of `lock acquire` stays defunct when it ends. The caller is told once,
+/// with the fix, and `doctor` says so.
+#[test]
+fn a_caller_as_pid_1_without_an_init_is_warned_once_and_doctor_says_so() {
+    if !namespaces_available() {
+        return;
+    }
+    let env = Env::new();
+    let program = r#"
+import subprocess, sys
+baton, d = sys.argv[1], sys.argv[2]
+warned = 0
+for i in range(20):
+    a = subprocess.run([baton, "--dir", d, "lock", "acquire", "z"], capture_output=True, text=True)
+    assert a.returncode == 0, a.stderr
+    warned += a.stderr.count("does not reap")
+    r = subprocess.run([baton, "--dir", d, "lock", "release", "z", "--token", a.stdout.strip()], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+doc = subprocess.run([baton, "--dir", d, "doctor"], capture_output=True, text=True)
+print("warned", warned)
+print("doctor", "does not reap" in doc.stdout + doc.stderr)
+"#;
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "python3", "-c", program])
+        .arg(env!("CARGO_BIN_EXE_baton"))
+        .arg(&env.dir)
+        .current_dir(env.tmp.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = format!("{} {}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("warned 1\n"), "{said}");
+    assert!(said.contains("doctor True"), "{said}");
+}

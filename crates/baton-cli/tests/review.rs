@@ -111,9 +111,12 @@ fn a_release_waits_for_a_borrowed_edit_still_running() {
             "python3 -c 'import json,sys; v=json.load(sys.stdin); v[\"n\"]+={by}; print(json.dumps(v))'"
         )
     };
-    // The script leaves a slow edit under its hold running and exits.
+    // The script leaves a slow edit under its hold running and releases the
+    // hold. (Had it exited without releasing, the edit would be stopped
+    // before the lock is handed over, as everything the script started:
+    // `acquire_containment.rs`.)
     let script = format!(
-        "{BIN} --dir {d} lock acquire m >/dev/null || exit 1; {BIN} --dir {d} state edit {f} --lock m -- sh -c 'sleep 1; {b}' & sleep 0.3; exit 0",
+        "{BIN} --dir {d} lock acquire m >/dev/null || exit 1; {BIN} --dir {d} state edit {f} --lock m -- sh -c 'sleep 1; {b}' & sleep 0.3; {BIN} --dir {d} lock release m; exit 0",
         d = env.dir.display(),
         f = file.display(),
         b = bump(1).replace('\'', "'\\''")
@@ -173,6 +176,16 @@ fn a_lock_file_deleted_twice_never_leaves_its_waiters_waiting_for_each_other() {
     assert!(done(third).status.success());
 }
 
+/// Runs `script` with `sh -c`, capturing stdout and stderr.
+fn sh(script: &str) -> std::process::Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_script_asking_again_for_a_lock_it_holds_is_refused_not_deadlocked() {
     let env = Env::new();
@@ -180,12 +193,7 @@ fn a_script_asking_again_for_a_lock_it_holds_is_refused_not_deadlocked() {
         "T=$({BIN} --dir {d} lock acquire x) || exit 1; timeout 20 {BIN} --dir {d} run --lock x -- true; echo rc=$?; {BIN} --dir {d} lock release x --token $T",
         d = env.dir.display()
     );
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(&script)
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
+    let out = sh(&script);
     assert!(
         stdout(&out).contains("rc=125"),
         "{} {}",
@@ -193,6 +201,48 @@ fn a_script_asking_again_for_a_lock_it_holds_is_refused_not_deadlocked() {
         stderr(&out)
     );
     assert!(stderr(&out).contains("ancestor"), "{}", stderr(&out));
+}
+
+/// A script asking again with a bounded wait for a lock it holds gets the
+/// deadlock named at once (exit 125), not a wait and "busy" (exit 75).
+#[test]
+fn a_script_asking_again_with_a_bounded_wait_is_told_of_the_deadlock_at_once() {
+    let env = Env::new();
+    let script = format!(
+        "T=$({BIN} --dir {d} lock acquire x) || exit 1; {BIN} --dir {d} lock acquire x --wait 60s; echo rc=$?; {BIN} --dir {d} lock release x --token $T",
+        d = env.dir.display()
+    );
+    let started = std::time::Instant::now();
+    let out = sh(&script);
+    let said = format!("{} {}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("rc=125"), "{said}");
+    assert!(stderr(&out).contains("would deadlock"), "{said}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "it waited for itself: {said}"
+    );
+}
+
+/// A release without a token from a background subshell is the script's
+/// own (issue 26, item 8): whether the subshell forked a process for it (it
+/// is not the subshell's last command) or ran it in its own process (it is:
+/// the hold taken inside the subshell was taken for that very process).
+#[test]
+fn a_release_from_a_background_subshell_is_the_scripts_own() {
+    let env = Env::new();
+    let script = format!(
+        "T=$({BIN} --dir {d} lock acquire x) || exit 1
+( sleep 0.1; {BIN} --dir {d} lock release x; echo rc-forked=$? ) &
+wait
+( T=$({BIN} --dir {d} lock acquire y) || exit 1; {BIN} --dir {d} lock release y ) &
+wait $!; echo rc-last=$?",
+        d = env.dir.display()
+    );
+    let out = sh(&script);
+    let said = format!("{} {}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("rc-forked=0"), "{said}");
+    assert!(stdout(&out).contains("rc-last=0"), "{said}");
+    assert!(!said.contains("not for this script"), "{said}");
 }
 
 #[test]

@@ -250,6 +250,10 @@ fn record_grant(
         acquired_for: req.acquired_for.clone(),
         abandoned: false,
         previous: previous.clone().map(Box::new),
+        caller_thread: req
+            .acquired_for
+            .as_ref()
+            .and_then(|f| crate::identity::thread_of_ancestor(f.pid)),
     });
     write_doc(at.file, doc).context("cannot write lock metadata to", at.path)?;
     Ok(Recorded {
@@ -268,8 +272,12 @@ fn clock_micros() -> u64 {
 
 /// A live holder of a held slot that holds it for an ancestor of this
 /// process (in a mode that covers `mode`, if given): a `run` holder that is
-/// an ancestor, or a `hold` holder acquired for an ancestor. Waiting forever
-/// for such a holder would deadlock; a request that may use its hold does.
+/// an ancestor, or a `hold` holder acquired for an ancestor by the same
+/// caller — the thread of that ancestor that started us, the one waiting for
+/// us (a script that runs `baton lock acquire X` twice). Waiting for such a
+/// holder would deadlock; a request that may use its hold does. A hold taken
+/// by another thread of a multi-threaded ancestor is not: that thread may
+/// release it while this request waits.
 pub(crate) fn held_for_ancestor(
     fd: std::os::fd::BorrowedFd<'_>,
     doc: &LockDoc,
@@ -308,7 +316,17 @@ pub(crate) fn held_for_ancestor(
             _ => h
                 .acquired_for
                 .as_ref()
-                .is_some_and(|f| f.in_my_pid_ns() && is_ancestor(f)),
+                .is_some_and(|f| f.in_my_pid_ns() && is_ancestor(f) && same_caller(h, f.pid)),
         })
         .cloned())
+}
+
+/// Whether this process descends from the thread of `caller` that the hold
+/// `h` was taken through. Records without the thread (older versions, or it
+/// could not be told) count as the same caller when `caller` has one thread.
+fn same_caller(h: &HolderRecord, caller: i32) -> bool {
+    match (h.caller_thread, crate::identity::thread_of_ancestor(caller)) {
+        (Some(theirs), Some(ours)) => theirs == ours,
+        _ => crate::identity::thread_count(caller).map_or(true, |n| n <= 1),
+    }
 }

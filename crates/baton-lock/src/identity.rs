@@ -218,6 +218,35 @@ pub fn ancestors() -> Vec<(i32, u64)> {
     out
 }
 
+/// The thread of ancestor `pid` that this process descends from: the thread
+/// whose children (`/proc/<pid>/task/<tid>/children`) include this process
+/// or its ancestor below `pid`. `None` when `pid` is not an ancestor or the
+/// kernel does not tell.
+pub fn thread_of_ancestor(pid: i32) -> Option<i32> {
+    let me = std::process::id() as i32;
+    let chain = ancestors();
+    let i = chain.iter().position(|(p, _)| *p == pid)?;
+    let below = if i == 0 { me } else { chain[i - 1].0 };
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    tasks.flatten().find_map(|task| {
+        let tid: i32 = task.file_name().to_str()?.parse().ok()?;
+        let children = fs::read_to_string(task.path().join("children")).ok()?;
+        children
+            .split_whitespace()
+            .any(|c| c.parse::<i32>() == Ok(below))
+            .then_some(tid)
+    })
+}
+
+/// The number of threads of process `pid` (`Threads:` of its status).
+pub fn thread_count(pid: i32) -> Option<u32> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
 /// The parent pid of `pid`, from `/proc/<pid>/stat` (field 4).
 pub fn parent_of(pid: i32) -> Option<i32> {
     proc_stat(pid).map(|st| st.ppid)

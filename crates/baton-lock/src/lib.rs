@@ -52,8 +52,8 @@ pub use diagnose::{
 pub use dir::{git_common_dir, previous_default, user_location, BatonDir, DirRule, Sharing};
 pub use error::{one_line, LockError};
 pub use identity::{
-    ancestors, boot_id, default_owner, hostname, new_run_id, parent_of, start_time, Liveness,
-    ProcessIdentity, Sighting,
+    ancestors, boot_id, default_owner, hostname, new_run_id, parent_of, start_time,
+    thread_of_ancestor, Liveness, ProcessIdentity, Sighting,
 };
 pub use kernel_holders::KernelHolder;
 pub use lock::{acquire, acquire_all, plan_all, LockGuard};

@@ -512,23 +512,26 @@ fn acquire_in(
                 }));
             }
         }
-        if req.wait == WaitPolicy::Immediately || deadline.is_some_and(|d| Instant::now() >= d) {
+        // Not waiting at all: busy is the whole answer.
+        if req.wait == WaitPolicy::Immediately {
             return Err(busy(describe_holders(&doc)));
         }
-        // Waiting forever for a lock held by a `baton run` that is one of our
-        // own ancestors (its command runs `baton run --lock X` again) can
-        // never end: that supervisor waits for us. Refuse instead. Other
-        // holders (a library user that spawned us) may well release first.
-        if req.wait == WaitPolicy::Forever {
-            if let Some(h) =
-                held_for_ancestor(fd, &doc, None).context("cannot inspect lock", path)?
-            {
-                return Err(LockError::HeldByAncestor {
-                    name: req.name.to_string(),
-                    pid: h.process.pid,
-                    kind: h.kind.as_str().to_string(),
-                });
-            }
+        // Waiting for a lock held by a `baton run` that is one of our own
+        // ancestors (its command runs `baton run --lock X` again), or by a
+        // hold that the same caller took (a script running `baton lock
+        // acquire X` twice), can never end: that caller waits for us. Say so
+        // at once, for a bounded wait too, instead of waiting and saying
+        // "busy". Other holders (a library user that spawned us, another
+        // thread of the caller) may well release first.
+        if let Some(h) = held_for_ancestor(fd, &doc, None).context("cannot inspect lock", path)? {
+            return Err(LockError::HeldByAncestor {
+                name: req.name.to_string(),
+                pid: h.process.pid,
+                kind: h.kind.as_str().to_string(),
+            });
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(busy(describe_holders(&doc)));
         }
         if doc.max != slots {
             doc.max = slots;

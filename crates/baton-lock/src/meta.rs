@@ -60,6 +60,12 @@ pub struct HolderRecord {
         skip_serializing_if = "Option::is_none"
     )]
     pub previous: Option<Box<HolderRecord>>,
+    /// The thread of `acquired_for` that started the holder (through
+    /// `baton lock acquire`): the caller a second request from the same
+    /// thread would deadlock with. Absent in records of older versions, and
+    /// when it could not be told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller_thread: Option<i32>,
 }
 
 impl HolderRecord {

@@ -80,6 +80,31 @@ fn child_process_entry() {
             let _ = std::io::stdin().read_line(&mut s);
             drop(g);
         }
+        // Take args[0] as a hold for the parent process (as the background
+        // holder of `baton lock acquire` does for its script), waiting as
+        // args[1] says (`forever` or milliseconds); announce the outcome and
+        // hold until stdin closes.
+        "hold-for-parent" => {
+            let parent = baton_lock::parent_of(std::process::id() as i32).unwrap();
+            let wait = match args[1].as_str() {
+                "forever" => WaitPolicy::Forever,
+                ms => WaitPolicy::from(Duration::from_millis(ms.parse().unwrap())),
+            };
+            let mut req = LockRequest::new(name(&args[0]))
+                .kind(baton_lock::HolderKind::Hold)
+                .wait(wait);
+            req.acquired_for = baton_lock::ProcessIdentity::of_pid(parent);
+            match acquire(&dir, &req) {
+                Ok(g) => {
+                    println!("locked {}", g.token());
+                    std::io::stdout().flush().unwrap();
+                    let mut s = String::new();
+                    let _ = std::io::stdin().read_line(&mut s);
+                    drop(g);
+                }
+                Err(e) => println!("refused {e}"),
+            }
+        }
         // args: lock, counter file, iterations.
         "count" => {
             let iterations: usize = args[2].parse().unwrap();
@@ -162,6 +187,66 @@ fn reentrant_acquire_in_one_thread_is_refused_not_deadlocked() {
     });
     assert!(matches!(h.join().unwrap(), Err(LockError::Busy { .. })));
     drop(g);
+}
+
+/// The first line of a `hold-for-parent` child that says what happened.
+fn outcome(child: &mut Child) -> String {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(child.stdout.as_mut().unwrap());
+    loop {
+        let mut line = String::new();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "child said nothing"
+        );
+        for word in ["locked", "refused"] {
+            if let Some(at) = line.find(word) {
+                return line[at..].trim().to_string();
+            }
+        }
+    }
+}
+
+/// A hold taken for this process by one of its threads (through a child,
+/// as `baton lock acquire` does) is released by that thread 0.8 s later: a
+/// blocking request of the same kind from another thread waits for it
+/// instead of being refused as a deadlock. From the same thread, where the
+/// caller would wait for itself, it is refused at once, whatever the wait.
+#[test]
+fn a_hold_of_another_thread_of_the_caller_is_waited_for_not_called_a_deadlock() {
+    let (_t, dir) = tempdir();
+    let mut first = child(&dir, "hold-for-parent", &["th", "forever"]);
+    expect_line(&mut first, "locked");
+    let started = Instant::now();
+    let d2 = dir.clone();
+    let other = thread::spawn(move || {
+        let mut second = child(&d2, "hold-for-parent", &["th", "forever"]);
+        let line = outcome(&mut second);
+        drop(second.stdin.take());
+        second.wait().unwrap();
+        line
+    });
+    thread::sleep(Duration::from_millis(800));
+    drop(first.stdin.take()); // the first thread lets go
+    first.wait().unwrap();
+    let line = other.join().unwrap();
+    assert!(line.starts_with("locked"), "{line}");
+    assert!(started.elapsed() >= Duration::from_millis(800));
+    // The same thread asking again would wait for itself: refused at once,
+    // naming the deadlock, even with a bounded wait.
+    let mut first = child(&dir, "hold-for-parent", &["th", "forever"]);
+    expect_line(&mut first, "locked");
+    let asked = Instant::now();
+    let mut again = child(&dir, "hold-for-parent", &["th", "20000"]);
+    let line = outcome(&mut again);
+    assert!(
+        line.starts_with("refused") && line.contains("deadlock"),
+        "{line}"
+    );
+    assert!(asked.elapsed() < Duration::from_secs(15), "it waited");
+    again.wait().unwrap();
+    drop(first.stdin.take());
+    first.wait().unwrap();
 }
 
 #[test]

@@ -494,6 +494,10 @@ fn grant(
         acquired_for: req.acquired_for.clone(),
         abandoned: false,
         previous: previous.cloned().map(Box::new),
+        caller_thread: req
+            .acquired_for
+            .as_ref()
+            .and_then(|f| baton_lock::thread_of_ancestor(f.pid)),
     };
     let record = serde_json::to_value(&record).map_err(|e| PgError::Database {
         op: "record the holder",

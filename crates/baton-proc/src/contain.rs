@@ -112,10 +112,10 @@ pub fn is_subreaper() -> bool {
 }
 
 /// A process pinned by a pidfd after its identity was checked.
-struct Pinned {
-    pid: i32,
-    command: String,
-    fd: OwnedFd,
+pub(crate) struct Pinned {
+    pub(crate) pid: i32,
+    pub(crate) command: String,
+    pub(crate) fd: OwnedFd,
 }
 
 fn pin(pid: i32, expect: &ProcStat) -> Option<Pinned> {
@@ -238,7 +238,7 @@ pub fn terminate_tree(pid: i32, start_time: u64, grace: Duration) -> bool {
 
 /// TERM (when `grace` is given) then KILL, waiting for the processes to
 /// exit; returns whether they all did.
-fn stop_all(procs: Vec<Pinned>, grace: Option<Duration>) -> bool {
+pub(crate) fn stop_all(procs: Vec<Pinned>, grace: Option<Duration>) -> bool {
     let mut alive = procs;
     if let Some(grace) = grace {
         for p in &alive {
@@ -254,7 +254,7 @@ fn stop_all(procs: Vec<Pinned>, grace: Option<Duration>) -> bool {
 }
 
 /// Waits until every process has exited or `limit` passes; returns those still running.
-fn wait_all(mut procs: Vec<Pinned>, limit: Duration) -> Vec<Pinned> {
+pub(crate) fn wait_all(mut procs: Vec<Pinned>, limit: Duration) -> Vec<Pinned> {
     let deadline = Instant::now().checked_add(limit);
     while !procs.is_empty() {
         let timeout = deadline.map(|d| timespec(d.saturating_duration_since(Instant::now())));

@@ -75,6 +75,7 @@ pub mod streams;
 mod supervise;
 mod terminal;
 mod terminate;
+mod tree;
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
@@ -94,6 +95,7 @@ pub use streams::{Streamed, Streams};
 pub use supervise::Supervisor;
 
 pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL_WAIT};
+pub use tree::ProcessTree;
 
 /// The grace period callers use by default between `SIGTERM` and `SIGKILL`.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);

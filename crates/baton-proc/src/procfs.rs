@@ -64,6 +64,18 @@ pub(crate) fn scan(mut keep: impl FnMut(i32, &ProcStat) -> bool) -> Vec<(i32, Pr
         .collect()
 }
 
+/// The exited processes (zombies) that pid 1 of this PID namespace has not
+/// reaped, with their command names. An init reaps every process re-parented
+/// to it at once; a program that is pid 1 without being an init (a container
+/// started without `--init`) never reaps those it did not start itself, and
+/// they stay here until the container ends.
+pub fn unreaped_by_init() -> Vec<(i32, String)> {
+    scan(|_, st| st.ppid == 1 && st.exited)
+        .into_iter()
+        .map(|(pid, st)| (pid, st.comm))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

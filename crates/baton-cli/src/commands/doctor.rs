@@ -381,6 +381,17 @@ fn pid_namespace() -> Check {
         Some(ns) => format!("PID namespace {ns} (a container or sandbox): holders on the host or in other containers show as \"not visible from here\"; break them from the host"),
         None => "cannot read /proc/self/ns/pid: holders in other PID namespaces cannot be told apart".to_string(),
     };
+    let unreaped = baton_proc::procfs::unreaped_by_init();
+    if ns.is_some_and(|ns| ns != INITIAL_PID_NS) && !unreaped.is_empty() {
+        let init = baton_proc::procfs::stat(1).map_or_else(|| "?".into(), |st| st.comm);
+        return Check::new(
+            "pid_namespace",
+            Status::Warning,
+            format!("{summary}; pid 1 ({init}) does not reap the processes it adopts ({} defunct): every background holder of `baton lock acquire` stays defunct when it ends", unreaped.len()),
+        )
+        .remedy("start the container with an init (`docker run --init`, tini), or take locks with `baton run --lock`, which leaves no process behind")
+        .detail(detail);
+    }
     let status = if ns.is_some() {
         Status::Ok
     } else {

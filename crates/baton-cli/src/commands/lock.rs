@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use baton_lock::{BatonDir, Content, HolderInfo, LockName, LockStatus, Mode};
-use baton_run::hold::{caller_to_watch, BreakReport, ReleaseReport};
+use baton_run::hold::{caller_to_watch, callers_of_release, BreakReport, ReleaseReport};
 use baton_run::Backend;
 use clap::Subcommand;
 
-use super::hold::{start_holder, Held, HoldRequest};
+use super::hold::{start_holder, warn_if_holders_stay_defunct, Held, HoldRequest};
 use crate::args::{lock_name, HolderArgs, InvalidInput, LogFormat, ModeArgs, WaitArgs};
 use crate::duration::{parse_duration, parse_positive_duration};
 use crate::exit_codes::{for_run_error, BATON_FAILED};
@@ -84,7 +84,8 @@ command and stops it with its own grace period, so give --grace more time than t
 
 Prints the fencing token. The lock is held by a small background process until
 `baton lock release`, until --ttl elapses, or until the process that ran `acquire`
-(usually your script's shell) exits, whichever comes first. A script that exits without
+(usually your script's shell) exits, whichever comes first. Unless released, the
+script and what it started are stopped (TERM, 10 s, KILL) before the lock is free. A script that exits without
 `release` (killed, or not) is reported to the next holder as a holder that died
 (previous_holder_died, a note on stderr): release when the work is complete.")]
     Acquire {
@@ -212,16 +213,16 @@ pub(crate) fn cmd_lock(dir: &BatonDir, cmd: LockCommand, flags: &Flags<'_>) -> u
             tracing::info!(lock = %name, "lock acquire: starting the background holder");
             match start_holder(&exe, dir, &req) {
                 Ok(held) => {
+                    warn_if_holders_stay_defunct();
                     let code = print_acquired(&held, json);
                     match delivered() {
                         Ok(()) => code,
                         Err(e) => {
                             // Without its token the caller cannot use or
                             // release the hold: give it back.
-                            let _ =
-                                flags
-                                    .backend
-                                    .release_held(&name, Some(held.token), caller, false);
+                            let _ = flags
+                                .backend
+                                .release_held(&name, Some(held.token), &[], false);
                             errln!("baton: cannot write the token of lock '{name}' to stdout ({e}): the lock was released again");
                             BATON_FAILED
                         }
@@ -237,7 +238,7 @@ pub(crate) fn cmd_lock(dir: &BatonDir, cmd: LockCommand, flags: &Flags<'_>) -> u
             json,
         } => match flags
             .backend
-            .release_held(&name, token, caller_to_watch(), force)
+            .release_held(&name, token, &callers_of_release(), force)
         {
             Ok(report) => {
                 committed();

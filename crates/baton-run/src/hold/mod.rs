@@ -44,6 +44,56 @@ pub fn caller_to_watch() -> Option<(i32, u64)> {
     Some((pid, start_time(pid)?))
 }
 
+/// The processes a `baton lock release` without `--token` speaks for: the
+/// script as [`caller_to_watch`] finds it, and the scripts whose forked
+/// subshells it is in (`( work; baton lock release x; cleanup ) &` releases
+/// the hold of the script that forked the subshell), and this process itself:
+/// a shell runs the last command of a subshell in the subshell's own process
+/// (`( T=$(baton lock acquire x); work; baton lock release x ) &`, where the
+/// hold was taken for the subshell, which has become `release`). Without
+/// the last two, such a release was refused as "not for this script",
+/// depending on where in the subshell it stood.
+pub fn callers_of_release() -> Vec<(i32, u64)> {
+    let me = std::process::id() as i32;
+    let mut out: Vec<(i32, u64)> = start_time(me).map(|s| (me, s)).into_iter().collect();
+    let Some(mut caller) = caller_to_watch() else {
+        return out;
+    };
+    out.push(caller);
+    for _ in 0..16 {
+        let Some(parent) = baton_lock::parent_of(caller.0).filter(|p| *p > 1) else {
+            break;
+        };
+        match start_time(parent) {
+            Some(start) if is_fork_of(caller.0, parent) => {
+                caller = (parent, start);
+                out.push(caller);
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
+/// `pid` is a fork of `parent` that has not executed another program: the
+/// same command line and the same start of the stack (`exec` places the
+/// stack anew, at a random address).
+fn is_fork_of(pid: i32, parent: i32) -> bool {
+    let cmdline = |p: i32| std::fs::read(format!("/proc/{p}/cmdline")).ok();
+    let stack = |p: i32| {
+        std::fs::read_to_string(format!("/proc/{p}/stat"))
+            .ok()
+            .and_then(|t| {
+                let after = t.get(t.rfind(')')? + 1..)?.to_string();
+                // Field 28 (startstack); fields after the name start at 3.
+                after.split_whitespace().nth(25)?.parse::<u64>().ok()
+            })
+            .filter(|s| *s != 0)
+    };
+    cmdline(pid).is_some_and(|c| Some(c) == cmdline(parent))
+        && stack(pid).is_some_and(|s| Some(s) == stack(parent))
+}
+
 /// `pid` is a forked subshell of `parent` writing into a pipe that `parent` reads.
 fn is_substitution_subshell(pid: i32, parent: i32) -> bool {
     let Some(out) = std::fs::read_link(format!("/proc/{pid}/fd/1")).ok() else {

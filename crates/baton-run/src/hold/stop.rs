@@ -29,15 +29,16 @@ impl Backend {
     ///
     /// With `token`, only the grant with that token is released; a token that is
     /// not current changes nothing and is reported as [`LockError::StaleToken`].
-    /// Without it, only a hold taken for `caller` (the script asking, see
-    /// [`caller_to_watch`](crate::hold::caller_to_watch)) is released, unless `force`: a script must never
-    /// free a lock that another script holds (`trap 'baton lock release x' EXIT`
-    /// after a failed acquire, say).
+    /// Without it, only a hold taken for one of `callers` (the script asking,
+    /// as [`callers_of_release`](crate::hold::callers_of_release) names it) is
+    /// released, unless `force`: a script must never free a lock that another
+    /// script holds (`trap 'baton lock release x' EXIT` after a failed
+    /// acquire, say).
     pub fn release_held(
         &self,
         name: &LockName,
         token: Option<u64>,
-        caller: Option<(i32, u64)>,
+        callers: &[(i32, u64)],
         force: bool,
     ) -> Result<ReleaseReport, RunError> {
         let st = self.status(name)?;
@@ -53,8 +54,9 @@ impl Backend {
                 force
                     || h.acquired_for.as_ref().is_some_and(|f| {
                         f.in_my_pid_ns()
-                            && caller
-                                .is_some_and(|(pid, start)| f.pid == pid && f.start_time == start)
+                            && callers
+                                .iter()
+                                .any(|(pid, start)| f.pid == *pid && f.start_time == *start)
                     })
             })
             .collect();

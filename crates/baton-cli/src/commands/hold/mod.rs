@@ -10,7 +10,10 @@
 //! TERM, or the death of the process that called `acquire` (watched through
 //! a pidfd, with the caller's start time checked so a reused pid is never
 //! mistaken for it). The kernel releases the lock if the holder itself is
-//! killed.
+//! killed. Unless the hold ends with `release`, the caller and everything it
+//! started are stopped before the lock is let go: the holder follows what
+//! the caller starts while it holds the lock ([`baton_proc::ProcessTree`]),
+//! because once the caller has died its children cannot be found from it.
 //!
 //! This module is the holder's whole process: the request it is started
 //! with ([`HoldRequest`], JSON in [`HOLD_REQUEST_ENV`]), its signal
@@ -24,7 +27,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use baton_lock::{start_time, BatonDir, LockError, LockName, LockRequest, Mode, WaitPolicy};
+use baton_lock::{start_time, BatonDir, LockError, LockRequest};
 use baton_run::{Backend, RunError};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::{pidfd_open, Pid, PidfdFlags};
@@ -32,136 +35,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::exit_codes::BATON_FAILED;
 
-/// Environment variable carrying the request to the background holder.
-pub(crate) const HOLD_REQUEST_ENV: &str = "BATON_HOLD_REQUEST";
+mod request;
 
-/// What the background holder should take and for how long.
-#[derive(Clone, Debug)]
-pub(crate) struct HoldRequest {
-    /// The lock.
-    pub name: LockName,
-    /// How it is taken (exclusive, shared, semaphore).
-    pub mode: Mode,
-    /// How long to wait for it.
-    pub wait: WaitPolicy,
-    /// Release after this long.
-    pub ttl: Option<Duration>,
-    /// Recorded owner.
-    pub owner: Option<String>,
-    /// Recorded operation.
-    pub operation: Option<String>,
-    /// Release when this process (the caller of `acquire`: pid, start time)
-    /// exits; the start time tells a reused pid apart.
-    pub caller: Option<(i32, u64)>,
-    /// Time between TERM and KILL when the caller must be stopped before the
-    /// hold ends (ttl, break); 10 s when absent.
-    pub grace: Option<Duration>,
-    /// The run id to record; a new one when absent.
-    pub run_id: Option<String>,
-    /// Let the holder write its diagnostics (`-v`) to the caller's stderr
-    /// until it reports; after the report its stderr is /dev/null, so that
-    /// `$(baton lock acquire ...)` and pipes on stderr do not wait for it.
-    pub share_stderr: bool,
-    /// Global arguments given to the holder before `__hold`, such as the
-    /// caller's `-vv --log-format json`.
-    pub holder_args: Vec<String>,
-    /// The `--backend` URL the lock lives in, as given (password included);
-    /// the baton dir when absent.
-    pub backend: Option<String>,
-}
-
-/// [`HoldRequest`] as it travels in [`HOLD_REQUEST_ENV`]. The field names
-/// are those of every earlier baton: a holder started by another version
-/// of the binary reads the same request.
-#[derive(Serialize, Deserialize)]
-struct WireRequest {
-    name: String,
-    shared: bool,
-    /// Semaphore slots (1: an exclusive or shared lock).
-    max: u32,
-    /// `None` waits forever, `Some(0)` not at all.
-    wait_ms: Option<u64>,
-    ttl_ms: Option<u64>,
-    owner: Option<String>,
-    operation: Option<String>,
-    watch_pid: Option<i32>,
-    watch_start_time: Option<u64>,
-    #[serde(default)]
-    grace_ms: Option<u64>,
-    #[serde(default)]
-    run_id: Option<String>,
-    #[serde(default)]
-    share_stderr: bool,
-    #[serde(default)]
-    holder_args: Vec<String>,
-    #[serde(default)]
-    backend: Option<String>,
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-impl From<&HoldRequest> for WireRequest {
-    fn from(r: &HoldRequest) -> WireRequest {
-        let (shared, max) = match r.mode {
-            Mode::Shared => (true, 1),
-            Mode::Semaphore(n) => (false, n),
-            _ => (false, 1),
-        };
-        WireRequest {
-            name: r.name.to_string(),
-            shared,
-            max,
-            wait_ms: match r.wait {
-                WaitPolicy::Forever => None,
-                WaitPolicy::AtMost(d) => Some(millis(d)),
-                _ => Some(0),
-            },
-            ttl_ms: r.ttl.map(millis),
-            owner: r.owner.clone(),
-            operation: r.operation.clone(),
-            watch_pid: r.caller.map(|c| c.0),
-            watch_start_time: r.caller.map(|c| c.1),
-            grace_ms: r.grace.map(millis),
-            run_id: r.run_id.clone(),
-            share_stderr: r.share_stderr,
-            holder_args: r.holder_args.clone(),
-            backend: r.backend.clone(),
-        }
-    }
-}
-
-impl TryFrom<WireRequest> for HoldRequest {
-    type Error = LockError;
-
-    fn try_from(w: WireRequest) -> Result<HoldRequest, LockError> {
-        Ok(HoldRequest {
-            name: LockName::new(w.name)?,
-            // An exclusive lock is a semaphore of one slot, as it always was
-            // for a holder.
-            mode: if w.shared {
-                Mode::Shared
-            } else {
-                Mode::Semaphore(w.max)
-            },
-            wait: match w.wait_ms {
-                None => WaitPolicy::Forever,
-                Some(ms) => WaitPolicy::from(Duration::from_millis(ms)),
-            },
-            ttl: w.ttl_ms.map(Duration::from_millis),
-            owner: w.owner,
-            operation: w.operation,
-            caller: w.watch_pid.zip(w.watch_start_time),
-            grace: w.grace_ms.map(Duration::from_millis),
-            run_id: w.run_id,
-            share_stderr: w.share_stderr,
-            holder_args: w.holder_args,
-            backend: w.backend,
-        })
-    }
-}
-
+use request::WireRequest;
+pub(crate) use request::{HoldRequest, HOLD_REQUEST_ENV};
 /// What the holder reports once it holds the lock.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Held {
@@ -264,6 +141,29 @@ pub(crate) fn start_holder(
                 ),
             })
         }
+    }
+}
+
+/// Warns, once, when the holders that `lock acquire` leaves are never reaped:
+/// pid 1 of this PID namespace is a program that is not an init (a container
+/// started without `--init`), so every holder that ends stays defunct. The
+/// first defunct holder is the evidence; later calls stay quiet. Only in a
+/// PID namespace other than the initial one, whose init reaps.
+pub(crate) fn warn_if_holders_stay_defunct() {
+    use baton_proc::pidns::{current_pid_ns, INITIAL_PID_NS};
+    if current_pid_ns().map_or(true, |ns| ns == INITIAL_PID_NS) {
+        return;
+    }
+    let me = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+    let defunct = baton_proc::procfs::unreaped_by_init()
+        .into_iter()
+        .filter(|(_, comm)| *comm == me.trim())
+        .count();
+    if defunct == 1 {
+        let init = baton_proc::procfs::stat(1).map_or_else(|| "?".into(), |st| st.comm);
+        errln!(
+            "baton: warning: pid 1 ({init}) does not reap the processes it adopts: each background holder of `baton lock acquire` stays defunct when it ends; start the container with an init (`docker run --init`, tini), or take the lock with `baton run --lock`, which leaves none"
+        );
     }
 }
 
@@ -445,6 +345,12 @@ fn hold(
             ));
         }
     };
+    // Follow what the script starts from now on: when it dies, that is
+    // stopped before the lock is handed over (see `ProcessTree`).
+    let mut tree = req
+        .caller
+        .zip(watched.as_ref())
+        .and_then(|((pid, start), _)| baton_proc::ProcessTree::follow(pid, start));
     let token = guard.tokens().first().map_or(0, |(_, t)| *t);
     let previous = guard
         .previous_holder_died()
@@ -464,28 +370,34 @@ fn hold(
         return Ok(HoldEnd::Abandoned);
     }
     let deadline = req.ttl.map(|ttl| Instant::now() + ttl);
-    // Why the hold ends: only `release` and the caller's own exit end it
-    // while the caller may still work under the lock.
     /// Why the hold ended.
     enum End {
-        /// `--ttl`, a signal, a lost session: the caller is stopped first.
+        /// `--ttl`, a signal, a lost session: the caller (and what it
+        /// started) is stopped first.
         Forced,
-        /// `baton lock release`.
+        /// `baton lock release`: just let go.
         Released,
-        /// The caller exited without releasing.
+        /// The caller exited without releasing: what it started is
+        /// stopped, and the next holder learns it died.
         CallerGone,
     }
     let end = loop {
-        let timeout = deadline.map(|d| {
-            let left = d.saturating_duration_since(Instant::now());
-            Timespec {
-                tv_sec: left.as_secs() as i64,
-                tv_nsec: i64::from(left.subsec_nanos()),
-            }
-        });
-        if timeout.is_some_and(|t| t.tv_sec == 0 && t.tv_nsec == 0) {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| d <= now) {
             break End::Forced; // ttl elapsed
         }
+        // Wake up to collect what the script started, and at the deadline.
+        let wake = [
+            deadline.map(|d| d.saturating_duration_since(now)),
+            tree.as_ref().map(|_| FOLLOW_EVERY),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let timeout = wake.map(|left| Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        });
         let mut fds = vec![
             PollFd::new(&sig_rx, PollFlags::IN),
             PollFd::new(&lost_rx, PollFlags::IN),
@@ -495,7 +407,11 @@ fn hold(
             fds.push(PollFd::new(w, PollFlags::IN));
         }
         match rustix::event::poll(&mut fds, timeout.as_ref()) {
-            Ok(0) => break End::Forced, // ttl elapsed
+            Ok(0) => {
+                if let Some(t) = tree.as_mut() {
+                    t.refresh();
+                }
+            }
             // TERM/INT/HUP, or the lock was lost with its session: forced
             Ok(_) if !fds[0].revents().is_empty() || !fds[1].revents().is_empty() => {
                 break End::Forced
@@ -509,126 +425,44 @@ fn hold(
     };
     match end {
         End::Forced => {
-            stop_caller_first(req, watched.as_ref());
+            stop_caller_first(req, watched.as_ref(), tree);
             guard.release()
         }
         End::Released => guard.release(),
         // The next holder learns that the script ended under the lock.
-        End::CallerGone => guard.abandon(),
+        End::CallerGone => {
+            stop_caller_first(req, watched.as_ref(), tree);
+            guard.abandon()
+        }
     }
     .map_err(|e| baton_lock::one_line(&e))?;
     Ok(HoldEnd::Done)
 }
 
-/// The hold ends while the caller may still be working under the lock
-/// (`--ttl` elapsed, `break`, a TERM from anyone): stop the caller first
-/// (TERM, grace, KILL, identity-checked), so that it never works beside the
-/// next holder. If it cannot be stopped (another user's process), the hold
-/// lasts until it exits by itself.
-fn stop_caller_first(req: &HoldRequest, watched: Option<&rustix::fd::OwnedFd>) {
-    let (Some((pid, start)), Some(pidfd)) = (req.caller, watched) else {
+/// How often the holder collects the processes the script started while it
+/// holds the lock for it (a few system calls per process of the script).
+const FOLLOW_EVERY: Duration = Duration::from_millis(25);
+
+/// The hold ends while the caller, or what it started, may still be working
+/// under the lock (`--ttl` elapsed, `break`, a TERM from anyone, the lost
+/// session, the script's own exit or death): stop the caller and everything
+/// it started first (TERM, grace, KILL, identity-checked), so that nothing
+/// works beside the next holder. If it cannot be stopped (another user's
+/// process), the hold lasts until the caller exits by itself.
+fn stop_caller_first(
+    req: &HoldRequest,
+    watched: Option<&rustix::fd::OwnedFd>,
+    tree: Option<baton_proc::ProcessTree>,
+) {
+    let (Some(tree), Some(pidfd)) = (tree, watched) else {
         return;
     };
     let grace = req.grace.unwrap_or(Duration::from_secs(10));
-    // The script and everything it started: its children work under the lock too.
-    if !baton_proc::terminate_tree(pid, start, grace) {
+    if !tree.terminate(grace) {
         let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
         while matches!(
             rustix::event::poll(&mut fds, None),
             Err(rustix::io::Errno::INTR)
         ) {}
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-
-    use super::*;
-
-    fn read(json: &str) -> HoldRequest {
-        HoldRequest::try_from(serde_json::from_str::<WireRequest>(json).unwrap()).unwrap()
-    }
-
-    /// The request as baton wrote it before `grace_ms`, `run_id`,
-    /// `share_stderr`, `holder_args` and `backend` existed: a holder of
-    /// this binary started by such a baton still takes the lock it was asked.
-    #[test]
-    fn a_request_of_an_earlier_baton_is_read() {
-        let req = read(
-            r#"{"name":"repo/main","shared":false,"max":1,"wait_ms":30000,"ttl_ms":600000,
-                "owner":null,"operation":"deploy","watch_pid":42,"watch_start_time":7}"#,
-        );
-        assert_eq!(req.name.as_str(), "repo/main");
-        assert_eq!(req.mode, Mode::Semaphore(1));
-        assert_eq!(req.wait, WaitPolicy::AtMost(Duration::from_secs(30)));
-        assert_eq!(req.ttl, Some(Duration::from_secs(600)));
-        assert_eq!(req.operation.as_deref(), Some("deploy"));
-        assert_eq!(req.caller, Some((42, 7)));
-        assert_eq!(req.grace, None);
-        assert!(req.backend.is_none() && req.holder_args.is_empty() && !req.share_stderr);
-        let shared = read(
-            r#"{"name":"x","shared":true,"max":1,"wait_ms":0,"ttl_ms":null,"owner":null,
-                "operation":null,"watch_pid":null,"watch_start_time":null}"#,
-        );
-        assert_eq!(shared.mode, Mode::Shared);
-        assert_eq!(shared.wait, WaitPolicy::Immediately);
-        assert_eq!(shared.caller, None);
-    }
-
-    /// What `acquire` sends carries every field under its old name, and
-    /// reads back as what was sent.
-    #[test]
-    fn a_request_travels_under_its_old_field_names() {
-        let sent = HoldRequest {
-            name: LockName::new("gpu").unwrap(),
-            mode: Mode::Semaphore(3),
-            wait: WaitPolicy::Forever,
-            ttl: None,
-            owner: Some("me@host".into()),
-            operation: None,
-            caller: Some((1234, 99)),
-            grace: Some(Duration::from_millis(1500)),
-            run_id: Some("r1".into()),
-            share_stderr: true,
-            holder_args: vec!["-v".into()],
-            backend: Some("postgres://u@h/db".into()),
-        };
-        let json = serde_json::to_value(WireRequest::from(&sent)).unwrap();
-        let mut keys: Vec<&str> = json
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        keys.sort_unstable();
-        assert_eq!(
-            keys,
-            [
-                "backend",
-                "grace_ms",
-                "holder_args",
-                "max",
-                "name",
-                "operation",
-                "owner",
-                "run_id",
-                "share_stderr",
-                "shared",
-                "ttl_ms",
-                "wait_ms",
-                "watch_pid",
-                "watch_start_time"
-            ]
-        );
-        assert_eq!(json["max"], 3);
-        assert_eq!(json["wait_ms"], serde_json::Value::Null);
-        let back = read(&json.to_string());
-        assert_eq!(back.name, sent.name);
-        assert_eq!(back.mode, sent.mode);
-        assert_eq!(back.wait, sent.wait);
-        assert_eq!(back.caller, sent.caller);
-        assert_eq!(back.grace, sent.grace);
-        assert_eq!(back.backend, sent.backend);
     }
 }

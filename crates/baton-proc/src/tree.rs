@@ -1,0 +1,303 @@
+//! Following the processes a script starts, from outside the script: for a
+//! hold that a process other than the script keeps (`baton lock acquire`'s
+//! background holder), which must stop everything the script started before
+//! it lets go of the lock when the script dies.
+//!
+//! The holder is not an ancestor of the script's children (the script is
+//! the parent of `acquire`, which started the holder), so it cannot be their
+//! child subreaper, and once the script has died its children are re-parented
+//! away and can no longer be found from it. So [`ProcessTree`] collects them
+//! while the script lives: every [`ProcessTree::refresh`] reads the children
+//! of the script and of every process collected so far
+//! (`/proc/<pid>/task/<tid>/children`) and pins the new ones with a pidfd;
+//! a pinned process stays collected after it is re-parented, and so do the
+//! children it starts later. When the script leads its own process group
+//! (a script started from a terminal, by `setsid`, by `baton run`, by an
+//! agent that gives each command a group), the members of that group that
+//! started after the script and are not another program's children are
+//! collected too, at the end: this catches a double fork (`( cmd & )`) that
+//! left the tree between two refreshes.
+//!
+//! Not followed: a process that left the tree between two refreshes (its
+//! parent exited first) *and* is outside the script's own group (the script
+//! shares its parent's group, or the process called `setsid`); processes of
+//! another user that may not be signalled.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
+
+use crate::contain::{stop_all, Pinned};
+use crate::procfs::{self, ProcStat};
+
+/// How often [`ProcessTree::terminate`] looks for new children while the
+/// processes it stopped are given their grace period.
+const GRACE_REFRESH: Duration = Duration::from_millis(50);
+
+/// The processes a script (the root) started, collected while it runs.
+pub struct ProcessTree {
+    root: i32,
+    root_start: u64,
+    /// The root's process group and session, when the root leads the group.
+    own_group: Option<(i32, i32)>,
+    /// The root itself (while it lives) and every descendant collected.
+    known: Vec<Pinned>,
+}
+
+impl std::fmt::Debug for ProcessTree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessTree")
+            .field("root", &self.root)
+            .field("own_group", &self.own_group)
+            .field("known", &self.pids())
+            .finish()
+    }
+}
+
+impl ProcessTree {
+    /// Starts following process `pid`, if it still is the process that
+    /// started at `start_time` (clock ticks since boot). Its current
+    /// descendants are collected at once.
+    pub fn follow(pid: i32, start_time: u64) -> Option<ProcessTree> {
+        let st = procfs::stat(pid).filter(|st| !st.exited && st.start_time == start_time)?;
+        let root = pin_checked(pid, &st)?;
+        let own_group = (st.pgrp == pid).then_some((st.pgrp, st.session));
+        let mut tree = ProcessTree {
+            root: pid,
+            root_start: start_time,
+            own_group,
+            known: vec![root],
+        };
+        tree.refresh();
+        Some(tree)
+    }
+
+    /// Whether the root leads its own process group (and its group is used).
+    pub fn root_leads_its_group(&self) -> bool {
+        self.own_group.is_some()
+    }
+
+    /// Pids of the processes collected (the root first while it runs).
+    pub fn pids(&self) -> Vec<i32> {
+        self.known.iter().map(|p| p.pid).collect()
+    }
+
+    /// Forgets the processes that have exited and collects the children
+    /// started since the last call, of the root and of every process
+    /// collected.
+    pub fn refresh(&mut self) {
+        self.known.retain(|p| !exited(p));
+        let mut seen: HashSet<i32> = self.known.iter().map(|p| p.pid).collect();
+        // Never this process (a holder the script started, indirectly).
+        seen.insert(std::process::id() as i32);
+        let mut i = 0;
+        while i < self.known.len() {
+            let parent = self.known[i].pid;
+            for child in children_of(parent) {
+                if seen.insert(child) {
+                    if let Some(p) = procfs::stat(child)
+                        .filter(|st| !st.exited && st.ppid == parent)
+                        .and_then(|st| pin_checked(child, &st))
+                    {
+                        self.known.push(p);
+                    }
+                }
+            }
+            i += 1;
+        }
+    }
+
+    /// Members of the root's own process group that are the script's:
+    /// started no earlier than the root, in its session, and not the
+    /// children of a live process outside the group that is not collected
+    /// (the other side of a pipe the script's shell set up, `./s | tee`).
+    fn group_members(&mut self) {
+        let Some((pgid, session)) = self.own_group else {
+            return;
+        };
+        let me = std::process::id() as i32;
+        let known: HashSet<i32> = self.known.iter().map(|p| p.pid).collect();
+        let members = procfs::scan(|pid, st| {
+            st.pgrp == pgid
+                && st.session == session
+                && !st.exited
+                && st.start_time >= self.root_start
+                && pid != me
+                && !known.contains(&pid)
+        });
+        for (pid, st) in members {
+            let foreign_parent = !known.contains(&st.ppid)
+                && procfs::stat(st.ppid).is_some_and(|parent| {
+                    !parent.exited && parent.pgrp != pgid && parent.session == session
+                });
+            if foreign_parent {
+                continue;
+            }
+            if let Some(p) = pin_checked(pid, &st) {
+                self.known.push(p);
+            }
+        }
+    }
+
+    /// Stops everything collected (and, when the root leads its group, the
+    /// rest of its group): TERM and CONT to each, up to `grace` for them to
+    /// exit while children they start meanwhile are collected too, then the
+    /// survivors are frozen (STOP) so that none can start another, collected
+    /// once more, and KILLed. Waits until they are gone (at most
+    /// [`KILL_WAIT`](crate::KILL_WAIT) after the kill); returns whether they all are. This
+    /// process is never signalled.
+    pub fn terminate(mut self, grace: Duration) -> bool {
+        self.refresh();
+        self.group_members();
+        self.refresh();
+        let me = std::process::id() as i32;
+        self.known.retain(|p| p.pid != me);
+        let mut signalled: HashSet<i32> = HashSet::new();
+        let deadline = Instant::now() + grace;
+        loop {
+            for p in &self.known {
+                if signalled.insert(p.pid) {
+                    let _ = pidfd_send_signal(&p.fd, Signal::TERM);
+                    let _ = pidfd_send_signal(&p.fd, Signal::CONT);
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let known = std::mem::take(&mut self.known);
+            self.known = crate::contain::wait_all(known, left.min(GRACE_REFRESH));
+            if self.known.is_empty() {
+                return true;
+            }
+            self.refresh();
+            self.known.retain(|p| p.pid != me);
+        }
+        // Freeze, collect what they started meanwhile (frozen too), then kill.
+        for _ in 0..8 {
+            let before = self.known.len();
+            for p in &self.known {
+                let _ = pidfd_send_signal(&p.fd, Signal::STOP);
+            }
+            self.refresh();
+            self.group_members();
+            self.known.retain(|p| p.pid != me);
+            if self.known.len() == before {
+                break;
+            }
+        }
+        stop_all(std::mem::take(&mut self.known), None)
+    }
+}
+
+fn exited(p: &Pinned) -> bool {
+    let mut fds = [rustix::event::PollFd::new(
+        &p.fd,
+        rustix::event::PollFlags::IN,
+    )];
+    let zero = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
+}
+
+/// Pins `pid` with a pidfd if it still is the process `st` describes.
+fn pin_checked(pid: i32, st: &ProcStat) -> Option<Pinned> {
+    let fd = pidfd_open(Pid::from_raw(pid)?, PidfdFlags::empty()).ok()?;
+    // Re-read after pinning: the pidfd now holds the process we check.
+    let now = procfs::stat(pid)?;
+    (!now.exited && now.start_time == st.start_time).then(|| Pinned {
+        pid,
+        command: st.comm.clone(),
+        fd,
+    })
+}
+
+/// The children of every thread of `pid` (`/proc/<pid>/task/<tid>/children`);
+/// from a scan of `/proc` when the kernel has no such file.
+fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        let path = task.path().join("children");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => out.extend(
+                text.split_whitespace()
+                    .filter_map(|s| s.parse::<i32>().ok()),
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && task.path().exists() => {
+                // A kernel without CONFIG_PROC_CHILDREN.
+                return procfs::scan(|_, st| st.ppid == pid && !st.exited)
+                    .into_iter()
+                    .map(|(p, _)| p)
+                    .collect();
+            }
+            Err(_) => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+    use super::*;
+    use std::process::Command;
+
+    fn wait_for(mut cond: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if cond() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// A child that is followed stays followed when its parent exits, and
+    /// what it starts afterwards is collected too.
+    #[test]
+    fn a_collected_child_is_kept_after_its_parent_exits() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("grandchild");
+        // The script: starts a child that waits to be told, then starts a
+        // grandchild (after its own parent, the script, is gone).
+        let go = dir.path().join("go");
+        let script = format!(
+            "( while [ ! -e {go} ]; do sleep 0.02; done; sleep 300 & echo $! > {pid}; wait ) & sleep 300",
+            go = go.display(),
+            pid = pidfile.display()
+        );
+        let mut child = Command::new("sh").arg("-c").arg(&script).spawn().unwrap();
+        let pid = child.id() as i32;
+        let start = procfs::stat(pid).unwrap().start_time;
+        let mut tree = ProcessTree::follow(pid, start).unwrap();
+        assert!(wait_for(|| {
+            tree.refresh();
+            tree.pids().len() >= 3 // sh, the subshell, its `sleep 300`
+        }));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        std::fs::write(&go, "").unwrap();
+        assert!(wait_for(|| pidfile.exists()
+            && !std::fs::read_to_string(&pidfile)
+                .unwrap()
+                .trim()
+                .is_empty()));
+        let grandchild: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        tree.refresh();
+        assert!(tree.pids().contains(&grandchild), "{tree:?}");
+        assert!(tree.terminate(Duration::from_secs(5)));
+        assert!(procfs::stat(grandchild).map_or(true, |st| st.exited));
+    }
+}
