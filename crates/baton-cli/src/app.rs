@@ -76,7 +76,7 @@ pub(crate) fn run_cli(services: &Services) -> u8 {
         warn_of_previous_default(&dir);
     }
     if !named_dir && matches!(command, Command::Serve(_)) {
-        warn_of_runtime_dir(&dir);
+        warn_of_temporary_dir(&dir);
     }
     // A wait that goes on through a server restart says so once.
     let backend = match Backend::open_noting(&dir, backend_url, |m| errln!("baton: {m}")) {
@@ -121,14 +121,15 @@ fn warn_of_previous_default(dir: &BatonDir) {
 
 /// `baton serve` keeps its SQLite store (unless `--store` names another),
 /// job outputs and workspaces in its baton dir: the per-user default is
-/// usually a tmpfs, emptied at reboot and logout. Say so.
-fn warn_of_runtime_dir(dir: &BatonDir) {
-    if baton_lock::filesystem(dir.path()).is_ok_and(|f| f.name == "tmpfs") {
-        errln!(
-            "baton: warning: the service's baton dir '{}' (this user's default) is a tmpfs, emptied at reboot and logout: its default job store, job outputs and workspaces go with it; give --dir DIR on disk (or BATON_DIR) for jobs that must survive",
-            dir.path().display()
-        );
-    }
+/// under the temporary dir, which a reboot (a tmpfs) or a cleaner of old
+/// temporary files may empty. Say so.
+fn warn_of_temporary_dir(dir: &BatonDir) {
+    let tmpfs = baton_lock::filesystem(dir.path()).is_ok_and(|f| f.name == "tmpfs");
+    errln!(
+        "baton: warning: the service's baton dir '{}' is this user's default, in the temporary dir{}: its default job store, job outputs and workspaces may not survive a reboot or a cleaner of old temporary files; give --dir DIR (or BATON_DIR) for jobs that must survive",
+        dir.path().display(),
+        if tmpfs { " (a tmpfs)" } else { "" }
+    );
 }
 
 /// Prints a clap error as one line (help and version go to stdout, exit 0).

@@ -55,7 +55,7 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct Globals {
     /// Baton dir holding all coordination state [default: $BATON_DIR, else this user's dir on
-    /// this machine, $XDG_RUNTIME_DIR/baton, else <temp dir>/baton-<uid>]
+    /// this machine, <temp dir>/baton-<uid> ($TMPDIR or /tmp)]
     #[arg(long, global = true, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 

@@ -133,7 +133,7 @@ reached or refuses the request; `submit --wait` exits with the job's code (see i
     /// Check that baton can work here and explain what is not right, with remedies.
     #[command(
         after_help = "Checks: where the baton dir is and which rule chose it (--dir,
-$BATON_DIR, $XDG_RUNTIME_DIR, temp dir), and holders an older baton left in this clone's
+$BATON_DIR, this user's <temp dir>/baton-<uid>), and holders an older baton left in this clone's
 former default dir (<git common dir>/baton); its owner and permissions; the
 filesystem under it (network and FUSE filesystems are warned about loudly: kernel locks there
 depend on a server or a daemon); whether OFD locks work there (a real probe); inotify; the git

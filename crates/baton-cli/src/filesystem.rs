@@ -7,7 +7,7 @@
 //! that names a network or FUSE filesystem, in process, since no such
 //! mount can be made where they run.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use baton_lock::{BatonDir, Filesystem, FsClass, LockError};
 
@@ -25,11 +25,7 @@ pub(crate) fn danger(fs: &Filesystem) -> String {
 }
 
 pub(crate) fn local_dir_remedy() -> String {
-    let uid = rustix::process::geteuid().as_raw();
-    let local = std::env::var_os("XDG_RUNTIME_DIR")
-        .filter(|d| !d.is_empty())
-        .map(|d| PathBuf::from(d).join("baton"))
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("baton-{uid}")));
+    let (local, _) = baton_lock::user_location();
     format!(
         "keep the baton dir on a local filesystem: --dir {0} or BATON_DIR={0} (every process that shares locks must use the same one)",
         local.display()

@@ -207,30 +207,24 @@ fn doctor_reports_which_rule_chose_the_baton_dir() {
     let run = env.path("run");
     fs::create_dir(&run).unwrap();
     fs::set_permissions(&run, fs::Permissions::from_mode(0o700)).unwrap();
-    // Inside a git repository as outside: this user's dir on this machine,
-    // not the clone's (lock names are per machine, DESIGN.md decision 10).
+    // Inside a git repository as outside, in a login session (with
+    // XDG_RUNTIME_DIR) or not: this user's <temp dir>/baton-<uid>, not the
+    // clone's (lock names are per machine, DESIGN.md decision 10; TMPDIR is
+    // the test's own dir).
     for cwd in [&plain, &repo] {
-        let (rule, dir) =
-            rule_of(bare(&env, cwd, &["doctor", "--json"]).env("XDG_RUNTIME_DIR", &run));
-        assert_eq!(
-            (rule.as_str(), Path::new(&dir)),
-            ("xdg_runtime_dir", run.join("baton").as_path())
-        );
+        for session in [true, false] {
+            let mut cmd = bare(&env, cwd, &["doctor", "--json"]);
+            if session {
+                cmd.env("XDG_RUNTIME_DIR", &run);
+            }
+            let (rule, dir) = rule_of(&mut cmd);
+            assert_eq!(rule, "temp_dir");
+            assert!(
+                Path::new(&dir).starts_with(env.tmp.path()) && dir.contains("baton-"),
+                "{dir}"
+            );
+        }
     }
-    // A runtime dir that others can write is not used.
-    let open = env.path("open-run");
-    fs::create_dir(&open).unwrap();
-    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
-    let (rule, _) = rule_of(bare(&env, &repo, &["doctor", "--json"]).env("XDG_RUNTIME_DIR", &open));
-    assert_eq!(rule, "temp_dir");
-
-    // The last resort: <temp dir>/baton-<uid> (TMPDIR is the test's own dir).
-    let (rule, dir) = rule_of(&mut bare(&env, &plain, &["doctor", "--json"]));
-    assert_eq!(rule, "temp_dir");
-    assert!(
-        Path::new(&dir).starts_with(env.tmp.path()) && dir.contains("baton-"),
-        "{dir}"
-    );
 
     let text = bare(&env, &plain, &["doctor"])
         .env("BATON_DIR", &from_env)

@@ -130,8 +130,9 @@ fn separate_clones_of_one_repository_share_lock_names() {
     let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
     assert_eq!(st["held"], true, "{st}");
     assert!(
-        Path::new(st["path"].as_str().unwrap()).starts_with(&c.run),
-        "the lock lives in this user's runtime dir: {st}"
+        Path::new(st["path"].as_str().unwrap()).starts_with(c.env.tmp.path())
+            && st["path"].as_str().unwrap().contains("/baton-"),
+        "the lock lives in this user's <temp dir>/baton-<uid>: {st}"
     );
     fs::write(&release, "").unwrap();
     let out = holder.wait_with_output().unwrap();
@@ -301,7 +302,7 @@ fn a_holder_in_the_old_per_clone_dir_is_named_during_an_upgrade() {
     let (r, check) = c.doctor(&c.a, "baton_dir");
     assert_eq!(check["status"], "warning", "{check:#}");
     assert_eq!(check["detail"]["held_in_previous_default"][0], "michi");
-    assert_eq!(r["rule"], "xdg_runtime_dir");
+    assert_eq!(r["rule"], "temp_dir");
 
     fs::write(&release, "").unwrap();
     let out = holder.wait_with_output().unwrap();
@@ -322,4 +323,31 @@ fn init_shared_never_shares_the_users_own_default_dir() {
         stderr(&out)
     );
     assert!(!c.run.join("baton").exists(), "nothing created or changed");
+}
+
+/// A cron job or a systemd service has no `XDG_RUNTIME_DIR`; the user's
+/// shells do. Both name the same lock: the default dir does not depend on
+/// whether the caller runs in a login session.
+#[test]
+fn a_caller_without_a_login_session_shares_names_with_one_in_a_session() {
+    let c = Clones::new();
+    let (ready, release) = (c.env.path("ready"), c.env.path("release"));
+    let holder = c.hold(&c.a, &["run", "--lock", "michi"], &ready, &release);
+    for cwd in [&c.a, &c.b] {
+        let busy = c
+            .baton(cwd, &["run", "--lock", "michi", "--no-wait", "--", "true"])
+            .env_remove("XDG_RUNTIME_DIR")
+            .output()
+            .unwrap();
+        assert_eq!(code(&busy), exit::NOT_ACQUIRED, "{}", stderr(&busy));
+    }
+    fs::write(&release, "").unwrap();
+    let out = holder.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let free = c
+        .baton(&c.b, &["run", "--lock", "michi", "--no-wait", "--", "true"])
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    assert_eq!(code(&free), 0, "{}", stderr(&free));
 }

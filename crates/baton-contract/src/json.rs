@@ -341,7 +341,7 @@ pub const DOCTOR_CHECKS: &[&str] = &[
 
 /// The rules that choose a baton dir (`rule` of `baton doctor --json`), in
 /// resolution order (DESIGN.md, decision 10).
-pub const DIR_RULES: &[&str] = &["explicit", "env", "xdg_runtime_dir", "temp_dir"];
+pub const DIR_RULES: &[&str] = &["explicit", "env", "temp_dir"];
 
 /// Every shape, for tests and documentation.
 pub const ALL: &[Shape] = &[

@@ -2,20 +2,22 @@
 //!
 //! Resolution order (DESIGN.md, decision 10): an explicit path, else
 //! `BATON_DIR`, else the per-user dir of this machine ([`user_location`]):
-//! `$XDG_RUNTIME_DIR/baton` when that is a directory of ours that nobody
-//! else can write, else `<temp dir>/baton-<uid>`. So a lock name means one
-//! lock for every process of the user on the machine, whatever clone or
-//! directory it runs in. The directory is created `0700` if missing and
+//! `<temp dir>/baton-<uid>`. So a lock name means one lock for every process
+//! of the user on the machine, whatever clone or directory it runs in, and
+//! whether or not it runs in a login session: `$XDG_RUNTIME_DIR` is not
+//! used, because a cron job, a systemd service or `sudo -u` does not have
+//! it while the user's shells do, and the two would not exclude each other. The directory is created `0700` if missing and
 //! refused if it is a symlink, writable by every user, or not ours — unless
 //! it is shared with a group we are in (`baton init --shared`, see
 //! [`crate::sharing`]).
 //!
-//! Why a runtime dir (tmpfs) and not a dir on disk: the kernel locks live
-//! only as long as their holders anyway, and fencing tokens never go back
-//! when lock files are lost (each is at least the wall clock in
+//! Why a temporary dir (often a tmpfs) and not a dir that lasts: the kernel
+//! locks live only as long as their holders anyway, and fencing tokens never
+//! go back when lock files are lost (each is at least the wall clock in
 //! microseconds, `LOCKING.md` "Fencing tokens"), so nothing in the dir has to
-//! survive a reboot; a local tmpfs is never a network filesystem (where
-//! `flock` may not exclude) and is removed with the user's last session.
+//! survive a reboot; a lock file deleted under its holder by a cleaner is
+//! detected by the next acquirer (`LOCKING.md`, "When the lock file is
+//! deleted").
 //! What must survive (workspaces, the repository's lock) is kept per
 //! repository, in `<git common dir>/baton`.
 //!
@@ -59,19 +61,16 @@ pub enum DirRule {
     Explicit,
     /// The `BATON_DIR` environment variable.
     Env,
-    /// `$XDG_RUNTIME_DIR/baton`.
-    XdgRuntimeDir,
-    /// `<temp dir>/baton-<uid>`, the last resort.
+    /// `<temp dir>/baton-<uid>`: this user's dir on this machine.
     TempDir,
 }
 
 impl DirRule {
-    /// A stable short name: `explicit`, `env`, `xdg_runtime_dir`, `temp_dir`.
+    /// A stable short name: `explicit`, `env`, `temp_dir`.
     pub fn as_str(&self) -> &'static str {
         match self {
             DirRule::Explicit => "explicit",
             DirRule::Env => "env",
-            DirRule::XdgRuntimeDir => "xdg_runtime_dir",
             DirRule::TempDir => "temp_dir",
         }
     }
@@ -82,11 +81,8 @@ impl std::fmt::Display for DirRule {
         match self {
             DirRule::Explicit => f.write_str("given with --dir"),
             DirRule::Env => f.write_str("from $BATON_DIR"),
-            DirRule::XdgRuntimeDir => f.write_str(
-                "no --dir or $BATON_DIR: this user's dir on this machine, $XDG_RUNTIME_DIR/baton",
-            ),
             DirRule::TempDir => f.write_str(
-                "no --dir, $BATON_DIR or usable $XDG_RUNTIME_DIR: this user's dir on this machine, <temp dir>/baton-<uid>",
+                "no --dir or $BATON_DIR: this user's dir on this machine, <temp dir>/baton-<uid>",
             ),
         }
     }
@@ -297,26 +293,17 @@ fn vet(path: &Path) -> Result<Sharing, LockError> {
 }
 
 /// This user's baton dir on this machine, the default when neither `--dir`
-/// nor `BATON_DIR` names one: `$XDG_RUNTIME_DIR/baton` when
-/// `$XDG_RUNTIME_DIR` is an absolute path to a directory owned by this user
-/// and writable by nobody else (as the login manager makes it), else
-/// `<temp dir>/baton-<uid>` (vetted like any baton dir when opened: one
-/// made by another user first is refused, never used).
+/// nor `BATON_DIR` names one: `<temp dir>/baton-<uid>` (`$TMPDIR`, else
+/// `/tmp`), vetted like any baton dir when opened (one made by another user
+/// first is refused, never used). Not `$XDG_RUNTIME_DIR`: processes of one
+/// user outside a login session (cron, systemd services, `sudo -u`) do not
+/// have it, and would get another dir than the user's shells.
 pub fn user_location() -> (PathBuf, DirRule) {
     let uid = rustix::process::geteuid().as_raw();
-    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|run| run.is_absolute())
-        .filter(|run| {
-            fs::metadata(run).is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
-        });
-    match runtime {
-        Some(run) => (run.join("baton"), DirRule::XdgRuntimeDir),
-        None => (
-            std::env::temp_dir().join(format!("baton-{uid}")),
-            DirRule::TempDir,
-        ),
-    }
+    (
+        std::env::temp_dir().join(format!("baton-{uid}")),
+        DirRule::TempDir,
+    )
 }
 
 /// The baton dir an older baton used by default in the git repository

@@ -242,7 +242,7 @@ pub enum GitCommand {
 
 Pushes to one remote branch from this machine wait in line for each other, whatever their
 baton dirs: the line is in the remote's own <git dir>/baton when the remote is a local path,
-else in the per-user $XDG_RUNTIME_DIR/baton (or <temp dir>/baton-<uid>). A rejection as
+else in the per-user <temp dir>/baton-<uid>. A rejection as
 non-fast-forward is answered by fetching the remote branch, rebasing onto it and pushing
 again: the first retry at once, later ones after --base-delay, doubling up to --max-delay,
 each +-25% random. If the rebase conflicts it is aborted, the local commits are left exactly
