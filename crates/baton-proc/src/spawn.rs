@@ -22,6 +22,15 @@
 //! setpgid, dup2, chdir, ioctl (the terminal), prctl, getppid, close, read,
 //! execvp; on failure write and _exit. That is what
 //! makes the fork safe in a multi-threaded process too (`baton serve`).
+//!
+//! Where it can, the child is not forked but cloned with `CLONE_VM`: it
+//! shares the caller's memory until the exec, so no page table is copied
+//! and the caller's threads take no copy-on-write fault meanwhile (see
+//! [`clone_vm`] for what that asks of the child). A child that takes the
+//! terminal (an interactive `baton run`) is forked.
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod clone_vm;
 
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -49,6 +58,42 @@ struct Prepared {
     stdio: [Option<OwnedFd>; 3],
     take_terminal: bool,
     parent: libc::pid_t,
+    /// Where the program may be, in `execvp`'s order (for the cloned
+    /// child, which cannot use `execvp`).
+    exec_paths: Vec<CString>,
+    /// For each of `exec_paths`: `/bin/sh`, that path and the arguments,
+    /// NUL-terminated (a file the kernel cannot execute is a shell script).
+    sh_argvs: Vec<Vec<*const libc::c_char>>,
+}
+
+/// The `PATH` `execvp` uses when the environment has none.
+const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
+
+/// Where `execvp` looks for `program` in the environment `env`
+/// (`KEY=VALUE` strings): the program itself when its name has a slash,
+/// else `dir/program` for each entry of `PATH` (an empty entry: the
+/// working directory).
+fn exec_paths(program: &CString, env: &[CString]) -> Vec<CString> {
+    let name = program.as_bytes();
+    if name.contains(&b'/') {
+        return vec![program.clone()];
+    }
+    let path = env
+        .iter()
+        .rev()
+        .find_map(|e| e.as_bytes().strip_prefix(b"PATH="))
+        .unwrap_or(DEFAULT_PATH);
+    path.split(|b| *b == b':')
+        .filter_map(|dir| {
+            let mut full = Vec::with_capacity(dir.len() + name.len() + 1);
+            full.extend_from_slice(dir);
+            if !dir.is_empty() {
+                full.push(b'/');
+            }
+            full.extend_from_slice(name);
+            CString::new(full).ok()
+        })
+        .collect()
 }
 
 fn c_string(s: &OsStr, what: &str) -> io::Result<CString> {
@@ -128,6 +173,17 @@ impl Prepared {
             Some(dir) => Some(c_string(dir.as_os_str(), "working directory")?),
             None => None,
         };
+        let exec_paths = exec_paths(&args[0], &env);
+        let sh_argvs = exec_paths
+            .iter()
+            .map(|path| {
+                [c"/bin/sh".as_ptr(), path.as_ptr()]
+                    .into_iter()
+                    .chain(args[1..].iter().map(|a| a.as_ptr()))
+                    .chain(std::iter::once(std::ptr::null()))
+                    .collect()
+            })
+            .collect();
         Ok(Prepared {
             _args: args,
             argv,
@@ -141,6 +197,8 @@ impl Prepared {
             ],
             take_terminal,
             parent: rustix::process::getpid().as_raw_nonzero().get(),
+            exec_paths,
+            sh_argvs,
         })
     }
 }
@@ -164,6 +222,96 @@ pub(crate) fn spawn(
         pipe_with(PipeFlags::CLOEXEC).map_err(|e| ProcError::io("create the start pipe", e))?;
     let (err_read, err_write) = pipe_with(PipeFlags::CLOEXEC)
         .map_err(|e| ProcError::io("create the exec error pipe", e))?;
+    // What a cloned child runs on: alive until `child` (declared after it,
+    // so dropped before it) says the child executed or was reaped.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    let (mut vm, mut stack) = (
+        clone_vm::VmChild {
+            prepared: &prepared,
+            saved_mask: 0,
+            go_read: go_read.as_raw_fd(),
+            go_write: go_write.as_raw_fd(),
+            err: err_write.as_raw_fd(),
+        },
+        vec![
+            0u8;
+            if take_terminal {
+                0
+            } else {
+                clone_vm::STACK_BYTES
+            }
+        ],
+    );
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    let pid = match take_terminal {
+        // SAFETY: `vm`, what it points to and `stack` outlive `child` below,
+        // which kills and reaps the child unless it has executed.
+        false => unsafe { clone_vm::clone_child(&mut vm, &mut stack) }.map_err(io::Error::from),
+        true => fork_child(&prepared, &go_read, &go_write, &err_write),
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let pid = fork_child(&prepared, &go_read, &go_write, &err_write);
+    let pid = pid.map_err(spawn_failed)?;
+    let Some(pid) = Pid::from_raw(pid) else {
+        return Err(spawn_failed(io::Error::from(io::ErrorKind::Other)));
+    };
+    let mut child = InFlight {
+        pid,
+        executed: false,
+    };
+    drop(go_read);
+    drop(err_write);
+    // The child makes its own group too; doing it here as well means the
+    // group exists when it is recorded, whoever runs first. An error means
+    // the child already failed, which the error pipe reports.
+    let _ = rustix::process::setpgid(Some(pid), Some(pid));
+    // On an error (or a panic) the child, not yet given the go-ahead, is
+    // killed and reaped by `child`: it never runs anything.
+    on_start(Started {
+        pgid: pid.as_raw_nonzero().get(),
+    })?;
+    // A child that died already makes this fail with EPIPE: the error pipe says why.
+    while let Err(Errno::INTR) = rustix::io::write(&go_write, &[1u8]) {}
+    drop(go_write);
+    match read_errno(&err_read) {
+        None => {
+            child.executed = true;
+            Ok(pid)
+        }
+        // The child exits at once after reporting: `child` reaps it.
+        Some(errno) => Err(crate::supervise::spawn_error(
+            spec,
+            io::Error::from_raw_os_error(errno),
+        )),
+    }
+}
+
+/// A started child until it has executed the command. Dropped before that
+/// (an error, a panic of `on_start`), it kills and reaps the child, which
+/// so never runs anything unrecorded, nor on memory that is freed (a
+/// cloned child runs on the caller's until its exec).
+struct InFlight {
+    pid: Pid,
+    executed: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if !self.executed {
+            let _ = rustix::process::kill_process(self.pid, rustix::process::Signal::KILL);
+            let _ = rustix::process::waitpid(Some(self.pid), rustix::process::WaitOptions::empty());
+        }
+    }
+}
+
+/// Forks the child, which sets itself up and waits for the go-ahead
+/// (`in_child`); returns its pid.
+fn fork_child(
+    prepared: &Prepared,
+    go_read: &OwnedFd,
+    go_write: &OwnedFd,
+    err_write: &OwnedFd,
+) -> io::Result<i32> {
     // The forwarded signals stay blocked from before the fork until the
     // child has put their default actions back (`in_child`), so that one
     // sent to the new group at any moment is neither run by the supervisor's
@@ -188,7 +336,7 @@ pub(crate) fn spawn(
         // SAFETY: we are the child of the fork just above.
         unsafe {
             in_child(
-                &prepared,
+                prepared,
                 &saved_mask,
                 go_read.as_raw_fd(),
                 go_write.as_raw_fd(),
@@ -199,39 +347,9 @@ pub(crate) fn spawn(
     let fork_error = io::Error::last_os_error();
     // SAFETY: restores this thread's mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &saved_mask, std::ptr::null_mut()) };
-    if pid < 0 {
-        return Err(spawn_failed(fork_error));
-    }
-    drop(go_read);
-    drop(err_write);
-    drop(prepared);
-    let Some(child) = Pid::from_raw(pid) else {
-        return Err(spawn_failed(io::Error::from(io::ErrorKind::Other)));
-    };
-    // The child makes its own group too; doing it here as well means the
-    // group exists when it is recorded, whoever runs first. An error means
-    // the child already failed, which the error pipe reports.
-    let _ = rustix::process::setpgid(Some(child), Some(child));
-    if let Err(e) = on_start(Started { pgid: pid }) {
-        // No byte: the child reads end of file and exits without running
-        // anything.
-        drop(go_write);
-        let _ = rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty());
-        return Err(e);
-    }
-    // A child that died already makes this fail with EPIPE: the error pipe says why.
-    while let Err(Errno::INTR) = rustix::io::write(&go_write, &[1u8]) {}
-    drop(go_write);
-    match read_errno(&err_read) {
-        None => Ok(child),
-        Some(errno) => {
-            // The child exits at once after reporting: reap it.
-            let _ = rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty());
-            Err(crate::supervise::spawn_error(
-                spec,
-                io::Error::from_raw_os_error(errno),
-            ))
-        }
+    match pid {
+        -1 => Err(fork_error),
+        pid => Ok(pid),
     }
 }
 

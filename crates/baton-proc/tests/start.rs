@@ -216,3 +216,63 @@ fn a_guardian_that_cannot_start_means_the_command_never_runs() {
     assert_eq!(err.exit_code(), baton_proc::EXIT_INTERNAL);
     assert!(!ran.exists(), "the command ran without its guardian");
 }
+
+#[test]
+fn the_program_is_looked_up_in_the_commands_own_path_as_execvp_does() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (denied, bin) = (dir.path().join("denied"), dir.path().join("bin"));
+    std::fs::create_dir(&denied).expect("mkdir");
+    std::fs::create_dir(&bin).expect("mkdir");
+    let out = dir.path().join("out");
+    // First on the PATH, but not executable: skipped, as execvp does.
+    std::fs::write(
+        denied.join("baton-test-tool"),
+        "#!/bin/sh\necho denied > \"$OUT\"\n",
+    )
+    .expect("write");
+    // No `#!` line: the kernel refuses it (ENOEXEC), execvp runs it with /bin/sh.
+    let tool = bin.join("baton-test-tool");
+    std::fs::write(&tool, "echo \"ran $1\" > \"$OUT\"\n").expect("write");
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    // Only in the command's PATH, not in this process's.
+    let mut spec = baton_proc::RunSpec::new("baton-test-tool").arg("here");
+    spec.clear_env = true;
+    let path = format!("{}:{}", denied.display(), bin.display());
+    spec.env.push(("PATH".into(), path.into()));
+    spec.env.push(("OUT".into(), out.clone().into()));
+    let outcome = Supervisor::new(spec).run().expect("run");
+    assert_eq!(outcome, Outcome::Exited(0));
+    assert_eq!(wait_for_line(&out), "ran here");
+
+    // Found nowhere but denied somewhere: not executable (126), as execvp says EACCES.
+    let mut spec = baton_proc::RunSpec::new("baton-test-tool");
+    spec.clear_env = true;
+    spec.env.push(("PATH".into(), denied.into_os_string()));
+    let err = Supervisor::new(spec).run().expect_err("denied");
+    assert_eq!(err.exit_code(), 126, "{err:?}");
+}
+
+#[test]
+fn a_panic_while_recording_leaves_no_child_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ran = dir.path().join("ran");
+    let mut spec = sh(r#"echo ran > "$RAN""#);
+    spec.env.push(("RAN".into(), ran.clone().into()));
+    let pid = std::sync::Mutex::new(None);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Supervisor::new(spec).run_with(|started| {
+            *pid.lock().unwrap() = Some(started.pgid);
+            panic!("the record failed");
+        })
+    }));
+    assert!(panicked.is_err());
+    let pid = pid.lock().unwrap().expect("recorded");
+    // Killed and reaped before the panic went on: no process, not even a zombie.
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the child {pid} is still there"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!ran.exists(), "the command ran");
+}

@@ -1,9 +1,11 @@
 //! A job's files (`<baton dir>/serve/jobs/<id>/`: stdout, stderr) and the
-//! capture of its output: the command writes into pipes, a thread per
-//! stream copies into the file up to the per-job cap and keeps draining
-//! after it (a command is never blocked or killed for its output). Files
-//! (and the directory) are created with the first byte: a job that prints
-//! nothing costs no inode. The prompt reaches stdin through a memfd.
+//! capture of its output: the command writes into pipes, and for each
+//! stream the service's runtime waits for the first byte; only then does a
+//! blocking thread copy into the file up to the per-job cap and keep
+//! draining after it (a command is never blocked or killed for its output).
+//! Files (and the directory) are created with the first byte: a job that
+//! prints nothing costs no inode and no thread. The prompt reaches stdin
+//! through a memfd.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -11,7 +13,6 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -80,7 +81,6 @@ impl JobFiles {
 #[derive(Debug)]
 pub struct Capture {
     writer: Arc<OwnedFd>,
-    thread: JoinHandle<()>,
     done: std::sync::mpsc::Receiver<Option<String>>,
 }
 
@@ -92,15 +92,26 @@ impl Capture {
         let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let (tx, done) = std::sync::mpsc::channel();
         let path = path.to_path_buf();
-        let thread = std::thread::Builder::new()
-            .name("baton-serve-capture".into())
-            .spawn(move || {
-                let lost = copy_capped(File::from(read), &path, cap, &progress);
-                let _ = tx.send(lost);
-            })?;
+        match tokio::runtime::Handle::try_current() {
+            // Most jobs print little or nothing: wait for the first byte on
+            // the runtime, and take a thread only for a stream that has one.
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let lost = copy_when_readable(read, path, cap, progress).await;
+                    let _ = tx.send(lost);
+                });
+            }
+            Err(_) => {
+                std::thread::Builder::new()
+                    .name("baton-serve-capture".into())
+                    .spawn(move || {
+                        let lost = copy_capped(File::from(read), &path, cap, &progress);
+                        let _ = tx.send(lost);
+                    })?;
+            }
+        }
         Ok(Capture {
             writer: Arc::new(write),
-            thread,
             done,
         })
     }
@@ -117,13 +128,7 @@ impl Capture {
     /// full disk, an unwritable directory).
     pub fn finish(self, wait: Duration) -> Option<String> {
         drop(self.writer);
-        match self.done.recv_timeout(wait) {
-            Ok(lost) => {
-                let _ = self.thread.join();
-                lost
-            }
-            Err(_) => None,
-        }
+        self.done.recv_timeout(wait).unwrap_or(None)
     }
 }
 
@@ -142,10 +147,52 @@ fn create_output(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Waits on the runtime for the pipe `read` to have a first byte or its
+/// end; at its end (nothing printed) that is all, else [`copy_capped`] goes
+/// on with it on a blocking thread.
+async fn copy_when_readable(
+    read: OwnedFd,
+    path: PathBuf,
+    cap: u64,
+    progress: watch::Sender<u64>,
+) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut pipe = match tokio::net::unix::pipe::Receiver::from_owned_fd(read) {
+        Ok(p) => p,
+        Err(e) => return Some(format!("output lost: cannot watch the job's pipe: {e}")),
+    };
+    let mut first = vec![0u8; 64 * 1024];
+    let n = loop {
+        match pipe.read(&mut first).await {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        }
+    };
+    if n == 0 {
+        return None;
+    }
+    first.truncate(n);
+    let rest = match pipe.into_blocking_fd() {
+        Ok(fd) => File::from(fd),
+        Err(e) => return Some(format!("output lost: cannot read the job's pipe: {e}")),
+    };
+    let copied = tokio::task::spawn_blocking(move || {
+        copy_capped(
+            Read::chain(io::Cursor::new(first), rest),
+            &path,
+            cap,
+            &progress,
+        )
+    })
+    .await;
+    copied.unwrap_or_else(|e| Some(format!("output lost: its copy failed: {e}")))
+}
+
 /// Copies `from` into `path` (at most `cap` bytes, then a note); returns
 /// why output was lost, if writing failed.
 fn copy_capped(
-    mut from: File,
+    mut from: impl Read,
     path: &Path,
     cap: u64,
     progress: &watch::Sender<u64>,

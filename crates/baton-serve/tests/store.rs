@@ -101,6 +101,7 @@ macro_rules! exercises {
 exercises!(
     claims_are_strictly_fifo,
     submissions_stop_at_the_depth_cap,
+    concurrent_submissions_each_get_their_own_answer,
     claims_stop_at_the_concurrency_cap,
     a_queue_job_whose_group_runs_is_passed_over_and_keeps_its_place,
     cancel_takes_only_queued_jobs,
@@ -251,6 +252,48 @@ async fn submissions_stop_at_the_depth_cap(ctx: Ctx) {
     ));
     let counts = s.counts().await.unwrap();
     assert_eq!((counts.running, counts.queued), (0, 2));
+}
+
+/// Submissions at once (which SQLite stores as one batch, one commit):
+/// one that the store refuses (a duplicate id) fails alone, each gets its
+/// own place, and the depth cap holds within a batch.
+async fn concurrent_submissions_each_get_their_own_answer(ctx: Ctx) {
+    let at_once = |ids: Vec<String>, depth: u64| {
+        let tasks: Vec<_> = ids
+            .into_iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let s = Arc::clone(&ctx.store);
+                tokio::spawn(async move { s.submit(job(&id, t(i as i64)), depth).await })
+            })
+            .collect();
+        async move {
+            let (mut positions, mut full, mut refused) = (Vec::new(), 0, 0);
+            for task in tasks {
+                match task.await.unwrap() {
+                    Ok(Submitted::Queued { position, .. }) => positions.push(position),
+                    Ok(Submitted::Full { .. }) => full += 1,
+                    Err(_) => refused += 1,
+                }
+            }
+            positions.sort_unstable();
+            (positions, full, refused)
+        }
+    };
+    // 30 at once, one of them a second "a0".
+    let ids = (0..30)
+        .map(|i| format!("a{}", if i == 15 { 0 } else { i }))
+        .collect();
+    let (positions, full, refused) = at_once(ids, MANY).await;
+    assert_eq!((refused, full), (1, 0), "only the second a0 is refused");
+    assert_eq!(positions, (1..=29).collect::<Vec<u64>>());
+    // 20 more at once against a depth of 40: 11 fit.
+    let ids = (0..20).map(|i| format!("b{i}")).collect();
+    let (positions, full, refused) = at_once(ids, 40).await;
+    assert_eq!((refused, full), (0, 9));
+    assert_eq!(positions, (30..=40).collect::<Vec<u64>>());
+    let counts = ctx.store.counts().await.unwrap();
+    assert_eq!((counts.running, counts.queued), (0, 40));
 }
 
 async fn claims_stop_at_the_concurrency_cap(ctx: Ctx) {

@@ -180,13 +180,12 @@ impl Scheduler {
         let journal = Arc::clone(&self.journal);
         Hooks {
             on_start: Arc::new(move |group, workspace: Option<String>| {
-                // The command waits for this (between fork and exec): its
-                // process group goes into the start journal with one write,
-                // which survives a crash of the service, so a restarted
-                // service can stop what is left of it. The store learns it
-                // afterwards, off the command's path: a forked child
-                // waiting on a store round trip makes every write of this
-                // multi-threaded process a copy-on-write fault meanwhile.
+                // The command waits for this (between its start and its
+                // exec): its process group goes into the start journal with
+                // one write, which survives a crash of the service, so a
+                // restarted service can stop what is left of it. The store
+                // learns it afterwards, off the command's path: the
+                // command's start does not wait on a store round trip.
                 if let Err(e) = journal.record(&recorder_id, group) {
                     tracing::warn!(job = %recorder_id, error = %e, "cannot record the job's process group");
                 }

@@ -64,10 +64,22 @@ const COLUMNS: &str = "seq, id, template, prompt, grp, mode, timeout_ms, branch,
     created_at, status, exit_code, error, started_at, finished_at, workspace, superseded_by, \
     node, attempts, pgroup, waiter";
 
+/// A submission waiting for its batch's commit, and where its answer goes.
+struct PendingSubmit {
+    ticket: u64,
+    job: NewJob,
+    max_depth: u64,
+    answer: tokio::sync::oneshot::Sender<Result<Submitted, String>>,
+}
+
 /// Jobs in an SQLite file.
 #[derive(Clone)]
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
+    /// Submissions waiting for the next group commit.
+    submits: Arc<Mutex<Vec<PendingSubmit>>>,
+    /// Numbers the submissions (to take back one whose batch never ran).
+    tickets: Arc<std::sync::atomic::AtomicU64>,
     // The files' identities, their owner lock, the last write's failure.
     files: Arc<StoreFiles>,
 }
@@ -132,6 +144,8 @@ impl SqliteStore {
             .map_err(|e| e.to_string())?;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
+            submits: Arc::default(),
+            tickets: Arc::default(),
             files: Arc::new(StoreFiles::new(path, owner)?),
         })
     }
@@ -197,6 +211,60 @@ impl SqliteStore {
     }
 }
 
+/// Stores one submission in the open transaction `tx` (see
+/// [`SqliteStore::submit`]: a batch shares one commit); `now` is what runs
+/// and waits in `tx`, kept up to date here (counted once per batch).
+fn submit_one(
+    tx: &Connection,
+    now: &mut Counts,
+    job: NewJob,
+    max_depth: u64,
+) -> rusqlite::Result<Submitted> {
+    if now.running + now.queued >= max_depth {
+        return Ok(Submitted::Full { counts: *now });
+    }
+    let command = job
+        .command
+        .as_ref()
+        .map(|c| serde_json::to_string(c).unwrap_or_default());
+    tx.prepare_cached(
+        "INSERT INTO jobs (id, template, prompt, grp, mode, timeout_ms, branch, command, \
+         created_at, status, waiter) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'queued', ?10)",
+    )?
+    .execute(params![
+        job.id,
+        job.template,
+        job.prompt,
+        job.group,
+        job.mode.as_str(),
+        to_i64(job.timeout_ms),
+        job.branch,
+        command,
+        job.created_at,
+        job.waiter,
+    ])?;
+    let mut superseded = Vec::new();
+    if let (Some(group), JobMode::Supersede | JobMode::Coalesce) = (&job.group, job.mode) {
+        let mut stmt = tx.prepare(
+            "UPDATE jobs SET status = 'superseded', superseded_by = ?1, finished_at = ?2 \
+             WHERE grp = ?3 AND status = 'queued' AND id != ?1 RETURNING id",
+        )?;
+        let rows = stmt.query_map(params![job.id, job.created_at, group], |r| r.get(0))?;
+        for id in rows {
+            superseded.push(id?);
+        }
+    }
+    let stored = get_job(tx, &job.id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    // The position is the number of queued jobs, this one included.
+    let position = (now.queued + 1).saturating_sub(superseded.len() as u64);
+    now.queued = position;
+    Ok(Submitted::Queued {
+        job: Box::new(stored),
+        position,
+        superseded,
+    })
+}
+
 fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
     let command: Option<String> = r.get(8)?;
     let status: String = r.get(10)?;
@@ -230,26 +298,22 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
 }
 
 fn get_job(conn: &Connection, id: &str) -> rusqlite::Result<Option<Job>> {
-    conn.query_row(
-        &format!("SELECT {COLUMNS} FROM jobs WHERE id = ?1"),
-        [id],
-        job_from_row,
-    )
-    .optional()
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM jobs WHERE id = ?1"))?
+        .query_row([id], job_from_row)
+        .optional()
 }
 
 fn counts(conn: &Connection) -> rusqlite::Result<Counts> {
-    conn.query_row(
+    conn.prepare_cached(
         "SELECT COALESCE(SUM(status = 'running'), 0), COALESCE(SUM(status = 'queued'), 0) \
          FROM jobs WHERE status IN ('running', 'queued')",
-        [],
-        |r| {
-            Ok(Counts {
-                running: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
-                queued: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
-            })
-        },
-    )
+    )?
+    .query_row([], |r| {
+        Ok(Counts {
+            running: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
+            queued: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
+        })
+    })
 }
 
 fn to_i64(v: u64) -> i64 {
@@ -263,57 +327,80 @@ impl Store for SqliteStore {
     }
 
     async fn submit(&self, job: NewJob, max_depth: u64) -> Result<Submitted, StoreError> {
-        self.durably("store a job", move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let now = counts(&tx)?;
-            if now.running + now.queued >= max_depth {
-                return Ok(Submitted::Full { counts: now });
-            }
-            let command = job
-                .command
-                .as_ref()
-                .map(|c| serde_json::to_string(c).unwrap_or_default());
-            tx.execute(
-                "INSERT INTO jobs (id, template, prompt, grp, mode, timeout_ms, branch, command, \
-                 created_at, status, waiter) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'queued', ?10)",
-                params![
-                    job.id,
-                    job.template,
-                    job.prompt,
-                    job.group,
-                    job.mode.as_str(),
-                    to_i64(job.timeout_ms),
-                    job.branch,
-                    command,
-                    job.created_at,
-                    job.waiter,
-                ],
-            )?;
-            let mut superseded = Vec::new();
-            if let (Some(group), JobMode::Supersede | JobMode::Coalesce) = (&job.group, job.mode) {
-                let mut stmt = tx.prepare(
-                    "UPDATE jobs SET status = 'superseded', superseded_by = ?1, finished_at = ?2 \
-                     WHERE grp = ?3 AND status = 'queued' AND id != ?1 RETURNING id",
-                )?;
-                let rows = stmt.query_map(params![job.id, job.created_at, group], |r| r.get(0))?;
-                for id in rows {
-                    superseded.push(id?);
+        // Group commit: the submission joins the batch; whichever query
+        // thread takes the connection next stores the whole batch in one
+        // transaction and one fsync, and answers each submitter.
+        let (answer, rx) = tokio::sync::oneshot::channel();
+        let ticket = self
+            .tickets
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.submits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(PendingSubmit {
+                ticket,
+                job,
+                max_depth,
+                answer,
+            });
+        let submits = Arc::clone(&self.submits);
+        let files = Arc::clone(&self.files);
+        let ran = self
+            .durably("store a job", move |conn| {
+                let batch =
+                    std::mem::take(&mut *submits.lock().unwrap_or_else(PoisonError::into_inner));
+                if batch.is_empty() {
+                    return Ok(()); // an earlier thread took this one's job
                 }
-            }
-            let position: i64 = tx.query_row(
-                "SELECT COUNT(*) FROM jobs WHERE status = 'queued'",
-                [],
-                |r| r.get(0),
-            )?;
-            let stored = get_job(&tx, &job.id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
-            tx.commit()?;
-            Ok(Submitted::Queued {
-                job: Box::new(stored),
-                position: u64::try_from(position).unwrap_or(0),
-                superseded,
+                let mut answers = Vec::with_capacity(batch.len());
+                let committed = (|| {
+                    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                    let mut now = counts(&tx)?;
+                    for p in batch {
+                        // Each job in its own savepoint: one that fails leaves
+                        // the others stored.
+                        let mut one = tx.savepoint()?;
+                        let mut after = now;
+                        let done = submit_one(&one, &mut after, p.job, p.max_depth);
+                        if done.is_ok() {
+                            one.commit()?;
+                            now = after;
+                        } else {
+                            one.rollback()?;
+                        }
+                        answers.push((p.answer, done));
+                    }
+                    tx.commit()
+                })();
+                for (answer, done) in answers {
+                    let _ = answer.send(match &committed {
+                        Ok(()) => done.map_err(|e| files.failed(&e)),
+                        Err(e) => Err(files.failed(e)),
+                    });
+                }
+                committed
             })
-        })
-        .await
+            .await;
+        if let Err(e) = ran {
+            // The query did not run (the store is unwritable, say): this
+            // submission, if no batch took it, is taken back and refused.
+            let mut pending = self.submits.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(i) = pending.iter().position(|p| p.ticket == ticket) {
+                pending.remove(i);
+                return Err(e);
+            }
+        }
+        match rx.await {
+            Ok(Ok(submitted)) => Ok(submitted),
+            Ok(Err(message)) => Err(StoreError::Query {
+                op: "store a job",
+                message,
+            }),
+            Err(_) => Err(StoreError::Query {
+                op: "store a job",
+                message: "the batch storing it was dropped".to_string(),
+            }),
+        }
     }
 
     async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {
@@ -357,23 +444,22 @@ impl Store for SqliteStore {
                 return Ok(None);
             }
             let next: Option<String> = tx
-                .query_row(
+                .prepare_cached(
                     "SELECT id FROM jobs WHERE status = 'queued' \
                      AND NOT (grp IS NOT NULL AND mode IN ('queue', 'coalesce') AND grp IN \
                          (SELECT grp FROM jobs WHERE status = 'running' AND grp IS NOT NULL)) \
                      ORDER BY priority DESC, seq LIMIT 1",
-                    [],
-                    |r| r.get(0),
-                )
+                )?
+                .query_row([], |r| r.get(0))
                 .optional()?;
             let Some(id) = next else {
                 return Ok(None);
             };
-            tx.execute(
+            tx.prepare_cached(
                 "UPDATE jobs SET status = 'running', started_at = ?1, node = ?2, \
                  attempts = attempts + 1, pgroup = NULL, workspace = NULL WHERE id = ?3",
-                params![now, node, id],
-            )?;
+            )?
+            .execute(params![now, node, id])?;
             let job = get_job(&tx, &id)?;
             tx.commit()?;
             Ok(job)
@@ -385,11 +471,9 @@ impl Store for SqliteStore {
         let id = id.to_string();
         let json = serde_json::to_string(&group).unwrap_or_default();
         self.with("record a job's process group", move |conn| {
-            conn.execute(
-                "UPDATE jobs SET pgroup = ?1 WHERE id = ?2 AND status = 'running'",
-                params![json, id],
-            )
-            .map(drop)
+            conn.prepare_cached("UPDATE jobs SET pgroup = ?1 WHERE id = ?2 AND status = 'running'")?
+                .execute(params![json, id])
+                .map(drop)
         })
         .await
     }
@@ -412,26 +496,28 @@ impl Store for SqliteStore {
         self.with("record a job's end", move |conn| {
             if f.status == JobStatus::Queued {
                 // Interrupted, and its template retries: queued again.
-                let n = conn.execute(
-                    "UPDATE jobs SET status = 'queued', priority = 1, started_at = NULL, \
+                let n = conn
+                    .prepare_cached(
+                        "UPDATE jobs SET status = 'queued', priority = 1, started_at = NULL, \
                      node = NULL, pgroup = NULL, workspace = NULL, error = ?1 \
                      WHERE id = ?2 AND status = 'running'",
-                    params![f.error, id],
-                )?;
+                    )?
+                    .execute(params![f.error, id])?;
                 return Ok(n == 1);
             }
-            let n = conn.execute(
-                "UPDATE jobs SET status = ?1, exit_code = ?2, error = ?3, superseded_by = ?4, \
+            let n = conn
+                .prepare_cached(
+                    "UPDATE jobs SET status = ?1, exit_code = ?2, error = ?3, superseded_by = ?4, \
                  finished_at = ?5, pgroup = NULL WHERE id = ?6 AND status = 'running'",
-                params![
+                )?
+                .execute(params![
                     f.status.as_str(),
                     f.exit_code,
                     f.error,
                     f.superseded_by,
                     f.finished_at,
                     id
-                ],
-            )?;
+                ])?;
             Ok(n == 1)
         })
         .await

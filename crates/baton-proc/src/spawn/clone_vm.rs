@@ -1,0 +1,334 @@
+//! The child of `clone(CLONE_VM)`: it runs in the caller's memory, on a
+//! stack of its own, from the clone until it executes the command (or
+//! exits), so the kernel copies no page table and the caller's threads take
+//! no copy-on-write fault or TLB shootdown for it (in `baton serve`, a
+//! multi-threaded process of several MiB, `fork` and its faults were the
+//! biggest cost of a trivial job; bench/README.md, "Where the time goes").
+//!
+//! What that asks of the child, beyond what a forked child already keeps to
+//! (async-signal-safe calls only, no allocation, no lock):
+//!
+//! - **No write to memory the caller uses.** Not even `errno`: the child has
+//!   the caller's thread pointer, so a libc wrapper that fails would write the
+//!   caller's `errno`. Every call here is a raw system call: rustix's own
+//!   (its Linux backend never touches `errno`) or [`sys`] below for the four
+//!   rustix does not offer (`rt_sigaction`, `rt_sigprocmask`, `execve`,
+//!   `exit_group`). The program is looked up in the command's `PATH` as
+//!   `execvp` does, over candidate paths prepared before the clone (`execvp`
+//!   would read the caller's `environ`).
+//! - **No handler of the caller's may run in it.** The caller blocks every
+//!   signal around the clone; the child sets every handled signal back to
+//!   its default (as the exec would) before it restores the mask.
+//! - **The caller keeps the memory alive** until the child has executed the
+//!   command (the close-on-exec error pipe reads end of file only once the
+//!   exec has replaced the child's memory) or been reaped: see
+//!   `spawn::InFlight`.
+//!
+//! Only built where [`sys`] knows the system call instruction (x86_64,
+//! aarch64); elsewhere, and for a child that takes the terminal, the crate
+//! forks.
+
+use std::ffi::{c_int, c_void};
+use std::os::fd::{BorrowedFd, RawFd};
+
+use rustix::io::Errno;
+use rustix::process::Signal;
+
+use super::Prepared;
+
+/// Size of the child's stack: it makes system calls and little else.
+pub(super) const STACK_BYTES: usize = 64 * 1024;
+
+/// What the child needs: all made before the clone; it only reads it.
+pub(super) struct VmChild<'a> {
+    pub(super) prepared: &'a Prepared,
+    /// The caller's signal mask before it blocked everything.
+    pub(super) saved_mask: u64,
+    pub(super) go_read: RawFd,
+    pub(super) go_write: RawFd,
+    pub(super) err: RawFd,
+}
+
+/// Clones the child, which runs [`child_main`] with `child` on `stack`.
+/// Returns its pid, or the error of `clone`. The caller's signals are all
+/// blocked meanwhile (see the module documentation); their mask before
+/// goes into `child.saved_mask`, for the child to restore.
+///
+/// # Safety
+///
+/// `child`, the memory it points to and `stack` must stay alive and
+/// unchanged until the child has executed its command or been reaped.
+pub(super) unsafe fn clone_child(child: &mut VmChild<'_>, stack: &mut [u8]) -> Result<i32, Errno> {
+    let all = !0u64;
+    // SAFETY: blocks this thread's signals; both sets are 8 bytes, the
+    // kernel's sigset size on the architectures this module is built for.
+    unsafe { sys::sigprocmask(libc::SIG_BLOCK, &all, &mut child.saved_mask) };
+    let saved = child.saved_mask;
+    let top = stack.as_mut_ptr_range().end as usize & !15;
+    // SAFETY: `child_main` runs on its own 16-byte aligned stack and only
+    // reads `child`, which the caller keeps alive and unchanged (above).
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            top as *mut c_void,
+            libc::CLONE_VM | libc::SIGCHLD,
+            std::ptr::from_mut(child).cast(),
+        )
+    };
+    let result = match pid {
+        -1 => Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::AGAIN)),
+        pid => Ok(pid),
+    };
+    // SAFETY: restores the mask saved above.
+    unsafe { sys::sigprocmask(libc::SIG_SETMASK, &saved, std::ptr::null_mut()) };
+    result
+}
+
+/// The child's entry point. Never returns: it executes the command or
+/// reports why it could not on the error pipe and exits with 127.
+extern "C" fn child_main(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the `VmChild` given to `clone_child`, alive and
+    // unchanged until this child has executed or been reaped.
+    let child = unsafe { &*arg.cast::<VmChild<'_>>() };
+    let errno = set_up_and_exec(child);
+    // SAFETY: the error pipe's write end, open in this child until it exits.
+    let err = unsafe { BorrowedFd::borrow_raw(child.err) };
+    let _ = rustix::io::write(err, &errno.to_ne_bytes());
+    sys::exit_group(127)
+}
+
+/// The child's set-up, as `in_child` of the forked child, then the exec;
+/// returns only on a failure, with its errno.
+fn set_up_and_exec(c: &VmChild<'_>) -> i32 {
+    let p = c.prepared;
+    // Every handled signal back to its default, as the exec would do: no
+    // handler of the caller's may run in this child (an ignored one stays
+    // ignored, as across an exec).
+    for signal in 1..=64 {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        let mut now = sys::KernelSigaction::default();
+        // SAFETY: reads the action into a buffer of the kernel's size.
+        let read = unsafe { sys::sigaction(signal, std::ptr::null(), &mut now) };
+        if read == 0 && now.handler != libc::SIG_DFL && now.handler != libc::SIG_IGN {
+            let default = sys::KernelSigaction::default();
+            // SAFETY: installs SIG_DFL (all zeros: no flags, empty mask).
+            unsafe { sys::sigaction(signal, &default, std::ptr::null_mut()) };
+        }
+    }
+    // SAFETY: sets this child's mask back to the caller's.
+    unsafe { sys::sigprocmask(libc::SIG_SETMASK, &c.saved_mask, std::ptr::null_mut()) };
+    let raw = |e: Errno| e.raw_os_error();
+    // Its own process group, so the whole command can be stopped at once.
+    if let Err(e) = rustix::process::setpgid(None, None) {
+        return raw(e);
+    }
+    let dups = [
+        rustix::stdio::dup2_stdin,
+        rustix::stdio::dup2_stdout,
+        rustix::stdio::dup2_stderr,
+    ];
+    for (source, dup) in p.stdio.iter().zip(dups) {
+        if let Some(fd) = source {
+            // dup2 clears close-on-exec on the target.
+            if let Err(e) = dup(fd) {
+                return raw(e);
+            }
+        }
+    }
+    if let Some(dir) = &p.cwd {
+        if let Err(e) = rustix::process::chdir(dir.as_c_str()) {
+            return raw(e);
+        }
+    }
+    // Die with the supervisor, even by SIGKILL; if it died before the
+    // prctl the signal will never come: give up rather than run
+    // unsupervised.
+    if let Err(e) = rustix::process::set_parent_process_death_signal(Some(Signal::KILL)) {
+        return raw(e);
+    }
+    if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(p.parent) {
+        return libc::ESRCH;
+    }
+    // Wait for the go-ahead; end of file means the supervisor is gone.
+    // SAFETY: this child's copies of the start pipe; the write end is
+    // closed once and never used after.
+    unsafe { rustix::io::close(c.go_write) };
+    // SAFETY: as above, the read end stays open until the exec.
+    let go = unsafe { BorrowedFd::borrow_raw(c.go_read) };
+    loop {
+        let mut byte = [0u8];
+        match rustix::io::read(go, &mut byte) {
+            Ok(1) => break,
+            Ok(_) => sys::exit_group(127),
+            Err(Errno::INTR) => continue,
+            Err(e) => return raw(e),
+        }
+    }
+    // The command starts with no signal blocked and SIGPIPE at its
+    // default (Rust programs ignore it), as the standard library does.
+    let default = sys::KernelSigaction::default();
+    // SAFETY: an empty mask; SIG_DFL for SIGPIPE.
+    unsafe {
+        sys::sigprocmask(libc::SIG_SETMASK, &0, std::ptr::null_mut());
+        sys::sigaction(libc::SIGPIPE, &default, std::ptr::null_mut());
+    }
+    exec(p)
+}
+
+/// Executes the program as `execvp` does (glibc's rules): a name with a
+/// slash as it is, else each candidate of the command's `PATH` in turn; a
+/// file the kernel cannot execute (ENOEXEC) through `/bin/sh`. Returns the
+/// errno when nothing could be executed.
+fn exec(p: &Prepared) -> i32 {
+    let mut denied = false;
+    let mut last = libc::ENOENT;
+    for (path, sh_argv) in p.exec_paths.iter().zip(&p.sh_argvs) {
+        // SAFETY: NUL-terminated arrays of pointers to NUL-terminated
+        // strings, all made before the clone and alive until the exec.
+        let mut errno = unsafe { sys::execve(path, p.argv.as_ptr(), p.envp.as_ptr()) };
+        if errno == libc::ENOEXEC {
+            // SAFETY: as above; `sh_argv` is `/bin/sh`, this path, the args.
+            errno = unsafe { sys::execve(c"/bin/sh", sh_argv.as_ptr(), p.envp.as_ptr()) };
+        }
+        match errno {
+            libc::EACCES => denied = true,
+            libc::ENOENT | libc::ESTALE | libc::ENOTDIR | libc::ENODEV | libc::ETIMEDOUT => {}
+            other => return other,
+        }
+        last = errno;
+    }
+    match denied {
+        true => libc::EACCES,
+        false => last,
+    }
+}
+
+/// The four raw system calls rustix does not offer outside its unstable
+/// runtime module; none touches `errno` (see the module documentation).
+mod sys {
+    use std::ffi::{c_char, c_long, CStr};
+
+    /// The kernel's `struct sigaction` with room to spare (32 bytes; the
+    /// kernel reads and writes the first 24 or 32 by architecture). All
+    /// zeros is SIG_DFL with no flags and an empty mask.
+    #[repr(C)]
+    #[derive(Default)]
+    pub(super) struct KernelSigaction {
+        pub(super) handler: usize,
+        rest: [u64; 3],
+    }
+
+    /// `rt_sigaction(signal, new, old, 8)`: 0 or a negated errno.
+    ///
+    /// # Safety
+    ///
+    /// `new` and `old` are null or valid.
+    pub(super) unsafe fn sigaction(
+        signal: i32,
+        new: *const KernelSigaction,
+        old: *mut KernelSigaction,
+    ) -> isize {
+        // SAFETY: as the caller promises; 8 is the kernel's sigset size.
+        unsafe {
+            syscall4(
+                libc::SYS_rt_sigaction,
+                signal as usize,
+                new as usize,
+                old as usize,
+                8,
+            )
+        }
+    }
+
+    /// `rt_sigprocmask(how, set, old, 8)`.
+    ///
+    /// # Safety
+    ///
+    /// `set` is valid; `old` is null or valid.
+    pub(super) unsafe fn sigprocmask(how: i32, set: *const u64, old: *mut u64) {
+        // SAFETY: as the caller promises; 8 is the kernel's sigset size.
+        unsafe {
+            syscall4(
+                libc::SYS_rt_sigprocmask,
+                how as usize,
+                set as usize,
+                old as usize,
+                8,
+            )
+        };
+    }
+
+    /// `execve`; returns its errno (it only returns on a failure).
+    ///
+    /// # Safety
+    ///
+    /// `argv` and `envp` are NUL-terminated arrays of pointers to
+    /// NUL-terminated strings.
+    pub(super) unsafe fn execve(
+        path: &CStr,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+    ) -> i32 {
+        // SAFETY: as the caller promises.
+        let ret = unsafe {
+            syscall4(
+                libc::SYS_execve,
+                path.as_ptr() as usize,
+                argv as usize,
+                envp as usize,
+                0,
+            )
+        };
+        i32::try_from(-ret).unwrap_or(libc::EINVAL)
+    }
+
+    /// `exit_group(code)`.
+    pub(super) fn exit_group(code: i32) -> ! {
+        loop {
+            // SAFETY: ends the process; no memory is involved.
+            unsafe { syscall4(libc::SYS_exit_group, code as usize, 0, 0, 0) };
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn syscall4(n: c_long, a1: usize, a2: usize, a3: usize, a4: usize) -> isize {
+        let ret: isize;
+        // SAFETY: the x86_64 system call convention; the caller vouches for
+        // the arguments.
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                inlateout("rax") n as isize => ret,
+                in("rdi") a1,
+                in("rsi") a2,
+                in("rdx") a3,
+                in("r10") a4,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    unsafe fn syscall4(n: c_long, a1: usize, a2: usize, a3: usize, a4: usize) -> isize {
+        let ret: isize;
+        // SAFETY: the aarch64 system call convention; the caller vouches
+        // for the arguments.
+        unsafe {
+            std::arch::asm!(
+                "svc 0",
+                in("x8") n,
+                inlateout("x0") a1 as isize => ret,
+                in("x1") a2,
+                in("x2") a3,
+                in("x3") a4,
+                options(nostack),
+            );
+        }
+        ret
+    }
+}
