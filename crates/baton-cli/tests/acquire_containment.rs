@@ -4,7 +4,7 @@
 //! SIGKILLed does not hand the lock over while a process it started still
 //! runs. Real `baton` binary, real shell scripts, real SIGKILL.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::process::CommandExt;

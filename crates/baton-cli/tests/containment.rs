@@ -3,7 +3,7 @@
 //! outlive its hold, and a deleted lock file never admits a second holder.
 //! Real `baton` binary, real process groups, real SIGKILL.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::process::{Command, Stdio};

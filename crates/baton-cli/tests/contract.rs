@@ -3,8 +3,8 @@
 //! the documented fields, and the exit codes are the documented ones. Real
 //! binary, real locks, real git repositories.
 
-mod common;
-mod serve_common;
+use crate::common;
+use crate::serve_common;
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -4,7 +4,7 @@
 //! them baton prints nothing it did not print before. Real binary, real
 //! locks held by real processes.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::process::Stdio;

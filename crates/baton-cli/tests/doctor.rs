@@ -5,7 +5,7 @@
 //! the filesystem probe injected (`baton::seams`); the binary always asks
 //! the kernel.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

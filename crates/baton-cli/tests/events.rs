@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};

@@ -4,7 +4,7 @@
 //! own definition of the command line (`baton::command()`), so a new
 //! subcommand is covered without touching this file.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -4,7 +4,7 @@
 //! user's configuration: HOME, GIT_CONFIG_GLOBAL and GIT_CONFIG_NOSYSTEM
 //! point into the test's temp dir.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::io::Write;

@@ -2,7 +2,7 @@
 //! Concurrency groups (`baton run --group`): the scenarios with the
 //! real binary, real children and real signals.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::process::Command;

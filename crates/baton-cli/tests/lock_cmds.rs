@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! `baton lock status|list|acquire|release|break` with the real binary.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::process::{Command, Stdio};

@@ -5,7 +5,7 @@
 //! (workspaces, its lock) stays in that repository. Real binary, real git
 //! clones; HOME, XDG_RUNTIME_DIR and TMPDIR are the test's own directories.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

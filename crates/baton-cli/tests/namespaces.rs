@@ -6,7 +6,7 @@
 //! Where the kernel refuses to create a PID namespace the tests say so loudly
 //! and pass, except under CI (env `CI` set), where that is a failure.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::process::{Child, Command, Stdio};

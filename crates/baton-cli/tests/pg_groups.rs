@@ -3,8 +3,8 @@
 //! (two "machines": nothing local is shared) coordinate through one fresh
 //! database on the machine's PostgreSQL, created and dropped per test.
 
-mod common;
-mod pg_common;
+use crate::common;
+use crate::pg_common;
 
 use std::time::{Duration, Instant};
 

@@ -12,8 +12,8 @@
 //! No timed assertions beyond liveness bounds (generous); the order of the
 //! ticks in the log is the assertion.
 
-mod common;
-mod pg_common;
+use crate::common;
+use crate::pg_common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

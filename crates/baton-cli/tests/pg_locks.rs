@@ -7,8 +7,8 @@
 //! No timed assertions: delays are measured and printed; only liveness is
 //! bounded, generously (10 s and more).
 
-mod common;
-mod pg_common;
+use crate::common;
+use crate::pg_common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -5,8 +5,8 @@
 //! status --json` shows the dead holder while the new one holds the lock.
 //! Real binary, real server (127.0.0.1:5432), a fresh database per test.
 
-mod common;
-mod pg_common;
+use crate::common;
+use crate::pg_common;
 
 use std::fs;
 use std::process::Child;

@@ -10,8 +10,8 @@
 //! `openssl` must be there: a missing one fails the tests. As root, the
 //! cluster runs as the `postgres` user (initdb refuses root).
 
-mod common;
-mod serve_common;
+use crate::common;
+use crate::serve_common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -5,7 +5,7 @@
 //! `lock status --json`; a clean release is not a death. Real binary, real
 //! SIGKILL.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::process::Child;

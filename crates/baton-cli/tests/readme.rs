@@ -17,7 +17,7 @@
 //! A failure names the README line of the command that failed, and shows
 //! the block's output.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

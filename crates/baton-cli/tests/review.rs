@@ -2,7 +2,7 @@
 //! Regressions found by a hostile review of containment and the lock changes:
 //! each test reproduces one way to get two holders, a lost update or a hang.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::process::{Command, Stdio};

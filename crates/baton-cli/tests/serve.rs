@@ -2,7 +2,7 @@
 //! The job service's scheduling: concurrency, FIFO, timeouts, limits, cancel
 //! — a real `baton serve` on 127.0.0.1 running real commands.
 
-mod serve_common;
+use crate::serve_common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! `baton serve` on 127.0.0.1; and groups shared by jobs and `baton run
 //! --group` on the same baton dir (one group namespace per baton dir).
 
-mod serve_common;
+use crate::serve_common;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;

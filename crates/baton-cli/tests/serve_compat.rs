@@ -4,8 +4,8 @@
 //! Python package), and the OpenAPI document — a real `baton serve` on
 //! 127.0.0.1 running real commands.
 
-mod serve_common;
-mod serve_python;
+use crate::serve_common;
+use crate::serve_python;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@
 //! target dir) and the Python `selenium` package (`scripts/test-venv`). If
 //! that fails, the test fails and says why; it never skips.
 
-mod serve_common;
+use crate::serve_common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! A real `baton serve` whose jobs directory is a 1 MiB tmpfs (the test
 //! runs as root and fails, loudly, if it cannot mount one).
 
-mod serve_common;
+use crate::serve_common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

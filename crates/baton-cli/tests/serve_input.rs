@@ -6,7 +6,7 @@
 //! where it does not apply — a real `baton serve` on 127.0.0.1 running real
 //! commands.
 
-mod serve_common;
+use crate::serve_common;
 
 use std::path::Path;
 use std::process::Command;

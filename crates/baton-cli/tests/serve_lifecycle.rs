@@ -5,7 +5,7 @@
 //! (and its timeout), and eviction — a real `baton serve` on 127.0.0.1
 //! running real commands.
 
-mod serve_common;
+use crate::serve_common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

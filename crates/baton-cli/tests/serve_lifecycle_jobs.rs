@@ -5,7 +5,7 @@
 //! overload (429 with Retry-After, the queue-depth bound, every accepted
 //! job finishing) — a real `baton serve` on 127.0.0.1.
 
-mod serve_common;
+use crate::serve_common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

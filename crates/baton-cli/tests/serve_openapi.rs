@@ -4,8 +4,8 @@
 //! the running configuration (`baton_serve::openapi`), checked here on a
 //! service that uses every setting it depends on.
 
-mod serve_common;
-mod serve_python;
+use crate::serve_common;
+use crate::serve_python;
 
 use std::time::Duration;
 

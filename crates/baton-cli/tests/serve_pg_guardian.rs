@@ -6,8 +6,8 @@
 //! not `cancelled`. Real nodes, real PostgreSQL (127.0.0.1:5432), each test
 //! in a fresh database.
 
-mod pg_common;
-mod serve_common;
+use crate::pg_common;
+use crate::serve_common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

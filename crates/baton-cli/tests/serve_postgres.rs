@@ -3,8 +3,8 @@
 //! PostgreSQL (127.0.0.1:5432, user postgres), each test in a fresh database
 //! it creates and drops. PostgreSQL being unreachable fails the tests.
 
-mod pg_common;
-mod serve_common;
+use crate::pg_common;
+use crate::serve_common;
 
 use std::collections::{HashMap, HashSet};
 use std::process::Command;

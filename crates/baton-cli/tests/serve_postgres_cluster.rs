@@ -5,8 +5,8 @@
 //! machine's PostgreSQL (127.0.0.1:5432, user postgres), each test in a
 //! fresh database.
 
-mod pg_common;
-mod serve_common;
+use crate::pg_common;
+use crate::serve_common;
 
 use std::path::Path;
 use std::process::Command;

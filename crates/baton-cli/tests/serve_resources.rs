@@ -4,7 +4,7 @@
 //! is capped below the descriptors the service has, so `/health` and the
 //! API keep answering. A real `baton serve` on 127.0.0.1 and real sockets.
 
-mod serve_common;
+use crate::serve_common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;

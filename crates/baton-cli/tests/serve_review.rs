@@ -3,7 +3,7 @@
 //! inputs a careless or malicious client can produce, each against a real
 //! service running real commands.
 
-mod serve_common;
+use crate::serve_common;
 
 use serde_json::json;
 use serve_common::Server;

@@ -9,8 +9,8 @@
 //! server's temp dir. Installing schemathesis needs the network: without it
 //! the test fails (scripts/test-venv reports pip's error), it never skips.
 
-mod serve_common;
-mod serve_python;
+use crate::serve_common;
+use crate::serve_python;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

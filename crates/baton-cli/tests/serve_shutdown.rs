@@ -4,7 +4,7 @@
 //! drain, the restart and the client's retry. A real `baton serve` on
 //! 127.0.0.1, real SIGTERM, real sockets.
 
-mod serve_common;
+use crate::serve_common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -5,7 +5,7 @@
 //! stops the old jobs' leftovers in the background, keeping their slots.
 //! A real `baton serve` on 127.0.0.1, real processes, real signals.
 
-mod serve_common;
+use crate::serve_common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -4,7 +4,7 @@
 //! reason, 503 on submit), never crashes, and never acknowledges a job it
 //! cannot keep. A real `baton serve`, real files, real `chattr`.
 
-mod serve_common;
+use crate::serve_common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! send (form and `text/plain` POSTs, a rebound `Host`, a foreign `Origin`)
 //! is refused — a real `baton serve` on 127.0.0.1, real HTTP, real jobs.
 
-mod serve_common;
+use crate::serve_common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};

@@ -5,7 +5,7 @@
 //! it) with a umask of 077, and coordinate through one dir. Needs root;
 //! without it the test says so loudly and passes, except under CI.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

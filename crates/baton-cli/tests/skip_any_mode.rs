@@ -5,8 +5,8 @@
 //! item 17: the job service reported such jobs failed, 125). On the baton
 //! dir and on PostgreSQL.
 
-mod common;
-mod pg_common;
+use crate::common;
+use crate::pg_common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! `baton state edit|append|get` with the real binary, real filters (jq,
 //! python3, sed, awk, sh) and real SIGKILLs.
 
-mod common;
+use crate::common;
 
 use baton_testkit::{Immutable, Rng};
 

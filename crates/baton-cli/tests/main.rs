@@ -1,0 +1,61 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! The integration tests of the `baton` binary, in one test binary (one link
+//! instead of 45, on a 2-core CI): each file is a module, the shared
+//! helpers (`common`, `serve_common`, `pg_common`, `serve_python`) are modules
+//! the others `use`. A new test file must be declared here (the crate sets
+//! `autotests = false`); the test below fails if one is not.
+
+mod acquire_containment;
+mod bad_input;
+mod common;
+mod containment;
+mod contract;
+mod diagnostics;
+mod doctor;
+mod events;
+mod generated_docs;
+mod git;
+mod groups;
+mod lock_cmds;
+mod names;
+mod namespace_cleanup;
+mod namespaces;
+mod pg_common;
+mod pg_groups;
+mod pg_guardian;
+mod pg_locks;
+mod pg_previous_holder;
+mod pg_tls;
+mod previous_holder;
+mod readme;
+mod review;
+mod run;
+mod serve;
+mod serve_cli;
+mod serve_common;
+mod serve_compat;
+mod serve_dashboard;
+mod serve_disk;
+mod serve_input;
+mod serve_lifecycle;
+mod serve_lifecycle_jobs;
+mod serve_openapi;
+mod serve_pg_guardian;
+mod serve_postgres;
+mod serve_postgres_cluster;
+mod serve_python;
+mod serve_resources;
+mod serve_review;
+mod serve_schemathesis;
+mod serve_shutdown;
+mod serve_startup;
+mod serve_store_faults;
+mod serve_trust;
+mod shared_dir;
+mod skip_any_mode;
+mod state;
+
+#[test]
+fn every_test_file_is_declared_here() {
+    baton_testkit::assert_test_files_declared(env!("CARGO_MANIFEST_DIR"));
+}
