@@ -351,3 +351,23 @@ fn a_caller_without_a_login_session_shares_names_with_one_in_a_session() {
         .unwrap();
     assert_eq!(code(&free), 0, "{}", stderr(&free));
 }
+
+/// A `$TMPDIR` that names nothing is reported (exit 125, one line naming
+/// it), never created as a tree of directories.
+#[test]
+fn a_missing_temporary_dir_is_reported_not_created() {
+    let c = Clones::new();
+    let missing = c.env.path("no/such/tmp");
+    let out = c
+        .baton(&c.a, &["run", "--lock", "michi", "--", "true"])
+        .env("TMPDIR", &missing)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), exit::BATON_FAILED, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(missing.to_str().unwrap()) && err.lines().count() == 1,
+        "{err}"
+    );
+    assert!(!c.env.path("no").exists(), "nothing was created");
+}

@@ -105,7 +105,20 @@ impl BatonDir {
         if let Some(dir) = std::env::var_os("BATON_DIR").filter(|d| !d.is_empty()) {
             return Ok((PathBuf::from(dir), DirRule::Env));
         }
-        Ok(user_location())
+        let (path, rule) = user_location();
+        // The temporary dir itself must exist: only this user's dir in it is
+        // created (a `$TMPDIR` naming nothing is a mistake to report, not a
+        // tree to make).
+        if let Some(tmp) = path.parent().filter(|t| !t.is_dir()) {
+            return Err(LockError::UnsafeDir {
+                path: path.clone(),
+                reason: format!(
+                    "the temporary dir '{}' ($TMPDIR, else /tmp) is not a directory; set TMPDIR to one, or name a baton dir with --dir or BATON_DIR",
+                    tmp.display()
+                ),
+            });
+        }
+        Ok((path, rule))
     }
 
     /// Uses `path` as the baton dir, creating it (mode 0700) if needed.
