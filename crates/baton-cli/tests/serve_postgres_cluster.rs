@@ -272,3 +272,61 @@ fn a_supersede_job_on_one_node_supersedes_an_other_mode_job_on_another() {
         "{older}"
     );
 }
+
+/// Node A dies for good (kill -9, never restarted) while its chat caller's
+/// job waits in the cluster's queue: its connection is gone and its client
+/// retries elsewhere, so the job must not run. Node B's rescuer, once A is
+/// found dead, cancels it, although B could run it.
+#[test]
+fn a_chat_queued_by_a_node_that_died_for_good_is_cancelled_not_run() {
+    let db = TestDb::new();
+    let url = db.url();
+    let args = ["--store", url.as_str(), "--max-concurrency", "1"];
+    let config = serve_common::sh_config("");
+    // B first, with the one slot of the cluster taken by a job that waits.
+    let b = Server::start(&config, &args);
+    let t = b.tmp();
+    b.submit(json!({
+        "prompt": format!("echo x > {t}/b.started; while [ ! -e {t}/go ]; do sleep 0.02; done")
+    }));
+    serve_common::wait_for_file(Path::new(&format!("{t}/b.started")));
+    let mut a = Server::start(&config, &args);
+    let prompt = format!("echo run >> {t}/chat.runs; echo answer");
+    let body =
+        json!({"model": "sh", "messages": [{"role": "user", "content": prompt}]}).to_string();
+    let mut waiting = std::net::TcpStream::connect(&a.addr).unwrap();
+    std::io::Write::write_all(
+        &mut waiting,
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            a.addr,
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        let (_, list) = b.get("/v1/jobs?status=queued");
+        if let Some(id) = list["jobs"][0]["id"].as_str() {
+            break id.to_string();
+        }
+        assert!(Instant::now() < deadline, "the chat job was never queued");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+
+    a.kill9();
+    drop(waiting);
+    // B finds A dead (its heartbeat older than the fence) and cancels the job.
+    let j = b.wait_job(&job, Duration::from_secs(90), |j| j["status"] != "queued");
+    assert_eq!(j["status"], "cancelled", "{j}");
+    std::fs::write(format!("{t}/go"), "").unwrap();
+    wait_health(&b, Duration::from_secs(30), |h| {
+        h["queued"] == 0 && h["active"] == 0
+    });
+    assert!(
+        !Path::new(&format!("{t}/chat.runs")).exists(),
+        "the prompt of a caller that is gone ran"
+    );
+}

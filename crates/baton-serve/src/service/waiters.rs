@@ -13,9 +13,11 @@
 //! node): queued, it is cancelled; running, it is marked interrupted and
 //! never queued again, whatever `retry_on_interrupt` says.
 //!
-//! Not guaranteed: on a store several nodes share, a node that dies for
-//! good (never restarts) leaves its callers' queued jobs to the others,
-//! which run them.
+//! On a store several nodes share, a node that dies for good (never
+//! restarts): the rescuer of another node, once it finds it dead (the same
+//! bound as for its running jobs, `SERVICE.md` "The rescuer"), cancels its
+//! callers' jobs still queued. Not guaranteed: one that a free slot of
+//! another node claimed between the death and then runs.
 
 use std::sync::{Arc, PoisonError};
 

@@ -479,11 +479,16 @@ impl Store for PgStore {
         let candidates = timed(
             op,
             c.query(
-                "SELECT DISTINCT j.node, n.num FROM baton_jobs j \
-                 LEFT JOIN baton_nodes n ON n.id = j.node \
-                 WHERE j.status = 'running' AND j.node IS NOT NULL AND j.node <> $1 \
-                 AND (n.heartbeat_at IS NULL \
-                      OR n.heartbeat_at < now() - make_interval(secs => $2::int8 / 1000.0))",
+                // Nodes that ran jobs, and nodes whose callers waited for
+                // queued jobs (chat completions), that stopped beating.
+                "SELECT DISTINCT j.node, n.num FROM ( \
+                   SELECT node FROM baton_jobs \
+                   WHERE status = 'running' AND node IS NOT NULL AND node <> $1 \
+                   UNION SELECT waiter FROM baton_jobs \
+                   WHERE status = 'queued' AND waiter IS NOT NULL AND waiter <> $1 \
+                 ) j LEFT JOIN baton_nodes n ON n.id = j.node \
+                 WHERE n.heartbeat_at IS NULL \
+                    OR n.heartbeat_at < now() - make_interval(secs => $2::int8 / 1000.0)",
                 &[&self.node, &settle_ms],
             ),
         )
@@ -514,7 +519,23 @@ impl Store for PgStore {
                     let plan = plan(running_on(&tx, &node).await?, retry);
                     let why = format!("its node '{node}' died while the job ran");
                     mark_interrupted(&tx, &plan, now, &why).await?;
+                    // Its callers' queued jobs: their connections ended with
+                    // it, and their clients retry elsewhere; run now, a
+                    // prompt would run twice (as `cancel_abandoned` at a
+                    // node's own restart).
+                    let abandoned = tx
+                        .query(
+                            "UPDATE baton_jobs SET status = 'cancelled', finished_at = $1, \
+                             error = 'cancelled while queued: the node its caller waited on died' \
+                             WHERE status = 'queued' AND waiter = $2 RETURNING id",
+                            &[&now, &node],
+                        )
+                        .await?;
                     tx.commit().await?;
+                    for row in abandoned {
+                        let id: String = row.get(0);
+                        tracing::warn!(job = %id, node = %node, "cancelled a queued job whose caller waited on a dead node");
+                    }
                     Ok::<_, tokio_postgres::Error>(plan)
                 }
                 .await;
