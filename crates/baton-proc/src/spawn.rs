@@ -75,6 +75,9 @@ const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
 /// working directory).
 fn exec_paths(program: &CString, env: &[CString]) -> Vec<CString> {
     let name = program.as_bytes();
+    if name.is_empty() {
+        return Vec::new(); // not found, as execvp says
+    }
     if name.contains(&b'/') {
         return vec![program.clone()];
     }
@@ -225,29 +228,24 @@ pub(crate) fn spawn(
     // What a cloned child runs on: alive until `child` (declared after it,
     // so dropped before it) says the child executed or was reaped.
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    let (mut vm, mut stack) = (
-        clone_vm::VmChild {
-            prepared: &prepared,
-            saved_mask: 0,
-            go_read: go_read.as_raw_fd(),
-            go_write: go_write.as_raw_fd(),
-            err: err_write.as_raw_fd(),
-        },
-        vec![
-            0u8;
-            if take_terminal {
-                0
-            } else {
-                clone_vm::STACK_BYTES
-            }
-        ],
-    );
+    let mut vm = clone_vm::VmChild {
+        prepared: &prepared,
+        saved_mask: 0,
+        go_read: go_read.as_raw_fd(),
+        go_write: go_write.as_raw_fd(),
+        err: err_write.as_raw_fd(),
+    };
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    let pid = match take_terminal {
+    let stack = match take_terminal {
+        false => Some(clone_vm::ChildStack::take().map_err(|e| spawn_failed(e.into()))?),
+        true => None,
+    };
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    let pid = match &stack {
         // SAFETY: `vm`, what it points to and `stack` outlive `child` below,
         // which kills and reaps the child unless it has executed.
-        false => unsafe { clone_vm::clone_child(&mut vm, &mut stack) }.map_err(io::Error::from),
-        true => fork_child(&prepared, &go_read, &go_write, &err_write),
+        Some(stack) => unsafe { clone_vm::clone_child(&mut vm, stack) }.map_err(io::Error::from),
+        None => fork_child(&prepared, &go_read, &go_write, &err_write),
     };
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let pid = fork_child(&prepared, &go_read, &go_write, &err_write);
@@ -299,7 +297,12 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         if !self.executed {
             let _ = rustix::process::kill_process(self.pid, rustix::process::Signal::KILL);
-            let _ = rustix::process::waitpid(Some(self.pid), rustix::process::WaitOptions::empty());
+            // Until it is reaped: a cloned child may still run on the
+            // caller's memory, which is freed right after.
+            while let Err(Errno::INTR) =
+                rustix::process::waitpid(Some(self.pid), rustix::process::WaitOptions::empty())
+            {
+            }
         }
     }
 }
