@@ -8,7 +8,10 @@
 //! What that asks of the child, beyond what a forked child already keeps to
 //! (async-signal-safe calls only, no allocation, no lock):
 //!
-//! - **No write to memory the caller uses.** Not even `errno`: the child has
+//! - **Its own stack**, above a guard page ([`ChildStack`]): it never
+//!   runs on, nor overflows into, memory the caller uses.
+//! - **No write to memory the caller uses** (but the script slot of
+//!   `Prepared::sh_argv`, which only the child uses). Not even `errno`: the child has
 //!   the caller's thread pointer, so a libc wrapper that fails would write the
 //!   caller's `errno`. Every call here is a raw system call: rustix's own
 //!   (its Linux backend never touches `errno`) or [`sys`] below for the four
@@ -270,13 +273,18 @@ fn set_up_and_exec(c: &VmChild<'_>) -> i32 {
 fn exec(p: &Prepared) -> i32 {
     let mut denied = false;
     let mut last = libc::ENOENT;
-    for (path, sh_argv) in p.exec_paths.iter().zip(&p.sh_argvs) {
+    for path in &p.exec_paths {
         // SAFETY: NUL-terminated arrays of pointers to NUL-terminated
         // strings, all made before the clone and alive until the exec.
         let mut errno = unsafe { sys::execve(path, p.argv.as_ptr(), p.envp.as_ptr()) };
         if errno == libc::ENOEXEC {
-            // SAFETY: as above; `sh_argv` is `/bin/sh`, this path, the args.
-            errno = unsafe { sys::execve(c"/bin/sh", sh_argv.as_ptr(), p.envp.as_ptr()) };
+            // The one write to the caller's memory: an array only this
+            // child uses (see `Prepared::sh_argv`).
+            p.sh_argv[1].set(path.as_ptr());
+            // SAFETY: as above; `sh_argv` is `/bin/sh`, this path, the args
+            // (`Cell` has the layout of what it holds).
+            let sh_argv = p.sh_argv.as_ptr().cast::<*const std::ffi::c_char>();
+            errno = unsafe { sys::execve(c"/bin/sh", sh_argv, p.envp.as_ptr()) };
         }
         match errno {
             libc::EACCES => denied = true,
