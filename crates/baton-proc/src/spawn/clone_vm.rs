@@ -280,7 +280,9 @@ fn exec(p: &Prepared) -> i32 {
         if errno == libc::ENOEXEC {
             // The one write to the caller's memory: an array only this
             // child uses (see `Prepared::sh_argv`).
-            p.sh_argv[1].set(path.as_ptr());
+            if let Some(slot) = p.sh_argv.get(1) {
+                slot.set(path.as_ptr());
+            }
             // SAFETY: as above; `sh_argv` is `/bin/sh`, this path, the args
             // (`Cell` has the layout of what it holds).
             let sh_argv = p.sh_argv.as_ptr().cast::<*const std::ffi::c_char>();
@@ -375,7 +377,9 @@ mod sys {
                 0,
             )
         };
-        i32::try_from(-ret).unwrap_or(libc::EINVAL)
+        // (No arithmetic that could panic: a panic here would run the
+        // panic machinery on the caller's memory.)
+        i32::try_from(ret.wrapping_neg()).unwrap_or(libc::EINVAL)
     }
 
     /// `exit_group(code)`.
