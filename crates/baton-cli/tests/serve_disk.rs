@@ -6,40 +6,10 @@
 
 use crate::serve_common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use serve_common::{sh_config, Server};
-
-/// A tmpfs mounted at a path for as long as it lives.
-struct Mounted(PathBuf);
-
-impl Mounted {
-    fn tmpfs(at: &Path, size: &str) -> Mounted {
-        std::fs::create_dir_all(at).unwrap();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700")])
-            .arg("tmpfs")
-            .arg(at)
-            .output()
-            .expect("mount");
-        assert!(
-            out.status.success(),
-            "cannot mount a tmpfs at {} (the test needs root): {}",
-            at.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Mounted(at.to_path_buf())
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
+use serve_common::{sh_config, Mounted, Server};
 
 #[test]
 fn a_job_whose_output_did_not_fit_on_the_disk_says_so_and_health_reports_the_disk() {

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use serve_common::{alive, sh_config, Server};
+use serve_common::{alive, sh_config, Mounted, Server};
 
 /// Files made immutable (`chattr +i`) for as long as it lives.
 struct Immutable(Vec<PathBuf>);
@@ -133,4 +133,55 @@ fn an_immutable_store_neither_crashes_the_service_nor_passes_for_healthy() {
     let j = s.wait_final(&running);
     assert_eq!(j["status"], "succeeded", "{j}");
     assert!(alive(s.pid()), "the service died");
+}
+
+/// A burst of submissions onto a full disk: they share one commit (group
+/// commit), which fails: none is acknowledged, none is stored, and
+/// `/health` reports the failed write, not the submissions whose job an
+/// earlier batch took (they wrote nothing). Space again: all works.
+#[test]
+fn a_burst_of_jobs_onto_a_full_disk_is_refused_and_health_reports_it() {
+    let disk = tempfile::tempdir().unwrap();
+    let small = disk.path().join("store");
+    let _mounted = Mounted::tmpfs(&small, "2m");
+    let store = format!("sqlite://{}", small.join("serve.db").display());
+    let s = Server::start(&sh_config("max_queue_depth = 10000"), &["--store", &store]);
+    let before = s.submit(json!({"prompt": "true"}));
+    s.wait_final(&before);
+    // The disk full to the last block.
+    let filler = small.join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        while f.write_all(&[0u8; 4096]).is_ok() {}
+    }
+
+    // 60 KiB prompts: no commit of one fits in what the -wal file has.
+    let prompt = format!("true # {}", "x".repeat(60 * 1024));
+    let answers: Vec<(u16, Value)> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..32)
+            .map(|_| scope.spawn(|| s.post("/v1/jobs", &json!({ "prompt": prompt }))))
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    for (code, v) in &answers {
+        assert_eq!(*code, 503, "a job acknowledged onto a full disk: {v}");
+    }
+    let (code, h) = s.get("/health");
+    assert_eq!(code, 503, "a failed write hidden from /health: {h}");
+    assert!(h["error"].as_str().unwrap_or("").contains("full"), "{h}");
+
+    std::fs::remove_file(&filler).unwrap();
+    let after = s.submit(json!({ "prompt": prompt }));
+    wait_health(&s, 200);
+    s.wait_final(&after);
+    let (code, list) = s.get("/v1/jobs?limit=100");
+    assert_eq!(code, 200, "{list}");
+    let ids: Vec<&str> = list["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|j| j["id"].as_str())
+        .collect();
+    assert_eq!(ids, [after.as_str(), before.as_str()], "{list}");
 }

@@ -60,10 +60,21 @@ struct Prepared {
     parent: libc::pid_t,
     /// Where the program may be, in `execvp`'s order (for the cloned
     /// child, which cannot use `execvp`).
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     exec_paths: Vec<CString>,
-    /// For each of `exec_paths`: `/bin/sh`, that path and the arguments,
-    /// NUL-terminated (a file the kernel cannot execute is a shell script).
-    sh_argvs: Vec<Vec<*const libc::c_char>>,
+    /// `/bin/sh`, a slot for the path, the arguments, NUL-terminated: how
+    /// a file the kernel cannot execute runs (a shell script). The cloned
+    /// child puts the path in the slot (one array, whatever the number of
+    /// paths: not one copy of the arguments per `PATH` entry); only it
+    /// uses this array.
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
+    sh_argv: Vec<std::cell::Cell<*const libc::c_char>>,
 }
 
 /// The `PATH` `execvp` uses when the environment has none.
@@ -75,6 +86,9 @@ const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
 /// working directory).
 fn exec_paths(program: &CString, env: &[CString]) -> Vec<CString> {
     let name = program.as_bytes();
+    if name.is_empty() {
+        return Vec::new(); // not found, as execvp says
+    }
     if name.contains(&b'/') {
         return vec![program.clone()];
     }
@@ -174,15 +188,11 @@ impl Prepared {
             None => None,
         };
         let exec_paths = exec_paths(&args[0], &env);
-        let sh_argvs = exec_paths
-            .iter()
-            .map(|path| {
-                [c"/bin/sh".as_ptr(), path.as_ptr()]
-                    .into_iter()
-                    .chain(args[1..].iter().map(|a| a.as_ptr()))
-                    .chain(std::iter::once(std::ptr::null()))
-                    .collect()
-            })
+        let sh_argv = [c"/bin/sh".as_ptr(), std::ptr::null()]
+            .into_iter()
+            .chain(args[1..].iter().map(|a| a.as_ptr()))
+            .chain(std::iter::once(std::ptr::null()))
+            .map(std::cell::Cell::new)
             .collect();
         Ok(Prepared {
             _args: args,
@@ -198,7 +208,7 @@ impl Prepared {
             take_terminal,
             parent: rustix::process::getpid().as_raw_nonzero().get(),
             exec_paths,
-            sh_argvs,
+            sh_argv,
         })
     }
 }
@@ -225,29 +235,24 @@ pub(crate) fn spawn(
     // What a cloned child runs on: alive until `child` (declared after it,
     // so dropped before it) says the child executed or was reaped.
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    let (mut vm, mut stack) = (
-        clone_vm::VmChild {
-            prepared: &prepared,
-            saved_mask: 0,
-            go_read: go_read.as_raw_fd(),
-            go_write: go_write.as_raw_fd(),
-            err: err_write.as_raw_fd(),
-        },
-        vec![
-            0u8;
-            if take_terminal {
-                0
-            } else {
-                clone_vm::STACK_BYTES
-            }
-        ],
-    );
+    let mut vm = clone_vm::VmChild {
+        prepared: &prepared,
+        saved_mask: 0,
+        go_read: go_read.as_raw_fd(),
+        go_write: go_write.as_raw_fd(),
+        err: err_write.as_raw_fd(),
+    };
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    let pid = match take_terminal {
+    let stack = match take_terminal {
+        false => Some(clone_vm::ChildStack::take().map_err(|e| spawn_failed(e.into()))?),
+        true => None,
+    };
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    let pid = match &stack {
         // SAFETY: `vm`, what it points to and `stack` outlive `child` below,
         // which kills and reaps the child unless it has executed.
-        false => unsafe { clone_vm::clone_child(&mut vm, &mut stack) }.map_err(io::Error::from),
-        true => fork_child(&prepared, &go_read, &go_write, &err_write),
+        Some(stack) => unsafe { clone_vm::clone_child(&mut vm, stack) }.map_err(io::Error::from),
+        None => fork_child(&prepared, &go_read, &go_write, &err_write),
     };
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let pid = fork_child(&prepared, &go_read, &go_write, &err_write);
@@ -299,7 +304,12 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         if !self.executed {
             let _ = rustix::process::kill_process(self.pid, rustix::process::Signal::KILL);
-            let _ = rustix::process::waitpid(Some(self.pid), rustix::process::WaitOptions::empty());
+            // Until it is reaped: a cloned child may still run on the
+            // caller's memory, which is freed right after.
+            while let Err(Errno::INTR) =
+                rustix::process::waitpid(Some(self.pid), rustix::process::WaitOptions::empty())
+            {
+            }
         }
     }
 }
@@ -459,5 +469,31 @@ unsafe fn in_child(
         libc::environ = p.envp.as_ptr().cast_mut().cast();
         libc::execvp(p.argv[0], p.argv.as_ptr());
         fail(errno())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Prepared;
+
+    impl Prepared {
+        /// How many argument pointers the start holds.
+        fn argument_pointers(&self) -> usize {
+            self.argv.len() + self.sh_argv.len()
+        }
+    }
+
+    /// 4096 arguments and a `PATH` of 100 entries: the start holds the
+    /// arguments a few times over, not once per entry.
+    #[test]
+    fn a_long_path_does_not_multiply_the_arguments() {
+        let mut spec = crate::RunSpec::new("baton-test-prog");
+        spec.args = (0..4096).map(|i| format!("arg{i}").into()).collect();
+        let path: Vec<String> = (0..100).map(|i| format!("/nonexistent/{i}")).collect();
+        spec.env.push(("PATH".into(), path.join(":").into()));
+        let prepared = Prepared::new(&spec, false).expect("prepared");
+        assert_eq!(prepared.exec_paths.len(), 100);
+        let pointers = prepared.argument_pointers();
+        assert!(pointers < 3 * 4097, "{pointers} argument pointers");
     }
 }

@@ -49,9 +49,11 @@ fn outcome_exit_codes_match_the_design_table() {
 
 #[test]
 fn missing_command_is_not_found() {
+    // An empty name too, as execvp has it (not "permission denied").
     for program in [
         "baton-proc-test-no-such-command",
         "/nonexistent/dir/program",
+        "",
     ] {
         let err = run(&RunSpec::new(program)).expect_err("spawn must fail");
         assert!(

@@ -276,3 +276,28 @@ fn a_panic_while_recording_leaves_no_child_behind() {
     std::thread::sleep(Duration::from_millis(100));
     assert!(!ran.exists(), "the command ran");
 }
+
+/// 4096 arguments to a script without `#!` found on the third `PATH`
+/// entry (the first is no directory, the second is relative and empty):
+/// all reach it through `/bin/sh`, as execvp passes them.
+#[test]
+fn four_thousand_arguments_reach_a_script_found_late_on_the_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (file, bin) = (dir.path().join("file"), dir.path().join("bin"));
+    std::fs::write(&file, "").expect("write");
+    std::fs::create_dir(&bin).expect("mkdir");
+    let out = dir.path().join("out");
+    let tool = bin.join("baton-test-count");
+    std::fs::write(&tool, "echo \"$# $1 $4096\" > \"$OUT\"\n").expect("write");
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut spec = baton_proc::RunSpec::new("baton-test-count");
+    spec.args = (1..=4096).map(|i| format!("a{i}").into()).collect();
+    spec.clear_env = true;
+    let path = format!("{}:relative-dir:{}", file.display(), bin.display());
+    spec.env.push(("PATH".into(), path.into()));
+    spec.env.push(("OUT".into(), out.clone().into()));
+    let outcome = Supervisor::new(spec).run().expect("run");
+    assert_eq!(outcome, Outcome::Exited(0));
+    assert_eq!(wait_for_line(&out), "4096 a1 a4096");
+}

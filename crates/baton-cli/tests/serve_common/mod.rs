@@ -307,3 +307,31 @@ pub fn pids(t: &str, name: &str) -> Vec<i32> {
         })
         .collect()
 }
+
+/// A tmpfs mounted at a path for as long as it lives.
+pub struct Mounted(PathBuf);
+
+impl Mounted {
+    pub fn tmpfs(at: &Path, size: &str) -> Mounted {
+        std::fs::create_dir_all(at).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700")])
+            .arg("tmpfs")
+            .arg(at)
+            .output()
+            .expect("mount");
+        assert!(
+            out.status.success(),
+            "cannot mount a tmpfs at {} (the test needs root): {}",
+            at.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Mounted(at.to_path_buf())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}

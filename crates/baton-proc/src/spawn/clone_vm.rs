@@ -8,7 +8,10 @@
 //! What that asks of the child, beyond what a forked child already keeps to
 //! (async-signal-safe calls only, no allocation, no lock):
 //!
-//! - **No write to memory the caller uses.** Not even `errno`: the child has
+//! - **Its own stack**, above a guard page ([`ChildStack`]): it never
+//!   runs on, nor overflows into, memory the caller uses.
+//! - **No write to memory the caller uses** (but the script slot of
+//!   `Prepared::sh_argv`, which only the child uses). Not even `errno`: the child has
 //!   the caller's thread pointer, so a libc wrapper that fails would write the
 //!   caller's `errno`. Every call here is a raw system call: rustix's own
 //!   (its Linux backend never touches `errno`) or [`sys`] below for the four
@@ -36,8 +39,91 @@ use rustix::process::Signal;
 
 use super::Prepared;
 
-/// Size of the child's stack: it makes system calls and little else.
+/// Size of the child's stack: it makes system calls and little else (a
+/// few KiB in a debug build: `the_child_uses_little_of_its_stack`).
 pub(super) const STACK_BYTES: usize = 64 * 1024;
+
+/// The child's stack: an anonymous mapping of [`STACK_BYTES`] above a
+/// guard page nothing may read or write, so a child that overflows its
+/// stack dies of SIGSEGV instead of writing into the caller's memory below
+/// it (a stack in the caller's heap would have). Dropped, it becomes the
+/// thread's spare, which the thread's next start takes: a mapping made and
+/// unmapped per start would cost the caller's threads the TLB shootdowns
+/// the clone is there to avoid. So it must only be dropped once no child
+/// runs on it any more (it executed its command or was reaped).
+pub(super) struct ChildStack(Option<Mapping>);
+
+/// A mapping made by [`Mapping::new`], unmapped on drop.
+struct Mapping {
+    base: *mut c_void,
+    len: usize,
+}
+
+// SAFETY: plain memory, used by one thread (and its child) at a time.
+unsafe impl Send for Mapping {}
+
+thread_local! {
+    /// This thread's spare stack (see [`ChildStack`]).
+    static SPARE: std::cell::Cell<Option<Mapping>> = const { std::cell::Cell::new(None) };
+}
+
+impl ChildStack {
+    /// This thread's spare stack, or a new one.
+    pub(super) fn take() -> Result<ChildStack, Errno> {
+        let mapping = match SPARE.try_with(std::cell::Cell::take) {
+            Ok(Some(spare)) => spare,
+            _ => Mapping::new()?,
+        };
+        Ok(ChildStack(Some(mapping)))
+    }
+
+    /// The stack's top (page aligned, so 16-byte aligned); null for none.
+    pub(super) fn top(&self) -> *mut c_void {
+        match &self.0 {
+            Some(m) => m.base.wrapping_byte_add(m.len),
+            None => std::ptr::null_mut(),
+        }
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        if let Some(mapping) = self.0.take() {
+            // Without the thread's storage (the thread is ending), unmapped.
+            let _ = SPARE.try_with(|spare| spare.replace(Some(mapping)));
+        }
+    }
+}
+
+impl Mapping {
+    fn new() -> Result<Mapping, Errno> {
+        let guard = rustix::param::page_size();
+        let len = guard + STACK_BYTES.next_multiple_of(guard);
+        // SAFETY: a new private anonymous mapping, at an address of the
+        // kernel's choosing: no memory of ours is affected.
+        let base = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::STACK,
+            )
+        }?;
+        // Unmapped on drop from here on, also if the guard cannot be made.
+        let mapping = Mapping { base, len };
+        // SAFETY: the lowest page of the mapping just made, used by nothing.
+        unsafe { rustix::mm::mprotect(base, guard, rustix::mm::MprotectFlags::empty()) }?;
+        Ok(mapping)
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, which no child uses any more
+        // (see `ChildStack`).
+        let _ = unsafe { rustix::mm::munmap(self.base, self.len) };
+    }
+}
 
 /// What the child needs: all made before the clone; it only reads it.
 pub(super) struct VmChild<'a> {
@@ -58,19 +144,22 @@ pub(super) struct VmChild<'a> {
 ///
 /// `child`, the memory it points to and `stack` must stay alive and
 /// unchanged until the child has executed its command or been reaped.
-pub(super) unsafe fn clone_child(child: &mut VmChild<'_>, stack: &mut [u8]) -> Result<i32, Errno> {
+pub(super) unsafe fn clone_child(
+    child: &mut VmChild<'_>,
+    stack: &ChildStack,
+) -> Result<i32, Errno> {
     let all = !0u64;
     // SAFETY: blocks this thread's signals; both sets are 8 bytes, the
     // kernel's sigset size on the architectures this module is built for.
     unsafe { sys::sigprocmask(libc::SIG_BLOCK, &all, &mut child.saved_mask) };
     let saved = child.saved_mask;
-    let top = stack.as_mut_ptr_range().end as usize & !15;
+    let top = stack.top();
     // SAFETY: `child_main` runs on its own 16-byte aligned stack and only
     // reads `child`, which the caller keeps alive and unchanged (above).
     let pid = unsafe {
         libc::clone(
             child_main,
-            top as *mut c_void,
+            top,
             libc::CLONE_VM | libc::SIGCHLD,
             std::ptr::from_mut(child).cast(),
         )
@@ -184,13 +273,20 @@ fn set_up_and_exec(c: &VmChild<'_>) -> i32 {
 fn exec(p: &Prepared) -> i32 {
     let mut denied = false;
     let mut last = libc::ENOENT;
-    for (path, sh_argv) in p.exec_paths.iter().zip(&p.sh_argvs) {
+    for path in &p.exec_paths {
         // SAFETY: NUL-terminated arrays of pointers to NUL-terminated
         // strings, all made before the clone and alive until the exec.
         let mut errno = unsafe { sys::execve(path, p.argv.as_ptr(), p.envp.as_ptr()) };
         if errno == libc::ENOEXEC {
-            // SAFETY: as above; `sh_argv` is `/bin/sh`, this path, the args.
-            errno = unsafe { sys::execve(c"/bin/sh", sh_argv.as_ptr(), p.envp.as_ptr()) };
+            // The one write to the caller's memory: an array only this
+            // child uses (see `Prepared::sh_argv`).
+            if let Some(slot) = p.sh_argv.get(1) {
+                slot.set(path.as_ptr());
+            }
+            // SAFETY: as above; `sh_argv` is `/bin/sh`, this path, the args
+            // (`Cell` has the layout of what it holds).
+            let sh_argv = p.sh_argv.as_ptr().cast::<*const std::ffi::c_char>();
+            errno = unsafe { sys::execve(c"/bin/sh", sh_argv, p.envp.as_ptr()) };
         }
         match errno {
             libc::EACCES => denied = true,
@@ -281,7 +377,9 @@ mod sys {
                 0,
             )
         };
-        i32::try_from(-ret).unwrap_or(libc::EINVAL)
+        // (No arithmetic that could panic: a panic here would run the
+        // panic machinery on the caller's memory.)
+        i32::try_from(ret.wrapping_neg()).unwrap_or(libc::EINVAL)
     }
 
     /// `exit_group(code)`.
@@ -330,5 +428,65 @@ mod sys {
             );
         }
         ret
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ChildStack, STACK_BYTES};
+
+    /// A child that overflowed its stack would write just below it.
+    #[test]
+    fn below_the_childs_stack_is_a_page_that_faults() {
+        let stack = ChildStack::take().expect("a stack");
+        let below = stack.top().cast::<u8>().wrapping_sub(STACK_BYTES + 1);
+        // SAFETY: a test; the forked child only makes raw system calls and
+        // writes one byte (its copy of the memory) before it exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: as above; no core file for the expected fault.
+            unsafe {
+                let none = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                libc::setrlimit(libc::RLIMIT_CORE, &none);
+                below.write_volatile(1);
+                libc::_exit(0)
+            }
+        }
+        assert!(pid > 0, "fork");
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(waited, pid);
+        assert!(
+            libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV,
+            "a write below the child's stack did not fault (status {status:#x})"
+        );
+    }
+
+    /// The child's stack needs a few KiB (debug build), far from its size.
+    #[test]
+    fn the_child_uses_little_of_its_stack() {
+        const UNTOUCHED: u8 = 0xa5;
+        let stack = ChildStack::take().expect("a stack");
+        let bottom = stack.top().cast::<u8>().wrapping_sub(STACK_BYTES);
+        // SAFETY: this thread's spare stack, no child on it.
+        unsafe { bottom.write_bytes(UNTOUCHED, STACK_BYTES) };
+        drop(stack); // the spare again: the start below takes it
+        let mut spec = crate::RunSpec::new("sh").arg("-c").arg("exit 3");
+        spec.env
+            .push(("BATON_TEST".into(), "x".repeat(10_000).into()));
+        let outcome = crate::Supervisor::new(spec).run().expect("run");
+        assert_eq!(outcome, crate::Outcome::Exited(3));
+        let stack = ChildStack::take().expect("the spare");
+        let bottom = stack.top().cast::<u8>().wrapping_sub(STACK_BYTES);
+        // SAFETY: the spare stack, no child on it any more.
+        let bytes = unsafe { std::slice::from_raw_parts(bottom, STACK_BYTES) };
+        let used = STACK_BYTES - bytes.iter().take_while(|b| **b == UNTOUCHED).count();
+        eprintln!("the child used {used} bytes of its stack");
+        assert!(used > 0, "the child did not run on this stack");
+        assert!(used < STACK_BYTES / 4, "the child used {used} bytes");
     }
 }

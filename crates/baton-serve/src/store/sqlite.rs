@@ -345,8 +345,11 @@ impl Store for SqliteStore {
             });
         let submits = Arc::clone(&self.submits);
         let files = Arc::clone(&self.files);
+        // Committed with `synchronous=FULL`, like `durably`; a batch that
+        // wrote records how the write ended, a call whose job an earlier
+        // batch took wrote nothing (its success must not hide a failure).
         let ran = self
-            .durably("store a job", move |conn| {
+            .with_sync("store a job", "FULL", false, move |conn| {
                 let batch =
                     std::mem::take(&mut *submits.lock().unwrap_or_else(PoisonError::into_inner));
                 if batch.is_empty() {
@@ -372,6 +375,7 @@ impl Store for SqliteStore {
                     }
                     tx.commit()
                 })();
+                files.wrote(committed.as_ref().err().map(|e| files.failed(e)).as_ref());
                 for (answer, done) in answers {
                     let _ = answer.send(match &committed {
                         Ok(()) => done.map_err(|e| files.failed(&e)),
