@@ -36,6 +36,7 @@ mod serve_common;
 mod serve_compat;
 mod serve_dashboard;
 mod serve_disk;
+mod serve_group_commit;
 mod serve_input;
 mod serve_lifecycle;
 mod serve_lifecycle_jobs;

@@ -5,7 +5,7 @@
 //! waits neither loses a stored job nor makes one run twice. A real
 //! `baton serve`, real concurrent clients.
 
-mod serve_common;
+use crate::serve_common;
 
 use std::io::Write;
 use std::net::TcpStream;
