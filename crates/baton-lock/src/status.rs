@@ -158,7 +158,7 @@ pub struct LockStatus {
     /// lines of their fdinfo), looked up when a holder's record cannot be
     /// confirmed from here (or names none). Empty otherwise, and when the
     /// holder cannot be seen from here (another PID namespace, another user).
-    pub kernel_holders: Vec<crate::KernelHolder>,
+    pub kernel_holders: Vec<crate::kernel_holders::KernelHolder>,
 }
 
 /// Status of one lock. Never creates anything.
