@@ -3,18 +3,37 @@
 //! replaced", "A dead holder's command", "Using an ancestor's hold",
 //! "Fencing tokens").
 
+use std::fs::File;
 use std::os::fd::AsFd;
+use std::path::Path;
 use std::time::{Instant, SystemTime};
 
 use crate::error::LockError;
 use crate::identity::{default_owner, new_run_id, Liveness, ProcessIdentity};
 use crate::layout::{held_slots, SLOT_BASE};
-use crate::lock::{Grant, MetaLock, Target};
 use crate::meta::{read_doc, write_doc, CommandGroup, HolderKind, HolderRecord, LockDoc};
+use crate::meta_lock::MetaLock;
 use crate::ofd::{self, Kind};
-use crate::replaced;
+use crate::replaced::{self, FileId};
 use crate::request::{LockRequest, Mode};
 use baton_fs::IoResultExt;
+
+/// What an acquisition got.
+pub(crate) struct Grant {
+    pub(crate) slot: u32,
+    pub(crate) token: u64,
+    pub(crate) run_id: String,
+    pub(crate) borrowed: bool,
+    pub(crate) previous: Option<HolderRecord>,
+}
+
+/// The lock file being acquired.
+pub(crate) struct Target<'a> {
+    pub(crate) file: &'a File,
+    pub(crate) path: &'a Path,
+    pub(crate) id: FileId,
+    pub(crate) mark: u64,
+}
 
 /// Holding `slot` (and META with the document just read, on the fast path):
 /// make sure nobody holds this lock through a deleted or replaced file, stop

@@ -24,12 +24,28 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
 
 use crate::cancel::CancelToken;
-use crate::lock::try_slots;
-use crate::ofd::{cancelled, Alarm, AlarmFor};
+use crate::layout::SLOT_BASE;
+use crate::ofd::{self, cancelled, Alarm, AlarmFor, Kind};
 use crate::request::Mode;
 
 thread_local! {
     static WATCHER: RefCell<Option<OwnedFd>> = const { RefCell::new(None) };
+}
+
+/// Takes a free slot without waiting.
+pub(crate) fn try_slots(file: &File, mode: Mode, slots: u32) -> std::io::Result<Option<u32>> {
+    let fd = file.as_fd();
+    let kind = if mode == Mode::Shared {
+        Kind::Read
+    } else {
+        Kind::Write
+    };
+    for slot in 0..slots {
+        if ofd::try_lock(fd, kind, SLOT_BASE + u64::from(slot), 1)? {
+            return Ok(Some(slot));
+        }
+    }
+    Ok(None)
 }
 
 pub(crate) fn wait_any_slot(
