@@ -22,7 +22,7 @@ use baton_lock::{
 use tokio_postgres::types::Type;
 
 use crate::error::{sqlstate, PgError};
-use crate::holds::{Grant, Holds};
+use crate::holds::{Grant, Holds, FREE_CHANNEL};
 use crate::schema;
 use crate::session::{Database, Session};
 
@@ -32,8 +32,6 @@ pub(crate) const SLOT_CLASS: i32 = 0x6274_0000;
 pub(crate) const QUEUE_CLASS: i32 = 0x6271_0000;
 /// The most slots a semaphore may have here.
 pub const MAX_SLOTS: u32 = 0xffff;
-/// The channel releases of semaphore slots are announced on.
-pub(crate) const FREE_CHANNEL: &str = "baton_lock_free";
 /// How often the head of a semaphore's line looks for a slot freed by a
 /// holder that died (a clean release wakes it at once).
 const SLOT_POLL: Duration = Duration::from_millis(200);
