@@ -10,10 +10,9 @@ use baton_lock::LockGuard;
 use serde::de::IgnoredAny;
 
 use crate::atomic::{self, complete_len};
-use crate::edit::check_version;
 use crate::error::StateError;
 use crate::file::{Format, StateFile};
-use crate::version::Version;
+use crate::version::{check_version, Version};
 use baton_fs::IoResultExt;
 
 /// A torn last line found at the end of a file and moved out of it.

@@ -11,7 +11,7 @@ use crate::atomic;
 use crate::error::{EditError, StateError};
 use crate::file::{Format, StateFile};
 use crate::filter::Filter;
-use crate::version::Version;
+use crate::version::{check_version, Version};
 
 /// What an edit did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -134,21 +134,6 @@ pub fn edit_with_filter_locked(
     .map_err(|e| match e {
         EditError::State(e) | EditError::Aborted(e) => e,
     })
-}
-
-pub(crate) fn check_version(
-    file: &StateFile,
-    expected: Option<&Version>,
-    actual: &Version,
-) -> Result<(), StateError> {
-    match expected {
-        Some(expected) if expected != actual => Err(StateError::VersionMismatch {
-            path: file.path().to_path_buf(),
-            expected: expected.clone(),
-            actual: actual.clone(),
-        }),
-        _ => Ok(()),
-    }
 }
 
 /// Checks new content against the file's format. A `.jsonl` file's content

@@ -6,6 +6,7 @@ use std::str::FromStr;
 use sha2::{Digest, Sha256};
 
 use crate::error::StateError;
+use crate::file::StateFile;
 
 /// The version of a state file: the first 16 hex digits of the SHA-256 of
 /// its content, or `absent` for a file that does not exist.
@@ -86,6 +87,23 @@ impl FromStr for Version {
         Err(StateError::InvalidVersion {
             given: s.to_string(),
         })
+    }
+}
+
+/// `Ok` unless the caller expected another version than `actual`
+/// (`--if-version`): then [`StateError::VersionMismatch`].
+pub(crate) fn check_version(
+    file: &StateFile,
+    expected: Option<&Version>,
+    actual: &Version,
+) -> Result<(), StateError> {
+    match expected {
+        Some(expected) if expected != actual => Err(StateError::VersionMismatch {
+            path: file.path().to_path_buf(),
+            expected: expected.clone(),
+            actual: actual.clone(),
+        }),
+        _ => Ok(()),
     }
 }
 
