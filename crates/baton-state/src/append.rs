@@ -12,7 +12,7 @@ use serde::de::IgnoredAny;
 use crate::atomic::{self, complete_len};
 use crate::error::StateError;
 use crate::file::{Format, StateFile};
-use crate::version::{check_version, Version};
+use crate::version::Version;
 use baton_fs::IoResultExt;
 
 /// A torn last line found at the end of a file and moved out of it.
@@ -229,4 +229,21 @@ fn encode<R: AsRef<[u8]>>(file: &StateFile, records: &[R]) -> Result<Vec<u8>, St
         out.push(b'\n');
     }
     Ok(out)
+}
+
+/// `Ok` unless the caller expected another version than `actual`
+/// (`--if-version`): then [`StateError::VersionMismatch`].
+pub(crate) fn check_version(
+    file: &StateFile,
+    expected: Option<&Version>,
+    actual: &Version,
+) -> Result<(), StateError> {
+    match expected {
+        Some(expected) if expected != actual => Err(StateError::VersionMismatch {
+            path: file.path().to_path_buf(),
+            expected: expected.clone(),
+            actual: actual.clone(),
+        }),
+        _ => Ok(()),
+    }
 }

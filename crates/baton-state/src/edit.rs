@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use baton_lock::LockGuard;
 use serde::de::IgnoredAny;
 
-use crate::append::Torn;
+use crate::append::{check_version, Torn};
 use crate::atomic;
 use crate::error::{EditError, StateError};
 use crate::file::{Format, StateFile};
 use crate::filter::Filter;
-use crate::version::{check_version, Version};
+use crate::version::Version;
 
 /// What an edit did.
 #[derive(Clone, Debug, PartialEq, Eq)]
