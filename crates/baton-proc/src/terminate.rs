@@ -7,8 +7,8 @@ use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
 use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
 
-use crate::supervise::timespec;
-use crate::ProcError;
+use crate::error::ProcError;
+use crate::time::timespec;
 
 /// How long [`terminate_process`] waits for a process to disappear after `SIGKILL`.
 ///
