@@ -135,6 +135,33 @@ pub(super) fn job_from_row(r: &Row) -> Job {
     }
 }
 
+/// Stores a submitted job, queued.
+pub(super) async fn insert_job(c: &impl GenericClient, job: &NewJob) -> PgResult<()> {
+    let command = job
+        .command
+        .as_ref()
+        .map(|c| serde_json::to_string(c).unwrap_or_default());
+    c.execute(
+        "INSERT INTO baton_jobs (id, template, prompt, grp, mode, timeout_ms, branch, \
+         command, created_at, status, waiter) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10)",
+        &[
+            &job.id,
+            &job.template,
+            &job.prompt,
+            &job.group,
+            &job.mode.as_str(),
+            &to_i64(job.timeout_ms),
+            &job.branch,
+            &command,
+            &job.created_at,
+            &job.waiter,
+        ],
+    )
+    .await
+    .map(drop)
+}
+
 pub(super) async fn get_job(c: &impl GenericClient, id: &str) -> PgResult<Option<Job>> {
     let row = c
         .query_opt(
