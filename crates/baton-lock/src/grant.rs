@@ -70,13 +70,7 @@ pub(crate) fn take_over(
         let (meta, mut doc) = match locked {
             Some(l) => l,
             None => {
-                let meta = MetaLock::write_until(file, deadline, req.cancel.as_ref())
-                    .context("cannot lock metadata of", path)?
-                    .ok_or_else(|| {
-                        busy(Some(
-                            "a process that holds the lock's metadata (stopped?)".into(),
-                        ))
-                    })?;
+                let meta = meta_for_grant(file, path, deadline, req, &busy)?;
                 let doc = read_doc(file)
                     .context("cannot read lock file", path)?
                     .or_fresh();
@@ -129,13 +123,7 @@ pub(crate) fn take_over(
                     std::time::Duration::from_millis(g.grace_ms),
                 );
             }
-            let _meta = MetaLock::write_until(file, deadline, req.cancel.as_ref())
-                .context("cannot lock metadata of", path)?
-                .ok_or_else(|| {
-                    busy(Some(
-                        "a process that holds the lock's metadata (stopped?)".into(),
-                    ))
-                })?;
+            let _meta = meta_for_grant(file, path, deadline, req, &busy)?;
             let mut doc = read_doc(file)
                 .context("cannot read lock file", path)?
                 .or_fresh();
@@ -164,6 +152,24 @@ pub(crate) fn take_over(
             Err(e)
         }
     }
+}
+
+/// META, to record a grant: waited for until `deadline` (or a cancel);
+/// `busy` when a process keeps it that long (stopped?).
+fn meta_for_grant<'f>(
+    file: &'f File,
+    path: &Path,
+    deadline: Option<Instant>,
+    req: &LockRequest,
+    busy: &impl Fn(Option<String>) -> LockError,
+) -> Result<MetaLock<'f>, LockError> {
+    MetaLock::write_until(file, deadline, req.cancel.as_ref())
+        .context("cannot lock metadata of", path)?
+        .ok_or_else(|| {
+            busy(Some(
+                "a process that holds the lock's metadata (stopped?)".into(),
+            ))
+        })
 }
 
 /// Process groups of dead holders whose records the grant of `slot` replaces,
