@@ -84,21 +84,16 @@ pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), S
             "it was written by a newer baton (schema {version}, this one knows {SCHEMA_VERSION})"
         ));
     }
-    if version < 1 {
-        tx.batch_execute(SCHEMA_V1)
+    for (step, sql) in (1..).zip([SCHEMA_V1, SCHEMA_V2]) {
+        if version < step {
+            tx.batch_execute(sql).await.map_err(|e| one_line(&e))?;
+            tx.execute(
+                "INSERT INTO baton_serve_schema (version) VALUES ($1)",
+                &[&step],
+            )
             .await
             .map_err(|e| one_line(&e))?;
-        tx.execute("INSERT INTO baton_serve_schema (version) VALUES (1)", &[])
-            .await
-            .map_err(|e| one_line(&e))?;
-    }
-    if version < 2 {
-        tx.batch_execute(SCHEMA_V2)
-            .await
-            .map_err(|e| one_line(&e))?;
-        tx.execute("INSERT INTO baton_serve_schema (version) VALUES (2)", &[])
-            .await
-            .map_err(|e| one_line(&e))?;
+        }
     }
     tx.commit().await.map_err(|e| one_line(&e))
 }
