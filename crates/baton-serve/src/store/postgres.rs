@@ -93,11 +93,16 @@ impl PgStore {
                 op,
                 message: pool_error(&e),
             }),
-            Err(_) => Err(StoreError::Query {
-                op,
-                message: "the database did not answer in time".into(),
-            }),
+            Err(_) => Err(too_slow(op)),
         }
+    }
+}
+
+/// The error of `op` when the database did not answer within `OP_LIMIT`.
+fn too_slow(op: &'static str) -> StoreError {
+    StoreError::Query {
+        op,
+        message: "the database did not answer in time".into(),
     }
 }
 
@@ -113,10 +118,7 @@ async fn timed<T>(
             op,
             message: one_line(&e),
         }),
-        Err(_) => Err(StoreError::Query {
-            op,
-            message: "the database did not answer in time".into(),
-        }),
+        Err(_) => Err(too_slow(op)),
     }
 }
 
