@@ -99,15 +99,15 @@ impl Client {
         self.json(resp)
     }
 
+    /// `/v1/jobs/{id}` on this server.
+    fn job_url(&self, id: &str) -> String {
+        format!("{}/v1/jobs/{}", self.base, path_segment(id))
+    }
+
     /// The job `id`, with its output's tail.
     pub fn job(&self, id: &str) -> Result<JobView, ClientError> {
-        let resp = self
-            .auth(
-                self.agent
-                    .get(format!("{}/v1/jobs/{}", self.base, path_segment(id))),
-            )
-            .call()
-            .map_err(|e| self.transport(e))?;
+        let req = self.auth(self.agent.get(self.job_url(id)));
+        let resp = req.call().map_err(|e| self.transport(e))?;
         self.json(resp)
     }
 
@@ -134,13 +134,8 @@ impl Client {
     /// grace, KILL (this call returns once it has ended). The job as it is
     /// afterwards (it may have ended otherwise meanwhile).
     pub fn cancel(&self, id: &str) -> Result<JobView, ClientError> {
-        let resp = self
-            .auth(
-                self.agent
-                    .delete(format!("{}/v1/jobs/{}", self.base, path_segment(id))),
-            )
-            .call()
-            .map_err(|e| self.transport(e))?;
+        let req = self.auth(self.agent.delete(self.job_url(id)));
+        let resp = req.call().map_err(|e| self.transport(e))?;
         self.json(resp)
     }
 
@@ -214,8 +209,7 @@ impl Client {
         } else {
             &self.agent
         };
-        let mut req =
-            self.auth(agent.get(format!("{}/v1/jobs/{}/log", self.base, path_segment(id))));
+        let mut req = self.auth(agent.get(format!("{}/log", self.job_url(id))));
         if follow {
             req = req.query("follow", "true");
         }
