@@ -63,7 +63,7 @@ pub struct RunSpec {
     pub stdio: StdioSpec,
     /// Start a guardian before the command, which stops the command's whole
     /// process group if this process dies or stops vouching for itself in
-    /// time (see [`guard`]). `None` by default.
+    /// time (see [`guard`](crate::guard)). `None` by default.
     pub guard: Option<GuardSpec>,
 }
 
@@ -178,7 +178,7 @@ pub enum Outcome {
     Signaled(i32),
     /// We killed the child's group because the timeout elapsed.
     TimedOut,
-    /// We killed the child's group because [`Canceller::cancel`] was called.
+    /// We killed the child's group because [`Canceller::cancel`](crate::Canceller::cancel) was called.
     Cancelled,
 }
 
