@@ -96,25 +96,19 @@ impl SlotWait<'_> {
     /// The fallback without inotify: try every slot at 1 ms, doubling up to
     /// [`MAX_PAUSE`], until one is free or the deadline passes.
     fn polling(&self) -> io::Result<Option<u32>> {
-        let SlotWait {
-            file,
-            slots,
-            deadline,
-            cancel,
-        } = *self;
         let mut pause = Duration::from_millis(1);
         loop {
-            if let Some(slot) = try_slots(file, Mode::Semaphore(slots), slots)? {
+            if let Some(slot) = try_slots(self.file, Mode::Semaphore(self.slots), self.slots)? {
                 return Ok(Some(slot));
             }
-            if cancel.is_some_and(CancelToken::is_cancelled) {
+            if self.cancel.is_some_and(CancelToken::is_cancelled) {
                 return Err(cancelled());
             }
             let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
+            if self.deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
             }
-            std::thread::sleep(deadline.map_or(pause, |d| pause.min(d - now)));
+            std::thread::sleep(self.deadline.map_or(pause, |d| pause.min(d - now)));
             pause = (pause * 2).min(MAX_PAUSE);
         }
     }
@@ -136,19 +130,13 @@ impl SlotWait<'_> {
     }
 
     fn events(&self, watch: &OwnedFd) -> io::Result<Option<u32>> {
-        let SlotWait {
-            file,
-            slots,
-            deadline,
-            cancel,
-        } = *self;
         let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
         // The kernel reports a close (`__fput`: fsnotify before the file's locks
         // are removed) a moment before a dead holder's slot is free: after an
         // event that found no free slot, look again at 1, 4, 16 and 64 ms.
         let mut recheck: Option<Duration> = None;
         // Only to be interrupted by a cancel: the poll's own timeout is the deadline.
-        let _alarm = match Alarm::for_wait(None, cancel)? {
+        let _alarm = match Alarm::for_wait(None, self.cancel)? {
             AlarmFor::Armed(alarm) => alarm,
             AlarmFor::Cancelled | AlarmFor::Expired => return Err(cancelled()),
         };
@@ -156,10 +144,10 @@ impl SlotWait<'_> {
             // Forget events from earlier waits, then try: a release after the
             // watch was added is either seen by this try or wakes the poll.
             drain(watch, &mut buf)?;
-            if let Some(slot) = try_slots(file, Mode::Semaphore(slots), slots)? {
+            if let Some(slot) = try_slots(self.file, Mode::Semaphore(self.slots), self.slots)? {
                 return Ok(Some(slot));
             }
-            let left = match deadline {
+            let left = match self.deadline {
                 None => None,
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
@@ -187,7 +175,7 @@ impl SlotWait<'_> {
                 Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(e.into()),
             }
-            if cancel.is_some_and(CancelToken::is_cancelled) {
+            if self.cancel.is_some_and(CancelToken::is_cancelled) {
                 return Err(cancelled());
             }
         }
