@@ -148,6 +148,17 @@ impl Conn {
         }
     }
 
+    /// Sends the target's request and records the answer in `tally`, with
+    /// the time since `since`; after a failure, opens a new connection.
+    fn call_recorded(&mut self, target: &Target, tally: &mut Tally, since: Instant) {
+        let result = self.call(&target.request);
+        let failed = result.is_err();
+        tally.record(result, since.elapsed());
+        if failed {
+            *self = Conn::open(target.addr);
+        }
+    }
+
     /// Sends the request and reads the whole response: (status, body).
     fn call(&mut self, request: &[u8]) -> std::io::Result<(u16, Vec<u8>)> {
         self.writer.write_all(request)?;
@@ -349,12 +360,7 @@ fn rate(opts: &Opts) -> String {
                     } else if now - due > Duration::from_millis(1) {
                         late.fetch_add(1, Ordering::Relaxed);
                     }
-                    let result = conn.call(&target.request);
-                    let failed = result.is_err();
-                    mine.record(result, due.elapsed());
-                    if failed {
-                        conn = Conn::open(target.addr);
-                    }
+                    conn.call_recorded(&target, &mut mine, due);
                 }
                 tally
                     .lock()
@@ -402,13 +408,7 @@ fn burst(opts: &Opts) -> String {
             std::thread::spawn(move || {
                 let mut mine = Tally::default();
                 while next.fetch_add(1, Ordering::SeqCst) < count {
-                    let t0 = Instant::now();
-                    let result = conn.call(&target.request);
-                    let failed = result.is_err();
-                    mine.record(result, t0.elapsed());
-                    if failed {
-                        conn = Conn::open(target.addr);
-                    }
+                    conn.call_recorded(&target, &mut mine, Instant::now());
                 }
                 mine
             })

@@ -238,7 +238,8 @@ fn write_out(path: &Path, cycles: &[Cycle], start_ns: u64, end_ns: u64) -> Res<(
     fs::write(path, s).map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
-fn cmd_lib(o: &Opts) -> Res<()> {
+/// The `--dir` baton dir and the `--lock` name (as given, and parsed).
+fn open_lock(o: &Opts) -> Res<(BatonDir, &str, LockName)> {
     let dir_path = o.path("dir")?;
     let dir = BatonDir::open(&dir_path)
         .map_err(|e| format!("opening baton dir {}: {e}", dir_path.display()))?;
@@ -246,6 +247,11 @@ fn cmd_lib(o: &Opts) -> Res<()> {
     let name: LockName = lock
         .parse()
         .map_err(|e| format!("bad lock name {lock:?}: {e}"))?;
+    Ok((dir, lock, name))
+}
+
+fn cmd_lib(o: &Opts) -> Res<()> {
+    let (dir, lock, name) = open_lock(o)?;
     let req = LockRequest::new(name);
     let counter = o.path("counter")?;
     let iterations = o.u64("iterations")?;
@@ -275,13 +281,7 @@ fn cmd_lib(o: &Opts) -> Res<()> {
 }
 
 fn cmd_grab(o: &Opts) -> Res<()> {
-    let dir_path = o.path("dir")?;
-    let dir = BatonDir::open(&dir_path)
-        .map_err(|e| format!("opening baton dir {}: {e}", dir_path.display()))?;
-    let lock = o.str("lock")?;
-    let name: LockName = lock
-        .parse()
-        .map_err(|e| format!("bad lock name {lock:?}: {e}"))?;
+    let (dir, lock, name) = open_lock(o)?;
     let guard =
         acquire(&dir, &LockRequest::new(name)).map_err(|e| format!("acquire {lock}: {e}"))?;
     let held = mono_ns();

@@ -3,7 +3,8 @@
 use baton_contract::exit;
 use serde::{Deserialize, Serialize};
 
-use crate::{JobStatus, Mode};
+use crate::mode::Mode;
+use crate::status::JobStatus;
 
 /// The answer to a submission: `202 {id, status, position}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,16 +10,37 @@
 //!   `GET /v1/jobs`, asked for with a [`ListQuery`]).
 //! - [`ErrorBody`]: every refusal, `{"error": {"code", "message"}}`.
 //!
-//! Adding a field to a job: add it to [`JobView`] here, to the stores'
-//! schemas and to the code that sets it; every other part of the service,
-//! the client and the CLI's `--json` pass it through. The CLI's `--json`
-//! contract (`baton_contract::json`) lists the fields of a job, and the
-//! OpenAPI document (`baton-serve`'s `openapi.json`) describes them: both
-//! are tested against this type.
-//!
 //! Requests carry a few fields as the client wrote them (`mode`, `timeout`,
 //! a list's `status`): the server checks them in its own order and names the
 //! field and the accepted values when one is wrong.
+//!
+//! # Adding a field to a job
+//!
+//! A field the service stores and shows touches three places:
+//!
+//! 1. **This crate**: the field on [`JobView`]; one a client sends goes on
+//!    [`SubmitRequest`] too.
+//! 2. **The store schemas** (`baton-serve`): the field on `model::Job` (on
+//!    `model::NewJob` when it comes with the submission) and its line in
+//!    `From<&Job> for JobView` (`model.rs`); in each store its column, all
+//!    in one file: `store/sqlite.rs` (`SCHEMA`, `SCHEMA_VERSION` + 1 and
+//!    its `ALTER TABLE` step, `COLUMNS`, `job_from_row`, and `submit_one`'s
+//!    `INSERT` for a submitted field) and `store/pg_sql.rs` (a `SCHEMA_V<n>`
+//!    step in `migrate`, `COLUMNS`, `job_from_row`, `insert_job`). Schema 2,
+//!    `waiter`, was added so.
+//! 3. **The place that sets or uses it**: a submitted field is resolved
+//!    in `baton-serve`'s `api::resolve` (and sent by `baton job submit`,
+//!    `baton-cli`'s `commands/job.rs`, if the CLI is to set it); one the
+//!    service sets is written by the store operation that changes the job.
+//!
+//! Two documents describe a job's fields, and a test holds each to
+//! [`JobView`], failing until it is updated: `baton_contract::json::{JOB,
+//! JOB_LISTED}` (the CLI's `--json` contract; here,
+//! `a_job_has_the_contracts_fields`) and the `Job` schema of `baton-serve`'s
+//! `openapi.json` (`the_job_schema_has_exactly_the_wire_models_fields`).
+//! The compiler names the struct literals to complete (test fixtures).
+//! Nothing else changes: `baton-client`, `baton job ... --json`, the
+//! dashboard and the compatibility routes pass a [`JobView`] through whole.
 
 #![forbid(unsafe_code)]
 

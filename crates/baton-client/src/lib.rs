@@ -25,17 +25,17 @@
 #![forbid(unsafe_code)]
 
 use std::io::{self, Read, Write};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_api::ErrorBody;
-use baton_contract::exit;
 
+mod error;
 mod local;
 
 pub use baton_api::{
     JobList, JobStatus, JobView, ListQuery, Mode, Queued, SubmitRequest, WorkspaceOptions,
 };
+pub use error::ClientError;
 pub use local::{read_token_file, LogStream, PromptSource};
 
 /// The service's address when none is given.
@@ -43,99 +43,6 @@ pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7420";
 
 /// How many times a broken follow stream is opened again before giving up.
 const REOPENS: u32 = 5;
-
-/// Why a call to the job service failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// The server address is not a plain `http://host:port` URL.
-    #[error("invalid server URL '{url}': {reason}")]
-    BadUrl {
-        /// The URL given.
-        url: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The server could not be reached, or the connection broke.
-    #[error("cannot reach the job service at {server}: {reason} (is `baton serve` running there? set --server or BATON_SERVER)")]
-    Unreachable {
-        /// The server.
-        server: String,
-        /// The transport's reason.
-        reason: String,
-    },
-    /// 401: no token, or the wrong one.
-    #[error("the job service at {server} refused the request: {message} ({hint})")]
-    Unauthorized {
-        /// The server.
-        server: String,
-        /// The server's message.
-        message: String,
-        /// What to do.
-        hint: &'static str,
-    },
-    /// 429 or 503: full, or shutting down; try again later.
-    #[error(
-        "the job service at {server} cannot take the job now: {message}; retry in {retry_after} s"
-    )]
-    Busy {
-        /// The server.
-        server: String,
-        /// The server's message.
-        message: String,
-        /// Seconds to wait, from `Retry-After` (1 if the server named none).
-        retry_after: u64,
-    },
-    /// Any other refusal (400, 403, 404, 409, ...), with the server's message.
-    #[error("{message} (HTTP {status} from {server})")]
-    Refused {
-        /// The server.
-        server: String,
-        /// The HTTP status.
-        status: u16,
-        /// The server's error code (`not_found`, `invalid_request`, ...).
-        code: String,
-        /// The server's message.
-        message: String,
-    },
-    /// The server answered something this client does not understand.
-    #[error("unexpected answer from the job service at {server}: {reason}")]
-    Protocol {
-        /// The server.
-        server: String,
-        /// What was wrong.
-        reason: String,
-    },
-    /// A local file (prompt, token) could not be read.
-    #[error("cannot read {what} '{}': {source}", path.display())]
-    File {
-        /// What the file is for.
-        what: &'static str,
-        /// Its path.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: io::Error,
-    },
-    /// Writing the log to our output failed.
-    #[error("cannot write the job's log: {0}")]
-    Output(#[source] io::Error),
-}
-
-impl ClientError {
-    /// The process exit code for this error (`baton_contract::exit`): 75
-    /// when the service is full or draining (try again later), 125 otherwise.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            ClientError::Busy { .. } => exit::NOT_ACQUIRED,
-            _ => exit::BATON_FAILED,
-        }
-    }
-
-    /// Whether the server said there is no such job.
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, ClientError::Refused { status: 404, .. })
-    }
-}
 
 /// A connection to one job service.
 pub struct Client {
@@ -192,15 +99,15 @@ impl Client {
         self.json(resp)
     }
 
+    /// `/v1/jobs/{id}` on this server.
+    fn job_url(&self, id: &str) -> String {
+        format!("{}/v1/jobs/{}", self.base, path_segment(id))
+    }
+
     /// The job `id`, with its output's tail.
     pub fn job(&self, id: &str) -> Result<JobView, ClientError> {
-        let resp = self
-            .auth(
-                self.agent
-                    .get(format!("{}/v1/jobs/{}", self.base, path_segment(id))),
-            )
-            .call()
-            .map_err(|e| self.transport(e))?;
+        let req = self.auth(self.agent.get(self.job_url(id)));
+        let resp = req.call().map_err(|e| self.transport(e))?;
         self.json(resp)
     }
 
@@ -227,13 +134,8 @@ impl Client {
     /// grace, KILL (this call returns once it has ended). The job as it is
     /// afterwards (it may have ended otherwise meanwhile).
     pub fn cancel(&self, id: &str) -> Result<JobView, ClientError> {
-        let resp = self
-            .auth(
-                self.agent
-                    .delete(format!("{}/v1/jobs/{}", self.base, path_segment(id))),
-            )
-            .call()
-            .map_err(|e| self.transport(e))?;
+        let req = self.auth(self.agent.delete(self.job_url(id)));
+        let resp = req.call().map_err(|e| self.transport(e))?;
         self.json(resp)
     }
 
@@ -307,8 +209,7 @@ impl Client {
         } else {
             &self.agent
         };
-        let mut req =
-            self.auth(agent.get(format!("{}/v1/jobs/{}/log", self.base, path_segment(id))));
+        let mut req = self.auth(agent.get(format!("{}/log", self.job_url(id))));
         if follow {
             req = req.query("follow", "true");
         }

@@ -4,7 +4,7 @@
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use crate::ClientError;
+use crate::error::ClientError;
 
 /// Which of a job's captured streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,6 +4,7 @@ use std::io;
 use std::path::PathBuf;
 
 use baton_lock::LockError;
+use serde::Serialize;
 
 /// Everything that can go wrong in a git operation of baton.
 #[derive(Debug, thiserror::Error)]
@@ -135,7 +136,7 @@ pub enum GitError {
     #[error("workspace '{}' at '{}' has {} unpushed commit(s) on branch '{}' that cannot be kept in '{}' ({}): push them (`baton git push --repo '{}'`), keep them under another name (`git -C '{}' fetch '{}' {}:{}-kept`), or discard them with `baton workspace remove {} --discard`", .commits.id, .commits.path.display(), .commits.count, .commits.branch, .base.display(), .commits.reason, .commits.path.display(), .base.display(), .commits.path.display(), .commits.branch, .commits.branch, .commits.id)]
     Unpushed {
         /// The workspace, its branch and the commits.
-        commits: Box<crate::remove::BranchCommits>,
+        commits: Box<BranchCommits>,
         /// The base repository.
         base: PathBuf,
     },
@@ -190,5 +191,34 @@ impl GitError {
 impl From<LockError> for GitError {
     fn from(e: LockError) -> Self {
         GitError::Lock(Box::new(e))
+    }
+}
+
+/// Commits of a workspace's branch that exist nowhere else.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BranchCommits {
+    /// The workspace id.
+    pub id: String,
+    /// Its path.
+    pub path: PathBuf,
+    /// The run that created it.
+    pub run_id: String,
+    /// The branch.
+    pub branch: String,
+    /// How many commits.
+    pub count: usize,
+    /// The newest of them (at most 20), as `abbreviated-hash subject`.
+    pub commits: Vec<String>,
+    /// Why the base could not take them (git's words).
+    pub reason: String,
+}
+
+impl BranchCommits {
+    /// What [`GitError::Unpushed`] says; any other error is handed back.
+    pub(crate) fn from_error(e: GitError) -> Result<BranchCommits, GitError> {
+        match e {
+            GitError::Unpushed { commits, .. } => Ok(*commits),
+            e => Err(e),
+        }
     }
 }

@@ -15,11 +15,12 @@ use std::time::Duration;
 use baton_lock::{BatonDir, Liveness, WaitPolicy};
 use serde::Serialize;
 
+use crate::error::BranchCommits;
 use crate::error::GitError;
 use crate::git::{self, Repo};
+use crate::record::{Strategy, Workspace};
 use crate::registry;
-use crate::remove::{remove_if, BranchCommits, Removal, Unpushed};
-use crate::workspace::{Strategy, Workspace};
+use crate::remove::{remove_if, Removal, Unpushed};
 
 /// What `gc` should remove.
 #[derive(Clone, Copy, Debug)]

@@ -31,12 +31,13 @@ mod error;
 mod gc;
 mod git;
 mod push;
+mod record;
 mod registry;
 mod remove;
 mod root;
 mod workspace;
 
-pub use error::GitError;
+pub use error::{BranchCommits, GitError};
 pub use gc::{dead_owners, gc, GcFailure, GcOptions, GcReport, GcSkipped};
 pub use git::{
     git_version, machine_dir, workspace_home, workspaces_of, GitVersion, Repo,
@@ -46,8 +47,7 @@ pub use push::{
     init_attributes, push, AttributesReport, Backoff, PushReport, PushRequest,
     DEFAULT_UNION_PATTERN,
 };
-pub use remove::{remove, remove_with, BranchCommits, Removed, Unpushed};
+pub use record::{validate_id, Strategy, Workspace, WorkspaceInfo};
+pub use remove::{remove, remove_with, Removed, Unpushed};
 pub use root::ROOT_SETTING;
-pub use workspace::{
-    create, get, list, validate_id, Strategy, Workspace, WorkspaceInfo, WorkspaceRequest,
-};
+pub use workspace::{create, get, list, WorkspaceRequest};

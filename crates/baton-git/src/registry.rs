@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use baton_lock::BatonDir;
 
 use crate::error::GitError;
-use crate::workspace::Workspace;
+use crate::record::Workspace;
 use baton_fs::IoResultExt;
 
 /// `<baton dir>/workspaces`, created `0700` if missing.

@@ -11,15 +11,14 @@
 
 use std::fs;
 use std::io;
-use std::path::PathBuf;
 
 use baton_lock::{BatonDir, WaitPolicy};
 use serde::Serialize;
 
-use crate::error::GitError;
+use crate::error::{BranchCommits, GitError};
 use crate::git::{self, commit_of, Repo};
+use crate::record::{lock_workspace, validate_id, Strategy, Workspace};
 use crate::registry;
-use crate::workspace::{lock_workspace, validate_id, Strategy, Workspace};
 
 /// At most this many unpushed commits are named (the count is always exact).
 const LISTED_COMMITS: usize = 20;
@@ -33,35 +32,6 @@ pub enum Unpushed {
     Keep,
     /// Remove it anyway, and report what was discarded.
     Discard,
-}
-
-/// Commits of a workspace's branch that exist nowhere else.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct BranchCommits {
-    /// The workspace id.
-    pub id: String,
-    /// Its path.
-    pub path: PathBuf,
-    /// The run that created it.
-    pub run_id: String,
-    /// The branch.
-    pub branch: String,
-    /// How many commits.
-    pub count: usize,
-    /// The newest of them (at most 20), as `abbreviated-hash subject`.
-    pub commits: Vec<String>,
-    /// Why the base could not take them (git's words).
-    pub reason: String,
-}
-
-impl BranchCommits {
-    /// What [`GitError::Unpushed`] says; any other error is handed back.
-    pub(crate) fn from_error(e: GitError) -> Result<BranchCommits, GitError> {
-        match e {
-            GitError::Unpushed { commits, .. } => Ok(*commits),
-            e => Err(e),
-        }
-    }
 }
 
 /// A removed workspace, and what went with it.
@@ -319,6 +289,7 @@ fn keep_branch(ws: &Workspace, branch: &str, wait: WaitPolicy) -> Result<(), Git
 mod tests {
     use super::*;
     use baton_lock::ProcessIdentity;
+    use std::path::PathBuf;
 
     #[test]
     fn remove_failure_remedy_matches_the_cause() {

@@ -17,8 +17,8 @@ use baton_lock::BatonDir;
 
 use crate::error::GitError;
 use crate::git::{self, Repo};
+use crate::record::Workspace;
 use crate::registry;
-use crate::workspace::Workspace;
 
 /// The git setting that chooses a base's workspace root.
 pub const ROOT_SETTING: &str = "baton.workspaceRoot";

@@ -23,14 +23,11 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use baton_lock::{
-    acquire, new_run_id, BatonDir, Liveness, LockGuard, LockName, LockRequest, ProcessIdentity,
-    WaitPolicy,
-};
-use serde::{Deserialize, Serialize};
+use baton_lock::{new_run_id, BatonDir, Liveness, ProcessIdentity, WaitPolicy};
 
 use crate::error::GitError;
 use crate::git::{self, commit_of, Repo, DEFAULT_GIT_LOCK_WAIT};
+use crate::record::{lock_workspace, validate_id, Strategy, Workspace, WorkspaceInfo};
 use crate::registry;
 use crate::remove::{remove, remove_dir};
 use baton_fs::IoResultExt;
@@ -38,27 +35,6 @@ use baton_fs::IoResultExt;
 /// How often a `clone --local` that met an object being written in the
 /// base is tried (see `populate`).
 const CLONE_TRIES: u32 = 5;
-
-/// How a workspace is made.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Strategy {
-    /// `git clone --local`: objects hardlinked, a fully independent `.git`.
-    #[default]
-    Clone,
-    /// `git worktree add`: shares the base's `.git`.
-    Worktree,
-}
-
-impl Strategy {
-    /// `clone` or `worktree`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Strategy::Clone => "clone",
-            Strategy::Worktree => "worktree",
-        }
-    }
-}
 
 /// What workspace to create.
 #[derive(Clone, Debug)]
@@ -113,81 +89,6 @@ impl WorkspaceRequest {
             fetch_debounce: Duration::from_secs(30),
             git_lock_wait: WaitPolicy::AtMost(DEFAULT_GIT_LOCK_WAIT),
         }
-    }
-}
-
-/// A workspace, as recorded in the registry.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Workspace {
-    /// Its id (unique in the baton dir).
-    pub id: String,
-    /// Where it is.
-    pub path: PathBuf,
-    /// The workspace root it was made in, when one was chosen (flag or
-    /// setting) rather than the baton dir's (`null`: the baton dir's).
-    #[serde(default)]
-    pub root: Option<PathBuf>,
-    /// How it was made.
-    pub strategy: Strategy,
-    /// The base repository's path.
-    pub base_repo: PathBuf,
-    /// The base repository's common git dir (the key of its lock).
-    pub base_git_dir: PathBuf,
-    /// The ref asked for (the branch, when an existing branch was
-    /// continued without a ref).
-    pub reference: String,
-    /// The commit the workspace started at.
-    pub commit: String,
-    /// The branch checked out, if any.
-    pub branch: Option<String>,
-    /// The process whose death makes it garbage.
-    pub owner: ProcessIdentity,
-    /// The run it belongs to.
-    pub run_id: String,
-    /// When it was created (RFC 3339, UTC).
-    pub created_at: String,
-}
-
-impl Workspace {
-    /// Time since creation (zero if the clock went back or the record is odd).
-    pub fn age(&self) -> Duration {
-        humantime::parse_rfc3339(&self.created_at)
-            .ok()
-            .and_then(|t| SystemTime::now().duration_since(t).ok())
-            .unwrap_or_default()
-    }
-}
-
-/// A workspace with what `list` measures.
-#[derive(Clone, Debug, Serialize)]
-pub struct WorkspaceInfo {
-    /// The record.
-    #[serde(flatten)]
-    pub workspace: Workspace,
-    /// Bytes on disk (each inode counted once; objects hardlinked with the base count too).
-    pub size_bytes: u64,
-    /// Seconds since creation.
-    pub age_secs: u64,
-    /// Whether its owner still runs.
-    pub owner_alive: Liveness,
-    /// Whether its directory exists.
-    pub exists: bool,
-}
-
-/// Checks an id: 1 to 64 characters of `A-Z a-z 0-9 . _ -`, starting with a letter or digit.
-pub fn validate_id(id: &str) -> Result<(), GitError> {
-    let ok = !id.is_empty()
-        && id.len() <= 64
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-        && id.as_bytes()[0].is_ascii_alphanumeric();
-    if ok {
-        Ok(())
-    } else {
-        Err(GitError::Invalid(format!(
-            "invalid workspace id {id:?}: use 1 to 64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit"
-        )))
     }
 }
 
@@ -253,24 +154,6 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
     }
     drop(guard);
     made.map(|()| ws)
-}
-
-/// Takes the lock of workspace `id` (held while it is created or removed).
-pub(crate) fn lock_workspace(
-    dir: &BatonDir,
-    id: &str,
-    wait: WaitPolicy,
-    operation: &str,
-    run_id: &str,
-) -> Result<LockGuard, GitError> {
-    let mut req = LockRequest::new(LockName::new(format!("workspace/{id}"))?)
-        .wait(git::remaining(wait))
-        .operation(operation)
-        .kind(baton_lock::HolderKind::Git);
-    if !run_id.is_empty() {
-        req = req.run_id(run_id);
-    }
-    Ok(acquire(dir, &req)?)
 }
 
 /// Cleans up after a failed creation: the directory, a worktree's entry in

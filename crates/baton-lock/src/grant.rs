@@ -3,18 +3,37 @@
 //! replaced", "A dead holder's command", "Using an ancestor's hold",
 //! "Fencing tokens").
 
+use std::fs::File;
 use std::os::fd::AsFd;
+use std::path::Path;
 use std::time::{Instant, SystemTime};
 
 use crate::error::LockError;
 use crate::identity::{default_owner, new_run_id, Liveness, ProcessIdentity};
 use crate::layout::{held_slots, SLOT_BASE};
-use crate::lock::{Grant, MetaLock, Target};
 use crate::meta::{read_doc, write_doc, CommandGroup, HolderKind, HolderRecord, LockDoc};
+use crate::meta_lock::MetaLock;
 use crate::ofd::{self, Kind};
-use crate::replaced;
+use crate::replaced::{self, FileId};
 use crate::request::{LockRequest, Mode};
 use baton_fs::IoResultExt;
+
+/// What an acquisition got.
+pub(crate) struct Grant {
+    pub(crate) slot: u32,
+    pub(crate) token: u64,
+    pub(crate) run_id: String,
+    pub(crate) borrowed: bool,
+    pub(crate) previous: Option<HolderRecord>,
+}
+
+/// The lock file being acquired.
+pub(crate) struct Target<'a> {
+    pub(crate) file: &'a File,
+    pub(crate) path: &'a Path,
+    pub(crate) id: FileId,
+    pub(crate) mark: u64,
+}
 
 /// Holding `slot` (and META with the document just read, on the fast path):
 /// make sure nobody holds this lock through a deleted or replaced file, stop
@@ -51,13 +70,7 @@ pub(crate) fn take_over(
         let (meta, mut doc) = match locked {
             Some(l) => l,
             None => {
-                let meta = MetaLock::write_until(file, deadline, req.cancel.as_ref())
-                    .context("cannot lock metadata of", path)?
-                    .ok_or_else(|| {
-                        busy(Some(
-                            "a process that holds the lock's metadata (stopped?)".into(),
-                        ))
-                    })?;
+                let meta = meta_for_grant(file, path, deadline, req, &busy)?;
                 let doc = read_doc(file)
                     .context("cannot read lock file", path)?
                     .or_fresh();
@@ -110,13 +123,7 @@ pub(crate) fn take_over(
                     std::time::Duration::from_millis(g.grace_ms),
                 );
             }
-            let _meta = MetaLock::write_until(file, deadline, req.cancel.as_ref())
-                .context("cannot lock metadata of", path)?
-                .ok_or_else(|| {
-                    busy(Some(
-                        "a process that holds the lock's metadata (stopped?)".into(),
-                    ))
-                })?;
+            let _meta = meta_for_grant(file, path, deadline, req, &busy)?;
             let mut doc = read_doc(file)
                 .context("cannot read lock file", path)?
                 .or_fresh();
@@ -145,6 +152,24 @@ pub(crate) fn take_over(
             Err(e)
         }
     }
+}
+
+/// META, to record a grant: waited for until `deadline` (or a cancel);
+/// `busy` when a process keeps it that long (stopped?).
+fn meta_for_grant<'f>(
+    file: &'f File,
+    path: &Path,
+    deadline: Option<Instant>,
+    req: &LockRequest,
+    busy: &impl Fn(Option<String>) -> LockError,
+) -> Result<MetaLock<'f>, LockError> {
+    MetaLock::write_until(file, deadline, req.cancel.as_ref())
+        .context("cannot lock metadata of", path)?
+        .ok_or_else(|| {
+            busy(Some(
+                "a process that holds the lock's metadata (stopped?)".into(),
+            ))
+        })
 }
 
 /// Process groups of dead holders whose records the grant of `slot` replaces,

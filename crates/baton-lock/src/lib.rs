@@ -35,6 +35,7 @@ mod kernel_holders;
 mod layout;
 mod lock;
 mod meta;
+mod meta_lock;
 mod name;
 mod ofd;
 mod reentrant;

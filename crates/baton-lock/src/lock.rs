@@ -15,16 +15,18 @@ use std::time::Instant;
 use crate::cancel::CancelToken;
 use crate::dir::BatonDir;
 use crate::error::LockError;
-use crate::grant::{held_for_ancestor, take_over};
+use crate::grant::{held_for_ancestor, take_over, Grant, Target};
 use crate::layout::{
-    greatest_ticket_below, held_slots, BORROW_BASE, META, SLOT_BASE, TICKET_BASE, TICKET_END,
+    greatest_ticket_below, held_slots, BORROW_BASE, SLOT_BASE, TICKET_BASE, TICKET_END,
 };
 use crate::meta::{read_doc, write_doc, CommandGroup, DocRead, HolderRecord, LockDoc};
+use crate::meta_lock::MetaLock;
 use crate::name::LockName;
 use crate::ofd::{self, Kind};
 use crate::reentrant::{forget_held, held_key, remember_held, HeldKey};
 use crate::replaced::{self, FileId};
 use crate::request::{LockRequest, Mode};
+use crate::slots::{self, try_slots};
 use crate::wait::WaitPolicy;
 use baton_fs::IoResultExt;
 
@@ -266,23 +268,6 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
     }
 }
 
-/// What an acquisition got.
-pub(crate) struct Grant {
-    pub(crate) slot: u32,
-    pub(crate) token: u64,
-    pub(crate) run_id: String,
-    pub(crate) borrowed: bool,
-    pub(crate) previous: Option<crate::meta::HolderRecord>,
-}
-
-/// The lock file being acquired.
-pub(crate) struct Target<'a> {
-    pub(crate) file: &'a File,
-    pub(crate) path: &'a Path,
-    pub(crate) id: FileId,
-    pub(crate) mark: u64,
-}
-
 /// How several locks are taken together, by any backend: in name order (so
 /// two callers naming the same locks in different orders cannot deadlock),
 /// a name given twice once (taking it twice would be a self-deadlock), and
@@ -354,71 +339,6 @@ fn open_lock_file(path: &Path) -> Result<File, LockError> {
 
 /// How long a release waits for processes still using the hold (borrowers).
 const BORROWER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// How long bookkeeping (a release, recording a command) waits for META.
-const META_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// The least a wait for META lasts, whatever the caller's deadline: a META
-/// section is a few system calls (a grant, a release, a `status` reader), so
-/// a `--no-wait` or a short `--wait` that met one in progress would read a
-/// free lock as busy. Only a process stopped inside its section makes a
-/// wait last this long.
-const META_FLOOR: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// The exclusive write lock on the META byte, released on drop.
-pub(crate) struct MetaLock<'f> {
-    file: &'f File,
-}
-
-impl<'f> MetaLock<'f> {
-    /// The write lock on META, waiting at most until `deadline`. A holder of
-    /// META keeps it for a few system calls, so a long wait means a process
-    /// stopped inside its section (SIGSTOP, a debugger, a frozen cgroup):
-    /// every wait for it is bounded, and the caller decides what to do. A
-    /// deadline closer than [`META_FLOOR`] is moved out to it.
-    pub(crate) fn write_until(
-        file: &'f File,
-        deadline: Option<Instant>,
-        cancel: Option<&CancelToken>,
-    ) -> std::io::Result<Option<Self>> {
-        let deadline = deadline.map(|d| d.max(Instant::now() + META_FLOOR));
-        Ok(
-            ofd::lock_wait(file.as_fd(), Kind::Write, META, 1, deadline, cancel)?
-                .then_some(MetaLock { file }),
-        )
-    }
-
-    /// The write lock on META for bookkeeping that must not hang behind a
-    /// stopped process: gives up after [`META_PATIENCE`] with `TimedOut`.
-    pub(crate) fn write(file: &'f File) -> std::io::Result<Self> {
-        MetaLock::write_until(file, Some(Instant::now() + META_PATIENCE), None)?.ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "another process has held the lock's metadata for too long (stopped?)",
-            )
-        })
-    }
-
-    /// A shared lock on META for readers; `None` if a writer holds it past
-    /// `patience` (a stopped process, say): the caller then reads without it.
-    pub(crate) fn read(
-        file: &'f File,
-        patience: std::time::Duration,
-    ) -> std::io::Result<Option<Self>> {
-        let deadline = Instant::now() + patience;
-        if ofd::lock_wait(file.as_fd(), Kind::Read, META, 1, Some(deadline), None)? {
-            Ok(Some(MetaLock { file }))
-        } else {
-            Ok(None)
-        }
-    }
-}
-
-impl Drop for MetaLock<'_> {
-    fn drop(&mut self) {
-        let _ = ofd::unlock(self.file.as_fd(), META, 1);
-    }
-}
 
 /// `Ok(None)` when the file turned out to be deleted or replaced: try again.
 fn acquire_in(
@@ -599,24 +519,8 @@ fn wait_in_line(
         Mode::Shared => {
             Ok(ofd::lock_wait(fd, Kind::Read, SLOT_BASE, 1, deadline, cancel)?.then_some(0))
         }
-        Mode::Semaphore(_) => crate::slots::wait_any_slot(file, path, slots, deadline, cancel),
+        Mode::Semaphore(_) => slots::wait_any_slot(file, path, slots, deadline, cancel),
     }
-}
-
-/// Takes a free slot without waiting.
-pub(crate) fn try_slots(file: &File, mode: Mode, slots: u32) -> std::io::Result<Option<u32>> {
-    let fd = file.as_fd();
-    let kind = if mode == Mode::Shared {
-        Kind::Read
-    } else {
-        Kind::Write
-    };
-    for slot in 0..slots {
-        if ofd::try_lock(fd, kind, SLOT_BASE + u64::from(slot), 1)? {
-            return Ok(Some(slot));
-        }
-    }
-    Ok(None)
 }
 
 fn describe_max(max: u32) -> String {

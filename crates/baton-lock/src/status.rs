@@ -18,8 +18,8 @@ use crate::dir::BatonDir;
 use crate::error::LockError;
 use crate::identity::{Liveness, ProcessIdentity};
 use crate::layout::{count_tickets, held_slots};
-use crate::lock::MetaLock;
 use crate::meta::{read_doc, DocRead, HolderKind, HolderRecord};
+use crate::meta_lock::MetaLock;
 use crate::name::LockName;
 use crate::ofd::Kind;
 use crate::replaced::{holders_elsewhere, marker, FileId};
@@ -158,7 +158,7 @@ pub struct LockStatus {
     /// lines of their fdinfo), looked up when a holder's record cannot be
     /// confirmed from here (or names none). Empty otherwise, and when the
     /// holder cannot be seen from here (another PID namespace, another user).
-    pub kernel_holders: Vec<crate::KernelHolder>,
+    pub kernel_holders: Vec<crate::kernel_holders::KernelHolder>,
 }
 
 /// Status of one lock. Never creates anything.

@@ -22,9 +22,9 @@ use baton_lock::{
 use tokio_postgres::types::Type;
 
 use crate::error::{sqlstate, PgError};
-use crate::holds::{Grant, Holds};
+use crate::holds::{Grant, Holds, FREE_CHANNEL};
 use crate::schema;
-use crate::session::{Database, Session};
+use crate::session::{Database, Reconnect, Session};
 
 /// First advisory key of slot `s`: `SLOT_CLASS + s` ("bt", then the slot).
 pub(crate) const SLOT_CLASS: i32 = 0x6274_0000;
@@ -32,8 +32,6 @@ pub(crate) const SLOT_CLASS: i32 = 0x6274_0000;
 pub(crate) const QUEUE_CLASS: i32 = 0x6271_0000;
 /// The most slots a semaphore may have here.
 pub const MAX_SLOTS: u32 = 0xffff;
-/// The channel releases of semaphore slots are announced on.
-pub(crate) const FREE_CHANNEL: &str = "baton_lock_free";
 /// How often the head of a semaphore's line looks for a slot freed by a
 /// holder that died (a clean release wakes it at once).
 const SLOT_POLL: Duration = Duration::from_millis(200);
@@ -87,27 +85,22 @@ impl Database {
             }
         }
         let mut connected = false;
-        let mut told = false;
-        let mut backoff = Duration::from_millis(100);
+        let mut reconnect = Reconnect::default();
         loop {
             let cancelled = sorted
                 .iter()
                 .any(|r| r.cancel.as_ref().is_some_and(CancelToken::is_cancelled));
             match self.acquire_sorted(&sorted, start, wait, &mut connected) {
                 Err(e) if e.is_transient() && connected && wait.is_some() && !cancelled => {
-                    let deadline = wait.flatten();
-                    if deadline.is_some_and(|d| Instant::now() + backoff >= d) {
+                    if !self.pause_to_reconnect(
+                        &mut reconnect,
+                        &e,
+                        wait.flatten(),
+                        "",
+                        "lost the database session while waiting; reconnecting",
+                    ) {
                         return Err(e);
                     }
-                    if !told {
-                        told = true;
-                        if let Some(f) = &self.notice {
-                            f(&format!("{e}; waiting on, reconnecting"));
-                        }
-                    }
-                    tracing::warn!(error = %e, "lost the database session while waiting; reconnecting");
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
                 other => return other,
             }

@@ -70,7 +70,7 @@ pub enum PgError {
         /// The URL, password hidden.
         url: String,
         /// The check that failed.
-        failure: crate::tls::TlsFailure,
+        failure: crate::ssl::TlsFailure,
     },
     /// The session ended while a statement ran (the server terminated it,
     /// shut down or restarted, or the connection broke).

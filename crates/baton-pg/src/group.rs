@@ -15,14 +15,14 @@
 //! same statement that records it running.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use baton_lock::{CancelToken, CommandGroup, LockError, LockName, LockRequest, Mode, WaitPolicy};
 
 use crate::acquire::{acquire_one, Waiting};
 use crate::error::PgError;
 use crate::holds::{Grant, Holds};
-use crate::session::{Database, Session};
+use crate::session::{Database, Reconnect, Session};
 
 /// The channel superseding runs announce themselves on (payload: the key).
 const GROUP_CHANNEL: &str = "baton_group";
@@ -148,28 +148,21 @@ impl Database {
             req.wait = WaitPolicy::Until(d);
         }
         let waits = req.mode != "skip" && !matches!(req.wait, WaitPolicy::Immediately);
-        let mut told = false;
-        let mut backoff = Duration::from_millis(100);
+        let mut reconnect = Reconnect::default();
         loop {
             let mut connected = false;
             let f = Arc::clone(&on_superseded);
             match self.join_group_once(&req, cancel, move |by| f(by), &mut connected) {
                 Err(e) if e.is_transient() && connected && waits && !cancel.is_cancelled() => {
-                    if deadline.is_some_and(|d| Instant::now() + backoff >= d) {
+                    if !self.pause_to_reconnect(
+                        &mut reconnect,
+                        &e,
+                        deadline,
+                        &format!(" for group '{}'", req.key),
+                        "lost the database session while waiting for the group; reconnecting",
+                    ) {
                         return Err(e);
                     }
-                    if !told {
-                        told = true;
-                        if let Some(f) = &self.notice {
-                            f(&format!(
-                                "{e}; waiting on for group '{}', reconnecting",
-                                req.key
-                            ));
-                        }
-                    }
-                    tracing::warn!(error = %e, "lost the database session while waiting for the group; reconnecting");
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
                 other => return other,
             }

@@ -4,9 +4,11 @@ use std::sync::Arc;
 
 use baton_lock::{CommandGroup, LockName, Mode};
 
-use crate::acquire::FREE_CHANNEL;
 use crate::error::PgError;
 use crate::session::{Session, RELEASE_LIMIT};
+
+/// The channel releases of semaphore slots are announced on.
+pub(crate) const FREE_CHANNEL: &str = "baton_lock_free";
 
 /// One lock granted.
 #[derive(Clone, Debug)]

@@ -48,6 +48,7 @@ pub mod liveness;
 mod schema;
 mod session;
 mod settle;
+mod ssl;
 mod status;
 mod tls;
 
@@ -58,5 +59,6 @@ pub use group::{GroupJoin, GroupRunRow, GroupSlot, Joined};
 pub use holds::{Grant, Holds};
 pub use schema::SCHEMA_VERSION;
 pub use session::{Database, FENCE};
+pub use ssl::{SslMode, TlsFailure};
 pub use status::Terminated;
-pub use tls::{client_config, SslMode, Tls, TlsFailure};
+pub use tls::{client_config, Tls};

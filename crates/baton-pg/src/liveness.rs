@@ -76,7 +76,7 @@ pub async fn beat<T>(
     let sent = Instant::now();
     match tokio::time::timeout(HEARTBEAT_LIMIT, statement).await {
         Ok(Ok(_)) => Ok(sent),
-        Ok(Err(e)) => Err(HeartbeatError::Failed(crate::one_line(&e))),
+        Ok(Err(e)) => Err(HeartbeatError::Failed(crate::error::one_line(&e))),
         Err(_) => Err(HeartbeatError::Unanswered),
     }
 }

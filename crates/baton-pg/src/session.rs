@@ -55,6 +55,22 @@ const _: () = assert!(HEARTBEAT.as_secs() + HEARTBEAT_LIMIT.as_secs() <= FENCE.a
 /// A callback told a one-line message (see [`Database::on_notice`]).
 pub(crate) type Notice = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// The pauses of a wait that lost its database session and connects again
+/// ([`Database::pause_to_reconnect`]).
+pub(crate) struct Reconnect {
+    told: bool,
+    backoff: Duration,
+}
+
+impl Default for Reconnect {
+    fn default() -> Reconnect {
+        Reconnect {
+            told: false,
+            backoff: Duration::from_millis(100),
+        }
+    }
+}
+
 /// Where the locks live: a parsed backend URL.
 #[derive(Clone)]
 pub struct Database {
@@ -76,6 +92,33 @@ impl std::fmt::Debug for Database {
 }
 
 impl Database {
+    /// Before a wait whose session was lost (`e`) tries again: false when
+    /// the next pause would pass `deadline` (give up with `e`). Else tells
+    /// the notice once (`waiting on{what}, reconnecting`), logs `log` and
+    /// sleeps, 100 ms at first, doubling up to 2 s.
+    pub(crate) fn pause_to_reconnect(
+        &self,
+        r: &mut Reconnect,
+        e: &PgError,
+        deadline: Option<std::time::Instant>,
+        what: &str,
+        log: &str,
+    ) -> bool {
+        if deadline.is_some_and(|d| std::time::Instant::now() + r.backoff >= d) {
+            return false;
+        }
+        if !r.told {
+            r.told = true;
+            if let Some(f) = &self.notice {
+                f(&format!("{e}; waiting on{what}, reconnecting"));
+            }
+        }
+        tracing::warn!(error = %e, "{log}");
+        std::thread::sleep(r.backoff);
+        r.backoff = (r.backoff * 2).min(Duration::from_secs(2));
+        true
+    }
+
     /// Parses a `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?options]` URL
     /// (or `postgresql://`). Nothing is connected yet.
     ///

@@ -23,9 +23,10 @@ use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
 use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
 
+use crate::error::ProcError;
 use crate::procfs::{self, ProcStat};
-use crate::supervise::timespec;
-use crate::{ProcError, KILL_WAIT};
+use crate::terminate::KILL_WAIT;
+use crate::time::timespec;
 
 /// What to do with processes of the command's group that still run when the
 /// command itself (the group's leader) has exited.

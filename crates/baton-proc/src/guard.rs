@@ -17,7 +17,7 @@
 //!   command never runs unguarded.
 //! - **The supervisor dies** (even by `SIGKILL`): the guardian reads end of
 //!   file and terminates the whole recorded group at once (`SIGKILL`,
-//!   identity-checked as [`terminate_group`](crate::terminate_group) does),
+//!   identity-checked as [`terminate_group`] does),
 //!   not only the leader that the parent-death signal reaches.
 //! - **The supervisor stalls**: the guardian is a dead-man's switch. The
 //!   supervisor's callers *vouch* for it through a [`Fence`]: each proof of
@@ -53,7 +53,8 @@ use rustix::net::{send, socketpair, AddressFamily, SendFlags, SocketFlags, Socke
 use rustix::process::{pidfd_open, Pid, PidfdFlags};
 
 use crate::contain::{terminate_group, GroupIdentity, SUPERVISED};
-use crate::ProcError;
+use crate::error::ProcError;
+use crate::time::timespec;
 
 /// The first argument that makes a program run [`guardian_main`].
 pub const GUARD_ARG: &str = "__baton-guard";
@@ -310,7 +311,7 @@ impl Guardian {
                 // One that does not exit within 5 s is killed.
                 if let Some(fd) = &pidfd {
                     let mut fds = [PollFd::new(fd, PollFlags::IN)];
-                    let limit = crate::supervise::timespec(Duration::from_secs(5));
+                    let limit = timespec(Duration::from_secs(5));
                     loop {
                         match poll(&mut fds, Some(&limit)) {
                             Err(Errno::INTR) => continue,
@@ -392,7 +393,7 @@ pub fn guardian_main() -> i32 {
             _ => None,
         };
         let mut fds = [PollFd::new(&input, PollFlags::IN)];
-        match poll(&mut fds, timeout.map(crate::supervise::timespec).as_ref()) {
+        match poll(&mut fds, timeout.map(timespec).as_ref()) {
             // The deadline, or a signal: look at the clock again.
             Ok(0) | Err(Errno::INTR) => continue,
             Ok(_) => {}

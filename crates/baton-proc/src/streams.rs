@@ -23,7 +23,9 @@ use std::sync::Arc;
 
 use rustix::pipe::{pipe_with, PipeFlags};
 
-use crate::{Finished, ProcError, Started, Stdio, Supervisor};
+use crate::error::ProcError;
+use crate::spec::{Finished, Started, Stdio};
+use crate::supervise::Supervisor;
 
 type Reader<'a> = Box<dyn Read + Send + 'a>;
 type Writer<'a> = Box<dyn Write + Send + 'a>;

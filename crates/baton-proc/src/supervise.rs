@@ -8,16 +8,18 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustix::event::{poll, EventfdFlags, PollFd, PollFlags, Timespec};
+use rustix::event::{poll, EventfdFlags, PollFd, PollFlags};
 use rustix::io::Errno;
 use rustix::process::{kill_process_group, pidfd_open, Pid, PidfdFlags, Signal};
 
 use crate::cancel::{CancelShared, Canceller};
 use crate::contain::{stop_orphans, terminate_group, GroupIdentity, LeftoverPolicy, SUPERVISED};
+use crate::error::ProcError;
 use crate::guard::Guardian;
 use crate::signals::SignalCatcher;
+use crate::spec::{Finished, Outcome, RunSpec, Started};
 use crate::terminal::{child_stopped, proxy_stop, StopWatch, TerminalHandover};
-use crate::{Finished, Outcome, ProcError, RunSpec, Started};
+use crate::time::timespec;
 
 /// Supervises one child command; see the [crate documentation](crate) for what it does.
 ///
@@ -215,7 +217,7 @@ impl Supervisor {
 
 /// Terminates what the command left in its group (its leader is reaped) and,
 /// in a subreaper, what left the group; returns whom it found.
-fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<crate::Leftover> {
+fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<crate::contain::Leftover> {
     // One system call in the usual case: nobody is left in the group. The
     // group id cannot name another group yet: a pid is reused only after the
     // kernel's pid counter wraps, and `terminate_group` re-checks anyway.
@@ -419,14 +421,6 @@ fn wait_for_events(
         signals: ready(signal_at),
         stopped: ready(stop_at),
         guardian_gone: ready(guardian_at),
-    })
-}
-
-/// A `poll` timeout (`ppoll` takes nanoseconds, so no rounding is needed).
-pub(crate) fn timespec(duration: Duration) -> Timespec {
-    Timespec::try_from(duration).unwrap_or(Timespec {
-        tv_sec: rustix::event::Secs::MAX,
-        tv_nsec: 0,
     })
 }
 

@@ -7,8 +7,8 @@ use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
 use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
 
-use crate::supervise::timespec;
-use crate::ProcError;
+use crate::error::ProcError;
+use crate::time::timespec;
 
 /// How long [`terminate_process`] waits for a process to disappear after `SIGKILL`.
 ///
@@ -77,19 +77,14 @@ pub fn terminate_verified(
     if wait_exit(&pidfd, Duration::ZERO)? || !is_expected() {
         return Ok(TerminateReport::AlreadyGone);
     }
-    match pidfd_send_signal(&pidfd, Signal::TERM) {
-        Ok(()) => {}
-        // Exited (and possibly was reaped) between the open and the signal.
-        Err(Errno::SRCH) => return Ok(TerminateReport::AlreadyGone),
-        Err(e) => return Err(signal_error(pid, "SIGTERM", e)),
+    if !send(&pidfd, pid, Signal::TERM, "SIGTERM")? {
+        return Ok(TerminateReport::AlreadyGone);
     }
     if wait_exit(&pidfd, grace)? {
         return Ok(TerminateReport::ExitedAfterTerm);
     }
-    match pidfd_send_signal(&pidfd, Signal::KILL) {
-        Ok(()) => {}
-        Err(Errno::SRCH) => return Ok(TerminateReport::ExitedAfterTerm),
-        Err(e) => return Err(signal_error(pid, "SIGKILL", e)),
+    if !send(&pidfd, pid, Signal::KILL, "SIGKILL")? {
+        return Ok(TerminateReport::ExitedAfterTerm);
     }
     if wait_exit(&pidfd, KILL_WAIT)? {
         Ok(TerminateReport::Killed)
@@ -98,11 +93,17 @@ pub fn terminate_verified(
     }
 }
 
-fn signal_error(pid: i32, signal: &'static str, errno: Errno) -> ProcError {
-    ProcError::Signal {
-        pid,
-        signal,
-        source: errno.into(),
+/// Sends `signal` (named `name`) to the process behind `pidfd`; false when
+/// it has exited (and possibly was reaped) since the pidfd was opened.
+fn send(pidfd: &OwnedFd, pid: i32, signal: Signal, name: &'static str) -> Result<bool, ProcError> {
+    match pidfd_send_signal(pidfd, signal) {
+        Ok(()) => Ok(true),
+        Err(Errno::SRCH) => Ok(false),
+        Err(e) => Err(ProcError::Signal {
+            pid,
+            signal: name,
+            source: e.into(),
+        }),
     }
 }
 

@@ -1,5 +1,8 @@
 //! Errors of running and holding.
 
+use std::io;
+use std::path::PathBuf;
+
 use baton_lock::LockError;
 use baton_proc::ProcError;
 
@@ -59,7 +62,7 @@ pub enum RunError {
     },
     /// The event log could not be read or written.
     #[error(transparent)]
-    EventLog(#[from] crate::events::EventLogError),
+    EventLog(#[from] EventLogError),
     /// A file or directory of a group could not be used.
     #[error("cannot {op} '{}'", path.display())]
     File {
@@ -103,4 +106,17 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// An I/O error on the event log, with the path it concerns.
+#[derive(Debug, thiserror::Error)]
+#[error("{op} '{}'", path.display())]
+pub struct EventLogError {
+    /// What was being done.
+    pub op: &'static str,
+    /// The file concerned.
+    pub path: PathBuf,
+    /// The cause.
+    #[source]
+    pub source: io::Error,
 }

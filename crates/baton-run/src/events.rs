@@ -79,6 +79,7 @@ use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::fs::FlockOperation;
 use serde::{Deserialize, Serialize};
 
+pub use crate::error::EventLogError;
 use crate::error::RunError;
 
 /// One lifecycle event.
@@ -171,19 +172,6 @@ impl LogConfig {
             ..LogConfig::default()
         }
     }
-}
-
-/// An I/O error on the event log, with the path it concerns.
-#[derive(Debug, thiserror::Error)]
-#[error("{op} '{}'", path.display())]
-pub struct EventLogError {
-    /// What was being done.
-    pub op: &'static str,
-    /// The file concerned.
-    pub path: PathBuf,
-    /// The cause.
-    #[source]
-    pub source: io::Error,
 }
 
 /// Attaches an operation and a path to an I/O error.

@@ -38,7 +38,6 @@ use baton_fs::{Durability, IoResultExt, TempFile, WriteError};
 
 use crate::error::RunError;
 use crate::events::{self, Event};
-pub use crate::group_status::GroupStatus;
 
 /// How runs of one group key relate: the one mode of baton, defined with
 /// the service's wire model (a job's `mode` is the same value), and named

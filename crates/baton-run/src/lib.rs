@@ -24,6 +24,7 @@ mod run;
 pub use backend::{diagnose_database, Backend, DiagnoseError, Diagnosis, Migrated};
 pub use control::{RunControl, StopReason};
 pub use error::RunError;
-pub use group::{GroupEvent, GroupMode, GroupRequest, GroupStatus, RunState};
+pub use group::{GroupEvent, GroupMode, GroupRequest, RunState};
+pub use group_status::GroupStatus;
 pub use locks::HeldLocks;
 pub use run::{command_line, run, OnStart, RunReport, RunRequest};

@@ -23,7 +23,7 @@ pub use baton_api::{ListQuery, SubmitRequest, WorkspaceOptions};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::model::{now_ms, Job, JobStatus, ListFilter, NewJob, Submitted};
+use crate::model::{now_ms, Counts, Job, JobStatus, ListFilter, NewJob, Submitted};
 use crate::output::{self, Stream};
 use crate::service::{Cancelled, Service};
 use crate::store::StoreError;
@@ -368,16 +368,21 @@ pub fn job_with_output(service: &Service, job: &Job) -> JobView {
     view
 }
 
+/// The job `id`, or the API's "no such job" (404).
+pub(crate) async fn find_job(service: &Service, id: &str) -> Result<Job, ApiError> {
+    service
+        .store
+        .get(id)
+        .await?
+        .ok_or_else(|| ApiError::no_job(id))
+}
+
 /// `GET /v1/jobs/{id}`.
 pub async fn get_job(
     State(service): State<AppState>,
     PathParam(id): PathParam,
 ) -> Result<Json<JobView>, ApiError> {
-    let job = service
-        .store
-        .get(&id)
-        .await?
-        .ok_or_else(|| ApiError::no_job(&id))?;
+    let job = find_job(&service, &id).await?;
     Ok(Json(job_with_output(&service, &job)))
 }
 
@@ -476,11 +481,7 @@ pub async fn job_log(
             )))
         }
     };
-    let job = service
-        .store
-        .get(&id)
-        .await?
-        .ok_or_else(|| ApiError::no_job(&id))?;
+    let job = find_job(&service, &id).await?;
     let path = service.files(&id).stream(stream);
     let text = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
     if !q.follow.unwrap_or(false) || job.status.is_final() {
@@ -493,6 +494,21 @@ pub async fn job_log(
     }
     let body = Body::from_stream(crate::follow::follow(service, id, path));
     Ok((text, body).into_response())
+}
+
+/// The answer of `/health` on a node that is well (`/v1/overview` shows it
+/// too): `{status, busy, active, queued, capacity, node_capacity, node}`.
+pub(crate) fn health_body(service: &Service, counts: &Counts, draining: bool) -> serde_json::Value {
+    let capacity = service.config.capacity();
+    json!({
+        "status": if draining { "draining" } else { "ok" },
+        "busy": counts.running >= capacity,
+        "active": counts.running,
+        "queued": counts.queued,
+        "capacity": capacity,
+        "node_capacity": service.config.node_cap(),
+        "node": service.node,
+    })
 }
 
 /// `GET /health`: `{status, busy, active, queued, capacity, node_capacity,
@@ -522,15 +538,7 @@ pub async fn health(State(service): State<AppState>) -> Response {
     };
     match counted {
         Ok((c, nodes)) => {
-            let mut body = json!({
-                "status": if draining { "draining" } else { "ok" },
-                "busy": c.running >= capacity,
-                "active": c.running,
-                "queued": c.queued,
-                "capacity": capacity,
-                "node_capacity": service.config.node_cap(),
-                "node": service.node,
-            });
+            let mut body = health_body(&service, &c, draining);
             if let Some(nodes) = nodes {
                 body["nodes"] = json!(nodes);
             }

@@ -106,11 +106,7 @@ pub async fn get_job(
     State(service): State<AppState>,
     PathParam(id): PathParam,
 ) -> Result<Json<Value>, ApiError> {
-    let job = service
-        .store
-        .get(&id)
-        .await?
-        .ok_or_else(|| ApiError::no_job(&id))?;
+    let job = api::find_job(&service, &id).await?;
     let mut v = json!(api::job_with_output(&service, &job));
     v["job_id"] = Value::String(job.spec.id.clone());
     v["baton_status"] = Value::String(job.status.as_str().to_string());

@@ -30,6 +30,7 @@ use serde::Deserialize;
 
 mod connections;
 mod durations;
+pub(crate) mod hosts;
 
 pub use connections::ConnectionLimits;
 use durations::{duration, in_range, nonzero};
@@ -345,8 +346,8 @@ impl Config {
                 "invalid max_body_bytes {max_body_bytes}: use at least 1024"
             )));
         }
-        let allowed_hosts = crate::browser::check_hosts(&parsed.allowed_hosts)?;
-        let allowed_origins = crate::browser::check_origins(&parsed.allowed_origins)?;
+        let allowed_hosts = hosts::check_hosts(&parsed.allowed_hosts)?;
+        let allowed_origins = hosts::check_origins(&parsed.allowed_origins)?;
         let connections = connections::connections(
             parsed.header_read_timeout.as_deref(),
             parsed.request_body_timeout.as_deref(),

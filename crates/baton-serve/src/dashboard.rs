@@ -30,7 +30,7 @@ use axum::{Json, Router};
 use baton_lock::BatonDir;
 use serde_json::{json, Map, Value};
 
-use crate::api::{ApiError, AppState};
+use crate::api::{health_body, ApiError, AppState};
 use crate::model::{now_ms, rfc3339, Job, JobStatus, ListFilter};
 
 /// The page: markup, style and script in one document.
@@ -82,18 +82,8 @@ async fn page() -> impl IntoResponse {
 /// empty with a store only one node uses).
 pub async fn overview(State(service): State<AppState>) -> Result<Json<Value>, ApiError> {
     let counts = service.store.counts().await?;
-    let capacity = service.config.capacity();
-    let draining = service.is_draining();
-    let health = json!({
-        "status": if draining { "draining" } else { "ok" },
-        "busy": counts.running >= capacity,
-        "active": counts.running,
-        "queued": counts.queued,
-        "capacity": capacity,
-        "node_capacity": service.config.node_cap(),
-        "node": service.node,
-        "max_queue_depth": service.config.max_queue_depth,
-    });
+    let mut health = health_body(&service, &counts, service.is_draining());
+    health["max_queue_depth"] = json!(service.config.max_queue_depth);
     let nodes = service.store.nodes().await?.unwrap_or_default();
     let running = jobs(&service, JobStatus::Running, 1000).await?;
     let mut queued = jobs(&service, JobStatus::Queued, QUEUED_SHOWN).await?;

@@ -280,34 +280,25 @@ fn finish_of(
     let now = now_ms();
     let report = match result {
         Ok(r) => r,
-        // Its node lost its database session, or stopped vouching for it in
-        // time: nobody cancelled it, its run was cut short.
-        Err(e @ (RunError::LockLost { .. } | RunError::Fenced { .. })) => {
-            return Finish {
-                status: JobStatus::Interrupted,
-                exit_code: Some(e_exit_code(&e)),
-                error: Some(e.to_string()),
-                superseded_by: None,
-                finished_at: now,
-            }
-        }
-        Err(RunError::NotAdmitted(why)) => {
-            return Finish {
-                status: JobStatus::Skipped,
-                exit_code: Some(baton_contract::exit::NOT_ACQUIRED),
-                error: Some(why),
-                superseded_by: None,
-                finished_at: now,
-            }
-        }
         Err(e) => {
+            let (status, exit_code, error) = match e {
+                // Its node lost its database session, or stopped vouching
+                // for it in time: nobody cancelled it, its run was cut short.
+                RunError::LockLost { .. } | RunError::Fenced { .. } => {
+                    (JobStatus::Interrupted, e_exit_code(&e), e.to_string())
+                }
+                RunError::NotAdmitted(why) => {
+                    (JobStatus::Skipped, baton_contract::exit::NOT_ACQUIRED, why)
+                }
+                e => (JobStatus::Failed, e_exit_code(&e), e.to_string()),
+            };
             return Finish {
-                status: JobStatus::Failed,
-                exit_code: Some(e_exit_code(&e)),
-                error: Some(e.to_string()),
+                status,
+                exit_code: Some(exit_code),
+                error: Some(error),
                 superseded_by: None,
                 finished_at: now,
-            }
+            };
         }
     };
     // A run stopped through its control as superseded before it reached

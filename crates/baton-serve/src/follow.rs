@@ -3,22 +3,23 @@
 //! stream then ends with what was written), woken by the capture's
 //! progress, never polling faster than the output arrives.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
 
-use crate::api::AppState;
 use crate::output;
+use crate::service::{Live, Service};
 
 /// Streams a job's output file from the start until the job has ended
 /// (and everything it wrote has been sent).
 pub fn follow(
-    service: AppState,
+    service: Arc<Service>,
     id: String,
     path: std::path::PathBuf,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send {
     struct St {
-        service: AppState,
+        service: Arc<Service>,
         id: String,
         path: std::path::PathBuf,
         offset: u64,
@@ -27,7 +28,7 @@ pub fn follow(
         // what it has seen, so a fresh clone each time would report every
         // past write as new, and the loop would never wait (nor let the
         // server flush what it sent).
-        live: Option<crate::service::Live>,
+        live: Option<Live>,
         watch_live: bool,
         stdout_open: bool,
         // The service stops: what is written so far is the answer.

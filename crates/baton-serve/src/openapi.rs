@@ -489,6 +489,32 @@ mod tests {
     }
 
     #[test]
+    fn the_job_schema_has_exactly_the_wire_models_fields() {
+        // A job read from the document's `Job` properties (the required
+        // ones given, the rest absent) and written back has every field of
+        // `baton_api::JobView`: a field added to one and not the other
+        // fails here.
+        let base = base().unwrap();
+        let documented: std::collections::BTreeSet<String> = base["components"]["schemas"]["Job"]
+            ["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let sample = json!({
+            "id": "j", "template": "t", "status": "queued",
+            "created_at": "2026-01-01T00:00:00.000Z", "mode": "queue",
+            "timeout_ms": 1, "attempts": 0, "output": "",
+        });
+        let view: baton_api::JobView = serde_json::from_value(sample).unwrap();
+        let shown = serde_json::to_value(&view).unwrap();
+        let fields: std::collections::BTreeSet<String> =
+            shown.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(documented, fields);
+    }
+
+    #[test]
     fn up_to_matches_exactly_one_to_n() {
         assert_eq!(up_to(1), "1");
         assert_eq!(up_to(9), "[1-8]|9");

@@ -10,7 +10,6 @@ use baton_lock::LockGuard;
 use serde::de::IgnoredAny;
 
 use crate::atomic::{self, complete_len};
-use crate::edit::check_version;
 use crate::error::StateError;
 use crate::file::{Format, StateFile};
 use crate::version::Version;
@@ -230,4 +229,21 @@ fn encode<R: AsRef<[u8]>>(file: &StateFile, records: &[R]) -> Result<Vec<u8>, St
         out.push(b'\n');
     }
     Ok(out)
+}
+
+/// `Ok` unless the caller expected another version than `actual`
+/// (`--if-version`): then [`StateError::VersionMismatch`].
+pub(crate) fn check_version(
+    file: &StateFile,
+    expected: Option<&Version>,
+    actual: &Version,
+) -> Result<(), StateError> {
+    match expected {
+        Some(expected) if expected != actual => Err(StateError::VersionMismatch {
+            path: file.path().to_path_buf(),
+            expected: expected.clone(),
+            actual: actual.clone(),
+        }),
+        _ => Ok(()),
+    }
 }

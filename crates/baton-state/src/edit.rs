@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use baton_lock::LockGuard;
 use serde::de::IgnoredAny;
 
-use crate::append::Torn;
+use crate::append::{check_version, Torn};
 use crate::atomic;
 use crate::error::{EditError, StateError};
 use crate::file::{Format, StateFile};
@@ -134,21 +134,6 @@ pub fn edit_with_filter_locked(
     .map_err(|e| match e {
         EditError::State(e) | EditError::Aborted(e) => e,
     })
-}
-
-pub(crate) fn check_version(
-    file: &StateFile,
-    expected: Option<&Version>,
-    actual: &Version,
-) -> Result<(), StateError> {
-    match expected {
-        Some(expected) if expected != actual => Err(StateError::VersionMismatch {
-            path: file.path().to_path_buf(),
-            expected: expected.clone(),
-            actual: actual.clone(),
-        }),
-        _ => Ok(()),
-    }
 }
 
 /// Checks new content against the file's format. A `.jsonl` file's content

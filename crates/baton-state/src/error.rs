@@ -3,6 +3,7 @@
 use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use baton_lock::LockError;
 
@@ -232,4 +233,15 @@ pub enum EditError<E> {
     /// The edit function returned this error.
     #[error("{0}")]
     Aborted(E),
+}
+
+impl FromStr for Version {
+    type Err = StateError;
+
+    /// Accepts `absent` or 16 hex digits (either case).
+    fn from_str(s: &str) -> Result<Version, StateError> {
+        Version::parse(s).ok_or_else(|| StateError::InvalidVersion {
+            given: s.to_string(),
+        })
+    }
 }

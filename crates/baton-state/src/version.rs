@@ -1,11 +1,8 @@
 //! Versions: what a compare-and-swap compares.
 
 use std::fmt;
-use std::str::FromStr;
 
 use sha2::{Digest, Sha256};
-
-use crate::error::StateError;
 
 /// The version of a state file: the first 16 hex digits of the SHA-256 of
 /// its content, or `absent` for a file that does not exist.
@@ -72,20 +69,17 @@ impl fmt::Display for Version {
     }
 }
 
-impl FromStr for Version {
-    type Err = StateError;
-
-    /// Accepts `absent` or 16 hex digits (either case).
-    fn from_str(s: &str) -> Result<Version, StateError> {
+impl Version {
+    /// `absent` or 16 hex digits (either case); `None` for anything else
+    /// (`str::parse`, in `error.rs`, says why: `StateError::InvalidVersion`).
+    pub(crate) fn parse(s: &str) -> Option<Version> {
         if s == ABSENT {
-            return Ok(Version::absent());
+            return Some(Version::absent());
         }
         if s.len() == HEX_LEN && s.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Ok(Version(s.to_ascii_lowercase()));
+            return Some(Version(s.to_ascii_lowercase()));
         }
-        Err(StateError::InvalidVersion {
-            given: s.to_string(),
-        })
+        None
     }
 }
 

@@ -347,11 +347,7 @@ async fn wait_final(service: &Service, job: &Job) -> Result<Job, OpenAiError> {
             let mut done = live.done.clone();
             let _ = tokio::time::timeout(run_limit, done.wait_for(|d| *d)).await;
         }
-        let now = service
-            .store
-            .get(id)
-            .await?
-            .ok_or_else(|| ApiError::no_job(id))?;
+        let now = api::find_job(service, id).await?;
         if now.status.is_final() {
             if now.status == JobStatus::Cancelled && service.was_drained(id) {
                 return Err(drained(id));

@@ -84,21 +84,16 @@ pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), S
             "it was written by a newer baton (schema {version}, this one knows {SCHEMA_VERSION})"
         ));
     }
-    if version < 1 {
-        tx.batch_execute(SCHEMA_V1)
+    for (step, sql) in (1..).zip([SCHEMA_V1, SCHEMA_V2]) {
+        if version < step {
+            tx.batch_execute(sql).await.map_err(|e| one_line(&e))?;
+            tx.execute(
+                "INSERT INTO baton_serve_schema (version) VALUES ($1)",
+                &[&step],
+            )
             .await
             .map_err(|e| one_line(&e))?;
-        tx.execute("INSERT INTO baton_serve_schema (version) VALUES (1)", &[])
-            .await
-            .map_err(|e| one_line(&e))?;
-    }
-    if version < 2 {
-        tx.batch_execute(SCHEMA_V2)
-            .await
-            .map_err(|e| one_line(&e))?;
-        tx.execute("INSERT INTO baton_serve_schema (version) VALUES (2)", &[])
-            .await
-            .map_err(|e| one_line(&e))?;
+        }
     }
     tx.commit().await.map_err(|e| one_line(&e))
 }
@@ -133,6 +128,33 @@ pub(super) fn job_from_row(r: &Row) -> Job {
         attempts: u32::try_from(r.get::<_, i32>(18)).unwrap_or(0),
         process_group: pgroup.and_then(|p| serde_json::from_str(&p).ok()),
     }
+}
+
+/// Stores a submitted job, queued.
+pub(super) async fn insert_job(c: &impl GenericClient, job: &NewJob) -> PgResult<()> {
+    let command = job
+        .command
+        .as_ref()
+        .map(|c| serde_json::to_string(c).unwrap_or_default());
+    c.execute(
+        "INSERT INTO baton_jobs (id, template, prompt, grp, mode, timeout_ms, branch, \
+         command, created_at, status, waiter) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10)",
+        &[
+            &job.id,
+            &job.template,
+            &job.prompt,
+            &job.group,
+            &job.mode.as_str(),
+            &to_i64(job.timeout_ms),
+            &job.branch,
+            &command,
+            &job.created_at,
+            &job.waiter,
+        ],
+    )
+    .await
+    .map(drop)
 }
 
 pub(super) async fn get_job(c: &impl GenericClient, id: &str) -> PgResult<Option<Job>> {

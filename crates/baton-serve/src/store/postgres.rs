@@ -22,8 +22,8 @@ use baton_pg::one_line;
 
 use super::pg_session::{self, Shared, NODE_CLASS};
 use super::pg_sql::{
-    counts, get_job, job_from_row, lock_queue, mark_interrupted, migrate, nodes, plan, running_on,
-    to_i64, Retry, COLUMNS,
+    counts, get_job, insert_job, job_from_row, lock_queue, mark_interrupted, migrate, nodes, plan,
+    running_on, Retry, COLUMNS,
 };
 use super::{CancelQueued, Recovered, Store, StoreError, StoreEvent};
 use crate::model::{
@@ -93,11 +93,16 @@ impl PgStore {
                 op,
                 message: pool_error(&e),
             }),
-            Err(_) => Err(StoreError::Query {
-                op,
-                message: "the database did not answer in time".into(),
-            }),
+            Err(_) => Err(too_slow(op)),
         }
+    }
+}
+
+/// The error of `op` when the database did not answer within `OP_LIMIT`.
+fn too_slow(op: &'static str) -> StoreError {
+    StoreError::Query {
+        op,
+        message: "the database did not answer in time".into(),
     }
 }
 
@@ -113,10 +118,7 @@ async fn timed<T>(
             op,
             message: one_line(&e),
         }),
-        Err(_) => Err(StoreError::Query {
-            op,
-            message: "the database did not answer in time".into(),
-        }),
+        Err(_) => Err(too_slow(op)),
     }
 }
 
@@ -176,28 +178,7 @@ impl Store for PgStore {
             if now.running + now.queued >= max_depth {
                 return Ok(Submitted::Full { counts: now });
             }
-            let command = job
-                .command
-                .as_ref()
-                .map(|c| serde_json::to_string(c).unwrap_or_default());
-            tx.execute(
-                "INSERT INTO baton_jobs (id, template, prompt, grp, mode, timeout_ms, branch, \
-                 command, created_at, status, waiter) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10)",
-                &[
-                    &job.id,
-                    &job.template,
-                    &job.prompt,
-                    &job.group,
-                    &job.mode.as_str(),
-                    &to_i64(job.timeout_ms),
-                    &job.branch,
-                    &command,
-                    &job.created_at,
-                    &job.waiter,
-                ],
-            )
-            .await?;
+            insert_job(&tx, &job).await?;
             let mut superseded = Vec::new();
             if let (Some(group), JobMode::Supersede | JobMode::Coalesce) = (&job.group, job.mode) {
                 let rows = tx
