@@ -62,11 +62,8 @@
 //! Modules import only from modules below them: `error`, `time`, `procfs`,
 //! `cancel` and `signals` at the bottom; `terminate`, `contain`, `terminal`,
 //! `tree`, `pidns` and `guard` over them; `spec` (what to run, what came of
-//! it) over those; then `spawn`, `supervise`, `streams` and this root. One
-//! arrow runs back up: `spawn` builds the error of a failed start with
-//! `supervise::spawn_error` (which looks the program up on `PATH` to name a
-//! missing interpreter), while `supervise` calls `spawn`. It goes once
-//! `spawn_error` and its lookup move into `error`.
+//! it) over those; then `spawn` (with the error of a failed start,
+//! `spawn/failed.rs`), `supervise`, `streams` and this root.
 
 mod cancel;
 mod contain;

@@ -31,6 +31,7 @@
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod clone_vm;
+mod failed;
 
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -284,7 +285,7 @@ pub(crate) fn spawn(
             Ok(pid)
         }
         // The child exits at once after reporting: `child` reaps it.
-        Some(errno) => Err(crate::supervise::spawn_error(
+        Some(errno) => Err(failed::spawn_error(
             spec,
             io::Error::from_raw_os_error(errno),
         )),
