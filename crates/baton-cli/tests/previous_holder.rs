@@ -94,6 +94,35 @@ fn a_run_whose_supervisor_was_killed_tells_the_next_holder() {
     assert_eq!(told(&env, &["run", "--lock", "repo"]), "died=");
 }
 
+/// The pull-modify-commit-push case: other agents already wait in line when
+/// the holder is killed. The kernel frees the lock while the killed
+/// supervisor is still exiting (not yet a zombie), so the first waiter meets
+/// its record with its process still there: it must count as dead, not as
+/// a holder in the middle of a clean release. Several rounds, because the
+/// window is a race (before the fix about half the rounds were told nothing).
+#[test]
+fn a_waiter_in_line_when_the_holder_is_killed_is_told() {
+    let env = Env::new();
+    for round in 0..8 {
+        let ready = format!("ready{round}");
+        let mut first = start_holding(&env, &["run", "--lock", "line"], &ready);
+        let waiter = env.spawn(&[
+            "run",
+            "--lock",
+            "line",
+            "--",
+            "sh",
+            "-c",
+            "echo died=$BATON_PREVIOUS_HOLDER_DIED",
+        ]);
+        env.wait_for_waiters("line", 1);
+        sigkill(&mut first);
+        let out = waiter.wait_with_output().unwrap();
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert_eq!(stdout(&out).trim(), "died=1", "round {round}");
+    }
+}
+
 #[test]
 fn a_clean_release_is_not_a_death() {
     let env = Env::new();

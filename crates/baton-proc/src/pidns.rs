@@ -136,7 +136,8 @@ pub enum Sighting {
 
 /// Finds the process that was pid `pid` in namespace `ns` and started at
 /// `start_time`. `ns` of `None` means "the reader's own namespace" (records
-/// written before namespaces were recorded).
+/// written before namespaces were recorded). A process that is exiting
+/// (killed, not yet a zombie) is [`Sighting::Gone`]: [`procfs::ProcStat::ended`].
 pub fn locate(ns: Option<NsId>, pid: i32, start_time: u64) -> Sighting {
     let here = current_ns_id();
     let Some(ns) = ns else {
@@ -157,7 +158,7 @@ pub fn locate(ns: Option<NsId>, pid: i32, start_time: u64) -> Sighting {
         }
         ns_seen = true;
         let inner = NsIds::of(local).and_then(|ids| ids.inner_pid());
-        let Some(st) = procfs::stat(local).filter(|st| !st.exited) else {
+        let Some(st) = procfs::stat(local).filter(|st| !st.ended()) else {
             continue;
         };
         if inner == Some(1) {
@@ -177,7 +178,7 @@ pub fn locate(ns: Option<NsId>, pid: i32, start_time: u64) -> Sighting {
 
 fn direct(pid: i32, start_time: u64) -> Sighting {
     match procfs::stat(pid) {
-        Some(st) if !st.exited && st.start_time == start_time => Sighting::Here(pid),
+        Some(st) if !st.ended() && st.start_time == start_time => Sighting::Here(pid),
         _ => Sighting::Gone,
     }
 }

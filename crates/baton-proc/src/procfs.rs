@@ -2,6 +2,10 @@
 
 use std::fs;
 
+/// `PF_EXITING` of the kernel's per-task flags (`include/linux/sched.h`):
+/// set when a task starts to exit, before its files are closed.
+const PF_EXITING: u64 = 0x4;
+
 /// The fields of `/proc/<pid>/stat` baton needs, read at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcStat {
@@ -11,6 +15,10 @@ pub struct ProcStat {
     pub state: char,
     /// State Z (zombie) or X (dead): the process has exited.
     pub exited: bool,
+    /// The kernel flag `PF_EXITING` (field 9): the process was killed or
+    /// called `exit` and is on its way out (its files, and so its locks,
+    /// are being released) but is not a zombie yet. See [`ProcStat::ended`].
+    pub exiting: bool,
     /// Parent pid (field 4).
     pub ppid: i32,
     /// Process group id (field 5).
@@ -19,6 +27,17 @@ pub struct ProcStat {
     pub session: i32,
     /// Start time in clock ticks since boot (field 22).
     pub start_time: u64,
+}
+
+impl ProcStat {
+    /// Whether the process has ended as a holder of anything: exited, or
+    /// exiting. A killed holder's locks are freed by the kernel while it
+    /// exits, before it is a zombie; whoever takes such a lock next must
+    /// see its holder as gone, not as one still running (and so releasing
+    /// cleanly).
+    pub fn ended(&self) -> bool {
+        self.exited || self.exiting
+    }
 }
 
 /// The stat fields of `pid`, if the process exists.
@@ -39,11 +58,13 @@ fn parse(text: &str) -> Option<ProcStat> {
     let ppid = fields.next()?.parse().ok()?; // field 4
     let pgrp = fields.next()?.parse().ok()?; // field 5
     let session = fields.next()?.parse().ok()?; // field 6
-    let start_time = fields.nth(15)?.parse().ok()?; // field 22
+    let flags: u64 = fields.nth(2)?.parse().ok()?; // field 9
+    let start_time = fields.nth(12)?.parse().ok()?; // field 22
     Some(ProcStat {
         comm,
         state,
         exited,
+        exiting: flags & PF_EXITING != 0,
         ppid,
         pgrp,
         session,
@@ -88,7 +109,17 @@ mod tests {
         assert_eq!((st.ppid, st.pgrp, st.session), (7, 42, 42));
         assert_eq!(st.start_time, 123456);
         assert_eq!(st.state, 'S');
-        assert!(!st.exited);
+        assert!(!st.exited && !st.exiting && !st.ended());
+    }
+
+    #[test]
+    fn a_process_with_pf_exiting_has_ended() {
+        // A SIGKILLed process between the kill and becoming a zombie: state R
+        // (or D), flags 0x400100 plus PF_EXITING (0x4).
+        let line = "42 (baton) R 7 42 42 0 -1 4194564 0 0 0 0 0 0 0 0 20 0 1 0 123456 0 0";
+        let st = parse(line).unwrap_or_else(|| panic!("unparsed"));
+        assert!(!st.exited && st.exiting && st.ended());
+        assert_eq!(st.start_time, 123456);
     }
 
     #[test]
