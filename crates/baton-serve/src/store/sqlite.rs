@@ -27,6 +27,17 @@ use crate::model::{
     Counts, Finish, Job, JobMode, JobStatus, ListFilter, NewJob, RecordedGroup, Submitted,
 };
 
+/// The WAL is copied into the database (a checkpoint: two syncs) after
+/// this many commits of the service's own bookkeeping, by the one that
+/// finds no submission waiting, never by a submission's commit: a client's
+/// acknowledgement waits for its own sync only. About 4 pages a commit.
+const CHECKPOINT_EVERY: u64 = 1_000;
+
+/// SQLite's own checkpoint, only if no bookkeeping commit found a moment
+/// without a waiting submission for this long a WAL (pages of 4 KiB): a
+/// bound on the WAL's size, not the usual path.
+const CHECKPOINT_AT_LEAST: i64 = 20_000;
+
 /// 2: `waiter` (the node whose caller waits for the job).
 const SCHEMA_VERSION: i64 = 2;
 
@@ -69,6 +80,7 @@ struct PendingSubmit {
     ticket: u64,
     job: NewJob,
     max_depth: u64,
+    pushed: std::time::Instant,
     answer: tokio::sync::oneshot::Sender<Result<Submitted, String>>,
 }
 
@@ -80,6 +92,8 @@ pub struct SqliteStore {
     submits: Arc<Mutex<Vec<PendingSubmit>>>,
     /// Numbers the submissions (to take back one whose batch never ran).
     tickets: Arc<std::sync::atomic::AtomicU64>,
+    /// Commits since the last checkpoint (see [`CHECKPOINT_EVERY`]).
+    commits: Arc<std::sync::atomic::AtomicU64>,
     // The files' identities, their owner lock, the last write's failure.
     files: Arc<StoreFiles>,
 }
@@ -127,6 +141,8 @@ impl SqliteStore {
             .map_err(|e| e.to_string())?;
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(|e| e.to_string())?;
+        conn.pragma_update(None, "wal_autocheckpoint", CHECKPOINT_AT_LEAST)
+            .map_err(|e| e.to_string())?;
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(|e| e.to_string())?;
@@ -146,6 +162,7 @@ impl SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             submits: Arc::default(),
             tickets: Arc::default(),
+            commits: Arc::default(),
             files: Arc::new(StoreFiles::new(path, owner)?),
         })
     }
@@ -188,8 +205,13 @@ impl SqliteStore {
     ) -> Result<T, StoreError> {
         let conn = Arc::clone(&self.conn);
         let files = Arc::clone(&self.files);
+        let submits = Arc::clone(&self.submits);
+        let commits = Arc::clone(&self.commits);
+        let queued = std::time::Instant::now();
         let query = move || {
+            let started = queued.elapsed();
             let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+            let locked = queued.elapsed();
             files.check()?;
             let done = conn
                 .pragma_update(None, "synchronous", sync)
@@ -198,6 +220,18 @@ impl SqliteStore {
             if writes {
                 files.wrote(done.as_ref().err());
             }
+            let ran = queued.elapsed();
+            if writes && sync == "NORMAL" && done.is_ok() {
+                checkpoint_if_due(&conn, &commits, &submits);
+            }
+            drop(conn);
+            tracing::debug!(
+                op,
+                pool_us = started.as_micros() as u64,
+                conn_us = (locked - started).as_micros() as u64,
+                run_us = (ran - locked).as_micros() as u64,
+                "store query"
+            );
             done
         };
         let joined = tokio::task::spawn_blocking(query).await;
@@ -208,6 +242,32 @@ impl SqliteStore {
                 message: format!("the query's thread failed: {e}"),
             }),
         }
+    }
+}
+
+/// After a bookkeeping commit: copies the WAL into the database once
+/// [`CHECKPOINT_EVERY`] commits have accumulated, unless a submission waits
+/// (it would wait for the checkpoint's syncs; a later commit does it).
+/// A failed checkpoint is retried by the next one; nothing is lost by it.
+fn checkpoint_if_due(
+    conn: &Connection,
+    commits: &std::sync::atomic::AtomicU64,
+    submits: &Mutex<Vec<PendingSubmit>>,
+) {
+    use std::sync::atomic::Ordering;
+    if commits.fetch_add(1, Ordering::Relaxed) + 1 < CHECKPOINT_EVERY
+        || !submits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    {
+        return;
+    }
+    let t0 = std::time::Instant::now();
+    let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1));
+    tracing::debug!(us = t0.elapsed().as_micros() as u64, pages = ?done, "checkpoint");
+    if done.is_ok() {
+        commits.store(0, Ordering::Relaxed);
     }
 }
 
@@ -316,6 +376,23 @@ fn counts(conn: &Connection) -> rusqlite::Result<Counts> {
     })
 }
 
+/// A submission's answer from its batch.
+fn answered(
+    answer: Result<Result<Submitted, String>, tokio::sync::oneshot::error::RecvError>,
+) -> Result<Submitted, StoreError> {
+    match answer {
+        Ok(Ok(submitted)) => Ok(submitted),
+        Ok(Err(message)) => Err(StoreError::Query {
+            op: "store a job",
+            message,
+        }),
+        Err(_) => Err(StoreError::Query {
+            op: "store a job",
+            message: "the batch storing it was dropped".to_string(),
+        }),
+    }
+}
+
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -341,18 +418,28 @@ impl Store for SqliteStore {
                 ticket,
                 job,
                 max_depth,
+                pushed: std::time::Instant::now(),
                 answer,
             });
         let submits = Arc::clone(&self.submits);
         let files = Arc::clone(&self.files);
-        let ran = self
-            .durably("store a job", move |conn| {
+        let (mut rx, ran) = (
+            rx,
+            self.durably("store a job", move |conn| {
                 let batch =
                     std::mem::take(&mut *submits.lock().unwrap_or_else(PoisonError::into_inner));
                 if batch.is_empty() {
                     return Ok(()); // an earlier thread took this one's job
                 }
                 let mut answers = Vec::with_capacity(batch.len());
+                let n = batch.len();
+                let oldest = batch
+                    .iter()
+                    .map(|p| p.pushed.elapsed())
+                    .max()
+                    .unwrap_or_default();
+                let t0 = std::time::Instant::now();
+                let mut sql = std::time::Duration::ZERO;
                 let committed = (|| {
                     let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                     let mut now = counts(&tx)?;
@@ -370,8 +457,16 @@ impl Store for SqliteStore {
                         }
                         answers.push((p.answer, done));
                     }
+                    sql = t0.elapsed();
                     tx.commit()
                 })();
+                tracing::debug!(
+                    n,
+                    oldest_us = oldest.as_micros() as u64,
+                    sql_us = sql.as_micros() as u64,
+                    commit_us = (t0.elapsed() - sql).as_micros() as u64,
+                    "submit batch"
+                );
                 for (answer, done) in answers {
                     let _ = answer.send(match &committed {
                         Ok(()) => done.map_err(|e| files.failed(&e)),
@@ -379,8 +474,18 @@ impl Store for SqliteStore {
                     });
                 }
                 committed
-            })
-            .await;
+            }),
+        );
+        // The answer comes from whichever batch took this submission, often
+        // an earlier thread's: it is not held back until this one's thread
+        // gets the connection (behind other batches and the jobs'
+        // bookkeeping), which then finds nothing to do.
+        let mut ran = std::pin::pin!(ran);
+        let ran = tokio::select! {
+            biased;
+            answer = &mut rx => return answered(answer),
+            ran = &mut ran => ran,
+        };
         if let Err(e) = ran {
             // The query did not run (the store is unwritable, say): this
             // submission, if no batch took it, is taken back and refused.
@@ -390,17 +495,7 @@ impl Store for SqliteStore {
                 return Err(e);
             }
         }
-        match rx.await {
-            Ok(Ok(submitted)) => Ok(submitted),
-            Ok(Err(message)) => Err(StoreError::Query {
-                op: "store a job",
-                message,
-            }),
-            Err(_) => Err(StoreError::Query {
-                op: "store a job",
-                message: "the batch storing it was dropped".to_string(),
-            }),
-        }
+        answered(rx.await)
     }
 
     async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {
