@@ -31,12 +31,12 @@ use crate::model::{
 /// this many commits of the service's own bookkeeping, by the one that
 /// finds no submission waiting, never by a submission's commit: a client's
 /// acknowledgement waits for its own sync only. About 4 pages a commit.
-const CHECKPOINT_EVERY: u64 = 1_000;
+const CHECKPOINT_EVERY: u64 = 4_000;
 
 /// SQLite's own checkpoint, only if no bookkeeping commit found a moment
 /// without a waiting submission for this long a WAL (pages of 4 KiB): a
 /// bound on the WAL's size, not the usual path.
-const CHECKPOINT_AT_LEAST: i64 = 20_000;
+const CHECKPOINT_AT_LEAST: i64 = 25_000;
 
 /// 2: `waiter` (the node whose caller waits for the job).
 const SCHEMA_VERSION: i64 = 2;
