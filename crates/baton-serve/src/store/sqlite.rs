@@ -31,12 +31,12 @@ use crate::model::{
 /// this many commits of the service's own bookkeeping, by the one that
 /// finds no submission waiting, never by a submission's commit: a client's
 /// acknowledgement waits for its own sync only. About 4 pages a commit.
-const CHECKPOINT_EVERY: u64 = 4_000;
+const CHECKPOINT_EVERY: u64 = 2_500;
 
 /// SQLite's own checkpoint, only if no bookkeeping commit found a moment
 /// without a waiting submission for this long a WAL (pages of 4 KiB): a
 /// bound on the WAL's size, not the usual path.
-const CHECKPOINT_AT_LEAST: i64 = 25_000;
+const CHECKPOINT_AT_LEAST: i64 = 16_000;
 
 /// 2: `waiter` (the node whose caller waits for the job).
 const SCHEMA_VERSION: i64 = 2;
@@ -77,7 +77,6 @@ const COLUMNS: &str = "seq, id, template, prompt, grp, mode, timeout_ms, branch,
 
 /// A submission waiting for its batch's commit, and where its answer goes.
 struct PendingSubmit {
-    ticket: u64,
     job: NewJob,
     max_depth: u64,
     pushed: std::time::Instant,
@@ -90,8 +89,8 @@ pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
     /// Submissions waiting for the next group commit.
     submits: Arc<Mutex<Vec<PendingSubmit>>>,
-    /// Numbers the submissions (to take back one whose batch never ran).
-    tickets: Arc<std::sync::atomic::AtomicU64>,
+    /// Whether a flusher stores the waiting submissions (see `flush`).
+    flushing: Arc<std::sync::atomic::AtomicBool>,
     /// Commits since the last checkpoint (see [`CHECKPOINT_EVERY`]).
     commits: Arc<std::sync::atomic::AtomicU64>,
     // The files' identities, their owner lock, the last write's failure.
@@ -143,6 +142,11 @@ impl SqliteStore {
             .map_err(|e| e.to_string())?;
         conn.pragma_update(None, "wal_autocheckpoint", CHECKPOINT_AT_LEAST)
             .map_err(|e| e.to_string())?;
+        // A WAL that grew past its usual size (under a long burst) is cut
+        // back after its checkpoint; below this it is rewritten in place,
+        // which syncs without a change of its size.
+        conn.pragma_update(None, "journal_size_limit", CHECKPOINT_AT_LEAST * 4096)
+            .map_err(|e| e.to_string())?;
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(|e| e.to_string())?;
@@ -161,10 +165,99 @@ impl SqliteStore {
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             submits: Arc::default(),
-            tickets: Arc::default(),
+            flushing: Arc::default(),
             commits: Arc::default(),
             files: Arc::new(StoreFiles::new(path, owner)?),
         })
+    }
+
+    /// Stores the waiting submissions until none waits: one batch per
+    /// transaction and sync, taken when the connection is free, so the
+    /// submissions that arrive during a commit share the next one. One
+    /// flusher at a time (`flushing`), not a query thread per submission:
+    /// under a steady stream those piled up on the connection (and filled
+    /// the blocking pool, 500 threads, 50 MiB).
+    async fn flush(&self) {
+        loop {
+            {
+                let pending = self.submits.lock().unwrap_or_else(PoisonError::into_inner);
+                if pending.is_empty() {
+                    self.flushing
+                        .store(false, std::sync::atomic::Ordering::SeqCst);
+                    return;
+                }
+            }
+            let submits = Arc::clone(&self.submits);
+            let files = Arc::clone(&self.files);
+            let ran = self
+                .durably("store a job", move |conn| {
+                    let batch = std::mem::take(
+                        &mut *submits.lock().unwrap_or_else(PoisonError::into_inner),
+                    );
+                    if batch.is_empty() {
+                        return Ok(());
+                    }
+                    let mut answers = Vec::with_capacity(batch.len());
+                    let n = batch.len();
+                    let oldest = batch
+                        .iter()
+                        .map(|p| p.pushed.elapsed())
+                        .max()
+                        .unwrap_or_default();
+                    let t0 = std::time::Instant::now();
+                    let mut sql = std::time::Duration::ZERO;
+                    let committed = (|| {
+                        let mut tx =
+                            conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                        let mut now = counts(&tx)?;
+                        for p in batch {
+                            // Each job in its own savepoint: one that fails leaves
+                            // the others stored.
+                            let mut one = tx.savepoint()?;
+                            let mut after = now;
+                            let done = submit_one(&one, &mut after, p.job, p.max_depth);
+                            if done.is_ok() {
+                                one.commit()?;
+                                now = after;
+                            } else {
+                                one.rollback()?;
+                            }
+                            answers.push((p.answer, done));
+                        }
+                        sql = t0.elapsed();
+                        tx.commit()
+                    })();
+                    tracing::debug!(
+                        n,
+                        oldest_us = oldest.as_micros() as u64,
+                        sql_us = sql.as_micros() as u64,
+                        commit_us = (t0.elapsed() - sql).as_micros() as u64,
+                        "submit batch"
+                    );
+                    for (answer, done) in answers {
+                        let _ = answer.send(match &committed {
+                            Ok(()) => done.map_err(|e| files.failed(&e)),
+                            Err(e) => Err(files.failed(e)),
+                        });
+                    }
+                    committed
+                })
+                .await;
+            if let Err(e) = ran {
+                // The query did not run (the store is unwritable, say), or
+                // its batch failed (answered): what waits now is refused.
+                let message = match e {
+                    StoreError::Query { message, .. } => message,
+                    other => other.to_string(),
+                };
+                let refused = std::mem::take(
+                    &mut *self.submits.lock().unwrap_or_else(PoisonError::into_inner),
+                );
+                for p in refused {
+                    let _ = p.answer.send(Err(message.clone()));
+                }
+            }
+        }
     }
 
     /// Runs `f`, which only reads (its failure is not a failed write).
@@ -404,96 +497,25 @@ impl Store for SqliteStore {
     }
 
     async fn submit(&self, job: NewJob, max_depth: u64) -> Result<Submitted, StoreError> {
-        // Group commit: the submission joins the batch; whichever query
-        // thread takes the connection next stores the whole batch in one
-        // transaction and one fsync, and answers each submitter.
+        // Group commit: the submission joins the waiting ones; one flusher
+        // at a time stores them, a batch per transaction and sync, and
+        // answers each submitter (see `flush`).
         let (answer, rx) = tokio::sync::oneshot::channel();
-        let ticket = self
-            .tickets
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.submits
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(PendingSubmit {
-                ticket,
+        let start = {
+            let mut pending = self.submits.lock().unwrap_or_else(PoisonError::into_inner);
+            pending.push(PendingSubmit {
                 job,
                 max_depth,
                 pushed: std::time::Instant::now(),
                 answer,
             });
-        let submits = Arc::clone(&self.submits);
-        let files = Arc::clone(&self.files);
-        let (mut rx, ran) = (
-            rx,
-            self.durably("store a job", move |conn| {
-                let batch =
-                    std::mem::take(&mut *submits.lock().unwrap_or_else(PoisonError::into_inner));
-                if batch.is_empty() {
-                    return Ok(()); // an earlier thread took this one's job
-                }
-                let mut answers = Vec::with_capacity(batch.len());
-                let n = batch.len();
-                let oldest = batch
-                    .iter()
-                    .map(|p| p.pushed.elapsed())
-                    .max()
-                    .unwrap_or_default();
-                let t0 = std::time::Instant::now();
-                let mut sql = std::time::Duration::ZERO;
-                let committed = (|| {
-                    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                    let mut now = counts(&tx)?;
-                    for p in batch {
-                        // Each job in its own savepoint: one that fails leaves
-                        // the others stored.
-                        let mut one = tx.savepoint()?;
-                        let mut after = now;
-                        let done = submit_one(&one, &mut after, p.job, p.max_depth);
-                        if done.is_ok() {
-                            one.commit()?;
-                            now = after;
-                        } else {
-                            one.rollback()?;
-                        }
-                        answers.push((p.answer, done));
-                    }
-                    sql = t0.elapsed();
-                    tx.commit()
-                })();
-                tracing::debug!(
-                    n,
-                    oldest_us = oldest.as_micros() as u64,
-                    sql_us = sql.as_micros() as u64,
-                    commit_us = (t0.elapsed() - sql).as_micros() as u64,
-                    "submit batch"
-                );
-                for (answer, done) in answers {
-                    let _ = answer.send(match &committed {
-                        Ok(()) => done.map_err(|e| files.failed(&e)),
-                        Err(e) => Err(files.failed(e)),
-                    });
-                }
-                committed
-            }),
-        );
-        // The answer comes from whichever batch took this submission, often
-        // an earlier thread's: it is not held back until this one's thread
-        // gets the connection (behind other batches and the jobs'
-        // bookkeeping), which then finds nothing to do.
-        let mut ran = std::pin::pin!(ran);
-        let ran = tokio::select! {
-            biased;
-            answer = &mut rx => return answered(answer),
-            ran = &mut ran => ran,
+            !self
+                .flushing
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
         };
-        if let Err(e) = ran {
-            // The query did not run (the store is unwritable, say): this
-            // submission, if no batch took it, is taken back and refused.
-            let mut pending = self.submits.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(i) = pending.iter().position(|p| p.ticket == ticket) {
-                pending.remove(i);
-                return Err(e);
-            }
+        if start {
+            let store = self.clone();
+            tokio::spawn(async move { store.flush().await });
         }
         answered(rx.await)
     }
