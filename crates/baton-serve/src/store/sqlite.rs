@@ -1,13 +1,19 @@
 //! The embedded store: one SQLite file in WAL mode. What is promised to a
 //! client (a job acknowledged, a cancel answered) is committed with
-//! `synchronous=FULL`: fsync'd before the answer. What only the service
+//! `synchronous=FULL`: synced (`fdatasync`, see `.cargo/config.toml`)
+//! before the answer. What only the service
 //! itself relies on (a claim, a process group, a job's end) is committed
 //! with `synchronous=NORMAL`: in WAL mode that survives a crash or `kill -9`
 //! of the service, and only a power loss can lose it — which also ends every
 //! job's processes, and such a job is then reported interrupted (or queued
 //! again) on the next start, never lost. The next FULL commit makes
 //! everything before it durable too. Every method is one `BEGIN IMMEDIATE`
-//! transaction on one connection, run on tokio's blocking pool.
+//! transaction on one connection, run on tokio's blocking pool;
+//! submissions are stored by one flusher in batches (group commit), and the
+//! WAL is checkpointed between them (see `checkpoint_if_due`). Debug events
+//! (`BATON_LOG=baton_serve::store=debug`) time each query's phases: waiting
+//! for a pool thread, for the connection, the query; and each batch's SQL
+//! and commit, and each checkpoint.
 //!
 //! One service owns the file (see `sqlite_files`: a lock on
 //! `<store>.lock`), so the connection runs in exclusive locking mode: no
