@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! How the SQLite store makes an acknowledged submission durable: with
 //! `fdatasync(2)`, never `fsync(2)`. Both keep a file's contents and size
 //! across a power loss; `fsync` also forces a filesystem journal commit for
