@@ -34,6 +34,11 @@ and the memory of the service with many finished jobs retained.
 5. Log readers: one job writes 16 MiB to its stdout, then R = 60 clients read
    `GET /v1/jobs/{id}/log` at once, slowly (64 KiB, a 5 ms pause, ...); the
    service's peak VmRSS (VmHWM) while they read. Bar: < 200 MiB.
+6. The PostgreSQL store (--pg URL, default postgres://postgres@127.0.0.1:5432;
+   --no-pg leaves it out): the throughput of 1 as of 2 (through 1 and 3
+   nodes on one fresh database, pg_bench.py's measurement) and the
+   submission latency of 2 through one node while every node runs jobs.
+   No bar yet. The databases are dropped at the end.
 
 Needs Rust (cargo), xargs and Python 3.11; the seed design's packages
 (bench/peers/requirements.txt) are installed into bench/out/venv on the
@@ -282,6 +287,8 @@ class Results:
     readers: int = 0
     readers_hwm_kib: int = 0
     readers_before_kib: int = 0
+    pg: list[tuple[int, float, dict]] = field(default_factory=list)  # (nodes, jobs/s, latency report)
+    pg_skipped: str = ""
     problems: list[str] = field(default_factory=list)
 
 
@@ -378,6 +385,40 @@ def submission_latency(baton: Path, gen: Path, work: Path, rate: int, secs: floa
             srv.proc.kill()  # the held `sleep` dies with the service (parent-death signal)
             srv.proc.wait()
         srv.stop()
+
+
+def pg_rows(baton: Path, gen: Path, work: Path, a: argparse.Namespace, res: Results) -> None:
+    """The throughput and submission latency on the PostgreSQL store, through
+    1 and 3 nodes on one fresh database each (pg_bench.py's nodes and
+    throughput; the latency through node 0 while every node runs jobs)."""
+    import pg_bench  # imports this module: only when needed
+    dbs = pg_bench.Databases(a.pg)
+    r = dbs.psql("SELECT 1")
+    if r.returncode != 0:
+        res.pg_skipped = f"skipped: psql at {a.pg}: {pg_bench.last_line(r)}"
+        log(f"  PostgreSQL: {res.pg_skipped}")
+        return
+    try:
+        for n in (1, 3):
+            ns = argparse.Namespace(jobs=a.jobs, concurrency=a.concurrency, conns=4)
+            run = pg_bench.serve_throughput(baton, gen, work, dbs, n, f"pg{n}", ns)
+            res.problems += run.problems
+            nodes = pg_bench.start_nodes(baton, work, dbs.create(), n, f"pg{n}-lat",
+                                         max_concurrency=a.concurrency,
+                                         max_queue_depth=int(a.rate * a.duration) + 1000)
+            try:
+                body = json.dumps({"template": "noop"})
+                lat = gen_run(gen, "rate", "--addr", nodes[0].addr, "--path", "/v1/jobs", "--body", body,
+                              "--rate", str(a.rate), "--duration", str(a.duration), "--conns", "4")
+            finally:
+                pg_bench.stop_nodes(nodes)
+            non = {k: v for k, v in lat["statuses"].items() if k != "202"}
+            if non or lat["errors"]:
+                res.problems.append(f"PostgreSQL {n} node(s) latency: non-202 {non}, errors {lat['errors']}")
+            log(f"  PostgreSQL, {n} node(s): {run.jobs_s:.0f} jobs/s; submissions p99 {lat['p99_us'] / 1000:.2f} ms")
+            res.pg.append((n, run.jobs_s, lat))
+    finally:
+        dbs.drop_all()
 
 
 def chat_latency(baton: Path, gen: Path, work: Path, n: int, res: Results) -> None:
@@ -537,6 +578,14 @@ def table(res: Results, a: argparse.Namespace) -> str:
             f"| chat completion (`echo hi`), sequential, p50 of {a.chat_n} | {res.chat_skipped} "
             f"| `echo hi` run directly: {ms(d['p50_us'])} | bar < 5 ms added | - |"
         )
+    for n, jobs_s, pl in res.pg:
+        rows.append(
+            f"| PostgreSQL store, {n} node{'s' if n > 1 else ''}: throughput ({a.jobs} jobs, `max_concurrency` "
+            f"{a.concurrency} cluster-wide) / `POST /v1/jobs` at {a.rate} req/s through one node, p50 / p99 / max "
+            f"| {jobs_s:.0f} jobs/s / {ms(pl['p50_us'])} / {ms(pl['p99_us'])} / {ms(pl['max_us'])} | | no bar yet | - |"
+        )
+    if res.pg_skipped:
+        rows.append(f"| PostgreSQL store, 1 and 3 nodes | {res.pg_skipped} | | no bar yet | - |")
     rss, hwm = res.mem_kib
     rows.append(
         f"| memory: VmRSS with {res.mem_jobs} finished jobs retained "
@@ -588,6 +637,9 @@ def main() -> None:
     ap.add_argument("--no-seed", action="store_true", help="leave out the seed design (no venv needed)")
     ap.add_argument("--profile", default="release", choices=["release", "debug"],
                     help="which build to measure [release]; debug only to try the script out")
+    ap.add_argument("--pg", default="postgres://postgres@127.0.0.1:5432",
+                    help="PostgreSQL server for the PostgreSQL store's rows (fresh databases, dropped after)")
+    ap.add_argument("--no-pg", action="store_true", help="leave out the PostgreSQL store's rows")
     ap.add_argument("--dir", type=Path, default=None, help="where to put the services' files [a temp dir]")
     a = ap.parse_args()
     if a.quick:
@@ -616,6 +668,9 @@ def main() -> None:
         res.lat_queued = submission_latency(baton, gen, work, a.rate, a.duration, a.concurrency, True, res)
         if seed_py:
             res.lat_seed = seed_latency(seed_py, gen, work, a.rate, a.duration, a.concurrency, res)
+        if not a.no_pg:
+            log("PostgreSQL store (1 and 3 nodes)")
+            pg_rows(baton, gen, work, a, res)
         log("chat completion")
         chat_latency(baton, gen, work, a.chat_n, res)
         log(f"memory ({a.mem_jobs} jobs)")

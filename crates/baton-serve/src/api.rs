@@ -344,8 +344,10 @@ pub async fn post_job(
     State(service): State<AppState>,
     JsonBody(req): JsonBody<SubmitRequest>,
 ) -> Result<Response, ApiError> {
+    let t0 = std::time::Instant::now();
     let job = resolve(&service, req)?;
     let (job, position) = submit(&service, job).await?;
+    tracing::debug!(us = t0.elapsed().as_micros() as u64, "post_job handled");
     Ok((
         StatusCode::ACCEPTED,
         [(header::LOCATION, format!("/v1/jobs/{}", job.spec.id))],

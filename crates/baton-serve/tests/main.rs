@@ -5,6 +5,7 @@
 mod common;
 mod entry_point;
 mod store;
+mod sync;
 mod wire;
 
 #[test]

@@ -1,13 +1,19 @@
 //! The embedded store: one SQLite file in WAL mode. What is promised to a
 //! client (a job acknowledged, a cancel answered) is committed with
-//! `synchronous=FULL`: fsync'd before the answer. What only the service
+//! `synchronous=FULL`: synced (`fdatasync`, see `.cargo/config.toml`)
+//! before the answer. What only the service
 //! itself relies on (a claim, a process group, a job's end) is committed
 //! with `synchronous=NORMAL`: in WAL mode that survives a crash or `kill -9`
 //! of the service, and only a power loss can lose it — which also ends every
 //! job's processes, and such a job is then reported interrupted (or queued
 //! again) on the next start, never lost. The next FULL commit makes
 //! everything before it durable too. Every method is one `BEGIN IMMEDIATE`
-//! transaction on one connection, run on tokio's blocking pool.
+//! transaction on one connection, run on tokio's blocking pool;
+//! submissions are stored by one flusher in batches (group commit), and the
+//! WAL is checkpointed between them (see `checkpoint_if_due`). Debug events
+//! (`BATON_LOG=baton_serve::store=debug`) time each query's phases: waiting
+//! for a pool thread, for the connection, the query; and each batch's SQL
+//! and commit, and each checkpoint.
 //!
 //! One service owns the file (see `sqlite_files`: a lock on
 //! `<store>.lock`), so the connection runs in exclusive locking mode: no
@@ -26,6 +32,17 @@ use super::{CancelQueued, Recovered, Store, StoreError};
 use crate::model::{
     Counts, Finish, Job, JobMode, JobStatus, ListFilter, NewJob, RecordedGroup, Submitted,
 };
+
+/// The WAL is copied into the database (a checkpoint: two syncs) after
+/// this many commits of the service's own bookkeeping, by the one that
+/// finds no submission waiting, never by a submission's commit: a client's
+/// acknowledgement waits for its own sync only. About 4 pages a commit.
+const CHECKPOINT_EVERY: u64 = 2_500;
+
+/// SQLite's own checkpoint, only if no bookkeeping commit found a moment
+/// without a waiting submission for this long a WAL (pages of 4 KiB): a
+/// bound on the WAL's size, not the usual path.
+const CHECKPOINT_AT_LEAST: i64 = 16_000;
 
 /// 2: `waiter` (the node whose caller waits for the job).
 const SCHEMA_VERSION: i64 = 2;
@@ -66,9 +83,9 @@ const COLUMNS: &str = "seq, id, template, prompt, grp, mode, timeout_ms, branch,
 
 /// A submission waiting for its batch's commit, and where its answer goes.
 struct PendingSubmit {
-    ticket: u64,
     job: NewJob,
     max_depth: u64,
+    pushed: std::time::Instant,
     answer: tokio::sync::oneshot::Sender<Result<Submitted, String>>,
 }
 
@@ -78,8 +95,10 @@ pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
     /// Submissions waiting for the next group commit.
     submits: Arc<Mutex<Vec<PendingSubmit>>>,
-    /// Numbers the submissions (to take back one whose batch never ran).
-    tickets: Arc<std::sync::atomic::AtomicU64>,
+    /// Whether a flusher stores the waiting submissions (see `flush`).
+    flushing: Arc<std::sync::atomic::AtomicBool>,
+    /// Commits since the last checkpoint (see [`CHECKPOINT_EVERY`]).
+    commits: Arc<std::sync::atomic::AtomicU64>,
     // The files' identities, their owner lock, the last write's failure.
     files: Arc<StoreFiles>,
 }
@@ -127,6 +146,13 @@ impl SqliteStore {
             .map_err(|e| e.to_string())?;
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(|e| e.to_string())?;
+        conn.pragma_update(None, "wal_autocheckpoint", CHECKPOINT_AT_LEAST)
+            .map_err(|e| e.to_string())?;
+        // A WAL that grew past its usual size (under a long burst) is cut
+        // back after its checkpoint; below this it is rewritten in place,
+        // which syncs without a change of its size.
+        conn.pragma_update(None, "journal_size_limit", CHECKPOINT_AT_LEAST * 4096)
+            .map_err(|e| e.to_string())?;
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(|e| e.to_string())?;
@@ -145,9 +171,99 @@ impl SqliteStore {
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             submits: Arc::default(),
-            tickets: Arc::default(),
+            flushing: Arc::default(),
+            commits: Arc::default(),
             files: Arc::new(StoreFiles::new(path, owner)?),
         })
+    }
+
+    /// Stores the waiting submissions until none waits: one batch per
+    /// transaction and sync, taken when the connection is free, so the
+    /// submissions that arrive during a commit share the next one. One
+    /// flusher at a time (`flushing`), not a query thread per submission:
+    /// under a steady stream those piled up on the connection (and filled
+    /// the blocking pool, 500 threads, 50 MiB).
+    async fn flush(&self) {
+        loop {
+            {
+                let pending = self.submits.lock().unwrap_or_else(PoisonError::into_inner);
+                if pending.is_empty() {
+                    self.flushing
+                        .store(false, std::sync::atomic::Ordering::SeqCst);
+                    return;
+                }
+            }
+            let submits = Arc::clone(&self.submits);
+            let files = Arc::clone(&self.files);
+            let ran = self
+                .durably("store a job", move |conn| {
+                    let batch = std::mem::take(
+                        &mut *submits.lock().unwrap_or_else(PoisonError::into_inner),
+                    );
+                    if batch.is_empty() {
+                        return Ok(());
+                    }
+                    let mut answers = Vec::with_capacity(batch.len());
+                    let n = batch.len();
+                    let oldest = batch
+                        .iter()
+                        .map(|p| p.pushed.elapsed())
+                        .max()
+                        .unwrap_or_default();
+                    let t0 = std::time::Instant::now();
+                    let mut sql = std::time::Duration::ZERO;
+                    let committed = (|| {
+                        let mut tx =
+                            conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                        let mut now = counts(&tx)?;
+                        for p in batch {
+                            // Each job in its own savepoint: one that fails leaves
+                            // the others stored.
+                            let mut one = tx.savepoint()?;
+                            let mut after = now;
+                            let done = submit_one(&one, &mut after, p.job, p.max_depth);
+                            if done.is_ok() {
+                                one.commit()?;
+                                now = after;
+                            } else {
+                                one.rollback()?;
+                            }
+                            answers.push((p.answer, done));
+                        }
+                        sql = t0.elapsed();
+                        tx.commit()
+                    })();
+                    tracing::debug!(
+                        n,
+                        oldest_us = oldest.as_micros() as u64,
+                        sql_us = sql.as_micros() as u64,
+                        commit_us = (t0.elapsed() - sql).as_micros() as u64,
+                        "submit batch"
+                    );
+                    for (answer, done) in answers {
+                        let _ = answer.send(match &committed {
+                            Ok(()) => done.map_err(|e| files.failed(&e)),
+                            Err(e) => Err(files.failed(e)),
+                        });
+                    }
+                    committed
+                })
+                .await;
+            if let Err(e) = ran {
+                // The query did not run (the store is unwritable, say), or
+                // its batch failed (answered): what waits now is refused.
+                let message = match e {
+                    StoreError::Query { message, .. } => message,
+                    other => other.to_string(),
+                };
+                let refused = std::mem::take(
+                    &mut *self.submits.lock().unwrap_or_else(PoisonError::into_inner),
+                );
+                for p in refused {
+                    let _ = p.answer.send(Err(message.clone()));
+                }
+            }
+        }
     }
 
     /// Runs `f`, which only reads (its failure is not a failed write).
@@ -188,8 +304,13 @@ impl SqliteStore {
     ) -> Result<T, StoreError> {
         let conn = Arc::clone(&self.conn);
         let files = Arc::clone(&self.files);
+        let submits = Arc::clone(&self.submits);
+        let commits = Arc::clone(&self.commits);
+        let queued = std::time::Instant::now();
         let query = move || {
+            let started = queued.elapsed();
             let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+            let locked = queued.elapsed();
             files.check()?;
             let done = conn
                 .pragma_update(None, "synchronous", sync)
@@ -198,6 +319,18 @@ impl SqliteStore {
             if writes {
                 files.wrote(done.as_ref().err());
             }
+            let ran = queued.elapsed();
+            if writes && sync == "NORMAL" && done.is_ok() {
+                checkpoint_if_due(&conn, &commits, &submits);
+            }
+            drop(conn);
+            tracing::debug!(
+                op,
+                pool_us = started.as_micros() as u64,
+                conn_us = (locked - started).as_micros() as u64,
+                run_us = (ran - locked).as_micros() as u64,
+                "store query"
+            );
             done
         };
         let joined = tokio::task::spawn_blocking(query).await;
@@ -208,6 +341,32 @@ impl SqliteStore {
                 message: format!("the query's thread failed: {e}"),
             }),
         }
+    }
+}
+
+/// After a bookkeeping commit: copies the WAL into the database once
+/// [`CHECKPOINT_EVERY`] commits have accumulated, unless a submission waits
+/// (it would wait for the checkpoint's syncs; a later commit does it).
+/// A failed checkpoint is retried by the next one; nothing is lost by it.
+fn checkpoint_if_due(
+    conn: &Connection,
+    commits: &std::sync::atomic::AtomicU64,
+    submits: &Mutex<Vec<PendingSubmit>>,
+) {
+    use std::sync::atomic::Ordering;
+    if commits.fetch_add(1, Ordering::Relaxed) + 1 < CHECKPOINT_EVERY
+        || !submits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    {
+        return;
+    }
+    let t0 = std::time::Instant::now();
+    let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1));
+    tracing::debug!(us = t0.elapsed().as_micros() as u64, pages = ?done, "checkpoint");
+    if done.is_ok() {
+        commits.store(0, Ordering::Relaxed);
     }
 }
 
@@ -316,6 +475,23 @@ fn counts(conn: &Connection) -> rusqlite::Result<Counts> {
     })
 }
 
+/// A submission's answer from its batch.
+fn answered(
+    answer: Result<Result<Submitted, String>, tokio::sync::oneshot::error::RecvError>,
+) -> Result<Submitted, StoreError> {
+    match answer {
+        Ok(Ok(submitted)) => Ok(submitted),
+        Ok(Err(message)) => Err(StoreError::Query {
+            op: "store a job",
+            message,
+        }),
+        Err(_) => Err(StoreError::Query {
+            op: "store a job",
+            message: "the batch storing it was dropped".to_string(),
+        }),
+    }
+}
+
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -327,84 +503,27 @@ impl Store for SqliteStore {
     }
 
     async fn submit(&self, job: NewJob, max_depth: u64) -> Result<Submitted, StoreError> {
-        // Group commit: the submission joins the batch; whichever query
-        // thread takes the connection next stores the whole batch in one
-        // transaction and one fsync, and answers each submitter.
+        // Group commit: the submission joins the waiting ones; one flusher
+        // at a time stores them, a batch per transaction and sync, and
+        // answers each submitter (see `flush`).
         let (answer, rx) = tokio::sync::oneshot::channel();
-        let ticket = self
-            .tickets
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.submits
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(PendingSubmit {
-                ticket,
+        let start = {
+            let mut pending = self.submits.lock().unwrap_or_else(PoisonError::into_inner);
+            pending.push(PendingSubmit {
                 job,
                 max_depth,
+                pushed: std::time::Instant::now(),
                 answer,
             });
-        let submits = Arc::clone(&self.submits);
-        let files = Arc::clone(&self.files);
-        // Committed with `synchronous=FULL`, like `durably`; a batch that
-        // wrote records how the write ended, a call whose job an earlier
-        // batch took wrote nothing (its success must not hide a failure).
-        let ran = self
-            .with_sync("store a job", "FULL", false, move |conn| {
-                let batch =
-                    std::mem::take(&mut *submits.lock().unwrap_or_else(PoisonError::into_inner));
-                if batch.is_empty() {
-                    return Ok(()); // an earlier thread took this one's job
-                }
-                let mut answers = Vec::with_capacity(batch.len());
-                let committed = (|| {
-                    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                    let mut now = counts(&tx)?;
-                    for p in batch {
-                        // Each job in its own savepoint: one that fails leaves
-                        // the others stored.
-                        let mut one = tx.savepoint()?;
-                        let mut after = now;
-                        let done = submit_one(&one, &mut after, p.job, p.max_depth);
-                        if done.is_ok() {
-                            one.commit()?;
-                            now = after;
-                        } else {
-                            one.rollback()?;
-                        }
-                        answers.push((p.answer, done));
-                    }
-                    tx.commit()
-                })();
-                files.wrote(committed.as_ref().err().map(|e| files.failed(e)).as_ref());
-                for (answer, done) in answers {
-                    let _ = answer.send(match &committed {
-                        Ok(()) => done.map_err(|e| files.failed(&e)),
-                        Err(e) => Err(files.failed(e)),
-                    });
-                }
-                committed
-            })
-            .await;
-        if let Err(e) = ran {
-            // The query did not run (the store is unwritable, say): this
-            // submission, if no batch took it, is taken back and refused.
-            let mut pending = self.submits.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(i) = pending.iter().position(|p| p.ticket == ticket) {
-                pending.remove(i);
-                return Err(e);
-            }
+            !self
+                .flushing
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+        };
+        if start {
+            let store = self.clone();
+            tokio::spawn(async move { store.flush().await });
         }
-        match rx.await {
-            Ok(Ok(submitted)) => Ok(submitted),
-            Ok(Err(message)) => Err(StoreError::Query {
-                op: "store a job",
-                message,
-            }),
-            Err(_) => Err(StoreError::Query {
-                op: "store a job",
-                message: "the batch storing it was dropped".to_string(),
-            }),
-        }
+        answered(rx.await)
     }
 
     async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {
