@@ -55,6 +55,7 @@ fn an_acknowledged_submission_is_synced_with_fdatasync_not_fsync() {
         store_one_job(Path::new(&dir));
         return;
     }
+    baton_testkit::ensure_debian_package("strace", "strace");
     let tmp = tempfile::tempdir().unwrap();
     let trace = tmp.path().join("trace");
     let status = Command::new("strace")
@@ -68,7 +69,7 @@ fn an_acknowledged_submission_is_synced_with_fdatasync_not_fsync() {
         ])
         .env(CHILD, tmp.path())
         .status()
-        .expect("strace (the test needs it on PATH)");
+        .expect("strace (installed above)");
     assert!(status.success(), "the traced child failed: {status}");
     let calls = std::fs::read_to_string(&trace).unwrap();
     let fsyncs = calls.lines().filter(|l| l.contains(" fsync(")).count();

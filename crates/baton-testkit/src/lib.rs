@@ -172,3 +172,25 @@ pub fn assert_test_files_declared(manifest_dir: &str) {
         tests.join("main.rs").display()
     );
 }
+
+/// Makes sure the program `bin` is on PATH, installing Debian's `package`
+/// with apt-get when it is missing (as root, as on CI: a test's tools are
+/// installed by the test, not by hand). Concurrent callers wait for each
+/// other on a lock file. Panics with the reason when it cannot.
+pub fn ensure_debian_package(bin: &str, package: &str) {
+    let lock = std::env::temp_dir().join("baton-tests-apt.lock");
+    let script = format!(
+        "command -v {bin} >/dev/null 2>&1 && exit 0; \
+         apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q {package}"
+    );
+    let out = std::process::Command::new("flock")
+        .arg(&lock)
+        .args(["sh", "-c", &script])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot install {package} (flock): {e}"));
+    assert!(
+        out.status.success(),
+        "cannot install {package} with apt-get (the test needs {bin}):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
