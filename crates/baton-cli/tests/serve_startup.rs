@@ -190,7 +190,8 @@ fn a_restart_after_kill9_listens_at_once_and_keeps_the_old_jobs_slots_until_thei
         .iter()
         .map(|n| s.submit(json!({"prompt": lingering(&t, n, true)})))
         .collect();
-    let old: Vec<i32> = names.iter().flat_map(|n| pids(&t, n)).collect();
+    let old_by_job: Vec<Vec<i32>> = names.iter().map(|n| pids(&t, n)).collect();
+    let old: Vec<i32> = old_by_job.iter().flatten().copied().collect();
     s.kill9();
 
     let start = Instant::now();
@@ -203,8 +204,12 @@ fn a_restart_after_kill9_listens_at_once_and_keeps_the_old_jobs_slots_until_thei
     let (code, h) = s.get("/health");
     assert_eq!(code, 200, "{h}");
 
-    // The new job runs only once every leftover is gone: it records the
-    // state of each old process when it starts.
+    // Each old job keeps its slot until its own leftovers are gone; the
+    // four are stopped at once but not in the same microsecond, so the new
+    // job (all four slots taken) may start as soon as the first old job is
+    // wholly gone, beside the last moments of the others. It records the
+    // state of each old process when it starts ("pid state", `gone` when
+    // the process no longer exists).
     let list = old
         .iter()
         .map(|p| p.to_string())
@@ -212,7 +217,8 @@ fn a_restart_after_kill9_listens_at_once_and_keeps_the_old_jobs_slots_until_thei
         .join(" ");
     let check = PathBuf::from(format!("{t}/new.check"));
     let new = s.submit(json!({"prompt": format!(
-        "for p in {list}; do cat /proc/$p/stat 2>/dev/null; echo; done > {t}/new.tmp; mv {t}/new.tmp {}",
+        "for p in {list}; do st=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); \
+         echo \"$p ${{st:-gone}}\"; done > {t}/new.tmp; mv {t}/new.tmp {}",
         check.display()
     )}));
     // Right after the restart the old jobs still hold their slots.
@@ -223,13 +229,17 @@ fn a_restart_after_kill9_listens_at_once_and_keeps_the_old_jobs_slots_until_thei
     let j = s.wait_final(&new);
     assert_eq!(status(&j), "succeeded", "{j}");
     let seen = std::fs::read_to_string(&check).unwrap();
-    for line in seen.lines().filter(|l| !l.trim().is_empty()) {
-        let state = line.rsplit(')').next().unwrap_or("").trim_start();
-        assert!(
-            state.starts_with('Z'),
-            "the new job started while an old job's process ran: {line}"
-        );
-    }
+    let state: std::collections::HashMap<i32, String> = seen
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(p, st)| (p.parse().unwrap(), st.to_string()))
+        .collect();
+    assert_eq!(state.len(), old.len(), "{seen}");
+    let ended = |p: &i32| matches!(state[p].as_str(), "Z" | "X" | "gone");
+    assert!(
+        old_by_job.iter().any(|job| job.iter().all(ended)),
+        "the new job started while every old job still had a process running: {seen}"
+    );
     for id in &old_jobs {
         let j = s.wait_final(id);
         assert_eq!(status(&j), "interrupted", "{j}");
