@@ -1334,7 +1334,10 @@ fn unpushed_workspace(g: &GitEnv, subject: &str) -> (String, PathBuf) {
 fn gc_keeps_and_names_unpushed_clones_and_discard_drops_them_by_name() {
     let g = GitEnv::new();
     let (kept_id, kept_path) = unpushed_workspace(&g, "first unpushed");
-    let out = g.run(&[
+    // A kept workspace belongs to the process that ran `baton run`: here a
+    // shell that has exited, so gc may remove it.
+    let mut through_sh = Command::new("sh");
+    let run = g.baton(&[
         "run",
         "--workspace",
         g.base.to_str().unwrap(),
@@ -1342,6 +1345,15 @@ fn gc_keeps_and_names_unpushed_clones_and_discard_drops_them_by_name() {
         "--",
         "true",
     ]);
+    through_sh
+        .arg("-c")
+        .arg("\"$@\"")
+        .arg("sh")
+        .arg(run.get_program())
+        .args(run.get_args())
+        .envs(run.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(run.get_current_dir().unwrap_or(g.base.as_path()));
+    let out = through_sh.output().unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(g.workspaces().len(), 2);
     for _ in 0..2 {
@@ -1535,4 +1547,28 @@ fn workspaces_go_to_the_root_chosen_by_flag_or_by_the_bases_setting() {
     let out = g.run(&["workspace", "remove", "marked"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(g.workspaces().is_empty());
+}
+
+/// A workspace kept with `run --keep-workspace` belongs to the process that
+/// ran `baton run` (here this test, alive): `workspace gc` leaves it (it
+/// used to be owned by the finished run, so the next gc removed it).
+#[test]
+fn a_kept_workspace_survives_gc_while_its_caller_lives() {
+    let g = GitEnv::new();
+    let out = g.run(&[
+        "run",
+        "--workspace",
+        g.base.to_str().unwrap(),
+        "--keep-workspace",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(g.workspaces().len(), 1);
+    let out = g.run(&["workspace", "gc", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let ws = g.workspaces();
+    assert_eq!(ws.len(), 1, "gc removed a kept workspace");
+    assert_eq!(ws[0]["owner_alive"], "alive", "{ws:?}");
+    assert!(Path::new(ws[0]["path"].as_str().unwrap()).is_dir());
 }

@@ -66,7 +66,9 @@ pub struct RunWorkspaceArgs {
     #[arg(long, value_enum, default_value = "clone", requires = "workspace")]
     pub strategy: StrategyArg,
 
-    /// Leave the workspace in place after the command (remove it later with `baton workspace remove`).
+    /// Leave the workspace in place after the command. It then belongs to the process that ran
+    /// `baton run` (usually your shell or agent), as with `workspace create`: `baton workspace
+    /// gc` removes it once that process has exited; `baton workspace remove` removes it at once.
     #[arg(long, requires = "workspace")]
     pub keep_workspace: bool,
 
@@ -306,7 +308,7 @@ fn code(e: &GitError) -> u8 {
 
 /// The process that ran `baton` (a shell, an agent): a workspace it creates
 /// lives as long as it does.
-fn caller() -> ProcessIdentity {
+pub(crate) fn caller() -> ProcessIdentity {
     rustix::process::getppid()
         .and_then(|p| ProcessIdentity::of_pid(p.as_raw_nonzero().get()))
         .unwrap_or_else(ProcessIdentity::current)

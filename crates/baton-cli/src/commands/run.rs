@@ -116,7 +116,15 @@ pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, flags: &Flags<'_>) -> u8 {
         command: args.command,
         timeout: args.timeout,
         grace: args.grace,
-        workspace: args.workspace.request(),
+        workspace: args.workspace.request().map(|mut w| {
+            if args.workspace.keep_workspace {
+                // Kept for whoever ran `baton run` (as `workspace create`
+                // records its caller), not for this run, which ends now: a
+                // gc must not remove it the moment the run is over.
+                w.owner = Some(crate::commands::git::caller());
+            }
+            w
+        }),
         keep_workspace: args.workspace.keep_workspace,
         workspace_dir,
         leftovers: if args.leave_leftovers {
