@@ -14,9 +14,12 @@
 //! children it starts later. When the script leads its own process group
 //! (a script started from a terminal, by `setsid`, by `baton run`, by an
 //! agent that gives each command a group), the members of that group that
-//! started after the script and are not another program's children are
-//! collected too, at the end: this catches a double fork (`( cmd & )`) that
-//! left the tree between two refreshes.
+//! started after the script are collected too, at the end: this catches a
+//! double fork (`( cmd & )`) that left the tree between two refreshes,
+//! whoever it was re-parented to (init, or a child subreaper such as a CI
+//! runner, `systemd --user` or a container's init). The members of the group
+//! that were not the script's when following began (the other side of a
+//! pipe, `./s | tee`) and their descendants are never collected.
 //!
 //! Not followed: a process that left the tree between two refreshes (its
 //! parent exited first) *and* is outside the script's own group (the script
@@ -41,6 +44,9 @@ pub struct ProcessTree {
     root_start: u64,
     /// The root's process group and session, when the root leads the group.
     own_group: Option<(i32, i32)>,
+    /// Members of that group that were not the root's descendants when
+    /// following began (pid, start time): a pipeline's other commands.
+    foreign: HashSet<(i32, u64)>,
     /// The root itself (while it lives) and every descendant collected.
     known: Vec<Pinned>,
 }
@@ -67,9 +73,19 @@ impl ProcessTree {
             root: pid,
             root_start: start_time,
             own_group,
+            foreign: HashSet::new(),
             known: vec![root],
         };
         tree.refresh();
+        if let Some((pgid, session)) = own_group {
+            let known: HashSet<i32> = tree.known.iter().map(|p| p.pid).collect();
+            tree.foreign = procfs::scan(|pid, st| {
+                st.pgrp == pgid && st.session == session && !known.contains(&pid)
+            })
+            .into_iter()
+            .map(|(pid, st)| (pid, st.start_time))
+            .collect();
+        }
         Some(tree)
     }
 
@@ -109,16 +125,19 @@ impl ProcessTree {
     }
 
     /// Members of the root's own process group that are the script's:
-    /// started no earlier than the root, in its session, and not the
-    /// children of a live process outside the group that is not collected
-    /// (the other side of a pipe the script's shell set up, `./s | tee`).
+    /// started no earlier than the root, in its session, and neither one of
+    /// the group's members that were not the script's when following began
+    /// (the other side of a pipe the script's shell set up, `./s | tee`)
+    /// nor a descendant of one. Who a member's parent is now says nothing
+    /// more: a double-forked process is re-parented to init or to the
+    /// nearest child subreaper, which may be any process of the session.
     fn group_members(&mut self) {
         let Some((pgid, session)) = self.own_group else {
             return;
         };
         let me = std::process::id() as i32;
         let known: HashSet<i32> = self.known.iter().map(|p| p.pid).collect();
-        let members = procfs::scan(|pid, st| {
+        let mut members = procfs::scan(|pid, st| {
             st.pgrp == pgid
                 && st.session == session
                 && !st.exited
@@ -126,12 +145,17 @@ impl ProcessTree {
                 && pid != me
                 && !known.contains(&pid)
         });
+        // Parents before their children, so that a foreign process's
+        // descendants are recognised through it.
+        members.sort_by_key(|(pid, st)| (st.start_time, *pid));
         for (pid, st) in members {
-            let foreign_parent = !known.contains(&st.ppid)
-                && procfs::stat(st.ppid).is_some_and(|parent| {
-                    !parent.exited && parent.pgrp != pgid && parent.session == session
-                });
-            if foreign_parent {
+            if self.foreign.contains(&(pid, st.start_time)) {
+                continue;
+            }
+            let parent_foreign = procfs::stat(st.ppid)
+                .is_some_and(|parent| self.foreign.contains(&(st.ppid, parent.start_time)));
+            if parent_foreign {
+                self.foreign.insert((pid, st.start_time));
                 continue;
             }
             if let Some(p) = pin_checked(pid, &st) {
