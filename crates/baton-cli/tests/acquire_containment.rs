@@ -83,7 +83,10 @@ root = os.fork()
 if root == 0:
     os.setpgid(0, 0)
     os.execvp("sh", ["sh", "-c", script])
-os.setpgid(root, root)
+try:
+    os.setpgid(root, root)  # as a job-control shell does, against the race
+except PermissionError:
+    pass  # the child has already run `exec`, so it has already set it
 pids = [str(root)]
 if sibling:
     other = os.fork()

@@ -8,7 +8,7 @@ use std::fs;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{code, stderr, stdout, wait_for_file, wait_until, Env};
+use common::{code, stderr, stdout, wait_for_file, wait_for_line, wait_until, Env};
 
 const BIN: &str = env!("CARGO_BIN_EXE_baton");
 
@@ -86,7 +86,7 @@ fn ttl_stops_the_scripts_children_before_the_lock_is_free() {
         p = pidfile.display()
     );
     let mut sh = Command::new("sh").arg("-c").arg(&script).spawn().unwrap();
-    let child: i32 = wait_for_file(&pidfile).trim().parse().unwrap();
+    let child: i32 = wait_for_line(&pidfile).trim().parse().unwrap();
     // The next holder runs only once the script's child is gone.
     let check = format!(
         "if [ -e /proc/{child} ] && ! grep -q ') [ZX]' /proc/{child}/stat; then echo alive; fi"

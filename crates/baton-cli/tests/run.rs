@@ -7,7 +7,7 @@ use std::fs;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{code, stderr, stdout, wait_for_file, Env};
+use common::{code, stderr, stdout, wait_for_file, wait_for_line, Env};
 
 #[test]
 fn command_gets_its_environment_and_exit_code_passes_through() {
@@ -193,7 +193,7 @@ fn sigkilled_holder_hands_the_lock_to_the_next_waiter_at_once() {
     // Kill the supervising baton process itself mid-critical-section.
     let killed_at = Instant::now();
     holder.kill().unwrap();
-    let t2: u64 = wait_for_file(&started).trim().parse().unwrap();
+    let t2: u64 = wait_for_line(&started).trim().parse().unwrap();
     let handoff = killed_at.elapsed();
     assert!(t2 > t1, "token {t2} after {t1}");
     // The bar (10 ms) is measured by the benchmark; here only a sanity bound.
@@ -221,7 +221,7 @@ fn the_lock_is_not_inherited_by_a_daemon_the_command_leaves_behind() {
         &cmd,
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let pid = wait_for_file(&pidfile).trim().to_string();
+    let pid = wait_for_line(&pidfile).trim().to_string();
     assert!(fs::metadata(format!("/proc/{pid}")).is_ok(), "daemon runs");
     let st = env.status("d");
     assert_eq!(st["held"], false, "{st}");

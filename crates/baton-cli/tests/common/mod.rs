@@ -127,6 +127,15 @@ pub fn wait_for_file(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
+/// Waits until `path` holds a whole line (a shell's `echo $! > path` creates
+/// the file before it writes the line), and returns the file's text.
+pub fn wait_for_line(path: &Path) -> String {
+    wait_until(Duration::from_secs(20), || {
+        std::fs::read_to_string(path).is_ok_and(|t| t.ends_with('\n'))
+    });
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
 pub fn code(out: &Output) -> i32 {
     out.status.code().unwrap_or(-1)
 }
