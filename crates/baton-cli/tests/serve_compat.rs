@@ -256,6 +256,21 @@ fn the_older_routes_speak_the_older_services_vocabulary() {
     // The new routes keep the new names.
     let (_, v) = s.get(&format!("/v1/jobs/{id}"));
     assert_eq!(v["status"], "cancelled", "{v}");
+    // The older route cancels too, and answers in its vocabulary.
+    let (code, v) = s.post("/execute", &json!({"prompt": "d"}));
+    assert_eq!(code, 202, "{v}");
+    let id = v["job_id"].as_str().unwrap().to_string();
+    let pid = started(&s, "d");
+    let (code, v) = s.delete(&format!("/jobs/{id}"));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["job_id"], id.as_str(), "{v}");
+    assert_eq!(v["status"], "error", "{v}");
+    assert_eq!(v["baton_status"], "cancelled", "{v}");
+    assert!(!alive(pid), "the cancelled job's command still runs");
+    let (code, v) = s.delete(&format!("/jobs/{id}"));
+    assert_eq!(code, 409, "a second cancel: {v}");
+    let (code, v) = s.delete("/jobs/no-such-job");
+    assert_eq!(code, 404, "{v}");
 }
 
 #[test]

@@ -32,6 +32,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/jobs/{id}/log"),
     ("post", "/execute"),
     ("get", "/jobs/{id}"),
+    ("delete", "/jobs/{id}"),
     ("post", "/v1/chat/completions"),
     ("get", "/v1/models"),
     ("get", "/v1/models/{model}"),

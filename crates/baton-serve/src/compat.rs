@@ -2,7 +2,8 @@
 //! unchanged:
 //!
 //! - `POST /execute {prompt, template?}` -> `202 {job_id, status}` and
-//!   `GET /jobs/{id}`: the single-endpoint agent service this one replaces,
+//!   `GET /jobs/{id}` (and `DELETE /jobs/{id}`, which cancels as
+//!   `DELETE /v1/jobs/{id}` does): the single-endpoint agent service this one replaces,
 //!   in its vocabulary ([`legacy_status`]: its pollers wait for
 //!   `completed`, `failed`, `timeout` or `error`); the precise state is in
 //!   `baton_status`.
@@ -41,7 +42,7 @@ pub fn routes() -> Router<AppState> {
     STARTED.get_or_init(|| now_ms() / 1000);
     Router::new()
         .route("/execute", post(execute))
-        .route("/jobs/{id}", get(get_job))
+        .route("/jobs/{id}", get(get_job).delete(cancel_job))
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/models", get(models))
         .route("/v1/models/{model}", get(model))
@@ -112,6 +113,17 @@ pub async fn get_job(
     v["baton_status"] = Value::String(job.status.as_str().to_string());
     v["status"] = Value::String(legacy_status(job.status).to_string());
     Ok(Json(v))
+}
+
+/// `DELETE /jobs/{id}`: cancels the job exactly as `DELETE /v1/jobs/{id}`
+/// does (the same errors: 404 unknown, 409 already ended or on another
+/// node), and answers with the job as `GET /jobs/{id}` shows it.
+pub async fn cancel_job(
+    State(service): State<AppState>,
+    PathParam(id): PathParam,
+) -> Result<Json<Value>, ApiError> {
+    api::cancel_job(State(service.clone()), PathParam(id.clone())).await?;
+    get_job(State(service), PathParam(id)).await
 }
 
 /// `GET /v1/models`: every template, as an OpenAI model list.
