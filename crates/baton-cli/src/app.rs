@@ -41,6 +41,7 @@ pub(crate) fn run_cli(services: &Services) -> u8 {
         errln!("baton: --backend does not apply to `baton {name}`: {hint}");
         return BATON_FAILED;
     }
+    crate::say::set_quiet(cli.globals.quiet);
     if let Err(e) = logging::init(cli.globals.verbose, cli.globals.log_format) {
         errln!("baton: {e}");
         return BATON_FAILED;
@@ -110,7 +111,7 @@ fn warn_of_previous_default(dir: &BatonDir) {
     };
     let held = baton_lock::held_locks_in(&old);
     if !held.is_empty() {
-        errln!(
+        warnln!(
             "baton: warning: lock(s) {} are held in '{}', this clone's baton dir before lock names became per machine; those holders (an older baton) do not exclude holders in '{}' (see `baton doctor`)",
             held.join(", "),
             old.display(),
@@ -125,7 +126,7 @@ fn warn_of_previous_default(dir: &BatonDir) {
 /// temporary files may empty. Say so.
 fn warn_of_temporary_dir(dir: &BatonDir) {
     let tmpfs = baton_lock::filesystem(dir.path()).is_ok_and(|f| f.name == "tmpfs");
-    errln!(
+    warnln!(
         "baton: warning: the service's baton dir '{}' is this user's default, in the temporary dir{}: its default job store, job outputs and workspaces may not survive a reboot or a cleaner of old temporary files; give --dir DIR (or BATON_DIR) for jobs that must survive",
         dir.path().display(),
         if tmpfs { " (a tmpfs)" } else { "" }

@@ -82,6 +82,12 @@ pub struct Globals {
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
 
+    /// Print no warnings (a network filesystem, processes a command left
+    /// behind, ...); errors are still printed. On success baton prints
+    /// nothing on stderr anyway, so `-q` is what a git user types, and safe.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
     /// Format of the -v diagnostics: text, or one JSON object per line.
     #[arg(
         long,

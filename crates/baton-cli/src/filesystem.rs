@@ -37,7 +37,7 @@ pub(crate) fn local_dir_remedy() -> String {
 /// nothing when the type cannot be read: the command itself will say).
 pub(crate) fn warn_if_remote(dir: &BatonDir) {
     if let Some(line) = remote_warning(dir.path(), baton_lock::filesystem) {
-        errln!("{line}");
+        warnln!("{line}");
     }
 }
 

@@ -20,6 +20,21 @@ use crate::exit_codes::BATON_FAILED;
 /// The first failed write to stdout, if any.
 static STDOUT_ERROR: Mutex<Option<std::io::Error>> = Mutex::new(None);
 
+/// Whether warnings are silenced (`-q`).
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Silences warnings (`-q`/`--quiet`): errors are still printed.
+pub(crate) fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+}
+
+/// Prints a warning line on stderr, unless `-q` silenced warnings.
+pub(crate) fn warn_line(args: std::fmt::Arguments<'_>) {
+    if !QUIET.load(Ordering::Relaxed) {
+        err_line(args);
+    }
+}
+
 /// Whether the command's change was made (see [`committed`]).
 static COMMITTED: AtomicBool = AtomicBool::new(false);
 
@@ -129,6 +144,13 @@ pub(crate) fn write_json<T: Serialize + ?Sized>(value: &T, layout: Layout) -> u8
 macro_rules! outln {
     ($($arg:tt)*) => {
         $crate::say::out_line(format_args!($($arg)*))
+    };
+}
+
+/// A `baton: warning: ...` line on stderr, unless `-q` was given.
+macro_rules! warnln {
+    ($($arg:tt)*) => {
+        $crate::say::warn_line(format_args!($($arg)*))
     };
 }
 

@@ -230,3 +230,37 @@ fn a_malformed_baton_log_is_a_one_line_error() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(stderr(&out).contains("granted"), "{}", stderr(&out));
 }
+
+/// `-q` silences warnings and nothing else: a run whose command leaves a
+/// process behind warns without it and is silent with it (before or after
+/// the command's name), with the same exit code and the same cleanup; an
+/// error is still printed; `-q` with `-v` is refused.
+#[test]
+fn quiet_silences_warnings_but_not_errors() {
+    let env = Env::new();
+    let leave = ["sh", "-c", "sleep 30 & exit 3"];
+    let mut loud = vec!["run", "--lock", "x", "--"];
+    loud.extend(leave);
+    let out = env.run(&loud);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("baton: warning: the command left 1 process(es) running"),
+        "{}",
+        stderr(&out)
+    );
+    for quiet in [
+        ["-q", "run", "--lock", "x", "--"],
+        ["run", "-q", "--lock", "x", "--"],
+    ] {
+        let mut args = quiet.to_vec();
+        args.extend(leave);
+        let out = env.run(&args);
+        assert_eq!(code(&out), 3, "{args:?}: {}", stderr(&out));
+        assert!(out.stderr.is_empty(), "{args:?}: {}", stderr(&out));
+    }
+    let out = env.run(&["-q", "lock", "release", "never-held", "--token", "1"]);
+    assert_ne!(code(&out), 0);
+    assert!(stderr(&out).starts_with("baton: "), "{}", stderr(&out));
+    let out = env.run(&["-q", "-v", "lock", "list"]);
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+}

@@ -150,7 +150,7 @@ pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, flags: &Flags<'_>) -> u8 {
     // This process runs one command: orphans of its descendants come
     // back to it, so that they can be stopped when the command ends.
     if let Err(e) = baton_proc::become_subreaper() {
-        errln!("baton: warning: {e}; processes that leave the command's process group are not contained");
+        warnln!("baton: warning: {e}; processes that leave the command's process group are not contained");
     }
     tracing::info!(
         locks = ?req.locks.iter().map(|l| l.as_str()).collect::<Vec<_>>(),
@@ -173,14 +173,14 @@ pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, flags: &Flags<'_>) -> u8 {
                 );
             }
             if !report.leftovers.is_empty() {
-                errln!(
+                warnln!(
                     "baton: warning: the command left {} process(es) running ({}); terminated them (TERM, --grace, KILL) before releasing",
                     report.leftovers.len(),
                     leftovers(&report.leftovers)
                 );
             }
             if let Some(e) = &report.workspace_error {
-                errln!("baton: warning: {e} (the workspace is left for `baton workspace gc`)");
+                warnln!("baton: warning: {e} (the workspace is left for `baton workspace gc`)");
             }
             for_child(report.outcome.exit_code())
         }

@@ -161,7 +161,7 @@ pub(crate) fn warn_if_holders_stay_defunct() {
         .count();
     if defunct == 1 {
         let init = baton_proc::procfs::stat(1).map_or_else(|| "?".into(), |st| st.comm);
-        errln!(
+        warnln!(
             "baton: warning: pid 1 ({init}) does not reap the processes it adopts: each background holder of `baton lock acquire` stays defunct when it ends; start the container with an init (`docker run --init`, tini), or take the lock with `baton run --lock`, which leaves none"
         );
     }
