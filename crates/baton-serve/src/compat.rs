@@ -122,7 +122,7 @@ pub async fn cancel_job(
     State(service): State<AppState>,
     PathParam(id): PathParam,
 ) -> Result<Json<Value>, ApiError> {
-    api::cancel_job(State(service.clone()), PathParam(id.clone())).await?;
+    let Json(_cancelled) = api::cancel_job(State(service.clone()), PathParam(id.clone())).await?;
     get_job(State(service), PathParam(id)).await
 }
 
