@@ -23,12 +23,15 @@ pub struct GroupStatus {
     pub running: Vec<GroupRun>,
     /// Runs waiting, in arrival order.
     pub waiting: Vec<GroupRun>,
-    /// Finished runs since the baton dir was created.
-    pub completed: u64,
-    /// Superseded runs.
-    pub superseded: u64,
-    /// Refused runs (skip, --max-pending).
-    pub skipped: u64,
+    /// Finished runs since the baton dir was created; `None` (`null` in
+    /// JSON) where they are not counted: groups on PostgreSQL keep only
+    /// their live runs.
+    pub completed: Option<u64>,
+    /// Superseded runs; `None` where not counted, as `completed`.
+    pub superseded: Option<u64>,
+    /// Refused runs (skip, --max-pending); `None` where not counted, as
+    /// `completed`.
+    pub skipped: Option<u64>,
     /// Supersede generation.
     pub generation: u64,
     /// Whether the holder of the group's slot before the current (or next)
@@ -38,10 +41,6 @@ pub struct GroupStatus {
     pub previous_holder_died: bool,
     /// That holder, when `previous_holder_died`.
     pub previous_holder: Option<baton_lock::HolderInfo>,
-    /// Whether the counters above are kept (a baton dir) or not (groups on
-    /// PostgreSQL keep only their live runs; the counters read 0).
-    #[serde(skip)]
-    pub counted: bool,
 }
 
 /// Status of one group, or of all groups (sorted by key), in the baton dir.
@@ -96,11 +95,10 @@ pub(crate) fn local_group_status(
                 max: doc.max,
                 running,
                 waiting,
-                completed: doc.completed,
-                superseded: doc.superseded,
-                skipped: doc.skipped,
+                completed: Some(doc.completed),
+                superseded: Some(doc.superseded),
+                skipped: Some(doc.skipped),
                 generation: doc.generation,
-                counted: true,
             }
         })
         .collect();
@@ -109,8 +107,8 @@ pub(crate) fn local_group_status(
 }
 
 /// [`local_group_status`] for groups on PostgreSQL. Only live runs are kept
-/// there: the counters (`completed`, `superseded`, `skipped`, `generation`)
-/// are 0.
+/// there: the counters (`completed`, `superseded`, `skipped`) are `None`,
+/// and `generation` is 0.
 pub(crate) fn remote_group_status(
     db: &baton_pg::Database,
     key: Option<&LockName>,
@@ -159,13 +157,12 @@ fn uncounted(key: &str) -> GroupStatus {
         max: 0,
         running: Vec::new(),
         waiting: Vec::new(),
-        completed: 0,
-        superseded: 0,
-        skipped: 0,
+        completed: None,
+        superseded: None,
+        skipped: None,
         generation: 0,
         previous_holder_died: false,
         previous_holder: None,
-        counted: false,
     }
 }
 

@@ -67,13 +67,11 @@ fn print_groups(all: &[baton_run::GroupStatus], one: bool, json: bool) -> u8 {
     }
     for g in all {
         let mode = g.mode.map(|m| m.as_str()).unwrap_or("idle");
-        let counters = if g.counted {
-            format!(
-                "  completed {}  superseded {}  skipped {}",
-                g.completed, g.superseded, g.skipped
-            )
-        } else {
-            String::new()
+        let counters = match (g.completed, g.superseded, g.skipped) {
+            (Some(completed), Some(superseded), Some(skipped)) => {
+                format!("  completed {completed}  superseded {superseded}  skipped {skipped}")
+            }
+            _ => String::new(), // not counted (PostgreSQL)
         };
         outln!(
             "group {}  mode {}{}{counters}",
