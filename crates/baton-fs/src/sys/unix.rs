@@ -42,12 +42,33 @@ pub(crate) fn rename(from: &Path, to: &Path, durable: bool) -> io::Result<()> {
     fs::rename(from, to)
 }
 
-/// Makes a rename into `dir` durable: `fsync(2)` of the directory. The
-/// renamed file (`_file`, at `_target`) needs nothing more.
+/// Makes a rename into `dir` durable: `fsync(2)` of the directory (on
+/// macOS `F_FULLFSYNC`, see [`sync_dir`]). The renamed file (`_file`, at
+/// `_target`) needs nothing more.
 pub(crate) fn flush_rename(_file: &File, _target: &Path, dir: &Path) -> Result<(), PathError> {
     File::open(dir)
-        .and_then(|d| d.sync_all())
+        .and_then(|d| sync_dir(&d))
         .context("cannot flush directory", dir)
+}
+
+/// `fsync(2)` of an open directory (std's `sync_all`).
+#[cfg(not(target_vendor = "apple"))]
+fn sync_dir(dir: &File) -> io::Result<()> {
+    dir.sync_all()
+}
+
+/// std's `sync_all` is `fcntl(F_FULLFSYNC)` on macOS, which flushes the
+/// drive's cache too; where a file system refuses it for a directory
+/// (`ENOTSUP`, `EINVAL`), plain `fsync(2)`, as SQLite does.
+#[cfg(target_vendor = "apple")]
+fn sync_dir(dir: &File) -> io::Result<()> {
+    use rustix::io::Errno;
+    match dir.sync_all() {
+        Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::NOTSUP | Errno::INVAL)) => {
+            rustix::fs::fsync(dir).map_err(io::Error::from)
+        }
+        done => done,
+    }
 }
 
 /// 64 bits from the system's random source (`getentropy(2)` on macOS, via

@@ -1,6 +1,6 @@
 //! baton-fs on Windows: file names are UTF-16, new files take their
 //! directory's ACL, and a rename is made durable by a write-through move and
-//! a flush of the renamed file (a directory cannot be flushed).
+//! a flush of the renamed file (no directory is flushed).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
