@@ -81,12 +81,12 @@ def main():
             f"  {pkg:<{width}}  {passed:4} passed, {c['failed']} failed, {c['ignored']} ignored"
             f"  (unit {c['unit']}, integration {c['integration']}, doc {c['doc']})"
         )
-    print(f"  {'all':<{width}}  {total:4} passed")
+    failed = sum(c["failed"] for c in counts.values())
+    print(f"  {'all':<{width}}  {total:4} passed, {failed} failed")
     if not doc_seen:
         print("  doc tests: none ran (cargo did not run doc tests for this target)")
     for run in crashed:
         print(f"  CRASHED (no libtest result): {run}")
-    failed = sum(c["failed"] for c in counts.values())
     return 1 if failed or crashed else 0
 
 
