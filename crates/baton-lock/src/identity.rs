@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 /// The identity of a process, as recorded in lock metadata.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ProcessIdentity {
     /// Process id.
     pub pid: i32,
@@ -40,6 +41,7 @@ pub struct ProcessIdentity {
 
 /// Whether a recorded process still runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Liveness {
     /// Same host and boot, and a process with that pid and start time exists.
