@@ -30,6 +30,7 @@ mod previous_holder;
 mod readme;
 mod review;
 mod run;
+mod schemas;
 mod serve;
 mod serve_cli;
 mod serve_common;
