@@ -64,6 +64,7 @@ pub struct JobView {
     pub attempts: u32,
     /// The tail of its stdout (only when one job is asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub output: Option<String>,
 }
 

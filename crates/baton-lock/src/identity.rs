@@ -31,11 +31,13 @@ pub struct ProcessIdentity {
     /// The PID namespace `pid` belongs to (inode of `/proc/<pid>/ns/pid`);
     /// absent in records of older versions (then the reader's is assumed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "u64"))]
     pub pid_ns: Option<u64>,
     /// Start time of pid 1 of that namespace: the kernel reuses the inodes of
     /// dead namespaces, and this tells a restarted container's new namespace
     /// from its predecessor's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "u64"))]
     pub pid_ns_init: Option<u64>,
 }
 

@@ -48,7 +48,7 @@ pub fn stale(dir: &Path) -> Vec<String> {
             Ok(text) => {
                 let mut why = format!("{} is out of date", path.display());
                 if let Ok(old) = serde_json::from_str::<Value>(&text) {
-                    let broken = breaking_changes(&old, &o.schema());
+                    let broken = breaking_changes(&old, &o.schema(), o.request);
                     if !broken.is_empty() {
                         why.push_str(&format!(
                             " (and the change breaks v{} readers: {}; bump its version)",
@@ -91,7 +91,7 @@ pub fn write(dir: &Path) -> Result<Vec<PathBuf>, String> {
         };
         let new = o.schema();
         if old.get("$id") == new.get("$id") {
-            let broken = breaking_changes(&old, &new);
+            let broken = breaking_changes(&old, &new, o.request);
             if !broken.is_empty() {
                 refused.push(format!(
                     "{}: {} (bump `version` of \"{}\" in crates/baton-cli/src/schema.rs)",
@@ -147,16 +147,34 @@ fn root_object(schema: &Value) -> Option<&Value> {
     }
 }
 
-/// What a field's values look like, for comparing versions: its `type`,
-/// `$ref`, `const`, `format` and `items`, without its description.
+/// What a field's values look like, for comparing versions: its `$ref`,
+/// `format`, `items`, `anyOf` and `oneOf`, without descriptions (its
+/// `type` is compared apart, see [`types_of`]).
 fn kind_of(field: &Value) -> Value {
     let mut kind = serde_json::Map::new();
-    for key in ["type", "$ref", "format", "items", "anyOf", "oneOf"] {
+    for key in ["$ref", "format", "items", "anyOf", "oneOf"] {
         if let Some(v) = field.get(key) {
             kind.insert(key.to_string(), strip_descriptions(v));
         }
     }
     Value::Object(kind)
+}
+
+/// The JSON types a field's `type` allows (none: not said).
+fn types_of(field: &Value) -> BTreeSet<String> {
+    match field.get("type") {
+        Some(Value::String(t)) => BTreeSet::from([t.clone()]),
+        other => names(other),
+    }
+}
+
+/// Whether a field that allowed the types `old` and now allows `new` breaks
+/// a reader (of an output: a type it never saw) or a writer (of a request:
+/// a type no longer taken); no types means any.
+fn types_break(old: &BTreeSet<String>, new: &BTreeSet<String>, request: bool) -> bool {
+    let (before, after) = if request { (new, old) } else { (old, new) };
+    // An output's types may only narrow, a request's only widen.
+    !before.is_empty() && (after.is_empty() || !after.is_subset(before))
 }
 
 fn strip_descriptions(v: &Value) -> Value {
@@ -184,10 +202,13 @@ fn names(v: Option<&Value>) -> BTreeSet<String> {
 }
 
 /// The changes from `old` to `new` that break a reader of `old`: a field
-/// removed, a field's type changed, a field that was always present no
-/// longer required, a value of an enumeration removed. Added fields and
-/// added values are not breaking (readers ignore what they do not know).
-pub fn breaking_changes(old: &Value, new: &Value) -> Vec<String> {
+/// removed, a field's type changed (for an output, a type it may now have
+/// and did not; for a `request` body, one it no longer takes), a field that
+/// was always present no longer required, a value of an enumeration
+/// removed. Added fields and added values are not breaking (readers ignore
+/// what they do not know), nor is an output's field that no longer can be
+/// `null`.
+pub fn breaking_changes(old: &Value, new: &Value, request: bool) -> Vec<String> {
     let mut broken = Vec::new();
     let new_objects = objects(new);
     for (name, old_obj) in objects(old) {
@@ -203,7 +224,10 @@ pub fn breaking_changes(old: &Value, new: &Value) -> Vec<String> {
         for (field, old_field) in old_props.into_iter().flatten() {
             match new_props.and_then(|p| p.get(field)) {
                 None => broken.push(format!("{at}.{field}: removed")),
-                Some(new_field) if kind_of(new_field) != kind_of(old_field) => {
+                Some(new_field)
+                    if kind_of(new_field) != kind_of(old_field)
+                        || types_break(&types_of(old_field), &types_of(new_field), request) =>
+                {
                     broken.push(format!("{at}.{field}: its type changed"))
                 }
                 Some(_) => {}

@@ -147,12 +147,12 @@ fn the_job_api_schemas_match_the_openapi_document() {
 #[test]
 fn breaking_changes_are_told_from_additions() {
     let old = output("lock-status").schema();
-    assert!(breaking_changes(&old, &old).is_empty());
+    assert!(breaking_changes(&old, &old, false).is_empty());
 
     let mut added = old.clone();
     added["properties"]["new_field"] = serde_json::json!({"type": "string"});
     added["properties"]["held"]["description"] = "reworded".into();
-    assert!(breaking_changes(&old, &added).is_empty());
+    assert!(breaking_changes(&old, &added, false).is_empty());
 
     let mut removed = old.clone();
     removed["properties"]
@@ -160,22 +160,41 @@ fn breaking_changes_are_told_from_additions() {
         .unwrap()
         .remove("waiters");
     assert_eq!(
-        breaking_changes(&old, &removed),
+        breaking_changes(&old, &removed, false),
         ["the root.waiters: removed"]
     );
 
     let mut retyped = old.clone();
     retyped["$defs"]["HolderInfo"]["properties"]["pid"]["type"] = "string".into();
     assert_eq!(
-        breaking_changes(&old, &retyped),
+        breaking_changes(&old, &retyped, false),
         ["HolderInfo.pid: its type changed"]
+    );
+
+    // An output's field that can no longer be null reads as before; one
+    // that now can be is new to its readers.
+    let mut narrowed = old.clone();
+    narrowed["properties"]["mode"]["type"] = "string".into();
+    assert!(breaking_changes(&old, &narrowed, false).is_empty());
+    assert_eq!(
+        breaking_changes(&narrowed, &old, false),
+        ["the root.mode: its type changed"]
+    );
+    // For a request body, the reverse.
+    let request = output("submit-request").schema();
+    let mut widened = request.clone();
+    widened["properties"]["prompt"]["type"] = serde_json::json!(["string", "null"]);
+    assert!(breaking_changes(&request, &widened, true).is_empty());
+    assert_eq!(
+        breaking_changes(&widened, &request, true),
+        ["the root.prompt: its type changed"]
     );
 
     let mut optional = old.clone();
     let required = optional["required"].as_array_mut().unwrap();
     required.retain(|f| f != "name");
     assert_eq!(
-        breaking_changes(&old, &optional),
+        breaking_changes(&old, &optional, false),
         ["the root.name: no longer always present"]
     );
 
@@ -185,7 +204,7 @@ fn breaking_changes_are_told_from_additions() {
         .unwrap()
         .retain(|v| v["const"] != "inherited");
     assert_eq!(
-        breaking_changes(&old, &fewer),
+        breaking_changes(&old, &fewer, false),
         ["Liveness: the value \"inherited\" is gone"]
     );
 }
