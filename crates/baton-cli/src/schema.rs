@@ -132,6 +132,27 @@ pub const SUBMIT_REQUEST: Shape = Shape {
     ],
 };
 
+/// `T` or `null`, described as `T` is, with `when_null` said.
+fn nullable<T: JsonSchema>(g: SchemaGenerator, when_null: &str) -> Schema {
+    let mut g = g;
+    let mut schema = g.root_schema_for::<Option<T>>();
+    let item = g.root_schema_for::<T>();
+    if let Some(Value::String(d)) = item.get("description") {
+        schema.insert(
+            "description".into(),
+            Value::String(format!("{d} `null` {when_null}.")),
+        );
+    }
+    schema
+}
+
+fn group_status_or_null(g: SchemaGenerator) -> Schema {
+    nullable::<baton_run::GroupStatus>(
+        g,
+        "on a PostgreSQL backend (`--backend`) when the key has no live run",
+    )
+}
+
 const HOLDERS: &[Nested] = &[
     ("HolderInfo", json::HOLDER, &[]),
     ("KernelHolder", json::KERNEL_HOLDER, &[]),
@@ -207,7 +228,7 @@ pub const OUTPUTS: &[Output] = &[
         optional: &[],
         nested: &[("HolderInfo", json::HOLDER, &[])],
         request: false,
-        generate: root::<baton_run::GroupStatus>,
+        generate: group_status_or_null,
     },
     Output {
         name: "group-list",

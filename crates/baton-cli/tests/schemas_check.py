@@ -37,11 +37,15 @@ def strict(s):
 
 
 def root_object(schema):
-    """The schema of the root object, or of each element of a root array."""
+    """The schema of the root object: of each element of a root array, or of
+    the object of a root that may also be null."""
     if schema.get("type") == "array":
         ref = schema["items"]["$ref"]
-        return schema["$defs"][ref.removeprefix("#/$defs/")]
-    return schema
+    elif "anyOf" in schema:
+        ref = next(a["$ref"] for a in schema["anyOf"] if "$ref" in a)
+    else:
+        return schema
+    return schema["$defs"][ref.removeprefix("#/$defs/")]
 
 
 def mutants(schema, instance):

@@ -136,15 +136,18 @@ fn objects(schema: &Value) -> Vec<(String, &Value)> {
     out
 }
 
-/// The root object of a schema, or the element of its root array.
+/// The root object of a schema: the schema, the element of its root array,
+/// or the object of a root that may also be `null`.
 fn root_object(schema: &Value) -> Option<&Value> {
-    if schema.get("type") == Some(&Value::from("array")) {
-        let reference = schema.pointer("/items/$ref")?.as_str()?;
-        let name = reference.strip_prefix("#/$defs/")?;
-        schema.get("$defs")?.get(name)
+    let reference = if schema.get("type") == Some(&Value::from("array")) {
+        schema.pointer("/items/$ref")?
+    } else if let Some(alternatives) = schema.get("anyOf").and_then(Value::as_array) {
+        alternatives.iter().find_map(|a| a.get("$ref"))?
     } else {
-        Some(schema)
-    }
+        return Some(schema);
+    };
+    let name = reference.as_str()?.strip_prefix("#/$defs/")?;
+    schema.get("$defs")?.get(name)
 }
 
 /// What a field's values look like, for comparing versions: its `$ref`,
