@@ -8,7 +8,7 @@
 //! shape ([`baton_contract::json`]) its fields must match. Each schema's
 //! `$id` carries its version ([`Output::id`]): fields are only added; a
 //! removal, rename or change of type bumps the version (see
-//! `baton_contract::json`, "Stability").
+//! `baton_contract::json`, "Schemas and stability").
 
 use baton_contract::json::{self, Shape};
 use schemars::generate::SchemaSettings;
@@ -62,27 +62,16 @@ impl Output {
             settings.for_serialize()
         };
         let mut schema = (self.generate)(settings.into_generator());
-        let description = match schema.get("description") {
-            Some(Value::String(d)) => d.clone(),
+        let description = match schema.remove("description") {
+            Some(Value::String(d)) if self.array => format!("An array; each element: {d}"),
+            Some(Value::String(d)) => d,
             _ => String::new(),
         };
+        schema.remove("title");
         let mut out = serde_json::Map::new();
-        // `$schema`, `$id`, `title` and `description` first, for readers.
-        for key in ["$schema"] {
-            if let Some(v) = schema.remove(key) {
-                out.insert(key.to_string(), v);
-            }
-        }
         out.insert("$id".into(), Value::String(self.id()));
         out.insert("title".into(), Value::String(self.title.to_string()));
-        let shape_doc = if self.array {
-            format!("An array; each element: {description}")
-        } else {
-            description
-        };
-        out.insert("description".into(), Value::String(shape_doc));
-        schema.remove("title");
-        schema.remove("description");
+        out.insert("description".into(), Value::String(description));
         if let Some(map) = schema.as_object_mut() {
             out.append(map);
         }

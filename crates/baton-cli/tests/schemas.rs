@@ -239,7 +239,11 @@ fn lock_and_group_outputs_match_their_schemas() {
         &env.run(&["group", "status", "done", "--json"]),
     );
     // What a PostgreSQL backend prints for a key without live runs.
-    s.value("group-status", "null (PostgreSQL, no live run)", Value::Null);
+    s.value(
+        "group-status",
+        "null (PostgreSQL, no live run)",
+        Value::Null,
+    );
     let all = s.output(
         "group-list",
         "group status",
