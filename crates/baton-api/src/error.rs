@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 /// Every error of `/v1/...`, `/health` aside: `{"error": {"code", "message"}}`
 /// (429 and 503 add a `Retry-After` header).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ErrorBody {
     /// What went wrong.
     pub error: ErrorDetail,
@@ -12,6 +13,7 @@ pub struct ErrorBody {
 
 /// The error inside an [`ErrorBody`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ErrorDetail {
     /// A stable, machine-readable code (`not_found`, `invalid_request`,
     /// `queue_full`, ...; the OpenAPI document lists them).

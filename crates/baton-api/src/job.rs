@@ -8,6 +8,7 @@ use crate::status::JobStatus;
 
 /// The answer to a submission: `202 {id, status, position}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Queued {
     /// The job's id.
     pub id: String,
@@ -21,6 +22,7 @@ pub struct Queued {
 /// lists and the answer to a cancel, without). Times are RFC 3339,
 /// durations milliseconds; `null` stands for "none".
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobView {
     /// Its id (also its run id and its workspace's id).
     pub id: String,
@@ -62,6 +64,7 @@ pub struct JobView {
     pub attempts: u32,
     /// The tail of its stdout (only when one job is asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub output: Option<String>,
 }
 
@@ -88,6 +91,7 @@ impl JobView {
 
 /// A page of `GET /v1/jobs`, newest first.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobList {
     /// The jobs (without `output`).
     pub jobs: Vec<JobView>,

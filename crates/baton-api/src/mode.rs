@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 /// (`baton_run::GroupMode` is this type), the `mode` of a job, and the mode
 /// recorded in a group's document and the service's store.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Every run executes, one at a time (or `max` at a time), in arrival order.

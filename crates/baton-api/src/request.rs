@@ -10,6 +10,7 @@ use serde_json::Value;
 /// "the default template"); an absent field is left to the service, and is
 /// not sent.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
     /// The template to run (default: the configured default).
@@ -18,6 +19,7 @@ pub struct SubmitRequest {
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub template: Option<String>,
     /// The prompt.
     #[serde(
@@ -25,6 +27,7 @@ pub struct SubmitRequest {
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub prompt: Option<String>,
     /// The concurrency group.
     #[serde(
@@ -32,6 +35,7 @@ pub struct SubmitRequest {
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub group: Option<String>,
     /// How the job joins its group: a [`crate::Mode`]'s name (the service
     /// names the accepted ones when it refuses another).
@@ -40,6 +44,7 @@ pub struct SubmitRequest {
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub mode: Option<String>,
     /// Timeout: a duration ("90s", "15m") or a number of seconds (see
     /// [`SubmitRequest::timeout_value`]).
@@ -48,6 +53,7 @@ pub struct SubmitRequest {
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
+    #[cfg_attr(feature = "schema", schemars(schema_with = "timeout_schema"))]
     pub timeout: Option<Value>,
     /// Workspace options.
     #[serde(
@@ -55,6 +61,7 @@ pub struct SubmitRequest {
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
+    #[cfg_attr(feature = "schema", schemars(with = "WorkspaceOptions"))]
     pub workspace: Option<WorkspaceOptions>,
     /// Raw argv (only when the service allows raw commands).
     #[serde(
@@ -62,6 +69,7 @@ pub struct SubmitRequest {
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
+    #[cfg_attr(feature = "schema", schemars(with = "Vec<String>"))]
     pub command: Option<Vec<String>>,
 }
 
@@ -74,6 +82,7 @@ impl SubmitRequest {
 
 /// Per-job workspace options (`workspace` of a [`SubmitRequest`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WorkspaceOptions {
     /// The branch the job's workspace works on.
@@ -82,12 +91,14 @@ pub struct WorkspaceOptions {
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub branch: Option<String>,
 }
 
 /// The query of `GET /v1/jobs` (`?status=&group=&limit=&cursor=`); an
 /// absent (or empty) parameter does not filter.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Only jobs with this status: a [`crate::JobStatus`]'s name.
@@ -102,6 +113,17 @@ pub struct ListQuery {
     /// The `next_cursor` of the previous page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+}
+
+/// `timeout` of a [`SubmitRequest`]: a duration or a positive number of
+/// seconds.
+#[cfg(feature = "schema")]
+fn timeout_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": ["string", "number"],
+        "exclusiveMinimum": 0,
+        "examples": ["90s", "15m", "1500ms", 30],
+    })
 }
 
 /// A field that, when given, has a value: `null` is refused as the wrong

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 /// Where a job is in its life (`status` of a job; the store keeps the same
 /// names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
     /// Stored, waiting for a slot.

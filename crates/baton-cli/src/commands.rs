@@ -8,7 +8,7 @@ pub(crate) mod docs;
 pub(crate) mod doctor;
 pub(crate) mod git;
 pub(crate) mod group;
-mod hold;
+pub(crate) mod hold;
 pub(crate) mod init;
 pub(crate) mod job;
 pub(crate) mod lock;

@@ -46,6 +46,10 @@ mod serve_process;
 mod service;
 mod startup;
 
+#[cfg(feature = "schema")]
+#[doc(hidden)]
+pub mod schema;
+
 use commands::Services;
 
 /// The `baton` command: runs the CLI and returns the process exit code;

@@ -36,6 +36,27 @@
 //! A holder inside `holders`/`holder`/`last_holder`/`previous_holder` has the fields [`HOLDER`],
 //! its `liveness` one of [`LIVENESS`]; an element of `kernel_holders` has the
 //! fields [`KERNEL_HOLDER`].
+//!
+//! # Schemas and stability
+//!
+//! Each output (and each body of the job API) has a JSON Schema in
+//! `schemas/` at the top of the repository, generated from the type in the
+//! table above (`baton::schema::OUTPUTS` names the file of each; `cargo run
+//! -p baton-schema` rewrites them). Its fields are exactly the shape's here,
+//! all required (present, `null` for "none") unless the schema says
+//! otherwise; a test holds each schema to its shape, another validates the
+//! real binary's output against it.
+//!
+//! The rule: within a version, fields (and values of an enumeration) are
+//! only added, and schemas never forbid unknown fields, so a reader of one
+//! version reads every later output of it. A removal, a rename, a change of
+//! type, or a field no longer always present is a new version of that
+//! output: the version is in its schema's `$id`
+//! (`urn:baton:schema:lock-status:v1`), not in the output itself, because
+//! several outputs are arrays (no place for a field), and a `"schema"` field
+//! in every object would repeat in each element and change the library
+//! types' Rust API. The generator refuses such a change under the same
+//! version.
 
 /// One JSON output: the command that prints it and its top-level fields.
 #[derive(Clone, Copy, Debug)]

@@ -196,6 +196,7 @@ impl From<LockError> for GitError {
 
 /// Commits of a workspace's branch that exist nowhere else.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct BranchCommits {
     /// The workspace id.
     pub id: String,

@@ -39,6 +39,7 @@ pub struct GcOptions {
 
 /// A workspace gc could not remove.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct GcFailure {
     /// The workspace id (or the record file name).
     pub id: String,
@@ -53,6 +54,7 @@ pub struct GcFailure {
 /// A workspace due for removal that gc left alone because another process
 /// is creating or removing it.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct GcSkipped {
     /// The workspace id.
     pub id: String,
@@ -66,6 +68,7 @@ pub struct GcSkipped {
 
 /// What `gc` did.
 #[derive(Clone, Debug, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct GcReport {
     /// Workspaces removed.
     pub removed: Vec<Workspace>,

@@ -117,6 +117,7 @@ impl PushRequest {
 
 /// A push that landed.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PushReport {
     /// The run id of the push.
     pub run_id: String,

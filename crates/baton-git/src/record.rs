@@ -14,6 +14,7 @@ use crate::git;
 
 /// How a workspace is made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
     /// `git clone --local`: objects hardlinked, a fully independent `.git`.
@@ -35,6 +36,7 @@ impl Strategy {
 
 /// A workspace, as recorded in the registry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Workspace {
     /// Its id (unique in the baton dir).
     pub id: String,
@@ -77,6 +79,7 @@ impl Workspace {
 
 /// A workspace with what `list` measures.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WorkspaceInfo {
     /// The record.
     #[serde(flatten)]

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 /// The identity of a process, as recorded in lock metadata.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ProcessIdentity {
     /// Process id.
     pub pid: i32,
@@ -30,16 +31,19 @@ pub struct ProcessIdentity {
     /// The PID namespace `pid` belongs to (inode of `/proc/<pid>/ns/pid`);
     /// absent in records of older versions (then the reader's is assumed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "u64"))]
     pub pid_ns: Option<u64>,
     /// Start time of pid 1 of that namespace: the kernel reuses the inodes of
     /// dead namespaces, and this tells a restarted container's new namespace
     /// from its predecessor's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "u64"))]
     pub pid_ns_init: Option<u64>,
 }
 
 /// Whether a recorded process still runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Liveness {
     /// Same host and boot, and a process with that pid and start time exists.

@@ -17,6 +17,7 @@ use crate::replaced::FileId;
 
 /// A process that holds a lock's slot, found in `/proc`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct KernelHolder {
     /// Its pid, as seen from here.
     pub pid: i32,

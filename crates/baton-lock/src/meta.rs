@@ -95,6 +95,7 @@ pub struct CommandGroup {
 
 /// What kind of process holds a lock (`kind` in metadata and `--json`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum HolderKind {
     /// A program using the library directly.

@@ -27,6 +27,7 @@ use baton_fs::IoResultExt;
 
 /// One holder as shown by `status`.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct HolderInfo {
     /// Process id of the holding process.
     pub pid: i32,
@@ -98,6 +99,7 @@ impl HolderInfo {
 
 /// The state of the lock file's metadata document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Content {
     /// A valid document.
@@ -112,6 +114,7 @@ pub enum Content {
 
 /// Everything known about one lock.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LockStatus {
     /// The lock's name.
     pub name: String,

@@ -61,6 +61,7 @@ pub struct GroupRequest {
 
 /// Where a live run of a group is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
     /// Registered, waiting for the group's slot.
@@ -105,6 +106,7 @@ impl GroupEvent {
 
 /// One live run as recorded in the group document.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct GroupRun {
     /// The run id.
     pub run_id: String,

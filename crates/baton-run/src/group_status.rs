@@ -12,6 +12,7 @@ use crate::group::{prune, read_doc, GroupDoc, GroupMode, GroupRun, RunState};
 
 /// Everything `baton group status` shows about one key.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct GroupStatus {
     /// The key.
     pub key: String,

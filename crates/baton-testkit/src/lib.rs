@@ -178,6 +178,15 @@ pub fn assert_test_files_declared(manifest_dir: &str) {
 /// installed by the test, not by hand). Concurrent callers wait for each
 /// other on a lock file. Panics with the reason when it cannot.
 pub fn ensure_debian_package(bin: &str, package: &str) {
+    if let Err(why) = try_debian_package(bin, package) {
+        panic!("{why}");
+    }
+}
+
+/// [`ensure_debian_package`] for a test that can do without `bin`: the
+/// reason it cannot be had (no apt-get, not root, no network), for the test
+/// to print before it returns.
+pub fn try_debian_package(bin: &str, package: &str) -> Result<(), String> {
     let lock = std::env::temp_dir().join("baton-tests-apt.lock");
     let script = format!(
         "command -v {bin} >/dev/null 2>&1 && exit 0; \
@@ -187,10 +196,13 @@ pub fn ensure_debian_package(bin: &str, package: &str) {
         .arg(&lock)
         .args(["sh", "-c", &script])
         .output()
-        .unwrap_or_else(|e| panic!("cannot install {package} (flock): {e}"));
-    assert!(
-        out.status.success(),
-        "cannot install {package} with apt-get (the test needs {bin}):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .map_err(|e| format!("cannot install {package} (flock): {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "cannot install {package} with apt-get (the test needs {bin}):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
 }

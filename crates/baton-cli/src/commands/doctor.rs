@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::json;
 
 mod backend;
-mod check;
+pub(crate) mod check;
 
 use self::check::{Check, Status};
 use crate::exit_codes::BATON_FAILED;
@@ -27,11 +27,28 @@ const LOW_SPACE: u64 = 1 << 30;
 /// Fewer free inodes than this is a warning.
 const LOW_INODES: u64 = 10_000;
 
+/// What `baton doctor` found: the checks, in the order they ran, and the
+/// verdict.
 #[derive(Debug, Serialize)]
-struct Report {
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub(crate) struct Report {
+    /// The baton dir checked (`null` when none could be located).
     baton_dir: Option<PathBuf>,
+    /// The rule that chose it: `explicit` (`--dir`), `env` (`BATON_DIR`) or
+    /// `temp_dir`; `null` when none could be located.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(schema_with = "crate::schema::doctor_rule")
+    )]
     rule: Option<&'static str>,
+    /// The worst status of the checks (a skipped check counts as none):
+    /// `ok`, `warning` (exit 1) or `error` (exit 125).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(schema_with = "crate::schema::doctor_status")
+    )]
     status: Status,
+    /// The checks, in the order they ran.
     checks: Vec<Check>,
 }
 

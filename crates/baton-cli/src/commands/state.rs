@@ -238,19 +238,32 @@ pub fn run(dir: &BatonDir, cmd: StateCommand) -> u8 {
     }
 }
 
-/// `baton state get --json`.
+/// `baton state get --json`: a state file's content and its version.
 #[derive(Serialize)]
-struct GetJson<'a> {
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub(crate) struct GetJson<'a> {
+    /// The content's version (16 hex digits, `absent` when the file does
+    /// not exist): pass it to `state edit --if-version` to change the file
+    /// only if nobody changed it since.
     version: &'a str,
+    /// The content: the document of a JSON file, the text of a `.jsonl` or
+    /// text file (a `.jsonl` file's complete lines only); `null` when the
+    /// file does not exist.
     content: serde_json::Value,
 }
 
-/// `baton state edit --json`.
+/// `baton state edit --json`: what an edit did.
 #[derive(Serialize)]
-struct EditJson<'a> {
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub(crate) struct EditJson<'a> {
+    /// The real file edited (symbolic links resolved).
     path: &'a std::path::Path,
+    /// The version before the edit.
     previous: &'a str,
+    /// The version after the edit (the same as `previous` when nothing changed).
     version: &'a str,
+    /// Whether the file was replaced: `false` when the command printed the
+    /// content the file already had.
     changed: bool,
 }
 

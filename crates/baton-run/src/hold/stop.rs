@@ -15,6 +15,7 @@ use crate::error::RunError;
 
 /// What `release` did.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ReleaseReport {
     /// The lock.
     pub name: String,
@@ -154,6 +155,7 @@ impl Backend {
 
 /// One holder stopped by `break`.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct BrokenHolder {
     /// Who held it.
     pub holder: HolderInfo,
@@ -163,6 +165,7 @@ pub struct BrokenHolder {
 
 /// What `break` did.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct BreakReport {
     /// The lock.
     pub name: String,

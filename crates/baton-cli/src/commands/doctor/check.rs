@@ -6,20 +6,38 @@ use serde_json::{json, Value};
 
 /// How a check came out; a report's status is its worst check's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Status {
+    /// All is well.
     Ok,
+    /// Not checked (the summary says why).
     Skipped,
+    /// baton works, but something is not as it should be (see the remedy).
     Warning,
+    /// baton cannot work there (see the remedy).
     Error,
 }
 
+/// One check of `baton doctor`.
 #[derive(Debug, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub(crate) struct Check {
+    /// Which check: `baton_dir`, `permissions`, `filesystem`, `locks`,
+    /// `inotify`, `git`, `free_space`, `workspaces`, `pid_namespace` or
+    /// `backend`, in the order they run.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(schema_with = "crate::schema::doctor_check_name")
+    )]
     pub(crate) name: &'static str,
+    /// How it came out.
     pub(crate) status: Status,
+    /// What it found, in one line.
     pub(crate) summary: String,
+    /// What to do about it (`null` when all is well).
     pub(crate) remedy: Option<String>,
+    /// The facts it judged, by name (they differ from check to check).
     detail: Value,
 }
 

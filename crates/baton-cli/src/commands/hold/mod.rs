@@ -41,6 +41,7 @@ use request::WireRequest;
 pub(crate) use request::{HoldRequest, HOLD_REQUEST_ENV};
 /// What the holder reports once it holds the lock.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub(crate) struct Held {
     /// Fencing token of the grant.
     pub token: u64,

@@ -1,0 +1,3 @@
+module baton.example/lockrun
+
+go 1.19
