@@ -8,7 +8,6 @@ use crate::serve_common;
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::process::Command;
 
 use baton_contract::exit;
 use baton_contract::json::{self, Shape};
@@ -86,16 +85,7 @@ fn state_json_outputs_have_the_documented_fields() {
 #[test]
 fn workspace_and_push_json_outputs_have_the_documented_fields() {
     let env = Env::new();
-    let git = |dir: &std::path::Path, args: &[&str]| {
-        let out = Command::new("git")
-            .current_dir(dir)
-            .args(["-c", "user.email=t@t", "-c", "user.name=t"])
-            .args(args)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-    };
+    let git = common::git;
     let remote = env.path("remote.git");
     let repo = env.path("repo");
     fs::create_dir(&repo).unwrap();

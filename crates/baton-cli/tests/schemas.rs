@@ -297,16 +297,7 @@ fn state_git_and_doctor_outputs_match_their_schemas() {
         &env.run(&["state", "edit", f, "--json", "--", "cat"]),
     );
 
-    let git = |dir: &Path, args: &[&str]| {
-        let out = Command::new("git")
-            .current_dir(dir)
-            .args(["-c", "user.email=t@t", "-c", "user.name=t"])
-            .args(args)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-    };
+    let git = common::git;
     let remote = env.path("remote.git");
     let repo = env.path("repo");
     fs::create_dir(&repo).unwrap();

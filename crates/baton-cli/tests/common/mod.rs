@@ -139,3 +139,16 @@ pub fn wait_for_line(path: &Path) -> String {
 pub fn code(out: &Output) -> i32 {
     out.status.code().unwrap_or(-1)
 }
+
+/// `git ARGS` in `dir` with a fixed identity and no global configuration;
+/// panics (fails the test) unless it succeeds.
+pub fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.email=t@t", "-c", "user.name=t"])
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("run git");
+    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
+}
