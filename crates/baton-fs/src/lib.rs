@@ -39,12 +39,32 @@
 //!
 //! Modelled on jj's `lib/src/file_util.rs` (`PathError`, `IoResultExt`,
 //! `persist_temp_file`).
+//!
+//! ## Platforms
+//!
+//! Linux, macOS and Windows. Every call that differs is in one private
+//! module, `sys` (`sys/unix.rs`, `sys/linux.rs` for the Linux-only parts,
+//! `sys/windows.rs`); the design, platform modules inside each crate that
+//! touches the OS, is described in `src/sys/mod.rs`. What differs for a
+//! caller:
+//!
+//! | | Linux | macOS | Windows |
+//! |---|---|---|---|
+//! | replace | `rename(2)` | `rename(2)` | `MoveFileExW(MOVEFILE_REPLACE_EXISTING)` (`std::fs::rename`), falling back to a POSIX-semantics rename when the target is open or read-only |
+//! | [`Durability::Data`] | `fsync(2)` of the temp file | `fcntl(F_FULLFSYNC)` (std's `sync_all`: plain `fsync` does not flush the drive's cache there) | `FlushFileBuffers` of the temp file |
+//! | [`Durability::DataAndDir`] | and `fsync(2)` of the directory | and `F_FULLFSYNC` of the directory (plain `fsync(2)` where refused) | and `MOVEFILE_WRITE_THROUGH`, then `FlushFileBuffers` of the renamed file; no directory is flushed (Windows documents no such flush, and NTFS journals the rename) |
+//! | open readers of the target | keep reading the old file | same | keep reading the old file if they share it for deleting (Rust's `File::open` does) and NTFS renames with POSIX semantics (Windows 10 1709+); otherwise (a reader not sharing deletes, FAT, most network shares, wine) the replacement is retried for about 1 s, then fails, unchanged |
+//! | `mode` of [`TempFile::create`] | bits minus umask | same | ignored: the file inherits its directory's ACL |
+//! | names, [`temp_prefix`] | bytes, exact | bytes, exact | UTF-16, cut between characters |
+//! | [`random_u64`] | `getrandom(2)` | `getentropy(2)` | `ProcessPrng` |
+//! | [`IoResultExt`] for `rustix::io::Errno` | yes | yes | no (no rustix) |
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod atomic;
 mod error;
 mod random;
+mod sys;
 
 pub use atomic::{temp_prefix, write_atomic, Durability, TempFile, WriteError};
 pub use error::{IoResultExt, PathError};

@@ -2,18 +2,17 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// 64 bits from the kernel's random source (`getrandom(2)`).
+use crate::sys;
+
+/// 64 bits from the system's random source: `getrandom(2)` on Linux,
+/// `getentropy(2)` on macOS, `ProcessPrng` on Windows.
 ///
-/// Should the kernel not answer (a seccomp filter, an exotic kernel), it
+/// Should the system not answer (a seccomp filter, an exotic kernel), it
 /// falls back to the clock, the pid and a per-process counter: distinct
 /// between calls and between processes, but predictable. So it is for
 /// uniqueness (temp file names, run ids) and jitter, never for secrets.
 pub fn random_u64() -> u64 {
-    let mut buf = [0u8; 8];
-    match rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty()) {
-        Ok(8) => u64::from_ne_bytes(buf),
-        _ => fallback(),
-    }
+    sys::random_u64().unwrap_or_else(fallback)
 }
 
 fn fallback() -> u64 {
