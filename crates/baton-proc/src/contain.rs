@@ -14,17 +14,17 @@
 //! What is not contained is listed in `SIGNALS.md` ("Containment").
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
-use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
+use rustix::process::{Pid, Signal};
 
 use crate::error::ProcError;
 use crate::procfs::{self, ProcStat};
+use crate::sys::ProcFd;
 use crate::terminate::KILL_WAIT;
 use crate::time::timespec;
 
@@ -99,10 +99,10 @@ pub(crate) static SUPERVISED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 ///
 /// # Errors
 ///
-/// When the kernel refuses the `prctl`.
+/// When the kernel refuses the `prctl`; [`ProcError::Unsupported`] on macOS,
+/// which has no child subreaper.
 pub fn become_subreaper() -> Result<(), ProcError> {
-    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
-        .map_err(|e| ProcError::io("become a child subreaper", e))?;
+    crate::sys::set_subreaper()?;
     SUBREAPER.store(true, Ordering::SeqCst);
     Ok(())
 }
@@ -116,11 +116,11 @@ pub fn is_subreaper() -> bool {
 pub(crate) struct Pinned {
     pub(crate) pid: i32,
     pub(crate) command: String,
-    pub(crate) fd: OwnedFd,
+    pub(crate) fd: ProcFd,
 }
 
 fn pin(pid: i32, expect: &ProcStat) -> Option<Pinned> {
-    let fd = pidfd_open(Pid::from_raw(pid)?, PidfdFlags::empty()).ok()?;
+    let fd = ProcFd::open(Pid::from_raw(pid)?).ok()?;
     // Re-read after pinning: the pidfd now holds the process we check.
     let now = procfs::stat(pid)?;
     (!now.exited && now.start_time == expect.start_time && now.pgrp == expect.pgrp).then(|| {
@@ -243,13 +243,13 @@ pub(crate) fn stop_all(procs: Vec<Pinned>, grace: Option<Duration>) -> bool {
     let mut alive = procs;
     if let Some(grace) = grace {
         for p in &alive {
-            let _ = pidfd_send_signal(&p.fd, Signal::TERM);
-            let _ = pidfd_send_signal(&p.fd, Signal::CONT);
+            let _ = p.fd.send(Signal::TERM);
+            let _ = p.fd.send(Signal::CONT);
         }
         alive = wait_all(alive, grace);
     }
     for p in &alive {
-        let _ = pidfd_send_signal(&p.fd, Signal::KILL);
+        let _ = p.fd.send(Signal::KILL);
     }
     wait_all(alive, KILL_WAIT).is_empty()
 }

@@ -49,11 +49,12 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
-use rustix::net::{send, socketpair, AddressFamily, SendFlags, SocketFlags, SocketType};
-use rustix::process::{pidfd_open, Pid, PidfdFlags};
+use rustix::net::send;
+use rustix::process::Pid;
 
 use crate::contain::{terminate_group, GroupIdentity, SUPERVISED};
 use crate::error::ProcError;
+use crate::sys::{ProcFd, SEND_FLAGS};
 use crate::time::timespec;
 
 /// The first argument that makes a program run [`guardian_main`].
@@ -80,11 +81,11 @@ pub struct GuardSpec {
 
 impl GuardSpec {
     /// The program running now (`/proc/self/exe`: the same file even if it
-    /// was replaced on disk meanwhile), whose `main` must call
+    /// was replaced on disk meanwhile; on macOS its path), whose `main` must call
     /// [`guardian_main`] when its first argument is [`GUARD_ARG`].
     pub fn this_program(fence: Fence) -> GuardSpec {
         GuardSpec {
-            program: PathBuf::from("/proc/self/exe"),
+            program: crate::sys::this_program(),
             fence,
         }
     }
@@ -210,7 +211,7 @@ impl FenceSource {
 pub(crate) struct Guardian {
     child: Option<std::process::Child>,
     /// Readable once it has exited.
-    pidfd: Option<OwnedFd>,
+    pidfd: Option<ProcFd>,
     socket: Option<Arc<OwnedFd>>,
     fence: Fence,
     /// Set once it has exited: whether it fenced the command.
@@ -221,13 +222,8 @@ impl Guardian {
     /// Starts the guardian (not armed yet: nothing to guard).
     pub(crate) fn spawn(spec: &GuardSpec) -> Result<Guardian, ProcError> {
         use std::os::unix::process::CommandExt;
-        let (ours, theirs) = socketpair(
-            AddressFamily::UNIX,
-            SocketType::STREAM,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .map_err(|e| ProcError::io("create the guardian's socket", e))?;
+        let (ours, theirs) = crate::sys::socketpair_cloexec()
+            .map_err(|e| ProcError::io("create the guardian's socket", e))?;
         let child = std::process::Command::new(&spec.program)
             .arg(GUARD_ARG)
             .stdin(std::process::Stdio::from(theirs))
@@ -242,8 +238,7 @@ impl Guardian {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(child.id() as i32);
-        let pidfd =
-            Pid::from_raw(child.id() as i32).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
+        let pidfd = Pid::from_raw(child.id() as i32).and_then(|p| ProcFd::open(p).ok());
         Ok(Guardian {
             pidfd,
             child: Some(child),
@@ -254,7 +249,7 @@ impl Guardian {
     }
 
     /// A descriptor readable once it has exited.
-    pub(crate) fn pidfd(&self) -> Option<&OwnedFd> {
+    pub(crate) fn pidfd(&self) -> Option<&ProcFd> {
         self.pidfd.as_ref()
     }
 
@@ -384,7 +379,7 @@ pub fn guardian_main() -> i32 {
                     }
                     // Told before the kill: the supervisor learns it from
                     // the socket when it sees its command end.
-                    let _ = send(input, b"F\n", SendFlags::NOSIGNAL);
+                    let _ = send(input, b"F\n", SEND_FLAGS);
                     a.stop();
                     return GUARD_FENCED;
                 }
@@ -531,7 +526,7 @@ fn nanos(d: Duration) -> u64 {
 /// never raises `SIGPIPE`.
 fn write_all(socket: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
     while !bytes.is_empty() {
-        match send(socket.as_fd(), bytes, SendFlags::NOSIGNAL) {
+        match send(socket.as_fd(), bytes, SEND_FLAGS) {
             Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
             Ok(n) => bytes = &bytes[n..],
             Err(Errno::INTR) => {}

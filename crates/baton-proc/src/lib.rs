@@ -82,6 +82,7 @@ mod spawn;
 mod spec;
 pub mod streams;
 mod supervise;
+mod sys;
 mod terminal;
 mod terminate;
 mod time;

@@ -21,8 +21,6 @@ use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use rustix::pipe::{pipe_with, PipeFlags};
-
 use crate::error::ProcError;
 use crate::spec::{Finished, Started, Stdio};
 use crate::supervise::Supervisor;
@@ -145,7 +143,7 @@ impl Supervisor {
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), ProcError> {
-    pipe_with(PipeFlags::CLOEXEC).map_err(|e| ProcError::io("create a pipe", e))
+    crate::sys::pipe_cloexec().map_err(|e| ProcError::io("create a pipe", e))
 }
 
 /// A pipe for an output stream drained into `writer`: the command gets its

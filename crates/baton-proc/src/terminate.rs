@@ -1,13 +1,13 @@
 //! Terminating a process that is not necessarily our child (`baton lock break`).
 
-use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
-use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
+use rustix::process::{Pid, Signal};
 
 use crate::error::ProcError;
+use crate::sys::ProcFd;
 use crate::time::timespec;
 
 /// How long [`terminate_process`] waits for a process to disappear after `SIGKILL`.
@@ -68,7 +68,7 @@ pub fn terminate_verified(
         Some(target) if target != rustix::process::getpid() => target,
         _ => return Err(ProcError::InvalidPid { pid }),
     };
-    let pidfd = match pidfd_open(target, PidfdFlags::empty()) {
+    let pidfd = match ProcFd::open(target) {
         Ok(pidfd) => pidfd,
         Err(Errno::SRCH) => return Ok(TerminateReport::AlreadyGone),
         Err(e) => return Err(ProcError::io("open a pidfd for the process", e)),
@@ -95,8 +95,8 @@ pub fn terminate_verified(
 
 /// Sends `signal` (named `name`) to the process behind `pidfd`; false when
 /// it has exited (and possibly was reaped) since the pidfd was opened.
-fn send(pidfd: &OwnedFd, pid: i32, signal: Signal, name: &'static str) -> Result<bool, ProcError> {
-    match pidfd_send_signal(pidfd, signal) {
+fn send(pidfd: &ProcFd, pid: i32, signal: Signal, name: &'static str) -> Result<bool, ProcError> {
+    match pidfd.send(signal) {
         Ok(()) => Ok(true),
         Err(Errno::SRCH) => Ok(false),
         Err(e) => Err(ProcError::Signal {
@@ -108,7 +108,7 @@ fn send(pidfd: &OwnedFd, pid: i32, signal: Signal, name: &'static str) -> Result
 }
 
 /// Wait until the process behind `pidfd` exits or `limit` passes; true if it exited.
-fn wait_exit(pidfd: &OwnedFd, limit: Duration) -> Result<bool, ProcError> {
+fn wait_exit(pidfd: &ProcFd, limit: Duration) -> Result<bool, ProcError> {
     let deadline = Instant::now().checked_add(limit);
     loop {
         let timeout = deadline.map(|d| timespec(d.saturating_duration_since(Instant::now())));
