@@ -44,6 +44,7 @@ mod request;
 pub mod sharing;
 mod slots;
 mod status;
+mod sys;
 mod wait;
 
 pub use cancel::CancelToken;
