@@ -23,34 +23,11 @@ use rustix::io::Errno;
 use rustix::process::{Pid, Signal};
 
 use crate::error::ProcError;
+use crate::leftover::Leftover;
 use crate::procfs::{self, ProcStat};
 use crate::sys::ProcFd;
 use crate::terminate::KILL_WAIT;
 use crate::time::timespec;
-
-/// What to do with processes of the command's group that still run when the
-/// command itself (the group's leader) has exited.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LeftoverPolicy {
-    /// Terminate them (TERM, grace, KILL) before the run ends: the default,
-    /// so that nothing the command started runs beside the next holder.
-    #[default]
-    Terminate,
-    /// Leave them running: for a command whose purpose is to start a daemon.
-    /// They no longer hold anything baton gave the run.
-    Leave,
-}
-
-/// A process that was still running when its run ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Leftover {
-    /// Its pid.
-    pub pid: i32,
-    /// Its command name, as the kernel keeps it (at most 15 bytes).
-    pub command: String,
-    /// It had left the command's process group (found as an orphan).
-    pub escaped: bool,
-}
 
 /// How a process group is recognised as the one that was recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

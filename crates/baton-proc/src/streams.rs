@@ -18,7 +18,10 @@
 //! would.
 
 use std::io::{self, Read, Write};
+#[cfg(unix)]
 use std::os::fd::OwnedFd;
+#[cfg(windows)]
+use std::os::windows::io::OwnedHandle as OwnedFd;
 use std::sync::Arc;
 
 use crate::error::ProcError;

@@ -12,9 +12,10 @@ use rustix::io::Errno;
 use rustix::process::{kill_process_group, Pid, Signal};
 
 use crate::cancel::{CancelShared, Canceller};
-use crate::contain::{stop_orphans, terminate_group, GroupIdentity, LeftoverPolicy, SUPERVISED};
+use crate::contain::{stop_orphans, terminate_group, GroupIdentity, SUPERVISED};
 use crate::error::ProcError;
 use crate::guard::Guardian;
+use crate::leftover::{Leftover, LeftoverPolicy};
 use crate::signals::SignalCatcher;
 use crate::spec::{Finished, Outcome, RunSpec, Started};
 use crate::sys::{ProcFd, Waker};
@@ -216,7 +217,7 @@ impl Supervisor {
 
 /// Terminates what the command left in its group (its leader is reaped) and,
 /// in a subreaper, what left the group; returns whom it found.
-fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<crate::contain::Leftover> {
+fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<Leftover> {
     // One system call in the usual case: nobody is left in the group. The
     // group id cannot name another group yet: a pid is reused only after the
     // kernel's pid counter wraps, and `terminate_group` re-checks anyway.

@@ -8,6 +8,8 @@
 //! - `macos.rs`: their macOS replacements (kqueue `EVFILT_PROC` for pidfds,
 //!   a pipe for the eventfd, `proc_pidinfo` for `/proc`), or a typed
 //!   [`ProcError::Unsupported`](crate::ProcError::Unsupported) where there is none;
+//! - `windows.rs`: process handles and creation times, Job Objects,
+//!   console control events, events and pipes.
 //!
 //! What each system keeps of the crate's promises is listed in `SIGNALS.md`
 //! ("Platforms").
@@ -24,5 +26,10 @@ mod linux;
 #[cfg(target_os = "macos")]
 mod macos;
 
-#[cfg(not(any(target_os = "linux", target_os = "macos")))]
-compile_error!("baton-proc supports Linux and macOS");
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+pub(crate) use windows::*;
+
+#[cfg(not(any(target_os = "linux", target_os = "macos", windows)))]
+compile_error!("baton-proc supports Linux, macOS and Windows");

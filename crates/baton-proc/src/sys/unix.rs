@@ -46,3 +46,13 @@ impl ProcStat {
         self.exited || self.exiting
     }
 }
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the same clock in every process of
+/// the machine.
+pub(crate) fn mono_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(t.tv_sec)
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::try_from(t.tv_nsec).unwrap_or(0))
+}
