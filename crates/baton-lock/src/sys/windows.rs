@@ -15,6 +15,9 @@
 //! `UnlockFileEx` must name exactly a locked range; every unlock of this
 //! crate does (one byte), and one that finds nothing locked is no error.
 
+// Misfires on the `const` initialiser of `IO_EVENT` (cross-built with -Zbuild-std).
+#![allow(clippy::missing_const_for_thread_local)]
+
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -72,9 +75,9 @@ fn new_event() -> io::Result<OwnedHandle> {
     Ok(unsafe { OwnedHandle::from_raw_handle(h) })
 }
 
+// The event of this thread's short requests (tries, unlocks, reads,
+// writes): each is waited for before the next one starts.
 thread_local! {
-    /// The event of this thread's short requests (tries, unlocks, reads,
-    /// writes): each is waited for before the next one starts.
     static IO_EVENT: RefCell<Option<OwnedHandle>> = const { RefCell::new(None) };
 }
 
