@@ -67,6 +67,7 @@ mod on_windows {
             }
         });
         let (result, took) = waiter.join().unwrap();
+        eprintln!("deadline {wait:?}: gave up after {took:?}");
         assert!(matches!(result, Err(LockError::Busy { .. })), "{result:?}");
         assert!(took >= wait, "gave up early: {took:?}");
         assert!(

@@ -29,12 +29,33 @@ pub(crate) fn locks_work(dir: &Path) -> Result<(), String> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    let path = dir.join(format!(".ofd-check-{}-{nanos}", std::process::id()));
-    let open = |create: bool| super::probe_file_options().create_new(create).open(&path);
-    let first = open(true).map_err(|e| format!("cannot create '{}': {e}", path.display()))?;
-    let second = open(false);
+    let name = format!(".ofd-check-{}-{nanos}", std::process::id());
+    // In the baton dir (its filesystem is the one that matters); in the
+    // temporary dir when this process may not create files there (another
+    // user's shared dir, read through `status`).
+    let mut path = dir.join(&name);
+    let open =
+        |path: &Path, create: bool| super::probe_file_options().create_new(create).open(path);
+    let first = match open(&path, true) {
+        Ok(f) => f,
+        Err(_) => {
+            path = std::env::temp_dir().join(&name);
+            open(&path, true).map_err(|e| {
+                format!(
+                    "open-file-description locks could not be checked: cannot create '{}': {e}",
+                    path.display()
+                )
+            })?
+        }
+    };
+    let second = open(&path, false);
     let _ = std::fs::remove_file(&path);
-    let second = second.map_err(|e| format!("cannot open '{}': {e}", path.display()))?;
+    let second = second.map_err(|e| {
+        format!(
+            "open-file-description locks could not be checked: cannot open '{}': {e}",
+            path.display()
+        )
+    })?;
     check(first, &second)
         .map_err(|why| format!("open-file-description locks do not work on this system: {why}"))
 }
