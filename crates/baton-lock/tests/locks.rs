@@ -28,7 +28,7 @@ fn tempdir() -> (tempfile::TempDir, BatonDir) {
 }
 
 /// Spawns this test binary as a child process playing `role`.
-fn child(dir: &BatonDir, role: &str, args: &[&str]) -> Child {
+pub(crate) fn child(dir: &BatonDir, role: &str, args: &[&str]) -> Child {
     baton_testkit::child("locks::child_process_entry", role, dir.path(), args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -1,10 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Windows only: a lock file is open without `FILE_SHARE_DELETE` while held,
 //! so it cannot be deleted or renamed under its holder (the "deleted under a
-//! holder" case of `LOCKING.md` cannot happen), and a deadline wait (an
-//! overlapped `LockFileEx`, or polling under wine) gives up in time. Killed
-//! holders (`TerminateProcess`) and exclusion between processes are tested
-//! by `locks.rs`, which runs here too.
+//! holder" case of `LOCKING.md` cannot happen); a wait with a deadline on a
+//! holder in another process (an overlapped `LockFileEx`, or polling under
+//! wine) gives up in time, and the lock is free once that holder is killed
+//! (`TerminateProcess`). `locks.rs` runs here too (exclusion between
+//! processes, killed holders and waiters, FIFO, shared, semaphores).
 
 #[cfg(windows)]
 mod on_windows {
@@ -54,19 +55,16 @@ mod on_windows {
     }
 
     #[test]
-    fn a_deadline_wait_returns_busy_in_time() {
+    fn a_deadline_wait_returns_busy_in_time_and_a_killed_holder_frees_the_lock() {
         let (_t, dir, name) = setup();
-        let held = acquire(&dir, &LockRequest::new(name.clone())).unwrap();
+        // The holder is another process; then a holder killed with
+        // TerminateProcess frees the lock for a waiter at once.
+        let mut holder = crate::locks::child(&dir, "hold", &[name.as_str()]);
+        baton_testkit::expect_line(&mut holder, "locked");
         let wait = Duration::from_millis(400);
-        let waiter = std::thread::spawn({
-            let dir = dir.clone();
-            move || {
-                let start = Instant::now();
-                let r = acquire(&dir, &LockRequest::new(name).wait(wait));
-                (r.map(|g| g.token()), start.elapsed())
-            }
-        });
-        let (result, took) = waiter.join().unwrap();
+        let start = Instant::now();
+        let result = acquire(&dir, &LockRequest::new(name.clone()).wait(wait));
+        let took = start.elapsed();
         eprintln!("deadline {wait:?}: gave up after {took:?}");
         assert!(matches!(result, Err(LockError::Busy { .. })), "{result:?}");
         assert!(took >= wait, "gave up early: {took:?}");
@@ -74,6 +72,11 @@ mod on_windows {
             took < wait + Duration::from_millis(400),
             "gave up late: {took:?}"
         );
-        drop(held);
+        holder.kill().unwrap(); // TerminateProcess
+        let killed = Instant::now();
+        let got = acquire(&dir, &LockRequest::new(name).wait(Duration::from_secs(10)));
+        eprintln!("granted {:?} after the holder was killed", killed.elapsed());
+        assert!(got.is_ok(), "{:?}", got.map(|g| g.token()));
+        holder.wait().unwrap();
     }
 }
