@@ -26,6 +26,11 @@
 //! The `job` outputs are the job service's own answers (`baton-api`'s types,
 //! as `GET /v1/jobs...` returns them), printed as the client received them.
 //!
+//! `replaced_file_unknown` (in `lock status`) is true when the lock file is
+//! new to the lock, or missing, and this system cannot see whether the lock
+//! is still held through an older file that was deleted or replaced (macOS);
+//! `held: false` then only means "not held through this file".
+//!
 //! `previous_holder_died` (in `lock status` and `lock acquire`) is true when
 //! the holder before the current (or next) grant ended without releasing —
 //! it died, or the script it held the lock for did — so its work may be half
@@ -87,6 +92,7 @@ pub const LOCK_STATUS: Shape = Shape {
         "path",
         "previous_holder",
         "previous_holder_died",
+        "replaced_file_unknown",
         "waiters",
     ],
 };

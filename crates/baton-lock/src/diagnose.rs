@@ -11,9 +11,7 @@
 //! type is classified ([`filesystem`]), and whether OFD locks exclude and
 //! wake each other there is tried for real ([`probe_locks`]).
 
-use std::fs::{self, OpenOptions};
-use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -113,11 +111,7 @@ impl Filesystem {
 
 /// The filesystem `path` is on (`statfs(2)`).
 pub fn filesystem(path: &Path) -> Result<Filesystem, LockError> {
-    let st = rustix::fs::statfs(path).context("cannot statfs", path)?;
-    // `f_type` is a C long (or narrower) holding a 32-bit magic number;
-    // widening through i64 keeps it whatever the architecture's type.
-    #[allow(clippy::unnecessary_cast)] // the field's type differs per architecture
-    let magic = st.f_type as i64 as u64;
+    let magic = crate::sys::filesystem_magic(path).context("cannot statfs", path)?;
     Ok(Filesystem::from_magic(magic))
 }
 
@@ -134,12 +128,9 @@ pub struct Space {
 
 /// Free space on the filesystem of `path` (`statvfs(2)`).
 pub fn free_space(path: &Path) -> Result<Space, LockError> {
-    let st = rustix::fs::statvfs(path).context("cannot statvfs", path)?;
-    Ok(Space {
-        available_bytes: st.f_bavail.saturating_mul(st.f_frsize),
-        total_bytes: st.f_blocks.saturating_mul(st.f_frsize),
-        available_inodes: st.f_favail,
-    })
+    crate::sys::free_space(path)
+        .context("cannot statvfs", path)
+        .map_err(Into::into)
 }
 
 /// What [`probe_locks`] found.
@@ -171,12 +162,8 @@ pub fn probe_locks(dir: &Path) -> Result<LockProbe, LockError> {
         .map_or(0, |d| d.subsec_nanos());
     let path = dir.join(format!(".probe-{}-{nanos}", std::process::id()));
     let open = |create: bool| {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
+        crate::sys::probe_file_options()
             .create_new(create)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
     };
     let first = open(true).context("cannot create probe file", &path)?;
@@ -184,7 +171,7 @@ pub fn probe_locks(dir: &Path) -> Result<LockProbe, LockError> {
     let removed = fs::remove_file(&path);
     let second = second.context("cannot open probe file", &path)?;
     removed.context("cannot remove probe file", &path)?;
-    let (a, b) = (first.as_fd(), second.as_fd());
+    let (a, b) = (&first, &second);
     let refused = |e: std::io::Error| Ok(LockProbe::Unsupported(e.to_string()));
     match ofd::try_lock(a, Kind::Write, 0, 1) {
         Ok(true) => {}
@@ -235,19 +222,12 @@ pub struct Inotify {
 
 /// Tries inotify on `dir` (an instance and a watch) and reads its limits.
 pub fn inotify(dir: &Path) -> Inotify {
-    use rustix::fs::inotify::{add_watch, init, CreateFlags, WatchFlags};
     let limit = |name: &str| {
         fs::read_to_string(format!("/proc/sys/fs/inotify/{name}"))
             .ok()
             .and_then(|s| s.trim().parse().ok())
     };
-    let usable = init(CreateFlags::CLOEXEC)
-        .map_err(|e| format!("cannot create an inotify instance: {e}"))
-        .and_then(|fd| {
-            add_watch(&fd, dir, WatchFlags::CLOSE_WRITE)
-                .map(drop)
-                .map_err(|e| format!("cannot watch '{}': {e}", dir.display()))
-        });
+    let usable = crate::sys::try_inotify(dir);
     Inotify {
         usable,
         max_user_instances: limit("max_user_instances"),
@@ -309,8 +289,15 @@ mod tests {
         assert_eq!(probe_locks(tmp.path()).unwrap(), LockProbe::Works);
         assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 0);
         let here = filesystem(tmp.path()).unwrap();
-        assert_ne!(here.class, FsClass::Unknown, "{here:?}");
+        // Windows has no filesystem magic numbers to classify.
+        if cfg!(unix) {
+            assert_ne!(here.class, FsClass::Unknown, "{here:?}");
+        }
         assert!(free_space(tmp.path()).unwrap().total_bytes > 0);
-        assert_eq!(inotify(tmp.path()).usable, Ok(()));
+        if cfg!(target_os = "linux") {
+            assert_eq!(inotify(tmp.path()).usable, Ok(()));
+        } else {
+            assert!(inotify(tmp.path()).usable.is_err());
+        }
     }
 }

@@ -26,7 +26,8 @@
 //! finds it, so that callers can warn about holders still there.
 
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+#[cfg(unix)]
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::LockError;
@@ -134,14 +135,11 @@ impl BatonDir {
         match fs::symlink_metadata(&path) {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(&path)
+                crate::sys::create_private_dir_all(&path)
                     .context("cannot create baton dir", &path)?;
                 // Inside a shared baton dir (`groups/`), shared in turn.
                 if path.parent().is_some_and(crate::sharing::is_shared) {
-                    fs::set_permissions(&path, fs::Permissions::from_mode(0o2770))
+                    crate::sys::set_mode(&path, 0o2770)
                         .context("cannot create baton dir", &path)?;
                 }
             }
@@ -167,6 +165,20 @@ impl BatonDir {
     /// set-group-ID and group-writable (mode 2770), and not accessible to
     /// others. The caller must own it (or be root) and be in the group (or
     /// be root). Idempotent.
+    #[cfg(windows)]
+    pub fn init_shared(path: &Path, gid: u32) -> Result<BatonDir, LockError> {
+        Err(LockError::UnsafeDir {
+            path: path.to_path_buf(),
+            reason: format!("cannot be shared with group gid {gid}: Windows has no set-group-ID directories; share the directory through its ACL instead"),
+        })
+    }
+
+    /// Makes `path` (created if missing) a baton dir shared by the members of
+    /// group `gid`: the group owns it and what is already in it, it is
+    /// set-group-ID and group-writable (mode 2770), and not accessible to
+    /// others. The caller must own it (or be root) and be in the group (or
+    /// be root). Idempotent.
+    #[cfg(unix)]
     pub fn init_shared(path: &Path, gid: u32) -> Result<BatonDir, LockError> {
         let refuse = |reason: String| LockError::UnsafeDir {
             path: path.to_path_buf(),
@@ -194,10 +206,7 @@ impl BatonDir {
             }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(path)
+                crate::sys::create_private_dir_all(path)
                     .context("cannot create baton dir", path)?;
             }
             Err(e) => {
@@ -233,6 +242,7 @@ impl BatonDir {
 
 /// Gives group `gid` the directory `path` and, below it, what baton keeps
 /// there (not the checkouts of workspaces, which belong to their users).
+#[cfg(unix)]
 fn share_tree(path: &Path, gid: u32, depth: u32) -> Result<(), LockError> {
     let meta = fs::symlink_metadata(path).context("cannot inspect", path)?;
     if meta.file_type().is_symlink() {
@@ -279,30 +289,7 @@ fn vet(path: &Path) -> Result<Sharing, LockError> {
     if !meta.is_dir() {
         return Err(refuse("is not a directory".into()));
     }
-    if meta.permissions().mode() & 0o002 != 0 {
-        return Err(refuse(
-            "is writable by every user; run `chmod o-w` on it or choose another directory".into(),
-        ));
-    }
-    let shared = meta.mode() & crate::sharing::SHARED_DIR_BITS == crate::sharing::SHARED_DIR_BITS;
-    let uid = rustix::process::geteuid().as_raw();
-    if shared {
-        if crate::sharing::is_member(meta.gid()) || meta.uid() == uid || uid == 0 {
-            return Ok(Sharing::Group { gid: meta.gid() });
-        }
-        return Err(refuse(format!(
-            "is shared with group {group}, and you (uid {uid}) are not in it; ask an administrator to add you (`usermod -aG {name} $USER`, then log in again), or use a baton dir of your own (--dir or BATON_DIR)",
-            group = crate::sharing::describe_group(meta.gid()),
-            name = crate::sharing::group_name(meta.gid()).unwrap_or_else(|| meta.gid().to_string()),
-        )));
-    }
-    if meta.uid() != uid {
-        return Err(refuse(format!(
-            "is owned by uid {}, not by you (uid {uid}); to share a baton dir between users, its owner runs `baton init --shared GROUP DIR`",
-            meta.uid()
-        )));
-    }
-    Ok(Sharing::Private)
+    crate::sys::vet_owner(&meta).map_err(refuse)
 }
 
 /// This user's baton dir on this machine, the default when neither `--dir`
@@ -312,9 +299,8 @@ fn vet(path: &Path) -> Result<Sharing, LockError> {
 /// user outside a login session (cron, systemd services, `sudo -u`) do not
 /// have it, and would get another dir than the user's shells.
 pub fn user_location() -> (PathBuf, DirRule) {
-    let uid = rustix::process::geteuid().as_raw();
     (
-        std::env::temp_dir().join(format!("baton-{uid}")),
+        std::env::temp_dir().join(format!("baton-{}", crate::sys::user_tag())),
         DirRule::TempDir,
     )
 }

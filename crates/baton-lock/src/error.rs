@@ -105,6 +105,15 @@ pub enum LockError {
         /// Why.
         reason: String,
     },
+    /// Byte-range locks do not work as baton needs them on this system
+    /// (checked once per process, before the first lock; see `LOCKING.md`,
+    /// "Platforms"). baton never falls back to a weaker lock.
+    #[error("{reason}")]
+    Unsupported {
+        /// What the check found, beginning "open-file-description locks do
+        /// not work on this system".
+        reason: String,
+    },
     /// An I/O error, with what was being done and the path it concerns.
     #[error(transparent)]
     Io(#[from] baton_fs::PathError),

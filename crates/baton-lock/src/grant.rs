@@ -4,7 +4,6 @@
 //! "Fencing tokens").
 
 use std::fs::File;
-use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::{Instant, SystemTime};
 
@@ -49,7 +48,7 @@ pub(crate) fn take_over(
     busy: impl Fn(Option<String>) -> LockError,
 ) -> Result<Option<Grant>, LockError> {
     let (file, path) = (at.file, at.path);
-    let fd = file.as_fd();
+    let fd = file;
     let give_back = || {
         let _ = ofd::unlock(fd, SLOT_BASE + u64::from(slot), 1);
         let _ = ofd::unlock(fd, at.mark, 1);
@@ -82,7 +81,7 @@ pub(crate) fn take_over(
         // grant is recorded in the same section as ever and `status` never
         // sees the slot held without its holder.
         let replaced_holders = doc.inode != Some(at.id.ino)
-            && !replaced::holders_elsewhere(at.mark, Some(at.id)).is_empty();
+            && replaced::holders_elsewhere(at.mark, Some(at.id)).is_some_and(|h| !h.is_empty());
         let leftovers = dead_command_groups(&doc, mode, slot);
         if replaced_holders || !leftovers.is_empty() {
             // Slow, rare work: never while holding META. Publish the slot
@@ -111,17 +110,7 @@ pub(crate) fn take_over(
                 }
             }
             for (ns, g) in leftovers {
-                // Translated when the dead holder ran in another PID
-                // namespace; left alone when that namespace is not visible.
-                baton_proc::pidns::terminate_group_in(
-                    ns,
-                    g.pgid,
-                    baton_proc::GroupIdentity::Recorded {
-                        leader_start_time: g.leader_start_time,
-                        session: g.session,
-                    },
-                    std::time::Duration::from_millis(g.grace_ms),
-                );
+                terminate_leftover(ns, g);
             }
             let _meta = meta_for_grant(file, path, deadline, req, &busy)?;
             let mut doc = read_doc(file)
@@ -172,10 +161,38 @@ fn meta_for_grant<'f>(
         })
 }
 
+/// Stops what is left of a dead holder's command group: translated when the
+/// dead holder ran in another PID namespace; left alone when that namespace
+/// is not visible.
+#[cfg(unix)]
+fn terminate_leftover(ns: Option<baton_proc::pidns::NsId>, g: CommandGroup) {
+    baton_proc::pidns::terminate_group_in(
+        ns,
+        g.pgid,
+        baton_proc::GroupIdentity::Recorded {
+            leader_start_time: g.leader_start_time,
+            session: g.session,
+        },
+        std::time::Duration::from_millis(g.grace_ms),
+    );
+}
+
+/// Windows: a run's processes are in a Job Object that dies with it; no
+/// process group outlives a dead holder.
+#[cfg(windows)]
+fn terminate_leftover(_ns: (), _g: CommandGroup) {}
+
+/// Windows: nothing outlives a dead holder (see [`terminate_leftover`]).
+#[cfg(windows)]
+fn dead_command_groups(_doc: &LockDoc, _mode: Mode, _slot: u32) -> Vec<((), CommandGroup)> {
+    Vec::new()
+}
+
 /// Process groups of dead holders whose records the grant of `slot` replaces,
 /// with the PID namespace their ids belong to. A holder that is not visible
 /// from here (another container, a restarted one whose pid 1 is a new
 /// process) is never taken for dead: its group is left alone.
+#[cfg(unix)]
 fn dead_command_groups(
     doc: &LockDoc,
     mode: Mode,
@@ -304,7 +321,7 @@ fn clock_micros() -> u64 {
 /// by another thread of a multi-threaded ancestor is not: that thread may
 /// release it while this request waits.
 pub(crate) fn held_for_ancestor(
-    fd: std::os::fd::BorrowedFd<'_>,
+    fd: &File,
     doc: &LockDoc,
     mode: Option<Mode>,
 ) -> std::io::Result<Option<HolderRecord>> {

@@ -93,14 +93,14 @@ impl ProcessIdentity {
         match &*cached {
             Some(me) if me.pid == pid => me.clone(),
             _ => {
-                let ns = baton_proc::pidns::current_ns_id();
+                let (pid_ns, pid_ns_init) = current_ns();
                 let me = ProcessIdentity {
                     pid,
                     start_time: start_time(pid).unwrap_or(0),
                     boot_id: boot_id().to_string(),
                     host: hostname().to_string(),
-                    pid_ns: ns.map(|n| n.inode),
-                    pid_ns_init: ns.and_then(|n| n.init_start),
+                    pid_ns,
+                    pid_ns_init,
                 };
                 *cached = Some(me.clone());
                 me
@@ -111,18 +111,19 @@ impl ProcessIdentity {
     /// The identity of another process on this machine (`pid` as seen from
     /// here), if it exists.
     pub fn of_pid(pid: i32) -> Option<ProcessIdentity> {
-        let ns = baton_proc::pidns::current_ns_id();
+        let (pid_ns, pid_ns_init) = current_ns();
         Some(ProcessIdentity {
             pid,
             start_time: start_time(pid)?,
             boot_id: boot_id().to_string(),
             host: hostname().to_string(),
-            pid_ns: ns.map(|n| n.inode),
-            pid_ns_init: ns.and_then(|n| n.init_start),
+            pid_ns,
+            pid_ns_init,
         })
     }
 
     /// The PID namespace the pid was recorded in, if recorded.
+    #[cfg(unix)]
     pub fn ns_id(&self) -> Option<baton_proc::pidns::NsId> {
         Some(baton_proc::pidns::NsId {
             inode: self.pid_ns?,
@@ -145,6 +146,14 @@ impl ProcessIdentity {
 
     /// Whether the pid was recorded in this process's PID namespace (records
     /// without a namespace are taken to be).
+    #[cfg(windows)]
+    pub fn in_my_pid_ns(&self) -> bool {
+        true
+    }
+
+    /// Whether the pid was recorded in this process's PID namespace (records
+    /// without a namespace are taken to be).
+    #[cfg(unix)]
     pub fn in_my_pid_ns(&self) -> bool {
         let Some(ns) = self.ns_id() else {
             return true;
@@ -177,6 +186,15 @@ impl ProcessIdentity {
                 Liveness::Unknown
             });
         }
+        #[cfg(windows)]
+        return match start_time(self.pid) {
+            Some(t) if t == self.start_time => Sighting {
+                liveness: Liveness::Alive,
+                local_pid: Some(self.pid),
+            },
+            _ => gone(Liveness::Dead),
+        };
+        #[cfg(unix)]
         match baton_proc::pidns::locate(self.ns_id(), self.pid, self.start_time) {
             baton_proc::pidns::Sighting::Here(pid) => Sighting {
                 liveness: Liveness::Alive,
@@ -192,12 +210,31 @@ impl ProcessIdentity {
 /// has not exited. A zombie (exited, not yet reaped) counts as gone: it holds
 /// no files and so no locks.
 pub fn start_time(pid: i32) -> Option<u64> {
-    let st = proc_stat(pid)?;
-    (!st.exited).then_some(st.start_time)
+    #[cfg(windows)]
+    return crate::sys::process_start_time(pid);
+    #[cfg(unix)]
+    {
+        let st = proc_stat(pid)?;
+        (!st.exited).then_some(st.start_time)
+    }
 }
 
+#[cfg(unix)]
 fn proc_stat(pid: i32) -> Option<baton_proc::procfs::ProcStat> {
     baton_proc::procfs::stat(pid)
+}
+
+/// This process's PID namespace: its inode and the start time of its pid 1.
+#[cfg(unix)]
+fn current_ns() -> (Option<u64>, Option<u64>) {
+    let ns = baton_proc::pidns::current_ns_id();
+    (ns.map(|n| n.inode), ns.and_then(|n| n.init_start))
+}
+
+/// Windows has no PID namespaces.
+#[cfg(windows)]
+fn current_ns() -> (Option<u64>, Option<u64>) {
+    (None, None)
 }
 
 /// The (pid, start time) of every ancestor of this process, parent first,
@@ -211,10 +248,22 @@ pub fn ancestors() -> Vec<(i32, u64)> {
         if parent <= 1 {
             break;
         }
+        #[cfg(unix)]
         match proc_stat(parent) {
             Some(st) if !st.exited => {
                 out.push((parent, st.start_time));
                 parent = st.ppid;
+            }
+            _ => break,
+        }
+        #[cfg(windows)]
+        match (start_time(parent), crate::sys::process_parent(parent)) {
+            (Some(t), next) => {
+                out.push((parent, t));
+                match next {
+                    Some(p) => parent = p,
+                    None => break,
+                }
             }
             _ => break,
         }
@@ -253,7 +302,10 @@ pub fn thread_count(pid: i32) -> Option<u32> {
 
 /// The parent pid of `pid`, from `/proc/<pid>/stat` (field 4).
 pub fn parent_of(pid: i32) -> Option<i32> {
-    proc_stat(pid).map(|st| st.ppid)
+    #[cfg(unix)]
+    return proc_stat(pid).map(|st| st.ppid);
+    #[cfg(windows)]
+    return crate::sys::process_parent(pid);
 }
 
 /// This machine's boot id.
@@ -270,10 +322,13 @@ pub fn boot_id() -> &'static str {
 pub fn hostname() -> &'static str {
     static HOST: OnceLock<String> = OnceLock::new();
     HOST.get_or_init(|| {
-        rustix::system::uname()
+        #[cfg(unix)]
+        return rustix::system::uname()
             .nodename()
             .to_string_lossy()
-            .into_owned()
+            .into_owned();
+        #[cfg(windows)]
+        return crate::sys::host_name();
     })
 }
 
@@ -281,10 +336,13 @@ pub fn hostname() -> &'static str {
 pub fn default_owner() -> &'static str {
     static OWNER: OnceLock<String> = OnceLock::new();
     OWNER.get_or_init(|| {
+        #[cfg(unix)]
         let user = std::env::var("USER")
             .ok()
             .filter(|u| !u.is_empty())
             .unwrap_or_else(|| format!("uid{}", rustix::process::getuid().as_raw()));
+        #[cfg(windows)]
+        let user = crate::sys::user_name().unwrap_or_else(|| "user".into());
         format!("{user}@{}", hostname())
     })
 }

@@ -3,8 +3,8 @@
 //! Byte-range locks are advisory and independent of the file's content, so
 //! they can sit far beyond its end without using any disk.
 
+use std::fs::File;
 use std::io;
-use std::os::fd::BorrowedFd;
 
 use crate::ofd::{self, Kind};
 
@@ -26,7 +26,7 @@ pub(crate) const TICKET_END: u64 = 1 << 62;
 /// greatest, so we narrow the range from below until nothing is left. A
 /// read-lock query only sees write locks, i.e. waiters' tickets, never the
 /// transient read locks waiters take on a predecessor's byte.
-pub(crate) fn greatest_ticket_below(fd: BorrowedFd<'_>, limit: u64) -> io::Result<Option<u64>> {
+pub(crate) fn greatest_ticket_below(fd: &File, limit: u64) -> io::Result<Option<u64>> {
     let mut lo = TICKET_BASE;
     let mut best = None;
     while lo < limit {
@@ -42,12 +42,12 @@ pub(crate) fn greatest_ticket_below(fd: BorrowedFd<'_>, limit: u64) -> io::Resul
 }
 
 /// How many waiters are in line.
-pub(crate) fn count_tickets(fd: BorrowedFd<'_>) -> io::Result<usize> {
+pub(crate) fn count_tickets(fd: &File) -> io::Result<usize> {
     Ok(all_locks(fd, Kind::Read, TICKET_BASE, TICKET_END)?.len())
 }
 
 /// Slots `0..max` currently held by others, with the kind of lock seen.
-pub(crate) fn held_slots(fd: BorrowedFd<'_>, max: u32) -> io::Result<Vec<(u32, Kind)>> {
+pub(crate) fn held_slots(fd: &File, max: u32) -> io::Result<Vec<(u32, Kind)>> {
     let end = SLOT_BASE + u64::from(max);
     let mut slots: Vec<(u32, Kind)> = all_locks(fd, Kind::Write, SLOT_BASE, end)?
         .into_iter()
@@ -60,7 +60,7 @@ pub(crate) fn held_slots(fd: BorrowedFd<'_>, max: u32) -> io::Result<Vec<(u32, K
 /// Every single byte in `[lo, hi)` on which another holder has a lock that
 /// conflicts with `probe`. The kernel reports one conflict per query, in no
 /// particular order, so each answer splits the range in two.
-fn all_locks(fd: BorrowedFd<'_>, probe: Kind, lo: u64, hi: u64) -> io::Result<Vec<(u64, Kind)>> {
+fn all_locks(fd: &File, probe: Kind, lo: u64, hi: u64) -> io::Result<Vec<(u64, Kind)>> {
     let mut found = Vec::new();
     let mut todo = vec![(lo, hi)];
     while let Some((lo, hi)) = todo.pop() {

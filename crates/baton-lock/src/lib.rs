@@ -10,6 +10,11 @@
 //! trusted for exclusion. The protocol and its reasoning are in `LOCKING.md`
 //! next to this crate's `Cargo.toml`.
 //!
+//! Linux, macOS and Windows: OFD locks on Linux and macOS (checked at run
+//! time on macOS, where they are a private interface), `LockFileEx` ranges on
+//! Windows; every platform call is in `src/sys`, and what each system lacks
+//! is listed in `LOCKING.md`, "Platforms".
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use baton_lock::{acquire, BatonDir, LockRequest, Mode};
@@ -44,6 +49,7 @@ mod request;
 pub mod sharing;
 mod slots;
 mod status;
+mod sys;
 mod wait;
 
 pub use cancel::CancelToken;

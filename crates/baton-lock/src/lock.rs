@@ -6,9 +6,7 @@
 //! each waits in the kernel only for its immediate predecessor, so the line is
 //! FIFO, a dead waiter leaves it by itself, and a release wakes one process.
 
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -143,13 +141,13 @@ impl LockGuard {
             self.released = true;
             forget_held(&self.key);
             let byte = BORROW_BASE + u64::from(self.slot);
-            return ofd::unlock(self.file.as_fd(), byte, 1)
+            return ofd::unlock(&self.file, byte, 1)
                 .context("cannot release lock", &self.path)
                 .map_err(Into::into);
         }
         self.released = true;
         forget_held(&self.key);
-        let fd = self.file.as_fd();
+        let fd = &self.file;
         // Remove our record, then hand the slot on. The other order would let
         // the woken waiter run into our META section and be woken a second
         // time, which on an idle machine costs more than the few system calls
@@ -216,6 +214,7 @@ impl Drop for LockGuard {
 pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError> {
     let start = Instant::now();
     let deadline = req.wait.deadline_from(start);
+    crate::ofd::locks_work(&dir.locks_dir()).map_err(|reason| LockError::Unsupported { reason })?;
     let path = dir.lock_path(&req.name);
     let mark = replaced::marker(dir.path(), req.name.as_str());
     let _span = tracing::debug_span!("lock", lock = %req.name).entered();
@@ -327,11 +326,7 @@ pub fn acquire_all(dir: &BatonDir, reqs: &[LockRequest]) -> Result<Vec<LockGuard
 
 fn open_lock_file(path: &Path) -> Result<File, LockError> {
     // Created 0600, or 0660 in a dir shared with a group (`sharing`).
-    let mut options = OpenOptions::new();
-    options
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW);
+    let options = crate::sys::lock_file_options();
     crate::sharing::open_or_create(path, &options, 0o600)
         .context("cannot open lock file", path)
         .map_err(Into::into)
@@ -348,7 +343,7 @@ fn acquire_in(
     deadline: Option<Instant>,
 ) -> Result<Option<Grant>, LockError> {
     let (file, path) = (at.file, at.path);
-    let fd = file.as_fd();
+    let fd = file;
     let mode = req.mode.normalized();
     let slots = mode.slots();
     let busy = |waited_holder: Option<String>| LockError::Busy {
@@ -498,7 +493,7 @@ fn wait_in_line(
     deadline: Option<Instant>,
     cancel: Option<&CancelToken>,
 ) -> std::io::Result<Option<u32>> {
-    let fd = file.as_fd();
+    let fd = file;
     // Wait for our immediate predecessor only; when it leaves (granted, gave
     // up or died), look again: there may be an earlier one still waiting.
     while let Some(pred) = greatest_ticket_below(fd, ticket)? {

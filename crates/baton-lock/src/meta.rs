@@ -7,7 +7,6 @@
 //! killed between the two steps leaves a readable document.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 
 use serde::{Deserialize, Serialize};
 
@@ -207,7 +206,7 @@ pub(crate) fn read_doc(file: &File) -> std::io::Result<DocRead> {
             buf.resize(buf.len() * 4, 0);
         }
         let want = buf.len() - got;
-        let n = file.read_at(&mut buf[got..], got as u64)?;
+        let n = crate::sys::read_at(file, &mut buf[got..], got as u64)?;
         got += n;
         // A short read of a regular file is its end.
         if n < want {
@@ -268,7 +267,7 @@ pub(crate) fn write_doc(file: &File, doc: &mut LockDoc) -> std::io::Result<()> {
         );
     }
     bytes.push(b'\n');
-    file.write_all_at(&bytes, 0)?;
+    crate::sys::write_all_at(file, &bytes, 0)?;
     if doc.stored_len > bytes.len() as u64 {
         file.set_len(bytes.len() as u64)?;
     }

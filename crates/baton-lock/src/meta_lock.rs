@@ -2,7 +2,6 @@
 //! metadata (`LOCKING.md`), and by readers that want a consistent document.
 
 use std::fs::File;
-use std::os::fd::AsFd;
 use std::time::Instant;
 
 use crate::cancel::CancelToken;
@@ -37,7 +36,7 @@ impl<'f> MetaLock<'f> {
     ) -> std::io::Result<Option<Self>> {
         let deadline = deadline.map(|d| d.max(Instant::now() + META_FLOOR));
         Ok(
-            ofd::lock_wait(file.as_fd(), Kind::Write, META, 1, deadline, cancel)?
+            ofd::lock_wait(file, Kind::Write, META, 1, deadline, cancel)?
                 .then_some(MetaLock { file }),
         )
     }
@@ -60,7 +59,7 @@ impl<'f> MetaLock<'f> {
         patience: std::time::Duration,
     ) -> std::io::Result<Option<Self>> {
         let deadline = Instant::now() + patience;
-        if ofd::lock_wait(file.as_fd(), Kind::Read, META, 1, Some(deadline), None)? {
+        if ofd::lock_wait(file, Kind::Read, META, 1, Some(deadline), None)? {
             Ok(Some(MetaLock { file }))
         } else {
             Ok(None)
@@ -70,6 +69,6 @@ impl<'f> MetaLock<'f> {
 
 impl Drop for MetaLock<'_> {
     fn drop(&mut self) {
-        let _ = ofd::unlock(self.file.as_fd(), META, 1);
+        let _ = ofd::unlock(self.file, META, 1);
     }
 }

@@ -1,25 +1,21 @@
-//! Safe wrappers around Linux open-file-description (OFD) byte-range locks.
+//! Byte-range locks on lock files, on every platform: the safe interface the
+//! rest of the crate uses (`sys` holds the platform calls).
 //!
-//! OFD locks belong to an open file description, not to a process or thread:
-//! they are released when the last descriptor for it is closed, which the
-//! kernel does when the holder dies, even by SIGKILL. They are independent of
-//! the file's content, so one lock file carries many lockable bytes (see
+//! On Linux and macOS these are open-file-description (OFD) locks; on
+//! Windows, `LockFileEx` ranges of a handle. Either belongs to one open file
+//! (not to a process or thread), is released when that file is closed,
+//! which the kernel does when the holder dies, and is independent of the
+//! file's content, so one lock file carries many lockable bytes (see
 //! `LOCKING.md` at the crate root for the layout).
-//!
-//! Blocking waits happen in the kernel (`F_OFD_SETLKW`). A wait with a
-//! deadline arms a per-thread POSIX timer that delivers a dedicated real-time
-//! signal to the waiting thread; the signal's handler does nothing and is
-//! installed without `SA_RESTART`, so the blocked `fcntl` returns `EINTR` and
-//! the wait loop sees that the deadline has passed. The timer re-fires every
-//! few milliseconds after the deadline, which closes the window where the
-//! signal arrives just before the thread enters `fcntl`.
 
+use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::path::Path;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::cancel::CancelToken;
+use crate::sys;
 
 /// Read (shared) or write (exclusive) byte-range lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,347 +24,70 @@ pub(crate) enum Kind {
     Write,
 }
 
-impl Kind {
-    fn raw(self) -> libc::c_short {
-        match self {
-            Kind::Read => libc::F_RDLCK as libc::c_short,
-            Kind::Write => libc::F_WRLCK as libc::c_short,
-        }
-    }
-}
-
 /// A conflicting lock reported by [`find_conflict`].
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Conflict {
     pub start: u64,
+    /// Its length (0: to the end of the file's address space).
     pub len: u64,
     pub kind: Kind,
 }
 
-fn flock_struct(ty: libc::c_short, start: u64, len: u64) -> io::Result<libc::flock> {
-    let to_off =
-        |v: u64| libc::off_t::try_from(v).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
-    // SAFETY: `flock` is a plain C struct for which all-zero bytes is a valid value.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = ty;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = to_off(start)?;
-    fl.l_len = to_off(len)?;
-    fl.l_pid = 0; // required by OFD locks
-    Ok(fl)
-}
-
-fn fcntl_lock(fd: BorrowedFd<'_>, cmd: libc::c_int, fl: &mut libc::flock) -> io::Result<()> {
-    // SAFETY: `fd` is a live descriptor for the duration of the borrow and `fl`
-    // points to a properly initialised `flock` that the kernel may write to.
-    let rc = unsafe { libc::fcntl(fd.as_raw_fd(), cmd, fl as *mut libc::flock) };
-    if rc == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+/// Checks once per process, before the first lock, that byte-range locks
+/// work as the protocol needs (on macOS, where OFD locks are a private
+/// interface of the kernel, by trying them on a file in `dir`); the reason
+/// when they do not. Every later call gives the first answer.
+pub(crate) fn locks_work(dir: &Path) -> Result<(), String> {
+    static CHECKED: OnceLock<Result<(), String>> = OnceLock::new();
+    CHECKED.get_or_init(|| sys::locks_work(dir)).clone()
 }
 
 /// Tries to take a lock without waiting; `Ok(false)` if another holder conflicts.
-pub(crate) fn try_lock(fd: BorrowedFd<'_>, kind: Kind, start: u64, len: u64) -> io::Result<bool> {
-    let mut fl = flock_struct(kind.raw(), start, len)?;
-    match fcntl_lock(fd, libc::F_OFD_SETLK, &mut fl) {
-        Ok(()) => Ok(true),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => Ok(false),
-        Err(e) => Err(e),
-    }
+pub(crate) fn try_lock(file: &File, kind: Kind, start: u64, len: u64) -> io::Result<bool> {
+    sys::try_lock(file, kind, start, len)
 }
 
-/// Releases whatever this open file description holds in the range.
-pub(crate) fn unlock(fd: BorrowedFd<'_>, start: u64, len: u64) -> io::Result<()> {
-    let mut fl = flock_struct(libc::F_UNLCK as libc::c_short, start, len)?;
-    fcntl_lock(fd, libc::F_OFD_SETLK, &mut fl)
+/// Releases what this open file holds in the range (nothing held is no error).
+pub(crate) fn unlock(file: &File, start: u64, len: u64) -> io::Result<()> {
+    sys::unlock(file, start, len)
 }
 
-/// Reports one lock held by another open file description that would conflict
-/// with taking `kind` over the range, if any. Which one is reported when there
-/// are several is up to the kernel.
+/// Reports one lock held by another open file that would conflict with
+/// taking `kind` over the range, if any. Which one is reported when there
+/// are several is up to the platform.
 pub(crate) fn find_conflict(
-    fd: BorrowedFd<'_>,
+    file: &File,
     kind: Kind,
     start: u64,
     len: u64,
 ) -> io::Result<Option<Conflict>> {
-    let mut fl = flock_struct(kind.raw(), start, len)?;
-    fcntl_lock(fd, libc::F_OFD_GETLK, &mut fl)?;
-    if fl.l_type == libc::F_UNLCK as libc::c_short {
-        return Ok(None);
-    }
-    let kind = if fl.l_type == libc::F_WRLCK as libc::c_short {
-        Kind::Write
-    } else {
-        Kind::Read
-    };
-    Ok(Some(Conflict {
-        start: u64::try_from(fl.l_start).unwrap_or(0),
-        len: u64::try_from(fl.l_len).unwrap_or(0),
-        kind,
-    }))
+    sys::find_conflict(file, kind, start, len)
 }
 
-/// Blocks in the kernel until the lock is taken (`Ok(true)`) or `deadline`
-/// passes (`Ok(false)`). `None` waits forever. When `cancel` is cancelled the
-/// wait ends with [`cancelled`] as its error.
+/// Blocks until the lock is taken (`Ok(true)`) or `deadline` passes
+/// (`Ok(false)`). `None` waits forever. When `cancel` is cancelled the wait
+/// ends with [`cancelled`] as its error.
 pub(crate) fn lock_wait(
-    fd: BorrowedFd<'_>,
+    file: &File,
     kind: Kind,
     start: u64,
     len: u64,
     deadline: Option<Instant>,
     cancel: Option<&CancelToken>,
 ) -> io::Result<bool> {
-    if try_lock(fd, kind, start, len)? {
+    if try_lock(file, kind, start, len)? {
         return Ok(true);
     }
-    let _alarm = match Alarm::for_wait(deadline, cancel)? {
-        AlarmFor::Expired => return Ok(false),
-        AlarmFor::Cancelled => return Err(cancelled()),
-        AlarmFor::Armed(alarm) => alarm,
-    };
-    let mut fl = flock_struct(kind.raw(), start, len)?;
-    loop {
-        match fcntl_lock(fd, libc::F_OFD_SETLKW, &mut fl) {
-            Ok(()) => return Ok(true),
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
-                if cancel.is_some_and(CancelToken::is_cancelled) {
-                    return Err(cancelled());
-                }
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Ok(false);
-                }
-            }
-            Err(e) => return Err(e),
-        }
+    if cancel.is_some_and(CancelToken::is_cancelled) {
+        return Err(cancelled());
     }
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return Ok(false);
+    }
+    sys::lock_wait(file, kind, start, len, deadline, cancel)
 }
 
 /// The error of a wait ended by a [`CancelToken`].
 pub(crate) fn cancelled() -> io::Error {
     io::Error::new(io::ErrorKind::Interrupted, "the wait was cancelled")
-}
-
-/// What [`Alarm::for_wait`] found.
-pub(crate) enum AlarmFor {
-    /// The deadline has already passed.
-    Expired,
-    /// The token was cancelled before the wait.
-    Cancelled,
-    /// Wait; the alarm (if any) interrupts the thread at the deadline or on cancel.
-    Armed(Option<Alarm>),
-}
-
-/// The per-thread timer of one wait, registered with its cancel token.
-pub(crate) struct Alarm {
-    timer: DeadlineAlarm,
-    cancel: Option<CancelToken>,
-}
-
-impl Alarm {
-    /// Prepares a blocking wait of this thread: a timer armed for `deadline`
-    /// (disarmed when there is none) that `cancel` can fire at once.
-    pub(crate) fn for_wait(
-        deadline: Option<Instant>,
-        cancel: Option<&CancelToken>,
-    ) -> io::Result<AlarmFor> {
-        let after = match deadline {
-            None => None,
-            Some(d) => {
-                let now = Instant::now();
-                if now >= d {
-                    return Ok(AlarmFor::Expired);
-                }
-                Some(d - now)
-            }
-        };
-        if cancel.is_some_and(CancelToken::is_cancelled) {
-            return Ok(AlarmFor::Cancelled);
-        }
-        if after.is_none() && cancel.is_none() {
-            return Ok(AlarmFor::Armed(None));
-        }
-        let timer = DeadlineAlarm::arm(after)?;
-        let alarm = Alarm {
-            cancel: cancel.cloned(),
-            timer,
-        };
-        if let Some(token) = &alarm.cancel {
-            let id = TimerId(alarm.timer.timer as usize);
-            if token.attach(Box::new(move || id.fire_now())) {
-                return Ok(AlarmFor::Cancelled);
-            }
-        }
-        Ok(AlarmFor::Armed(Some(alarm)))
-    }
-}
-
-impl Drop for Alarm {
-    fn drop(&mut self) {
-        // Before the timer is deleted: `cancel` holds the token's lock while
-        // it fires the timer, so it never touches a deleted one.
-        if let Some(token) = &self.cancel {
-            token.detach();
-        }
-    }
-}
-
-/// A timer id that can be sent to the thread that cancels.
-struct TimerId(usize);
-
-impl TimerId {
-    fn fire_now(&self) {
-        let spec = libc::itimerspec {
-            it_interval: timespec(REFIRE),
-            it_value: timespec(Duration::from_nanos(1)),
-        };
-        // SAFETY: the id is a live timer: it is registered with the token only
-        // between its creation and, under the token's lock, before its deletion.
-        unsafe {
-            libc::timer_settime(self.0 as libc::timer_t, 0, &spec, std::ptr::null_mut());
-        }
-    }
-}
-
-/// After the first expiry the alarm repeats at this interval until disarmed.
-const REFIRE: Duration = Duration::from_millis(2);
-
-/// A per-thread timer that interrupts blocking system calls of this thread
-/// once a deadline passes. Disarmed and deleted on drop.
-struct DeadlineAlarm {
-    timer: libc::timer_t,
-    signal: libc::c_int,
-    old_mask: libc::sigset_t,
-}
-
-impl DeadlineAlarm {
-    /// A timer for this thread that fires after `after` and then every
-    /// [`REFIRE`]; created disarmed when `after` is `None`.
-    fn arm(after: Option<Duration>) -> io::Result<Self> {
-        let signal = wakeup_signal()?;
-        // SAFETY: sigset_t is a plain C type; sigemptyset/sigaddset initialise it.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above; old_mask is written by pthread_sigmask before use.
-        let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: pointers are to live, properly sized sigset_t values; unblocking
-        // our own wakeup signal in the current thread only affects this thread.
-        unsafe {
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, signal);
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, &mut old_mask);
-        }
-        // SAFETY: sigevent is a plain C struct; all-zero is valid before we fill it.
-        let mut sev: libc::sigevent = unsafe { std::mem::zeroed() };
-        sev.sigev_notify = libc::SIGEV_THREAD_ID;
-        sev.sigev_signo = signal;
-        sev.sigev_notify_thread_id = rustix::thread::gettid().as_raw_nonzero().get();
-        let mut timer: libc::timer_t = std::ptr::null_mut();
-        // SAFETY: `sev` and `timer` are valid for the call; on success the kernel
-        // gives us a timer id that we own and delete in Drop.
-        let rc = unsafe { libc::timer_create(libc::CLOCK_MONOTONIC, &mut sev, &mut timer) };
-        if rc == -1 {
-            let err = io::Error::last_os_error();
-            restore_mask(&old_mask);
-            return Err(err);
-        }
-        let alarm = DeadlineAlarm {
-            timer,
-            signal,
-            old_mask,
-        };
-        let Some(after) = after else {
-            return Ok(alarm);
-        };
-        let spec = libc::itimerspec {
-            it_interval: timespec(REFIRE),
-            it_value: timespec(after.max(Duration::from_nanos(1))),
-        };
-        // SAFETY: `alarm.timer` is the live timer created above; `spec` is valid.
-        let rc = unsafe { libc::timer_settime(alarm.timer, 0, &spec, std::ptr::null_mut()) };
-        if rc == -1 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(alarm)
-    }
-}
-
-impl Drop for DeadlineAlarm {
-    fn drop(&mut self) {
-        // SAFETY: the timer was created by timer_create and is deleted exactly once.
-        unsafe {
-            libc::timer_delete(self.timer);
-        }
-        // A signal may still be pending for this thread; consume it so it does
-        // not interrupt an unrelated system call later.
-        drain_pending(self.signal);
-        restore_mask(&self.old_mask);
-    }
-}
-
-fn restore_mask(old: &libc::sigset_t) {
-    // SAFETY: `old` is a mask previously returned by pthread_sigmask.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut());
-    }
-}
-
-fn drain_pending(signal: libc::c_int) {
-    // SAFETY: plain sigset manipulation on local values; sigtimedwait with a
-    // zero timeout only dequeues our own pending wakeup signal, if any.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, signal);
-        let zero = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        while libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) == signal {}
-    }
-}
-
-fn timespec(d: Duration) -> libc::timespec {
-    libc::timespec {
-        tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
-    }
-}
-
-extern "C" fn on_wakeup(_: libc::c_int) {}
-
-/// The real-time signal used to interrupt deadline waits, installed once.
-///
-/// We pick the highest real-time signal whose disposition is still the
-/// default, so we never take over a signal the application uses.
-fn wakeup_signal() -> io::Result<libc::c_int> {
-    static SIGNAL: OnceLock<Option<libc::c_int>> = OnceLock::new();
-    let chosen = SIGNAL.get_or_init(|| {
-        let (lo, hi) = (libc::SIGRTMIN() + 2, libc::SIGRTMAX());
-        for sig in (lo..=hi).rev() {
-            // SAFETY: querying and setting a signal action with valid pointers;
-            // the handler is an `extern "C"` function that does nothing, which is
-            // async-signal-safe.
-            unsafe {
-                let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
-                    continue;
-                }
-                if old.sa_sigaction != libc::SIG_DFL {
-                    continue;
-                }
-                let mut act: libc::sigaction = std::mem::zeroed();
-                act.sa_sigaction = on_wakeup as *const () as libc::sighandler_t;
-                act.sa_flags = 0; // no SA_RESTART: the blocked fcntl must return EINTR
-                libc::sigemptyset(&mut act.sa_mask);
-                if libc::sigaction(sig, &act, std::ptr::null_mut()) == 0 {
-                    return Some(sig);
-                }
-            }
-        }
-        None
-    });
-    chosen.ok_or_else(|| io::Error::other("no free real-time signal to time out lock waits"))
 }

@@ -1,7 +1,6 @@
 //! Refusing a lock a thread already holds or waits for (a self-deadlock).
 
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Mutex;
 use std::thread::ThreadId;
@@ -20,10 +19,10 @@ pub(crate) struct HeldKey {
 static HELD: Mutex<Vec<HeldKey>> = Mutex::new(Vec::new());
 
 pub(crate) fn held_key(file: &File, path: &Path) -> Result<HeldKey, LockError> {
-    let meta = file.metadata().context("cannot inspect lock file", path)?;
+    let id = crate::sys::file_id(file).context("cannot inspect lock file", path)?;
     Ok(HeldKey {
-        dev: meta.dev(),
-        ino: meta.ino(),
+        dev: id.dev,
+        ino: id.ino,
         thread: std::thread::current().id(),
     })
 }

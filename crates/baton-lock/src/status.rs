@@ -5,10 +5,8 @@
 //! that ended without releasing (a clean release removes its record), which is
 //! reported as "free, last holder died".
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::ErrorKind;
-use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -22,7 +20,7 @@ use crate::meta::{read_doc, DocRead, HolderKind, HolderRecord};
 use crate::meta_lock::MetaLock;
 use crate::name::LockName;
 use crate::ofd::Kind;
-use crate::replaced::{holders_elsewhere, marker, FileId};
+use crate::replaced::{holders_elsewhere, marker};
 use baton_fs::IoResultExt;
 
 /// One holder as shown by `status`.
@@ -157,6 +155,12 @@ pub struct LockStatus {
     /// (deleted, renamed or replaced) but through which someone still holds
     /// the lock. New acquirers wait until they are released.
     pub held_through_replaced_file: Vec<String>,
+    /// True when this lock file is new to the lock (or missing) and this
+    /// system cannot see whether someone still holds the lock through an
+    /// older file that was deleted or replaced (macOS has no `/proc/locks`):
+    /// then `held: false` means "not held through this file", and the lock
+    /// may still be held through the deleted one.
+    pub replaced_file_unknown: bool,
     /// The processes that hold the lock according to the kernel (the `lock:`
     /// lines of their fdinfo), looked up when a holder's record cannot be
     /// confirmed from here (or names none). Empty otherwise, and when the
@@ -166,6 +170,7 @@ pub struct LockStatus {
 
 /// Status of one lock. Never creates anything.
 pub fn status(dir: &BatonDir, name: &LockName) -> Result<LockStatus, LockError> {
+    crate::ofd::locks_work(&dir.locks_dir()).map_err(|reason| LockError::Unsupported { reason })?;
     let path = dir.lock_path(name);
     let mut st = status_of_file(&path, Some(name.as_str()))?;
     see_replaced_files(&mut st, dir, name.as_str());
@@ -173,15 +178,17 @@ pub fn status(dir: &BatonDir, name: &LockName) -> Result<LockStatus, LockError> 
 }
 
 /// Adds holders through files no longer at the lock's path. Only a file whose
-/// document does not name its own inode can have such a predecessor.
+/// document does not name its own inode (or no file at all) can have such a
+/// predecessor; where the system cannot tell (macOS), says so.
 fn see_replaced_files(st: &mut LockStatus, dir: &BatonDir, name: &str) {
-    let ours = std::fs::symlink_metadata(&st.path)
-        .ok()
-        .map(|m| FileId::of(&m));
+    let ours = crate::sys::path_id(&st.path).ok();
     if ours.is_some_and(|id| st.inode == Some(id.ino)) {
         return;
     }
-    st.held_through_replaced_file = holders_elsewhere(marker(dir.path(), name), ours);
+    match holders_elsewhere(marker(dir.path(), name), ours) {
+        Some(found) => st.held_through_replaced_file = found,
+        None => st.replaced_file_unknown = true,
+    }
     if !st.held_through_replaced_file.is_empty() {
         st.held = true;
     }
@@ -189,6 +196,7 @@ fn see_replaced_files(st: &mut LockStatus, dir: &BatonDir, name: &str) {
 
 /// Status of every lock in the baton dir, sorted by name.
 pub fn list(dir: &BatonDir) -> Result<Vec<LockStatus>, LockError> {
+    crate::ofd::locks_work(&dir.locks_dir()).map_err(|reason| LockError::Unsupported { reason })?;
     let locks = dir.locks_dir();
     let entries = std::fs::read_dir(&locks).context("cannot list", &locks)?;
     let mut out = Vec::new();
@@ -266,6 +274,7 @@ impl LockStatus {
             content: Content::Missing,
             content_error: None,
             held_through_replaced_file: Vec::new(),
+            replaced_file_unknown: false,
             kernel_holders: Vec::new(),
             inode: None,
         }
@@ -283,7 +292,7 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
                 .map_err(Into::into)
         }
     };
-    let fd = file.as_fd();
+    let fd = &file;
     // Read under META for a consistent view; a writer never holds it for more
     // than a few system calls, so one that holds it for seconds is stopped or
     // stuck, and a best-effort view beats hanging.
@@ -363,8 +372,8 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
             .iter()
             .any(|h| matches!(h.liveness, Liveness::Inherited | Liveness::NotVisible));
     if st.held && unconfirmed {
-        if let Ok(meta) = file.metadata() {
-            st.kernel_holders = crate::kernel_holders::kernel_holders(FileId::of(&meta), max);
+        if let Ok(id) = crate::sys::file_id(&file) {
+            st.kernel_holders = crate::kernel_holders::kernel_holders(id, max);
         }
     }
     st.holder = st.holders.first().cloned();
@@ -372,8 +381,5 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
 }
 
 fn open_for_status(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
+    crate::sys::open_for_status(path)
 }

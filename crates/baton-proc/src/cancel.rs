@@ -1,15 +1,16 @@
 //! Asking a running supervisor, from another thread, to stop its child.
 
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::sys::Waker;
 
 /// State shared by a [`Supervisor`](crate::Supervisor) and its [`Canceller`]s.
 #[derive(Debug, Default)]
 pub(crate) struct CancelShared {
     cancelled: AtomicBool,
-    /// The eventfd the running supervisor polls; `None` before `run` starts and after it ends.
-    waker: Mutex<Option<Arc<OwnedFd>>>,
+    /// What the running supervisor waits on; `None` before `run` starts and after it ends.
+    waker: Mutex<Option<Arc<Waker>>>,
 }
 
 impl CancelShared {
@@ -17,9 +18,9 @@ impl CancelShared {
         self.cancelled.load(Ordering::SeqCst)
     }
 
-    /// Publish the eventfd to wake. Returns whether a cancel already happened, so a cancel
+    /// Publish the waker to wake. Returns whether a cancel already happened, so a cancel
     /// that raced with this call is never lost: either `cancel` sees the fd, or this sees the flag.
-    pub(crate) fn attach(&self, waker: Arc<OwnedFd>) -> bool {
+    pub(crate) fn attach(&self, waker: Arc<Waker>) -> bool {
         *self.waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(waker);
         self.is_cancelled()
     }
@@ -34,7 +35,8 @@ impl CancelShared {
 /// Get one from [`Supervisor::canceller`](crate::Supervisor::canceller) before calling
 /// [`Supervisor::run`](crate::Supervisor::run); clone it and send it to any thread (for
 /// example one that watches for "superseded"). [`Canceller::cancel`] wakes the supervisor
-/// through an eventfd it polls, so the child gets `SIGTERM` within microseconds; then the
+/// through an eventfd it polls (a pipe on macOS, an event on Windows), so the
+/// child gets `SIGTERM` (on Windows: `CTRL_BREAK_EVENT`) within microseconds; then the
 /// usual grace period and `SIGKILL` follow, and `run` returns
 /// [`Outcome::Cancelled`](crate::Outcome::Cancelled).
 #[derive(Debug, Clone)]
@@ -55,9 +57,8 @@ impl Canceller {
             .waker
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(fd) = waker.as_ref() {
-            // Only fails with EAGAIN when the counter is already huge, i.e. already woken.
-            let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+        if let Some(waker) = waker.as_ref() {
+            waker.wake();
         }
     }
 

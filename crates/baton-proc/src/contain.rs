@@ -14,43 +14,20 @@
 //! What is not contained is listed in `SIGNALS.md` ("Containment").
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
-use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
+use rustix::process::{Pid, Signal};
 
 use crate::error::ProcError;
+use crate::leftover::Leftover;
 use crate::procfs::{self, ProcStat};
+use crate::sys::ProcFd;
 use crate::terminate::KILL_WAIT;
 use crate::time::timespec;
-
-/// What to do with processes of the command's group that still run when the
-/// command itself (the group's leader) has exited.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LeftoverPolicy {
-    /// Terminate them (TERM, grace, KILL) before the run ends: the default,
-    /// so that nothing the command started runs beside the next holder.
-    #[default]
-    Terminate,
-    /// Leave them running: for a command whose purpose is to start a daemon.
-    /// They no longer hold anything baton gave the run.
-    Leave,
-}
-
-/// A process that was still running when its run ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Leftover {
-    /// Its pid.
-    pub pid: i32,
-    /// Its command name, as the kernel keeps it (at most 15 bytes).
-    pub command: String,
-    /// It had left the command's process group (found as an orphan).
-    pub escaped: bool,
-}
 
 /// How a process group is recognised as the one that was recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,10 +76,10 @@ pub(crate) static SUPERVISED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 ///
 /// # Errors
 ///
-/// When the kernel refuses the `prctl`.
+/// When the kernel refuses the `prctl`; [`ProcError::Unsupported`] on macOS,
+/// which has no child subreaper.
 pub fn become_subreaper() -> Result<(), ProcError> {
-    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
-        .map_err(|e| ProcError::io("become a child subreaper", e))?;
+    crate::sys::set_subreaper()?;
     SUBREAPER.store(true, Ordering::SeqCst);
     Ok(())
 }
@@ -116,11 +93,11 @@ pub fn is_subreaper() -> bool {
 pub(crate) struct Pinned {
     pub(crate) pid: i32,
     pub(crate) command: String,
-    pub(crate) fd: OwnedFd,
+    pub(crate) fd: ProcFd,
 }
 
 fn pin(pid: i32, expect: &ProcStat) -> Option<Pinned> {
-    let fd = pidfd_open(Pid::from_raw(pid)?, PidfdFlags::empty()).ok()?;
+    let fd = ProcFd::open(Pid::from_raw(pid)?).ok()?;
     // Re-read after pinning: the pidfd now holds the process we check.
     let now = procfs::stat(pid)?;
     (!now.exited && now.start_time == expect.start_time && now.pgrp == expect.pgrp).then(|| {
@@ -243,13 +220,13 @@ pub(crate) fn stop_all(procs: Vec<Pinned>, grace: Option<Duration>) -> bool {
     let mut alive = procs;
     if let Some(grace) = grace {
         for p in &alive {
-            let _ = pidfd_send_signal(&p.fd, Signal::TERM);
-            let _ = pidfd_send_signal(&p.fd, Signal::CONT);
+            let _ = p.fd.send(Signal::TERM);
+            let _ = p.fd.send(Signal::CONT);
         }
         alive = wait_all(alive, grace);
     }
     for p in &alive {
-        let _ = pidfd_send_signal(&p.fd, Signal::KILL);
+        let _ = p.fd.send(Signal::KILL);
     }
     wait_all(alive, KILL_WAIT).is_empty()
 }

@@ -81,6 +81,15 @@ pub enum ProcError {
         #[source]
         source: io::Error,
     },
+    /// What was asked cannot be had on this operating system (see
+    /// `SIGNALS.md`, "Platforms"): said instead of doing less than promised.
+    #[error("{what} is not supported on {platform}")]
+    Unsupported {
+        /// What was asked, as a noun phrase ("becoming a child subreaper").
+        what: &'static str,
+        /// The operating system (`std::env::consts::OS`).
+        platform: &'static str,
+    },
     /// Another operating-system call failed while supervising.
     #[error("could not {op}")]
     Io {
@@ -101,6 +110,14 @@ impl ProcError {
             ProcError::NotFound { .. } | ProcError::InterpreterNotFound { .. } => EXIT_NOT_FOUND,
             ProcError::NotExecutable { .. } => EXIT_NOT_EXECUTABLE,
             _ => EXIT_INTERNAL,
+        }
+    }
+
+    #[cfg_attr(target_os = "linux", allow(dead_code))]
+    pub(crate) fn unsupported(what: &'static str) -> Self {
+        ProcError::Unsupported {
+            what,
+            platform: std::env::consts::OS,
         }
     }
 

@@ -55,21 +55,38 @@
 //! it was cancelled (superseded), 127 when the command was not found, 126 when it could not
 //! be executed and 125 when baton itself failed.
 //!
-//! Linux only: the crate relies on pidfds (Linux 5.3) and `PR_SET_PDEATHSIG`.
+//! # Platforms
+//!
+//! Linux has every guarantee above (pidfds need Linux 5.3). macOS runs the
+//! same Unix code with a kqueue where Linux has a pidfd, and without the
+//! parent-death signal and the child subreaper. Windows runs the command
+//! in a Job Object that only the supervisor holds, so the command's whole
+//! tree dies with the supervisor, and stops it with `CTRL_BREAK_EVENT`,
+//! then `TerminateJobObject`. What differs, and what is refused with
+//! [`ProcError::Unsupported`], is listed in `SIGNALS.md` ("Platforms").
 //!
 //! # Layout
 //!
-//! Modules import only from modules below them: `error`, `time`, `procfs`,
-//! `cancel` and `signals` at the bottom; `terminate`, `contain`, `terminal`,
-//! `tree`, `pidns` and `guard` over them; `spec` (what to run, what came of
-//! it) over those; then `spawn` (with the error of a failed start,
-//! `spawn/failed.rs`), `supervise`, `streams` and this root.
+//! Modules import only from modules below them: `sys` (the platform seam:
+//! every call that differs between Linux, macOS and Windows), `error`,
+//! `leftover`, `time`, `procfs`, `cancel` and `signals` at the bottom;
+//! `identity`, `terminate`, `contain`, `terminal`, `tree`, `pidns` and
+//! `guard` over them; `spec` (what to run, what came of it) over those;
+//! then `spawn` (with the error of a failed start, `spawn/failed.rs`),
+//! `supervise`, `streams` and this root. On Windows, `supervise` is
+//! `supervise_windows.rs`, and the Unix modules (`contain`, `pidns`, `procfs`, `signals`, `spawn`,
+//! `terminal`, `time`, `tree`) are not built.
 
 mod cancel;
+#[cfg(unix)]
 mod contain;
 mod error;
 pub mod guard;
+mod identity;
+mod leftover;
+#[cfg(unix)]
 pub mod pidns;
+#[cfg(unix)]
 pub mod procfs;
 
 /// Design note: how and why baton-proc handles processes and signals the way it does.
@@ -77,23 +94,36 @@ pub mod procfs;
 /// This module holds no code; its documentation is `SIGNALS.md` from the crate's directory.
 #[doc = include_str!("../SIGNALS.md")]
 pub mod signal_handling {}
+#[cfg(unix)]
 mod signals;
+#[cfg(unix)]
 mod spawn;
 mod spec;
 pub mod streams;
+#[cfg(unix)]
 mod supervise;
+#[cfg(windows)]
+#[path = "supervise_windows.rs"]
+mod supervise;
+mod sys;
+#[cfg(unix)]
 mod terminal;
 mod terminate;
+#[cfg(unix)]
 mod time;
+#[cfg(unix)]
 mod tree;
 
 pub use cancel::Canceller;
-pub use contain::{
-    become_subreaper, is_subreaper, terminate_group, terminate_tree, GroupIdentity, Leftover,
-    LeftoverPolicy,
-};
+#[cfg(unix)]
+pub use contain::{become_subreaper, is_subreaper, terminate_group, terminate_tree, GroupIdentity};
 pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
-pub use guard::{guardian_main, Fence, FenceSource, GuardSpec, GUARD_ARG};
+#[cfg(unix)]
+pub use guard::guardian_main;
+pub use guard::{Fence, FenceSource, GuardSpec, GUARD_ARG};
+pub use identity::ProcessId;
+pub use leftover::{Leftover, LeftoverPolicy};
+#[cfg(unix)]
 pub use signals::FORWARDED_SIGNALS;
 pub use spec::{
     Finished, Outcome, RunSpec, Started, Stdio, StdioSpec, DEFAULT_GRACE, EXIT_CANCELLED,
@@ -103,6 +133,7 @@ pub use streams::{Streamed, Streams};
 pub use supervise::Supervisor;
 
 pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL_WAIT};
+#[cfg(unix)]
 pub use tree::ProcessTree;
 
 /// Run `spec` to completion: the same as `Supervisor::new(spec.clone()).run()`.

@@ -25,7 +25,8 @@
 
 use std::fs;
 
-use crate::contain::{terminate_group, GroupIdentity, Leftover};
+use crate::contain::{terminate_group, GroupIdentity};
+use crate::leftover::Leftover;
 use crate::procfs;
 
 /// Inode of the initial PID namespace (`PROC_PID_INIT_INO` in the kernel),

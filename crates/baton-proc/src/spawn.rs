@@ -19,17 +19,20 @@
 //! Between fork and exec the child makes only async-signal-safe system calls
 //! on memory prepared before the fork (no allocation, no lock): sigaction,
 //! signal and sigprocmask (the forwarded signals, blocked across the fork),
-//! setpgid, dup2, chdir, ioctl (the terminal), prctl, getppid, close, read,
+//! setpgid, dup2, chdir, ioctl (the terminal), prctl (Linux), getppid, close, read,
 //! execvp; on failure write and _exit. That is what
 //! makes the fork safe in a multi-threaded process too (`baton serve`).
 //!
-//! Where it can, the child is not forked but cloned with `CLONE_VM`: it
+//! Where it can (Linux), the child is not forked but cloned with `CLONE_VM`: it
 //! shares the caller's memory until the exec, so no page table is copied
 //! and the caller's threads take no copy-on-write fault meanwhile (see
 //! [`clone_vm`] for what that asks of the child). A child that takes the
 //! terminal (an interactive `baton run`) is forked.
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
 mod clone_vm;
 mod failed;
 
@@ -39,7 +42,6 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 
 use rustix::io::Errno;
-use rustix::pipe::{pipe_with, PipeFlags};
 use rustix::process::Pid;
 
 use crate::{ProcError, RunSpec, Started, Stdio};
@@ -62,7 +64,10 @@ struct Prepared {
     /// Where the program may be, in `execvp`'s order (for the cloned
     /// child, which cannot use `execvp`).
     #[cfg_attr(
-        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        not(all(
+            target_os = "linux",
+            any(target_arch = "x86_64", target_arch = "aarch64")
+        )),
         allow(dead_code)
     )]
     exec_paths: Vec<CString>,
@@ -72,7 +77,10 @@ struct Prepared {
     /// paths: not one copy of the arguments per `PATH` entry); only it
     /// uses this array.
     #[cfg_attr(
-        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        not(all(
+            target_os = "linux",
+            any(target_arch = "x86_64", target_arch = "aarch64")
+        )),
         allow(dead_code)
     )]
     sh_argv: Vec<std::cell::Cell<*const libc::c_char>>,
@@ -230,12 +238,15 @@ pub(crate) fn spawn(
     };
     let prepared = Prepared::new(spec, take_terminal).map_err(spawn_failed)?;
     let (go_read, go_write) =
-        pipe_with(PipeFlags::CLOEXEC).map_err(|e| ProcError::io("create the start pipe", e))?;
-    let (err_read, err_write) = pipe_with(PipeFlags::CLOEXEC)
-        .map_err(|e| ProcError::io("create the exec error pipe", e))?;
+        crate::sys::pipe_cloexec().map_err(|e| ProcError::io("create the start pipe", e))?;
+    let (err_read, err_write) =
+        crate::sys::pipe_cloexec().map_err(|e| ProcError::io("create the exec error pipe", e))?;
     // What a cloned child runs on: alive until `child` (declared after it,
     // so dropped before it) says the child executed or was reaped.
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    #[cfg(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
     let mut vm = clone_vm::VmChild {
         prepared: &prepared,
         saved_mask: 0,
@@ -243,19 +254,28 @@ pub(crate) fn spawn(
         go_write: go_write.as_raw_fd(),
         err: err_write.as_raw_fd(),
     };
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    #[cfg(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
     let stack = match take_terminal {
         false => Some(clone_vm::ChildStack::take().map_err(|e| spawn_failed(e.into()))?),
         true => None,
     };
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    #[cfg(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
     let pid = match &stack {
         // SAFETY: `vm`, what it points to and `stack` outlive `child` below,
         // which kills and reaps the child unless it has executed.
         Some(stack) => unsafe { clone_vm::clone_child(&mut vm, stack) }.map_err(io::Error::from),
         None => fork_child(&prepared, &go_read, &go_write, &err_write),
     };
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(not(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
     let pid = fork_child(&prepared, &go_read, &go_write, &err_write);
     let pid = pid.map_err(spawn_failed)?;
     let Some(pid) = Pid::from_raw(pid) else {
@@ -396,7 +416,7 @@ unsafe fn in_child(
     // SAFETY (all blocks below): raw system calls on descriptors and
     // NUL-terminated strings made before the fork, which the child owns a
     // copy of; `fail` writes 4 bytes from the stack and exits.
-    let errno = || unsafe { *libc::__errno_location() };
+    let errno = crate::sys::errno;
     let fail = |code: i32| -> ! {
         unsafe {
             libc::write(err, (&raw const code).cast(), 4);
@@ -442,12 +462,10 @@ unsafe fn in_child(
         }
         // Die with the supervisor, even by SIGKILL; if it died before the
         // prctl the signal will never come: give up rather than run
-        // unsupervised.
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-            fail(errno());
-        }
-        if libc::getppid() != p.parent {
-            fail(libc::ESRCH);
+        // unsupervised. (macOS has no such signal: there this only checks
+        // that the supervisor is still there.)
+        if let Err(e) = crate::sys::die_with_parent(p.parent) {
+            fail(e);
         }
         // Wait for the go-ahead; end of file means the supervisor is gone.
         libc::close(go_write);
@@ -467,7 +485,7 @@ unsafe fn in_child(
         libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         // execvp looks the program up in the PATH of `environ`: the command's.
-        libc::environ = p.envp.as_ptr().cast_mut().cast();
+        crate::sys::set_environ(p.envp.as_ptr());
         libc::execvp(p.argv[0], p.argv.as_ptr());
         fail(errno())
     }

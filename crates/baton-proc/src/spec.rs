@@ -3,13 +3,16 @@
 //! crate passes around.
 
 use std::ffi::OsString;
+#[cfg(unix)]
 use std::os::fd::OwnedFd;
+#[cfg(windows)]
+use std::os::windows::io::OwnedHandle as OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::contain::{Leftover, LeftoverPolicy};
 use crate::guard::GuardSpec;
+use crate::leftover::{Leftover, LeftoverPolicy};
 
 /// The grace period callers use by default between `SIGTERM` and `SIGKILL`.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
@@ -75,8 +78,8 @@ pub enum Stdio {
     Inherit,
     /// `/dev/null`.
     Null,
-    /// A descriptor of the caller's (a file, a pipe's end); the command gets
-    /// a duplicate, the caller keeps this one.
+    /// A descriptor of the caller's (a file, a pipe's end; on Windows an
+    /// `OwnedHandle`); the command gets a duplicate, the caller keeps this one.
     Fd(Arc<OwnedFd>),
 }
 

@@ -18,10 +18,11 @@
 //! would.
 
 use std::io::{self, Read, Write};
+#[cfg(unix)]
 use std::os::fd::OwnedFd;
+#[cfg(windows)]
+use std::os::windows::io::OwnedHandle as OwnedFd;
 use std::sync::Arc;
-
-use rustix::pipe::{pipe_with, PipeFlags};
 
 use crate::error::ProcError;
 use crate::spec::{Finished, Started, Stdio};
@@ -145,7 +146,7 @@ impl Supervisor {
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), ProcError> {
-    pipe_with(PipeFlags::CLOEXEC).map_err(|e| ProcError::io("create a pipe", e))
+    crate::sys::pipe_cloexec().map_err(|e| ProcError::io("create a pipe", e))
 }
 
 /// A pipe for an output stream drained into `writer`: the command gets its

@@ -1,22 +1,24 @@
-//! The supervisor: spawn, then wait on a pidfd, the signal pipe and the cancel eventfd.
+//! The supervisor on Unix: spawn, then wait on a pidfd (a kqueue on macOS),
+//! the signal pipe and the cancel eventfd.
 
 use std::io;
-use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustix::event::{poll, EventfdFlags, PollFd, PollFlags};
+use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
-use rustix::process::{kill_process_group, pidfd_open, Pid, PidfdFlags, Signal};
+use rustix::process::{kill_process_group, Pid, Signal};
 
 use crate::cancel::{CancelShared, Canceller};
-use crate::contain::{stop_orphans, terminate_group, GroupIdentity, LeftoverPolicy, SUPERVISED};
+use crate::contain::{stop_orphans, terminate_group, GroupIdentity, SUPERVISED};
 use crate::error::ProcError;
 use crate::guard::Guardian;
+use crate::leftover::{Leftover, LeftoverPolicy};
 use crate::signals::SignalCatcher;
 use crate::spec::{Finished, Outcome, RunSpec, Started};
+use crate::sys::{ProcFd, Waker};
 use crate::terminal::{child_stopped, proxy_stop, StopWatch, TerminalHandover};
 use crate::time::timespec;
 
@@ -92,8 +94,7 @@ impl Supervisor {
         if self.cancel.is_cancelled() {
             return Ok(cancelled);
         }
-        let waker = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-            .map_err(|e| ProcError::io("create the cancel eventfd", e))?;
+        let waker = Waker::new().map_err(|e| ProcError::io("create the cancel eventfd", e))?;
         let waker = Arc::new(waker);
         let _detach = Detach(&self.cancel);
         if self.cancel.attach(Arc::clone(&waker)) {
@@ -138,8 +139,8 @@ impl Supervisor {
         // reaped by then; on an error path the terminal is taken back before
         // the child guard kills the group.
         let _terminal = terminal.then(|| TerminalHandover::give(child.pid));
-        let pidfd = pidfd_open(child.pid, PidfdFlags::empty())
-            .map_err(|e| ProcError::io("open a pidfd for the child", e))?;
+        let pidfd =
+            ProcFd::open(child.pid).map_err(|e| ProcError::io("open a pidfd for the child", e))?;
 
         let mut state = State {
             pgid: child.pid,
@@ -216,7 +217,7 @@ impl Supervisor {
 
 /// Terminates what the command left in its group (its leader is reaped) and,
 /// in a subreaper, what left the group; returns whom it found.
-fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<crate::contain::Leftover> {
+fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<Leftover> {
     // One system call in the usual case: nobody is left in the group. The
     // group id cannot name another group yet: a pid is reused only after the
     // kernel's pid counter wraps, and `terminate_group` re-checks anyway.
@@ -379,11 +380,11 @@ struct Events {
 
 /// Block in `poll` until the child exits, a signal or a cancel arrives, or the next deadline.
 fn wait_for_events(
-    pidfd: &OwnedFd,
+    pidfd: &ProcFd,
     signals: Option<&SignalCatcher>,
     stops: Option<&StopWatch>,
-    waker: &OwnedFd,
-    guardian: Option<&OwnedFd>,
+    waker: &Waker,
+    guardian: Option<&ProcFd>,
     state: &State,
 ) -> Result<Events, ProcError> {
     let timeout = state

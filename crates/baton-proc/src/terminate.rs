@@ -1,13 +1,25 @@
 //! Terminating a process that is not necessarily our child (`baton lock break`).
+//!
+//! On Windows a process that this crate did not start cannot be asked to
+//! stop (a console control event reaches a whole console process group, and
+//! only one that shares this process's console): it is terminated at once
+//! (`TerminateProcess`), which [`TerminateReport::Killed`] says.
 
-use std::os::fd::OwnedFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(unix)]
+use std::time::Instant;
 
+#[cfg(unix)]
 use rustix::event::{poll, PollFd, PollFlags};
+#[cfg(unix)]
 use rustix::io::Errno;
-use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
+#[cfg(unix)]
+use rustix::process::{Pid, Signal};
 
 use crate::error::ProcError;
+#[cfg(unix)]
+use crate::sys::ProcFd;
+#[cfg(unix)]
 use crate::time::timespec;
 
 /// How long [`terminate_process`] waits for a process to disappear after `SIGKILL`.
@@ -59,6 +71,7 @@ pub fn terminate_process(pid: i32, grace: Duration) -> Result<TerminateReport, P
 /// # Errors
 ///
 /// As [`terminate_process`].
+#[cfg(unix)]
 pub fn terminate_verified(
     pid: i32,
     grace: Duration,
@@ -68,7 +81,7 @@ pub fn terminate_verified(
         Some(target) if target != rustix::process::getpid() => target,
         _ => return Err(ProcError::InvalidPid { pid }),
     };
-    let pidfd = match pidfd_open(target, PidfdFlags::empty()) {
+    let pidfd = match ProcFd::open(target) {
         Ok(pidfd) => pidfd,
         Err(Errno::SRCH) => return Ok(TerminateReport::AlreadyGone),
         Err(e) => return Err(ProcError::io("open a pidfd for the process", e)),
@@ -93,10 +106,11 @@ pub fn terminate_verified(
     }
 }
 
+#[cfg(unix)]
 /// Sends `signal` (named `name`) to the process behind `pidfd`; false when
 /// it has exited (and possibly was reaped) since the pidfd was opened.
-fn send(pidfd: &OwnedFd, pid: i32, signal: Signal, name: &'static str) -> Result<bool, ProcError> {
-    match pidfd_send_signal(pidfd, signal) {
+fn send(pidfd: &ProcFd, pid: i32, signal: Signal, name: &'static str) -> Result<bool, ProcError> {
+    match pidfd.send(signal) {
         Ok(()) => Ok(true),
         Err(Errno::SRCH) => Ok(false),
         Err(e) => Err(ProcError::Signal {
@@ -107,8 +121,9 @@ fn send(pidfd: &OwnedFd, pid: i32, signal: Signal, name: &'static str) -> Result
     }
 }
 
+#[cfg(unix)]
 /// Wait until the process behind `pidfd` exits or `limit` passes; true if it exited.
-fn wait_exit(pidfd: &OwnedFd, limit: Duration) -> Result<bool, ProcError> {
+fn wait_exit(pidfd: &ProcFd, limit: Duration) -> Result<bool, ProcError> {
     let deadline = Instant::now().checked_add(limit);
     loop {
         let timeout = deadline.map(|d| timespec(d.saturating_duration_since(Instant::now())));
@@ -119,5 +134,47 @@ fn wait_exit(pidfd: &OwnedFd, limit: Duration) -> Result<bool, ProcError> {
             Err(Errno::INTR) => continue,
             Err(e) => return Err(ProcError::io("wait for the process to exit", e)),
         }
+    }
+}
+
+/// Like [`terminate_process`], but calls `is_expected` once the process is
+/// pinned by a handle and terminates nothing unless it returns true.
+///
+/// On Windows there is no graceful step for a process this crate did not
+/// start: `grace` is not used, and the process is terminated at once.
+///
+/// # Errors
+///
+/// As [`terminate_process`].
+#[cfg(windows)]
+pub fn terminate_verified(
+    pid: i32,
+    _grace: Duration,
+    is_expected: impl FnOnce() -> bool,
+) -> Result<TerminateReport, ProcError> {
+    let target = match u32::try_from(pid) {
+        Ok(target) if target != 0 && target != std::process::id() => target,
+        _ => return Err(ProcError::InvalidPid { pid }),
+    };
+    // The handle pins the process: its pid is not reused while it is open.
+    let process = match crate::sys::Process::open(target) {
+        Ok(Some(process)) => process,
+        Ok(None) => return Ok(TerminateReport::AlreadyGone),
+        Err(e) => return Err(ProcError::io("open the process", e)),
+    };
+    if process.has_exited() || !is_expected() {
+        return Ok(TerminateReport::AlreadyGone);
+    }
+    process
+        .terminate(crate::sys::KILLED_EXIT_CODE)
+        .map_err(|source| ProcError::Signal {
+            pid,
+            signal: "TerminateProcess",
+            source,
+        })?;
+    match process.wait(Some(KILL_WAIT)) {
+        Ok(true) => Ok(TerminateReport::Killed),
+        Ok(false) => Ok(TerminateReport::KillPending),
+        Err(e) => Err(ProcError::io("wait for the process to exit", e)),
     }
 }

@@ -9,7 +9,8 @@
 //! away and can no longer be found from it. So [`ProcessTree`] collects them
 //! while the script lives: every [`ProcessTree::refresh`] reads the children
 //! of the script and of every process collected so far
-//! (`/proc/<pid>/task/<tid>/children`) and pins the new ones with a pidfd;
+//! (`/proc/<pid>/task/<tid>/children`; a scan of all processes on macOS) and
+//! pins the new ones with a pidfd (a kqueue on macOS);
 //! a pinned process stays collected after it is re-parented, and so do the
 //! children it starts later. When the script leads its own process group
 //! (a script started from a terminal, by `setsid`, by `baton run`, by an
@@ -29,10 +30,11 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
+use rustix::process::{Pid, Signal};
 
 use crate::contain::{stop_all, Pinned};
 use crate::procfs::{self, ProcStat};
+use crate::sys::{children_of, ProcFd};
 
 /// How often [`ProcessTree::terminate`] looks for new children while the
 /// processes it stopped are given their grace period.
@@ -182,8 +184,8 @@ impl ProcessTree {
         loop {
             for p in &self.known {
                 if signalled.insert(p.pid) {
-                    let _ = pidfd_send_signal(&p.fd, Signal::TERM);
-                    let _ = pidfd_send_signal(&p.fd, Signal::CONT);
+                    let _ = p.fd.send(Signal::TERM);
+                    let _ = p.fd.send(Signal::CONT);
                 }
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -202,7 +204,7 @@ impl ProcessTree {
         for _ in 0..8 {
             let before = self.known.len();
             for p in &self.known {
-                let _ = pidfd_send_signal(&p.fd, Signal::STOP);
+                let _ = p.fd.send(Signal::STOP);
             }
             self.refresh();
             self.group_members();
@@ -229,7 +231,7 @@ fn exited(p: &Pinned) -> bool {
 
 /// Pins `pid` with a pidfd if it still is the process `st` describes.
 fn pin_checked(pid: i32, st: &ProcStat) -> Option<Pinned> {
-    let fd = pidfd_open(Pid::from_raw(pid)?, PidfdFlags::empty()).ok()?;
+    let fd = ProcFd::open(Pid::from_raw(pid)?).ok()?;
     // Re-read after pinning: the pidfd now holds the process we check.
     let now = procfs::stat(pid)?;
     (!now.exited && now.start_time == st.start_time).then(|| Pinned {
@@ -237,33 +239,6 @@ fn pin_checked(pid: i32, st: &ProcStat) -> Option<Pinned> {
         command: st.comm.clone(),
         fd,
     })
-}
-
-/// The children of every thread of `pid` (`/proc/<pid>/task/<tid>/children`);
-/// from a scan of `/proc` when the kernel has no such file.
-fn children_of(pid: i32) -> Vec<i32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for task in tasks.flatten() {
-        let path = task.path().join("children");
-        match std::fs::read_to_string(&path) {
-            Ok(text) => out.extend(
-                text.split_whitespace()
-                    .filter_map(|s| s.parse::<i32>().ok()),
-            ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && task.path().exists() => {
-                // A kernel without CONFIG_PROC_CHILDREN.
-                return procfs::scan(|_, st| st.ppid == pid && !st.exited)
-                    .into_iter()
-                    .map(|(p, _)| p)
-                    .collect();
-            }
-            Err(_) => {}
-        }
-    }
-    out
 }
 
 #[cfg(test)]

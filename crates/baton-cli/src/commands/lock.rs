@@ -263,6 +263,9 @@ fn state(st: &LockStatus) -> String {
         } else {
             format!("held ({mode})")
         }
+    } else if st.replaced_file_unknown {
+        // macOS: no `/proc/locks` to see holders through a deleted file.
+        "unknown: not held through this lock file, but this system cannot see a holder through a deleted or replaced one".into()
     } else if st.last_holder_died {
         "free, last holder died".into()
     } else {

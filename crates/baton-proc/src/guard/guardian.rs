@@ -1,0 +1,359 @@
+//! The guardian process and the supervisor's end of it (Unix): see the
+//! [module documentation](super).
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::io::Errno;
+use rustix::net::send;
+use rustix::process::Pid;
+
+use super::{mono_ns, Fence, GuardSpec, GUARD_ARG, GUARD_DISARMED, GUARD_FENCED, GUARD_ORPHANED};
+use crate::contain::{terminate_group, GroupIdentity, SUPERVISED};
+use crate::error::ProcError;
+use crate::sys::{ProcFd, SEND_FLAGS};
+use crate::time::timespec;
+
+/// The supervisor's end of a running guardian. Dropping it disarms it.
+pub(crate) struct Guardian {
+    child: Option<std::process::Child>,
+    /// Readable once it has exited.
+    pidfd: Option<ProcFd>,
+    socket: Option<Arc<OwnedFd>>,
+    fence: Fence,
+    /// Set once it has exited: whether it fenced the command.
+    fenced: Option<bool>,
+}
+
+impl Guardian {
+    /// Starts the guardian (not armed yet: nothing to guard).
+    pub(crate) fn spawn(spec: &GuardSpec) -> Result<Guardian, ProcError> {
+        use std::os::unix::process::CommandExt;
+        let (ours, theirs) = crate::sys::socketpair_cloexec()
+            .map_err(|e| ProcError::io("create the guardian's socket", e))?;
+        let child = std::process::Command::new(&spec.program)
+            .arg(GUARD_ARG)
+            .stdin(std::process::Stdio::from(theirs))
+            .stdout(std::process::Stdio::null())
+            // Its own group: a Ctrl-C or a job-control stop of the
+            // supervisor's group must not reach it.
+            .process_group(0)
+            .spawn()
+            .map_err(|e| ProcError::io("start the command's guardian", e))?;
+        // A child of ours, but not an orphan of the command's.
+        SUPERVISED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(child.id() as i32);
+        let pidfd = Pid::from_raw(child.id() as i32).and_then(|p| ProcFd::open(p).ok());
+        Ok(Guardian {
+            pidfd,
+            child: Some(child),
+            socket: Some(Arc::new(ours)),
+            fence: spec.fence.clone(),
+            fenced: None,
+        })
+    }
+
+    /// A descriptor readable once it has exited.
+    pub(crate) fn pidfd(&self) -> Option<&ProcFd> {
+        self.pidfd.as_ref()
+    }
+
+    /// Hands it the command's group, with the fence's deadline; from now
+    /// on the fence tells it every later deadline.
+    pub(crate) fn arm(&self, pgid: i32) -> Result<(), ProcError> {
+        let Some(socket) = &self.socket else {
+            return Err(ProcError::io(
+                "arm the command's guardian",
+                io::Error::from(io::ErrorKind::NotConnected),
+            ));
+        };
+        let leader = crate::procfs::stat(pgid);
+        let (start, session) = leader.map_or((0, 0), |l| (l.start_time, l.session));
+        let mut s = self.fence.lock();
+        let until = s.until().unwrap_or(0);
+        write_all(
+            socket,
+            format!("A {pgid} {start} {session} {until}\n").as_bytes(),
+        )
+        .map_err(|e| ProcError::io("arm the command's guardian", e))?;
+        s.told = until;
+        s.socket = Some(Arc::clone(socket));
+        Ok(())
+    }
+
+    /// Disarms it, to exit on its own (call it once the command and
+    /// its leftovers are gone). Returns whether it had stopped the command
+    /// itself because the supervisor stopped vouching in time.
+    pub(crate) fn finish(mut self) -> bool {
+        self.close()
+    }
+
+    fn close(&mut self) -> bool {
+        if let Some(fenced) = self.fenced {
+            return fenced;
+        }
+        self.fence.lock().socket = None;
+        let mut fenced = false;
+        if let Some(socket) = self.socket.take() {
+            // A guardian that fences says so on the socket before it kills:
+            // the command's death, which brought us here, came after.
+            fenced = said_fenced(&socket);
+            let _ = write_all(&socket, b"D\n");
+        }
+        // Dropping the socket is its end of file: it exits. It is reaped
+        // off this thread: waiting here would add its start-up to every
+        // run's hold (a short command ends before its guardian has even
+        // started), serialising the lock's holders on it.
+        if let Some(mut child) = self.child.take() {
+            let pid = child.id() as i32;
+            let pidfd = self.pidfd.take();
+            let reap = move || {
+                // One that does not exit within 5 s is killed.
+                if let Some(fd) = &pidfd {
+                    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+                    let limit = timespec(Duration::from_secs(5));
+                    loop {
+                        match poll(&mut fds, Some(&limit)) {
+                            Err(Errno::INTR) => continue,
+                            Ok(0) => {
+                                let _ = child.kill();
+                            }
+                            _ => {}
+                        }
+                        break;
+                    }
+                }
+                let _ = child.wait();
+                SUPERVISED
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .retain(|p| *p != pid);
+            };
+            // Without a thread (out of resources) it still exits, and stays
+            // a zombie until this process ends.
+            let _ = std::thread::Builder::new()
+                .name("baton-guard-reap".into())
+                .spawn(reap);
+        }
+        self.fenced = Some(fenced);
+        fenced
+    }
+}
+
+/// Whether the guardian wrote "F" (it fenced the command), without waiting.
+fn said_fenced(socket: &OwnedFd) -> bool {
+    let mut buf = [0u8; 64];
+    matches!(
+        rustix::net::recv(socket.as_fd(), &mut buf, rustix::net::RecvFlags::DONTWAIT),
+        Ok((n, _)) if buf[..n].contains(&b'F')
+    )
+}
+
+impl Drop for Guardian {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The guardian process: reads its standard input (the socket from the
+/// supervisor) until disarmed, or stops the armed command when the
+/// supervisor dies or its deadline passes. Returns the exit code
+/// ([`GUARD_DISARMED`], [`GUARD_FENCED`], [`GUARD_ORPHANED`], or 125 for a
+/// broken protocol).
+///
+/// Call it from `main` when the first argument is [`GUARD_ARG`].
+pub fn guardian_main() -> i32 {
+    // Signals meant for the terminal or the supervisor's job are not ours.
+    for signal in [libc::SIGINT, libc::SIGHUP, libc::SIGQUIT, libc::SIGPIPE] {
+        // SAFETY: SIG_IGN is a valid disposition for these signals; no
+        // handler code runs.
+        unsafe { libc::signal(signal, libc::SIG_IGN) };
+    }
+    let input = rustix::stdio::stdin();
+    let mut armed: Option<Armed> = None;
+    let mut disarmed = false;
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let timeout = match &armed {
+            Some(a) if a.until > 0 => {
+                let now = mono_ns();
+                if now >= a.until {
+                    // A command that had ended already was not cut short.
+                    if !a.running() {
+                        return GUARD_DISARMED;
+                    }
+                    // Told before the kill: the supervisor learns it from
+                    // the socket when it sees its command end.
+                    let _ = send(input, b"F\n", SEND_FLAGS);
+                    a.stop();
+                    return GUARD_FENCED;
+                }
+                Some(Duration::from_nanos(a.until - now))
+            }
+            _ => None,
+        };
+        let mut fds = [PollFd::new(&input, PollFlags::IN)];
+        match poll(&mut fds, timeout.map(timespec).as_ref()) {
+            // The deadline, or a signal: look at the clock again.
+            Ok(0) | Err(Errno::INTR) => continue,
+            Ok(_) => {}
+            Err(_) => {
+                if let Some(a) = &armed {
+                    a.stop();
+                }
+                return GUARD_ORPHANED;
+            }
+        }
+        let mut chunk = [0u8; 512];
+        let n = match rustix::io::read(input, &mut chunk) {
+            Ok(n) => n,
+            Err(Errno::INTR) | Err(Errno::AGAIN) => continue,
+            Err(_) => 0,
+        };
+        if n == 0 {
+            // End of file: the supervisor closed its end, or died.
+            if disarmed {
+                return GUARD_DISARMED;
+            }
+            if let Some(a) = &armed {
+                a.stop();
+                return GUARD_ORPHANED;
+            }
+            return GUARD_DISARMED; // nothing was started
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        while let Some(end) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=end).collect();
+            match parse(&line) {
+                Some(Message::Arm(a)) => armed = Some(a),
+                Some(Message::Feed(until)) => {
+                    if let Some(a) = armed.as_mut() {
+                        a.until = a.until.max(until);
+                    }
+                }
+                Some(Message::Disarm) => {
+                    armed = None;
+                    disarmed = true;
+                }
+                None => {
+                    if let Some(a) = &armed {
+                        a.stop();
+                    }
+                    return baton_contract::exit::BATON_FAILED;
+                }
+            }
+        }
+    }
+}
+
+/// The group an armed guardian stops.
+struct Armed {
+    pgid: i32,
+    leader_start_time: u64,
+    session: i32,
+    /// Monotonic nanoseconds; 0 = no deadline (only the supervisor's death).
+    until: u64,
+}
+
+impl Armed {
+    /// Whether a process of the group, as recorded, still runs.
+    fn running(&self) -> bool {
+        let reused = crate::procfs::stat(self.pgid)
+            .is_some_and(|l| !l.exited && l.start_time != self.leader_start_time);
+        !reused
+            && !crate::procfs::scan(|_, st| {
+                st.pgrp == self.pgid
+                    && !st.exited
+                    && st.start_time >= self.leader_start_time
+                    && (self.session == 0 || st.session == self.session)
+            })
+            .is_empty()
+    }
+
+    /// Kills the whole group at once (no grace: the bound is the promise);
+    /// whether anything of it was still running.
+    fn stop(&self) -> bool {
+        !terminate_group(
+            self.pgid,
+            GroupIdentity::Recorded {
+                leader_start_time: self.leader_start_time,
+                session: self.session,
+            },
+            Duration::ZERO,
+        )
+        .is_empty()
+    }
+}
+
+enum Message {
+    Arm(Armed),
+    Feed(u64),
+    Disarm,
+}
+
+fn parse(line: &[u8]) -> Option<Message> {
+    let text = std::str::from_utf8(line).ok()?.trim_end();
+    let mut parts = text.split(' ');
+    match parts.next()? {
+        "A" => {
+            let pgid: i32 = parts.next()?.parse().ok()?;
+            let leader_start_time: u64 = parts.next()?.parse().ok()?;
+            let session: i32 = parts.next()?.parse().ok()?;
+            let until: u64 = parts.next()?.parse().ok()?;
+            (pgid > 1).then_some(Message::Arm(Armed {
+                pgid,
+                leader_start_time,
+                session,
+                until,
+            }))
+        }
+        "F" => Some(Message::Feed(parts.next()?.parse().ok()?)),
+        "D" => Some(Message::Disarm),
+        _ => None,
+    }
+}
+
+/// Writes all of `bytes` (a message is far below the socket's buffer);
+/// never raises `SIGPIPE`.
+pub(super) fn write_all(socket: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match send(socket.as_fd(), bytes, SEND_FLAGS) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => bytes = &bytes[n..],
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_parse_and_garbage_is_refused() {
+        assert!(matches!(
+            parse(b"A 1234 99 1200 5000\n"),
+            Some(Message::Arm(Armed {
+                pgid: 1234,
+                leader_start_time: 99,
+                session: 1200,
+                until: 5000
+            }))
+        ));
+        assert!(matches!(parse(b"F 77\n"), Some(Message::Feed(77))));
+        assert!(matches!(parse(b"D\n"), Some(Message::Disarm)));
+        assert!(
+            parse(b"A 1 2 3 4\n").is_none(),
+            "pgid 1 is never a command's"
+        );
+        assert!(parse(b"X\n").is_none());
+        assert!(parse(b"F x\n").is_none());
+    }
+}

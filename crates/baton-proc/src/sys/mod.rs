@@ -1,0 +1,35 @@
+//! The platform seam: every call into the operating system that differs
+//! between the systems baton runs on is made here, behind safe functions;
+//! the rest of the crate calls these.
+//!
+//! - `unix.rs`: what Linux and macOS share, and the choice between them;
+//! - `linux.rs`: pidfds, eventfd, `/proc`, the parent-death signal and the
+//!   child subreaper (Linux only);
+//! - `macos.rs`: their macOS replacements (kqueue `EVFILT_PROC` for pidfds,
+//!   a pipe for the eventfd, `proc_pidinfo` for `/proc`), or a typed
+//!   [`ProcError::Unsupported`](crate::ProcError::Unsupported) where there is none;
+//! - `windows.rs`: process handles and creation times, Job Objects,
+//!   console control events, events and pipes.
+//!
+//! What each system keeps of the crate's promises is listed in `SIGNALS.md`
+//! ("Platforms").
+
+#[cfg(unix)]
+mod unix;
+#[cfg(unix)]
+pub use unix::ProcStat;
+#[cfg(unix)]
+pub(crate) use unix::*;
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "macos")]
+mod macos;
+
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+pub(crate) use windows::*;
+
+#[cfg(not(any(target_os = "linux", target_os = "macos", windows)))]
+compile_error!("baton-proc supports Linux, macOS and Windows");
