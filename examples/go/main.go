@@ -95,6 +95,7 @@ type LockStatus struct {
 	Content                 string         `json:"content"` // ok, empty, unreadable, missing
 	ContentError            *string        `json:"content_error"`
 	HeldThroughReplacedFile []string       `json:"held_through_replaced_file"`
+	ReplacedFileUnknown     bool           `json:"replaced_file_unknown"` // macOS: held through a deleted file cannot be seen
 	KernelHolders           []KernelHolder `json:"kernel_holders"`
 }
 

@@ -22,7 +22,8 @@
 //!   `max_prompt_bytes` (a schema counts characters, the service bytes: a
 //!   prompt of many-byte characters can still get 413, documented).
 //! - **Links**: a submitted job's id leads to `GET`/`DELETE /v1/jobs/{id}`
-//!   and its log, so stateful clients can follow a job.
+//!   and its log (and, from `/execute`, to `GET`/`DELETE /jobs/{id}`), so
+//!   stateful clients can follow a job.
 //!
 //! The tests check the document with openapi-spec-validator
 //! (`tests/serve_openapi.rs`) and fuzz the service against it with
@@ -461,6 +462,9 @@ fn links(doc: &mut Value) -> Result<(), String> {
     from_execute["CompatJob"] = json!({"operationId": "compatJob",
         "parameters": {"id": "$response.body#/job_id"},
         "description": "The job, as /execute's clients read it."});
+    from_execute["CompatCancelJob"] = json!({"operationId": "compatCancelJob",
+        "parameters": {"id": "$response.body#/job_id"},
+        "description": "Cancel it, answered as /execute's clients read it."});
     at(doc, "/paths/~1execute/post/responses/202")?["links"] = from_execute;
     Ok(())
 }
