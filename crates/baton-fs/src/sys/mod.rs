@@ -29,9 +29,15 @@ pub(crate) use linux::random_u64;
 #[cfg(all(unix, not(target_os = "linux")))]
 pub(crate) use unix::random_u64;
 #[cfg(unix)]
-pub(crate) use unix::{create_new, flush_rename, rename, shorten_name};
+pub(crate) use unix::{
+    check_write_access, copy_owner_and_mode, create_new, describe_special, flush_rename,
+    open_no_follow, read_exact_at, rename, set_len, shorten_name,
+};
 #[cfg(windows)]
-pub(crate) use windows::{create_new, flush_rename, random_u64, rename, shorten_name};
+pub(crate) use windows::{
+    check_write_access, copy_owner_and_mode, create_new, describe_special, flush_rename,
+    open_no_follow, random_u64, read_exact_at, rename, set_len, shorten_name,
+};
 
 #[cfg(not(any(unix, windows)))]
 compile_error!("baton-fs supports unix (Linux, macOS) and Windows");
