@@ -12,6 +12,9 @@
 //!   [`check_write_access`], [`copy_owner_and_mode`], [`describe_file_type`]
 //!   and [`shorten_name`]: what a crate that edits files in place
 //!   (baton-state) needs of the system, alike on every platform.
+//! - [`error_cause`], [`not_empty_error`], [`file_identity`] and
+//!   [`allocated_bytes`]: what baton-git needs to advise on a failed
+//!   removal and to measure a workspace.
 //! - [`random_u64`]: from the kernel's random source, with a fallback for
 //!   the uses here (unique names, jitter), where uniqueness matters and
 //!   secrecy does not.
@@ -70,15 +73,17 @@
 #![deny(unsafe_code)]
 
 mod atomic;
+mod cause;
 mod error;
 mod file;
 mod random;
 mod sys;
 
 pub use atomic::{temp_prefix, write_atomic, Durability, TempFile, WriteError};
+pub use cause::{error_cause, not_empty_error, ErrorCause};
 pub use error::{IoResultExt, PathError};
 pub use file::{
-    check_write_access, copy_owner_and_mode, describe_file_type, flush_entry, open_no_follow,
-    read_exact_at, set_len, shorten_name,
+    allocated_bytes, check_write_access, copy_owner_and_mode, describe_file_type, file_identity,
+    flush_entry, open_no_follow, read_exact_at, set_len, shorten_name,
 };
 pub use random::random_u64;

@@ -30,13 +30,15 @@ pub(crate) use linux::random_u64;
 pub(crate) use unix::random_u64;
 #[cfg(unix)]
 pub(crate) use unix::{
-    check_write_access, copy_owner_and_mode, create_new, describe_special, flush_rename,
-    open_no_follow, read_exact_at, rename, set_len, shorten_name,
+    allocated_bytes, check_write_access, copy_owner_and_mode, create_new, describe_special,
+    error_cause, file_identity, flush_rename, open_no_follow, read_exact_at, rename, set_len,
+    shorten_name, NOT_EMPTY,
 };
 #[cfg(windows)]
 pub(crate) use windows::{
-    check_write_access, copy_owner_and_mode, create_new, describe_special, flush_rename,
-    open_no_follow, random_u64, read_exact_at, rename, set_len, shorten_name,
+    allocated_bytes, check_write_access, copy_owner_and_mode, create_new, describe_special,
+    error_cause, file_identity, flush_rename, open_no_follow, random_u64, read_exact_at, rename,
+    set_len, shorten_name, NOT_EMPTY,
 };
 
 #[cfg(not(any(unix, windows)))]

@@ -160,3 +160,28 @@ pub(crate) fn describe_special(file_type: &FileType) -> Option<&'static str> {
         None
     }
 }
+
+/// `ENOTEMPTY`.
+pub(crate) const NOT_EMPTY: i32 = libc::ENOTEMPTY;
+
+/// The cause of a raw `errno`.
+pub(crate) fn error_cause(errno: i32) -> crate::ErrorCause {
+    use crate::ErrorCause;
+    match errno {
+        libc::EACCES | libc::EPERM => ErrorCause::Denied,
+        libc::EROFS => ErrorCause::ReadOnly,
+        libc::ENOTEMPTY | libc::EEXIST => ErrorCause::NotEmpty,
+        libc::EBUSY => ErrorCause::Busy,
+        _ => ErrorCause::Other,
+    }
+}
+
+/// Device and inode.
+pub(crate) fn file_identity(meta: &Metadata) -> Option<(u64, u64)> {
+    Some((meta.dev(), meta.ino()))
+}
+
+/// 512-byte blocks allocated.
+pub(crate) fn allocated_bytes(meta: &Metadata) -> u64 {
+    meta.blocks().saturating_mul(512)
+}

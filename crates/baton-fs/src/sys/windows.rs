@@ -12,7 +12,8 @@ use std::time::Duration;
 use std::os::windows::fs::OpenOptionsExt;
 
 use windows_sys::Win32::Foundation::{
-    ERROR_ACCESS_DENIED, ERROR_SHARING_VIOLATION, GENERIC_WRITE, INVALID_HANDLE_VALUE,
+    ERROR_ACCESS_DENIED, ERROR_BUSY, ERROR_DIR_NOT_EMPTY, ERROR_LOCK_VIOLATION,
+    ERROR_SHARING_VIOLATION, ERROR_WRITE_PROTECT, GENERIC_WRITE, INVALID_HANDLE_VALUE,
 };
 use windows_sys::Win32::Storage::FileSystem::{
     MoveFileExW, ReOpenFile, FILE_FLAG_OPEN_REPARSE_POINT, FILE_SHARE_DELETE, FILE_SHARE_READ,
@@ -255,4 +256,30 @@ pub(crate) fn copy_owner_and_mode(file: &File, like: &Metadata, mask: u32) -> io
 pub(crate) fn describe_special(file_type: &FileType) -> Option<&'static str> {
     let _ = file_type;
     None
+}
+
+/// `ERROR_DIR_NOT_EMPTY`.
+pub(crate) const NOT_EMPTY: i32 = ERROR_DIR_NOT_EMPTY as i32;
+
+/// The cause of a raw Windows error code.
+pub(crate) fn error_cause(code: i32) -> crate::ErrorCause {
+    use crate::ErrorCause;
+    match u32::try_from(code).unwrap_or(0) {
+        ERROR_ACCESS_DENIED => ErrorCause::Denied,
+        ERROR_WRITE_PROTECT => ErrorCause::ReadOnly,
+        ERROR_DIR_NOT_EMPTY => ErrorCause::NotEmpty,
+        ERROR_SHARING_VIOLATION | ERROR_LOCK_VIOLATION | ERROR_BUSY => ErrorCause::Busy,
+        _ => ErrorCause::Other,
+    }
+}
+
+/// None: std's `Metadata` has no stable volume serial and file index here.
+pub(crate) fn file_identity(meta: &Metadata) -> Option<(u64, u64)> {
+    let _ = meta;
+    None
+}
+
+/// The file's length (std's `Metadata` has no allocation size here).
+pub(crate) fn allocated_bytes(meta: &Metadata) -> u64 {
+    meta.len()
 }
