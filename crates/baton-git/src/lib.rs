@@ -35,6 +35,7 @@ mod record;
 mod registry;
 mod remove;
 mod root;
+mod status;
 mod workspace;
 
 pub use error::{BranchCommits, GitError};

@@ -10,7 +10,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use baton_lock::BatonDir;
@@ -58,11 +57,8 @@ pub(crate) fn insert(dir: &BatonDir, ws: &Workspace) -> Result<(), GitError> {
         source,
     })?;
     let written = (|| -> io::Result<()> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let mut f =
+            baton_fs::open_no_follow(OpenOptions::new().write(true).create_new(true), &tmp, 0o600)?;
         baton_lock::sharing::share_new_file(&f, &tmp)?;
         f.write_all(&bytes)?;
         f.write_all(b"\n")?;
