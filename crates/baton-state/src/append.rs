@@ -82,6 +82,12 @@ pub fn append_locked<R: AsRef<[u8]>>(
     };
     let meta = f.metadata().context("cannot inspect", path)?;
     atomic::require_regular(&meta, path)?;
+    if !created {
+        // A file someone made read-only is respected, as by an edit: the
+        // open refuses it already, except where the caller may write any
+        // file (root; wine run as root, for Windows' read-only attribute).
+        baton_fs::check_write_access(path).context("cannot write", path)?;
+    }
     let size = meta.len();
     let lines_end = complete_len(&f, size, path)?;
     let tail = if lines_end < size {

@@ -72,6 +72,18 @@ fn filter_that_leaves_a_child() {
     filter_role(true);
 }
 
+/// Entry point of a filter that copies its input to its output (after
+/// the test harness's own lines).
+#[test]
+#[ignore = "entry point of filters started by the other tests"]
+fn filter_that_copies() {
+    if std::env::var_os("BATON_STATE_FILE").is_some() {
+        let mut out = std::io::stdout();
+        std::io::copy(&mut std::io::stdin(), &mut out).unwrap();
+        std::io::Write::flush(&mut out).unwrap();
+    }
+}
+
 /// The pid a filter wrote next to `path`, if it got that far.
 fn grandchild_of(path: &Path) -> Option<i32> {
     let mut pid_file = path.as_os_str().to_owned();
@@ -85,10 +97,12 @@ fn filters_run_by_cmd_get_content_and_pass_their_code() {
     let path = t.path().join("f.txt");
     fs::write(&path, "hello from the file\r\n").unwrap();
     let cmd = |line: &str| Filter::new(["cmd", "/c", line]).unwrap();
-    // stdin in, stdout out.
-    edit_with_filter(&dir, &path, &Options::new(), &cmd("more")).unwrap();
+    // stdin in, stdout out (a program of ours: wine's `more` waits for a
+    // console, and its `find` and `findstr` do not copy lines).
+    let copy = this_binary_as("windows::filter_that_copies");
+    edit_with_filter(&dir, &path, &Options::new(), &copy).unwrap();
     let out = fs::read_to_string(&path).unwrap();
-    assert!(out.contains("hello from the file"), "{out:?}");
+    assert!(out.contains("hello from the file\r\n"), "{out:?}");
     // The environment names the lock's fencing token and the file.
     edit_with_filter(
         &dir,
@@ -199,6 +213,13 @@ fn a_read_only_file_is_refused_and_left_alone() {
     assert_eq!(fs::read_to_string(&path).unwrap(), "{\"n\":1}");
     assert_eq!(fs::read_to_string(&lines).unwrap(), "{}\n");
     assert!(temps_of(t.path(), "ro.json").is_empty());
+    // Writable again, or the temp dir could not be removed.
+    for p in [&path, &lines] {
+        let mut perms = fs::metadata(p).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        fs::set_permissions(p, perms).unwrap();
+    }
 }
 
 /// Windows NTFS replaces a file that readers have open (if they share it
