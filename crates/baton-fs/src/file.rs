@@ -96,6 +96,17 @@ pub fn flush_entry(file: &File, path: &Path) -> Result<(), PathError> {
     sys::flush_rename(file, path, dir)
 }
 
+/// Makes the entries created in or removed from directory `dir` durable:
+/// on unix `fsync(2)` of the directory (macOS: `F_FULLFSYNC`, plain
+/// `fsync` where refused). On Windows nothing is done and `Ok` returned:
+/// Windows documents no flush of a directory (a directory handle cannot be
+/// flushed without administrator rights), and NTFS journals each change
+/// of a directory's entries; where a file is at hand, [`flush_entry`]
+/// flushes it with its name.
+pub fn flush_dir(dir: &Path) -> io::Result<()> {
+    sys::flush_dir(dir)
+}
+
 /// `name` unchanged if it has at most `max` units, else its first `keep`
 /// units and `~`: bytes on unix (exact, a name need not be UTF-8), UTF-16
 /// code units on Windows (what NTFS counts; a surrogate pair is never
@@ -206,6 +217,11 @@ mod tests {
                 .kind(),
             io::ErrorKind::NotFound
         );
+        // Writable again, or Windows could not remove the temp dir.
+        let mut perms = fs::metadata(&path).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        fs::set_permissions(&path, perms).unwrap();
     }
 
     #[cfg(unix)]
@@ -216,6 +232,23 @@ mod tests {
     #[cfg(windows)]
     fn is_root() -> bool {
         false
+    }
+
+    #[test]
+    fn directories_and_new_entries_are_flushed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new");
+        let f = open_no_follow(
+            OpenOptions::new().write(true).create_new(true),
+            &path,
+            0o600,
+        );
+        flush_entry(&f.unwrap(), &path).unwrap();
+        flush_dir(dir.path()).unwrap();
+        if cfg!(unix) {
+            let err = flush_dir(&dir.path().join("missing")).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        }
     }
 
     #[test]

@@ -51,6 +51,11 @@ pub(crate) fn flush_rename(_file: &File, _target: &Path, dir: &Path) -> Result<(
         .context("cannot flush directory", dir)
 }
 
+/// `fsync(2)` of the directory at `dir` (macOS: see [`sync_dir`]).
+pub(crate) fn flush_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir).and_then(|d| sync_dir(&d))
+}
+
 /// `fsync(2)` of an open directory (std's `sync_all`).
 #[cfg(not(target_vendor = "apple"))]
 fn sync_dir(dir: &File) -> io::Result<()> {
