@@ -510,4 +510,18 @@ mod tests {
         assert_eq!(disk_usage(tmp.path()), one);
         assert!(one >= 64 * 1024);
     }
+
+    /// Windows: the files' lengths, and each hard link counts.
+    #[cfg(windows)]
+    #[test]
+    fn disk_usage_counts_lengths_and_each_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = tmp.path().join("a");
+        fs::write(&a, vec![7u8; 64 * 1024]).unwrap();
+        fs::create_dir(tmp.path().join("sub")).unwrap();
+        fs::write(tmp.path().join("sub").join("b"), b"12345").unwrap();
+        assert_eq!(disk_usage(tmp.path()), 64 * 1024 + 5);
+        fs::hard_link(&a, tmp.path().join("c")).unwrap();
+        assert_eq!(disk_usage(tmp.path()), 2 * 64 * 1024 + 5);
+    }
 }
