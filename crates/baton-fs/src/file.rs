@@ -125,7 +125,8 @@ pub fn file_identity(meta: &Metadata) -> Option<(u64, u64)> {
 
 /// The bytes a file takes on disk: on unix its 512-byte blocks (less than
 /// its length when sparse, more for the last block's slack); on Windows its
-/// length (std's `Metadata` has no allocation size there).
+/// length, 0 for a directory (std's `Metadata` has no allocation size
+/// there).
 pub fn allocated_bytes(meta: &Metadata) -> u64 {
     sys::allocated_bytes(meta)
 }

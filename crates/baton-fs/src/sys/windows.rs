@@ -279,9 +279,14 @@ pub(crate) fn file_identity(meta: &Metadata) -> Option<(u64, u64)> {
     None
 }
 
-/// The file's length (std's `Metadata` has no allocation size here).
+/// A file's length, 0 for a directory (std's `Metadata` has no
+/// allocation size here; a directory's entries live in the MFT).
 pub(crate) fn allocated_bytes(meta: &Metadata) -> u64 {
-    meta.len()
+    if meta.is_file() {
+        meta.len()
+    } else {
+        0
+    }
 }
 
 /// Nothing: Windows documents no flush of a directory, and NTFS journals
