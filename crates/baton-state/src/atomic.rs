@@ -82,17 +82,12 @@ pub(crate) fn check_writable(file: &StateFile, exists: bool) -> Result<(), State
 /// Best effort: a file that cannot be removed is left for the next time.
 /// Returns how many were removed.
 pub(crate) fn remove_stale_temps(file: &StateFile) -> usize {
-    let prefix = file.temp_prefix();
     let Ok(entries) = fs::read_dir(file.dir()) else {
         return 0;
     };
     entries
         .flatten()
-        .filter(|e| {
-            e.file_name()
-                .as_encoded_bytes()
-                .starts_with(prefix.as_encoded_bytes())
-        })
+        .filter(|e| file.is_temp_name(&e.file_name()))
         .filter(|e| fs::remove_file(e.path()).is_ok())
         .count()
 }

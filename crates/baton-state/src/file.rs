@@ -185,6 +185,19 @@ impl StateFile {
             .map_err(StateError::from)
     }
 
+    /// Whether `name`, in this file's directory, is one of its temporary
+    /// files: it starts with [`StateFile::temp_prefix`]; on Windows in any
+    /// case (NTFS ignores it, and every spelling shares the file's lock).
+    pub(crate) fn is_temp_name(&self, name: &OsStr) -> bool {
+        let prefix = self.temp_prefix();
+        if cfg!(windows) {
+            fold_case(&name.to_string_lossy()).starts_with(&fold_case(&prefix.to_string_lossy()))
+        } else {
+            name.as_encoded_bytes()
+                .starts_with(prefix.as_encoded_bytes())
+        }
+    }
+
     /// The prefix of this file's temporary files: `.<name>.baton-tmp-`. A
     /// name too long to leave room for the suffix is shortened and given a
     /// hash, so two files never share a prefix.
@@ -194,7 +207,12 @@ impl StateFile {
         out.push(".");
         out.push(&short);
         if short != self.name {
-            out.push(hex_prefix(self.name.as_encoded_bytes(), 16));
+            let name = fold_case(&self.name.to_string_lossy());
+            if cfg!(windows) {
+                out.push(hex_prefix(name.as_bytes(), 16));
+            } else {
+                out.push(hex_prefix(self.name.as_encoded_bytes(), 16));
+            }
         }
         out.push(".baton-tmp-");
         out

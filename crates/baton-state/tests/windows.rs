@@ -272,4 +272,9 @@ fn every_spelling_of_a_name_shares_one_lock() {
         }
     });
     assert_eq!(counter(&sub.join("counter.json")), 100);
+    // A temp file a writer using another spelling left is found too.
+    fs::write(sub.join(".COUNTER.json.baton-tmp-1-00000000000000ff"), "{").unwrap();
+    let done = edit(&dir, &spellings[0], &Options::new(), increment).unwrap();
+    assert_eq!(done.removed_temps, 1);
+    assert!(temps_of(&sub, "counter.json").is_empty());
 }
