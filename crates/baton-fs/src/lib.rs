@@ -64,6 +64,7 @@
 mod atomic;
 mod error;
 mod random;
+pub mod shared_log;
 mod sys;
 
 pub use atomic::{temp_prefix, write_atomic, Durability, TempFile, WriteError};
