@@ -17,7 +17,7 @@
 //!   command never runs unguarded.
 //! - **The supervisor dies** (even by `SIGKILL`): the guardian reads end of
 //!   file and terminates the whole recorded group at once (`SIGKILL`,
-//!   identity-checked as [`terminate_group`] does),
+//!   identity-checked as [`terminate_group`](crate::terminate_group) does),
 //!   not only the leader that the parent-death signal reaches.
 //! - **The supervisor stalls**: the guardian is a dead-man's switch. The
 //!   supervisor's callers *vouch* for it through a [`Fence`]: each proof of

@@ -139,6 +139,15 @@ pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL
 #[cfg(unix)]
 pub use tree::ProcessTree;
 
+/// Whether a supervised command dies with its supervisor on this platform
+/// even when the supervisor is killed outright (`SIGKILL`,
+/// `TerminateProcess`): on Linux its leader does (the parent-death signal;
+/// the rest of its group with a guardian, [`RunSpec::guard`]), on Windows its
+/// whole tree does (the Job Object). macOS has no parent-death signal:
+/// there only a guardian stops the command, so a caller that needs the
+/// promise sets [`RunSpec::guard`] (and `baton doctor` can say so).
+pub const DIES_WITH_SUPERVISOR: bool = cfg!(not(target_os = "macos"));
+
 /// Run `spec` to completion: the same as `Supervisor::new(spec.clone()).run()`.
 ///
 /// # Errors

@@ -240,7 +240,9 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         if self.child.is_some() {
+            // The job, and the command itself: it may not be in the job yet.
             let _ = self.job.terminate(KILLED_EXIT_CODE);
+            let _ = self.process.terminate(KILLED_EXIT_CODE);
             let _ = self.process.wait(Some(KILL_WAIT));
             self.reap();
         }

@@ -13,6 +13,8 @@ mod run;
 mod signals;
 #[cfg(target_os = "linux")]
 mod start;
+#[cfg(windows)]
+mod windows;
 
 #[test]
 fn every_test_file_is_declared_here() {

@@ -31,7 +31,7 @@ use windows_sys::Win32::System::Threading::{
     CreateEventW, GetExitCodeProcess, GetProcessTimes, OpenProcess, OpenThread,
     QueryFullProcessImageNameW, ResetEvent, ResumeThread, SetEvent, TerminateProcess,
     WaitForMultipleObjects, WaitForSingleObject, INFINITE, PROCESS_NAME_WIN32,
-    PROCESS_QUERY_LIMITED_INFORMATION, PROCESS_SYNCHRONIZE, PROCESS_TERMINATE,
+    PROCESS_QUERY_LIMITED_INFORMATION, PROCESS_SET_QUOTA, PROCESS_SYNCHRONIZE, PROCESS_TERMINATE,
     THREAD_SUSPEND_RESUME,
 };
 
@@ -101,7 +101,8 @@ pub(crate) struct Process {
 }
 
 impl Process {
-    /// Opens process `pid` to wait for it, read its times and terminate it;
+    /// Opens process `pid` to wait for it, read its times, terminate it and
+    /// put it in a job;
     /// `None` when there is no such process.
     pub(crate) fn open(pid: u32) -> io::Result<Option<Process>> {
         Process::open_with(pid, true)
@@ -116,7 +117,8 @@ impl Process {
     fn open_with(pid: u32, terminate: bool) -> io::Result<Option<Process>> {
         let mut access = PROCESS_SYNCHRONIZE | PROCESS_QUERY_LIMITED_INFORMATION;
         if terminate {
-            access |= PROCESS_TERMINATE;
+            // PROCESS_SET_QUOTA too: AssignProcessToJobObject needs it.
+            access |= PROCESS_TERMINATE | PROCESS_SET_QUOTA;
         }
         // SAFETY: plain arguments; the handle returned is owned below.
         let handle = unsafe { OpenProcess(access, 0, pid) };
