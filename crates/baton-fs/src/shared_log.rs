@@ -9,7 +9,10 @@
 //! - Windows: volume serial number and file index; a `LockFileEx` lock on
 //!   one byte far beyond any data (Windows locks are mandatory: a lock on
 //!   the data would make other handles' reads and writes fail), released
-//!   when the handle closes; [`DirWatch::wait`] polls (every [`POLL`]).
+//!   when the handle closes; [`DirWatch::wait`] polls (every [`POLL`]); a
+//!   rotation's rename over a file a reader holds open is retried
+//!   ([`rename_over`]), and readers close what they finished
+//!   ([`KEEP_OPEN_FOR_IDENTITY`]).
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -51,6 +54,25 @@ pub fn path_id(path: &Path) -> io::Result<Option<FileId>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Whether a reader must keep a file open for its [`FileId`] to stay its
+/// own: on unix an inode number is reused as soon as its file is deleted;
+/// on Windows an NTFS file index carries a sequence number (not reused),
+/// and an open file could not be replaced by a rename (see [`rename_over`]).
+pub const KEEP_OPEN_FOR_IDENTITY: bool = cfg!(unix);
+
+/// Renames `from` over `to`, replacing it. On unix `rename(2)`, also while
+/// others have `to` open. On Windows a file held open cannot always be
+/// replaced (wine, FAT32, network shares refuse; NTFS allows it when every
+/// opener shares deleting): the rename is retried for about 1 s, readers
+/// holding a file briefly, and then fails, changing nothing.
+///
+/// # Errors
+///
+/// The system's.
+pub fn rename_over(from: &Path, to: &Path) -> io::Result<()> {
+    crate::sys::rename(from, to, false)
 }
 
 /// Tries once to take an exclusive lock on the open `file`, without
