@@ -48,6 +48,10 @@
 //! - an append that gave up waiting for the lock, or whose file system has no
 //!   `flock`, is written whole but may land in a file just renamed, after a
 //!   follower left it, and never rotates the log.
+//! - on Windows, a rotation whose rename cannot replace `events.jsonl.1`
+//!   within about 1 s (a reader holds it open, where open files cannot be
+//!   replaced: wine, FAT32, network shares) fails; the line is written, the
+//!   append reports the error, and the next append rotates.
 //!
 //! # Reading
 //!
@@ -235,7 +239,7 @@ pub fn append_with(
         let rotated = size >= config.max_bytes;
         if rotated {
             let old = rotated_path(path);
-            std::fs::rename(path, &old).map_err(at("rotate", path))?;
+            shared_log::rename_over(path, &old).map_err(at("rotate", path))?;
         }
         // Closing `file` on return releases the lock.
         return Ok(Appended {
@@ -321,8 +325,10 @@ impl Segment {
 }
 
 /// Files read to their end, kept open so that their inode numbers are not
-/// reused while they are compared with the files at the log's names.
-struct Done(Vec<(FileId, File)>);
+/// reused while they are compared with the files at the log's names (not
+/// on Windows, where file ids are not reused and an open file would keep
+/// a rotation from replacing it: [`shared_log::KEEP_OPEN_FOR_IDENTITY`]).
+struct Done(Vec<(FileId, Option<File>)>);
 
 impl Done {
     fn contains(&self, id: FileId) -> bool {
@@ -335,7 +341,11 @@ impl Done {
         if self.0.len() == 2 {
             self.0.remove(0);
         }
-        self.0.push((segment.id, segment.reader.into_inner()));
+        let file = segment.reader.into_inner();
+        self.0.push((
+            segment.id,
+            shared_log::KEEP_OPEN_FOR_IDENTITY.then_some(file),
+        ));
     }
 }
 
