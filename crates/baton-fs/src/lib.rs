@@ -8,6 +8,13 @@
 //! - [`write_atomic`] and [`TempFile`]: replace a file so that a reader or a
 //!   crash of the writer sees the old content or the new, never a mix, with
 //!   a [`Durability`] that says what a power loss may still undo.
+//! - [`open_no_follow`], [`read_exact_at`], [`set_len`], [`flush_entry`], [`flush_dir`],
+//!   [`check_write_access`], [`copy_owner_and_mode`], [`describe_file_type`]
+//!   and [`shorten_name`]: what a crate that edits files in place
+//!   (baton-state) needs of the system, alike on every platform.
+//! - [`error_cause`], [`not_empty_error`], [`file_identity`] and
+//!   [`allocated_bytes`]: what baton-git needs to advise on a failed
+//!   removal and to measure a workspace.
 //! - [`random_u64`]: from the kernel's random source, with a fallback for
 //!   the uses here (unique names, jitter), where uniqueness matters and
 //!   secrecy does not.
@@ -57,16 +64,28 @@
 //! | `mode` of [`TempFile::create`] | bits minus umask | same | ignored: the file inherits its directory's ACL |
 //! | names, [`temp_prefix`] | bytes, exact | bytes, exact | UTF-16, cut between characters |
 //! | [`random_u64`] | `getrandom(2)` | `getentropy(2)` | `ProcessPrng` |
+//! | [`open_no_follow`] | `O_NOFOLLOW \| O_NONBLOCK`, `mode` | same | `FILE_FLAG_OPEN_REPARSE_POINT`, a link refused once open; `mode` ignored |
+//! | [`flush_dir`] | `fsync(2)` of the directory | `F_FULLFSYNC` (plain `fsync` where refused) | nothing (no directory flush exists; NTFS journals entries) |
+//! | [`set_len`] of a file opened for appending | `ftruncate(2)` | same | through `ReOpenFile(GENERIC_WRITE)` of the same open file |
+//! | [`check_write_access`] | `faccessat(W_OK, AT_EACCESS)` | same | the read-only attribute of a file only (ACLs decide at open) |
+//! | [`copy_owner_and_mode`] | owner (root), group (root or member), mode bits | same | nothing: the new file has its directory's inherited ACL |
 //! | [`IoResultExt`] for `rustix::io::Errno` | yes | yes | no (no rustix) |
 
 #![deny(unsafe_code)]
 
 mod atomic;
+mod cause;
 mod error;
+mod file;
 mod random;
 pub mod shared_log;
 mod sys;
 
 pub use atomic::{temp_prefix, write_atomic, Durability, TempFile, WriteError};
+pub use cause::{error_cause, not_empty_error, ErrorCause};
 pub use error::{IoResultExt, PathError};
+pub use file::{
+    allocated_bytes, check_write_access, copy_owner_and_mode, describe_file_type, file_identity,
+    flush_dir, flush_entry, open_no_follow, read_exact_at, set_len, shorten_name,
+};
 pub use random::random_u64;

@@ -30,16 +30,15 @@
 //! per-user machine-wide baton dir ([`machine_dir`]).
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Output};
 use std::time::{Duration, Instant};
 
 use baton_lock::{acquire, BatonDir, LockError, LockGuard, LockName, LockRequest, WaitPolicy};
-use baton_proc::{LeftoverPolicy, Outcome, ProcError, RunSpec, Streams, Supervisor};
+use baton_proc::{LeftoverPolicy, ProcError, RunSpec, Streams, Supervisor};
 use sha2::{Digest, Sha256};
 
 use crate::error::GitError;
+use crate::status::{Output, Status};
 
 /// How long a repository lock is waited for unless told otherwise.
 pub const DEFAULT_GIT_LOCK_WAIT: Duration = Duration::from_secs(30);
@@ -94,7 +93,7 @@ where
 /// git on worker threads, where several gits may run at once and the
 /// terminal, if it has one, must stay its own.
 fn on_main_thread() -> bool {
-    rustix::thread::gettid() == rustix::process::getpid()
+    baton_proc::is_main_thread()
 }
 
 /// Turns a wait into a deadline fixed now, so that every lock taken during
@@ -156,8 +155,8 @@ pub(crate) fn baton_dir_of(common_dir: &Path) -> Result<BatonDir, GitError> {
         Err(LockError::UnsafeDir { .. }) => machine_dir(),
         Err(LockError::Io(ref e))
             if matches!(
-                rustix::io::Errno::from_io_error(&e.source),
-                Some(rustix::io::Errno::ACCESS | rustix::io::Errno::PERM | rustix::io::Errno::ROFS)
+                baton_fs::error_cause(&e.source),
+                baton_fs::ErrorCause::Denied | baton_fs::ErrorCause::ReadOnly
             ) =>
         {
             machine_dir()
@@ -194,7 +193,7 @@ where
             })
         })?;
     }
-    let status = exit_status(streamed.finished.outcome);
+    let status = Status::of(streamed.finished.outcome);
     tracing::debug!(
         command = %line,
         status = %status,
@@ -209,18 +208,6 @@ where
         },
         line,
     ))
-}
-
-/// The wait status of a command that ended as `outcome` (git has no timeout
-/// and no canceller, so it only exits or dies of a signal).
-fn exit_status(outcome: Outcome) -> ExitStatus {
-    match outcome {
-        Outcome::Exited(code) => ExitStatus::from_raw((code & 0xff) << 8),
-        Outcome::Signaled(signal) => ExitStatus::from_raw(signal & 0x7f),
-        Outcome::TimedOut | Outcome::Cancelled => {
-            ExitStatus::from_raw(rustix::process::Signal::KILL.as_raw())
-        }
-    }
 }
 
 /// The oldest git baton works with (`rev-parse --path-format=absolute`
@@ -458,6 +445,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(windows, ignore = "runs git: the wine test run has no Git for Windows")]
     fn git_versions_are_read_from_what_git_prints() {
         assert_eq!(parse_version("git version 2.43.0"), Some((2, 43, 0)));
         assert_eq!(
@@ -480,13 +468,8 @@ mod tests {
     }
 
     #[test]
-    fn outcomes_read_as_the_wait_statuses_git_would_have_had() {
-        assert_eq!(
-            exit_status(Outcome::Exited(0)).to_string(),
-            "exit status: 0"
-        );
-        assert_eq!(exit_status(Outcome::Exited(128)).code(), Some(128));
-        assert_eq!(exit_status(Outcome::Signaled(9)).signal(), Some(9));
+    #[cfg_attr(windows, ignore = "runs git: the wine test run has no Git for Windows")]
+    fn a_failed_git_command_has_its_exit_code_and_its_error_output() {
         let (out, _) = output(Path::new("/"), ["--no-such-option"]).unwrap();
         assert_eq!(out.status.code(), Some(129), "{out:?}");
         assert!(!out.stderr.is_empty());
@@ -502,6 +485,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(windows, ignore = "runs git: the wine test run has no Git for Windows")]
     fn a_plain_directory_is_not_a_repository() {
         let tmp = tempfile::tempdir().unwrap();
         let err = Repo::open(tmp.path())

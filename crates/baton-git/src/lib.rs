@@ -24,6 +24,27 @@
 //! git is always driven through its CLI, so users' hooks, credentials and
 //! configuration apply; status checks use `--no-optional-locks`; a git child
 //! dies with the baton process that started it.
+//!
+//! ## Platforms
+//!
+//! Linux, macOS and Windows; this crate calls no platform API itself (what
+//! it needs is in baton-fs, baton-proc and baton-lock). What differs:
+//!
+//! - **git dies with baton**: on Linux by the parent-death signal (git
+//!   alone, not what it starts); on Windows git's whole tree is in a Job
+//!   Object that dies with baton; on macOS only with a guardian (see
+//!   baton-proc's `SIGNALS.md`, "Platforms"). git gets the terminal (and
+//!   ssh can prompt) only on unix.
+//! - **Remotes**: on Windows a drive letter (`C:/srv/r.git`, `C:\srv\r.git`,
+//!   `file:///C:/srv/r.git`) is a local path, as Git for Windows reads it,
+//!   so such a push queues in that repository's baton dir.
+//! - **Removal advice** names each system's tools (`chmod`, `lsof`,
+//!   `findmnt`; on Windows `attrib` and Resource Monitor).
+//! - **Disk usage** of a workspace: allocated blocks, each inode once, on
+//!   unix; the files' lengths on Windows, where std's metadata has no file
+//!   index, so each hard link counts.
+//! - **Tests**: under wine (`scripts/test-windows`) there is no Git for
+//!   Windows: the tests that run git are ignored there, the others run.
 
 #![forbid(unsafe_code)]
 
@@ -35,6 +56,7 @@ mod record;
 mod registry;
 mod remove;
 mod root;
+mod status;
 mod workspace;
 
 pub use error::{BranchCommits, GitError};

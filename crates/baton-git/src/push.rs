@@ -318,20 +318,36 @@ fn push_queue(work: &Path, url: &str) -> Result<(BatonDir, Vec<u8>), GitError> {
 
 /// The path a remote URL names when git would read it as a local path:
 /// `file://PATH`, or anything without `://` that is not scp-like
-/// (`host:path`, a colon before the first slash); relative to `work`.
+/// (`host:path`, a colon before the first slash); relative to `work`. On
+/// Windows, as Git for Windows reads them, a drive letter (`C:/r.git`,
+/// `C:\\r.git`, `file:///C:/r.git`) is a local path, not a host, and `\\`
+/// separates directories too.
 fn local_path(work: &Path, url: &str) -> Option<PathBuf> {
     if let Some(path) = url.strip_prefix("file://") {
+        if cfg!(windows) && has_drive_prefix(path.trim_start_matches('/')) {
+            return Some(PathBuf::from(path.trim_start_matches('/')));
+        }
         return Some(PathBuf::from(path));
     }
     if url.contains("://") {
         return None;
     }
+    if cfg!(windows) && has_drive_prefix(url) {
+        return Some(PathBuf::from(url));
+    }
     if let Some(colon) = url.find(':') {
-        if !url[..colon].contains('/') {
+        let separator = |c: char| c == '/' || (cfg!(windows) && c == '\\');
+        if !url[..colon].contains(separator) {
             return None;
         }
     }
     Some(work.join(url))
+}
+
+/// Whether `path` starts with a drive letter and its colon (`C:`).
+fn has_drive_prefix(path: &str) -> bool {
+    let b = path.as_bytes();
+    b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':'
 }
 
 /// Whether a failed push was rejected because the remote moved on.
@@ -506,6 +522,17 @@ mod tests {
             "https://example.com/r.git",
         ] {
             assert_eq!(local_path(work, network), None, "{network}");
+        }
+        // Git for Windows: a drive letter is a path, not a host.
+        let drive = local_path(work, "C:/srv/r.git");
+        let backslashed = local_path(work, "C:\\srv\\r.git");
+        let file_url = local_path(work, "file:///C:/srv/r.git");
+        if cfg!(windows) {
+            assert_eq!(drive, Some(PathBuf::from("C:/srv/r.git")));
+            assert_eq!(backslashed, Some(PathBuf::from("C:\\srv\\r.git")));
+            assert_eq!(file_url, Some(PathBuf::from("C:/srv/r.git")));
+        } else {
+            assert_eq!((drive, backslashed), (None, None));
         }
     }
 

@@ -8,9 +8,8 @@
 //! on disk has a record naming its owner, and `gc` can find the leftovers of
 //! a run that was killed at any point.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use baton_lock::BatonDir;
@@ -58,11 +57,8 @@ pub(crate) fn insert(dir: &BatonDir, ws: &Workspace) -> Result<(), GitError> {
         source,
     })?;
     let written = (|| -> io::Result<()> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let mut f =
+            baton_fs::open_no_follow(OpenOptions::new().write(true).create_new(true), &tmp, 0o600)?;
         baton_lock::sharing::share_new_file(&f, &tmp)?;
         f.write_all(&bytes)?;
         f.write_all(b"\n")?;
@@ -153,8 +149,57 @@ pub(crate) fn all(dir: &BatonDir) -> Result<Vec<Result<Workspace, GitError>>, Gi
 }
 
 fn sync_dir(path: &Path) -> Result<(), GitError> {
-    File::open(path)
-        .and_then(|d| d.sync_all())
+    baton_fs::flush_dir(path)
         .context("cannot sync directory", path)
         .map_err(Into::into)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Strategy;
+    use baton_lock::ProcessIdentity;
+
+    /// The record files on the real file system: published by a hard link
+    /// (a second insert of the id fails), listed, read back, deleted, with
+    /// the registry directory flushed as each platform can.
+    #[test]
+    fn records_are_published_once_listed_and_deleted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = BatonDir::open(tmp.path().join("baton")).unwrap();
+        let ws = Workspace {
+            id: "w1".into(),
+            path: tmp.path().join("baton").join("workspaces").join("w1"),
+            root: None,
+            strategy: Strategy::Clone,
+            base_repo: tmp.path().join("src"),
+            base_git_dir: tmp.path().join("src").join(".git"),
+            reference: "HEAD".into(),
+            commit: "0".repeat(40),
+            branch: None,
+            owner: ProcessIdentity::current(),
+            run_id: "r1".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+        };
+        insert(&dir, &ws).unwrap();
+        assert!(matches!(
+            insert(&dir, &ws),
+            Err(GitError::WorkspaceExists { .. })
+        ));
+        assert_eq!(get(&dir, "w1").unwrap().path, ws.path);
+        let listed = all(&dir).unwrap();
+        assert_eq!(listed.len(), 1);
+        // No temp file is left beside the record.
+        let names: Vec<_> = fs::read_dir(registry_dir(&dir).unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["w1.json"]);
+        delete(&dir, "w1").unwrap();
+        assert!(matches!(
+            get(&dir, "w1"),
+            Err(GitError::NoSuchWorkspace { .. })
+        ));
+        delete(&dir, "w1").unwrap();
+    }
 }

@@ -166,9 +166,7 @@ pub(crate) fn remove_dir(ws: &Workspace) -> Result<(), GitError> {
     .and_then(|()| match fs::symlink_metadata(&ws.path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
-        Ok(_) => Err(io::Error::from_raw_os_error(
-            rustix::io::Errno::NOTEMPTY.raw_os_error(),
-        )),
+        Ok(_) => Err(baton_fs::not_empty_error()),
     });
     gone.map_err(|source| GitError::RemoveFailed {
         id: ws.id.clone(),
@@ -179,22 +177,33 @@ pub(crate) fn remove_dir(ws: &Workspace) -> Result<(), GitError> {
     })
 }
 
-/// What to do when a workspace directory cannot be deleted, by the cause.
+/// What to do when a workspace directory cannot be deleted, by the cause
+/// (the tools named are the platform's own).
 fn remedy(e: &io::Error, ws: &Workspace) -> String {
-    use rustix::io::Errno;
+    use baton_fs::ErrorCause;
     let path = ws.path.display();
     let again = format!("run `baton workspace remove {}` again", ws.id);
-    match Errno::from_io_error(e) {
-        Some(Errno::ACCESS | Errno::PERM) => {
+    let windows = cfg!(windows);
+    match baton_fs::error_cause(e) {
+        ErrorCause::Denied if windows => format!(
+            "make it writable (`attrib -r \"{path}\\*\" /s /d`) and close what has its files open, then {again}"
+        ),
+        ErrorCause::Denied => {
             format!("make it writable (`chmod -R u+w '{path}'`), then {again}")
         }
-        Some(Errno::NOTEMPTY | Errno::EXIST) => format!(
+        ErrorCause::NotEmpty if windows => format!(
+            "a process is still writing into it (Resource Monitor's Associated Handles names it): stop it, then {again}"
+        ),
+        ErrorCause::NotEmpty => format!(
             "a process is still writing into it (`lsof +D '{path}'` names it): stop it, then {again}"
         ),
-        Some(Errno::BUSY) => format!(
+        ErrorCause::Busy if windows => format!(
+            "a process has a file in it open (Resource Monitor's Associated Handles names it): close it, then {again}"
+        ),
+        ErrorCause::Busy => format!(
             "something is mounted in it or keeps it busy (`findmnt -R '{path}'`): unmount or stop it, then {again}"
         ),
-        Some(Errno::ROFS) => {
+        ErrorCause::ReadOnly => {
             format!("its filesystem is read-only: remount it read-write, then {again}")
         }
         _ => format!("fix the cause, then {again}"),
@@ -307,17 +316,30 @@ mod tests {
             run_id: "r1".into(),
             created_at: "2026-01-01T00:00:00Z".into(),
         };
-        let of = |errno: rustix::io::Errno| {
-            remedy(&io::Error::from_raw_os_error(errno.raw_os_error()), &ws)
-        };
-        let busy = of(rustix::io::Errno::NOTEMPTY);
+        let of = |code: i32| remedy(&io::Error::from_raw_os_error(code), &ws);
+        // The system's codes: ENOTEMPTY, EACCES, EIO; Windows
+        // ERROR_DIR_NOT_EMPTY, ERROR_ACCESS_DENIED, ERROR_GEN_FAILURE.
+        #[cfg(unix)]
+        let (not_empty, denied, io_error) = (
+            rustix::io::Errno::NOTEMPTY.raw_os_error(),
+            rustix::io::Errno::ACCESS.raw_os_error(),
+            rustix::io::Errno::IO.raw_os_error(),
+        );
+        #[cfg(windows)]
+        let (not_empty, denied, io_error) = (145, 5, 31);
+        let busy = of(not_empty);
         assert!(
             busy.contains("still writing") && !busy.contains("chmod"),
             "{busy}"
         );
-        assert!(of(rustix::io::Errno::ACCESS).contains("chmod -R u+w"));
-        for errno in [rustix::io::Errno::NOTEMPTY, rustix::io::Errno::IO] {
-            assert!(of(errno).contains("baton workspace remove w1"));
+        let writable = if cfg!(windows) {
+            "attrib -r"
+        } else {
+            "chmod -R u+w"
+        };
+        assert!(of(denied).contains(writable));
+        for code in [not_empty, io_error] {
+            assert!(of(code).contains("baton workspace remove w1"));
         }
     }
 }

@@ -19,7 +19,6 @@
 
 use std::collections::HashSet;
 use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -461,7 +460,9 @@ pub fn get(dir: &BatonDir, id: &str) -> Result<Workspace, GitError> {
     registry::get(dir, id)
 }
 
-/// Bytes allocated on disk under `path`, each inode counted once.
+/// Bytes allocated on disk under `path`, each inode counted once (on
+/// Windows: the files' lengths, each hard link counted; see
+/// [`baton_fs::file_identity`]).
 fn disk_usage(path: &Path) -> u64 {
     let mut seen = HashSet::new();
     let mut total = 0u64;
@@ -470,8 +471,8 @@ fn disk_usage(path: &Path) -> u64 {
         let Ok(meta) = fs::symlink_metadata(&p) else {
             continue;
         };
-        if seen.insert((meta.dev(), meta.ino())) {
-            total = total.saturating_add(meta.blocks().saturating_mul(512));
+        if baton_fs::file_identity(&meta).map_or(true, |id| seen.insert(id)) {
+            total = total.saturating_add(baton_fs::allocated_bytes(&meta));
         }
         if meta.is_dir() {
             if let Ok(entries) = fs::read_dir(&p) {
@@ -497,6 +498,8 @@ mod tests {
         }
     }
 
+    /// Unix: Windows counts each hard link (no file index in std's metadata).
+    #[cfg(unix)]
     #[test]
     fn disk_usage_counts_hardlinked_files_once() {
         let tmp = tempfile::tempdir().unwrap();
@@ -506,5 +509,19 @@ mod tests {
         fs::hard_link(&a, tmp.path().join("b")).unwrap();
         assert_eq!(disk_usage(tmp.path()), one);
         assert!(one >= 64 * 1024);
+    }
+
+    /// Windows: the files' lengths, and each hard link counts.
+    #[cfg(windows)]
+    #[test]
+    fn disk_usage_counts_lengths_and_each_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = tmp.path().join("a");
+        fs::write(&a, vec![7u8; 64 * 1024]).unwrap();
+        fs::create_dir(tmp.path().join("sub")).unwrap();
+        fs::write(tmp.path().join("sub").join("b"), b"12345").unwrap();
+        assert_eq!(disk_usage(tmp.path()), 64 * 1024 + 5);
+        fs::hard_link(&a, tmp.path().join("c")).unwrap();
+        assert_eq!(disk_usage(tmp.path()), 2 * 64 * 1024 + 5);
     }
 }

@@ -111,6 +111,7 @@ mod sys;
 #[cfg(unix)]
 mod terminal;
 mod terminate;
+mod thread;
 #[cfg(unix)]
 mod time;
 #[cfg(unix)]
@@ -136,6 +137,7 @@ pub use streams::{Streamed, Streams};
 pub use supervise::Supervisor;
 
 pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL_WAIT};
+pub use thread::is_main_thread;
 #[cfg(unix)]
 pub use tree::ProcessTree;
 

@@ -3,7 +3,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use baton_lock::LockGuard;
@@ -83,12 +82,17 @@ pub fn append_locked<R: AsRef<[u8]>>(
     };
     let meta = f.metadata().context("cannot inspect", path)?;
     atomic::require_regular(&meta, path)?;
+    if !created {
+        // A file someone made read-only is respected, as by an edit: the
+        // open refuses it already, except where the caller may write any
+        // file (root; wine run as root, for Windows' read-only attribute).
+        baton_fs::check_write_access(path).context("cannot write", path)?;
+    }
     let size = meta.len();
     let lines_end = complete_len(&f, size, path)?;
     let tail = if lines_end < size {
         let mut bytes = vec![0u8; usize::try_from(size - lines_end).unwrap_or(usize::MAX)];
-        f.read_exact_at(&mut bytes, lines_end)
-            .context("cannot read", path)?;
+        baton_fs::read_exact_at(&f, &mut bytes, lines_end).context("cannot read", path)?;
         bytes
     } else {
         Vec::new()
@@ -98,8 +102,7 @@ pub fn append_locked<R: AsRef<[u8]>>(
     let keep = if unterminated { size } else { lines_end };
     if if_version.is_some() && !created {
         let mut bytes = vec![0u8; usize::try_from(keep).unwrap_or(usize::MAX)];
-        f.read_exact_at(&mut bytes, 0)
-            .context("cannot read", path)?;
+        baton_fs::read_exact_at(&f, &mut bytes, 0).context("cannot read", path)?;
         if unterminated {
             bytes.push(b'\n');
         }
@@ -107,8 +110,7 @@ pub fn append_locked<R: AsRef<[u8]>>(
     }
     let torn = if keep < size {
         let saved_to = atomic::save_torn(file, &tail, Some(&meta))?;
-        f.set_len(keep)
-            .context("cannot cut the torn line off", path)?;
+        baton_fs::set_len(&f, keep).context("cannot cut the torn line off", path)?;
         Some(Torn {
             bytes: size - keep,
             saved_to,
@@ -137,7 +139,7 @@ pub fn append_locked<R: AsRef<[u8]>>(
             .map_err(|e| StateError::from(e).after_change(path))?;
     }
     if created {
-        atomic::sync_dir(file.dir()).map_err(|e| e.after_change(path))?;
+        baton_fs::flush_entry(&f, path).map_err(|e| StateError::from(e).after_change(path))?;
     }
     Ok(appended(file, records.len(), data.len() as u64, torn))
 }
@@ -166,7 +168,7 @@ fn write_all_or_nothing(f: &File, data: &[u8], base: u64, path: &Path) -> Result
     let undone = match f.metadata().map(|m| m.len()) {
         Ok(len) if len == base => Ok(()),
         // Only our bytes follow `base`: cut them off.
-        Ok(len) if len == base + written => f.set_len(base),
+        Ok(len) if len == base + written => baton_fs::set_len(f, base),
         // Someone not using the lock wrote too; cutting would lose their bytes.
         Ok(_) => Err(io::Error::other(
             "the file changed meanwhile (a writer not using the lock?)",
@@ -195,15 +197,12 @@ fn appended(file: &StateFile, records: usize, bytes: u64, torn: Option<Torn>) ->
     }
 }
 
+/// Opens the file for reading and appending, refusing a symbolic link and
+/// never blocking on a FIFO (see [`baton_fs::open_no_follow`]).
 fn open(path: &Path, create: bool) -> io::Result<File> {
     let mut o = OpenOptions::new();
-    o.read(true)
-        .append(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
-    if create {
-        o.create_new(true).mode(0o666);
-    }
-    o.open(path)
+    o.read(true).append(true).create_new(create);
+    baton_fs::open_no_follow(&mut o, path, 0o666)
 }
 
 /// Checks every record and joins them, each with its newline.

@@ -9,12 +9,8 @@
 use std::borrow::Cow;
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{Access, AtFlags, Gid, Mode, Uid};
 use serde::de::IgnoredAny;
 
 use baton_fs::IoResultExt;
@@ -33,12 +29,8 @@ pub(crate) struct Current {
 /// non-regular file is an error.
 pub(crate) fn read(file: &StateFile) -> Result<Current, StateError> {
     let path = file.path();
-    let f = match OpenOptions::new()
-        .read(true)
-        // A FIFO swapped in must not block us; a link swapped in is refused.
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    {
+    // A FIFO swapped in must not block us; a link swapped in is refused.
+    let f = match baton_fs::open_no_follow(OpenOptions::new().read(true), path, 0o666) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Ok(Current {
@@ -77,9 +69,7 @@ pub(crate) fn require_regular(meta: &Metadata, path: &Path) -> Result<(), StateE
 /// and an existing file must be writable by us (a file someone made
 /// read-only is respected, not silently replaced).
 pub(crate) fn check_writable(file: &StateFile, exists: bool) -> Result<(), StateError> {
-    let check = |p: &Path, op| {
-        rustix::fs::accessat(rustix::fs::CWD, p, Access::WRITE_OK, AtFlags::EACCESS).context(op, p)
-    };
+    let check = |p: &Path, op| baton_fs::check_write_access(p).context(op, p);
     check(file.dir(), "cannot create files in directory")?;
     if exists {
         check(file.path(), "cannot write")?;
@@ -92,13 +82,12 @@ pub(crate) fn check_writable(file: &StateFile, exists: bool) -> Result<(), State
 /// Best effort: a file that cannot be removed is left for the next time.
 /// Returns how many were removed.
 pub(crate) fn remove_stale_temps(file: &StateFile) -> usize {
-    let prefix = file.temp_prefix();
     let Ok(entries) = fs::read_dir(file.dir()) else {
         return 0;
     };
     entries
         .flatten()
-        .filter(|e| e.file_name().as_bytes().starts_with(prefix.as_bytes()))
+        .filter(|e| file.is_temp_name(&e.file_name()))
         .filter(|e| fs::remove_file(e.path()).is_ok())
         .count()
 }
@@ -120,7 +109,7 @@ pub(crate) fn replace(
         if like.is_some() { 0o600 } else { 0o666 },
     )?;
     if let Some(meta) = like {
-        copy_ownership(temp.file().as_fd(), meta, 0o7777, temp.path())?;
+        copy_ownership(temp.file(), meta, 0o7777, temp.path())?;
     }
     temp.file()
         .write_all(content)
@@ -134,55 +123,14 @@ pub(crate) fn replace(
         })
 }
 
-/// Gives the new file `fd` (at `path`, ours, just created) the owner, group
-/// and permission bits (within `mask`) of `like`, as far as we may:
-///
-/// - the owner only as root (an unprivileged caller cannot give a file
-///   away), else the file stays ours and loses a set-user-ID bit;
-/// - the group whenever we may set it: as root, or as a member of it
-///   (group and owner are set separately, so one refusal does not cost the
-///   other). Otherwise the file keeps our group, loses a set-group-ID bit,
-///   and that group gets no more access than `like` gave to others, so
-///   our group gains nothing the old file did not give it already;
-/// - the permission bits with `fchmod` after the owner and group (changing
-///   those clears set-ID bits), so the umask does not apply.
-fn copy_ownership(
-    fd: BorrowedFd<'_>,
-    like: &Metadata,
-    mask: u32,
-    path: &Path,
-) -> Result<(), StateError> {
-    let ours = rustix::fs::fstat(fd).context("cannot inspect", path)?;
-    let root = rustix::process::geteuid().is_root();
-    let (uid, gid) = (Uid::from_raw(like.uid()), Gid::from_raw(like.gid()));
-    let owner_kept =
-        like.uid() == ours.st_uid || (root && rustix::fs::fchown(fd, Some(uid), None).is_ok());
-    let group_kept = like.gid() == ours.st_gid
-        || ((root || is_member(gid)) && rustix::fs::fchown(fd, None, Some(gid)).is_ok());
-    let mut mode = like.mode() & mask & 0o7777;
-    if !owner_kept {
-        mode &= !0o4000;
-    }
-    if !group_kept {
-        let others = mode & 0o007;
-        mode &= !(0o2000 | (0o070 & !(others << 3)));
-    }
-    rustix::fs::fchmod(fd, Mode::from_raw_mode(mode))
+/// Gives the new file `file` (at `path`, ours, just created) the owner,
+/// group and permission bits (within `mask`) of `like`, as far as we may
+/// (see [`baton_fs::copy_owner_and_mode`]: the owner only as root, the
+/// group as root or a member of it, else the group gets no more than
+/// others; on Windows nothing, the file has its directory's ACL).
+fn copy_ownership(file: &File, like: &Metadata, mask: u32, path: &Path) -> Result<(), StateError> {
+    baton_fs::copy_owner_and_mode(file, like, mask)
         .context("cannot set permissions of", path)
-        .map_err(Into::into)
-}
-
-/// Whether the calling process is in group `gid` (effective or supplementary).
-fn is_member(gid: Gid) -> bool {
-    rustix::process::getegid() == gid
-        || rustix::process::getgroups().is_ok_and(|groups| groups.contains(&gid))
-}
-
-/// Makes a rename or file creation in `dir` durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), StateError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .context("cannot flush directory", dir)
         .map_err(Into::into)
 }
 
@@ -233,8 +181,7 @@ pub(crate) fn complete_len(f: &File, size: u64, path: &Path) -> Result<u64, Stat
         return Ok(0);
     }
     let mut last = [0u8];
-    f.read_exact_at(&mut last, size - 1)
-        .context("cannot read", path)?;
+    baton_fs::read_exact_at(f, &mut last, size - 1).context("cannot read", path)?;
     if last[0] == b'\n' {
         return Ok(size);
     }
@@ -243,7 +190,7 @@ pub(crate) fn complete_len(f: &File, size: u64, path: &Path) -> Result<u64, Stat
     while end > 0 {
         let start = end.saturating_sub(CHUNK);
         let chunk = &mut buf[..(end - start) as usize];
-        f.read_exact_at(chunk, start).context("cannot read", path)?;
+        baton_fs::read_exact_at(f, chunk, start).context("cannot read", path)?;
         if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
             return Ok(start + i as u64 + 1);
         }
@@ -264,12 +211,8 @@ pub(crate) fn save_torn(
     let path = file.torn_path();
     let open = |create: bool| {
         let mut o = OpenOptions::new();
-        o.append(true).custom_flags(libc::O_NOFOLLOW);
-        if create {
-            o.create_new(true)
-                .mode(if like.is_some() { 0o600 } else { 0o666 });
-        }
-        o.open(&path)
+        o.append(true).create_new(create);
+        baton_fs::open_no_follow(&mut o, &path, if like.is_some() { 0o600 } else { 0o666 })
     };
     let (mut f, created) = match open(true) {
         Ok(f) => (f, true),
@@ -279,7 +222,7 @@ pub(crate) fn save_torn(
         Err(e) => return Err(e).context("cannot create", &path).map_err(Into::into),
     };
     if let (true, Some(like)) = (created, like) {
-        copy_ownership(f.as_fd(), like, 0o666, &path)?;
+        copy_ownership(&f, like, 0o666, &path)?;
     }
     let mut buf = Vec::with_capacity(torn.len() + 1);
     buf.extend_from_slice(torn);
@@ -287,7 +230,7 @@ pub(crate) fn save_torn(
     f.write_all(&buf).context("cannot write", &path)?;
     f.sync_all().context("cannot flush", &path)?;
     if created {
-        sync_dir(file.dir())?;
+        baton_fs::flush_entry(&f, &path)?;
     }
     Ok(path)
 }

@@ -3,9 +3,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::FileTypeExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{is_separator, Component, Path, PathBuf, Prefix};
 
 use baton_lock::LockName;
 use sha2::{Digest, Sha256};
@@ -70,7 +68,7 @@ impl StateFile {
             Some(Component::Normal(n)) => n.to_os_string(),
             _ => return Err(no_name()),
         };
-        if given.as_os_str().as_bytes().ends_with(b"/") {
+        if ends_in_separator(given.as_os_str()) {
             return Err(no_name());
         }
         let parent = match given.parent() {
@@ -79,7 +77,11 @@ impl StateFile {
         };
         let dir = fs::canonicalize(parent)
             .and_then(|dir| match fs::metadata(&dir) {
-                Ok(m) if !m.is_dir() => Err(io::Error::from_raw_os_error(libc::ENOTDIR)),
+                // The system's own "not a directory" (ENOTDIR, Windows'
+                // ERROR_DIRECTORY), from the listing that cannot be made.
+                Ok(m) if !m.is_dir() => Err(fs::read_dir(&dir)
+                    .err()
+                    .unwrap_or_else(|| io::Error::other("not a directory"))),
                 _ => Ok(dir),
             })
             .context("cannot resolve the directory of", &given)?;
@@ -103,7 +105,7 @@ impl StateFile {
                     if !ft.is_file() {
                         return Err(StateError::NotAFile {
                             path,
-                            what: describe(&ft),
+                            what: baton_fs::describe_file_type(&ft),
                         });
                     }
                     break;
@@ -156,16 +158,23 @@ impl StateFile {
     /// `state/<canonical path without the leading '/'>`. Paths that are not
     /// valid lock names (too long, not UTF-8, control characters) become
     /// `state/~<hash of the path>/<file name, cleaned and shortened>`.
+    ///
+    /// On Windows the path is written with `/` between its components, its
+    /// drive as `c:` and a network share as `unc/server/share`, all in
+    /// lower case: NTFS ignores case, so `Tasks.json` and `tasks.json` name
+    /// one file, which must have one lock (`state/c:/users/me/tasks.json`).
     pub fn default_lock_name(&self) -> Result<LockName, StateError> {
-        let bytes = self.path.as_os_str().as_bytes();
-        let rel = bytes.strip_prefix(b"/").unwrap_or(bytes);
-        if let Ok(rel) = std::str::from_utf8(rel) {
+        if let Some(rel) = lock_path(&self.path) {
             if let Ok(name) = LockName::new(format!("state/{rel}")) {
                 return Ok(name);
             }
         }
-        let hash = hex_prefix(bytes, 16);
-        let mut short: String = String::from_utf8_lossy(self.name.as_bytes())
+        let hash = if cfg!(windows) {
+            hex_prefix(fold_case(&self.path.to_string_lossy()).as_bytes(), 16)
+        } else {
+            hex_prefix(self.path.as_os_str().as_encoded_bytes(), 16)
+        };
+        let mut short: String = fold_case(&self.name.to_string_lossy())
             .chars()
             .map(|c| if c.is_control() { '_' } else { c })
             .collect();
@@ -176,22 +185,37 @@ impl StateFile {
             .map_err(StateError::from)
     }
 
+    /// Whether `name`, in this file's directory, is one of its temporary
+    /// files: it starts with [`StateFile::temp_prefix`]; on Windows in any
+    /// case (NTFS ignores it, and every spelling shares the file's lock).
+    pub(crate) fn is_temp_name(&self, name: &OsStr) -> bool {
+        let prefix = self.temp_prefix();
+        if cfg!(windows) {
+            fold_case(&name.to_string_lossy()).starts_with(&fold_case(&prefix.to_string_lossy()))
+        } else {
+            name.as_encoded_bytes()
+                .starts_with(prefix.as_encoded_bytes())
+        }
+    }
+
     /// The prefix of this file's temporary files: `.<name>.baton-tmp-`. A
     /// name too long to leave room for the suffix is shortened and given a
     /// hash, so two files never share a prefix.
     pub(crate) fn temp_prefix(&self) -> OsString {
-        let bytes = self.name.as_bytes();
-        let mut out = Vec::with_capacity(bytes.len() + 40);
-        out.push(b'.');
-        if bytes.len() <= 180 {
-            out.extend_from_slice(bytes);
-        } else {
-            out.extend_from_slice(&bytes[..160]);
-            out.push(b'~');
-            out.extend_from_slice(hex_prefix(bytes, 16).as_bytes());
+        let short = baton_fs::shorten_name(&self.name, 180, 160);
+        let mut out = OsString::with_capacity(short.len() + 40);
+        out.push(".");
+        out.push(&short);
+        if short != self.name {
+            let name = fold_case(&self.name.to_string_lossy());
+            if cfg!(windows) {
+                out.push(hex_prefix(name.as_bytes(), 16));
+            } else {
+                out.push(hex_prefix(self.name.as_encoded_bytes(), 16));
+            }
         }
-        out.extend_from_slice(b".baton-tmp-");
-        OsString::from_vec(out)
+        out.push(".baton-tmp-");
+        out
     }
 }
 
@@ -207,7 +231,7 @@ fn same_dir_link_target(dir: &Path, link: &Path) -> Result<OsString, StateError>
         return Err(outside());
     };
     let name = name.to_os_string();
-    if target.as_os_str().as_bytes().ends_with(b"/") {
+    if ends_in_separator(target.as_os_str()) {
         return Err(outside());
     }
     let parent = match target.parent() {
@@ -225,18 +249,50 @@ fn same_dir_link_target(dir: &Path, link: &Path) -> Result<OsString, StateError>
     }
 }
 
-fn describe(ft: &fs::FileType) -> &'static str {
-    if ft.is_dir() {
-        "a directory"
-    } else if ft.is_fifo() {
-        "a FIFO"
-    } else if ft.is_socket() {
-        "a socket"
-    } else if ft.is_block_device() || ft.is_char_device() {
-        "a device"
-    } else {
-        "not a regular file"
+/// The canonical `path` as the default lock name has it (see
+/// [`StateFile::default_lock_name`]), `None` if it is not valid Unicode: on
+/// unix without its leading `/`, on Windows with `/` between components
+/// and in lower case.
+fn lock_path(path: &Path) -> Option<String> {
+    if !cfg!(windows) {
+        let s = path.to_str()?;
+        return Some(s.strip_prefix('/').unwrap_or(s).to_owned());
     }
+    let mut parts = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::Prefix(p) => match p.kind() {
+                Prefix::Disk(d) | Prefix::VerbatimDisk(d) => {
+                    parts.push(format!("{}:", char::from(d)));
+                }
+                Prefix::UNC(server, share) | Prefix::VerbatimUNC(server, share) => {
+                    parts.push(format!("unc/{}/{}", server.to_str()?, share.to_str()?));
+                }
+                Prefix::Verbatim(x) | Prefix::DeviceNS(x) => parts.push(x.to_str()?.to_owned()),
+            },
+            Component::Normal(n) => parts.push(n.to_str()?.to_owned()),
+            Component::RootDir | Component::CurDir | Component::ParentDir => {}
+        }
+    }
+    Some(fold_case(&parts.join("/")))
+}
+
+/// `s` in lower case on Windows, whose file systems ignore case; as it is
+/// elsewhere.
+fn fold_case(s: &str) -> String {
+    if cfg!(windows) {
+        s.to_lowercase()
+    } else {
+        s.to_owned()
+    }
+}
+
+/// Whether `path` ends in a separator (`/`; on Windows `\\` too), which
+/// `Path::components` would hide.
+fn ends_in_separator(path: &OsStr) -> bool {
+    path.as_encoded_bytes()
+        .last()
+        .is_some_and(|&b| is_separator(char::from(b)))
 }
 
 /// The first `digits` hex digits of the SHA-256 of `bytes`.
@@ -263,6 +319,9 @@ fn truncate_at_char(s: &mut String, max: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // Symbolic links are tested on unix only: Windows needs a privilege to
+    // make one, and wine's read back as something else.
+    #[cfg(unix)]
     use std::os::unix::fs::symlink;
 
     #[test]
@@ -280,7 +339,12 @@ mod tests {
         let f = StateFile::resolve(t.path().join("new.json")).unwrap();
         assert_eq!(f.path(), dir.join("new.json"));
         assert_eq!(f.format(), Format::Json);
+        #[cfg(unix)]
+        same_directory_links(&dir);
+    }
 
+    #[cfg(unix)]
+    fn same_directory_links(dir: &Path) {
         fs::write(dir.join("real.json"), "{}").unwrap();
         symlink("real.json", dir.join("link.json")).unwrap();
         symlink(dir.join("link.json"), dir.join("link2.json")).unwrap();
@@ -307,22 +371,25 @@ mod tests {
                 ..
             })
         ));
-        symlink("sub/x.json", dir.join("out.json")).unwrap();
-        assert!(matches!(
-            StateFile::resolve(dir.join("out.json")),
-            Err(StateError::SymlinkOutside { .. })
-        ));
-        symlink("/etc/passwd", dir.join("abs")).unwrap();
-        assert!(matches!(
-            StateFile::resolve(dir.join("abs")),
-            Err(StateError::SymlinkOutside { .. })
-        ));
-        symlink("loop2", dir.join("loop1")).unwrap();
-        symlink("loop1", dir.join("loop2")).unwrap();
-        assert!(matches!(
-            StateFile::resolve(dir.join("loop1")),
-            Err(StateError::SymlinkLoop { .. })
-        ));
+        #[cfg(unix)]
+        {
+            symlink("sub/x.json", dir.join("out.json")).unwrap();
+            assert!(matches!(
+                StateFile::resolve(dir.join("out.json")),
+                Err(StateError::SymlinkOutside { .. })
+            ));
+            symlink("/etc/passwd", dir.join("abs")).unwrap();
+            assert!(matches!(
+                StateFile::resolve(dir.join("abs")),
+                Err(StateError::SymlinkOutside { .. })
+            ));
+            symlink("loop2", dir.join("loop1")).unwrap();
+            symlink("loop1", dir.join("loop2")).unwrap();
+            assert!(matches!(
+                StateFile::resolve(dir.join("loop1")),
+                Err(StateError::SymlinkLoop { .. })
+            ));
+        }
         for bad in ["", "/", "a/..", "x/"] {
             assert!(
                 matches!(StateFile::resolve(bad), Err(StateError::NoFileName { .. })),
@@ -339,14 +406,34 @@ mod tests {
     fn default_lock_names_are_valid_for_any_path() {
         let t = tempfile::tempdir().unwrap();
         let f = StateFile::resolve(t.path().join("tasks.json")).unwrap();
-        let expect = format!(
-            "state/{}",
-            f.path().to_str().unwrap().trim_start_matches('/')
-        );
-        assert_eq!(f.default_lock_name().unwrap().as_str(), expect);
+        let name = f.default_lock_name().unwrap();
+        if cfg!(windows) {
+            // `state/c:/...`, in lower case: one lock for every spelling.
+            let other = StateFile::resolve(t.path().join("TASKS.Json")).unwrap();
+            assert_eq!(other.default_lock_name().unwrap(), name);
+            let rest = name.as_str().strip_prefix("state/").unwrap();
+            assert!(rest.as_bytes()[0].is_ascii_lowercase(), "{name}");
+            assert_eq!(&rest[1..3], ":/", "{name}");
+            assert!(
+                !rest.contains('\\') && rest.ends_with("/tasks.json"),
+                "{name}"
+            );
+            assert_eq!(rest, rest.to_lowercase());
+        } else {
+            let expect = format!(
+                "state/{}",
+                f.path().to_str().unwrap().trim_start_matches('/')
+            );
+            assert_eq!(name.as_str(), expect);
+        }
 
         let long = "n".repeat(250);
-        let odd = OsString::from_vec(b"bad\n\xffname.json".to_vec());
+        // Not UTF-8 (unix), or with a character no lock name may have.
+        #[cfg(unix)]
+        let odd =
+            <OsString as std::os::unix::ffi::OsStringExt>::from_vec(b"bad\n\xffname.json".to_vec());
+        #[cfg(windows)]
+        let odd = OsString::from("bad\u{85}name.json");
         let a = StateFile::resolve(t.path().join(&long)).unwrap();
         let b = StateFile::resolve(t.path().join(&odd)).unwrap();
         let c = StateFile::resolve(t.path().join(format!("{long}x"))).unwrap();

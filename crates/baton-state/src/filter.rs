@@ -133,7 +133,9 @@ impl Filter {
             ProcError::NotFound { .. } | ProcError::InterpreterNotFound { .. } => {
                 StateError::FilterNotFound {
                     program,
-                    source: io::Error::from_raw_os_error(rustix::io::Errno::NOENT.raw_os_error()),
+                    // 2 is "not found" on every platform: ENOENT on
+                    // Linux and macOS, ERROR_FILE_NOT_FOUND on Windows.
+                    source: io::Error::from_raw_os_error(2),
                 }
             }
             ProcError::NotExecutable { source, .. } | ProcError::Spawn { source, .. } => {

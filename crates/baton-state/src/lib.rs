@@ -101,6 +101,39 @@
 //! - Network file systems: `rename` is atomic on NFS, but locks and fsync
 //!   depend on the server.
 //!
+//! ## Platforms
+//!
+//! Linux, macOS and Windows; this crate calls no platform API itself (its
+//! file calls are baton-fs's, its filters baton-proc's supervisor, its
+//! locks baton-lock's). What differs from the above on Windows:
+//!
+//! - **Replace** is `MoveFileExW(MOVEFILE_REPLACE_EXISTING |
+//!   MOVEFILE_WRITE_THROUGH)`, then `FlushFileBuffers` of the new file (no
+//!   directory is flushed: NTFS journals the rename). Readers that have the
+//!   file open keep the old content if they share it for deleting (Rust's
+//!   `File::open` does) and NTFS renames with POSIX semantics; where the
+//!   replacement is refused meanwhile (another kind of reader, FAT, most
+//!   network shares, wine), it is retried for about 1 s, then fails and
+//!   changes nothing (`baton_fs::TempFile::persist`).
+//! - **Permissions**: no owner, group or mode bits are copied; the new file
+//!   has the ACL it inherits from its directory (an ACL set on the old file
+//!   itself is not kept, as ACLs are not on unix). A file with the
+//!   read-only attribute is refused, as an unwritable file is on unix.
+//! - **The default lock name** is the path in lower case with `/` between
+//!   components (`state/c:/users/me/tasks.json`): NTFS ignores case, so
+//!   every spelling of a name is one file with one lock.
+//! - **Filters** run in a Job Object: a timeout or what a filter leaves
+//!   running ends its whole tree (`TerminateJobObject`), and it dies with
+//!   baton however baton dies; a `kill -9` of a writer is `TerminateProcess`
+//!   here, with the same outcome (old or new content, a temp file at most).
+//! - **Torn lines** are cut through a second handle of the same open file
+//!   (`ReOpenFile`), as a handle opened for appending may not change the
+//!   file's size.
+//! - Lines ended by CRLF are records like any other (`\r` is JSON white
+//!   space); appends end theirs with `\n`.
+//!
+//! macOS runs the unix code; its flushes are `F_FULLFSYNC`.
+//!
 //! ## Example
 //!
 //! ```

@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Library tests of state files with real threads, real processes and real
 //! SIGKILLs. Child processes are this test binary re-executed with
 //! `BATON_TEST_ROLE` set (see `child_process_entry`).
@@ -6,55 +5,25 @@
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::Write;
+#[cfg(unix)]
 use std::os::unix::fs::{symlink, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use baton_lock::{acquire, BatonDir, LockError, LockRequest};
 use baton_state::{
-    append, append_locked, edit, edit_locked, edit_with_filter, get, lock, read_locked, EditError,
-    Filter, Options, StateError, StateFile, Version,
+    append, append_locked, edit, edit_locked, get, lock, read_locked, EditError, Options,
+    StateError, StateFile, Version,
 };
-use baton_testkit::{expect_line, Immutable, Rng};
+use baton_testkit::{expect_line, Rng};
 
-fn setup() -> (tempfile::TempDir, BatonDir) {
-    let t = tempfile::tempdir().unwrap();
-    let d = BatonDir::open(t.path().join("baton")).unwrap();
-    (t, d)
-}
-
-type Never = std::convert::Infallible;
-
-/// Adds 1 to `{"n": N}` (a missing file counts as 0).
-fn increment(old: Option<&[u8]>) -> Result<Option<Vec<u8>>, Never> {
-    let n = old.map_or(0, |b| {
-        serde_json::from_slice::<serde_json::Value>(b).unwrap()["n"]
-            .as_u64()
-            .unwrap()
-    });
-    Ok(Some(format!("{{\"n\":{}}}\n", n + 1).into_bytes()))
-}
-
-fn counter(path: &Path) -> u64 {
-    let v: serde_json::Value = serde_json::from_slice(&fs::read(path).unwrap()).unwrap();
-    v["n"].as_u64().unwrap()
-}
-
-fn temps_of(dir: &Path, name: &str) -> Vec<PathBuf> {
-    let prefix = format!(".{name}.baton-tmp-");
-    fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .map(|e| e.path())
-        .collect()
-}
+use crate::common::{counter, increment, setup, temps_of, Never};
 
 /// Spawns this test binary as a child process playing `role`.
 fn child(dir: &BatonDir, role: &str, args: &[&str]) -> Child {
-    baton_testkit::child("child_process_entry", role, dir.path(), args)
+    baton_testkit::child("state::child_process_entry", role, dir.path(), args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
@@ -628,8 +597,11 @@ fn invalid_new_content_and_failed_edit_functions_write_nothing() {
     assert_eq!(fs::read_to_string(&lines).unwrap(), "{}\n[1]\n");
 }
 
+/// Permission bits: unix only (a Windows file has an ACL, and the new file
+/// inherits its directory's).
+#[cfg(unix)]
 #[test]
-fn permissions_are_kept_and_symlinks_in_the_same_directory_are_followed() {
+fn permissions_are_kept() {
     let (t, dir) = setup();
     let path = t.path().join("p.json");
     fs::write(&path, "{\"n\":1}").unwrap();
@@ -639,7 +611,16 @@ fn permissions_are_kept_and_symlinks_in_the_same_directory_are_followed() {
         fs::metadata(&path).unwrap().permissions().mode() & 0o7777,
         0o640
     );
+}
 
+/// Unix only: Windows needs a privilege to make a symbolic link, and
+/// wine's read back as something else.
+#[cfg(unix)]
+#[test]
+fn symlinks_in_the_same_directory_are_followed() {
+    let (t, dir) = setup();
+    let path = t.path().join("p.json");
+    fs::write(&path, "{\"n\":2}").unwrap();
     let link = t.path().join("current.json");
     symlink("p.json", &link).unwrap();
     edit(&dir, &link, &Options::new(), increment).unwrap();
@@ -682,103 +663,67 @@ fn bad_inputs_are_refused_with_their_path_and_leave_files_alone() {
         refused(&t.path().join("adir")),
         EditError::State(StateError::NotAFile { .. })
     ));
-    // A symlink out of its directory.
-    fs::create_dir(t.path().join("other")).unwrap();
-    fs::write(t.path().join("other/secret.json"), "{}").unwrap();
-    symlink("other/secret.json", t.path().join("out.json")).unwrap();
-    assert!(matches!(
-        refused(&t.path().join("out.json")),
-        EditError::State(StateError::SymlinkOutside { .. })
-    ));
-    assert_eq!(
-        fs::read_to_string(t.path().join("other/secret.json")).unwrap(),
-        "{}"
-    );
+    // A symlink out of its directory (unix: see the test above).
+    #[cfg(unix)]
+    {
+        fs::create_dir(t.path().join("other")).unwrap();
+        fs::write(t.path().join("other/secret.json"), "{}").unwrap();
+        symlink("other/secret.json", t.path().join("out.json")).unwrap();
+        assert!(matches!(
+            refused(&t.path().join("out.json")),
+            EditError::State(StateError::SymlinkOutside { .. })
+        ));
+        assert_eq!(
+            fs::read_to_string(t.path().join("other/secret.json")).unwrap(),
+            "{}"
+        );
+    }
     // A path whose parent is a regular file.
     fs::write(t.path().join("plain"), "x").unwrap();
     assert!(matches!(
         refused(&t.path().join("plain/x.json")),
         EditError::State(StateError::Io(_))
     ));
-    // A directory nobody may write to: chmod for normal users; root ignores
-    // modes, so it gets an immutable directory (chattr +i) where available.
-    let ro = t.path().join("ro");
-    fs::create_dir(&ro).unwrap();
-    fs::write(ro.join("s.json"), "{\"n\":1}").unwrap();
-    let root = rustix::process::geteuid().is_root();
-    let locked_down = if root {
-        Immutable::set(&ro)
-    } else {
-        fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
-        None
-    };
-    if locked_down.is_some() || !root {
-        let err = refused(&ro.join("s.json"));
-        assert!(matches!(err, EditError::State(StateError::Io(_))), "{err}");
-        let err = append(&dir, ro.join("new.jsonl"), &Options::new(), &["{}"]).unwrap_err();
-        assert!(matches!(err, StateError::Io(_)), "{err}");
-        drop(locked_down);
-        fs::set_permissions(&ro, fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(fs::read_to_string(ro.join("s.json")).unwrap(), "{\"n\":1}");
-        assert!(temps_of(&ro, "s.json").is_empty());
-        assert!(!ro.join("new.jsonl").exists());
-    } else {
-        eprintln!("skipped the read-only directory case: chattr unavailable");
+    // Read-only directories and files: permission bits and chattr (unix);
+    // Windows has its read-only attribute (tests/windows.rs).
+    #[cfg(unix)]
+    {
+        // A directory nobody may write to: chmod for normal users; root ignores
+        // modes, so it gets an immutable directory (chattr +i) where available.
+        let ro = t.path().join("ro");
+        fs::create_dir(&ro).unwrap();
+        fs::write(ro.join("s.json"), "{\"n\":1}").unwrap();
+        let root = rustix::process::geteuid().is_root();
+        let locked_down = if root {
+            baton_testkit::Immutable::set(&ro)
+        } else {
+            fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
+            None
+        };
+        if locked_down.is_some() || !root {
+            let err = refused(&ro.join("s.json"));
+            assert!(matches!(err, EditError::State(StateError::Io(_))), "{err}");
+            let err = append(&dir, ro.join("new.jsonl"), &Options::new(), &["{}"]).unwrap_err();
+            assert!(matches!(err, StateError::Io(_)), "{err}");
+            drop(locked_down);
+            fs::set_permissions(&ro, fs::Permissions::from_mode(0o755)).unwrap();
+            assert_eq!(fs::read_to_string(ro.join("s.json")).unwrap(), "{\"n\":1}");
+            assert!(temps_of(&ro, "s.json").is_empty());
+            assert!(!ro.join("new.jsonl").exists());
+        } else {
+            eprintln!("skipped the read-only directory case: chattr unavailable");
+        }
+        // Unreadable and read-only files: only meaningful for non-root users.
+        if !root {
+            let f = t.path().join("secret.json");
+            fs::write(&f, "{}").unwrap();
+            fs::set_permissions(&f, fs::Permissions::from_mode(0o000)).unwrap();
+            assert!(matches!(refused(&f), EditError::State(StateError::Io(_))));
+            fs::set_permissions(&f, fs::Permissions::from_mode(0o444)).unwrap();
+            assert!(matches!(refused(&f), EditError::State(StateError::Io(_))));
+            assert_eq!(fs::read_to_string(&f).unwrap(), "{}");
+        }
     }
-    // Unreadable and read-only files: only meaningful for non-root users.
-    if !root {
-        let f = t.path().join("secret.json");
-        fs::write(&f, "{}").unwrap();
-        fs::set_permissions(&f, fs::Permissions::from_mode(0o000)).unwrap();
-        assert!(matches!(refused(&f), EditError::State(StateError::Io(_))));
-        fs::set_permissions(&f, fs::Permissions::from_mode(0o444)).unwrap();
-        assert!(matches!(refused(&f), EditError::State(StateError::Io(_))));
-        assert_eq!(fs::read_to_string(&f).unwrap(), "{}");
-    }
-}
-
-#[test]
-fn filters_get_content_on_stdin_and_failures_pass_their_code() {
-    let (t, dir) = setup();
-    let path = t.path().join("f.json");
-    fs::write(&path, "{\"n\":1}").unwrap();
-    let sh = |script: &str| Filter::new(["sh", "-c", script]).unwrap();
-    // stdin in, stdout out; the environment names the file and the lock.
-    edit_with_filter(
-        &dir,
-        &path,
-        &Options::new(),
-        &sh("cat >/dev/null; printf '{\"file\":\"%s\",\"token\":%s}' \"$BATON_STATE_FILE\" \"$BATON_FENCING_TOKEN\""),
-    )
-    .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
-    assert_eq!(
-        v["file"],
-        fs::canonicalize(&path).unwrap().to_str().unwrap()
-    );
-    assert!(v["token"].as_u64().unwrap() >= 1);
-    let before = fs::read(&path).unwrap();
-    let code = |f: &Filter| match edit_with_filter(&dir, &path, &Options::new(), f) {
-        Err(StateError::FilterFailed { code, .. }) => code,
-        Err(StateError::FilterNotFound { .. }) => 127,
-        Err(StateError::FilterNotExecutable { .. }) => 126,
-        other => panic!("{other:?}"),
-    };
-    assert_eq!(code(&sh("exit 3")), 3);
-    assert_eq!(code(&sh("kill -TERM $$")), 128 + 15);
-    assert_eq!(code(&Filter::new(["/nonexistent/filter"]).unwrap()), 127);
-    let script = t.path().join("noexec.sh");
-    fs::write(&script, "#!/bin/sh\necho '{}'\n").unwrap();
-    assert_eq!(code(&Filter::new([&script]).unwrap()), 126);
-    assert_eq!(fs::read(&path).unwrap(), before);
-    // A filter that ignores a large input must not make us fail or hang.
-    fs::write(&path, format!("{{\"pad\":\"{}\"}}", "x".repeat(1 << 20))).unwrap();
-    edit_with_filter(&dir, &path, &Options::new(), &sh("echo '{\"small\":1}'")).unwrap();
-    // A missing file gives the filter empty input.
-    let fresh = t.path().join("fresh.txt");
-    edit_with_filter(&dir, &fresh, &Options::new(), &sh("wc -c")).unwrap();
-    assert_eq!(fs::read_to_string(&fresh).unwrap().trim(), "0");
-    assert!(Filter::new(Vec::<String>::new()).is_err());
 }
 
 #[test]
@@ -809,78 +754,27 @@ fn get_reports_versions_and_json_content() {
     assert_eq!(read_locked(&file, &g).unwrap().content.unwrap(), b"hello\n");
 }
 
-/// Whether `pid` runs (exists and is not a zombie).
-fn running(pid: i32) -> bool {
-    baton_proc::procfs::stat(pid).is_some_and(|st| !st.exited)
-}
-
-/// Issue 23: the filter is supervised. One that starts a background child
-/// and outlives its timeout is stopped with its whole group: nothing is
-/// written and no process is left behind (the background child held the
-/// filter's output pipe, which would otherwise keep baton waiting).
+/// Lines ended by CRLF (written by a Windows tool) are records: `\r` is
+/// JSON whitespace. Appends end theirs with `\n` alone; a last CRLF record
+/// lacking its `\n` is whole, not torn.
 #[test]
-fn a_filter_killed_by_its_timeout_leaves_no_process_behind() {
+fn crlf_lines_are_records_and_crlf_json_is_edited() {
     let (t, dir) = setup();
-    let path = t.path().join("f.json");
-    fs::write(&path, "{\"n\":1}").unwrap();
-    let pid_file = t.path().join("bg.pid");
-    let script = format!(
-        "sleep 600 & echo $! > {}; exec sleep 600",
-        pid_file.display()
+    let lines = t.path().join("events.jsonl");
+    fs::write(&lines, "{\"a\":1}\r\n{\"b\":2}\r").unwrap();
+    let snap = get(&dir, &lines, &Options::new()).unwrap();
+    assert_eq!(
+        snap.content.as_deref(),
+        Some(&b"{\"a\":1}\r\n{\"b\":2}\r\n"[..])
     );
-    // A timeout that fires before the filter has started its child proves
-    // nothing: try again with a longer one.
-    for timeout in [200, 1000, 5000, 20000].map(Duration::from_millis) {
-        let _ = fs::remove_file(&pid_file);
-        let filter = Filter::new(["sh", "-c", &script])
-            .unwrap()
-            .timeout(timeout)
-            .grace(Duration::from_millis(300));
-        let start = Instant::now();
-        let err = edit_with_filter(&dir, &path, &Options::new(), &filter).unwrap_err();
-        assert!(matches!(err, StateError::FilterTimedOut { .. }), "{err:?}");
-        assert!(start.elapsed() < timeout + Duration::from_secs(10));
-        assert_eq!(fs::read_to_string(&path).unwrap(), "{\"n\":1}");
-        let Ok(pid) = fs::read_to_string(&pid_file) else {
-            eprintln!("no background child within {timeout:?}; again");
-            continue;
-        };
-        let Ok(pid) = pid.trim().parse::<i32>() else {
-            continue;
-        };
-        assert!(
-            !running(pid),
-            "the filter's background child {pid} outlived it"
-        );
-        return;
-    }
-    panic!("the filter never started its background child");
-}
-
-/// A filter that exits leaving a child in its group (holding its output)
-/// succeeds, and the child is terminated rather than left running.
-#[test]
-fn what_a_filter_leaves_running_is_terminated_when_it_exits() {
-    let (t, dir) = setup();
-    let path = t.path().join("f.json");
-    fs::write(&path, "{\"n\":1}").unwrap();
-    let pid_file = t.path().join("bg.pid");
-    let script = format!(
-        "cat >/dev/null; sleep 600 & echo $! > {}; echo '{{\"n\":2}}'",
-        pid_file.display()
+    let done = append(&dir, &lines, &Options::new(), &["{\"c\":3}"]).unwrap();
+    assert_eq!(done.torn, None);
+    assert_eq!(
+        fs::read_to_string(&lines).unwrap(),
+        "{\"a\":1}\r\n{\"b\":2}\r\n{\"c\":3}\n"
     );
-    let filter = Filter::new(["sh", "-c", &script])
-        .unwrap()
-        .grace(Duration::from_millis(300));
-    edit_with_filter(&dir, &path, &Options::new(), &filter).unwrap();
-    assert_eq!(counter(&path), 2);
-    let pid: i32 = fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(
-        !running(pid),
-        "the filter's background child {pid} outlived it"
-    );
+    let doc = t.path().join("doc.json");
+    fs::write(&doc, "{\r\n  \"n\": 4\r\n}\r\n").unwrap();
+    edit(&dir, &doc, &Options::new(), increment).unwrap();
+    assert_eq!(counter(&doc), 5);
 }

@@ -30,9 +30,17 @@ pub(crate) use linux::random_u64;
 #[cfg(all(unix, not(target_os = "linux")))]
 pub(crate) use unix::random_u64;
 #[cfg(unix)]
-pub(crate) use unix::{create_new, flush_rename, rename, shorten_name};
+pub(crate) use unix::{
+    allocated_bytes, check_write_access, copy_owner_and_mode, create_new, describe_special,
+    error_cause, file_identity, flush_dir, flush_rename, open_no_follow, read_exact_at, rename,
+    set_len, shorten_name, NOT_EMPTY,
+};
 #[cfg(windows)]
-pub(crate) use windows::{create_new, flush_rename, random_u64, rename, shorten_name};
+pub(crate) use windows::{
+    allocated_bytes, check_write_access, copy_owner_and_mode, create_new, describe_special,
+    error_cause, file_identity, flush_dir, flush_rename, open_no_follow, random_u64, read_exact_at,
+    rename, set_len, shorten_name, NOT_EMPTY,
+};
 
 #[cfg(not(any(unix, windows)))]
 compile_error!("baton-fs supports unix (Linux, macOS) and Windows");

@@ -2,10 +2,10 @@
 //! mode bits, and a rename is made durable by flushing its directory.
 
 use std::ffi::{OsStr, OsString};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File, FileType, Metadata, OpenOptions};
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use crate::error::{IoResultExt, PathError};
@@ -51,6 +51,11 @@ pub(crate) fn flush_rename(_file: &File, _target: &Path, dir: &Path) -> Result<(
         .context("cannot flush directory", dir)
 }
 
+/// `fsync(2)` of the directory at `dir` (macOS: see [`sync_dir`]).
+pub(crate) fn flush_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir).and_then(|d| sync_dir(&d))
+}
+
 /// `fsync(2)` of an open directory (std's `sync_all`).
 #[cfg(not(target_vendor = "apple"))]
 fn sync_dir(dir: &File) -> io::Result<()> {
@@ -86,4 +91,102 @@ impl<T> IoResultExt<T> for Result<T, rustix::io::Errno> {
     fn context(self, op: &'static str, path: impl AsRef<Path>) -> Result<T, PathError> {
         self.map_err(io::Error::from).context(op, path)
     }
+}
+
+/// `open(2)` with `O_NOFOLLOW | O_NONBLOCK`, and `mode` for a new file.
+pub(crate) fn open_no_follow(
+    options: &mut OpenOptions,
+    path: &Path,
+    mode: u32,
+) -> io::Result<File> {
+    options
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .mode(mode)
+        .open(path)
+}
+
+/// `pread(2)` until `buf` is full.
+pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+/// `ftruncate(2)`: any writable descriptor, an appending one too.
+pub(crate) fn set_len(file: &File, len: u64) -> io::Result<()> {
+    file.set_len(len)
+}
+
+/// `faccessat(2)` with `W_OK` and `AT_EACCESS`.
+pub(crate) fn check_write_access(path: &Path) -> io::Result<()> {
+    use rustix::fs::{Access, AtFlags};
+    rustix::fs::accessat(rustix::fs::CWD, path, Access::WRITE_OK, AtFlags::EACCESS)
+        .map_err(io::Error::from)
+}
+
+/// Owner (as root), group (as root or a member) and mode bits of `like`
+/// onto `file`; see `baton_fs::copy_owner_and_mode`.
+pub(crate) fn copy_owner_and_mode(file: &File, like: &Metadata, mask: u32) -> io::Result<()> {
+    use rustix::fs::{Gid, Uid};
+    let ours = file.metadata()?;
+    let root = rustix::process::geteuid().is_root();
+    let (uid, gid) = (Uid::from_raw(like.uid()), Gid::from_raw(like.gid()));
+    let owner_kept =
+        like.uid() == ours.uid() || (root && rustix::fs::fchown(file, Some(uid), None).is_ok());
+    let group_kept = like.gid() == ours.gid()
+        || ((root || is_member(gid)) && rustix::fs::fchown(file, None, Some(gid)).is_ok());
+    let mut mode = like.mode() & mask & 0o7777;
+    if !owner_kept {
+        mode &= !0o4000;
+    }
+    if !group_kept {
+        let others = mode & 0o007;
+        mode &= !(0o2000 | (0o070 & !(others << 3)));
+    }
+    // std's `set_permissions` is `fchmod(2)`, with the width of `mode_t`
+    // of each system (32 bits on Linux, 16 on macOS).
+    file.set_permissions(fs::Permissions::from_mode(mode))
+}
+
+/// Whether the calling process is in group `gid` (effective or supplementary).
+fn is_member(gid: rustix::fs::Gid) -> bool {
+    rustix::process::getegid() == gid
+        || rustix::process::getgroups().is_ok_and(|groups| groups.contains(&gid))
+}
+
+/// FIFOs, sockets and devices.
+pub(crate) fn describe_special(file_type: &FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_fifo() {
+        Some("a FIFO")
+    } else if file_type.is_socket() {
+        Some("a socket")
+    } else if file_type.is_block_device() || file_type.is_char_device() {
+        Some("a device")
+    } else {
+        None
+    }
+}
+
+/// `ENOTEMPTY`.
+pub(crate) const NOT_EMPTY: i32 = libc::ENOTEMPTY;
+
+/// The cause of a raw `errno`.
+pub(crate) fn error_cause(errno: i32) -> crate::ErrorCause {
+    use crate::ErrorCause;
+    match errno {
+        libc::EACCES | libc::EPERM => ErrorCause::Denied,
+        libc::EROFS => ErrorCause::ReadOnly,
+        libc::ENOTEMPTY | libc::EEXIST => ErrorCause::NotEmpty,
+        libc::EBUSY => ErrorCause::Busy,
+        _ => ErrorCause::Other,
+    }
+}
+
+/// Device and inode.
+pub(crate) fn file_identity(meta: &Metadata) -> Option<(u64, u64)> {
+    Some((meta.dev(), meta.ino()))
+}
+
+/// 512-byte blocks allocated.
+pub(crate) fn allocated_bytes(meta: &Metadata) -> u64 {
+    meta.blocks().saturating_mul(512)
 }

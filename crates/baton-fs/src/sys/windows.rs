@@ -3,15 +3,21 @@
 //! a flush of the renamed file (no directory is flushed).
 
 use std::ffi::{OsStr, OsString};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File, FileType, Metadata, OpenOptions};
 use std::io;
 use std::os::windows::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 use std::time::Duration;
 
-use windows_sys::Win32::Foundation::{ERROR_ACCESS_DENIED, ERROR_SHARING_VIOLATION};
+use std::os::windows::fs::OpenOptionsExt;
+
+use windows_sys::Win32::Foundation::{
+    ERROR_ACCESS_DENIED, ERROR_BUSY, ERROR_DIR_NOT_EMPTY, ERROR_LOCK_VIOLATION,
+    ERROR_SHARING_VIOLATION, ERROR_WRITE_PROTECT, GENERIC_WRITE, INVALID_HANDLE_VALUE,
+};
 use windows_sys::Win32::Storage::FileSystem::{
-    MoveFileExW, MOVEFILE_REPLACE_EXISTING, MOVEFILE_WRITE_THROUGH,
+    MoveFileExW, ReOpenFile, FILE_FLAG_OPEN_REPARSE_POINT, FILE_SHARE_DELETE, FILE_SHARE_READ,
+    FILE_SHARE_WRITE, MOVEFILE_REPLACE_EXISTING, MOVEFILE_WRITE_THROUGH,
 };
 
 use crate::error::{IoResultExt, PathError};
@@ -148,5 +154,144 @@ fn move_file_write_through(from: &Path, to: &Path) -> io::Result<()> {
     if moved == 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(())
+}
+
+/// Opens with `FILE_FLAG_OPEN_REPARSE_POINT`: a symbolic link or junction
+/// is opened itself, then refused. `mode` is ignored (no permission bits).
+pub(crate) fn open_no_follow(
+    options: &mut OpenOptions,
+    path: &Path,
+    mode: u32,
+) -> io::Result<File> {
+    let _ = mode;
+    let file = options
+        .custom_flags(FILE_FLAG_OPEN_REPARSE_POINT)
+        .open(path)?;
+    if file.metadata()?.file_type().is_symlink() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a symbolic link or junction, which is not followed here",
+        ));
+    }
+    Ok(file)
+}
+
+/// `ReadFile` at `offset` (std's `seek_read`) until `buf` is full.
+pub(crate) fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buf.is_empty() {
+        match file.seek_read(buf, offset) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the file ends before the bytes to read",
+                ))
+            }
+            Ok(n) => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// `SetFileInformationByHandle(FileEndOfFileInfo)` (std's `set_len`); a
+/// handle opened only for appending lacks the right to it, so that case
+/// goes through a second handle of the same open file with write access.
+pub(crate) fn set_len(file: &File, len: u64) -> io::Result<()> {
+    match file.set_len(len) {
+        Err(e) if e.raw_os_error() == i32::try_from(ERROR_ACCESS_DENIED).ok() => {
+            reopen_for_writing(file)?.set_len(len)
+        }
+        done => done,
+    }
+}
+
+/// `ReOpenFile(file, GENERIC_WRITE)`, sharing everything (as std opens
+/// files), so the new handle conflicts with no other.
+#[allow(unsafe_code)]
+fn reopen_for_writing(file: &File) -> io::Result<File> {
+    use std::os::windows::io::{AsRawHandle, FromRawHandle};
+    // SAFETY: `file` is an open handle, borrowed for the call; ReOpenFile
+    // returns a new handle (or INVALID_HANDLE_VALUE) and keeps no reference
+    // to the old one.
+    let handle = unsafe {
+        ReOpenFile(
+            file.as_raw_handle(),
+            GENERIC_WRITE,
+            FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
+            0,
+        )
+    };
+    if handle == INVALID_HANDLE_VALUE {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `handle` is a valid file handle that nothing else owns: the
+    // File takes it over and closes it when dropped.
+    Ok(unsafe { File::from_raw_handle(handle) })
+}
+
+/// A file with the read-only attribute is refused (`ERROR_ACCESS_DENIED`);
+/// anything else passes: access is decided by ACLs when a file is opened.
+pub(crate) fn check_write_access(path: &Path) -> io::Result<()> {
+    let meta = fs::metadata(path)?;
+    if !meta.is_dir() && meta.permissions().readonly() {
+        return Err(io::Error::from_raw_os_error(ERROR_ACCESS_DENIED as i32));
+    }
+    Ok(())
+}
+
+/// Nothing to copy: no owner, group or mode bits; the new file keeps the
+/// ACL it inherited from its directory.
+pub(crate) fn copy_owner_and_mode(file: &File, like: &Metadata, mask: u32) -> io::Result<()> {
+    let _ = (file, like, mask);
+    Ok(())
+}
+
+/// Windows has no FIFOs, sockets or devices in its file systems.
+pub(crate) fn describe_special(file_type: &FileType) -> Option<&'static str> {
+    let _ = file_type;
+    None
+}
+
+/// `ERROR_DIR_NOT_EMPTY`.
+pub(crate) const NOT_EMPTY: i32 = ERROR_DIR_NOT_EMPTY as i32;
+
+/// The cause of a raw Windows error code.
+pub(crate) fn error_cause(code: i32) -> crate::ErrorCause {
+    use crate::ErrorCause;
+    match u32::try_from(code).unwrap_or(0) {
+        ERROR_ACCESS_DENIED => ErrorCause::Denied,
+        ERROR_WRITE_PROTECT => ErrorCause::ReadOnly,
+        ERROR_DIR_NOT_EMPTY => ErrorCause::NotEmpty,
+        ERROR_SHARING_VIOLATION | ERROR_LOCK_VIOLATION | ERROR_BUSY => ErrorCause::Busy,
+        _ => ErrorCause::Other,
+    }
+}
+
+/// None: std's `Metadata` has no stable volume serial and file index here.
+pub(crate) fn file_identity(meta: &Metadata) -> Option<(u64, u64)> {
+    let _ = meta;
+    None
+}
+
+/// A file's length, 0 for a directory (std's `Metadata` has no
+/// allocation size here; a directory's entries live in the MFT).
+pub(crate) fn allocated_bytes(meta: &Metadata) -> u64 {
+    if meta.is_file() {
+        meta.len()
+    } else {
+        0
+    }
+}
+
+/// Nothing: Windows documents no flush of a directory, and NTFS journals
+/// the changes of its entries.
+pub(crate) fn flush_dir(dir: &Path) -> io::Result<()> {
+    let _ = dir;
     Ok(())
 }

@@ -199,6 +199,11 @@ pub(crate) fn children_of(pid: i32) -> Vec<i32> {
     out
 }
 
+/// `gettid() == getpid()`: the main thread's id is the pid.
+pub(crate) fn is_main_thread() -> bool {
+    rustix::thread::gettid() == rustix::process::getpid()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

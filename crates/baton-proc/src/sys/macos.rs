@@ -285,3 +285,11 @@ pub(crate) fn children_of(pid: i32) -> Vec<i32> {
         .map(|(p, _)| p)
         .collect()
 }
+
+/// `pthread_main_np()`.
+#[allow(unsafe_code)]
+pub(crate) fn is_main_thread() -> bool {
+    // SAFETY: pthread_main_np takes no arguments and only reads the
+    // calling thread's state.
+    unsafe { libc::pthread_main_np() != 0 }
+}
