@@ -188,3 +188,41 @@ fn the_setup_command_and_the_command_share_one_timeout() {
     assert_eq!(report.outcome, Outcome::TimedOut, "{report:?}");
     assert!(!report.setup_failed, "{report:?}");
 }
+
+/// What a run records of its command (for whoever takes its locks after it
+/// died) is the command's own process: its pid and its creation time, no
+/// session (Windows has none).
+#[test]
+fn the_command_group_recorded_is_the_commands_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = BatonDir::open(tmp.path().join("baton")).unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let started = tmp.path().join("started");
+    let mut req = request(None, &format!("touch|{}|30000", started.display()));
+    req.locks = vec![key("recorded")];
+    let record = Arc::clone(&seen);
+    req.on_start = Some(baton_run::OnStart(Arc::new(move |g| {
+        *record.lock().unwrap() = Some(g);
+    })));
+    let control = req.control.clone();
+    let d = dir.clone();
+    let running = thread::spawn(move || run(&d, &req));
+    wait_for(|| started.exists());
+    let group = seen.lock().unwrap().expect("on_start was not called");
+    assert!(group.pgid > 0);
+    assert_eq!(group.session, 0);
+    assert_ne!(group.leader_start_time, 0);
+    assert_eq!(
+        baton_lock::start_time(group.pgid),
+        Some(group.leader_start_time)
+    );
+    assert!(baton_lock::status(&dir, &key("recorded")).unwrap().held);
+    control.cancel();
+    let r = running.join().unwrap().unwrap();
+    assert_eq!(r.outcome, Outcome::Cancelled);
+    assert_eq!(
+        baton_lock::start_time(group.pgid),
+        None,
+        "the command outlived its run"
+    );
+}
