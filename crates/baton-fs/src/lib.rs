@@ -78,6 +78,7 @@ mod cause;
 mod error;
 mod file;
 mod random;
+pub mod shared_log;
 mod sys;
 
 pub use atomic::{temp_prefix, write_atomic, Durability, TempFile, WriteError};

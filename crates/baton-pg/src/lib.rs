@@ -24,6 +24,14 @@
 //! belong to this crate and are created on first use, or by
 //! [`Database::migrate`].
 //!
+//! Platforms: Linux, macOS and Windows, with no platform API of this
+//! crate's own. Windows has no Unix sockets: a socket directory as the host
+//! is refused there ([`PgError::Url`]). A holder of this machine whose
+//! session ended and whose supervisor does not confirm in time has its
+//! command's process group terminated on unix; on Windows the supervisor
+//! itself is terminated (identity-checked), and its Job Object takes the
+//! command with it.
+//!
 //! ```no_run
 //! use baton_lock::{LockRequest, Mode};
 //! use baton_pg::Database;

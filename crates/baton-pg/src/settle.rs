@@ -11,6 +11,9 @@
 //! machine whose supervisor never confirms (the machine died) is given up
 //! on after the longest a live supervisor needs to notice and stop its
 //! command: heartbeat interval + heartbeat limit + its grace + 1 s.
+//! On Windows the command's processes are in its supervisor's Job Object
+//! and die with it: there, a late supervisor of this machine is itself
+//! terminated rather than a process group.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -153,16 +156,42 @@ fn settle(row: &DeadRow, first_seen: Instant) -> bool {
         return false; // it is stopping its command; it deletes the row when done
     }
     if let Some(g) = rec.command_group {
-        baton_proc::terminate_group(
-            g.pgid,
-            baton_proc::GroupIdentity::Recorded {
-                leader_start_time: g.leader_start_time,
-                session: g.session,
-            },
-            Duration::from_millis(g.grace_ms),
-        );
+        stop_command(rec, g, supervisor_dead);
     }
     true
+}
+
+/// Terminates what is left of the process group a holder recorded
+/// (identity-checked: a reused group id is left alone).
+#[cfg(unix)]
+fn stop_command(_rec: &HolderRecord, g: baton_lock::CommandGroup, _supervisor_dead: bool) {
+    baton_proc::terminate_group(
+        g.pgid,
+        baton_proc::GroupIdentity::Recorded {
+            leader_start_time: g.leader_start_time,
+            session: g.session,
+        },
+        Duration::from_millis(g.grace_ms),
+    );
+}
+
+/// Windows: a command runs in a Job Object that only its supervisor holds,
+/// and that kills every process in it when it closes. A dead supervisor
+/// left nothing running; a live one that never confirmed is terminated
+/// (identity-checked by its start time, which its open handle pins), and
+/// its command's processes die with its job.
+#[cfg(windows)]
+fn stop_command(rec: &HolderRecord, _g: baton_lock::CommandGroup, supervisor_dead: bool) {
+    if supervisor_dead {
+        return;
+    }
+    let expected = || rec.process.liveness() == baton_lock::Liveness::Alive;
+    if let Err(e) = baton_proc::terminate_verified(rec.process.pid, DEFAULT_GRACE, expected) {
+        tracing::warn!(
+            pid = rec.process.pid,
+            "cannot stop the supervisor of a holder whose session ended: {e}"
+        );
+    }
 }
 
 /// Rows of ended sessions that conflict with a grant of `slot` in `mode`.
@@ -200,4 +229,109 @@ fn delete(session: &Session, id: i32, token: i64) -> Result<(), PgError> {
         .await
         .map(|_| ())
     })
+}
+
+/// Windows: a late supervisor of this machine is terminated (its command's
+/// Job Object closes with it), but only the very process recorded.
+#[cfg(all(test, windows))]
+mod windows_tests {
+    use std::process::{Child, Command, Stdio};
+
+    use baton_lock::{CommandGroup, HolderKind, HolderRecord, ProcessIdentity};
+
+    use super::*;
+
+    /// A stand-in supervisor: `cmd.exe` waiting for a line on its stdin,
+    /// which the test keeps open.
+    fn supervisor() -> Child {
+        Command::new("cmd.exe")
+            .args(["/c", "set /p line="])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    fn row(process: ProcessIdentity) -> DeadRow {
+        let group = CommandGroup {
+            pgid: process.pid,
+            leader_start_time: process.start_time,
+            grace_ms: 100,
+            session: 0,
+        };
+        let record = HolderRecord {
+            process,
+            owner: "test".into(),
+            operation: None,
+            run_id: "run".into(),
+            acquired_at: "2026-01-01T00:00:00Z".into(),
+            token: 7,
+            mode: "exclusive".into(),
+            slot: 0,
+            kind: HolderKind::Run,
+            command_group: Some(group),
+            acquired_for: None,
+            abandoned: false,
+            previous: None,
+            caller_thread: None,
+        };
+        DeadRow {
+            token: 7,
+            record: Some(record),
+        }
+    }
+
+    /// Seen long enough ago that a live supervisor is late.
+    fn long_ago() -> Instant {
+        Instant::now() - (crate::session::FENCE + Duration::from_secs(5))
+    }
+
+    fn exited_within(child: &mut Child, limit: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    #[test]
+    fn a_late_live_supervisor_is_terminated() {
+        let mut child = supervisor();
+        let pid = i32::try_from(child.id()).unwrap();
+        let identity = ProcessIdentity::of_pid(pid).unwrap();
+        assert!(
+            !settle(&row(identity.clone()), Instant::now()),
+            "not late yet: wait"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "left running while not late"
+        );
+        assert!(settle(&row(identity), long_ago()), "late: settled");
+        assert!(
+            exited_within(&mut child, Duration::from_secs(5)),
+            "the late supervisor still runs"
+        );
+    }
+
+    #[test]
+    fn a_reused_pid_is_not_terminated() {
+        let mut child = supervisor();
+        let pid = i32::try_from(child.id()).unwrap();
+        let mut identity = ProcessIdentity::of_pid(pid).unwrap();
+        identity.start_time += 1; // recorded for an earlier process with this pid
+        assert!(
+            settle(&row(identity), long_ago()),
+            "the recorded supervisor is dead"
+        );
+        assert!(
+            !exited_within(&mut child, Duration::from_millis(500)),
+            "another process was terminated"
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
 }

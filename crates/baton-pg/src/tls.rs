@@ -233,11 +233,13 @@ struct TlsParams {
 ///
 /// As in libpq 16, `sslrootcert=system` makes `verify-full` the default and
 /// refuses a weaker `sslmode`. Over a Unix socket there is no TLS (the
-/// server offers none there), whatever the mode, as in libpq.
+/// server offers none there), whatever the mode, as in libpq; Windows has
+/// no Unix sockets, and there a socket directory as the host is refused.
 ///
 /// # Errors
 ///
-/// [`PgError::Url`] for a URL the driver cannot parse or a bad `sslmode`;
+/// [`PgError::Url`] for a URL the driver cannot parse, a bad `sslmode`, or
+/// (on Windows) a socket directory as the host;
 /// [`PgError::Tls`] when the roots cannot be loaded (an unreadable or empty
 /// `sslrootcert`, no system roots). Messages show the URL with its
 /// password hidden.
@@ -251,6 +253,19 @@ pub fn client_config(url: &str) -> Result<(tokio_postgres::Config, Tls), PgError
     let mut config: tokio_postgres::Config = rest
         .parse()
         .map_err(|e: tokio_postgres::Error| bad(one_line(&e)))?;
+    // The driver takes a path for a host name where there are no Unix
+    // sockets: say so rather than fail on a name lookup.
+    if cfg!(windows)
+        && config
+            .get_hosts()
+            .iter()
+            .any(|h| matches!(h, Host::Tcp(name) if name.starts_with('/')))
+    {
+        return Err(bad(
+            "a socket directory as the host needs Unix sockets, which Windows lacks: give a host name"
+                .into(),
+        ));
+    }
     let system = params.rootcert.as_deref() == Some("system");
     let mode = match params.mode {
         Some(m) => m,
@@ -539,10 +554,22 @@ mod tests {
             Ok((SslMode::Require, DriverSslMode::Require))
         );
         // Over a Unix socket: no TLS, as in libpq.
+        #[cfg(unix)]
         assert_eq!(
             mode_of("postgres://u@%2Frun%2Fpostgresql/db?sslmode=require"),
             Ok((SslMode::Require, DriverSslMode::Disable))
         );
+    }
+
+    /// Windows has no Unix sockets: a socket directory as the host is
+    /// refused by name, not looked up as a host name (nor taken as a
+    /// reason to turn TLS off).
+    #[test]
+    #[cfg(windows)]
+    fn a_socket_directory_is_refused_on_windows() {
+        let e = mode_of("postgres://u:secret@%2Frun%2Fpostgresql/db?sslmode=require").unwrap_err();
+        assert!(e.contains("needs Unix sockets, which Windows lacks"), "{e}");
+        assert!(!e.contains("secret"), "{e}");
     }
 
     #[test]

@@ -77,9 +77,11 @@
 //! `supervise_windows.rs`, and the Unix modules (`contain`, `pidns`, `procfs`, `signals`, `spawn`,
 //! `terminal`, `time`, `tree`) are not built.
 
+mod ask;
 mod cancel;
 #[cfg(unix)]
 mod contain;
+pub mod doorbell;
 mod error;
 pub mod guard;
 mod identity;
@@ -115,6 +117,7 @@ mod time;
 #[cfg(unix)]
 mod tree;
 
+pub use ask::{ask_to_exit, Asked};
 pub use cancel::Canceller;
 #[cfg(unix)]
 pub use contain::{become_subreaper, is_subreaper, terminate_group, terminate_tree, GroupIdentity};

@@ -9,7 +9,8 @@
 //! # Appending and rotating
 //!
 //! An append opens the log `O_APPEND`, takes an exclusive `flock` on that open
-//! file, and checks that the file it locked is still the one at the log's path
+//! file (on Windows a `LockFileEx` lock on one byte beyond any data, which
+//! hinders neither reads nor writes), and checks that the file it locked is still the one at the log's path
 //! (same device and inode; a rotation may have renamed it while the append
 //! waited, and then the append opens the log again). Under the lock it writes
 //! the line, and if the file has reached the bound it renames it to
@@ -47,6 +48,10 @@
 //! - an append that gave up waiting for the lock, or whose file system has no
 //!   `flock`, is written whole but may land in a file just renamed, after a
 //!   follower left it, and never rotates the log.
+//! - on Windows, a rotation whose rename cannot replace `events.jsonl.1`
+//!   within about 1 s (a reader holds it open, where open files cannot be
+//!   replaced: wine, FAT32, network shares) fails; the line is written, the
+//!   append reports the error, and the next append rotates.
 //!
 //! # Reading
 //!
@@ -59,24 +64,18 @@
 //!
 //! `--follow` waits with inotify on the baton dir, for changes to either name
 //! (a watch on the file itself would follow it to its new name and fall
-//! silent after a rotation). When the file it reads is no longer at the log's
+//! silent after a rotation); macOS and Windows have no inotify, and there it
+//! looks again every 100 ms ([`baton_fs::shared_log::POLL`]). When the file it reads is no longer at the log's
 //! path, it drains that file to its end and continues with the next one from
 //! its start.
 
-use std::ffi::OsString;
-use std::fs::{File, Metadata, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
-use std::mem::MaybeUninit;
-use std::os::fd::OwnedFd;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+use baton_fs::shared_log::{self, DirWatch, FileId};
 use baton_lock::BatonDir;
-use rustix::event::{PollFd, PollFlags};
-use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
-use rustix::fs::FlockOperation;
 use serde::{Deserialize, Serialize};
 
 pub use crate::error::EventLogError;
@@ -231,7 +230,7 @@ pub fn append_with(
         if !matches!(lock_exclusive(&file, deadline), Ok(true)) {
             break; // timed out, or no flock here: append without the lock below
         }
-        let id = file_id(&file.metadata().map_err(at("inspect", path))?);
+        let id = shared_log::file_id(&file).map_err(at("inspect", path))?;
         if path_id(path)? != Some(id) {
             continue; // rotated while we waited: this file is no longer the log
         }
@@ -240,7 +239,7 @@ pub fn append_with(
         let rotated = size >= config.max_bytes;
         if rotated {
             let old = rotated_path(path);
-            std::fs::rename(path, &old).map_err(at("rotate", path))?;
+            shared_log::rename_over(path, &old).map_err(at("rotate", path))?;
         }
         // Closing `file` on return releases the lock.
         return Ok(Appended {
@@ -268,16 +267,16 @@ fn open_append(path: &Path) -> Result<File, EventLogError> {
 const FIRST_PAUSE: Duration = Duration::from_micros(20);
 const LONGEST_PAUSE: Duration = Duration::from_millis(1);
 
-/// Takes an exclusive `flock` on `file`; `Ok(false)` once `deadline` has
-/// passed. The kernel has no timed `flock`, and the lock is held for one
-/// write, so a short backoff between non-blocking attempts is enough.
+/// Takes an exclusive lock on `file` (`flock`; on Windows a `LockFileEx`
+/// byte beyond the data, see [`baton_fs::shared_log`]); `Ok(false)` once
+/// `deadline` has passed. The kernel has no timed `flock`, and the lock is
+/// held for one write, so a short backoff between non-blocking attempts is
+/// enough.
 fn lock_exclusive(file: &File, deadline: Instant) -> io::Result<bool> {
     let mut pause = FIRST_PAUSE;
     loop {
-        match rustix::fs::flock(file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(true),
-            Err(rustix::io::Errno::WOULDBLOCK | rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
+        if shared_log::try_lock_exclusive(file)? {
+            return Ok(true);
         }
         let now = Instant::now();
         if now >= deadline {
@@ -288,27 +287,10 @@ fn lock_exclusive(file: &File, deadline: Instant) -> io::Result<bool> {
     }
 }
 
-/// A file's identity: device and inode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct FileId {
-    dev: u64,
-    ino: u64,
-}
-
-fn file_id(meta: &Metadata) -> FileId {
-    FileId {
-        dev: meta.dev(),
-        ino: meta.ino(),
-    }
-}
-
-/// The identity of the file at `path`, `None` if there is none.
+/// The identity (device and inode; volume and file index on Windows) of
+/// the file at `path`, `None` if there is none.
 fn path_id(path: &Path) -> Result<Option<FileId>, EventLogError> {
-    match std::fs::metadata(path) {
-        Ok(m) => Ok(Some(file_id(&m))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(at("inspect", path)(e)),
-    }
+    shared_log::path_id(path).map_err(at("inspect", path))
 }
 
 fn open_read(path: &Path) -> Result<Option<File>, EventLogError> {
@@ -332,7 +314,7 @@ struct Segment {
 
 impl Segment {
     fn new(file: File, path: &Path, renamed: bool) -> Result<Segment, EventLogError> {
-        let id = file_id(&file.metadata().map_err(at("inspect", path))?);
+        let id = shared_log::file_id(&file).map_err(at("inspect", path))?;
         Ok(Segment {
             reader: BufReader::new(file),
             id,
@@ -343,8 +325,10 @@ impl Segment {
 }
 
 /// Files read to their end, kept open so that their inode numbers are not
-/// reused while they are compared with the files at the log's names.
-struct Done(Vec<(FileId, File)>);
+/// reused while they are compared with the files at the log's names (not
+/// on Windows, where file ids are not reused and an open file would keep
+/// a rotation from replacing it: [`shared_log::KEEP_OPEN_FOR_IDENTITY`]).
+struct Done(Vec<(FileId, Option<File>)>);
 
 impl Done {
     fn contains(&self, id: FileId) -> bool {
@@ -357,7 +341,11 @@ impl Done {
         if self.0.len() == 2 {
             self.0.remove(0);
         }
-        self.0.push((segment.id, segment.reader.into_inner()));
+        let file = segment.reader.into_inner();
+        self.0.push((
+            segment.id,
+            shared_log::KEEP_OPEN_FOR_IDENTITY.then_some(file),
+        ));
     }
 }
 
@@ -413,12 +401,9 @@ fn drain(
     }
 }
 
-/// An inotify watch on the log's directory, for changes to the log's names.
-struct Watch {
-    fd: OwnedFd,
-    names: Vec<OsString>,
-    dir: PathBuf,
-}
+/// A watch on the log's directory, for changes to the log's names (inotify
+/// on Linux; elsewhere a look every [`shared_log::POLL`]).
+struct Watch(DirWatch);
 
 impl Watch {
     fn new(log: &Path, old: &Path) -> Result<Watch, EventLogError> {
@@ -426,56 +411,27 @@ impl Watch {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)
-            .map_err(at("watch", &dir))?;
-        inotify::add_watch(
-            &fd,
-            &dir,
-            WatchFlags::MODIFY | WatchFlags::CREATE | WatchFlags::MOVED_FROM | WatchFlags::MOVED_TO,
-        )
-        .map_err(at("watch", &dir))?;
         let names = [log, old]
             .iter()
             .filter_map(|p| p.file_name().map(|n| n.to_owned()))
             .collect();
-        Ok(Watch { fd, names, dir })
+        Ok(Watch(
+            DirWatch::new(&dir, names).map_err(at("watch", &dir))?,
+        ))
     }
 
     /// Blocks until one of the log's names changed (or events were lost).
     fn wait(&self) -> Result<(), EventLogError> {
-        loop {
-            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
-            match rustix::event::poll(&mut fds, None) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(at("wait for changes in", &self.dir)(e)),
-            }
-            let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
-            let mut events = inotify::Reader::new(&self.fd, &mut buf);
-            let mut relevant = false;
-            loop {
-                match events.next() {
-                    Ok(e) => {
-                        relevant |= e.events().contains(ReadFlags::QUEUE_OVERFLOW)
-                            || e.file_name().is_some_and(|n| {
-                                self.names.iter().any(|m| m.as_bytes() == n.to_bytes())
-                            });
-                    }
-                    Err(rustix::io::Errno::WOULDBLOCK) => break,
-                    Err(rustix::io::Errno::INTR) => {}
-                    Err(e) => return Err(at("read changes in", &self.dir)(e)),
-                }
-            }
-            if relevant {
-                return Ok(());
-            }
-        }
+        self.0
+            .wait()
+            .map_err(at("wait for changes in", self.0.dir()))
     }
 }
 
 /// Prints the events of `group` (all groups if `None`) to `out`, oldest
 /// first across the rotated file and the log, then, with `follow`, keeps
 /// printing new ones as they are appended, across rotations (inotify, no
-/// polling).
+/// polling, on Linux; a look every 100 ms on macOS and Windows).
 pub fn print_events(
     dir: &BatonDir,
     group: Option<&str>,

@@ -5,6 +5,29 @@
 //! release, optionally inside a concurrency [`group`] (queue, supersede,
 //! coalesce, skip) whose lifecycle is logged to [`events`]. [`hold`] is `baton lock acquire/release/break`: a background
 //! holder process for scripts that cannot wrap a command.
+//!
+//! ## Platforms
+//!
+//! Linux, macOS and Windows; this crate calls no platform API itself (what
+//! it needs is in baton-fs, baton-proc and baton-lock). What differs:
+//!
+//! - **Supersede**: a newer run of a group wakes an older one through a
+//!   doorbell (`baton_proc::doorbell`): an abstract socket on Linux, a
+//!   named event of the logon session on Windows. macOS has neither: a
+//!   group run there fails to start, saying so.
+//! - **Event log**: `flock` on unix, on Windows a `LockFileEx` lock on one
+//!   byte beyond the data; `--follow` waits with inotify on Linux and looks
+//!   again every 100 ms on macOS and Windows (`baton_fs::shared_log`).
+//! - **`lock release`** asks the background holder with `SIGUSR1` on unix;
+//!   Windows has no signals, and the release is refused, saying so.
+//!   **`lock break`** stops the script a hold was taken for with its
+//!   process tree on unix, its process alone on Windows.
+//! - **`lock acquire`'s caller**: walking past command-substitution
+//!   subshells and wrappers reads `/proc` (Linux); elsewhere the caller is
+//!   the parent process.
+//! - **A run's command** is recorded as its process group (leader start
+//!   time, session) on unix, as its process (creation time) on Windows,
+//!   where its tree is in a Job Object that dies with the run.
 
 #![forbid(unsafe_code)]
 

@@ -444,12 +444,17 @@ fn record_command(
     member: Option<&Member>,
     on_start: Option<&OnStart>,
 ) {
-    let leader = baton_proc::procfs::stat(started.pgid);
+    #[cfg(unix)]
+    let (leader_start_time, session) =
+        baton_proc::procfs::stat(started.pgid).map_or((0, 0), |s| (s.start_time, s.session));
+    // Windows: the command's process (its creation time); no sessions.
+    #[cfg(windows)]
+    let (leader_start_time, session) = (baton_lock::start_time(started.pgid).unwrap_or(0), 0);
     let group = CommandGroup {
         pgid: started.pgid,
-        leader_start_time: leader.as_ref().map_or(0, |s| s.start_time),
+        leader_start_time,
         grace_ms,
-        session: leader.as_ref().map_or(0, |s| s.session),
+        session,
     };
     guards.set_command_group(group);
     if let Some(m) = member {

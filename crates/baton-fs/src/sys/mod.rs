@@ -19,6 +19,7 @@
 
 #[cfg(target_os = "linux")]
 mod linux;
+pub(crate) mod shared_log;
 #[cfg(unix)]
 mod unix;
 #[cfg(windows)]

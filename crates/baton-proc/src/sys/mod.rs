@@ -14,6 +14,7 @@
 //! What each system keeps of the crate's promises is listed in `SIGNALS.md`
 //! ("Platforms").
 
+pub(crate) mod doorbell;
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]

@@ -29,9 +29,11 @@ pub use stop::{BreakReport, BrokenHolder, ReleaseReport};
 /// `subprocess.run(..., capture_output=True)`) is a program of its own, not
 /// a subshell, and is watched; so is a script piped elsewhere (`| tee`).
 /// Wrappers that fork the command and wait for it (`timeout`, `xargs`) are
-/// walked past too: they end with `acquire`, not with the script.
+/// walked past too: they end with `acquire`, not with the script. Telling a
+/// subshell or a wrapper reads `/proc`: on macOS and Windows the caller is
+/// the parent process (on Windows a shell forks no subshells).
 pub fn caller_to_watch() -> Option<(i32, u64)> {
-    let mut pid = rustix::process::getppid()?.as_raw_nonzero().get();
+    let mut pid = baton_lock::parent_of(std::process::id() as i32).filter(|p| *p > 0)?;
     for _ in 0..16 {
         let Some(parent) = baton_lock::parent_of(pid).filter(|p| *p > 1) else {
             break;

@@ -2,12 +2,10 @@
 //! go when asked) and `baton lock break` (the holder, and the script it
 //! holds for, are stopped).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use baton_lock::{start_time, HolderInfo, HolderKind, Liveness, LockError, LockName};
-use baton_proc::{terminate_verified, TerminateReport};
-use rustix::event::{PollFd, PollFlags, Timespec};
-use rustix::process::{pidfd_open, Pid, PidfdFlags};
+use baton_proc::{ask_to_exit, terminate_verified, Asked, TerminateReport};
 use serde::Serialize;
 
 use crate::backend::Backend;
@@ -265,7 +263,7 @@ impl Backend {
             {
                 // Its pid here (it may run in another PID namespace).
                 if let Some(pid) = caller.sighting().local_pid {
-                    baton_proc::terminate_tree(pid, caller.start_time, grace);
+                    stop_caller(pid, caller.start_time, grace);
                 }
             }
             let action = stop_holder(name, h, grace)?;
@@ -320,35 +318,37 @@ fn ask_to_release(name: &LockName, h: &HolderInfo) -> Result<(), RunError> {
     }
     // Its pid here (it may run in another PID namespace).
     let pid = h.local_pid.unwrap_or(h.pid);
-    let Some(pidfd) = Pid::from_raw(pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok())
-    else {
-        return Ok(()); // gone already: the kernel released the lock
-    };
-    if start_time(pid) != Some(h.start_time) {
-        return Ok(());
+    let expected = h.start_time;
+    match ask_to_exit(
+        pid,
+        || start_time(pid) == Some(expected),
+        Duration::from_secs(10),
+    ) {
+        Ok(Asked::StillRunning) => Err(refused(format!(
+            "its holder pid {} did not let go within 10 s (stopped?)",
+            h.pid
+        ))),
+        Ok(_) => Ok(()), // let go, or gone already: the kernel released the lock
+        Err(baton_proc::ProcError::Signal { source, .. }) => Err(refused(format!(
+            "cannot signal its holder pid {pid}: {source}"
+        ))),
+        Err(e) => Err(refused(format!(
+            "cannot ask its holder pid {pid} to let go: {e}"
+        ))),
     }
-    rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::USR1)
-        .map_err(|e| refused(format!("cannot signal its holder pid {pid}: {e}")))?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let timeout = Timespec {
-            tv_sec: left.as_secs() as i64,
-            tv_nsec: i64::from(left.subsec_nanos()),
-        };
-        let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
-        match rustix::event::poll(&mut fds, Some(&timeout)) {
-            Ok(0) => {
-                return Err(refused(format!(
-                    "its holder pid {} did not let go within 10 s (stopped?)",
-                    h.pid
-                )))
-            }
-            Ok(_) => return Ok(()),
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(refused(format!("cannot wait for its holder: {e}"))),
-        }
-    }
+}
+
+/// Stops the script a hold was taken for, with what it started.
+#[cfg(unix)]
+fn stop_caller(pid: i32, start: u64, grace: Duration) {
+    baton_proc::terminate_tree(pid, start, grace);
+}
+
+/// Windows: the script's process itself is terminated (identity-checked);
+/// processes it started and left running are not looked for.
+#[cfg(windows)]
+fn stop_caller(pid: i32, start: u64, grace: Duration) {
+    let _ = terminate_verified(pid, grace, || start_time(pid) == Some(start));
 }
 
 fn stop_holder(name: &LockName, h: &HolderInfo, grace: Duration) -> Result<&'static str, RunError> {

@@ -1,0 +1,40 @@
+//! The system calls of [`crate::shared_log`], per platform.
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(unix)]
+mod unix;
+#[cfg(windows)]
+mod windows;
+
+#[cfg(target_os = "linux")]
+pub(crate) use linux::DirWatch;
+#[cfg(not(target_os = "linux"))]
+pub(crate) use poll::DirWatch;
+#[cfg(unix)]
+pub(crate) use unix::{file_id, path_id, try_lock_exclusive};
+#[cfg(windows)]
+pub(crate) use windows::{file_id, path_id, try_lock_exclusive};
+
+/// Where there is no inotify: a wait is a pause of [`crate::shared_log::POLL`].
+#[cfg(not(target_os = "linux"))]
+mod poll {
+    use std::ffi::OsString;
+    use std::io;
+    use std::path::Path;
+
+    pub(crate) struct DirWatch;
+
+    impl DirWatch {
+        pub(crate) fn new(dir: &Path) -> io::Result<DirWatch> {
+            // Fail as inotify would for a directory that is not there.
+            std::fs::read_dir(dir)?;
+            Ok(DirWatch)
+        }
+
+        pub(crate) fn wait(&self, _names: &[OsString]) -> io::Result<()> {
+            std::thread::sleep(crate::shared_log::POLL);
+            Ok(())
+        }
+    }
+}

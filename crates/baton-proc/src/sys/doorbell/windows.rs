@@ -1,0 +1,101 @@
+//! Windows: a named auto-reset event, `Local\<name>`; the watcher's thread
+//! waits for it or for its own stop event.
+
+use std::io;
+use std::os::windows::ffi::OsStrExt;
+use std::os::windows::io::{AsHandle, AsRawHandle, FromRawHandle, OwnedHandle, RawHandle};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use windows_sys::Win32::Foundation::{GetLastError, ERROR_ALREADY_EXISTS, HANDLE};
+use windows_sys::Win32::System::Threading::{
+    CreateEventW, OpenEventW, SetEvent, EVENT_MODIFY_STATE,
+};
+
+use crate::sys::{wait_any, Waker};
+
+/// `Local\<name>`, NUL-terminated UTF-16; `None` for a name with a NUL or a
+/// backslash (which event names may not hold).
+fn event_name(name: &str) -> Option<Vec<u16>> {
+    if name.contains(['\0', '\\']) {
+        return None;
+    }
+    let full = format!("Local\\{name}");
+    Some(
+        std::ffi::OsStr::new(&full)
+            .encode_wide()
+            .chain([0])
+            .collect(),
+    )
+}
+
+pub(crate) struct Doorbell {
+    event: OwnedHandle,
+}
+
+impl Doorbell {
+    pub(crate) fn bind(name: &str) -> io::Result<Doorbell> {
+        let wide = event_name(name).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: no attributes, auto-reset, not signalled; `wide` is a
+        // NUL-terminated UTF-16 string alive for the call.
+        let event = unsafe { CreateEventW(std::ptr::null(), 0, 0, wide.as_ptr()) };
+        // SAFETY: reads the calling thread's last error; no arguments.
+        let existed = unsafe { GetLastError() } == ERROR_ALREADY_EXISTS;
+        if event.is_null() {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a valid handle just returned to us, owned by nobody else.
+        let event = unsafe { OwnedHandle::from_raw_handle(event as RawHandle) };
+        if existed {
+            return Err(io::Error::from(io::ErrorKind::AddrInUse));
+        }
+        Ok(Doorbell { event })
+    }
+
+    pub(crate) fn watch(self, on_ring: impl Fn() + Send + 'static) -> io::Result<Watcher> {
+        let stop = Arc::new(Waker::new()?);
+        let stopped = Arc::clone(&stop);
+        let event = self.event;
+        let thread = std::thread::Builder::new()
+            .name("baton-doorbell".into())
+            .spawn(move || loop {
+                match wait_any(&[stopped.handle(), event.as_handle()], None) {
+                    Ok(Some(1)) => on_ring(),
+                    _ => break,
+                }
+            })?;
+        Ok(Watcher {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+pub(crate) struct Watcher {
+    stop: Arc<Waker>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watcher {
+    pub(crate) fn close(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.stop.wake();
+            let _ = thread.join();
+        }
+    }
+}
+
+pub(crate) fn ring(name: &str) {
+    let Some(wide) = event_name(name) else {
+        return;
+    };
+    // SAFETY: `wide` is a NUL-terminated UTF-16 string alive for the call.
+    let event = unsafe { OpenEventW(EVENT_MODIFY_STATE, 0, wide.as_ptr()) };
+    if event.is_null() {
+        return; // no such bell: gone
+    }
+    // SAFETY: a valid handle just returned to us, owned by nobody else.
+    let event = unsafe { OwnedHandle::from_raw_handle(event as RawHandle) };
+    // SAFETY: an open event handle with EVENT_MODIFY_STATE.
+    unsafe { SetEvent(event.as_raw_handle() as HANDLE) };
+}
