@@ -107,6 +107,7 @@ mod supervise;
 #[cfg(windows)]
 #[path = "supervise_windows.rs"]
 mod supervise;
+mod supervisor;
 mod sys;
 #[cfg(unix)]
 mod terminal;
@@ -134,7 +135,7 @@ pub use spec::{
     EXIT_TIMED_OUT,
 };
 pub use streams::{Streamed, Streams};
-pub use supervise::Supervisor;
+pub use supervisor::Supervisor;
 
 pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL_WAIT};
 pub use thread::is_main_thread;

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use crate::error::ProcError;
 use crate::spec::{Finished, Started, Stdio};
-use crate::supervise::Supervisor;
+use crate::supervisor::Supervisor;
 
 type Reader<'a> = Box<dyn Read + Send + 'a>;
 type Writer<'a> = Box<dyn Write + Send + 'a>;

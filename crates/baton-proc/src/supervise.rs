@@ -11,70 +11,18 @@ use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
 use rustix::process::{kill_process_group, Pid, Signal};
 
-use crate::cancel::{CancelShared, Canceller};
 use crate::contain::{stop_orphans, terminate_group, GroupIdentity, SUPERVISED};
 use crate::error::ProcError;
 use crate::guard::Guardian;
 use crate::leftover::{Leftover, LeftoverPolicy};
 use crate::signals::SignalCatcher;
 use crate::spec::{Finished, Outcome, RunSpec, Started};
+use crate::supervisor::{Detach, Supervisor};
 use crate::sys::{ProcFd, Waker};
 use crate::terminal::{child_stopped, proxy_stop, StopWatch, TerminalHandover};
 use crate::time::timespec;
 
-/// Supervises one child command; see the [crate documentation](crate) for what it does.
-///
-/// ```no_run
-/// use baton_proc::{RunSpec, Supervisor};
-///
-/// let supervisor = Supervisor::new(RunSpec::new("make").arg("test"));
-/// let canceller = supervisor.canceller();
-/// std::thread::spawn(move || {
-///     // ... when this run has been superseded:
-///     canceller.cancel();
-/// });
-/// let outcome = supervisor.run()?;
-/// std::process::exit(outcome.exit_code());
-/// # Ok::<(), baton_proc::ProcError>(())
-/// ```
-#[derive(Debug)]
-#[must_use = "a Supervisor does nothing until `run` is called"]
-pub struct Supervisor {
-    pub(crate) spec: RunSpec,
-    cancel: Arc<CancelShared>,
-}
-
 impl Supervisor {
-    /// Prepare to run `spec`. Nothing is started until [`Supervisor::run`].
-    pub fn new(spec: RunSpec) -> Self {
-        Supervisor {
-            spec,
-            cancel: Arc::default(),
-        }
-    }
-
-    /// A handle to cancel this run from another thread.
-    pub fn canceller(&self) -> Canceller {
-        Canceller {
-            shared: Arc::clone(&self.cancel),
-        }
-    }
-
-    /// Run the child to completion and report how it ended.
-    ///
-    /// Blocks the calling thread until the child (the leader of its process group) has exited
-    /// and been reaped. When this returns, whether `Ok` or `Err`, no child of ours is left
-    /// running: on an error after the spawn the group is killed and the child reaped first.
-    ///
-    /// # Errors
-    ///
-    /// [`ProcError::NotFound`], [`ProcError::NotExecutable`], [`ProcError::Cwd`] and
-    /// [`ProcError::Spawn`] when the child could not be started; [`ProcError::Io`] when a
-    /// system call needed to supervise it failed.
-    pub fn run(self) -> Result<Outcome, ProcError> {
-        self.run_with(|_| {}).map(|f| f.outcome)
-    }
-
     /// Like [`Supervisor::run`], and calls `on_start` (on this thread)
     /// once the child exists but before it executes the command, so the
     /// caller can record its process group before anything of the command
@@ -231,15 +179,6 @@ fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<Leftover> {
     };
     found.extend(stop_orphans(grace));
     found
-}
-
-/// Clears the canceller's wake-up fd when `run` returns.
-struct Detach<'a>(&'a CancelShared);
-
-impl Drop for Detach<'_> {
-    fn drop(&mut self) {
-        self.0.detach();
-    }
 }
 
 /// Why we started terminating the child's group.

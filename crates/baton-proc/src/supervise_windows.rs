@@ -26,10 +26,10 @@ use std::os::windows::process::CommandExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cancel::{CancelShared, Canceller};
 use crate::error::ProcError;
 use crate::leftover::{Leftover, LeftoverPolicy};
 use crate::spec::{Finished, Outcome, RunSpec, Started, Stdio};
+use crate::supervisor::{Detach, Supervisor};
 use crate::sys::{
     ctrl_break, resume_threads, wait_any, CtrlCatcher, Job, Process, Waker, KILLED_EXIT_CODE,
     SPAWN_FLAGS, STATUS_CONTROL_C_EXIT,
@@ -43,46 +43,7 @@ const KILLED: i32 = 9;
 /// ended (`SIGINT`: exit 130, as a shell reports a Ctrl-C).
 const INTERRUPTED: i32 = 2;
 
-/// Supervises one child command; see the [crate documentation](crate) for what it does.
-#[derive(Debug)]
-#[must_use = "a Supervisor does nothing until `run` is called"]
-pub struct Supervisor {
-    pub(crate) spec: RunSpec,
-    cancel: Arc<CancelShared>,
-}
-
 impl Supervisor {
-    /// Prepare to run `spec`. Nothing is started until [`Supervisor::run`].
-    pub fn new(spec: RunSpec) -> Self {
-        Supervisor {
-            spec,
-            cancel: Arc::default(),
-        }
-    }
-
-    /// A handle to cancel this run from another thread.
-    pub fn canceller(&self) -> Canceller {
-        Canceller {
-            shared: Arc::clone(&self.cancel),
-        }
-    }
-
-    /// Run the child to completion and report how it ended.
-    ///
-    /// Blocks the calling thread until the child has exited. When this
-    /// returns, whether `Ok` or `Err`, no process of the run is left
-    /// running (unless [`RunSpec::leftovers`] says to leave them).
-    ///
-    /// # Errors
-    ///
-    /// [`ProcError::NotFound`], [`ProcError::NotExecutable`], [`ProcError::Cwd`] and
-    /// [`ProcError::Spawn`] when the child could not be started;
-    /// [`ProcError::Unsupported`] for a [`RunSpec::guard`] (no guardian on
-    /// Windows); [`ProcError::Io`] when a call needed to supervise it failed.
-    pub fn run(self) -> Result<Outcome, ProcError> {
-        self.run_with(|_| {}).map(|f| f.outcome)
-    }
-
     /// Like [`Supervisor::run`], and calls `on_start` (on this thread) once
     /// the child exists, in its job, but before it runs (it is suspended), so
     /// the caller can record it before anything of the command runs; reports
@@ -246,15 +207,6 @@ impl Drop for Running {
             let _ = self.process.wait(Some(KILL_WAIT));
             self.reap();
         }
-    }
-}
-
-/// Clears the canceller's waker when `run` returns.
-struct Detach<'a>(&'a CancelShared);
-
-impl Drop for Detach<'_> {
-    fn drop(&mut self) {
-        self.0.detach();
     }
 }
 
