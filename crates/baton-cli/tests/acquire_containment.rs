@@ -108,11 +108,31 @@ fn lines(path: &std::path::Path) -> usize {
     fs::read_to_string(path).map_or(0, |t| t.lines().count())
 }
 
-/// The script `body` acquires lock `c`, starts its writers and sleeps; it is
-/// SIGKILLed once `writers` writers run and a waiter is in line. The waiter
-/// must find none of them running when it gets the lock, and no line may be
-/// written after that.
+/// Which process the test SIGKILLs.
+#[derive(Clone, Copy, PartialEq)]
+enum Victim {
+    /// The script that ran `lock acquire`.
+    Script,
+    /// The background holder that holds the lock for it: the script and
+    /// what it started must die with it, as a command dies with its killed
+    /// `baton run` (its guardian stops them, and keeps the lock until then).
+    Holder,
+}
+
+/// The script `body` acquires lock `c`, starts its writers and sleeps; the
+/// `victim` is SIGKILLed once `writers` writers run and a waiter is in line.
+/// The waiter must find none of them (nor the script) running when it gets
+/// the lock, and no line may be written after that.
 fn killed_script_hands_over_only_after_its_writers(launch: Launch, body: &str, writers: usize) {
+    killed_hands_over_only_after_the_writers(Victim::Script, launch, body, writers);
+}
+
+fn killed_hands_over_only_after_the_writers(
+    victim: Victim,
+    launch: Launch,
+    body: &str,
+    writers: usize,
+) {
     let env = Env::new();
     let (pids, out) = (env.path("pids"), env.path("out"));
     let baton = env!("CARGO_BIN_EXE_baton");
@@ -166,24 +186,33 @@ fn killed_script_hands_over_only_after_its_writers(launch: Launch, body: &str, w
     });
     let before = lines(&out);
     wait_until(Duration::from_secs(30), || lines(&out) > before + 2);
-    let writer_pids: Vec<String> = fs::read_to_string(&pids)
+    let mut writer_pids: Vec<String> = fs::read_to_string(&pids)
         .unwrap()
         .lines()
         .map(str::to_string)
         .collect();
+    let holder = holder_pid(&env, "c");
+    if victim == Victim::Holder {
+        // The script must be gone too when the next holder starts.
+        writer_pids.push(root.to_string());
+    }
     // The next holder: at the grant, which writers run, and how many lines
     // there are; then again a little later.
     let check = format!(
         "for p in {all}; do if [ -e /proc/$p ] && ! grep -q ') [ZX]' /proc/$p/stat; then echo alive $p; fi; done; \
-         wc -l < {out}; sleep 1; wc -l < {out}",
+         wc -l < {out}; sleep 1; wc -l < {out}; echo died=$BATON_PREVIOUS_HOLDER_DIED",
         all = writer_pids.join(" "),
         out = out.display()
     );
     let waiter = env.spawn(&["run", "--lock", "c", "--", "sh", "-c", &check]);
     env.wait_for_waiters("c", 1);
-    // SIGKILL: the script has no chance to act.
-    let root = rustix::process::Pid::from_raw(root).unwrap();
-    rustix::process::kill_process(root, rustix::process::Signal::KILL).unwrap();
+    // SIGKILL: the victim has no chance to act.
+    let target = match victim {
+        Victim::Script => root,
+        Victim::Holder => holder,
+    };
+    let target = rustix::process::Pid::from_raw(target).unwrap();
+    rustix::process::kill_process(target, rustix::process::Signal::KILL).unwrap();
     let seen = waiter.wait_with_output().unwrap();
     assert!(seen.status.success(), "{}", stderr(&seen));
     let text = stdout(&seen);
@@ -196,6 +225,10 @@ fn killed_script_hands_over_only_after_its_writers(launch: Launch, body: &str, w
         counts.first(),
         counts.get(1),
         "lines were written after the lock was handed over: {text}"
+    );
+    assert!(
+        text.contains("died=1"),
+        "the next holder was not told that the previous one died: {text}"
     );
     // Nothing is left running either way.
     for p in &writer_pids {
@@ -212,6 +245,16 @@ fn killed_script_hands_over_only_after_its_writers(launch: Launch, body: &str, w
     // Not yet reaped, so its pid is still its own: a safe kill.
     let _ = launcher.kill(); // a launcher waits for the pipe's other side
     launcher.wait().unwrap();
+}
+
+/// The pid of the background holder of lock `name`.
+fn holder_pid(env: &Env, name: &str) -> i32 {
+    let out = env.run(&["lock", "status", name, "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    doc["holders"][0]["pid"]
+        .as_i64()
+        .and_then(|p| i32::try_from(p).ok())
+        .unwrap_or_else(|| panic!("no holder in {doc}"))
 }
 
 /// Kills the pipe's other side when the test ends.
@@ -271,6 +314,33 @@ fn a_killed_script_in_a_pipeline_stops_its_own_processes_not_the_pipes_other_sid
 #[test]
 fn a_killed_script_in_its_parents_group_hands_over_only_after_its_children() {
     killed_script_hands_over_only_after_its_writers(
+        Launch::ParentsGroup,
+        "WRITER &\nsh -c 'WRITER & wait' &\nwhile [ $(wc -l < PIDS) -lt 2 ]; do sleep 0.02; done",
+        2,
+    );
+}
+
+/// The background holder is SIGKILLed, not the script: the script and what
+/// it started (a child, a double fork) die with it, and the lock is not
+/// handed over before they are gone. Before the holder had a guardian, the
+/// next holder got the lock at once while the script and its writers ran on.
+#[test]
+fn a_killed_holder_takes_its_script_and_what_it_started_with_it() {
+    killed_hands_over_only_after_the_writers(
+        Victim::Holder,
+        Launch::OwnGroup,
+        "WRITER &\n( WRITER & )\nwhile [ $(wc -l < PIDS) -lt 2 ]; do sleep 0.02; done",
+        2,
+    );
+}
+
+/// The same with a script that shares its parent's group (an agent that did
+/// not give it one): only the script's own tree is stopped, followed by the
+/// guardian from the script.
+#[test]
+fn a_killed_holder_of_a_script_in_its_parents_group_takes_the_scripts_tree_with_it() {
+    killed_hands_over_only_after_the_writers(
+        Victim::Holder,
         Launch::ParentsGroup,
         "WRITER &\nsh -c 'WRITER & wait' &\nwhile [ $(wc -l < PIDS) -lt 2 ]; do sleep 0.02; done",
         2,

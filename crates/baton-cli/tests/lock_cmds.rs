@@ -70,16 +70,29 @@ fn status_and_list_report_holder_waiters_and_json_fields() {
 #[test]
 fn a_holder_that_died_is_reported_as_free_last_holder_died() {
     let env = Env::new();
-    // Hold through the library-backed background holder, then SIGKILL it.
-    let out = env.run(&["lock", "acquire", "crash", "--json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let held: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // A script holds through the background holder, which is then SIGKILLed:
+    // the script dies with it (its guardian), and the lock is free.
+    let report = env.path("held.json");
+    let mut script = common::shell(
+        env.tmp.path(),
+        &format!(
+            "'{baton}' --dir '{dir}' lock acquire crash --json > '{report}.tmp' && mv '{report}.tmp' '{report}'; sleep 300",
+            baton = env!("CARGO_BIN_EXE_baton"),
+            dir = env.dir.display(),
+            report = report.display()
+        ),
+    )
+    .spawn()
+    .unwrap();
+    let held: serde_json::Value = serde_json::from_str(&wait_for_file(&report)).unwrap();
     let pid = held["holder_pid"].as_i64().unwrap().to_string();
     assert!(Command::new("kill")
         .args(["-KILL", &pid])
         .status()
         .unwrap()
         .success());
+    let died = script.wait().unwrap();
+    assert!(!died.success(), "the script outlived its killed holder");
     wait_until(Duration::from_secs(10), || {
         env.status("crash")["held"] == false
     });

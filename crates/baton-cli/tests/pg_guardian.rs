@@ -743,3 +743,58 @@ fn waiter_waits_on_through_a_lost_session(target: &[&str]) {
     assert!(log.exists(), "the waiter's command ran");
     assert_eq!(code(&finish(holder, Duration::from_secs(30))), 0);
 }
+
+/// `lock acquire` on host A: a script holds the lock through the background
+/// holder, and its work runs in a child. The holder is SIGKILLed: its
+/// session ends, and host B takes over after the settle wait. The script
+/// and its child used to run on beside B's holder (the README listed it as
+/// a known limit); now the holder's guardian kills them at once.
+#[test]
+fn sigkill_of_a_background_holder_stops_its_script_before_another_host_takes_over() {
+    let db = TestDb::new();
+    let (a, b) = (Host::new("host-a", &db), Host::new("host-b", &db));
+    let (log, pidfile, report) = (
+        a.env.path("log"),
+        a.env.path("ticker.pid"),
+        a.env.path("held.json"),
+    );
+    let script = format!(
+        "T=$('{baton}' --dir '{dir}' --backend '{url}' lock acquire k --json) || exit 1\n\
+         echo \"$T\" > '{report}.tmp' && mv '{report}.tmp' '{report}'\n{ticking}",
+        baton = env!("CARGO_BIN_EXE_baton"),
+        dir = a.env.dir.display(),
+        url = a.url,
+        report = report.display(),
+        ticking = ticking("A", &log, &pidfile),
+    );
+    let mut holder_script = Command::new("unshare")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", a.env.tmp.path())
+        .current_dir(a.env.tmp.path())
+        .args(["--uts", "--", "sh", "-c"])
+        .arg(format!("hostname {} && exec sh -c \"$0\"", a.name))
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ticker = read_pid(&pidfile);
+    wait_until(Duration::from_secs(30), || ticks(&log, "A").len() >= 3);
+    let held: serde_json::Value = serde_json::from_str(&common::wait_for_file(&report)).unwrap();
+    let holder = i32::try_from(held["holder_pid"].as_i64().unwrap()).unwrap();
+
+    let killed = Instant::now();
+    kill(holder, libc::SIGKILL);
+    wait_until(Duration::from_secs(10), || !running(ticker));
+    eprintln!(
+        "SIGKILL of the background holder -> the script's child gone: {:?}",
+        killed.elapsed()
+    );
+    assert!(!holder_script.wait().unwrap().success());
+
+    let out = b.output(&["run", "--lock", "k", "--", "sh", "-c", &one_tick("B", &log)]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_a_before_b(&log);
+}

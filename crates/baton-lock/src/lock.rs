@@ -193,6 +193,19 @@ impl LockGuard {
     }
 }
 
+/// The lock file's descriptor. Its kernel locks belong to the open file
+/// description, which a duplicate shares: a process given a duplicate keeps
+/// the lock held after this one dies, until it closes it (a guardian that
+/// must stop what works under the lock first: `baton_proc::TreeGuard`).
+/// [`LockGuard::release`] unlocks explicitly, so a duplicate does not keep a
+/// released lock.
+#[cfg(unix)]
+impl std::os::fd::AsFd for LockGuard {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         // Errors cannot be reported from drop; the kernel releases the lock

@@ -88,6 +88,62 @@ impl GuardSpec {
     }
 }
 
+/// A guardian for a process tree that this process does not parent: a
+/// script that holds a lock through a background holder (`baton lock
+/// acquire`). The script is not the holder's child, so no parent-death
+/// signal ties them; the guardian does. It follows what the script starts
+/// (as [`ProcessTree`](crate::ProcessTree) does) and, if this process dies
+/// or stops vouching through the spec's [`Fence`] in time, kills the script
+/// and everything it started at once. Descriptors handed to
+/// [`TreeGuard::start`] stay open in the guardian until it exits: a lock
+/// file's kernel locks (open file description locks, shared by the
+/// duplicate) then stay held until the tree is stopped, so the next holder
+/// never starts beside it. Dropping it, or [`TreeGuard::disarm`], lets the
+/// guardian exit without touching anything; release the locks first.
+#[cfg(unix)]
+pub struct TreeGuard {
+    guardian: Guardian,
+}
+
+#[cfg(unix)]
+impl std::fmt::Debug for TreeGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TreeGuard").finish_non_exhaustive()
+    }
+}
+
+#[cfg(unix)]
+impl TreeGuard {
+    /// Starts a guardian for the tree this process follows (its root, and
+    /// what the root starts), keeping `keep` open in the guardian (at most
+    /// 16). It does not wait for the guardian's start: the guardian follows
+    /// as `tree` does from the moment it has started (see
+    /// [`ProcessTree::follow_as`](crate::ProcessTree::follow_as)), and the
+    /// descriptors in flight keep their files open meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// The guardian could not be started or armed: nothing guards the tree.
+    pub fn start(
+        spec: &GuardSpec,
+        tree: &crate::ProcessTree,
+        keep: &[std::os::fd::BorrowedFd<'_>],
+    ) -> Result<TreeGuard, crate::ProcError> {
+        // Not the caller's stderr: a script reading `$(baton lock acquire
+        // L 2>&1)` waits for its end of file.
+        let guardian = Guardian::spawn_with(spec, std::process::Stdio::null())?;
+        guardian.arm_tree(&tree.snapshot(), keep)?;
+        Ok(TreeGuard { guardian })
+    }
+
+    /// Lets the guardian exit without stopping anything (the hold ended and
+    /// its locks are released). Returns whether it had already stopped the
+    /// tree because this process stopped vouching in time.
+    pub fn disarm(self) -> bool {
+        self.guardian.finish()
+    }
+}
+
 /// A dead-man's switch: the command may run until the earliest of its
 /// sources' deadlines; each [`FenceSource::vouch`] moves its source's
 /// deadline to the proof's sending time plus the bound. Clones share it.

@@ -125,6 +125,8 @@ pub use contain::{become_subreaper, is_subreaper, terminate_group, terminate_tre
 pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 #[cfg(unix)]
 pub use guard::guardian_main;
+#[cfg(unix)]
+pub use guard::TreeGuard;
 pub use guard::{Fence, FenceSource, GuardSpec, GUARD_ARG};
 pub use identity::ProcessId;
 pub use leftover::{Leftover, LeftoverPolicy};
@@ -140,7 +142,7 @@ pub use supervisor::Supervisor;
 pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL_WAIT};
 pub use thread::is_main_thread;
 #[cfg(unix)]
-pub use tree::ProcessTree;
+pub use tree::{ProcessTree, TreeSnapshot};
 
 /// Whether a supervised command dies with its supervisor on this platform
 /// even when the supervisor is killed outright (`SIGKILL`,

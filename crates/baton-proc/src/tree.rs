@@ -40,6 +40,19 @@ use crate::sys::{children_of, ProcFd};
 /// processes it stopped are given their grace period.
 const GRACE_REFRESH: Duration = Duration::from_millis(50);
 
+/// A followed tree's root and the members of its group that are not the
+/// script's, as [`ProcessTree::snapshot`] records them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeSnapshot {
+    /// The root's pid.
+    pub root: i32,
+    /// The root's start time (clock ticks since boot).
+    pub root_start: u64,
+    /// (pid, start time) of the members of the root's group that were not
+    /// its descendants when following began.
+    pub foreign: Vec<(i32, u64)>,
+}
+
 /// The processes a script (the root) started, collected while it runs.
 pub struct ProcessTree {
     root: i32,
@@ -68,6 +81,30 @@ impl ProcessTree {
     /// started at `start_time` (clock ticks since boot). Its current
     /// descendants are collected at once.
     pub fn follow(pid: i32, start_time: u64) -> Option<ProcessTree> {
+        let mut tree = ProcessTree::follow_only(pid, start_time)?;
+        if let Some((pgid, session)) = tree.own_group {
+            let known: HashSet<i32> = tree.known.iter().map(|p| p.pid).collect();
+            tree.foreign = procfs::scan(|pid, st| {
+                st.pgrp == pgid && st.session == session && !known.contains(&pid)
+            })
+            .into_iter()
+            .map(|(pid, st)| (pid, st.start_time))
+            .collect();
+        }
+        Some(tree)
+    }
+
+    /// Follows the same processes as `other` does, from another process
+    /// (a guardian): the same root, and the same members of its group taken
+    /// for not the script's (recorded by `other` when it began), so that
+    /// what the script started in between is not taken for them.
+    pub fn follow_as(other: &TreeSnapshot) -> Option<ProcessTree> {
+        let mut tree = ProcessTree::follow_only(other.root, other.root_start)?;
+        tree.foreign = other.foreign.iter().copied().collect();
+        Some(tree)
+    }
+
+    fn follow_only(pid: i32, start_time: u64) -> Option<ProcessTree> {
         let st = procfs::stat(pid).filter(|st| !st.exited && st.start_time == start_time)?;
         let root = pin_checked(pid, &st)?;
         let own_group = (st.pgrp == pid).then_some((st.pgrp, st.session));
@@ -79,16 +116,19 @@ impl ProcessTree {
             known: vec![root],
         };
         tree.refresh();
-        if let Some((pgid, session)) = own_group {
-            let known: HashSet<i32> = tree.known.iter().map(|p| p.pid).collect();
-            tree.foreign = procfs::scan(|pid, st| {
-                st.pgrp == pgid && st.session == session && !known.contains(&pid)
-            })
-            .into_iter()
-            .map(|(pid, st)| (pid, st.start_time))
-            .collect();
-        }
         Some(tree)
+    }
+
+    /// What another process needs to follow the same tree
+    /// ([`ProcessTree::follow_as`]).
+    pub fn snapshot(&self) -> TreeSnapshot {
+        let mut foreign: Vec<(i32, u64)> = self.foreign.iter().copied().collect();
+        foreign.sort_unstable();
+        TreeSnapshot {
+            root: self.root,
+            root_start: self.root_start,
+            foreign,
+        }
     }
 
     /// Whether the root leads its own process group (and its group is used).

@@ -109,6 +109,20 @@ impl Backend {
         }
     }
 
+    /// The guardian a background holder (`baton lock acquire`) needs for
+    /// the script it holds for: always one, since the script is not the
+    /// holder's child and nothing else ties it to the holder's life; on a
+    /// database with the database's fence, as [`Backend::guard`]. See
+    /// [`baton_proc::TreeGuard`].
+    pub fn hold_guard(&self) -> baton_proc::GuardSpec {
+        let bound = if self.is_shared() {
+            baton_pg::FENCE
+        } else {
+            std::time::Duration::ZERO
+        };
+        baton_proc::GuardSpec::this_program(baton_proc::Fence::new(bound))
+    }
+
     /// Takes every lock of `reqs` (in name order, one deadline). On a
     /// database, `on_lost` runs if the session ends while they are held.
     ///

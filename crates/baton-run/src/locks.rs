@@ -65,10 +65,23 @@ impl HeldLocks {
 
     /// Makes the locks' database session (if on PostgreSQL) a source of
     /// the guardian's fence: each heartbeat it answers vouches for the run.
-    pub(crate) fn vouch_to(&self, fence: &baton_proc::Fence) {
+    pub fn vouch_to(&self, fence: &baton_proc::Fence) {
         if let Held::Remote(h) = &self.0 {
             let source = fence.source();
             h.on_alive(move |sent| source.vouch(sent));
+        }
+    }
+
+    /// The lock files of locks held in the baton dir (none on a database),
+    /// for a guardian that must keep their kernel locks held if this
+    /// process dies before it has stopped what works under them (see
+    /// [`baton_proc::TreeGuard`]).
+    #[cfg(unix)]
+    pub fn lock_files(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        match &self.0 {
+            Held::Local(g) => g.iter().map(AsFd::as_fd).collect(),
+            Held::Remote(_) => Vec::new(),
         }
     }
 

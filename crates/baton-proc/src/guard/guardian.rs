@@ -2,13 +2,17 @@
 //! [module documentation](super).
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
-use rustix::net::send;
+use rustix::net::{
+    recvmsg, send, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags,
+    SendAncillaryBuffer, SendAncillaryMessage,
+};
 use rustix::process::Pid;
 
 use super::{mono_ns, Fence, GuardSpec, GUARD_ARG, GUARD_DISARMED, GUARD_FENCED, GUARD_ORPHANED};
@@ -16,6 +20,7 @@ use crate::contain::{terminate_group, GroupIdentity, SUPERVISED};
 use crate::error::ProcError;
 use crate::sys::{ProcFd, SEND_FLAGS};
 use crate::time::timespec;
+use crate::tree::{ProcessTree, TreeSnapshot};
 
 /// The supervisor's end of a running guardian. Dropping it disarms it.
 pub(crate) struct Guardian {
@@ -31,6 +36,14 @@ pub(crate) struct Guardian {
 impl Guardian {
     /// Starts the guardian (not armed yet: nothing to guard).
     pub(crate) fn spawn(spec: &GuardSpec) -> Result<Guardian, ProcError> {
+        Guardian::spawn_with(spec, std::process::Stdio::inherit())
+    }
+
+    /// [`Guardian::spawn`] with its standard error connected to `stderr`.
+    pub(crate) fn spawn_with(
+        spec: &GuardSpec,
+        stderr: std::process::Stdio,
+    ) -> Result<Guardian, ProcError> {
         use std::os::unix::process::CommandExt;
         let (ours, theirs) = crate::sys::socketpair_cloexec()
             .map_err(|e| ProcError::io("create the guardian's socket", e))?;
@@ -38,6 +51,7 @@ impl Guardian {
             .arg(GUARD_ARG)
             .stdin(std::process::Stdio::from(theirs))
             .stdout(std::process::Stdio::null())
+            .stderr(stderr)
             // Its own group: a Ctrl-C or a job-control stop of the
             // supervisor's group must not reach it.
             .process_group(0)
@@ -81,6 +95,37 @@ impl Guardian {
             format!("A {pgid} {start} {session} {until}\n").as_bytes(),
         )
         .map_err(|e| ProcError::io("arm the command's guardian", e))?;
+        s.told = until;
+        s.socket = Some(Arc::clone(socket));
+        Ok(())
+    }
+
+    /// Hands it a process tree to guard instead of a group: process `root`
+    /// (if it still is the one that started at `root_start`) and what it
+    /// starts, which the guardian follows itself
+    /// ([`ProcessTree`](crate::ProcessTree)). `keep` are descriptors it keeps
+    /// open until it exits (the lock files of a hold: their kernel locks
+    /// then outlive this process until the tree is stopped).
+    pub(crate) fn arm_tree(
+        &self,
+        tree: &TreeSnapshot,
+        keep: &[BorrowedFd<'_>],
+    ) -> Result<(), ProcError> {
+        let Some(socket) = &self.socket else {
+            return Err(ProcError::io(
+                "arm the guardian",
+                io::Error::from(io::ErrorKind::NotConnected),
+            ));
+        };
+        let mut s = self.fence.lock();
+        let until = s.until().unwrap_or(0);
+        let mut line = format!("T {} {} {until}", tree.root, tree.root_start);
+        for (pid, start) in &tree.foreign {
+            line.push_str(&format!(" {pid}:{start}"));
+        }
+        line.push('\n');
+        send_with_fds(socket, line.as_bytes(), keep)
+            .map_err(|e| ProcError::io("arm the guardian", e))?;
         s.told = until;
         s.socket = Some(Arc::clone(socket));
         Ok(())
@@ -178,8 +223,10 @@ pub fn guardian_main() -> i32 {
     let mut armed: Option<Armed> = None;
     let mut disarmed = false;
     let mut buf: Vec<u8> = Vec::new();
+    // Descriptors handed over to be kept open until this process exits.
+    let mut kept: Vec<OwnedFd> = Vec::new();
     loop {
-        let timeout = match &armed {
+        let timeout = match &mut armed {
             Some(a) if a.until > 0 => {
                 let now = mono_ns();
                 if now >= a.until {
@@ -197,20 +244,31 @@ pub fn guardian_main() -> i32 {
             }
             _ => None,
         };
+        // A tree is followed between messages.
+        let follow = armed.as_ref().and_then(Armed::follow_every);
+        let timeout = match (timeout, follow) {
+            (Some(t), Some(f)) => Some(t.min(f)),
+            (t, f) => t.or(f),
+        };
         let mut fds = [PollFd::new(&input, PollFlags::IN)];
         match poll(&mut fds, timeout.map(timespec).as_ref()) {
-            // The deadline, or a signal: look at the clock again.
-            Ok(0) | Err(Errno::INTR) => continue,
+            // The deadline, time to follow the tree, or a signal.
+            Ok(0) | Err(Errno::INTR) => {
+                if let Some(a) = armed.as_mut() {
+                    a.refresh();
+                }
+                continue;
+            }
             Ok(_) => {}
             Err(_) => {
-                if let Some(a) = &armed {
+                if let Some(a) = armed.as_mut() {
                     a.stop();
                 }
                 return GUARD_ORPHANED;
             }
         }
         let mut chunk = [0u8; 512];
-        let n = match rustix::io::read(input, &mut chunk) {
+        let n = match receive(input, &mut chunk, &mut kept) {
             Ok(n) => n,
             Err(Errno::INTR) | Err(Errno::AGAIN) => continue,
             Err(_) => 0,
@@ -220,7 +278,7 @@ pub fn guardian_main() -> i32 {
             if disarmed {
                 return GUARD_DISARMED;
             }
-            if let Some(a) = &armed {
+            if let Some(a) = armed.as_mut() {
                 a.stop();
                 return GUARD_ORPHANED;
             }
@@ -241,7 +299,7 @@ pub fn guardian_main() -> i32 {
                     disarmed = true;
                 }
                 None => {
-                    if let Some(a) = &armed {
+                    if let Some(a) = armed.as_mut() {
                         a.stop();
                     }
                     return baton_contract::exit::BATON_FAILED;
@@ -251,42 +309,95 @@ pub fn guardian_main() -> i32 {
     }
 }
 
-/// The group an armed guardian stops.
+/// What an armed guardian stops, and until when it may run.
 struct Armed {
-    pgid: i32,
-    leader_start_time: u64,
-    session: i32,
+    target: Target,
     /// Monotonic nanoseconds; 0 = no deadline (only the supervisor's death).
     until: u64,
 }
 
+/// A command's process group, or a process tree the guardian follows.
+enum Target {
+    Group {
+        pgid: i32,
+        leader_start_time: u64,
+        session: i32,
+    },
+    /// `None` once the root had exited when the guardian was armed, or
+    /// once the tree has been stopped.
+    Tree(Option<ProcessTree>),
+}
+
+/// How often a guardian of a tree collects what the tree started (as the
+/// holder of `baton lock acquire` does).
+const FOLLOW_EVERY: Duration = Duration::from_millis(25);
+
 impl Armed {
-    /// Whether a process of the group, as recorded, still runs.
-    fn running(&self) -> bool {
-        let reused = crate::procfs::stat(self.pgid)
-            .is_some_and(|l| !l.exited && l.start_time != self.leader_start_time);
-        !reused
-            && !crate::procfs::scan(|_, st| {
-                st.pgrp == self.pgid
-                    && !st.exited
-                    && st.start_time >= self.leader_start_time
-                    && (self.session == 0 || st.session == self.session)
-            })
-            .is_empty()
+    /// Whether a process of the group, as recorded, or of the tree still runs.
+    fn running(&mut self) -> bool {
+        match &mut self.target {
+            Target::Group {
+                pgid,
+                leader_start_time,
+                session,
+            } => {
+                let (pgid, start, session) = (*pgid, *leader_start_time, *session);
+                let reused =
+                    crate::procfs::stat(pgid).is_some_and(|l| !l.exited && l.start_time != start);
+                !reused
+                    && !crate::procfs::scan(|_, st| {
+                        st.pgrp == pgid
+                            && !st.exited
+                            && st.start_time >= start
+                            && (session == 0 || st.session == session)
+                    })
+                    .is_empty()
+            }
+            Target::Tree(tree) => tree.as_mut().is_some_and(|t| {
+                t.refresh();
+                !t.pids().is_empty()
+            }),
+        }
     }
 
-    /// Kills the whole group at once (no grace: the bound is the promise);
-    /// whether anything of it was still running.
-    fn stop(&self) -> bool {
-        !terminate_group(
-            self.pgid,
-            GroupIdentity::Recorded {
-                leader_start_time: self.leader_start_time,
-                session: self.session,
+    /// How often to follow the target between messages (a tree only).
+    fn follow_every(&self) -> Option<Duration> {
+        matches!(self.target, Target::Tree(Some(_))).then_some(FOLLOW_EVERY)
+    }
+
+    /// Collects what a followed tree started since the last call.
+    fn refresh(&mut self) {
+        if let Target::Tree(Some(tree)) = &mut self.target {
+            tree.refresh();
+        }
+    }
+
+    /// Kills the whole group or tree at once (no grace: the bound is the
+    /// promise); whether anything of it was still running.
+    fn stop(&mut self) -> bool {
+        match &mut self.target {
+            Target::Group {
+                pgid,
+                leader_start_time,
+                session,
+            } => !terminate_group(
+                *pgid,
+                GroupIdentity::Recorded {
+                    leader_start_time: *leader_start_time,
+                    session: *session,
+                },
+                Duration::ZERO,
+            )
+            .is_empty(),
+            Target::Tree(tree) => match tree.take() {
+                Some(t) => {
+                    let any = !t.pids().is_empty();
+                    t.terminate(Duration::ZERO);
+                    any
+                }
+                None => false,
             },
-            Duration::ZERO,
-        )
-        .is_empty()
+        }
     }
 }
 
@@ -306,15 +417,96 @@ fn parse(line: &[u8]) -> Option<Message> {
             let session: i32 = parts.next()?.parse().ok()?;
             let until: u64 = parts.next()?.parse().ok()?;
             (pgid > 1).then_some(Message::Arm(Armed {
-                pgid,
-                leader_start_time,
-                session,
+                target: Target::Group {
+                    pgid,
+                    leader_start_time,
+                    session,
+                },
                 until,
             }))
+        }
+        "T" => {
+            let root: i32 = parts.next()?.parse().ok()?;
+            let root_start: u64 = parts.next()?.parse().ok()?;
+            let until: u64 = parts.next()?.parse().ok()?;
+            let foreign = parts
+                .map(|p| {
+                    let (pid, start) = p.split_once(':')?;
+                    Some((pid.parse().ok()?, start.parse().ok()?))
+                })
+                .collect::<Option<Vec<(i32, u64)>>>()?;
+            (root > 1).then(|| {
+                Message::Arm(Armed {
+                    target: Target::Tree(ProcessTree::follow_as(&TreeSnapshot {
+                        root,
+                        root_start,
+                        foreign,
+                    })),
+                    until,
+                })
+            })
         }
         "F" => Some(Message::Feed(parts.next()?.parse().ok()?)),
         "D" => Some(Message::Disarm),
         _ => None,
+    }
+}
+
+/// Reads what the supervisor sent into `buf`, keeping any descriptors that
+/// came with it in `kept` (close-on-exec).
+fn receive(socket: impl AsFd, buf: &mut [u8], kept: &mut Vec<OwnedFd>) -> Result<usize, Errno> {
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_KEPT))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let got = recvmsg(
+        socket,
+        &mut [io::IoSliceMut::new(buf)],
+        &mut control,
+        RECV_FLAGS,
+    )?;
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = message {
+            kept.extend(fds);
+        }
+    }
+    Ok(got.bytes)
+}
+
+/// The guardian never executes anything; close-on-exec is only hygiene
+/// where the system offers it on receipt.
+#[cfg(not(target_vendor = "apple"))]
+const RECV_FLAGS: RecvFlags = RecvFlags::CMSG_CLOEXEC;
+#[cfg(target_vendor = "apple")]
+const RECV_FLAGS: RecvFlags = RecvFlags::empty();
+
+/// The most descriptors one message hands over.
+const MAX_KEPT: usize = 16;
+
+/// Sends `bytes` with `fds` attached (at most [`MAX_KEPT`]); never raises
+/// `SIGPIPE`. The message is far below the socket's buffer: one call.
+fn send_with_fds(socket: &OwnedFd, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    if fds.len() > MAX_KEPT {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("at most {MAX_KEPT} descriptors can be handed to a guardian"),
+        ));
+    }
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_KEPT))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(io::Error::from(io::ErrorKind::OutOfMemory));
+    }
+    loop {
+        match sendmsg(
+            socket.as_fd(),
+            &[io::IoSlice::new(bytes)],
+            &mut control,
+            SEND_FLAGS,
+        ) {
+            Ok(n) if n == bytes.len() => return Ok(()),
+            Ok(_) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
@@ -341,9 +533,11 @@ mod tests {
         assert!(matches!(
             parse(b"A 1234 99 1200 5000\n"),
             Some(Message::Arm(Armed {
-                pgid: 1234,
-                leader_start_time: 99,
-                session: 1200,
+                target: Target::Group {
+                    pgid: 1234,
+                    leader_start_time: 99,
+                    session: 1200,
+                },
                 until: 5000
             }))
         ));
@@ -354,6 +548,17 @@ mod tests {
             "pgid 1 is never a command's"
         );
         assert!(parse(b"X\n").is_none());
+        assert!(parse(b"T 1 2 3\n").is_none(), "pid 1 is never a script");
+        assert!(parse(b"T 5 2 3 7:x\n").is_none(), "a broken foreign member");
+        // A root that is not running (pid 0 never is one of ours): armed,
+        // with nothing to follow.
+        assert!(matches!(
+            parse(format!("T {} 1 0\n", i32::MAX).as_bytes()),
+            Some(Message::Arm(Armed {
+                target: Target::Tree(None),
+                until: 0
+            }))
+        ));
         assert!(parse(b"F x\n").is_none());
     }
 }

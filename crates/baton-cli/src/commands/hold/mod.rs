@@ -9,8 +9,9 @@
 //! `baton lock release` (which sends it SIGUSR1), its `--ttl` elapsing, a
 //! TERM, or the death of the process that called `acquire` (watched through
 //! a pidfd, with the caller's start time checked so a reused pid is never
-//! mistaken for it). The kernel releases the lock if the holder itself is
-//! killed. Unless the hold ends with `release`, the caller and everything it
+//! mistaken for it). If the holder itself is killed, its guardian
+//! ([`baton_proc::TreeGuard`]) kills the caller and what it started, and
+//! keeps the lock until they are gone. Unless the hold ends with `release`, the caller and everything it
 //! started are stopped before the lock is let go: the holder follows what
 //! the caller starts while it holds the lock ([`baton_proc::ProcessTree`]),
 //! because once the caller has died its children cannot be found from it.
@@ -271,6 +272,7 @@ fn hold(
     };
     let backend =
         Backend::open(dir, req.backend.as_deref()).map_err(|e| baton_lock::one_line(&e))?;
+    let guard_spec = backend.hold_guard();
     let mut lock_req = LockRequest::new(req.name.clone())
         .mode(req.mode)
         .wait(req.wait)
@@ -352,6 +354,27 @@ fn hold(
         .caller
         .zip(watched.as_ref())
         .and_then(|((pid, start), _)| baton_proc::ProcessTree::follow(pid, start));
+    // The script dies with this holder: a guardian follows it too and, if
+    // this process dies (or, on a database, stops proving its session
+    // within the fence), kills it and what it started at once. It keeps the
+    // lock files open meanwhile, so their kernel locks outlive this process
+    // until the script is stopped: the next holder never starts beside it.
+    let guardian = match &tree {
+        Some(tree) => {
+            guard.vouch_to(&guard_spec.fence);
+            match baton_proc::TreeGuard::start(&guard_spec, tree, &guard.lock_files()) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    let _ = guard.release();
+                    return Err(format!(
+                        "lock '{}' was not acquired: the background holder could not start the guardian of the script it holds it for: {e}",
+                        req.name
+                    ));
+                }
+            }
+        }
+        None => None,
+    };
     let token = guard.tokens().first().map_or(0, |(_, t)| *t);
     let previous = guard
         .previous_holder_died()
@@ -368,6 +391,9 @@ fn hold(
         // `acquire` died before it could print the token: nobody knows the
         // lock is held, so nobody would release it. Let go at once.
         guard.release().map_err(|e| e.to_string())?;
+        if let Some(g) = guardian {
+            g.disarm();
+        }
         return Ok(HoldEnd::Abandoned);
     }
     let deadline = req.ttl.map(|ttl| Instant::now() + ttl);
@@ -424,7 +450,7 @@ fn hold(
             Err(_) => break End::Forced,
         }
     };
-    match end {
+    let let_go = match end {
         End::Forced => {
             stop_caller_first(req, watched.as_ref(), tree);
             guard.release()
@@ -435,8 +461,13 @@ fn hold(
             stop_caller_first(req, watched.as_ref(), tree);
             guard.abandon()
         }
+    };
+    // Only now: until the locks are let go, the guardian keeps them if this
+    // process dies.
+    if let Some(g) = guardian {
+        g.disarm();
     }
-    .map_err(|e| baton_lock::one_line(&e))?;
+    let_go.map_err(|e| baton_lock::one_line(&e))?;
     Ok(HoldEnd::Done)
 }
 
