@@ -58,8 +58,12 @@ impl Scheduler {
                 if taken >= node_cap || self.lifecycle.is_draining() || !self.store.is_live() {
                     break;
                 }
-                // Every free slot in one claim (one transaction on SQLite).
-                let free = node_cap - taken;
+                // Every free slot in one claim where that is one step
+                // (SQLite: one transaction), else one at a time.
+                let free = match self.store.claims_in_one_step() {
+                    true => node_cap - taken,
+                    false => 1,
+                };
                 let claiming = self.lives.claim().await;
                 let claimed = self.store.claim_many(&self.node, cap, free, now_ms()).await;
                 if let Ok(jobs) = &claimed {

@@ -174,6 +174,14 @@ pub trait Store: Send + Sync + 'static {
         now: i64,
     ) -> Result<Option<Job>, StoreError>;
 
+    /// Whether [`Store::claim_many`] takes its jobs in one step (so a
+    /// caller gains by asking for several at once). Otherwise a caller
+    /// claims one at a time and starts each before it claims the next (as
+    /// a cluster's FIFO start order wants: a job claimed first starts first).
+    fn claims_in_one_step(&self) -> bool {
+        false
+    }
+
     /// Claims up to `n` jobs, as [`Store::claim_next`] would one after the
     /// other, oldest first; fewer (or none) when the queue or the cap runs
     /// out. A store may take them in one step (SQLite: one transaction).

@@ -607,6 +607,10 @@ impl Store for SqliteStore {
         self.files.problem()
     }
 
+    fn claims_in_one_step(&self) -> bool {
+        true
+    }
+
     async fn submit(&self, job: NewJob, max_depth: u64) -> Result<Submitted, StoreError> {
         // Group commit: the submission joins the waiting ones; one flusher
         // at a time stores them, a batch per transaction and sync, and
