@@ -147,6 +147,10 @@ fn create_output(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// The most a stream's first read takes (on the runtime); the rest is
+/// copied on a blocking thread.
+const FIRST_READ: usize = 8 * 1024;
+
 /// Waits on the runtime for the pipe `read` to have a first byte or its
 /// end; at its end (nothing printed) that is all, else [`copy_capped`] goes
 /// on with it on a blocking thread.
@@ -161,9 +165,12 @@ async fn copy_when_readable(
         Ok(p) => p,
         Err(e) => return Some(format!("output lost: cannot watch the job's pipe: {e}")),
     };
-    let mut first = vec![0u8; 64 * 1024];
+    // Small and not zeroed: most jobs print nothing, and freeing a chunk of
+    // 64 KiB or more makes glibc's malloc consolidate its free lists (a
+    // cost per job that showed in the profile, bench/README.md).
+    let mut first = Vec::with_capacity(FIRST_READ);
     let n = loop {
-        match pipe.read(&mut first).await {
+        match pipe.read_buf(&mut first).await {
             Ok(n) => break n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return None,
@@ -172,7 +179,6 @@ async fn copy_when_readable(
     if n == 0 {
         return None;
     }
-    first.truncate(n);
     let rest = match pipe.into_blocking_fd() {
         Ok(fd) => File::from(fd),
         Err(e) => return Some(format!("output lost: cannot read the job's pipe: {e}")),

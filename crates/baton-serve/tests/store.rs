@@ -112,6 +112,8 @@ exercises!(
     supersede_and_coalesce_mark_the_queued_jobs_of_their_group,
     a_finish_ends_only_a_running_job,
     the_store_has_one_owner,
+    a_claim_of_many_takes_the_oldest_up_to_the_cap,
+    concurrent_ends_and_claims_each_get_their_own_answer,
 );
 
 const MANY: u64 = 1_000;
@@ -597,4 +599,82 @@ async fn the_store_has_one_owner(ctx: Ctx) {
     // The first owner goes on.
     submit(&*ctx.store, job("after", 1)).await;
     assert_eq!(status(&*ctx.store, "after").await, Some(JobStatus::Queued));
+}
+
+async fn a_claim_of_many_takes_the_oldest_up_to_the_cap(ctx: Ctx) {
+    let s = &*ctx.store;
+    for (i, id) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+        submit(s, job(id, i as i64)).await;
+    }
+    submit(s, in_group("g1", 10, "g", JobMode::Queue)).await;
+    submit(s, in_group("g2", 11, "g", JobMode::Queue)).await;
+    let ids = |jobs: Vec<baton_serve::model::Job>| -> Vec<String> {
+        jobs.into_iter().map(|j| j.spec.id).collect()
+    };
+    // Fewer than asked when the cap runs out: 4 running at most.
+    let first = s.claim_many(s.node(), 4, 3, t(5_000)).await.unwrap();
+    assert!(first.iter().all(|j| j.status == JobStatus::Running));
+    assert_eq!(ids(first), ["a", "b", "c"]);
+    assert_eq!(
+        ids(s.claim_many(s.node(), 4, 3, t(5_000)).await.unwrap()),
+        ["d"]
+    );
+    assert!(s
+        .claim_many(s.node(), 4, 3, t(5_000))
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(status(s, "e").await, Some(JobStatus::Queued));
+    // Fewer when the queue runs out; a queue job whose group has a job
+    // claimed in the same step waits (as with claims one by one).
+    let got = s.claim_many(s.node(), MANY, 5, t(5_000)).await.unwrap();
+    assert_eq!(ids(got), ["e", "g1"]);
+    assert_eq!(status(s, "g2").await, Some(JobStatus::Queued));
+}
+
+/// Ends, process groups and claims made at the same moment (which a store
+/// may commit together) each get their own answer, and each is stored.
+async fn concurrent_ends_and_claims_each_get_their_own_answer(ctx: Ctx) {
+    let s = Arc::clone(&ctx.store);
+    for i in 0..40 {
+        submit(&*s, job(&format!("j{i:02}"), i)).await;
+    }
+    let running = s.claim_many(s.node(), MANY, 20, t(5_000)).await.unwrap();
+    assert_eq!(running.len(), 20);
+    let mut tasks = Vec::new();
+    for (i, job) in running.into_iter().enumerate() {
+        let s = Arc::clone(&s);
+        tasks.push(tokio::spawn(async move {
+            let id = job.spec.id;
+            let group = baton_serve::model::RecordedGroup {
+                pgid: 1000 + i as i32,
+                leader_start_time: 1,
+                session: 1,
+                grace_ms: 100,
+            };
+            s.set_process_group(&id, group).await.unwrap();
+            assert!(s
+                .finish(&id, &ended(JobStatus::Succeeded, t(6_000)))
+                .await
+                .unwrap());
+            // Its end is stored once answered.
+            assert_eq!(status(&*s, &id).await, Some(JobStatus::Succeeded));
+            s.claim_many(s.node(), MANY, 1, t(7_000))
+                .await
+                .unwrap()
+                .len()
+        }));
+    }
+    let mut claimed = 0;
+    for t in tasks {
+        claimed += t.await.unwrap();
+    }
+    assert_eq!(claimed, 20, "each of the other 20 jobs claimed once");
+    let counts = s.counts().await.unwrap();
+    assert_eq!((counts.running, counts.queued), (20, 0));
+    // An end that finds its job no longer running says so.
+    assert!(!s
+        .finish("j00", &ended(JobStatus::Failed, t(8_000)))
+        .await
+        .unwrap());
 }

@@ -53,19 +53,28 @@ impl Scheduler {
             if self.lifecycle.is_draining() {
                 return;
             }
-            while self.lives.active() + self.lives.recovering_count() < node_cap
-                && !self.lifecycle.is_draining()
-                && self.store.is_live()
-            {
+            loop {
+                let taken = self.lives.active() + self.lives.recovering_count();
+                if taken >= node_cap || self.lifecycle.is_draining() || !self.store.is_live() {
+                    break;
+                }
+                // Every free slot in one claim where that is one step
+                // (SQLite: one transaction), else one at a time.
+                let free = match self.store.claims_in_one_step() {
+                    true => node_cap - taken,
+                    false => 1,
+                };
                 let claiming = self.lives.claim().await;
-                let claimed = self.store.claim_next(&self.node, cap, now_ms()).await;
-                if let Ok(Some(job)) = &claimed {
-                    self.start(job.clone());
+                let claimed = self.store.claim_many(&self.node, cap, free, now_ms()).await;
+                if let Ok(jobs) = &claimed {
+                    for job in jobs {
+                        self.start(job.clone());
+                    }
                 }
                 drop(claiming);
                 match claimed {
-                    Ok(Some(_)) => {}
-                    Ok(None) => break,
+                    Ok(jobs) if jobs.len() as u64 == free => {}
+                    Ok(_) => break,
                     Err(e) => {
                         tracing::error!(error = %e, "cannot claim a job; retrying in 1s");
                         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -11,6 +11,7 @@ mod pg_sql;
 mod postgres;
 mod sqlite;
 mod sqlite_files;
+mod sqlite_writes;
 mod url;
 
 use std::path::Path;
@@ -172,6 +173,37 @@ pub trait Store: Send + Sync + 'static {
         max_running: u64,
         now: i64,
     ) -> Result<Option<Job>, StoreError>;
+
+    /// Whether [`Store::claim_many`] takes its jobs in one step (so a
+    /// caller gains by asking for several at once). Otherwise a caller
+    /// claims one at a time and starts each before it claims the next (as
+    /// a cluster's FIFO start order wants: a job claimed first starts first).
+    fn claims_in_one_step(&self) -> bool {
+        false
+    }
+
+    /// Claims up to `n` jobs, as [`Store::claim_next`] would one after the
+    /// other, oldest first; fewer (or none) when the queue or the cap runs
+    /// out. A store may take them in one step (SQLite: one transaction).
+    async fn claim_many(
+        &self,
+        node: &str,
+        max_running: u64,
+        n: u64,
+        now: i64,
+    ) -> Result<Vec<Job>, StoreError> {
+        let mut claimed = Vec::new();
+        while (claimed.len() as u64) < n {
+            match self.claim_next(node, max_running, now).await {
+                Ok(Some(job)) => claimed.push(job),
+                Ok(None) => break,
+                Err(e) if claimed.is_empty() => return Err(e),
+                // What is claimed must run: the next call meets the error.
+                Err(_) => break,
+            }
+        }
+        Ok(claimed)
+    }
 
     /// Records the process group of a running job's command.
     async fn set_process_group(&self, id: &str, group: RecordedGroup) -> Result<(), StoreError>;

@@ -9,7 +9,8 @@
 //! again) on the next start, never lost. The next FULL commit makes
 //! everything before it durable too. Every method is one `BEGIN IMMEDIATE`
 //! transaction on one connection, run on tokio's blocking pool;
-//! submissions are stored by one flusher in batches (group commit), and the
+//! submissions are stored by one flusher in batches (group commit), the
+//! service's bookkeeping likewise by another (`sqlite_writes`), and the
 //! WAL is checkpointed between them (see `checkpoint_if_due`). Debug events
 //! (`BATON_LOG=baton_serve::store=debug`) time each query's phases: waiting
 //! for a pool thread, for the connection, the query; and each batch's SQL
@@ -28,6 +29,7 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::sqlite_files::{self, StoreFiles};
+use super::sqlite_writes::{self, Writes};
 use super::{CancelQueued, Recovered, Store, StoreError};
 use crate::model::{
     Counts, Finish, Job, JobMode, JobStatus, ListFilter, NewJob, RecordedGroup, Submitted,
@@ -99,6 +101,12 @@ pub struct SqliteStore {
     flushing: Arc<std::sync::atomic::AtomicBool>,
     /// Commits since the last checkpoint (see [`CHECKPOINT_EVERY`]).
     commits: Arc<std::sync::atomic::AtomicU64>,
+    /// Bookkeeping writes waiting for the next group commit (see
+    /// `sqlite_writes`).
+    writes: Arc<Writes>,
+    /// The connection's `synchronous` setting now (set only when it
+    /// changes; read and written under the connection's lock).
+    sync_now: Arc<std::sync::atomic::AtomicBool>,
     // The files' identities, their owner lock, the last write's failure.
     files: Arc<StoreFiles>,
 }
@@ -173,6 +181,9 @@ impl SqliteStore {
             submits: Arc::default(),
             flushing: Arc::default(),
             commits: Arc::default(),
+            writes: Arc::default(),
+            // Opened with FULL (above).
+            sync_now: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             files: Arc::new(StoreFiles::new(path, owner)?),
         })
     }
@@ -306,14 +317,23 @@ impl SqliteStore {
         let files = Arc::clone(&self.files);
         let submits = Arc::clone(&self.submits);
         let commits = Arc::clone(&self.commits);
+        let sync_now = Arc::clone(&self.sync_now);
         let queued = std::time::Instant::now();
         let query = move || {
             let started = queued.elapsed();
             let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
             let locked = queued.elapsed();
             files.check()?;
-            let done = conn
-                .pragma_update(None, "synchronous", sync)
+            // One statement less per query: the setting changes only
+            // between a submission's batch (FULL) and bookkeeping (NORMAL).
+            let full = sync == "FULL";
+            let set = match sync_now.load(std::sync::atomic::Ordering::Relaxed) == full {
+                true => Ok(()),
+                false => conn.pragma_update(None, "synchronous", sync).inspect(|()| {
+                    sync_now.store(full, std::sync::atomic::Ordering::Relaxed);
+                }),
+            };
+            let done = set
                 .and_then(|()| f(&mut conn))
                 .map_err(|e| files.failed(&e));
             if writes {
@@ -340,6 +360,61 @@ impl SqliteStore {
                 op,
                 message: format!("the query's thread failed: {e}"),
             }),
+        }
+    }
+}
+
+impl SqliteStore {
+    /// Runs `f`, which writes the service's bookkeeping, in the next batch
+    /// of such writes (see `sqlite_writes`), committed with
+    /// `synchronous=NORMAL`; returns once that batch has committed.
+    async fn bookkeeping<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (write, answer) = sqlite_writes::write(f);
+        if self.writes.push(write) {
+            let store = self.clone();
+            tokio::spawn(async move { store.flush_writes().await });
+        }
+        match answer.await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(message)) => Err(StoreError::Query { op, message }),
+            Err(_) => Err(StoreError::Query {
+                op,
+                message: self
+                    .files
+                    .problem()
+                    .unwrap_or_else(|| "the batch storing it was dropped".to_string()),
+            }),
+        }
+    }
+
+    /// Stores the waiting bookkeeping writes until none waits, a batch per
+    /// transaction, one flusher at a time (as `flush` does for submissions).
+    async fn flush_writes(&self) {
+        while !self.writes.stop_if_empty() {
+            let writes = Arc::clone(&self.writes);
+            let ran = self
+                .with("store the service's bookkeeping", move |conn| {
+                    let batch = writes.take();
+                    let n = batch.len();
+                    let t0 = std::time::Instant::now();
+                    let done = match n {
+                        0 => Ok(()),
+                        _ => sqlite_writes::run_batch(conn, batch),
+                    };
+                    tracing::debug!(n, us = t0.elapsed().as_micros() as u64, "bookkeeping batch");
+                    done
+                })
+                .await;
+            if ran.is_err() {
+                // The batch did not run (the store's files were replaced,
+                // say) or failed (its writers were told): what waits now
+                // is refused (its writers read the store's problem).
+                drop(self.writes.take());
+            }
         }
     }
 }
@@ -462,6 +537,36 @@ fn get_job(conn: &Connection, id: &str) -> rusqlite::Result<Option<Job>> {
         .optional()
 }
 
+/// How many jobs run (an index range of at most `max_concurrency` rows;
+/// [`counts`] also counts the queue, which a claim does not need).
+fn count_running(conn: &Connection) -> rusqlite::Result<u64> {
+    conn.prepare_cached("SELECT COUNT(*) FROM jobs WHERE status = 'running'")?
+        .query_row([], |r| Ok(u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0)))
+}
+
+/// Moves the oldest claimable queued job (see [`Store::claim_next`]) to
+/// running on `node`; `None` if there is none. The caller checks the cap.
+fn claim_one(conn: &Connection, node: &str, now: i64) -> rusqlite::Result<Option<Job>> {
+    let next: Option<String> = conn
+        .prepare_cached(
+            "SELECT id FROM jobs WHERE status = 'queued' \
+             AND NOT (grp IS NOT NULL AND mode IN ('queue', 'coalesce') AND grp IN \
+                 (SELECT grp FROM jobs WHERE status = 'running' AND grp IS NOT NULL)) \
+             ORDER BY priority DESC, seq LIMIT 1",
+        )?
+        .query_row([], |r| r.get(0))
+        .optional()?;
+    let Some(id) = next else {
+        return Ok(None);
+    };
+    conn.prepare_cached(
+        "UPDATE jobs SET status = 'running', started_at = ?1, node = ?2, \
+         attempts = attempts + 1, pgroup = NULL, workspace = NULL WHERE id = ?3",
+    )?
+    .execute(params![now, node, id])?;
+    get_job(conn, &id)
+}
+
 fn counts(conn: &Connection) -> rusqlite::Result<Counts> {
     conn.prepare_cached(
         "SELECT COALESCE(SUM(status = 'running'), 0), COALESCE(SUM(status = 'queued'), 0) \
@@ -500,6 +605,10 @@ fn to_i64(v: u64) -> i64 {
 impl Store for SqliteStore {
     fn problem(&self) -> Option<String> {
         self.files.problem()
+    }
+
+    fn claims_in_one_step(&self) -> bool {
+        true
     }
 
     async fn submit(&self, job: NewJob, max_depth: u64) -> Result<Submitted, StoreError> {
@@ -560,32 +669,30 @@ impl Store for SqliteStore {
         max_running: u64,
         now: i64,
     ) -> Result<Option<Job>, StoreError> {
+        let mut claimed = self.claim_many(node, max_running, 1, now).await?;
+        Ok(claimed.pop())
+    }
+
+    async fn claim_many(
+        &self,
+        node: &str,
+        max_running: u64,
+        n: u64,
+        now: i64,
+    ) -> Result<Vec<Job>, StoreError> {
         let node = node.to_string();
-        self.with("claim a job", move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            if counts(&tx)?.running >= max_running {
-                return Ok(None);
+        self.bookkeeping("claim a job", move |conn| {
+            let mut claimed = Vec::new();
+            // Counted once: each claim here adds one.
+            let mut running = count_running(conn)?;
+            while (claimed.len() as u64) < n && running < max_running {
+                match claim_one(conn, &node, now)? {
+                    Some(job) => claimed.push(job),
+                    None => break,
+                }
+                running += 1;
             }
-            let next: Option<String> = tx
-                .prepare_cached(
-                    "SELECT id FROM jobs WHERE status = 'queued' \
-                     AND NOT (grp IS NOT NULL AND mode IN ('queue', 'coalesce') AND grp IN \
-                         (SELECT grp FROM jobs WHERE status = 'running' AND grp IS NOT NULL)) \
-                     ORDER BY priority DESC, seq LIMIT 1",
-                )?
-                .query_row([], |r| r.get(0))
-                .optional()?;
-            let Some(id) = next else {
-                return Ok(None);
-            };
-            tx.prepare_cached(
-                "UPDATE jobs SET status = 'running', started_at = ?1, node = ?2, \
-                 attempts = attempts + 1, pgroup = NULL, workspace = NULL WHERE id = ?3",
-            )?
-            .execute(params![now, node, id])?;
-            let job = get_job(&tx, &id)?;
-            tx.commit()?;
-            Ok(job)
+            Ok(claimed)
         })
         .await
     }
@@ -593,7 +700,7 @@ impl Store for SqliteStore {
     async fn set_process_group(&self, id: &str, group: RecordedGroup) -> Result<(), StoreError> {
         let id = id.to_string();
         let json = serde_json::to_string(&group).unwrap_or_default();
-        self.with("record a job's process group", move |conn| {
+        self.bookkeeping("record a job's process group", move |conn| {
             conn.prepare_cached("UPDATE jobs SET pgroup = ?1 WHERE id = ?2 AND status = 'running'")?
                 .execute(params![json, id])
                 .map(drop)
@@ -603,7 +710,7 @@ impl Store for SqliteStore {
 
     async fn set_workspace(&self, id: &str, path: &str) -> Result<(), StoreError> {
         let (id, path) = (id.to_string(), path.to_string());
-        self.with("record a job's workspace", move |conn| {
+        self.bookkeeping("record a job's workspace", move |conn| {
             conn.execute(
                 "UPDATE jobs SET workspace = ?1 WHERE id = ?2",
                 params![path, id],
@@ -616,7 +723,7 @@ impl Store for SqliteStore {
     async fn finish(&self, id: &str, finish: &Finish) -> Result<bool, StoreError> {
         let id = id.to_string();
         let f = finish.clone();
-        self.with("record a job's end", move |conn| {
+        self.bookkeeping("record a job's end", move |conn| {
             if f.status == JobStatus::Queued {
                 // Interrupted, and its template retries: queued again.
                 let n = conn
