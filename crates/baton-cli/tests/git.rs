@@ -1192,6 +1192,47 @@ fn run_with_a_workspace_accepts_fetch_as_documented() {
     assert_eq!(g.git_ok(&g.base, &["rev-parse", "origin/main"]), tip);
 }
 
+/// Trial (a): runs of one issue's group, one after the other, each in a
+/// workspace started at a fresh `origin/main` (`--fetch`, the default 30 s
+/// debounce) on the issue's branch, each pushing its commit to `main`.
+/// The base's last fetch, by the run before, began before that run pushed:
+/// each run must fetch again (it waited for the group), else it starts from
+/// a stale `origin/main`, is refused on its branch (125) or its push is.
+#[test]
+fn runs_of_a_group_each_fetch_what_the_run_before_pushed() {
+    let g = GitEnv::new();
+    for n in 1..=3 {
+        let out = g.run(&[
+            "run",
+            "--group",
+            "issue-9",
+            "--mode",
+            "queue",
+            "--workspace",
+            g.base.to_str().unwrap(),
+            "--fetch",
+            "--ref",
+            "origin/main",
+            "--branch",
+            "agent/issue-9",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "echo {n} >> log.txt && git add log.txt && git commit -qm run-{n} && git push -q origin HEAD:main"
+            ),
+        ]);
+        assert_eq!(code(&out), 0, "run {n}: {}", stderr(&out));
+    }
+    let other = pusher(&g, "check");
+    g.git_ok(&other, &["pull", "-q", "origin", "main"]);
+    assert_eq!(
+        fs::read_to_string(other.join("log.txt")).unwrap(),
+        "1\n2\n3\n",
+        "every run's commit landed, in order"
+    );
+}
+
 /// Moves the remote's `main` one commit ahead of the base's, and fetches it
 /// into the base: `origin/main` is then ahead of the stale local `main`.
 fn advance_remote(g: &GitEnv, file: &str) -> String {

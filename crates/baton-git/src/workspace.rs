@@ -66,6 +66,12 @@ pub struct WorkspaceRequest {
     pub fetch: bool,
     /// Fetches within this long of the last one are skipped (shared).
     pub fetch_debounce: Duration,
+    /// A fetch that began before this moment is never fresh enough to
+    /// skip this one, however recent: a run that waited for its group slot
+    /// or its locks sets it to the moment it got them, so that it starts
+    /// from what the run before it pushed (that run pushed before it let
+    /// go). `None`: the debounce alone decides.
+    pub fetched_since: Option<SystemTime>,
     /// How long to wait for locks (the repository's, the workspace's), all
     /// together: one deadline for the whole creation.
     pub git_lock_wait: WaitPolicy,
@@ -86,6 +92,7 @@ impl WorkspaceRequest {
             root: None,
             fetch: false,
             fetch_debounce: Duration::from_secs(30),
+            fetched_since: None,
             git_lock_wait: WaitPolicy::AtMost(DEFAULT_GIT_LOCK_WAIT),
         }
     }
@@ -283,17 +290,23 @@ fn fetch_base(
     let name = repo.lock_name()?;
     let stamp = stamps.join(name.as_str().replace('/', "-"));
     let guard = repo.lock(wait, "git fetch", run_id)?;
+    // The stamp's time is when the last fetch began.
     let fresh = fs::metadata(&stamp)
         .and_then(|m| m.modified())
         .ok()
-        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .filter(|began| req.fetched_since.map_or(true, |since| *began >= since))
+        .and_then(|began| SystemTime::now().duration_since(began).ok())
         .is_some_and(|age| age < req.fetch_debounce);
     if !fresh {
+        let began = SystemTime::now();
         git::run(&repo.path, ["fetch", "--quiet", "origin"])?;
         let mut options = fs::OpenOptions::new();
         options.write(true).truncate(true);
         baton_lock::sharing::open_or_create(&stamp, &options, 0o644)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, run_id.as_bytes()))
+            .and_then(|mut f| {
+                std::io::Write::write_all(&mut f, run_id.as_bytes())?;
+                f.set_modified(began)
+            })
             .context("cannot write fetch stamp", &stamp)?;
     }
     drop(guard);

@@ -243,6 +243,11 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         Some(w) => {
             let mut w = w.clone();
             w.run_id = Some(run_id.clone());
+            // Only a fetch begun from now on can hold what the run before
+            // this one (of the group, of the locks) pushed before it let go.
+            if req.group.is_some() || !req.locks.is_empty() {
+                w.fetched_since = Some(std::time::SystemTime::now());
+            }
             Some((baton_git::create(ws_dir, &w)?, w.git_lock_wait))
         }
     };
