@@ -383,6 +383,38 @@ fn a_supersede_job_supersedes_a_running_job_of_another_mode() {
     assert_eq!(jb["status"], "succeeded", "{jb}");
 }
 
+/// Trial (e): every slot is taken when the newer supersede job arrives, so
+/// it waits in the queue; the older job of its group stops at once all the
+/// same (the newest request wins), as `baton run --mode supersede` does.
+/// Before, the older job ran on until a slot freed up for the newer one.
+#[test]
+fn a_supersede_job_waiting_for_a_slot_stops_the_older_job_at_once() {
+    let s = Server::start(GATED, &[]);
+    let t = s.tmp();
+    let a = s.submit(json!({"prompt": "a", "group": "g", "mode": "supersede"}));
+    let fillers: Vec<String> = ["f1", "f2"]
+        .iter()
+        .map(|p| s.submit(json!({ "prompt": p })))
+        .collect();
+    for p in ["a", "f1", "f2"] {
+        wait_for_file(Path::new(&format!("{t}/start.{p}")));
+    }
+    let b = s.submit(json!({"prompt": "b", "group": "g", "mode": "supersede"}));
+    // b waits for a slot (three run), yet a is superseded now; its slot
+    // then goes to b.
+    let ja = s.wait_final(&a);
+    assert_eq!(ja["status"], "superseded", "{ja}");
+    assert_eq!(ja["superseded_by"], b.as_str(), "{ja}");
+    wait_for_file(Path::new(&format!("{t}/start.b")));
+    for p in ["b", "f1", "f2"] {
+        std::fs::write(format!("{t}/go.{p}"), "").unwrap();
+    }
+    assert_eq!(s.wait_final(&b)["status"], "succeeded");
+    for f in &fillers {
+        assert_eq!(s.wait_final(f)["status"], "succeeded");
+    }
+}
+
 #[test]
 fn each_mode_conflict_ends_in_that_modes_status() {
     let s = Server::start(GATED, &[]);

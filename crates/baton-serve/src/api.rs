@@ -23,7 +23,7 @@ pub use baton_api::{ListQuery, SubmitRequest, WorkspaceOptions};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::model::{now_ms, Counts, Job, JobStatus, ListFilter, NewJob, Submitted};
+use crate::model::{now_ms, Counts, Job, JobMode, JobStatus, ListFilter, NewJob, Submitted};
 use crate::output::{self, Stream};
 use crate::service::{Cancelled, Service};
 use crate::store::StoreError;
@@ -320,6 +320,13 @@ pub async fn submit(service: &Service, job: NewJob) -> Result<(Job, u64), ApiErr
         } => {
             if !superseded.is_empty() {
                 tracing::info!(job = %job.spec.id, superseded = ?superseded, "queued jobs superseded");
+            }
+            // The group's running jobs stop now, even when the new one has
+            // to wait for a slot (a shared store tells every node instead).
+            if let (JobMode::Supersede, Some(group), None) =
+                (job.spec.mode, &job.spec.group, service.store.events())
+            {
+                service.supersede_running(&job.spec.id, job.seq, group);
             }
             service.wake();
             Ok((*job, position))

@@ -27,14 +27,7 @@ impl Service {
                     }
                 }
                 Ok(StoreEvent::Supersede { group, by, seq }) => {
-                    let older =
-                        self.lives.snapshot().into_iter().filter(|(_, l)| {
-                            l.group.as_deref() == Some(group.as_str()) && l.seq < seq
-                        });
-                    for (id, live) in older {
-                        tracing::info!(job = %id, by = %by, "superseded by a newer job of its group");
-                        live.control.supersede(by.clone());
-                    }
+                    self.supersede_running(&by, seq, &group);
                 }
                 Ok(StoreEvent::Live(true)) => self.wake(),
                 Ok(StoreEvent::Alive(sent)) => {

@@ -24,6 +24,28 @@ use crate::model::{JobStatus, ListFilter};
 
 use super::lives::Live;
 use super::scheduler::Scheduler;
+use super::Service;
+
+impl Service {
+    /// Stops this node's jobs of `group` older than job `by` (FIFO `seq`
+    /// below `by_seq`) that run now, at once: when `by` is submitted, not
+    /// when it starts, which may be much later when every slot is taken
+    /// (the newest request wins, as with `baton run --mode supersede`).
+    /// On a shared store every node does this on the store's `Supersede`
+    /// event; a single node does it at the submit. Stopping twice is
+    /// harmless.
+    pub(crate) fn supersede_running(&self, by: &str, by_seq: i64, group: &str) {
+        let older = self
+            .lives
+            .snapshot()
+            .into_iter()
+            .filter(|(id, l)| id != by && l.group.as_deref() == Some(group) && l.seq < by_seq);
+        for (id, live) in older {
+            tracing::info!(job = %id, by = %by, "superseded by a newer job of its group");
+            live.control.supersede(by.to_string());
+        }
+    }
+}
 
 impl Scheduler {
     /// Supersedes this node's running jobs of `group` older than job `by`
