@@ -928,6 +928,50 @@ fn killing_baton_during_workspace_creation_kills_its_git() {
     assert!(g.leftovers().is_empty(), "{:?}", g.leftovers());
 }
 
+/// Trial (c): `kill -9` of `workspace create` itself, whose owner (the
+/// caller: a long-lived pipeline runner, here this test process) lives on
+/// and never learnt the workspace's id. gc removes the half-made workspace
+/// all the same; before, it kept it as long as the runner lived.
+#[test]
+fn gc_removes_a_workspace_whose_creation_was_killed_though_its_owner_lives() {
+    let g = GitEnv::new();
+    let stall = g.stall_git("checkout");
+    let mut create = g
+        .stalled(
+            &stall,
+            &["workspace", "create", "--repo", g.base.to_str().unwrap()],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let git = stall.wait();
+    create.kill().unwrap();
+    create.wait().unwrap();
+    wait_until(Duration::from_secs(10), || !alive(git));
+    assert_eq!(
+        g.workspaces().len(),
+        1,
+        "the half-made workspace is recorded"
+    );
+    assert_eq!(g.workspaces()[0]["owner_alive"], "alive");
+
+    let out = g.run(&["workspace", "gc", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["removed"].as_array().unwrap().len(), 1, "{report}");
+    assert!(g.workspaces().is_empty());
+    assert!(g.leftovers().is_empty(), "{:?}", g.leftovers());
+    let registry = g.env.dir.join("workspaces").join(".registry");
+    let left: Vec<_> = fs::read_dir(&registry)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "left in the registry: {left:?}");
+}
+
 /// Issue 23: every git child starts through baton-proc's supervisor: it
 /// leads its own process group, and a `kill -9` of `baton git push` in the
 /// middle of its `git push` takes that git along (the parent-death signal).

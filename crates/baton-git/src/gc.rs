@@ -107,8 +107,12 @@ pub fn dead_owners(dir: &BatonDir) -> Result<Vec<Result<Workspace, GitError>>, G
 /// the others.
 pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
     let wait = git::deadline(opts.git_lock_wait);
+    // A creation that was killed leaves a half-made workspace its owner
+    // (a long-lived runner, say) never learnt the id of: due whoever the
+    // owner is. Checked again under the workspace's lock, which a creation
+    // in progress holds.
     let due = |ws: &Workspace| {
-        ws.owner.liveness() == Liveness::Dead
+        (ws.owner.liveness() == Liveness::Dead || registry::creation_abandoned(dir, &ws.id))
             && !matches!(opts.older_than, Some(min) if ws.age() < min)
     };
     let mut report = GcReport::default();

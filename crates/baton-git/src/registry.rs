@@ -107,6 +107,37 @@ pub(crate) fn get(dir: &BatonDir, id: &str) -> Result<Workspace, GitError> {
     }
 }
 
+/// The marker of a creation in progress: made before the record, removed
+/// once the workspace is complete. A marker whose workspace lock is free
+/// belongs to a creation that was killed: its workspace is half made, and
+/// nobody will ever use it ([`creation_abandoned`]).
+fn creating_marker(reg: &Path, id: &str) -> PathBuf {
+    reg.join(format!("{id}.creating"))
+}
+
+/// Marks workspace `id` as being created (see [`creating_marker`]).
+pub(crate) fn mark_creating(dir: &BatonDir, id: &str) -> Result<(), GitError> {
+    let reg = registry_dir(dir)?;
+    let path = creating_marker(&reg, id);
+    fs::write(&path, b"")
+        .context("cannot mark workspace creation", path)
+        .map_err(Into::into)
+}
+
+/// Clears the mark of [`mark_creating`] (absent is fine).
+pub(crate) fn unmark_creating(dir: &BatonDir, id: &str) {
+    if let Ok(reg) = registry_dir(dir) {
+        let _ = fs::remove_file(creating_marker(&reg, id));
+    }
+}
+
+/// Whether workspace `id` was left half made by a creation that ended
+/// (killed): true only while its mark remains, so callers must hold the
+/// workspace's lock, which a creation in progress holds.
+pub(crate) fn creation_abandoned(dir: &BatonDir, id: &str) -> bool {
+    registry_dir(dir).is_ok_and(|reg| creating_marker(&reg, id).exists())
+}
+
 /// Deletes a record (absent is fine).
 pub(crate) fn delete(dir: &BatonDir, id: &str) -> Result<(), GitError> {
     let reg = registry_dir(dir)?;

@@ -152,6 +152,7 @@ fn remove_workspace(
     }
     // Only now, with the directory gone, may the record go.
     registry::delete(dir, &ws.id)?;
+    registry::unmark_creating(dir, &ws.id);
     Ok(discarded)
 }
 

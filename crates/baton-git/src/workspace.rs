@@ -153,11 +153,18 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
     // Locked until complete, so gc and remove leave it alone meanwhile; then
     // recorded: whatever happens from here on, gc can find it.
     let guard = lock_workspace(dir, &ws.id, wait, "create workspace", &ws.run_id)?;
-    registry::insert(dir, &ws)?;
+    // Marked until complete: if this process is killed meanwhile, gc
+    // removes the half-made workspace whoever its owner is.
+    registry::mark_creating(dir, &ws.id)?;
+    if let Err(e) = registry::insert(dir, &ws) {
+        registry::unmark_creating(dir, &ws.id);
+        return Err(e);
+    }
     let made = populate(&repo, &ws, req, wait);
     if made.is_err() {
         discard(dir, &ws, wait);
     }
+    registry::unmark_creating(dir, &ws.id);
     drop(guard);
     made.map(|()| ws)
 }
