@@ -471,7 +471,7 @@ fn disk_usage(path: &Path) -> u64 {
         let Ok(meta) = fs::symlink_metadata(&p) else {
             continue;
         };
-        if baton_fs::file_identity(&meta).map_or(true, |id| seen.insert(id)) {
+        if baton_fs::file_identity(&meta).is_none_or(|id| seen.insert(id)) {
             total = total.saturating_add(baton_fs::allocated_bytes(&meta));
         }
         if meta.is_dir() {
