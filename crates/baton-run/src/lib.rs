@@ -13,8 +13,8 @@
 //!
 //! - **Supersede**: a newer run of a group wakes an older one through a
 //!   doorbell (`baton_proc::doorbell`): an abstract socket on Linux, a
-//!   named event of the logon session on Windows. macOS has neither: a
-//!   group run there fails to start, saying so.
+//!   named event of the logon session on Windows, a socket file in
+//!   `<baton dir>/bells` on macOS (which has no abstract sockets).
 //! - **Event log**: `flock` on unix, on Windows a `LockFileEx` lock on one
 //!   byte beyond the data; `--follow` waits with inotify on Linux and looks
 //!   again every 100 ms on macOS and Windows (`baton_fs::shared_log`).
