@@ -86,6 +86,7 @@ mod error;
 pub mod guard;
 mod identity;
 mod leftover;
+pub mod lineage;
 #[cfg(unix)]
 pub mod pidns;
 #[cfg(unix)]
