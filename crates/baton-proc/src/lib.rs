@@ -126,7 +126,7 @@ pub use contain::{become_subreaper, is_subreaper, terminate_group, terminate_tre
 pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 #[cfg(unix)]
 pub use guard::guardian_main;
-pub use guard::{Fence, FenceSource, GuardSpec, GUARD_ARG};
+pub use guard::{dispatch_guardian, Fence, FenceSource, GuardSpec, GUARD_ARG};
 pub use identity::ProcessId;
 pub use leftover::{Leftover, LeftoverPolicy};
 #[cfg(unix)]
@@ -149,7 +149,8 @@ pub use tree::ProcessTree;
 /// the rest of its group with a guardian, [`RunSpec::guard`]), on Windows its
 /// whole tree does (the Job Object). macOS has no parent-death signal:
 /// there only a guardian stops the command, so a caller that needs the
-/// promise sets [`RunSpec::guard`] (and `baton doctor` can say so).
+/// promise sets [`RunSpec::guard`] ([`GuardSpec::where_needed`] gives the
+/// one to set; `baton doctor` can say so).
 pub const DIES_WITH_SUPERVISOR: bool = cfg!(not(target_os = "macos"));
 
 /// Run `spec` to completion: the same as `Supervisor::new(spec.clone()).run()`.
