@@ -462,7 +462,7 @@ pub fn get(dir: &BatonDir, id: &str) -> Result<Workspace, GitError> {
 
 /// Bytes allocated on disk under `path`, each inode counted once (on
 /// Windows: the files' lengths, each hard link counted; see
-/// [`baton_fs::file_identity`]).
+/// [`baton_fs::FileId::of_metadata`]).
 fn disk_usage(path: &Path) -> u64 {
     let mut seen = HashSet::new();
     let mut total = 0u64;
@@ -471,7 +471,7 @@ fn disk_usage(path: &Path) -> u64 {
         let Ok(meta) = fs::symlink_metadata(&p) else {
             continue;
         };
-        if baton_fs::file_identity(&meta).is_none_or(|id| seen.insert(id)) {
+        if baton_fs::FileId::of_metadata(&meta).is_none_or(|id| seen.insert(id)) {
             total = total.saturating_add(baton_fs::allocated_bytes(&meta));
         }
         if meta.is_dir() {
