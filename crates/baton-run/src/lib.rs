@@ -23,8 +23,12 @@
 //!   **`lock break`** stops the script a hold was taken for with its
 //!   process tree on unix, its process alone on Windows.
 //! - **`lock acquire`'s caller**: walking past command-substitution
-//!   subshells and wrappers reads `/proc` (Linux); elsewhere the caller is
-//!   the parent process.
+//!   subshells and wrappers reads `/proc` on Linux and asks `proc_pidinfo`
+//!   on macOS (`baton_proc::lineage`); on Windows the caller is the parent
+//!   process.
+//! - **A run's command dies with a killed `baton run`** by the parent-death
+//!   signal on Linux, the Job Object on Windows, and a guardian on macOS
+//!   ([`Backend::guard`]).
 //! - **A run's command** is recorded as its process group (leader start
 //!   time, session) on unix, as its process (creation time) on Windows,
 //!   where its tree is in a Job Object that dies with the run.
