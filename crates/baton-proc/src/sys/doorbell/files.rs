@@ -60,11 +60,12 @@ pub(crate) fn bind_with(dir: &Path, name: &str, short_root: &Path) -> io::Result
     let stem = stem(name);
     let address = address(dir, &stem, short_root)?;
     let claim = Claim::take(dir, &stem)?;
-    remove(&claim.socket)?;
-    let socket = UnixDatagram::bind_addr(&address)?;
+    let at = |e: io::Error| in_context(e, "bind the doorbell socket", &claim.socket);
+    remove(&claim.socket).map_err(at)?;
+    let socket = UnixDatagram::bind_addr(&address).map_err(at)?;
     // Writable for the group too, which a shared baton dir (mode 2770)
     // lets ring; a private one (0700) lets nobody else in anyway.
-    fs::set_permissions(&claim.socket, fs::Permissions::from_mode(0o660))?;
+    fs::set_permissions(&claim.socket, fs::Permissions::from_mode(0o660)).map_err(at)?;
     Ok(Doorbell::new(socket, Some(claim)))
 }
 
@@ -147,6 +148,11 @@ fn short_link(dir: &Path, short_root: &Path) -> io::Result<PathBuf> {
     }
 }
 
+/// `e`, saying what was done to which path (its kind kept).
+fn in_context(e: io::Error, what: &str, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("cannot {what} {}: {e}", path.display()))
+}
+
 /// Removes the file `path`; gone already is fine.
 fn remove(path: &Path) -> io::Result<()> {
     match fs::remove_file(path) {
@@ -172,8 +178,9 @@ impl Claim {
         // Each turn that loses needs a remover to finish in between: a
         // handful of turns is plenty.
         for _ in 0..64 {
-            let file = options.open(&lock)?;
-            match lock_if_current(&file, &lock)? {
+            let at = |e: io::Error| in_context(e, "claim the doorbell", &lock);
+            let file = options.open(&lock).map_err(at)?;
+            match lock_if_current(&file, &lock).map_err(at)? {
                 Locked::Yes => {
                     return Ok(Claim {
                         socket: dir.join(stem),
@@ -373,6 +380,18 @@ mod tests {
         }
         // Every winner was dropped: nothing is left.
         assert!(files(dir.path()).is_empty(), "{:?}", files(dir.path()));
+    }
+
+    #[test]
+    fn a_missing_directory_is_named_in_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing");
+        let err = bind(&missing, "x").err().unwrap();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(
+            err.to_string().contains(&*missing.to_string_lossy()),
+            "{err}"
+        );
     }
 
     /// A directory whose socket paths are too long is reached through a
