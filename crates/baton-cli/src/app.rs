@@ -16,8 +16,10 @@ use crate::say::fail;
 pub(crate) fn run_cli(services: &Services) -> u8 {
     // A run's guardian (see `baton_proc::guard`): this same program,
     // executed by the run's supervisor; not a command of the CLI.
-    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(baton_proc::GUARD_ARG)) {
-        return u8::try_from(baton_proc::guardian_main()).unwrap_or(BATON_FAILED);
+    // It also records that this program serves as one (for git's
+    // children on macOS, `baton_proc::GuardSpec::where_needed`).
+    if let Some(code) = baton_proc::dispatch_guardian() {
+        return u8::try_from(code).unwrap_or(BATON_FAILED);
     }
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = match crate::cli::parse(args.iter().cloned()) {

@@ -233,7 +233,7 @@ fn killed_hands_over_only_after_the_writers(
     // Nothing is left running either way.
     for p in &writer_pids {
         let pid: i32 = p.parse().unwrap();
-        assert!(baton_proc::procfs::stat(pid).map_or(true, |st| st.exited));
+        assert!(baton_proc::procfs::stat(pid).is_none_or(|st| st.exited));
     }
     // The other side of the pipe was not the script's: it still runs.
     if let Some(sibling) = sibling {

@@ -392,7 +392,7 @@ fn a_leader_that_lost_its_parent_death_signal_is_stopped_by_the_next_holder() {
     // The fault: with no death signal the leader outlives its supervisor
     // (wait until it has been re-parented).
     wait_until(Duration::from_secs(10), || {
-        baton_proc::procfs::stat(leader).map_or(true, |st| st.ppid.to_string() != supervisor)
+        baton_proc::procfs::stat(leader).is_none_or(|st| st.ppid.to_string() != supervisor)
     });
     assert!(
         running(leader),

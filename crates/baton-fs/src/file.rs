@@ -116,13 +116,6 @@ pub fn shorten_name(name: &OsStr, max: usize, keep: usize) -> OsString {
     sys::shorten_name(name, max, keep)
 }
 
-/// What tells files apart when several paths (hard links) lead to one: on
-/// unix its device and inode; `None` on Windows, where std's `Metadata`
-/// has no stable file index (so each link counts as a file of its own).
-pub fn file_identity(meta: &Metadata) -> Option<(u64, u64)> {
-    sys::file_identity(meta)
-}
-
 /// The bytes a file takes on disk: on unix its 512-byte blocks (less than
 /// its length when sparse, more for the last block's slack); on Windows its
 /// length, 0 for a directory (std's `Metadata` has no allocation size

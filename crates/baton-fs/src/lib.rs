@@ -12,9 +12,12 @@
 //!   [`check_write_access`], [`copy_owner_and_mode`], [`describe_file_type`]
 //!   and [`shorten_name`]: what a crate that edits files in place
 //!   (baton-state) needs of the system, alike on every platform.
-//! - [`error_cause`], [`not_empty_error`], [`file_identity`] and
-//!   [`allocated_bytes`]: what baton-git needs to advise on a failed
-//!   removal and to measure a workspace.
+//! - [`error_cause`], [`not_empty_error`] and [`allocated_bytes`]: what
+//!   baton-git needs to advise on a failed removal and to measure a
+//!   workspace.
+//! - [`FileId`] ([`file_id`], [`path_id`], [`FileId::of_metadata`]): a
+//!   file's identity, the one way baton tells whether two names are one file
+//!   (a workspace's hard links, an event log's rotated segments).
 //! - [`random_u64`]: from the kernel's random source, with a fallback for
 //!   the uses here (unique names, jitter), where uniqueness matters and
 //!   secrecy does not.
@@ -77,6 +80,7 @@ mod atomic;
 mod cause;
 mod error;
 mod file;
+mod identity;
 mod random;
 pub mod shared_log;
 mod sys;
@@ -85,7 +89,8 @@ pub use atomic::{temp_prefix, write_atomic, Durability, TempFile, WriteError};
 pub use cause::{error_cause, not_empty_error, ErrorCause};
 pub use error::{IoResultExt, PathError};
 pub use file::{
-    allocated_bytes, check_write_access, copy_owner_and_mode, describe_file_type, file_identity,
-    flush_dir, flush_entry, open_no_follow, read_exact_at, set_len, shorten_name,
+    allocated_bytes, check_write_access, copy_owner_and_mode, describe_file_type, flush_dir,
+    flush_entry, open_no_follow, read_exact_at, set_len, shorten_name,
 };
+pub use identity::{file_id, path_id, FileId};
 pub use random::random_u64;

@@ -1,5 +1,5 @@
 //! What a log that many processes append to, rotate and follow needs of the
-//! system, alike on every platform: a file's identity ([`FileId`]), a
+//! system, alike on every platform: a file's identity ([`crate::FileId`]), a
 //! non-blocking exclusive lock on an open file ([`try_lock_exclusive`]) and
 //! a wait for changes in a directory ([`DirWatch`]).
 //!
@@ -25,38 +25,7 @@ use crate::sys::shared_log as sys;
 /// How often [`DirWatch::wait`] looks again where there is no inotify.
 pub const POLL: Duration = Duration::from_millis(100);
 
-/// A file's identity: two names with the same identity are the same file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct FileId {
-    volume: u64,
-    index: u64,
-}
-
-/// The identity of the open `file`.
-///
-/// # Errors
-///
-/// The system's, when the file cannot be inspected.
-pub fn file_id(file: &File) -> io::Result<FileId> {
-    let (volume, index) = sys::file_id(file)?;
-    Ok(FileId { volume, index })
-}
-
-/// The identity of the file at `path`, `None` if there is none (a symbolic
-/// link is followed).
-///
-/// # Errors
-///
-/// The system's, when it cannot be inspected (other than not found).
-pub fn path_id(path: &Path) -> io::Result<Option<FileId>> {
-    match sys::path_id(path) {
-        Ok((volume, index)) => Ok(Some(FileId { volume, index })),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// Whether a reader must keep a file open for its [`FileId`] to stay its
+/// Whether a reader must keep a file open for its [`FileId`](crate::FileId) to stay its
 /// own: on unix an inode number is reused as soon as its file is deleted;
 /// on Windows an NTFS file index carries a sequence number (not reused),
 /// and an open file could not be replaced by a rename (see [`rename_over`]).
@@ -136,6 +105,7 @@ mod tests {
     use std::io::{Read, Write};
 
     use super::*;
+    use crate::{file_id, path_id};
 
     fn open(path: &Path) -> File {
         OpenOptions::new()

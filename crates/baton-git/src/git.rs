@@ -12,7 +12,14 @@
 //! exec at all if baton already died), so a `kill -9` of baton in the middle
 //! of a `clone` or `checkout` does not leave git writing into a workspace that
 //! gc is about to remove. Linux sends the signal when the spawning *thread*
-//! exits; the supervisor spawns and waits on the calling thread. git leads its
+//! exits; the supervisor spawns and waits on the calling thread. macOS has no
+//! such signal: there git gets the guardian a `baton run` gets
+//! ([`baton_proc::GuardSpec::where_needed`]: baton itself, executed again,
+//! which kills git's whole process group when the baton that started it
+//! dies), in a program that serves as one (`baton` does; a library caller's
+//! program calls [`baton_proc::dispatch_guardian`] in its `main`, else git
+//! outlives a killed caller there). On Windows git's whole tree is in a Job
+//! Object that dies with baton. git leads its
 //! own process group; when baton is the terminal's foreground job and git runs
 //! on baton's main thread (a command line, not the service), git's group gets
 //! the terminal while it runs ([`baton_proc::RunSpec::terminal`]), so ssh can
@@ -75,6 +82,8 @@ where
     spec.stdio.stdin = baton_proc::Stdio::Null;
     spec.leftovers = LeftoverPolicy::Leave;
     spec.terminal = on_main_thread();
+    // On macOS, no parent-death signal: git gets a guardian instead.
+    spec.guard = baton_proc::GuardSpec::where_needed();
     let line = format!(
         "git -C {} {}",
         dir.display(),

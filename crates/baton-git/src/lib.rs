@@ -32,8 +32,11 @@
 //!
 //! - **git dies with baton**: on Linux by the parent-death signal (git
 //!   alone, not what it starts); on Windows git's whole tree is in a Job
-//!   Object that dies with baton; on macOS only with a guardian (see
-//!   baton-proc's `SIGNALS.md`, "Platforms"). git gets the terminal (and
+//!   Object that dies with baton; on macOS with a guardian, as a `baton
+//!   run`'s command (baton executed again, killing git's process group when
+//!   the baton that started it dies), in a program that serves as one
+//!   (`baton`; another calls `baton_proc::dispatch_guardian` in its `main`;
+//!   see baton-proc's `SIGNALS.md`, "Platforms"). git gets the terminal (and
 //!   ssh can prompt) only on unix.
 //! - **Remotes**: on Windows a drive letter (`C:/srv/r.git`, `C:\srv\r.git`,
 //!   `file:///C:/srv/r.git`) is a local path, as Git for Windows reads it,

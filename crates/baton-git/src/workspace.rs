@@ -301,7 +301,7 @@ fn fetch_base(
     let fresh = fs::metadata(&stamp)
         .and_then(|m| m.modified())
         .ok()
-        .filter(|began| req.fetched_since.map_or(true, |since| *began >= since))
+        .filter(|began| req.fetched_since.is_none_or(|since| *began >= since))
         .and_then(|began| SystemTime::now().duration_since(began).ok())
         .is_some_and(|age| age < req.fetch_debounce);
     if !fresh {
@@ -482,7 +482,7 @@ pub fn get(dir: &BatonDir, id: &str) -> Result<Workspace, GitError> {
 
 /// Bytes allocated on disk under `path`, each inode counted once (on
 /// Windows: the files' lengths, each hard link counted; see
-/// [`baton_fs::file_identity`]).
+/// [`baton_fs::FileId::of_metadata`]).
 fn disk_usage(path: &Path) -> u64 {
     let mut seen = HashSet::new();
     let mut total = 0u64;
@@ -491,7 +491,7 @@ fn disk_usage(path: &Path) -> u64 {
         let Ok(meta) = fs::symlink_metadata(&p) else {
             continue;
         };
-        if baton_fs::file_identity(&meta).map_or(true, |id| seen.insert(id)) {
+        if baton_fs::FileId::of_metadata(&meta).is_none_or(|id| seen.insert(id)) {
             total = total.saturating_add(baton_fs::allocated_bytes(&meta));
         }
         if meta.is_dir() {

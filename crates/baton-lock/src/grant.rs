@@ -369,6 +369,6 @@ pub(crate) fn held_for_ancestor(
 fn same_caller(h: &HolderRecord, caller: i32) -> bool {
     match (h.caller_thread, crate::identity::thread_of_ancestor(caller)) {
         (Some(theirs), Some(ours)) => theirs == ours,
-        _ => crate::identity::thread_count(caller).map_or(true, |n| n <= 1),
+        _ => crate::identity::thread_count(caller).is_none_or(|n| n <= 1),
     }
 }

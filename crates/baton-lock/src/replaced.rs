@@ -78,7 +78,7 @@ pub(crate) fn wait_until_gone(
 ) -> Gone {
     let mut pause = Duration::from_millis(1);
     loop {
-        if holders_elsewhere(mark, Some(ours)).map_or(true, |h| h.is_empty()) {
+        if holders_elsewhere(mark, Some(ours)).is_none_or(|h| h.is_empty()) {
             return Gone::Clear;
         }
         // Deleted again while we wait: whoever holds the newest file must

@@ -44,6 +44,7 @@
 #[cfg(unix)]
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -142,6 +143,39 @@ impl TreeGuard {
     pub fn disarm(self) -> bool {
         self.guardian.finish()
     }
+}
+
+impl GuardSpec {
+    /// The guardian a command needs so that it dies with its supervisor
+    /// where the system does not see to it: on macOS, which has no
+    /// parent-death signal ([`DIES_WITH_SUPERVISOR`](crate::DIES_WITH_SUPERVISOR)
+    /// is false), this program as a guardian without a fence (only the
+    /// supervisor's death stops the command) — if this program serves as
+    /// one ([`dispatch_guardian`] was called in its `main`); `None`
+    /// elsewhere, and in a program that does not (there the command
+    /// outlives a supervisor killed outright).
+    pub fn where_needed() -> Option<GuardSpec> {
+        (!crate::DIES_WITH_SUPERVISOR && SERVES_AS_GUARDIAN.load(Ordering::Relaxed))
+            .then(|| GuardSpec::this_program(Fence::new(Duration::ZERO)))
+    }
+}
+
+/// Set by [`dispatch_guardian`]: this program runs [`guardian_main`] when
+/// executed with [`GUARD_ARG`].
+static SERVES_AS_GUARDIAN: AtomicBool = AtomicBool::new(false);
+
+/// For the `main` of a program whose supervised commands may need a
+/// guardian, first thing: when this process was executed as one (its first
+/// argument is [`GUARD_ARG`], on unix) runs it to the end and returns its
+/// exit code; otherwise records that this program serves as a guardian
+/// ([`GuardSpec::where_needed`]) and returns `None`.
+pub fn dispatch_guardian() -> Option<i32> {
+    #[cfg(unix)]
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(GUARD_ARG)) {
+        return Some(guardian_main());
+    }
+    SERVES_AS_GUARDIAN.store(true, Ordering::Relaxed);
+    None
 }
 
 /// A dead-man's switch: the command may run until the earliest of its
@@ -284,6 +318,19 @@ fn nanos(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The only test that touches the process-wide flag.
+    #[test]
+    fn a_guardian_is_needed_without_a_parent_death_signal_from_a_program_that_serves_as_one() {
+        assert_eq!(GuardSpec::where_needed(), None, "before dispatch_guardian");
+        assert_eq!(dispatch_guardian(), None, "not executed as a guardian");
+        let needed = GuardSpec::where_needed();
+        assert_eq!(needed.is_some(), !crate::DIES_WITH_SUPERVISOR);
+        if let Some(spec) = needed {
+            assert_eq!(spec.fence.bound(), Duration::ZERO);
+            assert_eq!(spec.program, crate::sys::this_program());
+        }
+    }
 
     #[test]
     fn a_fence_takes_the_earliest_source_and_never_moves_back() {

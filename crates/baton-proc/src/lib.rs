@@ -86,6 +86,7 @@ mod error;
 pub mod guard;
 mod identity;
 mod leftover;
+pub mod lineage;
 #[cfg(unix)]
 pub mod pidns;
 #[cfg(unix)]
@@ -127,7 +128,7 @@ pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 pub use guard::guardian_main;
 #[cfg(unix)]
 pub use guard::TreeGuard;
-pub use guard::{Fence, FenceSource, GuardSpec, GUARD_ARG};
+pub use guard::{dispatch_guardian, Fence, FenceSource, GuardSpec, GUARD_ARG};
 pub use identity::ProcessId;
 pub use leftover::{Leftover, LeftoverPolicy};
 #[cfg(unix)]
@@ -150,7 +151,8 @@ pub use tree::{ProcessTree, TreeSnapshot};
 /// the rest of its group with a guardian, [`RunSpec::guard`]), on Windows its
 /// whole tree does (the Job Object). macOS has no parent-death signal:
 /// there only a guardian stops the command, so a caller that needs the
-/// promise sets [`RunSpec::guard`] (and `baton doctor` can say so).
+/// promise sets [`RunSpec::guard`] ([`GuardSpec::where_needed`] gives the
+/// one to set; `baton doctor` can say so).
 pub const DIES_WITH_SUPERVISOR: bool = cfg!(not(target_os = "macos"));
 
 /// Run `spec` to completion: the same as `Supervisor::new(spec.clone()).run()`.

@@ -4,7 +4,6 @@
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags};
@@ -17,7 +16,7 @@ use crate::guard::Guardian;
 use crate::leftover::{Leftover, LeftoverPolicy};
 use crate::signals::SignalCatcher;
 use crate::spec::{Finished, Outcome, RunSpec, Started};
-use crate::supervisor::{Detach, Supervisor};
+use crate::supervisor::{cancelled, Supervisor};
 use crate::sys::{ProcFd, Waker};
 use crate::terminal::{child_stopped, proxy_stop, StopWatch, TerminalHandover};
 use crate::time::timespec;
@@ -33,21 +32,10 @@ impl Supervisor {
     ///
     /// As [`Supervisor::run`].
     pub fn run_with(self, on_start: impl FnOnce(Started) + Send) -> Result<Finished, ProcError> {
-        let cancelled = Finished {
-            outcome: Outcome::Cancelled,
-            leftovers: Vec::new(),
-            fenced: false,
-            guardian_lost: false,
+        let Some(attached) = self.attach_waker()? else {
+            return Ok(cancelled());
         };
-        if self.cancel.is_cancelled() {
-            return Ok(cancelled);
-        }
-        let waker = Waker::new().map_err(|e| ProcError::io("create the cancel eventfd", e))?;
-        let waker = Arc::new(waker);
-        let _detach = Detach(&self.cancel);
-        if self.cancel.attach(Arc::clone(&waker)) {
-            return Ok(cancelled);
-        }
+        let waker = &attached.waker;
 
         check_cwd(&self.spec)?;
         // Process-wide signal handling only when asked (`baton run` asks; a
@@ -112,7 +100,7 @@ impl Supervisor {
                 &pidfd,
                 signals.as_ref(),
                 stops.as_ref(),
-                &waker,
+                waker,
                 watch_guardian,
                 &state,
             )?;

@@ -23,16 +23,15 @@
 
 use std::ffi::OsString;
 use std::os::windows::process::CommandExt;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::ProcError;
 use crate::leftover::{Leftover, LeftoverPolicy};
 use crate::spec::{Finished, Outcome, RunSpec, Started, Stdio};
-use crate::supervisor::{Detach, Supervisor};
+use crate::supervisor::{cancelled, Supervisor};
 use crate::sys::{
-    ctrl_break, resume_threads, wait_any, CtrlCatcher, Job, Process, Waker, KILLED_EXIT_CODE,
-    SPAWN_FLAGS, STATUS_CONTROL_C_EXIT,
+    ctrl_break, resume_threads, wait_any, CtrlCatcher, Job, Process, KILLED_EXIT_CODE, SPAWN_FLAGS,
+    STATUS_CONTROL_C_EXIT,
 };
 use crate::terminate::KILL_WAIT;
 
@@ -54,21 +53,10 @@ impl Supervisor {
     ///
     /// As [`Supervisor::run`].
     pub fn run_with(self, on_start: impl FnOnce(Started) + Send) -> Result<Finished, ProcError> {
-        let cancelled = Finished {
-            outcome: Outcome::Cancelled,
-            leftovers: Vec::new(),
-            fenced: false,
-            guardian_lost: false,
+        let Some(attached) = self.attach_waker()? else {
+            return Ok(cancelled());
         };
-        if self.cancel.is_cancelled() {
-            return Ok(cancelled);
-        }
-        let waker =
-            Arc::new(Waker::new().map_err(|e| ProcError::io("create the cancel event", e))?);
-        let _detach = Detach(&self.cancel);
-        if self.cancel.attach(Arc::clone(&waker)) {
-            return Ok(cancelled);
-        }
+        let waker = &attached.waker;
         if self.spec.guard.is_some() {
             return Err(ProcError::unsupported(
                 "a guardian (RunSpec::guard; the Job Object already stops the command when the supervisor dies)",

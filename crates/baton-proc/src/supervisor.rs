@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use crate::cancel::{CancelShared, Canceller};
 use crate::error::ProcError;
-use crate::spec::{Outcome, RunSpec};
+use crate::spec::{Finished, Outcome, RunSpec};
+use crate::sys::Waker;
 
 /// Supervises one child command; see the [crate documentation](crate) for what it does.
 ///
@@ -63,11 +64,48 @@ impl Supervisor {
     pub fn run(self) -> Result<Outcome, ProcError> {
         self.run_with(|_| {}).map(|f| f.outcome)
     }
+
+    /// How every platform's `run_with` begins: `None` when the run was
+    /// cancelled before it started (it then returns [`cancelled`]); else
+    /// the waker a cancel sets, attached to the run's cancel state until
+    /// the returned guard drops, however the run ends.
+    pub(crate) fn attach_waker(&self) -> Result<Option<Attached<'_>>, ProcError> {
+        if self.cancel.is_cancelled() {
+            return Ok(None);
+        }
+        let waker =
+            Arc::new(Waker::new().map_err(|e| ProcError::io("create the cancel waker", e))?);
+        let attached = Attached {
+            waker: Arc::clone(&waker),
+            _detach: Detach(&self.cancel),
+        };
+        if self.cancel.attach(waker) {
+            return Ok(None);
+        }
+        Ok(Some(attached))
+    }
+}
+
+/// What a run that was cancelled before it started reports.
+pub(crate) fn cancelled() -> Finished {
+    Finished {
+        outcome: Outcome::Cancelled,
+        leftovers: Vec::new(),
+        fenced: false,
+        guardian_lost: false,
+    }
+}
+
+/// A run's waker, attached to its cancel state ([`Supervisor::attach_waker`]).
+pub(crate) struct Attached<'a> {
+    /// Set by a cancel: the run waits on it with everything else.
+    pub(crate) waker: Arc<Waker>,
+    _detach: Detach<'a>,
 }
 
 /// Detaches a run's waker from its cancel state when the run ends, however
 /// it ends (cancels after that are no-ops).
-pub(crate) struct Detach<'a>(pub(crate) &'a CancelShared);
+struct Detach<'a>(&'a CancelShared);
 
 impl Drop for Detach<'_> {
     fn drop(&mut self) {

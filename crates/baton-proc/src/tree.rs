@@ -337,6 +337,6 @@ mod tests {
         tree.refresh();
         assert!(tree.pids().contains(&grandchild), "{tree:?}");
         assert!(tree.terminate(Duration::from_secs(5)));
-        assert!(procfs::stat(grandchild).map_or(true, |st| st.exited));
+        assert!(procfs::stat(grandchild).is_none_or(|st| st.exited));
     }
 }

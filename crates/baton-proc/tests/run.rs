@@ -404,7 +404,7 @@ fn a_streamed_command_that_times_out_leaves_nothing_behind() {
             continue;
         };
         let bg: i32 = bg.parse().expect("pid");
-        let gone = baton_proc::procfs::stat(bg).map_or(true, |st| st.exited);
+        let gone = baton_proc::procfs::stat(bg).is_none_or(|st| st.exited);
         assert!(gone, "the background child {bg} outlived the timeout");
         return;
     }

@@ -91,21 +91,20 @@ impl Backend {
     /// [`crate::RunRequest::guard`]): on a database, the command stops when
     /// this process stops vouching for its sessions within the database's
     /// fence. In the baton dir, whose kernel locks die with the process,
-    /// none where the command dies with its supervisor anyway
-    /// ([`baton_proc::DIES_WITH_SUPERVISOR`]: Linux, Windows); on macOS,
-    /// which has no parent-death signal, a guardian without a fence (no
-    /// source: only the supervisor's death stops the command), so that a
-    /// command never outlives a killed `baton run` and works beside the
-    /// next holder. (macOS is type-checked only, see the README.)
+    /// [`baton_proc::GuardSpec::where_needed`]: none where the command dies
+    /// with its supervisor anyway ([`baton_proc::DIES_WITH_SUPERVISOR`]:
+    /// Linux, Windows); on macOS, which has no parent-death signal, a
+    /// guardian without a fence (only the supervisor's death stops the
+    /// command), so that a command never outlives a killed `baton run` and
+    /// works beside the next holder — in a program that serves as a
+    /// guardian (`baton`: its `main` calls [`baton_proc::dispatch_guardian`]).
+    /// (macOS is type-checked only, see the README.)
     pub fn guard(&self) -> Option<baton_proc::GuardSpec> {
         if self.is_shared() {
             let fence = baton_proc::Fence::new(baton_pg::FENCE);
             Some(baton_proc::GuardSpec::this_program(fence))
-        } else if !baton_proc::DIES_WITH_SUPERVISOR {
-            let fence = baton_proc::Fence::new(std::time::Duration::ZERO);
-            Some(baton_proc::GuardSpec::this_program(fence))
         } else {
-            None
+            baton_proc::GuardSpec::where_needed()
         }
     }
 

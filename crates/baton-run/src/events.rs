@@ -74,7 +74,8 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use baton_fs::shared_log::{self, DirWatch, FileId};
+use baton_fs::shared_log::{self, DirWatch};
+use baton_fs::FileId;
 use baton_lock::BatonDir;
 use serde::{Deserialize, Serialize};
 
@@ -230,7 +231,7 @@ pub fn append_with(
         if !matches!(lock_exclusive(&file, deadline), Ok(true)) {
             break; // timed out, or no flock here: append without the lock below
         }
-        let id = shared_log::file_id(&file).map_err(at("inspect", path))?;
+        let id = baton_fs::file_id(&file).map_err(at("inspect", path))?;
         if path_id(path)? != Some(id) {
             continue; // rotated while we waited: this file is no longer the log
         }
@@ -290,7 +291,7 @@ fn lock_exclusive(file: &File, deadline: Instant) -> io::Result<bool> {
 /// The identity (device and inode; volume and file index on Windows) of
 /// the file at `path`, `None` if there is none.
 fn path_id(path: &Path) -> Result<Option<FileId>, EventLogError> {
-    shared_log::path_id(path).map_err(at("inspect", path))
+    baton_fs::path_id(path).map_err(at("inspect", path))
 }
 
 fn open_read(path: &Path) -> Result<Option<File>, EventLogError> {
@@ -314,7 +315,7 @@ struct Segment {
 
 impl Segment {
     fn new(file: File, path: &Path, renamed: bool) -> Result<Segment, EventLogError> {
-        let id = shared_log::file_id(&file).map_err(at("inspect", path))?;
+        let id = baton_fs::file_id(&file).map_err(at("inspect", path))?;
         Ok(Segment {
             reader: BufReader::new(file),
             id,

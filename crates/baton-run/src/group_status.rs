@@ -116,7 +116,7 @@ pub(crate) fn remote_group_status(
 ) -> Result<Vec<GroupStatus>, RunError> {
     let mut out: Vec<GroupStatus> = Vec::new();
     for row in db.group_runs(key)? {
-        if !out.last().is_some_and(|g| g.key == row.key) {
+        if out.last().is_none_or(|g| g.key != row.key) {
             out.push(GroupStatus {
                 mode: serde_json::from_value(serde_json::Value::String(row.mode.clone())).ok(),
                 max: row.slots,

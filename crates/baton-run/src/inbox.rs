@@ -12,15 +12,23 @@
 //! belongs to a network namespace: a run in another network namespace (a
 //! container with its own network) is not woken; it still sees its mark
 //! when it gets the slot, and never runs after being superseded. On
-//! Windows it is a named event of the logon session. macOS has no such
-//! bell: a group run there fails to start, saying so.
+//! Windows it is a named event of the logon session. On macOS it is a
+//! socket file in `<baton dir>/bells` (a baton dir too long for a socket
+//! path is reached through a short link in the temporary directory); the
+//! bell of a run that was killed is removed by the next run's bind.
 
 use std::io;
 
-use baton_proc::doorbell::{self, Doorbell, DoorbellWatcher};
+use baton_lock::BatonDir;
+use baton_proc::doorbell::{Bells, Doorbell, DoorbellWatcher};
 
 fn name(run_id: &str) -> String {
     format!("baton/run/{run_id}")
+}
+
+/// The bells of the runs of `dir`.
+fn bells(dir: &BatonDir) -> Bells {
+    Bells::for_dir(&dir.path().join("bells"))
 }
 
 /// The bell a run listens on.
@@ -28,8 +36,16 @@ pub(crate) struct Inbox(Doorbell);
 
 impl Inbox {
     /// Binds the run's bell.
-    pub(crate) fn open(run_id: &str) -> io::Result<Inbox> {
-        Doorbell::bind(&name(run_id)).map(Inbox)
+    pub(crate) fn open(dir: &BatonDir, run_id: &str) -> io::Result<Inbox> {
+        let bells = bells(dir);
+        if bells.uses_dir() {
+            // Shared like the baton dir when it is (mode 2770).
+            let path = dir.path().join("bells");
+            baton_lock::sharing::create_dir(&path).map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display()))
+            })?;
+        }
+        bells.bind(&name(run_id)).map(Inbox)
     }
 
     /// Calls `on_message` for each ring, in a thread, until the returned
@@ -42,9 +58,11 @@ impl Inbox {
 /// The thread reading an inbox; `close` (or drop) ends it.
 pub(crate) type Watcher = DoorbellWatcher;
 
-/// Wakes the runs `run_ids` (best effort: a run that has ended is gone).
-pub(crate) fn notify(run_ids: &[String]) {
+/// Wakes the runs `run_ids` of `dir` (best effort: a run that has ended is
+/// gone).
+pub(crate) fn notify(dir: &BatonDir, run_ids: &[String]) {
+    let bells = bells(dir);
     for id in run_ids {
-        doorbell::ring(&name(id));
+        bells.ring(&name(id));
     }
 }

@@ -13,8 +13,8 @@
 //!
 //! - **Supersede**: a newer run of a group wakes an older one through a
 //!   doorbell (`baton_proc::doorbell`): an abstract socket on Linux, a
-//!   named event of the logon session on Windows. macOS has neither: a
-//!   group run there fails to start, saying so.
+//!   named event of the logon session on Windows, a socket file in
+//!   `<baton dir>/bells` on macOS (which has no abstract sockets).
 //! - **Event log**: `flock` on unix, on Windows a `LockFileEx` lock on one
 //!   byte beyond the data; `--follow` waits with inotify on Linux and looks
 //!   again every 100 ms on macOS and Windows (`baton_fs::shared_log`).
@@ -23,8 +23,12 @@
 //!   **`lock break`** stops the script a hold was taken for with its
 //!   process tree on unix, its process alone on Windows.
 //! - **`lock acquire`'s caller**: walking past command-substitution
-//!   subshells and wrappers reads `/proc` (Linux); elsewhere the caller is
-//!   the parent process.
+//!   subshells and wrappers reads `/proc` on Linux and asks `proc_pidinfo`
+//!   on macOS (`baton_proc::lineage`); on Windows the caller is the parent
+//!   process.
+//! - **A run's command dies with a killed `baton run`** by the parent-death
+//!   signal on Linux, the Job Object on Windows, and a guardian on macOS
+//!   ([`Backend::guard`]).
 //! - **A run's command** is recorded as its process group (leader start
 //!   time, session) on unix, as its process (creation time) on Windows,
 //!   where its tree is in a Job Object that dies with the run.

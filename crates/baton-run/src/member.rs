@@ -65,7 +65,7 @@ pub(crate) fn enter_local(
 ) -> Result<Entered, RunError> {
     let io = |op| move |source| RunError::Io { op, source };
     // Listen before registering, so a newer run's message is never missed.
-    let inbox = Inbox::open(run_id).map_err(io("listen for supersede messages"))?;
+    let inbox = Inbox::open(dir, run_id).map_err(io("listen for supersede messages"))?;
     let (membership, targets) = match join(dir, req, run_id, command)? {
         Joined::Member(m, targets) => (Arc::new(m), targets),
         Joined::Refused(why) => return Err(RunError::NotAdmitted(why)),
@@ -87,7 +87,7 @@ pub(crate) fn enter_local(
         },
         end: End::GaveUp,
     };
-    notify(&targets);
+    notify(dir, &targets);
     // In mode skip a run never waits: it runs now or not at all.
     let wait = match req.mode {
         GroupMode::Skip => WaitPolicy::Immediately,

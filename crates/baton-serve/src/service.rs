@@ -234,7 +234,7 @@ impl Service {
             if job.status != JobStatus::Running || tokio::time::Instant::now() >= deadline {
                 return Ok(Cancelled::Done(Box::new(job)));
             }
-            if asked.map_or(true, |t| t.elapsed() >= Duration::from_secs(1)) {
+            if asked.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                 if !self.store.request_cancel(id).await? {
                     return Ok(Cancelled::NotHere);
                 }

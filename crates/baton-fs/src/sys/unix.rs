@@ -181,9 +181,21 @@ pub(crate) fn error_cause(errno: i32) -> crate::ErrorCause {
     }
 }
 
-/// Device and inode.
-pub(crate) fn file_identity(meta: &Metadata) -> Option<(u64, u64)> {
+/// Device and inode (`crate::FileId`).
+pub(crate) fn metadata_id(meta: &Metadata) -> Option<(u64, u64)> {
     Some((meta.dev(), meta.ino()))
+}
+
+/// Device and inode of the open `file`.
+pub(crate) fn file_id(file: &File) -> io::Result<(u64, u64)> {
+    let meta = file.metadata()?;
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// Device and inode of the file at `path` (a symbolic link followed).
+pub(crate) fn path_id(path: &Path) -> io::Result<(u64, u64)> {
+    let meta = std::fs::metadata(path)?;
+    Ok((meta.dev(), meta.ino()))
 }
 
 /// 512-byte blocks allocated.

@@ -16,8 +16,9 @@ use windows_sys::Win32::Foundation::{
     ERROR_SHARING_VIOLATION, ERROR_WRITE_PROTECT, GENERIC_WRITE, INVALID_HANDLE_VALUE,
 };
 use windows_sys::Win32::Storage::FileSystem::{
-    MoveFileExW, ReOpenFile, FILE_FLAG_OPEN_REPARSE_POINT, FILE_SHARE_DELETE, FILE_SHARE_READ,
-    FILE_SHARE_WRITE, MOVEFILE_REPLACE_EXISTING, MOVEFILE_WRITE_THROUGH,
+    GetFileInformationByHandle, MoveFileExW, ReOpenFile, BY_HANDLE_FILE_INFORMATION,
+    FILE_FLAG_OPEN_REPARSE_POINT, FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE,
+    MOVEFILE_REPLACE_EXISTING, MOVEFILE_WRITE_THROUGH,
 };
 
 use crate::error::{IoResultExt, PathError};
@@ -273,10 +274,36 @@ pub(crate) fn error_cause(code: i32) -> crate::ErrorCause {
     }
 }
 
-/// None: std's `Metadata` has no stable volume serial and file index here.
-pub(crate) fn file_identity(meta: &Metadata) -> Option<(u64, u64)> {
+/// `None`: std's `Metadata` has no stable file index here
+/// (`crate::FileId::of_metadata`).
+pub(crate) fn metadata_id(meta: &Metadata) -> Option<(u64, u64)> {
     let _ = meta;
     None
+}
+
+/// Volume serial number and file index of the open `file`.
+#[allow(unsafe_code)]
+pub(crate) fn file_id(file: &File) -> io::Result<(u64, u64)> {
+    use std::os::windows::io::AsRawHandle;
+    use windows_sys::Win32::Foundation::HANDLE;
+
+    // SAFETY: an all-zero BY_HANDLE_FILE_INFORMATION is valid (plain integers).
+    let mut info: BY_HANDLE_FILE_INFORMATION = unsafe { std::mem::zeroed() };
+    // SAFETY: the handle is open for the borrow of `file`; `info` is a valid
+    // out-pointer for the call.
+    let ok = unsafe { GetFileInformationByHandle(file.as_raw_handle() as HANDLE, &mut info) };
+    if ok == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let index = (u64::from(info.nFileIndexHigh) << 32) | u64::from(info.nFileIndexLow);
+    Ok((u64::from(info.dwVolumeSerialNumber), index))
+}
+
+/// The same of the file at `path` (opened: a symbolic link followed).
+pub(crate) fn path_id(path: &Path) -> io::Result<(u64, u64)> {
+    // std opens with reading, writing and deleting shared: a rename of the
+    // file by another process is not hindered.
+    file_id(&File::open(path)?)
 }
 
 /// A file's length, 0 for a directory (std's `Metadata` has no

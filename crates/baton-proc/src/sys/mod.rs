@@ -15,6 +15,12 @@
 //! ("Platforms").
 
 pub(crate) mod doorbell;
+#[cfg(target_os = "linux")]
+#[path = "lineage/linux.rs"]
+pub(crate) mod lineage;
+#[cfg(target_os = "macos")]
+#[path = "lineage/macos.rs"]
+pub(crate) mod lineage;
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]

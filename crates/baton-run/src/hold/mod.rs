@@ -11,8 +11,6 @@
 //! process of the command-line tool, which owns its signal handling and
 //! exit codes; this library installs no signal handler.
 
-use std::path::Path;
-
 use baton_lock::start_time;
 
 mod stop;
@@ -30,8 +28,9 @@ pub use stop::{BreakReport, BrokenHolder, ReleaseReport};
 /// a subshell, and is watched; so is a script piped elsewhere (`| tee`).
 /// Wrappers that fork the command and wait for it (`timeout`, `xargs`) are
 /// walked past too: they end with `acquire`, not with the script. Telling a
-/// subshell or a wrapper reads `/proc`: on macOS and Windows the caller is
-/// the parent process (on Windows a shell forks no subshells).
+/// subshell or a wrapper reads `/proc` on Linux and asks `proc_pidinfo` on
+/// macOS ([`baton_proc::lineage`]); on Windows, where a shell forks no
+/// subshells, the caller is the parent process.
 pub fn caller_to_watch() -> Option<(i32, u64)> {
     let mut pid = baton_lock::parent_of(std::process::id() as i32).filter(|p| *p > 0)?;
     for _ in 0..16 {
@@ -77,59 +76,18 @@ pub fn callers_of_release() -> Vec<(i32, u64)> {
     out
 }
 
-/// `pid` is a fork of `parent` that has not executed another program: the
-/// same command line and the same start of the stack (`exec` places the
-/// stack anew, at a random address).
+/// `pid` is a fork of `parent` that has not executed another program.
 fn is_fork_of(pid: i32, parent: i32) -> bool {
-    let cmdline = |p: i32| std::fs::read(format!("/proc/{p}/cmdline")).ok();
-    let stack = |p: i32| {
-        std::fs::read_to_string(format!("/proc/{p}/stat"))
-            .ok()
-            .and_then(|t| {
-                let after = t.get(t.rfind(')')? + 1..)?.to_string();
-                // Field 28 (startstack); fields after the name start at 3.
-                after.split_whitespace().nth(25)?.parse::<u64>().ok()
-            })
-            .filter(|s| *s != 0)
-    };
-    cmdline(pid).is_some_and(|c| Some(c) == cmdline(parent))
-        && stack(pid).is_some_and(|s| Some(s) == stack(parent))
+    baton_proc::lineage::is_fork_of(pid, parent)
 }
 
 /// `pid` is a forked subshell of `parent` writing into a pipe that `parent` reads.
 fn is_substitution_subshell(pid: i32, parent: i32) -> bool {
-    let Some(out) = std::fs::read_link(format!("/proc/{pid}/fd/1")).ok() else {
-        return false;
-    };
-    let cmdline = |p: i32| std::fs::read(format!("/proc/{p}/cmdline")).ok();
-    out.to_string_lossy().starts_with("pipe:")
-        && cmdline(pid).is_some_and(|c| Some(c) == cmdline(parent))
-        && reads(parent, &out)
+    baton_proc::lineage::is_fork_of(pid, parent) && baton_proc::lineage::stdout_read_by(pid, parent)
 }
 
 /// `pid` runs a tool that starts the command as its child and exits with it.
 fn is_forking_wrapper(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .is_ok_and(|c| matches!(c.trim(), "timeout" | "xargs" | "time"))
-}
-
-/// Whether process `pid` has the read end of pipe `link` (`pipe:[1234]`)
-/// open. Both ends have the same link; the access mode in `fdinfo` tells
-/// them apart (a parent that merely shares the child's stdout holds the
-/// write end).
-fn reads(pid: i32, link: &Path) -> bool {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
-    };
-    fds.flatten().any(|fd| {
-        std::fs::read_link(fd.path()).is_ok_and(|l| l == link) && {
-            let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
-            std::fs::read_to_string(info).is_ok_and(|text| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix("flags:"))
-                    .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
-                    .is_some_and(|flags| flags & 0o3 != 0o1) // not O_WRONLY
-            })
-        }
-    })
+    baton_proc::lineage::command_name(pid)
+        .is_some_and(|c| matches!(c.as_str(), "timeout" | "xargs" | "time"))
 }

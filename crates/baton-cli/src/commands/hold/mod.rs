@@ -153,7 +153,7 @@ pub(crate) fn start_holder(
 /// PID namespace other than the initial one, whose init reaps.
 pub(crate) fn warn_if_holders_stay_defunct() {
     use baton_proc::pidns::{current_pid_ns, INITIAL_PID_NS};
-    if current_pid_ns().map_or(true, |ns| ns == INITIAL_PID_NS) {
+    if current_pid_ns().is_none_or(|ns| ns == INITIAL_PID_NS) {
         return;
     }
     let me = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();

@@ -12,9 +12,9 @@ pub(crate) use linux::DirWatch;
 #[cfg(not(target_os = "linux"))]
 pub(crate) use poll::DirWatch;
 #[cfg(unix)]
-pub(crate) use unix::{file_id, path_id, try_lock_exclusive};
+pub(crate) use unix::try_lock_exclusive;
 #[cfg(windows)]
-pub(crate) use windows::{file_id, path_id, try_lock_exclusive};
+pub(crate) use windows::try_lock_exclusive;
 
 /// Where there is no inotify: a wait is a pause of [`crate::shared_log::POLL`].
 #[cfg(not(target_os = "linux"))]

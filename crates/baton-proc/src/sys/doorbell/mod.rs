@@ -1,4 +1,14 @@
-//! The system side of [`crate::doorbell`], per platform.
+//! The system side of [`crate::doorbell`], per platform: named bells
+//! (`bind_named`, `ring_named`: abstract sockets on Linux, events on
+//! Windows) and, on every unix, bells as socket files in a directory
+//! (`files`: what macOS uses).
+
+#[cfg(unix)]
+pub(crate) mod files;
+#[cfg(unix)]
+mod socket;
+#[cfg(unix)]
+pub(crate) use socket::{Doorbell, Watcher};
 
 #[cfg(target_os = "linux")]
 mod linux;
@@ -9,8 +19,3 @@ pub(crate) use linux::*;
 mod windows;
 #[cfg(windows)]
 pub(crate) use windows::*;
-
-#[cfg(target_os = "macos")]
-mod macos;
-#[cfg(target_os = "macos")]
-pub(crate) use macos::*;

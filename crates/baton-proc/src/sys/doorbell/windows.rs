@@ -33,8 +33,12 @@ pub(crate) struct Doorbell {
     event: OwnedHandle,
 }
 
+pub(crate) fn bind_named(name: &str) -> io::Result<Doorbell> {
+    Doorbell::bind(name)
+}
+
 impl Doorbell {
-    pub(crate) fn bind(name: &str) -> io::Result<Doorbell> {
+    fn bind(name: &str) -> io::Result<Doorbell> {
         let wide = event_name(name).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
         // SAFETY: no attributes, auto-reset, not signalled; `wide` is a
         // NUL-terminated UTF-16 string alive for the call.
@@ -85,7 +89,7 @@ impl Watcher {
     }
 }
 
-pub(crate) fn ring(name: &str) {
+pub(crate) fn ring_named(name: &str) {
     let Some(wide) = event_name(name) else {
         return;
     };
