@@ -424,6 +424,13 @@ fn a_released_hold_leaves_nothing_locked_in_its_guardians_duplicate() {
     let released = common::wait_for_file(&done);
     assert!(released.contains("rc=0"), "{released}");
 
+    // Named as what it is wherever processes are listed (not "exe").
+    assert_eq!(
+        fs::read_to_string(format!("/proc/{guardian}/comm"))
+            .unwrap()
+            .trim(),
+        "baton-guard"
+    );
     let ino = fs::metadata(env.dir.join("locks/c.lock")).unwrap().ino();
     let left = kernel_locks_on(ino);
     assert!(
