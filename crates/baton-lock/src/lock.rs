@@ -48,6 +48,8 @@ pub struct LockGuard {
     previous: Option<Box<HolderRecord>>,
     /// Released by [`LockGuard::abandon`]: the record stays, marked.
     abandoned: bool,
+    /// The name's marker byte, read-locked while held (see `replaced`).
+    mark: u64,
 }
 
 impl LockGuard {
@@ -187,6 +189,13 @@ impl LockGuard {
             None,
         );
         let unlock = ofd::unlock(fd, SLOT_BASE + u64::from(self.slot), 1);
+        // Nothing of this hold may outlive the release in a duplicate of the
+        // descriptor (a guardian's, see `AsFd`), which may close it much
+        // later: the borrowers' byte just taken would make the next
+        // holder's release wait for it, and the marker would look like a
+        // holder to an acquirer of a replaced file.
+        let _ = ofd::unlock(fd, borrowers, 1);
+        let _ = ofd::unlock(fd, self.mark, 1);
         unlock.context("cannot release lock", &self.path)?;
         record.context("cannot update lock metadata in", &self.path)?;
         Ok(())
@@ -197,7 +206,8 @@ impl LockGuard {
 /// description, which a duplicate shares: a process given a duplicate keeps
 /// the lock held after this one dies, until it closes it (a guardian that
 /// must stop what works under the lock first: `baton_proc::TreeGuard`).
-/// [`LockGuard::release`] unlocks explicitly, so a duplicate does not keep a
+/// [`LockGuard::release`] unlocks everything it locked explicitly (the slot,
+/// the borrowers' byte, the marker), so a duplicate keeps nothing of a
 /// released lock.
 #[cfg(unix)]
 impl std::os::fd::AsFd for LockGuard {
@@ -267,6 +277,7 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
                     borrowed: g.borrowed,
                     previous: g.previous.map(Box::new),
                     abandoned: false,
+                    mark,
                 });
             }
             // The file was deleted or replaced while we waited: use the new one.

@@ -213,6 +213,11 @@ impl Drop for Guardian {
 ///
 /// Call it from `main` when the first argument is [`GUARD_ARG`].
 pub fn guardian_main() -> i32 {
+    // Started as `/proc/self/exe`, it would be called "exe" wherever a
+    // process's name is shown: in `ps`, and in `lock status` when it is the
+    // one that keeps a lock file open ("held by pid N (exe)").
+    #[cfg(target_os = "linux")]
+    let _ = rustix::thread::set_name(c"baton-guard");
     // Signals meant for the terminal or the supervisor's job are not ours.
     for signal in [libc::SIGINT, libc::SIGHUP, libc::SIGQUIT, libc::SIGPIPE] {
         // SAFETY: SIG_IGN is a valid disposition for these signals; no
