@@ -44,6 +44,7 @@ pub mod output;
 pub mod server;
 pub mod service;
 pub mod store;
+mod sys;
 
 pub use config::{Config, ConfigError, Overrides};
 pub use server::{bind, claim_instance, launch, open, Instance, ServeError};
