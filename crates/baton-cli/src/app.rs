@@ -15,7 +15,9 @@ use crate::say::fail;
 /// Runs the command line of this process; returns its exit code.
 pub(crate) fn run_cli(services: &Services) -> u8 {
     // A run's guardian (see `baton_proc::guard`): this same program,
-    // executed by the run's supervisor; not a command of the CLI.
+    // executed by the run's supervisor; not a command of the CLI (unix:
+    // Windows has no guardian, a run's Job Object dies with its supervisor).
+    #[cfg(unix)]
     if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(baton_proc::GUARD_ARG)) {
         return u8::try_from(baton_proc::guardian_main()).unwrap_or(BATON_FAILED);
     }
