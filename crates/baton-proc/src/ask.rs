@@ -196,7 +196,12 @@ mod tests {
         use std::io::{BufRead, BufReader};
         use std::process::{Command, Stdio};
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "ask::tests::exit_request_helper", "--ignored", "--nocapture"])
+            .args([
+                "--exact",
+                "ask::tests::exit_request_helper",
+                "--ignored",
+                "--nocapture",
+            ])
             .env("BATON_TEST_ASK", "1")
             .stdout(Stdio::piped())
             .spawn()
@@ -210,7 +215,10 @@ mod tests {
         let pid = child.id() as i32;
         let limit = Duration::from_secs(10);
         assert_eq!(ask_to_exit(pid, || false, limit).unwrap(), Asked::Gone);
-        assert!(child.try_wait().unwrap().is_none(), "asked although not expected");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "asked although not expected"
+        );
         assert_eq!(ask_to_exit(pid, || true, limit).unwrap(), Asked::Exited);
         assert_eq!(child.wait().unwrap().code(), Some(7));
         assert_eq!(ask_to_exit(pid, || true, limit).unwrap(), Asked::Gone);
