@@ -17,7 +17,8 @@ pub(crate) fn run_cli(services: &Services) -> u8 {
     // A run's guardian (see `baton_proc::guard`): this same program,
     // executed by the run's supervisor; not a command of the CLI.
     // It also records that this program serves as one (for git's
-    // children on macOS, `baton_proc::GuardSpec::where_needed`).
+    // children on macOS, `baton_proc::GuardSpec::where_needed`); on
+    // Windows there is none (a run's Job Object dies with its supervisor).
     if let Some(code) = baton_proc::dispatch_guardian() {
         return u8::try_from(code).unwrap_or(BATON_FAILED);
     }

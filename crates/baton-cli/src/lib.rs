@@ -30,6 +30,23 @@
 //!   `duration`, `service` (executing `baton-service`).
 //!
 //! The one arrow up: [`main_without_runtime`] hands [`main`] to `startup`.
+//!
+//! # Platforms
+//!
+//! The same commands on Linux, macOS (type-checked only) and Windows. What
+//! the command itself does differently on Windows (the libraries' own
+//! differences are in their docs): `baton.exe` has a normal `main` (the
+//! unix start-up of `startup` skips Rust's and ignores SIGPIPE; Windows has
+//! neither need); `serve` and `job` run `baton-service.exe` as a supervised
+//! command instead of replacing the process; `baton serve` ends on Ctrl-C
+//! or Ctrl-Break; the background holder of `lock acquire` leaves the
+//! caller's console, takes `lock release` as an exit request (a named
+//! event, `baton_proc::on_exit_request`) instead of SIGUSR1, and watches
+//! its caller and its requester through process handles
+//! (`commands/hold/windows.rs`); `doctor` says that permissions are ACLs
+//! and that there are no PID namespaces. The integration tests that use
+//! `sh` or signals are unix; `tests/windows.rs` checks the real
+//! `baton.exe` under wine.
 
 #[macro_use]
 mod say;
@@ -70,7 +87,8 @@ pub fn service_main() -> u8 {
 }
 
 /// [`main`] in a process that Rust's runtime did not start (the `baton`
-/// binary is `no_main`): see `startup`.
+/// binary is `no_main` on unix): see `startup`.
+#[cfg(unix)]
 pub fn main_without_runtime() -> u8 {
     startup::without_runtime(main)
 }

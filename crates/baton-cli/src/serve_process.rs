@@ -1,5 +1,6 @@
 //! The process around `baton serve`: the parts only a binary may own (the
-//! async runtime, the open files limit, SIGTERM and SIGINT), around the
+//! async runtime, the open files limit, SIGTERM and SIGINT; on Windows
+//! Ctrl-C and Ctrl-Break), around the
 //! service's entry points, in the order they must be taken (see
 //! `baton_serve::server`).
 
@@ -25,6 +26,7 @@ pub(crate) fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
 
 /// Completes on the first SIGTERM or SIGINT (never, if they cannot be
 /// watched).
+#[cfg(unix)]
 async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let term = signal(SignalKind::terminate());
@@ -34,6 +36,23 @@ async fn shutdown_signal() {
             tokio::select! {
                 _ = term.recv() => {}
                 _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending::<()>().await,
+    }
+}
+
+/// Windows: completes on the first Ctrl-C or Ctrl-Break (what `baton.exe`
+/// forwards, and what ends a console program there; never, if they cannot
+/// be watched).
+#[cfg(windows)]
+async fn shutdown_signal() {
+    use tokio::signal::windows::{ctrl_break, ctrl_c};
+    match (ctrl_c(), ctrl_break()) {
+        (Ok(mut c), Ok(mut b)) => {
+            tokio::select! {
+                _ = c.recv() => {}
+                _ = b.recv() => {}
             }
         }
         _ => std::future::pending::<()>().await,

@@ -3,14 +3,18 @@
 //! in main.rs): that start-up reads the whole of /proc/self/maps to find the
 //! main thread's stack, about a tenth of the instructions of a `baton run`
 //! (bench/README.md, "Where the time goes"). The two things of it baton
-//! relies on are done here, as Rust does them.
+//! relies on are done here, as Rust does them. Windows has no SIGPIPE and
+//! no such start-up cost: `baton.exe` has a normal `main`, and only
+//! [`restore_default_sigpipe`] is here (doing nothing).
 
+#[cfg(unix)]
 use std::os::fd::IntoRawFd;
 
 /// Makes the process ready for the CLI ([`crate::main`]): standard descriptors that
 /// were closed are opened on /dev/null (so that no lock file or pipe of
 /// baton's becomes a child's stdin, stdout or stderr), and SIGPIPE is
 /// ignored, so that writing to a closed pipe is an error baton reports.
+#[cfg(unix)]
 fn prepare_process() -> Result<(), std::io::Error> {
     let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
         fd,
@@ -48,6 +52,7 @@ fn prepare_process() -> Result<(), std::io::Error> {
 /// Runs `main` in a process that Rust's runtime did not start (see the
 /// module's documentation): prepares the process, turns a panic into exit
 /// code 101 as Rust's runtime does (`main` flushes stdout).
+#[cfg(unix)]
 pub(crate) fn without_runtime(main: fn() -> u8) -> u8 {
     if let Err(e) = prepare_process() {
         // stderr may be one of the descriptors that could not be opened.
@@ -57,6 +62,7 @@ pub(crate) fn without_runtime(main: fn() -> u8) -> u8 {
     std::panic::catch_unwind(main).unwrap_or(101)
 }
 
+#[cfg(unix)]
 fn ignore_sigpipe() {
     // SAFETY: setting SIGPIPE's disposition to "ignore" installs no handler
     // and only changes how writes to a closed pipe fail (EPIPE).
@@ -69,6 +75,7 @@ fn ignore_sigpipe() {
 /// `baton state get | head`) end quietly on SIGPIPE, as Unix tools do,
 /// instead of failing on the closed pipe. Not for `run`, whose output is
 /// the command's own, nor for edits, which must survive such a reader.
+#[cfg(unix)]
 pub(crate) fn restore_default_sigpipe() {
     // SAFETY: setting the disposition of SIGPIPE to its default is
     // async-signal-safe and affects only how this process reacts to writes to
@@ -77,3 +84,8 @@ pub(crate) fn restore_default_sigpipe() {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
+
+/// Windows has no SIGPIPE: a write to a closed pipe is an error there
+/// (which `say` reports or, for output cut short, ends quietly on).
+#[cfg(windows)]
+pub(crate) fn restore_default_sigpipe() {}

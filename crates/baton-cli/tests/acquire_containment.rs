@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! `lock acquire` contains what the script started (issue 26, item 2): a
 //! script holding a lock through `T=$(baton lock acquire L)` that is

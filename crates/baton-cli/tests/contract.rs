@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! The machine contract (`baton_contract`): every `--json` output has exactly
 //! the documented fields, and the exit codes are the documented ones. Real

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Diagnostics (`-v`, `-vv`, `BATON_LOG`, `--log-format json`): what a
 //! waiter waits for is named, every line carries the run id, and without

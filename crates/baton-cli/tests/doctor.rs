@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! `baton doctor` and the network-filesystem warning of `run` and `lock
 //! acquire`. Real binary, real directories, a real OFD probe. A network or

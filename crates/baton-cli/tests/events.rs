@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 //! The event log under load: rotation at `BATON_EVENTS_MAX_BYTES` with many
 //! `baton run --group` processes appending at once, and `baton events
 //! [--follow]` reading across rotations.

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Shell completions and man pages: produced by the real binary, and
 //! mentioning every subcommand. The list of subcommands comes from clap's
@@ -67,6 +68,54 @@ fn completions_are_produced_for_every_shell_and_mention_every_subcommand() {
     }
     // Neither command needs or makes a baton dir.
     assert!(!env.dir.exists());
+}
+
+/// PowerShell cannot run here (`pwsh` is not installed, on purpose: the
+/// check is of what the generator gives): the script registers a native
+/// completer for `baton` (and `baton.exe`'s name, `baton`), its braces,
+/// parentheses and quotes balance, and it offers each subcommand with its
+/// help text as a completion result.
+#[test]
+fn the_powershell_completion_is_a_whole_script_for_baton() {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("pwsh").exists()));
+    assert!(
+        !on_path,
+        "pwsh is installed: run the script with it instead"
+    );
+    let env = Env::new();
+    let out = env.run(&["completions", "powershell"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let script = stdout(&out);
+    assert!(
+        script.contains("Register-ArgumentCompleter -Native -CommandName 'baton'"),
+        "{script}"
+    );
+    // Outside single-quoted strings (PowerShell doubles a quote inside one).
+    let mut depth = [0i64; 2];
+    let mut quoted = false;
+    for c in script.chars() {
+        match c {
+            '\'' => quoted = !quoted,
+            '{' if !quoted => depth[0] += 1,
+            '}' if !quoted => depth[0] -= 1,
+            '(' if !quoted => depth[1] += 1,
+            ')' if !quoted => depth[1] -= 1,
+            _ => {}
+        }
+        assert!(
+            depth[0] >= 0 && depth[1] >= 0,
+            "a closing bracket opens nothing"
+        );
+    }
+    assert!(!quoted, "an unterminated quote");
+    assert_eq!(depth, [0, 0], "unbalanced braces or parentheses");
+    for sub in ["run", "lock", "state", "group", "doctor"] {
+        assert!(
+            script.contains(&format!("[CompletionResult]::new('{sub}', '{sub}'")),
+            "no completion result for {sub}"
+        );
+    }
 }
 
 #[test]

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Workspaces, the repository lock and `baton git push` with real git, real
 //! processes and temp repositories (issue 5's scenarios). git never sees the

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! `examples/go` (lockrun), built with Debian's Go (`golang-go`, installed
 //! when missing; the test prints why and returns when it cannot be had) and

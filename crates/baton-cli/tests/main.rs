@@ -57,6 +57,8 @@ mod serve_trust;
 mod shared_dir;
 mod skip_any_mode;
 mod state;
+// Windows only (its tests run baton.exe under wine); the files above are unix.
+mod windows;
 
 #[test]
 fn every_test_file_is_declared_here() {

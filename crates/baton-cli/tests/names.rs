@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! A lock name means one lock per user on the machine (DESIGN.md, decision
 //! 10): callers in separate clones of one repository, with no `--dir` and

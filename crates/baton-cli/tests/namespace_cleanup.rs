@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Containers and sandboxes: cleaning up after a holder in a PID namespace
 //! (README "Containers and sandboxes"): its dead run's leftovers, its

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Containers and sandboxes: holders in PID namespaces (README "Containers
 //! and sandboxes"). Real namespaces made with `unshare --pid --fork

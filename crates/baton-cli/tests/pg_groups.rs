@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Concurrency groups on PostgreSQL (`--backend`): runs from two baton dirs
 //! (two "machines": nothing local is shared) coordinate through one fresh

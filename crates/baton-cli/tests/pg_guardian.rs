@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Across machines, never two holders: a dead or stalled supervisor's whole
 //! command is stopped by its guardian before another host takes over.

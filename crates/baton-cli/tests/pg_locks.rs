@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Locks on PostgreSQL through the real `baton` binary (`--backend URL` or
 //! `BATON_BACKEND`), on the machine's server (127.0.0.1:5432, user

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! TLS to PostgreSQL through the real `baton` binary: `sslmode` and
 //! `sslrootcert` in the backend and store URLs, against private PostgreSQL

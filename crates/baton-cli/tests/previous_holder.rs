@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! The next holder learns that the previous one died (issue 26, item 5):
 //! `BATON_PREVIOUS_HOLDER_DIED=1` for `baton run --lock` and `--group`, and

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Every shell example in the README runs (issue 26): each ```` ```sh ````
 //! block, as one bash script with `set -e`, in order, in one temporary git

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Regressions found by a hostile review of containment and the lock changes:
 //! each test reproduces one way to get two holders, a lost update or a hang.

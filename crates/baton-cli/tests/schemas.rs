@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! The JSON Schemas of `schemas/` against the real binary's output: every
 //! `--json` output of `baton_contract::json` (a lock held by a real holder,

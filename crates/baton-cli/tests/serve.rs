@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! The job service's scheduling: concurrency, FIFO, timeouts, limits, cancel
 //! — a real `baton serve` on 127.0.0.1 running real commands.

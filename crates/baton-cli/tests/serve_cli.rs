@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! `baton job ...`, the CLI client of the job service, against a real
 //! `baton serve` on 127.0.0.1; and groups shared by jobs and `baton run

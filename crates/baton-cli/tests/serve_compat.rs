@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! The job service's compatibility routes: `/execute`, `/jobs/{id}`, the
 //! OpenAI-shaped chat completions and models (with the official `openai`

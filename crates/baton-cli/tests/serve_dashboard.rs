@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! The dashboard of `baton serve`: its JSON (`/v1/overview`) against a real
 //! service, and the page itself in a real headless Chromium driven by

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! A full disk under the jobs' output (issue 21): a job whose output could
 //! not be written says so in its record, and `/health` reports the disk.

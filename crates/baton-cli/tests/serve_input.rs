@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! What a request may ask of the job service, and what it may not (issue
 //! 21): prompts that look like options or are too large, timeouts out of

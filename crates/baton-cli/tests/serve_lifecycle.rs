@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! The job service's lifecycle, as a hostile user sees it: `kill -9` with
 //! jobs queued and running, restart recovery (with and without

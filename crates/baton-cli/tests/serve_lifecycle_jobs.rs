@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! The job service's jobs under pressure: cancel (queued, running and
 //! ignoring TERM, finished, unknown), a workspace per job from a real git

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! `/openapi.json`: valid OpenAPI 3.1 (checked by openapi-spec-validator),
 //! and it documents exactly the routes the router serves; it is built for

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! `baton serve` nodes on one PostgreSQL database: a job's processes die
 //! with the node that runs them, and another node re-runs a dead node's job

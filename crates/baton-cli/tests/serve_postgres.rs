@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! The job service on PostgreSQL: real `baton serve` nodes on the machine's
 //! PostgreSQL (127.0.0.1:5432, user postgres), each test in a fresh database

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Several `baton serve` nodes on one PostgreSQL database as one cluster:
 //! a node's own cap (`node_max_concurrency`) under the cluster's

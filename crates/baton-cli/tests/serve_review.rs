@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Regression tests from a hostile review of `baton serve`: races and
 //! inputs a careless or malicious client can produce, each against a real

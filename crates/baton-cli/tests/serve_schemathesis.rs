@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! The OpenAPI document is the service's contract: schemathesis (from
 //! PyPI, pinned) fuzzes a real `baton serve` against its own

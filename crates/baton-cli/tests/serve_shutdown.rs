@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! What a shutdown does to requests that wait for a job (issue 21): every
 //! one gets an answer, and a chat prompt runs at most once across the

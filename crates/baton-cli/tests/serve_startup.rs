@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! How `baton serve` starts, as a hostile operator sees it (issue 21): one
 //! SQLite store is owned by one service; a start that fails changes

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! The SQLite store's files removed or made unwritable under a running
 //! service (issue 21): the service notices (health 503 `degraded` with the

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! The job service as a trust boundary (DESIGN.md, decision 16; issue 21):
 //! a job's environment is clean, and what a web page can make a browser

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! A baton dir shared by several users (`baton init --shared GROUP DIR`):
 //! real unprivileged users, created for the test with `useradd` and removed

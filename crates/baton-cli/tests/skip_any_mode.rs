@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! A run in mode skip that finds its group busy is skipped (75), whatever
 //! mode the group's running run uses: it never joins the group, so the rule

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! `baton state edit|append|get` with the real binary, real filters (jq,
 //! python3, sed, awk, sh) and real SIGKILLs.

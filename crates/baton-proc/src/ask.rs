@@ -2,8 +2,13 @@
 //! (`SIGUSR1`: what the background holder of `baton lock acquire` takes as
 //! "release"), then waiting for it to exit.
 //!
-//! On Windows there is no signal to ask with: [`ask_to_exit`] fails with
-//! [`ProcError::Unsupported`], and the caller says so (or terminates).
+//! On Windows there is no signal to ask with: the process to ask listens
+//! with [`on_exit_request`] on a named event of its own (`Local\\baton-exit/
+//! <pid>-<creation time>`, a [`doorbell`](crate::doorbell)), which
+//! [`ask_to_exit`] sets once it has pinned the process (a handle) and checked
+//! it is the one meant. A process that does not listen is not asked: it
+//! still runs when the limit passes ([`Asked::StillRunning`]), as a unix
+//! process ignoring `SIGUSR1` does.
 
 use std::time::Duration;
 #[cfg(unix)]
@@ -86,20 +91,66 @@ pub fn ask_to_exit(
     }
 }
 
-/// Windows: there is no signal to ask a process with (see the module doc).
+/// Windows: once process `pid` is pinned (a handle) and `is_expected` says
+/// it is the process meant, sets the exit request it listens for with
+/// [`on_exit_request`], then waits up to `limit` for it to exit.
 ///
 /// # Errors
 ///
-/// Always [`ProcError::Unsupported`].
+/// [`ProcError::InvalidPid`] for a pid that is not positive;
+/// [`ProcError::Io`] when the process cannot be opened or waited for.
 #[cfg(windows)]
 pub fn ask_to_exit(
-    _pid: i32,
-    _is_expected: impl FnOnce() -> bool,
-    _limit: Duration,
+    pid: i32,
+    is_expected: impl FnOnce() -> bool,
+    limit: Duration,
 ) -> Result<Asked, ProcError> {
-    Err(ProcError::unsupported(
-        "asking a process to let go (there are no signals on Windows)",
-    ))
+    let Some(target) = u32::try_from(pid).ok().filter(|p| *p > 0) else {
+        return Err(ProcError::InvalidPid { pid });
+    };
+    let process = match crate::sys::Process::open_to_query(target) {
+        Ok(Some(p)) => p,
+        Ok(None) => return Ok(Asked::Gone),
+        Err(e) => return Err(ProcError::io("open the process", e)),
+    };
+    if process.has_exited() || !is_expected() {
+        return Ok(Asked::Gone);
+    }
+    let created = process
+        .creation_time()
+        .map_err(|e| ProcError::io("read the process's creation time", e))?;
+    crate::doorbell::ring(&exit_request_name(target, created));
+    match process.wait(Some(limit)) {
+        Ok(true) => Ok(Asked::Exited),
+        Ok(false) => Ok(Asked::StillRunning),
+        Err(e) => Err(ProcError::io("wait for the process to exit", e)),
+    }
+}
+
+/// The name of the exit request of process `pid` created at `created`.
+#[cfg(windows)]
+fn exit_request_name(pid: u32, created: u64) -> String {
+    format!("baton-exit/{pid}-{created}")
+}
+
+/// Windows: calls `on_ask` (in a thread of its own) each time another
+/// process asks this one to exit with [`ask_to_exit`], until the returned
+/// watcher is closed. On unix the same request is `SIGUSR1`, which the
+/// program handles itself (this library installs no signal handler).
+///
+/// # Errors
+///
+/// The system's, when this process's identity cannot be read or its event
+/// cannot be made ([`std::io::ErrorKind::AddrInUse`]: someone listens
+/// already).
+#[cfg(windows)]
+pub fn on_exit_request(
+    on_ask: impl Fn() + Send + 'static,
+) -> std::io::Result<crate::doorbell::DoorbellWatcher> {
+    let me = crate::identity::ProcessId::current()
+        .ok_or_else(|| std::io::Error::other("cannot read this process's creation time"))?;
+    let name = exit_request_name(std::process::id(), me.start_time);
+    crate::doorbell::Doorbell::bind(&name)?.watch(on_ask)
 }
 
 #[cfg(test)]
@@ -137,11 +188,57 @@ mod tests {
         assert!(child.wait().unwrap().success());
     }
 
+    /// A process that listens for exit requests exits when asked; one that
+    /// is not the one expected is not asked.
     #[cfg(windows)]
     #[test]
-    fn windows_says_it_cannot_ask() {
-        let e = ask_to_exit(std::process::id() as i32, || true, Duration::ZERO).unwrap_err();
-        assert!(matches!(e, ProcError::Unsupported { .. }), "{e}");
-        assert!(e.to_string().contains("no signals on Windows"), "{e}");
+    fn an_asked_process_exits_and_an_unexpected_one_is_not_asked() {
+        use std::io::{BufRead, BufReader};
+        use std::process::{Command, Stdio};
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "ask::tests::exit_request_helper",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("BATON_TEST_ASK", "1")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("listening") {
+            line.clear();
+            assert_ne!(out.read_line(&mut line).unwrap(), 0, "the helper ended");
+        }
+        let pid = child.id() as i32;
+        let limit = Duration::from_secs(10);
+        assert_eq!(ask_to_exit(pid, || false, limit).unwrap(), Asked::Gone);
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "asked although not expected"
+        );
+        assert_eq!(ask_to_exit(pid, || true, limit).unwrap(), Asked::Exited);
+        assert_eq!(child.wait().unwrap().code(), Some(7));
+        assert_eq!(ask_to_exit(pid, || true, limit).unwrap(), Asked::Gone);
+    }
+
+    /// Run by the test above: listens for an exit request, then exits 7.
+    #[cfg(windows)]
+    #[test]
+    #[ignore = "a helper: run by an_asked_process_exits_and_an_unexpected_one_is_not_asked"]
+    fn exit_request_helper() {
+        if std::env::var_os("BATON_TEST_ASK").is_none() {
+            return;
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let _watch = on_exit_request(move || {
+            let _ = tx.send(());
+        })
+        .unwrap();
+        println!("listening");
+        rx.recv().unwrap();
+        std::process::exit(7);
     }
 }

@@ -31,6 +31,28 @@ impl ProcessId {
     pub fn is_running(&self) -> bool {
         ProcessId::of(self.pid).is_some_and(|now| now.start_time == self.start_time)
     }
+
+    /// Windows: waits until this process has exited, at most `limit`
+    /// (forever when `None`); true if it has (or another process has its
+    /// pid now). The handle that waits pins the process, so a pid reused
+    /// meanwhile is never waited for.
+    ///
+    /// # Errors
+    ///
+    /// The system's, when the process cannot be opened or waited for.
+    #[cfg(windows)]
+    pub fn wait_exited(&self, limit: Option<std::time::Duration>) -> std::io::Result<bool> {
+        let Ok(pid) = u32::try_from(self.pid) else {
+            return Ok(true);
+        };
+        let Some(process) = crate::sys::Process::open_to_query(pid)? else {
+            return Ok(true);
+        };
+        if process.creation_time()? != self.start_time {
+            return Ok(true);
+        }
+        process.wait(limit)
+    }
 }
 
 #[cfg(unix)]

@@ -119,6 +119,8 @@ mod time;
 #[cfg(unix)]
 mod tree;
 
+#[cfg(windows)]
+pub use ask::on_exit_request;
 pub use ask::{ask_to_exit, Asked};
 pub use cancel::Canceller;
 #[cfg(unix)]
@@ -137,7 +139,7 @@ pub use spec::{
     Finished, Outcome, RunSpec, Started, Stdio, StdioSpec, DEFAULT_GRACE, EXIT_CANCELLED,
     EXIT_TIMED_OUT,
 };
-pub use streams::{Streamed, Streams};
+pub use streams::{pipe, Streamed, Streams};
 pub use supervisor::Supervisor;
 
 pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL_WAIT};
@@ -154,6 +156,17 @@ pub use tree::{ProcessTree, TreeSnapshot};
 /// promise sets [`RunSpec::guard`] ([`GuardSpec::where_needed`] gives the
 /// one to set; `baton doctor` can say so).
 pub const DIES_WITH_SUPERVISOR: bool = cfg!(not(target_os = "macos"));
+
+/// Windows: makes this process's standard handles not inheritable, so that
+/// a child started with `std::process::Command` (which lets a child inherit
+/// every inheritable handle) does not keep them open: a background process
+/// that holds the pipe its starter's caller reads (`$t = baton lock acquire
+/// x` in PowerShell) would keep that reader waiting for it. Streams given
+/// with `Stdio::inherit` still reach the child (as duplicates).
+#[cfg(windows)]
+pub fn keep_standard_handles_from_children() {
+    sys::uninherit_standard_handles();
+}
 
 /// Run `spec` to completion: the same as `Supervisor::new(spec.clone()).run()`.
 ///

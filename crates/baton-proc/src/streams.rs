@@ -145,7 +145,15 @@ impl Supervisor {
     }
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd), ProcError> {
+/// A pipe (read end, write end) that no command inherits by itself: give an
+/// end to a command as [`Stdio::Fd`], which hands it a duplicate. Unix:
+/// close-on-exec descriptors (`OwnedFd`); Windows: handles that are not
+/// inheritable (`OwnedHandle`).
+///
+/// # Errors
+///
+/// [`ProcError::Io`] when the system cannot make one.
+pub fn pipe() -> Result<(OwnedFd, OwnedFd), ProcError> {
     crate::sys::pipe_cloexec().map_err(|e| ProcError::io("create a pipe", e))
 }
 

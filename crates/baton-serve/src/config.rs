@@ -131,8 +131,36 @@ impl Template {
 /// The variables of the service's own environment every job gets (when the
 /// service has them); anything else reaches a job only through its
 /// template's `env` or `inherit_env`.
-pub const BASE_ENV: [&str; 10] = [
+#[cfg(unix)]
+pub const BASE_ENV: &[&str] = &[
     "PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM",
+];
+
+/// The variables of the service's own environment every job gets (when the
+/// service has them); anything else reaches a job only through its
+/// template's `env` or `inherit_env`. On Windows, what a program needs to
+/// start and find its files (`SystemRoot`: without it a process cannot
+/// load its sockets or its crypto providers), compared without case.
+#[cfg(windows)]
+pub const BASE_ENV: &[&str] = &[
+    "PATH",
+    "PATHEXT",
+    "SystemRoot",
+    "SystemDrive",
+    "windir",
+    "ComSpec",
+    "TEMP",
+    "TMP",
+    "USERPROFILE",
+    "USERNAME",
+    "HOMEDRIVE",
+    "HOMEPATH",
+    "APPDATA",
+    "LOCALAPPDATA",
+    "ProgramData",
+    "ProgramFiles",
+    "LANG",
+    "TZ",
 ];
 
 /// The largest `max_prompt_bytes`: Linux refuses (E2BIG) an argument or a

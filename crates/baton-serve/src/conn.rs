@@ -43,29 +43,16 @@ fn reserved_descriptors(config: &Config) -> u64 {
 }
 
 /// Raises the soft limit on open descriptors to the hard limit; returns
-/// the soft limit now in force (`None`: unlimited or unknown).
+/// the soft limit now in force (`None`: unlimited or unknown; always on
+/// Windows, which has no such limit).
 pub fn raise_nofile_limit() -> Option<u64> {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let now = getrlimit(Resource::Nofile);
-    if now.current != now.maximum {
-        let raised = Rlimit {
-            current: now.maximum,
-            maximum: now.maximum,
-        };
-        match setrlimit(Resource::Nofile, raised) {
-            Ok(()) => return now.maximum,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot raise the limit on open files");
-            }
-        }
-    }
-    now.current
+    crate::sys::raise_open_files_limit()
 }
 
 /// How many connections the service serves at once: `max_connections`,
 /// lowered to what the current descriptor limit leaves room for.
 pub fn connection_cap(config: &Config) -> usize {
-    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let soft = crate::sys::open_files_limit();
     let room = soft.map_or(usize::MAX, |n| {
         usize::try_from(n.saturating_sub(reserved_descriptors(config)).max(16))
             .unwrap_or(usize::MAX)

@@ -53,7 +53,11 @@ pub struct Hooks {
 pub type Env = Vec<(OsString, OsString)>;
 
 /// `PATH` for a job when the service itself has none.
+#[cfg(unix)]
 pub const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+/// `PATH` for a job when the service itself has none.
+#[cfg(windows)]
+pub const FALLBACK_PATH: &str = r"C:\Windows\system32;C:\Windows";
 
 /// The argv and environment of a job, from its template (or its raw
 /// command, where allowed). The environment is the whole of it (the run
@@ -73,7 +77,7 @@ fn command_from(
 ) -> Result<(Vec<OsString>, Env), String> {
     let prompt = job.spec.prompt.clone().unwrap_or_default();
     let mut env: Env = Vec::new();
-    for name in BASE_ENV {
+    for &name in BASE_ENV {
         match service_env(name) {
             Some(v) => env.push((name.into(), v)),
             None if name == "PATH" => env.push((name.into(), FALLBACK_PATH.into())),
@@ -116,14 +120,12 @@ fn command_from(
 fn too_large(argv: &[OsString], env: &Env, prompt_len: usize) -> String {
     let args: usize = argv.iter().map(|a| a.len() + 1).sum();
     let vars: usize = env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
-    // SAFETY: sysconf only reads a system limit.
-    let arg_max = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
+    let (refusal, one, all) = crate::sys::size_limits();
     format!(
         "could not start the command: the system refused its arguments and environment as too \
-         large (E2BIG): the prompt is {prompt_len} bytes (one argument and BATON_PROMPT; each may \
-         be at most {} bytes, MAX_ARG_STRLEN), arguments and environment are {} bytes in all \
-         (ARG_MAX {arg_max}); lower max_prompt_bytes or the template's env",
-        128 * 1024,
+         large ({refusal}): the prompt is {prompt_len} bytes (one argument and BATON_PROMPT; each \
+         may be at most {one}), arguments and environment are {} bytes in all ({all}); lower \
+         max_prompt_bytes or the template's env",
         args + vars
     )
 }
@@ -172,7 +174,7 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
     req.guard = ctx.guard.clone();
     let e2big = |result: &Result<baton_run::RunReport, RunError>| match result {
         Err(RunError::Proc(baton_proc::ProcError::Spawn { source, .. }))
-            if source.raw_os_error() == Some(libc::E2BIG) =>
+            if crate::sys::is_too_large(source) =>
         {
             Some(too_large(
                 &argv,
@@ -425,7 +427,8 @@ mod tests {
             prompt_may_start_with_dash: false,
         };
         let service = |k: &str| match k {
-            "HOME" => Some(OsString::from("/h")),
+            // In the base on every platform.
+            "TZ" => Some(OsString::from("UTC")),
             "WANTED" => Some("w".into()),
             "BATON_SERVE_TOKEN" | "OTHER" => Some("secret".into()),
             _ => None,
@@ -438,7 +441,7 @@ mod tests {
             .collect();
         let expect = [
             ("PATH", FALLBACK_PATH),
-            ("HOME", "/h"),
+            ("TZ", "UTC"),
             ("WANTED", "w"),
             ("KEY", "v"),
             ("BATON_PROMPT", "hi"),

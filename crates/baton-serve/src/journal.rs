@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
@@ -34,11 +33,7 @@ pub struct StartJournal {
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .open(path)
+    crate::sys::private_file(OpenOptions::new().append(true).create(true)).open(path)
 }
 
 impl StartJournal {

@@ -20,6 +20,22 @@
 //!
 //! Design: see `SERVICE.md` next to this crate's `Cargo.toml`, rendered
 //! here as [`design`].
+//!
+//! # Platforms
+//!
+//! Linux has everything above. Windows (tested under wine) serves on TCP
+//! loopback as everywhere (there are no Unix sockets in this crate) and runs
+//! jobs through baton-proc's Windows supervisor: each command in a Job
+//! Object that dies with the service. What differs is in one module,
+//! `sys` (the table is there): a job's prompt reaches its stdin through a
+//! pipe fed by a thread, its output through pipes drained by a thread each
+//! (tokio has no anonymous pipes there), files carry their directory's ACL
+//! instead of modes 0600/0700, there is no open files limit to raise, and a
+//! job's base environment is Windows' own (`SystemRoot`, `TEMP`, ...: see
+//! [`config::BASE_ENV`]). Refused there: a store several nodes share
+//! (PostgreSQL), whose jobs run with a guardian that Windows builds lack
+//! (`baton_proc::RunSpec::guard`): [`server::open`] says so
+//! ([`ServeError::Unsupported`]); the store itself works (its tests pass).
 
 pub mod api;
 pub mod browser;
@@ -44,6 +60,7 @@ pub mod output;
 pub mod server;
 pub mod service;
 pub mod store;
+mod sys;
 
 pub use config::{Config, ConfigError, Overrides};
 pub use server::{bind, claim_instance, launch, open, Instance, ServeError};

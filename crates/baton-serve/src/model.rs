@@ -55,6 +55,7 @@ impl RecordedGroup {
     /// Stops what is left of the group (TERM, grace, KILL), checking the
     /// leader's start time and the session so that a reused id is never
     /// signalled; returns how many processes it found.
+    #[cfg(unix)]
     pub fn stop(&self) -> usize {
         baton_proc::terminate_group(
             self.pgid,
@@ -65,6 +66,22 @@ impl RecordedGroup {
             std::time::Duration::from_millis(self.grace_ms),
         )
         .len()
+    }
+
+    /// Windows: the command's process (`pgid` is its pid, and
+    /// `leader_start_time` its creation time; there are no sessions) is
+    /// terminated if it still runs; returns how many processes it found
+    /// (0 or 1). What it started died with it when its supervisor's Job
+    /// Object closed, so a crashed service leaves nothing else.
+    #[cfg(windows)]
+    pub fn stop(&self) -> usize {
+        let (pid, start) = (self.pgid, self.leader_start_time);
+        let same = || baton_proc::ProcessId::of(pid).is_some_and(|p| p.start_time == start);
+        if !same() {
+            return 0;
+        }
+        let grace = std::time::Duration::from_millis(self.grace_ms);
+        usize::from(baton_proc::terminate_verified(pid, grace, same).is_ok())
     }
 }
 

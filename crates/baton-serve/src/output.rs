@@ -4,18 +4,19 @@
 //! blocking thread copy into the file up to the per-job cap and keep
 //! draining after it (a command is never blocked or killed for its output).
 //! Files (and the directory) are created with the first byte: a job that
-//! prints nothing costs no inode and no thread. The prompt reaches stdin
-//! through a memfd.
+//! prints nothing costs no inode and no thread (on Windows, where tokio has
+//! no anonymous pipes, each stream takes a thread from the start). The
+//! prompt reaches stdin through a memfd (Windows: a pipe; see `sys`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+
+use crate::sys::{self, Owned as OwnedFd};
 
 /// Where one job's files are.
 #[derive(Clone, Debug)]
@@ -60,11 +61,7 @@ impl JobFiles {
     /// An in-memory file holding `prompt`, positioned at its start, for
     /// the command's stdin (nothing on disk).
     pub fn prompt(prompt: &str) -> io::Result<OwnedFd> {
-        let fd = rustix::fs::memfd_create(c"baton-prompt", rustix::fs::MemfdFlags::CLOEXEC)?;
-        let mut f = File::from(fd);
-        f.write_all(prompt.as_bytes())?;
-        f.seek(SeekFrom::Start(0))?;
-        Ok(f.into())
+        sys::prompt_input(prompt)
     }
 
     /// Removes the job's files (eviction).
@@ -89,19 +86,21 @@ impl Capture {
     /// when the first byte arrives), at most `cap` bytes; `progress` gets
     /// the bytes written so far.
     pub fn start(path: &Path, cap: u64, progress: watch::Sender<u64>) -> io::Result<Capture> {
-        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let (read, write) = baton_proc::pipe().map_err(io::Error::other)?;
         let (tx, done) = std::sync::mpsc::channel();
         let path = path.to_path_buf();
-        match tokio::runtime::Handle::try_current() {
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        match runtime.filter(|_| sys::PIPES_ON_RUNTIME) {
             // Most jobs print little or nothing: wait for the first byte on
             // the runtime, and take a thread only for a stream that has one.
-            Ok(runtime) => {
+            #[cfg(unix)]
+            Some(runtime) => {
                 runtime.spawn(async move {
                     let lost = copy_when_readable(read, path, cap, progress).await;
                     let _ = tx.send(lost);
                 });
             }
-            Err(_) => {
+            _ => {
                 std::thread::Builder::new()
                     .name("baton-serve-capture".into())
                     .spawn(move || {
@@ -135,16 +134,9 @@ impl Capture {
 /// Opens (creating it and its 0700 directory) a job's output file.
 fn create_output(path: &Path) -> io::Result<File> {
     if let Some(dir) = path.parent() {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
+        sys::private_dir(fs::DirBuilder::new().recursive(true)).create(dir)?;
     }
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
+    sys::private_file(OpenOptions::new().create(true).append(true)).open(path)
 }
 
 /// The most a stream's first read takes (on the runtime); the rest is
@@ -154,6 +146,7 @@ const FIRST_READ: usize = 8 * 1024;
 /// Waits on the runtime for the pipe `read` to have a first byte or its
 /// end; at its end (nothing printed) that is all, else [`copy_capped`] goes
 /// on with it on a blocking thread.
+#[cfg(unix)]
 async fn copy_when_readable(
     read: OwnedFd,
     path: PathBuf,
@@ -295,19 +288,17 @@ pub fn disk_problem(root: &Path) -> Option<String> {
     while !at.exists() {
         at = at.parent()?;
     }
-    match rustix::fs::statvfs(at) {
-        Ok(st) => {
-            let free = st.f_bavail.saturating_mul(st.f_frsize);
-            (free < 64 * 1024).then(|| {
-                format!(
-                    "no space left for jobs' output under '{}' ({free} bytes free)",
-                    root.display()
-                )
-            })
-        }
+    match baton_lock::free_space(at).map(|s| s.available_bytes) {
+        Ok(free) => (free < 64 * 1024).then(|| {
+            format!(
+                "no space left for jobs' output under '{}' ({free} bytes free)",
+                root.display()
+            )
+        }),
         Err(e) => Some(format!(
-            "cannot check the disk of '{}': {e}",
-            root.display()
+            "cannot check the disk of '{}': {}",
+            root.display(),
+            baton_lock::one_line(&e)
         )),
     }
 }

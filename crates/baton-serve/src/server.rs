@@ -47,6 +47,9 @@ pub enum ServeError {
     /// The async runtime or the server failed.
     #[error("the service failed: {0}")]
     Runtime(#[source] std::io::Error),
+    /// What was asked cannot be done on this platform (said in full).
+    #[error("{0}")]
+    Unsupported(&'static str),
 }
 
 /// This baton dir's one service: while it is held, another service on the
@@ -106,6 +109,14 @@ pub async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener,
 /// The store cannot be opened (or is another service's), or the start
 /// journal cannot be opened; nothing was changed then.
 pub async fn open(config: Config, dir: BatonDir) -> Result<Arc<Service>, ServeError> {
+    #[cfg(windows)]
+    if config.store.is_shared() {
+        return Err(ServeError::Unsupported(
+            "a job store that several nodes share (PostgreSQL) is not supported on Windows: its \
+             jobs must stop when this node stalls, which takes a guardian process that Windows \
+             builds lack; use the SQLite store (the default)",
+        ));
+    }
     let store: Arc<dyn store::Store> = Arc::from(store::open(&config.store, dir.path()).await?);
     Service::new(Arc::new(config), store, dir).map_err(ServeError::Runtime)
 }

@@ -59,6 +59,7 @@ fn run(driver: Driver, exercise: Exercise) {
         .enable_all()
         .build()
         .unwrap();
+    BASE.with(|b| b.set(Some(baton_serve::model::now_ms())));
     rt.block_on(async {
         let store: Arc<dyn Store> = Arc::from(store::open(&url, &baton_dir).await.unwrap());
         let ctx = Ctx {
@@ -118,11 +119,20 @@ exercises!(
 
 const MANY: u64 = 1_000;
 
-/// `ms` after the test began (a store may not take times before its
+thread_local! {
+    /// When this thread's exercise began (set by [`run`]).
+    static BASE: std::cell::Cell<Option<i64>> = const { std::cell::Cell::new(None) };
+}
+
+/// `ms` after the exercise began (a store may not take times before its
 /// clock's: PostgreSQL claims at the latest of the given time and its own).
+/// Per exercise, not per process: where the tests share one process (cargo
+/// test, as under wine), one begun long after another must not be given
+/// times in its past. Called on the exercise's own thread.
 fn t(ms: i64) -> i64 {
-    static BASE: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
-    *BASE.get_or_init(baton_serve::model::now_ms) + ms
+    BASE.with(|b| b.get())
+        .expect("t() outside an exercise's thread")
+        + ms
 }
 
 fn job(id: &str, created_at: i64) -> NewJob {
@@ -266,7 +276,8 @@ async fn concurrent_submissions_each_get_their_own_answer(ctx: Ctx) {
             .enumerate()
             .map(|(i, id)| {
                 let s = Arc::clone(&ctx.store);
-                tokio::spawn(async move { s.submit(job(&id, t(i as i64)), depth).await })
+                let new = job(&id, t(i as i64));
+                tokio::spawn(async move { s.submit(new, depth).await })
             })
             .collect();
         async move {

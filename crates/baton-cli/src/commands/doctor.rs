@@ -218,6 +218,24 @@ fn report(baton_dir: Option<PathBuf>, rule: Option<&'static str>, checks: Vec<Ch
     }
 }
 
+/// Windows: a directory has an ACL, not an owner and mode bits: what it
+/// inherited is not judged, and `baton init --shared` (a set-group-ID
+/// directory) does not exist there.
+#[cfg(windows)]
+fn permissions(dir: &BatonDir, existed: bool) -> Check {
+    let created = if existed { "" } else { "; created just now" };
+    Check::new(
+        "permissions",
+        Status::Ok,
+        format!(
+            "Windows: '{}' has the access its ACL gives (inherited from its parent; not checked), and cannot be shared between users with `baton init --shared`{created}",
+            dir.path().display()
+        ),
+    )
+    .detail(json!({ "created": !existed }))
+}
+
+#[cfg(unix)]
 fn permissions(dir: &BatonDir, existed: bool) -> Check {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let meta = match std::fs::metadata(dir.path()) {
@@ -376,6 +394,17 @@ fn inotify(dir: &Path) -> Check {
 
 /// Which PID namespace this is, and whether `/proc` is its own (README
 /// "Containers and sandboxes").
+#[cfg(windows)]
+fn pid_namespace() -> Check {
+    Check::skipped(
+        "pid_namespace",
+        "Windows has no PID namespaces: every holder on this machine is seen by its pid and creation time",
+    )
+}
+
+/// Which PID namespace this is, and whether `/proc` is its own (README
+/// "Containers and sandboxes").
+#[cfg(unix)]
 fn pid_namespace() -> Check {
     use baton_proc::pidns::{current_pid_ns, INITIAL_PID_NS};
     let me = std::process::id();

@@ -310,8 +310,12 @@ fn code(e: &GitError) -> u8 {
 /// The process that ran `baton` (a shell, an agent): a workspace it creates
 /// lives as long as it does.
 pub(crate) fn caller() -> ProcessIdentity {
-    rustix::process::getppid()
-        .and_then(|p| ProcessIdentity::of_pid(p.as_raw_nonzero().get()))
+    #[cfg(unix)]
+    let parent = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
+    #[cfg(windows)]
+    let parent = baton_lock::parent_of(std::process::id() as i32);
+    parent
+        .and_then(ProcessIdentity::of_pid)
         .unwrap_or_else(ProcessIdentity::current)
 }
 

@@ -205,7 +205,9 @@ pub(crate) fn cmd_lock(dir: &BatonDir, cmd: LockCommand, flags: &Flags<'_>) -> u
                 caller,
                 grace: None,
                 run_id: Some(logging::run_id().to_string()),
-                share_stderr: logging::active(),
+                // Windows cannot point the holder's stderr elsewhere once
+                // it has reported: its diagnostics stay its own.
+                share_stderr: cfg!(unix) && logging::active(),
                 holder_args: holder_args(flags.verbose, flags.log_format),
                 backend: flags.backend_url.map(str::to_string),
             };

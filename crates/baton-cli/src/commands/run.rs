@@ -148,7 +148,9 @@ pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, flags: &Flags<'_>) -> u8 {
     };
     warn_if_remote(dir);
     // This process runs one command: orphans of its descendants come
-    // back to it, so that they can be stopped when the command ends.
+    // back to it, so that they can be stopped when the command ends. (On
+    // Windows none can leave: the command's Job Object holds them all.)
+    #[cfg(unix)]
     if let Err(e) = baton_proc::become_subreaper() {
         warnln!("baton: warning: {e}; processes that leave the command's process group are not contained");
     }

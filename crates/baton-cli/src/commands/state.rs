@@ -3,7 +3,6 @@
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -184,7 +183,7 @@ pub fn run(dir: &BatonDir, cmd: StateCommand) -> u8 {
             let mut opts = options(lock);
             opts.if_version = if_version;
             let result = match record {
-                Some(r) => append(dir, &file, &opts, &[r.as_bytes()]),
+                Some(r) => append(dir, &file, &opts, &[r.as_encoded_bytes()]),
                 None => {
                     let mut input = Vec::new();
                     if let Err(e) = std::io::stdin().lock().read_to_end(&mut input) {

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 //! Shared helpers: a clean environment per test and the real `baton` binary.
 
 #![allow(dead_code)] // each test file uses a different subset

@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 //! Fresh PostgreSQL databases for the tests that use the machine's server
 //! (127.0.0.1:5432, user postgres, trust auth): each test creates its own
 //! database with a random name and drops it when it ends, passed or not.

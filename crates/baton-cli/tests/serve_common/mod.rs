@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 //! A real `baton serve` on 127.0.0.1 (port 0) in a temp dir, and a small
 //! HTTP client for the tests of the job service.
 

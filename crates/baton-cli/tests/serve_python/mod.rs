@@ -1,3 +1,4 @@
+#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 //! Python for the service's tests: the venv of `scripts/test-venv`, and
 //! scripts run with it.
 

@@ -11,11 +11,12 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use windows_sys::Win32::Foundation::{
-    ERROR_INVALID_PARAMETER, FILETIME, HANDLE, INVALID_HANDLE_VALUE, WAIT_FAILED, WAIT_OBJECT_0,
-    WAIT_TIMEOUT,
+    SetHandleInformation, ERROR_INVALID_PARAMETER, FILETIME, HANDLE, HANDLE_FLAG_INHERIT,
+    INVALID_HANDLE_VALUE, WAIT_FAILED, WAIT_OBJECT_0, WAIT_TIMEOUT,
 };
 use windows_sys::Win32::System::Console::{
-    GenerateConsoleCtrlEvent, SetConsoleCtrlHandler, CTRL_BREAK_EVENT, CTRL_C_EVENT,
+    GenerateConsoleCtrlEvent, GetStdHandle, SetConsoleCtrlHandler, CTRL_BREAK_EVENT, CTRL_C_EVENT,
+    STD_ERROR_HANDLE, STD_INPUT_HANDLE, STD_OUTPUT_HANDLE,
 };
 use windows_sys::Win32::System::Diagnostics::ToolHelp::{
     CreateToolhelp32Snapshot, Thread32First, Thread32Next, TH32CS_SNAPTHREAD, THREADENTRY32,
@@ -490,4 +491,20 @@ pub(crate) const SPAWN_FLAGS: u32 = windows_sys::Win32::System::Threading::CREAT
 /// The program running now (its path, as the loader found it).
 pub(crate) fn this_program() -> std::path::PathBuf {
     std::env::current_exe().unwrap_or_default()
+}
+
+/// Makes this process's standard handles not inheritable (children given
+/// them through `Stdio::inherit` get duplicates all the same).
+pub(crate) fn uninherit_standard_handles() {
+    for which in [STD_INPUT_HANDLE, STD_OUTPUT_HANDLE, STD_ERROR_HANDLE] {
+        // SAFETY: reads this process's standard handle; no arguments of ours.
+        let handle = unsafe { GetStdHandle(which) };
+        if handle.is_null() || handle == INVALID_HANDLE_VALUE {
+            continue;
+        }
+        // SAFETY: a handle of this process (possibly a console pseudo
+        // handle, for which the call fails harmlessly); only its inherit
+        // flag changes.
+        unsafe { SetHandleInformation(handle, HANDLE_FLAG_INHERIT, 0) };
+    }
 }

@@ -218,15 +218,5 @@ impl Scheduler {
 /// program itself. Both run a guardian when given `__baton-guard`.
 fn guard_program() -> &'static std::path::PathBuf {
     static PROGRAM: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    PROGRAM.get_or_init(|| {
-        std::env::current_exe()
-            .ok()
-            .map(|me| me.with_file_name("baton"))
-            .filter(|small| {
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::metadata(small)
-                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            })
-            .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"))
-    })
+    PROGRAM.get_or_init(crate::sys::guard_program)
 }

@@ -58,10 +58,7 @@ pub(super) fn node_id(baton_dir: &Path) -> Result<String, String> {
             return Ok(s.to_string());
         }
     }
-    let host = rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned();
+    let host = baton_lock::hostname().to_string();
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
     h.write_i64(crate::model::now_ms());
@@ -138,10 +135,7 @@ async fn connect(
         .batch_execute("LISTEN baton_jobs; LISTEN baton_cancel; LISTEN baton_supersede")
         .await
         .map_err(|e| one_line(&e))?;
-    let host = rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned();
+    let host = baton_lock::hostname().to_string();
     let pid = i32::try_from(std::process::id()).unwrap_or(0);
     let row = client
         .query_one(

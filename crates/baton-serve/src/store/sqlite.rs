@@ -21,7 +21,6 @@
 //! `-shm` file is mapped, and a file made unwritable under the service makes
 //! its writes fail (reported by `/health`) instead of crashing it.
 
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -135,10 +134,7 @@ impl SqliteStore {
         let owner = sqlite_files::own(path)?;
         // Prompts are stored: the file (and the -wal and -shm files SQLite
         // creates with its mode) is the owner's only, wherever it is.
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
+        crate::sys::private_file(std::fs::OpenOptions::new().create(true).append(true))
             .open(path)
             .map_err(|e| format!("cannot create '{}': {e}", path.display()))?;
         let conn = Connection::open(path).map_err(|e| e.to_string())?;

@@ -13,28 +13,31 @@
 //! possible while the service holds it open) is not noticed.
 
 use std::fs::File;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
+
+use baton_fs::shared_log::try_lock_exclusive;
+use baton_fs::{path_id, FileId};
 
 /// The store's files as the service opened them.
 pub(super) struct StoreFiles {
     path: PathBuf,
-    // The store file's device and inode when it was opened.
-    db: (u64, u64),
+    // The store file's identity (device and inode; on Windows volume and
+    // file index) when it was opened.
+    db: FileId,
     wal_path: PathBuf,
     // The -wal file's, if it existed once the store was opened.
-    wal: Option<(u64, u64)>,
+    wal: Option<FileId>,
     // Why the last write failed; `None` once one works.
     problem: Mutex<Option<String>>,
-    // `<store>.lock`, flock'd exclusively for as long as the store is open:
+    // `<store>.lock`, locked exclusively (flock; on Windows LockFileEx) for as long as the store is open:
     // one service owns the store (the kernel releases it when the service
     // dies, even by SIGKILL).
     _owner: File,
 }
 
-fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
-    std::fs::metadata(path).map(|m| (m.dev(), m.ino()))
+fn identity(path: &Path) -> std::io::Result<FileId> {
+    path_id(path)?.ok_or_else(|| std::io::ErrorKind::NotFound.into())
 }
 
 impl StoreFiles {
@@ -108,25 +111,27 @@ impl StoreFiles {
 }
 
 /// Takes the lock that makes this process the store's one owner: an
-/// exclusive flock on `<path>.lock` (never removed; the kernel releases it
+/// exclusive lock on `<path>.lock` (flock; on Windows LockFileEx on a byte
+/// beyond the pid written in it), never removed (the kernel releases it
 /// when its holder ends), then records this process's pid in it for the
 /// message another service gets.
 pub(super) fn own(path: &Path) -> Result<std::fs::File, String> {
-    use rustix::fs::{flock, FlockOperation};
     use std::io::{Read, Seek, Write};
     let mut name = path.as_os_str().to_owned();
     name.push(".lock");
     let lock_path = PathBuf::from(name);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&lock_path)
-        .map_err(|e| format!("cannot open '{}': {e}", lock_path.display()))?;
-    if let Err(e) = flock(&file, FlockOperation::NonBlockingLockExclusive) {
-        if e == rustix::io::Errno::WOULDBLOCK {
+    let mut file = crate::sys::private_file(
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false),
+    )
+    .open(&lock_path)
+    .map_err(|e| format!("cannot open '{}': {e}", lock_path.display()))?;
+    match try_lock_exclusive(&file) {
+        Ok(true) => {}
+        Ok(false) => {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
             let pid = holder.trim();
@@ -142,7 +147,7 @@ pub(super) fn own(path: &Path) -> Result<std::fs::File, String> {
                 lock_path.display()
             ));
         }
-        return Err(format!("cannot lock '{}': {e}", lock_path.display()));
+        Err(e) => return Err(format!("cannot lock '{}': {e}", lock_path.display())),
     }
     let recorded = file
         .set_len(0)

@@ -20,23 +20,32 @@
 //! with ([`HoldRequest`], JSON in [`HOLD_REQUEST_ENV`]), its signal
 //! handling (process-wide, which is why it lives in the binary and not in
 //! `baton-run`), its report and its exit code.
+//!
+//! How it waits differs per platform: `unix.rs` (signals through a
+//! self-pipe, pidfds, the caller's process tree) and `windows.rs` (no
+//! signals: `lock release` is an exit request on a named event, the caller
+//! and requester are watched through process handles, `lock break`
+//! terminates the holder).
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-use baton_lock::{start_time, BatonDir, LockError, LockRequest};
-use baton_run::{Backend, RunError};
-use rustix::event::{PollFd, PollFlags, Timespec};
-use rustix::process::{pidfd_open, Pid, PidfdFlags};
+use baton_lock::BatonDir;
+use baton_run::RunError;
 use serde::{Deserialize, Serialize};
 
 use crate::exit_codes::BATON_FAILED;
 
 mod request;
+#[cfg(unix)]
+mod unix;
+#[cfg(unix)]
+use unix::hold;
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+use windows::hold;
 
 use request::WireRequest;
 pub(crate) use request::{HoldRequest, HOLD_REQUEST_ENV};
@@ -80,7 +89,11 @@ pub(crate) fn start_holder(
         op: "cannot encode the request for the background lock holder",
         source: e.into(),
     })?;
-    let mut child = Command::new(exe)
+    #[cfg(windows)]
+    baton_proc::keep_standard_handles_from_children();
+    let mut command = Command::new(exe);
+    detach(&mut command);
+    let mut child = command
         .arg("--dir")
         .arg(dir.path())
         .args(&req.holder_args)
@@ -93,7 +106,6 @@ pub(crate) fn start_holder(
         } else {
             Stdio::null()
         })
-        .process_group(0)
         .spawn()
         .map_err(|source| RunError::Io {
             op: "cannot start the background lock holder",
@@ -125,10 +137,9 @@ pub(crate) fn start_holder(
             })
         }
         Err(_) => {
-            use std::os::unix::process::ExitStatusExt;
             let pid = child.id();
             let how = match child.wait() {
-                Ok(s) => match (s.code(), s.signal()) {
+                Ok(s) => match (s.code(), signal_of(&s)) {
                     (Some(code), _) => format!("exited with code {code}"),
                     (None, Some(sig)) => format!("was killed by signal {sig}"),
                     (None, None) => "ended".to_string(),
@@ -146,11 +157,45 @@ pub(crate) fn start_holder(
     }
 }
 
+/// The holder leaves the caller's process group (unix), or its console
+/// and console process group (Windows: no Ctrl-C of the script's console
+/// reaches it, and a console closing does not end it).
+#[cfg(unix)]
+fn detach(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    command.process_group(0);
+}
+
+/// The holder leaves the caller's process group (unix), or its console
+/// and console process group (Windows: no Ctrl-C of the script's console
+/// reaches it, and a console closing does not end it).
+#[cfg(windows)]
+fn detach(command: &mut Command) {
+    use std::os::windows::process::CommandExt;
+    const DETACHED_PROCESS: u32 = 0x0000_0008;
+    const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
+    command.creation_flags(DETACHED_PROCESS | CREATE_NEW_PROCESS_GROUP);
+}
+
+/// The signal that ended a process (unix).
+#[cfg(unix)]
+fn signal_of(s: &std::process::ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    s.signal()
+}
+
+/// No signals on Windows.
+#[cfg(windows)]
+fn signal_of(_: &std::process::ExitStatus) -> Option<i32> {
+    None
+}
+
 /// Warns, once, when the holders that `lock acquire` leaves are never reaped:
 /// pid 1 of this PID namespace is a program that is not an init (a container
 /// started without `--init`), so every holder that ends stays defunct. The
 /// first defunct holder is the evidence; later calls stay quiet. Only in a
 /// PID namespace other than the initial one, whose init reaps.
+#[cfg(unix)]
 pub(crate) fn warn_if_holders_stay_defunct() {
     use baton_proc::pidns::{current_pid_ns, INITIAL_PID_NS};
     if current_pid_ns().is_none_or(|ns| ns == INITIAL_PID_NS) {
@@ -180,6 +225,7 @@ pub(crate) fn serve_hold(dir: &BatonDir) -> u8 {
         };
         // The caller has its answer: stop holding its stderr open (see
         // `HoldRequest::share_stderr`); later diagnostics go nowhere.
+        #[cfg(unix)]
         if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
             let _ = rustix::stdio::dup2_stderr(&null);
         }
@@ -220,281 +266,15 @@ pub(crate) fn serve_hold(dir: &BatonDir) -> u8 {
     }
 }
 
+/// Windows: no holder stays defunct (a process that ends is gone once its
+/// last handle closes).
+#[cfg(windows)]
+pub(crate) fn warn_if_holders_stay_defunct() {}
+
 /// How a background hold ended.
 enum HoldEnd {
     /// Held, then released (or never granted: busy, reported).
     Done,
     /// Nobody wanted the lock any more before it was granted.
     Abandoned,
-}
-
-fn hold(
-    dir: &BatonDir,
-    req: &HoldRequest,
-    report: &mut dyn FnMut(&Report) -> bool,
-) -> Result<HoldEnd, String> {
-    // Every error says what failed, on its own: it is what `lock acquire` prints.
-    let fault = |what: &'static str| {
-        move |e: std::io::Error| {
-            format!(
-                "the background holder of lock '{}' could not {what}: {e}",
-                req.name
-            )
-        }
-    };
-    let signals = fault("set up its signal handling");
-    // Signals first, so a release request that arrives early is not lost.
-    let (sig_rx, sig_tx) = UnixStream::pair().map_err(signals)?;
-    sig_rx.set_nonblocking(true).map_err(signals)?;
-    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-        let tx = sig_tx.try_clone().map_err(signals)?;
-        signal_hook::low_level::pipe::register(sig, tx).map_err(signals)?;
-    }
-    // SIGUSR1 is `baton lock release`: the caller is done, just let go.
-    let (release_rx, release_tx) = UnixStream::pair().map_err(signals)?;
-    release_rx.set_nonblocking(true).map_err(signals)?;
-    signal_hook::low_level::pipe::register(libc::SIGUSR1, release_tx).map_err(signals)?;
-    let watched = match req.caller {
-        Some((pid, start)) => {
-            let pidfd = Pid::from_raw(pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
-            // Checked after opening: the pidfd now pins the process we verified.
-            match pidfd {
-                Some(fd) if start_time(pid) == Some(start) => Some(fd),
-                _ => {
-                    return Err(format!(
-                        "lock '{}' was not acquired: the process to hold it for (pid {pid}) has already exited",
-                        req.name
-                    ))
-                }
-            }
-        }
-        None => None,
-    };
-    let backend =
-        Backend::open(dir, req.backend.as_deref()).map_err(|e| baton_lock::one_line(&e))?;
-    let guard_spec = backend.hold_guard();
-    let mut lock_req = LockRequest::new(req.name.clone())
-        .mode(req.mode)
-        .wait(req.wait)
-        .kind(baton_lock::HolderKind::Hold);
-    lock_req.owner = req.owner.clone();
-    lock_req.operation = req.operation.clone();
-    lock_req.run_id = req.run_id.clone();
-    lock_req.acquired_for = req
-        .caller
-        .and_then(|(pid, _)| baton_lock::ProcessIdentity::of_pid(pid));
-    // The `acquire` process that started us waits for our report; if it is
-    // gone (Ctrl-C, `timeout`), nobody wants the lock any more.
-    let requester =
-        rustix::process::getppid().and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
-    // Wait for the lock in a thread, so that this thread can give up when the
-    // requester or the caller dies or a signal asks us to stop: exiting the
-    // process is what takes us out of the line.
-    let (done_rx, done_tx) = UnixStream::pair().map_err(fault("wait for the lock"))?;
-    // Written to when the database session holding the lock ends.
-    let (lost_rx, lost_tx) = UnixStream::pair().map_err(fault("wait for the lock"))?;
-    // Kept open here, so that the read end never sees a hang-up when the
-    // local backend drops its (unused) callback: only a written byte counts.
-    let _lost_open = lost_tx.try_clone().map_err(fault("wait for the lock"))?;
-    let (result_tx, result_rx) = std::sync::mpsc::channel();
-    let span = tracing::Span::current();
-    std::thread::spawn(move || {
-        let _span = span.entered();
-        let result = backend.acquire(&[lock_req], move || {
-            let _ = (&lost_tx).write_all(b"x");
-        });
-        let _ = result_tx.send(result);
-        drop(done_tx); // wakes the poll below with end-of-file
-    });
-    loop {
-        let mut fds = vec![
-            PollFd::new(&done_rx, PollFlags::IN),
-            PollFd::new(&sig_rx, PollFlags::IN),
-            PollFd::new(&release_rx, PollFlags::IN),
-        ];
-        if let Some(w) = &watched {
-            fds.push(PollFd::new(w, PollFlags::IN));
-        }
-        if let Some(r) = &requester {
-            fds.push(PollFd::new(r, PollFlags::IN));
-        }
-        match rustix::event::poll(&mut fds, None) {
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(fault("wait for the lock")(e.into())),
-        }
-        if fds[0].revents().is_empty() {
-            // Asked to stop, or everyone who wanted the lock is gone: return,
-            // and the process ends (with the waiting thread, out of the line).
-            return Ok(HoldEnd::Abandoned);
-        }
-        break;
-    }
-    let guard = match result_rx.recv() {
-        Ok(Ok(g)) => g,
-        Ok(Err(e @ RunError::Lock(LockError::Busy { .. }))) => {
-            let _ = report(&Report::Busy {
-                message: baton_lock::one_line(&e),
-            });
-            return Ok(HoldEnd::Done);
-        }
-        // The same message as `baton run` gives for it (e.g. a mode mismatch).
-        Ok(Err(e)) => return Err(baton_lock::one_line(&e)),
-        Err(_) => {
-            let what = "failed: its waiting thread ended without a result";
-            return Err(format!(
-                "the background holder of lock '{}' {what}",
-                req.name
-            ));
-        }
-    };
-    // Follow what the script starts from now on: when it dies, that is
-    // stopped before the lock is handed over (see `ProcessTree`).
-    let mut tree = req
-        .caller
-        .zip(watched.as_ref())
-        .and_then(|((pid, start), _)| baton_proc::ProcessTree::follow(pid, start));
-    // The script dies with this holder: a guardian follows it too and, if
-    // this process dies (or, on a database, stops proving its session
-    // within the fence), kills it and what it started at once. It keeps the
-    // lock files open meanwhile, so their kernel locks outlive this process
-    // until the script is stopped: the next holder never starts beside it.
-    let guardian = match &tree {
-        Some(tree) => {
-            guard.vouch_to(&guard_spec.fence);
-            match baton_proc::TreeGuard::start(&guard_spec, tree, &guard.lock_files()) {
-                Ok(g) => Some(g),
-                Err(e) => {
-                    let _ = guard.release();
-                    return Err(format!(
-                        "lock '{}' was not acquired: the background holder could not start the guardian of the script it holds it for: {e}",
-                        req.name
-                    ));
-                }
-            }
-        }
-        None => None,
-    };
-    let token = guard.tokens().first().map_or(0, |(_, t)| *t);
-    let previous = guard
-        .previous_holder_died()
-        .map(|r| Box::new(baton_lock::HolderInfo::from_record(r)));
-    let told = report(&Report::Held(Held {
-        token,
-        run_id: guard.run_id().unwrap_or_default(),
-        holder_pid: std::process::id() as i32,
-        name: req.name.to_string(),
-        previous_holder_died: previous.is_some(),
-        previous_holder: previous,
-    }));
-    if !told {
-        // `acquire` died before it could print the token: nobody knows the
-        // lock is held, so nobody would release it. Let go at once.
-        guard.release().map_err(|e| e.to_string())?;
-        if let Some(g) = guardian {
-            g.disarm();
-        }
-        return Ok(HoldEnd::Abandoned);
-    }
-    let deadline = req.ttl.map(|ttl| Instant::now() + ttl);
-    /// Why the hold ended.
-    enum End {
-        /// `--ttl`, a signal, a lost session: the caller (and what it
-        /// started) is stopped first.
-        Forced,
-        /// `baton lock release`: just let go.
-        Released,
-        /// The caller exited without releasing: what it started is
-        /// stopped, and the next holder learns it died.
-        CallerGone,
-    }
-    let end = loop {
-        let now = Instant::now();
-        if deadline.is_some_and(|d| d <= now) {
-            break End::Forced; // ttl elapsed
-        }
-        // Wake up to collect what the script started, and at the deadline.
-        let wake = [
-            deadline.map(|d| d.saturating_duration_since(now)),
-            tree.as_ref().map(|_| FOLLOW_EVERY),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        let timeout = wake.map(|left| Timespec {
-            tv_sec: left.as_secs() as i64,
-            tv_nsec: i64::from(left.subsec_nanos()),
-        });
-        let mut fds = vec![
-            PollFd::new(&sig_rx, PollFlags::IN),
-            PollFd::new(&lost_rx, PollFlags::IN),
-            PollFd::new(&release_rx, PollFlags::IN),
-        ];
-        if let Some(w) = &watched {
-            fds.push(PollFd::new(w, PollFlags::IN));
-        }
-        match rustix::event::poll(&mut fds, timeout.as_ref()) {
-            Ok(0) => {
-                if let Some(t) = tree.as_mut() {
-                    t.refresh();
-                }
-            }
-            // TERM/INT/HUP, or the lock was lost with its session: forced
-            Ok(_) if !fds[0].revents().is_empty() || !fds[1].revents().is_empty() => {
-                break End::Forced
-            }
-            Ok(_) if !fds[2].revents().is_empty() => break End::Released,
-            // The caller ended without `baton lock release`.
-            Ok(_) => break End::CallerGone,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(_) => break End::Forced,
-        }
-    };
-    let let_go = match end {
-        End::Forced => {
-            stop_caller_first(req, watched.as_ref(), tree);
-            guard.release()
-        }
-        End::Released => guard.release(),
-        // The next holder learns that the script ended under the lock.
-        End::CallerGone => {
-            stop_caller_first(req, watched.as_ref(), tree);
-            guard.abandon()
-        }
-    };
-    // Only now: until the locks are let go, the guardian keeps them if this
-    // process dies.
-    if let Some(g) = guardian {
-        g.disarm();
-    }
-    let_go.map_err(|e| baton_lock::one_line(&e))?;
-    Ok(HoldEnd::Done)
-}
-
-/// How often the holder collects the processes the script started while it
-/// holds the lock for it (a few system calls per process of the script).
-const FOLLOW_EVERY: Duration = Duration::from_millis(25);
-
-/// The hold ends while the caller, or what it started, may still be working
-/// under the lock (`--ttl` elapsed, `break`, a TERM from anyone, the lost
-/// session, the script's own exit or death): stop the caller and everything
-/// it started first (TERM, grace, KILL, identity-checked), so that nothing
-/// works beside the next holder. If it cannot be stopped (another user's
-/// process), the hold lasts until the caller exits by itself.
-fn stop_caller_first(
-    req: &HoldRequest,
-    watched: Option<&rustix::fd::OwnedFd>,
-    tree: Option<baton_proc::ProcessTree>,
-) {
-    let (Some(tree), Some(pidfd)) = (tree, watched) else {
-        return;
-    };
-    let grace = req.grace.unwrap_or(Duration::from_secs(10));
-    if !tree.terminate(grace) {
-        let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
-        while matches!(
-            rustix::event::poll(&mut fds, None),
-            Err(rustix::io::Errno::INTR)
-        ) {}
-    }
 }
