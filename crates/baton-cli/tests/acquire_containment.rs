@@ -118,6 +118,21 @@ enum Victim {
     /// what it started must die with it, as a command dies with its killed
     /// `baton run` (its guardian stops them, and keeps the lock until then).
     Holder,
+    /// The guardian first (the holder starts another), then the holder.
+    GuardianThenHolder,
+}
+
+/// The pids of the guardians the holder `holder` runs now.
+fn guardians_of(holder: i32) -> Vec<i32> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "baton-guard")
+                && baton_proc::procfs::stat(*pid).is_some_and(|st| st.ppid == holder && !st.exited)
+        })
+        .collect()
 }
 
 /// The script `body` acquires lock `c`, starts its writers and sleeps; the
@@ -193,7 +208,7 @@ fn killed_hands_over_only_after_the_writers(
         .map(str::to_string)
         .collect();
     let holder = holder_pid(&env, "c");
-    if victim == Victim::Holder {
+    if victim != Victim::Script {
         // The script must be gone too when the next holder starts.
         writer_pids.push(root.to_string());
     }
@@ -211,6 +226,17 @@ fn killed_hands_over_only_after_the_writers(
     let target = match victim {
         Victim::Script => root,
         Victim::Holder => holder,
+        Victim::GuardianThenHolder => {
+            let first = guardians_of(holder);
+            assert_eq!(first.len(), 1, "one guardian: {first:?}");
+            let pid = rustix::process::Pid::from_raw(first[0]).unwrap();
+            rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+            wait_until(Duration::from_secs(30), || {
+                let now = guardians_of(holder);
+                now.len() == 1 && now[0] != first[0]
+            });
+            holder
+        }
     };
     let target = rustix::process::Pid::from_raw(target).unwrap();
     rustix::process::kill_process(target, rustix::process::Signal::KILL).unwrap();
@@ -451,4 +477,17 @@ fn a_released_hold_leaves_nothing_locked_in_its_guardians_duplicate() {
 
     rustix::process::kill_process(g, rustix::process::Signal::KILL).unwrap();
     launcher.wait().unwrap();
+}
+
+/// Someone kills the guardian: the holder starts another at once, so that
+/// when the holder is killed next, the script and what it started still die
+/// with it. Before, a killed guardian went unnoticed and they ran on.
+#[test]
+fn a_killed_guardian_is_replaced_and_the_script_still_dies_with_its_holder() {
+    killed_hands_over_only_after_the_writers(
+        Victim::GuardianThenHolder,
+        Launch::OwnGroup,
+        "WRITER &\n( WRITER & )\nwhile [ $(wc -l < PIDS) -lt 2 ]; do sleep 0.02; done",
+        2,
+    );
 }

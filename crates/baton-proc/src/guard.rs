@@ -137,6 +137,14 @@ impl TreeGuard {
         Ok(TreeGuard { guardian })
     }
 
+    /// A descriptor that becomes readable once the guardian has exited
+    /// (killed, say): poll it, and start another, so that the tree never
+    /// goes unguarded. `None` where it cannot be watched.
+    pub fn exit_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.guardian.pidfd().map(AsFd::as_fd)
+    }
+
     /// Lets the guardian exit without stopping anything (the hold ended and
     /// its locks are released). Returns whether it had already stopped the
     /// tree because this process stopped vouching in time.

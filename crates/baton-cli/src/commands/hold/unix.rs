@@ -144,7 +144,7 @@ pub(super) fn hold(
     // within the fence), kills it and what it started at once. It keeps the
     // lock files open meanwhile, so their kernel locks outlive this process
     // until the script is stopped: the next holder never starts beside it.
-    let guardian = match &tree {
+    let mut guardian = match &tree {
         Some(tree) => {
             guard.vouch_to(&guard_spec.fence);
             match baton_proc::TreeGuard::start(&guard_spec, tree, &guard.lock_files()) {
@@ -218,19 +218,51 @@ pub(super) fn hold(
         if let Some(w) = &watched {
             fds.push(PollFd::new(w, PollFlags::IN));
         }
-        match rustix::event::poll(&mut fds, timeout.as_ref()) {
+        // Last: the guardian, whose death (someone killed it) is not an end.
+        let guardian_at = fds.len();
+        let guardian_fd = guardian.as_ref().and_then(baton_proc::TreeGuard::exit_fd);
+        if let Some(fd) = &guardian_fd {
+            fds.push(PollFd::new(fd, PollFlags::IN));
+        }
+        let polled = rustix::event::poll(&mut fds, timeout.as_ref());
+        let guardian_died = fds
+            .get(guardian_at)
+            .is_some_and(|fd| !fd.revents().is_empty());
+        let forced = !fds[0].revents().is_empty() || !fds[1].revents().is_empty();
+        let released = !fds[2].revents().is_empty();
+        let caller_ended = guardian_at > 3 && !fds[3].revents().is_empty();
+        drop(fds);
+        if guardian_died {
+            // Never unguarded: a new guardian, armed as the first was (with
+            // the members of the script's group recorded when following
+            // began). If none can be started, the hold ends as forced.
+            tracing::warn!("the script's guardian exited; starting another");
+            let _ = guardian.take().map(baton_proc::TreeGuard::disarm);
+            match tree
+                .as_ref()
+                .map(|t| baton_proc::TreeGuard::start(&guard_spec, t, &guard.lock_files()))
+            {
+                Some(Ok(g)) => guardian = Some(g),
+                Some(Err(e)) => {
+                    tracing::error!(error = %e, "cannot start another guardian: ending the hold");
+                    break End::Forced;
+                }
+                None => {}
+            }
+            continue;
+        }
+        match polled {
             Ok(0) => {
                 if let Some(t) = tree.as_mut() {
                     t.refresh();
                 }
             }
             // TERM/INT/HUP, or the lock was lost with its session: forced
-            Ok(_) if !fds[0].revents().is_empty() || !fds[1].revents().is_empty() => {
-                break End::Forced
-            }
-            Ok(_) if !fds[2].revents().is_empty() => break End::Released,
+            Ok(_) if forced => break End::Forced,
+            Ok(_) if released => break End::Released,
             // The caller ended without `baton lock release`.
-            Ok(_) => break End::CallerGone,
+            Ok(_) if caller_ended => break End::CallerGone,
+            Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
             Err(_) => break End::Forced,
         }
@@ -240,7 +272,15 @@ pub(super) fn hold(
             stop_caller_first(req, watched.as_ref(), tree);
             guard.release()
         }
-        End::Released => guard.release(),
+        // Asked to let go: the script must not be killed if this process
+        // dies now, so the guardian goes first (the kernel then releases
+        // the lock with this process).
+        End::Released => {
+            if let Some(g) = guardian.take() {
+                g.disarm();
+            }
+            guard.release()
+        }
         // The next holder learns that the script ended under the lock.
         End::CallerGone => {
             stop_caller_first(req, watched.as_ref(), tree);
