@@ -929,6 +929,62 @@ fn killing_baton_during_workspace_creation_kills_its_git() {
     assert!(g.leftovers().is_empty(), "{:?}", g.leftovers());
 }
 
+/// Trial (c): `workspace list`, `remove` and `gc` take `--repo` as `create`
+/// does, for a pipeline runner whose working directory is not the
+/// repository (before: "unexpected argument", 125).
+#[test]
+fn workspace_list_remove_and_gc_take_repo_as_create_does() {
+    let g = GitEnv::new();
+    let outside = g.env.tmp.path();
+    let base = g.base.to_str().unwrap();
+    let created = g
+        .baton_in(
+            outside,
+            &[
+                "workspace",
+                "create",
+                "--repo",
+                base,
+                "--id",
+                "w1",
+                "--json",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(code(&created), 0, "{}", stderr(&created));
+    let listed = g
+        .baton_in(outside, &["workspace", "list", "--repo", base, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&listed), 0, "{}", stderr(&listed));
+    let all: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(all[0]["id"], "w1", "{all}");
+    // Without --repo, from outside the repository: the baton dir's (none).
+    let here = g
+        .baton_in(outside, &["workspace", "list", "--json"])
+        .output()
+        .unwrap();
+    let none: serde_json::Value = serde_json::from_slice(&here.stdout).unwrap();
+    assert_eq!(none, serde_json::json!([]), "{none}");
+    let gc = g
+        .baton_in(outside, &["workspace", "gc", "--repo", base, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&gc), 0, "{}", stderr(&gc));
+    let removed = g
+        .baton_in(outside, &["workspace", "remove", "w1", "--repo", base])
+        .output()
+        .unwrap();
+    assert_eq!(code(&removed), 0, "{}", stderr(&removed));
+    let after = g
+        .baton_in(outside, &["workspace", "list", "--repo", base, "--json"])
+        .output()
+        .unwrap();
+    let empty: serde_json::Value = serde_json::from_slice(&after.stdout).unwrap();
+    assert_eq!(empty, serde_json::json!([]), "{empty}");
+}
+
 /// Trial (c): `kill -9` of `workspace create` itself, whose owner (the
 /// caller: a long-lived pipeline runner, here this test process) lives on
 /// and never learnt the workspace's id. gc removes the half-made workspace

@@ -182,6 +182,10 @@ Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait;
         after_help = "Example:\n  baton workspace list --json | jq '.[] | select(.owner_alive == \"dead\")'"
     )]
     List {
+        /// The repository whose workspaces these are (any path inside it) [default: the one
+        /// around the working directory; outside any, the baton dir's].
+        #[arg(long, value_name = "PATH", default_value = ".")]
+        repo: PathBuf,
         /// Print JSON: the records with size_bytes, age_secs, owner_alive, exists.
         #[arg(long)]
         json: bool,
@@ -201,6 +205,11 @@ Exit status: 0 removed; 75 a lock stayed busy past --git-lock-wait; 125 failed o
     Remove {
         /// The workspace id.
         id: String,
+        /// The repository whose workspaces these are (any path inside it) [default: the one
+        /// around the working directory; outside any, the baton dir's].
+        #[arg(long, value_name = "PATH", default_value = ".")]
+        repo: PathBuf,
+
         /// Remove it even if commits on its branch exist nowhere else (they are named).
         #[arg(long)]
         discard: bool,
@@ -221,6 +230,10 @@ cannot be removed is reported with its path and a remedy; the others are still r
 Exit status: 0 if everything due was removed, skipped or kept; 125 if something could not be
 removed.")]
     Gc {
+        /// The repository whose workspaces these are (any path inside it) [default: the one
+        /// around the working directory; outside any, the baton dir's].
+        #[arg(long, value_name = "PATH", default_value = ".")]
+        repo: PathBuf,
         /// Only remove workspaces (of dead owners) at least this old.
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         older_than: Option<Duration>,
@@ -322,8 +335,10 @@ pub(crate) fn caller() -> ProcessIdentity {
 /// Runs a `baton workspace` command; returns the exit code.
 pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand, named_dir: bool) -> u8 {
     let repo = match &cmd {
-        WorkspaceCommand::Create { repo, .. } => repo.clone(),
-        _ => PathBuf::from("."),
+        WorkspaceCommand::Create { repo, .. }
+        | WorkspaceCommand::List { repo, .. }
+        | WorkspaceCommand::Remove { repo, .. }
+        | WorkspaceCommand::Gc { repo, .. } => repo.clone(),
     };
     let dir = match baton_git::workspaces_of(dir, named_dir, &repo) {
         Ok(d) => d,
@@ -364,7 +379,7 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand, named_dir: bool) -> 
                 Err(e) => fail(&e, code(&e)),
             }
         }
-        WorkspaceCommand::List { json } => match list(dir) {
+        WorkspaceCommand::List { json, .. } => match list(dir) {
             Ok(all) if json => print_json(&all),
             Ok(all) => {
                 outln!(
@@ -397,7 +412,9 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand, named_dir: bool) -> 
             }
             Err(e) => fail(&e, code(&e)),
         },
-        WorkspaceCommand::Remove { id, discard, wait } => {
+        WorkspaceCommand::Remove {
+            id, discard, wait, ..
+        } => {
             match remove_with(
                 dir,
                 &id,
@@ -425,6 +442,7 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand, named_dir: bool) -> 
             discard,
             wait,
             json,
+            ..
         } => {
             let opts = GcOptions {
                 older_than,
