@@ -31,8 +31,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use baton_lock::BatonDir;
-use baton_run::RunError;
+use baton_lock::{BatonDir, LockError, LockRequest};
+use baton_run::{HeldLocks, RunError};
 use serde::{Deserialize, Serialize};
 
 use crate::exit_codes::BATON_FAILED;
@@ -277,4 +277,76 @@ enum HoldEnd {
     Done,
     /// Nobody wanted the lock any more before it was granted.
     Abandoned,
+}
+
+/// Why a hold ended (every platform's wait ends in one of these).
+enum End {
+    /// `--ttl`, a signal, a lost session: the caller (and what it started)
+    /// is stopped first.
+    Forced,
+    /// `baton lock release`: just let go.
+    Released,
+    /// The caller exited without releasing: what it started is stopped,
+    /// and the next holder learns it died.
+    CallerGone,
+}
+
+/// The lock request a hold makes for its caller.
+fn lock_request(req: &HoldRequest) -> LockRequest {
+    let mut lock_req = LockRequest::new(req.name.clone())
+        .mode(req.mode)
+        .wait(req.wait)
+        .kind(baton_lock::HolderKind::Hold);
+    lock_req.owner = req.owner.clone();
+    lock_req.operation = req.operation.clone();
+    lock_req.run_id = req.run_id.clone();
+    lock_req.acquired_for = req
+        .caller
+        .and_then(|(pid, _)| baton_lock::ProcessIdentity::of_pid(pid));
+    lock_req
+}
+
+/// What the waiting thread brought: the locks, or `None` when the hold ends
+/// there (busy: reported to `acquire`); an error is what `acquire` prints.
+fn take_grant(
+    result: Result<Result<HeldLocks, RunError>, std::sync::mpsc::RecvError>,
+    req: &HoldRequest,
+    report: &mut dyn FnMut(&Report) -> bool,
+) -> Result<Option<HeldLocks>, String> {
+    match result {
+        Ok(Ok(g)) => Ok(Some(g)),
+        Ok(Err(e @ RunError::Lock(LockError::Busy { .. }))) => {
+            let _ = report(&Report::Busy {
+                message: baton_lock::one_line(&e),
+            });
+            Ok(None)
+        }
+        // The same message as `baton run` gives for it (e.g. a mode mismatch).
+        Ok(Err(e)) => Err(baton_lock::one_line(&e)),
+        Err(_) => Err(format!(
+            "the background holder of lock '{}' failed: its waiting thread ended without a result",
+            req.name
+        )),
+    }
+}
+
+/// Tells `acquire` the lock is held (token, run id, a holder that died
+/// before); whether the report reached it.
+fn report_held(
+    guard: &HeldLocks,
+    req: &HoldRequest,
+    report: &mut dyn FnMut(&Report) -> bool,
+) -> bool {
+    let token = guard.tokens().first().map_or(0, |(_, t)| *t);
+    let previous = guard
+        .previous_holder_died()
+        .map(|r| Box::new(baton_lock::HolderInfo::from_record(r)));
+    report(&Report::Held(Held {
+        token,
+        run_id: guard.run_id().unwrap_or_default(),
+        holder_pid: std::process::id() as i32,
+        name: req.name.to_string(),
+        previous_holder_died: previous.is_some(),
+        previous_holder: previous,
+    }))
 }

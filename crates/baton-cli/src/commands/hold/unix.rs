@@ -6,12 +6,12 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use baton_lock::{start_time, BatonDir, LockError, LockRequest};
-use baton_run::{Backend, RunError};
+use baton_lock::{start_time, BatonDir};
+use baton_run::Backend;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::{pidfd_open, Pid, PidfdFlags};
 
-use super::{Held, HoldEnd, HoldRequest, Report};
+use super::{lock_request, report_held, take_grant, End, HoldEnd, HoldRequest, Report};
 
 pub(super) fn hold(
     dir: &BatonDir,
@@ -58,16 +58,7 @@ pub(super) fn hold(
     let backend =
         Backend::open(dir, req.backend.as_deref()).map_err(|e| baton_lock::one_line(&e))?;
     let guard_spec = backend.hold_guard();
-    let mut lock_req = LockRequest::new(req.name.clone())
-        .mode(req.mode)
-        .wait(req.wait)
-        .kind(baton_lock::HolderKind::Hold);
-    lock_req.owner = req.owner.clone();
-    lock_req.operation = req.operation.clone();
-    lock_req.run_id = req.run_id.clone();
-    lock_req.acquired_for = req
-        .caller
-        .and_then(|(pid, _)| baton_lock::ProcessIdentity::of_pid(pid));
+    let lock_req = lock_request(req);
     // The `acquire` process that started us waits for our report; if it is
     // gone (Ctrl-C, `timeout`), nobody wants the lock any more.
     let requester =
@@ -115,23 +106,8 @@ pub(super) fn hold(
         }
         break;
     }
-    let guard = match result_rx.recv() {
-        Ok(Ok(g)) => g,
-        Ok(Err(e @ RunError::Lock(LockError::Busy { .. }))) => {
-            let _ = report(&Report::Busy {
-                message: baton_lock::one_line(&e),
-            });
-            return Ok(HoldEnd::Done);
-        }
-        // The same message as `baton run` gives for it (e.g. a mode mismatch).
-        Ok(Err(e)) => return Err(baton_lock::one_line(&e)),
-        Err(_) => {
-            let what = "failed: its waiting thread ended without a result";
-            return Err(format!(
-                "the background holder of lock '{}' {what}",
-                req.name
-            ));
-        }
+    let Some(guard) = take_grant(result_rx.recv(), req, report)? else {
+        return Ok(HoldEnd::Done);
     };
     // Follow what the script starts from now on: when it dies, that is
     // stopped before the lock is handed over (see `ProcessTree`).
@@ -160,18 +136,7 @@ pub(super) fn hold(
         }
         None => None,
     };
-    let token = guard.tokens().first().map_or(0, |(_, t)| *t);
-    let previous = guard
-        .previous_holder_died()
-        .map(|r| Box::new(baton_lock::HolderInfo::from_record(r)));
-    let told = report(&Report::Held(Held {
-        token,
-        run_id: guard.run_id().unwrap_or_default(),
-        holder_pid: std::process::id() as i32,
-        name: req.name.to_string(),
-        previous_holder_died: previous.is_some(),
-        previous_holder: previous,
-    }));
+    let told = report_held(&guard, req, report);
     if !told {
         // `acquire` died before it could print the token: nobody knows the
         // lock is held, so nobody would release it. Let go at once.
@@ -182,17 +147,6 @@ pub(super) fn hold(
         return Ok(HoldEnd::Abandoned);
     }
     let deadline = req.ttl.map(|ttl| Instant::now() + ttl);
-    /// Why the hold ended.
-    enum End {
-        /// `--ttl`, a signal, a lost session: the caller (and what it
-        /// started) is stopped first.
-        Forced,
-        /// `baton lock release`: just let go.
-        Released,
-        /// The caller exited without releasing: what it started is
-        /// stopped, and the next holder learns it died.
-        CallerGone,
-    }
     let end = loop {
         let now = Instant::now();
         if deadline.is_some_and(|d| d <= now) {

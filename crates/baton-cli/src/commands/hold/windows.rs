@@ -14,11 +14,11 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use baton_lock::{start_time, BatonDir, LockError, LockRequest};
+use baton_lock::{start_time, BatonDir};
 use baton_proc::ProcessId;
-use baton_run::{Backend, RunError};
+use baton_run::Backend;
 
-use super::{Held, HoldEnd, HoldRequest, Report};
+use super::{lock_request, report_held, take_grant, End, HoldEnd, HoldRequest, Report};
 
 /// What ends a wait of the holder.
 enum Event {
@@ -91,16 +91,7 @@ pub(super) fn hold(
     }
     let backend =
         Backend::open(dir, req.backend.as_deref()).map_err(|e| baton_lock::one_line(&e))?;
-    let mut lock_req = LockRequest::new(req.name.clone())
-        .mode(req.mode)
-        .wait(req.wait)
-        .kind(baton_lock::HolderKind::Hold);
-    lock_req.owner = req.owner.clone();
-    lock_req.operation = req.operation.clone();
-    lock_req.run_id = req.run_id.clone();
-    lock_req.acquired_for = req
-        .caller
-        .and_then(|(pid, _)| baton_lock::ProcessIdentity::of_pid(pid));
+    let lock_req = lock_request(req);
     // Wait for the lock in a thread, so that this one can give up when the
     // requester or the caller exits or a release comes: returning ends the
     // process, which takes the waiting thread out of the line.
@@ -124,36 +115,10 @@ pub(super) fn hold(
             Ok(_) | Err(_) => return Ok(HoldEnd::Abandoned),
         }
     }
-    let guard = match result_rx.recv() {
-        Ok(Ok(g)) => g,
-        Ok(Err(e @ RunError::Lock(LockError::Busy { .. }))) => {
-            let _ = report(&Report::Busy {
-                message: baton_lock::one_line(&e),
-            });
-            return Ok(HoldEnd::Done);
-        }
-        // The same message as `baton run` gives for it (e.g. a mode mismatch).
-        Ok(Err(e)) => return Err(baton_lock::one_line(&e)),
-        Err(_) => {
-            let what = "failed: its waiting thread ended without a result";
-            return Err(format!(
-                "the background holder of lock '{}' {what}",
-                req.name
-            ));
-        }
+    let Some(guard) = take_grant(result_rx.recv(), req, report)? else {
+        return Ok(HoldEnd::Done);
     };
-    let token = guard.tokens().first().map_or(0, |(_, t)| *t);
-    let previous = guard
-        .previous_holder_died()
-        .map(|r| Box::new(baton_lock::HolderInfo::from_record(r)));
-    let told = report(&Report::Held(Held {
-        token,
-        run_id: guard.run_id().unwrap_or_default(),
-        holder_pid: std::process::id() as i32,
-        name: req.name.to_string(),
-        previous_holder_died: previous.is_some(),
-        previous_holder: previous,
-    }));
+    let told = report_held(&guard, req, report);
     if !told {
         // `acquire` died before it could print the token: nobody knows the
         // lock is held, so nobody would release it. Let go at once.
@@ -161,15 +126,6 @@ pub(super) fn hold(
         return Ok(HoldEnd::Abandoned);
     }
     let deadline = req.ttl.map(|ttl| Instant::now() + ttl);
-    /// Why the hold ended.
-    enum End {
-        /// `--ttl` or a lost session: the caller is stopped first.
-        Forced,
-        /// `baton lock release`: just let go.
-        Released,
-        /// The caller exited without releasing: the next holder learns it.
-        CallerGone,
-    }
     let end = loop {
         let event = match deadline {
             Some(d) => match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
