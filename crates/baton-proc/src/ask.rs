@@ -119,7 +119,7 @@ pub fn ask_to_exit(
     let created = process
         .creation_time()
         .map_err(|e| ProcError::io("read the process's creation time", e))?;
-    crate::doorbell::ring(&exit_request_name(target, created));
+    crate::doorbell::Bells::named().ring(&exit_request_name(target, created));
     match process.wait(Some(limit)) {
         Ok(true) => Ok(Asked::Exited),
         Ok(false) => Ok(Asked::StillRunning),
@@ -150,7 +150,7 @@ pub fn on_exit_request(
     let me = crate::identity::ProcessId::current()
         .ok_or_else(|| std::io::Error::other("cannot read this process's creation time"))?;
     let name = exit_request_name(std::process::id(), me.start_time);
-    crate::doorbell::Doorbell::bind(&name)?.watch(on_ask)
+    crate::doorbell::Bells::named().bind(&name)?.watch(on_ask)
 }
 
 #[cfg(test)]

@@ -21,7 +21,9 @@
 //!   `src/sys/doorbell/files.rs`.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(unix)]
+use std::path::PathBuf;
 
 use crate::sys::doorbell as sys;
 
@@ -52,6 +54,13 @@ impl Bells {
             let _ = dir;
             Bells(Place::Named)
         }
+    }
+
+    /// Bells named machine-wide (Linux's abstract sockets, Windows' named
+    /// events), with no directory.
+    #[cfg(any(target_os = "linux", windows))]
+    pub fn named() -> Bells {
+        Bells(Place::Named)
     }
 
     /// Bells as socket files in the existing directory `dir` (absolute),
