@@ -1,5 +1,8 @@
 """baton.Lock on its own: waiting, modes, errors, threads."""
 
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -39,21 +42,37 @@ def test_a_waiter_gets_the_lock_when_the_holder_releases(bdir, holders):
 
 
 def test_the_gil_is_released_while_waiting(bdir, holders):
+    # In a process of its own: a wait that kept the GIL would freeze it, and
+    # the test must fail (at the timeout), not hang.
     h = holders("gil", bdir)
-    lock = baton.Lock("gil", baton_dir=bdir)
-    waiter = threading.Thread(target=lock.acquire)
-    waiter.start()
-    # The waiter is in the kernel now; this thread still runs Python.
-    while baton.status("gil", baton_dir=bdir)["waiters"] == 0:
-        time.sleep(0.01)
-    counted = 0
-    for _ in range(100_000):
-        counted += 1
-    assert counted == 100_000 and waiter.is_alive() and not lock.held
-    h.release()
-    waiter.join(timeout=60)
-    assert lock.held
-    lock.release()
+    code = textwrap.dedent(
+        f"""
+        import threading, time, baton
+        lock = baton.Lock("gil", baton_dir={bdir!r})
+        waiter = threading.Thread(target=lock.acquire)
+        waiter.start()
+        while baton.status("gil", baton_dir={bdir!r})["waiters"] == 0:
+            time.sleep(0.01)
+        counted = sum(1 for _ in range(100_000))  # while the waiter waits
+        print(counted, waiter.is_alive(), lock.held, flush=True)
+        waiter.join()
+        print("granted", lock.held, flush=True)
+        """
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        out = []
+        reader = threading.Thread(target=lambda: out.append(p.stdout.readline()))
+        reader.start()
+        reader.join(timeout=60)
+        assert out == ["100000 True False\n"], f"no other thread ran while one waited: {out}"
+        h.release()
+        assert p.stdout.readline() == "granted True\n"
+        assert p.wait(timeout=60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def test_shared_holders_exclude_an_exclusive_one(bdir, holders):

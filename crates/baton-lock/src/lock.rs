@@ -140,8 +140,9 @@ impl LockGuard {
     /// would release that process's lock, and keeping the file open would
     /// keep the lock held after that process dies until the child exits.
     /// Closing it leaves the lock with the acquirer, as if the child had
-    /// never had it. Calling this in the acquiring process gives up the
-    /// lock as a holder that died would (its record stays).
+    /// never had it. Called in the acquiring process instead, it frees the
+    /// lock by closing the file, as a holder that exits does, and leaves
+    /// its record for the next grant to replace.
     pub fn close_inherited(mut self) {
         self.released = true;
         // The child's copy of the re-entrancy table still names the thread
