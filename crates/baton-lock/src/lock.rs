@@ -135,6 +135,23 @@ impl LockGuard {
         self.release_inner()
     }
 
+    /// For a process created by `fork()` while this guard was held: closes
+    /// this process's copy of the lock file, releasing nothing. The kernel
+    /// lock belongs to the open file, which the child shares with the
+    /// process that acquired it; releasing (or dropping) the guard here
+    /// would release that process's lock, and keeping the file open would
+    /// keep the lock held after that process dies until the child exits.
+    /// Closing it leaves the lock with the acquirer, as if the child had
+    /// never had it. Called in the acquiring process instead, it frees the
+    /// lock by closing the file, as a holder that exits does, and leaves
+    /// its record for the next grant to replace.
+    pub fn close_inherited(mut self) {
+        self.released = true;
+        // The child's copy of the re-entrancy table still names the thread
+        // that forked, which may take this lock itself later.
+        forget_held(&self.key);
+    }
+
     fn release_inner(&mut self) -> Result<(), LockError> {
         if self.released {
             return Ok(());

@@ -76,3 +76,23 @@ fn a_semaphore_slot_reports_only_its_own_previous_holder() {
     let d = acquire(&dir, &sem()).unwrap();
     assert!(d.previous_holder_died().is_none());
 }
+
+/// What a forked child does with its copy of a held guard (the Python
+/// package's fork hook): closing it releases nothing of the acquirer's own
+/// open file; here, in the acquiring process, it frees the lock as an exit
+/// does, and the thread may take the lock again (the re-entrancy record is
+/// gone: in a child, the forking thread is the same thread).
+#[test]
+fn a_guard_closed_as_inherited_keeps_no_claim_on_the_thread() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = BatonDir::open(t.path().join("baton")).unwrap();
+    let name: LockName = "c".parse().unwrap();
+    let first = acquire(&dir, &req("c")).unwrap();
+    let token = first.token();
+    first.close_inherited();
+    let st = status(&dir, &name).unwrap();
+    assert!(!st.held, "{st:?}");
+    let again = acquire(&dir, &req("c").wait(baton_lock::WaitPolicy::Immediately)).unwrap();
+    assert!(again.token() > token);
+    again.release().unwrap();
+}

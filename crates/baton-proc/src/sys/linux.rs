@@ -94,7 +94,14 @@ pub(crate) fn errno() -> i32 {
 /// of pointers to NUL-terminated strings that outlives the exec.
 pub(crate) unsafe fn set_environ(envp: *const *const c_char) {
     // SAFETY: as the caller promises; no other thread runs in the child.
-    unsafe { libc::environ = envp.cast_mut().cast() };
+    unsafe { environ = envp.cast_mut().cast() };
+}
+
+extern "C" {
+    /// The C library's environment (`environ(7)`), defined by glibc and
+    /// musl alike; the libc crate declares it for glibc only, so a static
+    /// musl build (release.yml) needs our own declaration.
+    static mut environ: *mut *mut c_char;
 }
 
 /// In the child between fork and exec: be killed (`SIGKILL`) when the

@@ -1,0 +1,60 @@
+//! The native module of baton's Python package, `baton._baton`: baton's
+//! named locks in the calling process, over [`baton_lock`] (no subprocess
+//! per call). The package (`python/baton`) re-exports it as `baton.Lock`,
+//! `baton.status`, `baton.Busy` and `baton.Error`; what it does to the
+//! host process (threads, descriptors, signals, fork) is said once, in the
+//! package's docstring (`python/baton/__init__.py`).
+//!
+//! Same semantics as the CLI: the same baton dir resolution
+//! ([`baton_lock::BatonDir::resolve`]: an explicit dir, else `BATON_DIR`,
+//! else this user's dir on the machine), the same lock engine, and errors
+//! with the CLI's messages ([`baton_lock::one_line`]). `status` returns
+//! what `baton lock status NAME --json` prints: the same type through the
+//! same serializer, decoded by Python's `json`.
+//!
+//! Locking discipline of this crate: a [`Lock`]'s state mutex is only ever
+//! taken with the GIL held and never across a wait (waits run detached from
+//! the interpreter), so a `fork()` (which Python performs with the GIL held)
+//! never copies it locked; see `fork.rs`.
+
+mod errors;
+mod fork;
+mod lock;
+
+use std::path::PathBuf;
+
+use baton_lock::{BatonDir, LockName};
+use pyo3::prelude::*;
+
+use crate::errors::to_py;
+
+/// `status(name, baton_dir=None) -> dict`: what `baton lock status NAME
+/// --json` prints.
+#[pyfunction]
+#[pyo3(signature = (name, baton_dir=None))]
+fn status(py: Python<'_>, name: &str, baton_dir: Option<PathBuf>) -> PyResult<Py<PyAny>> {
+    let name = parse_name(py, name)?;
+    let text = py
+        .detach(|| -> Result<String, errors::Failure> {
+            let dir = BatonDir::resolve(baton_dir.as_deref())?;
+            let st = baton_lock::status(&dir, &name)?;
+            Ok(serde_json::to_string(&st)?)
+        })
+        .map_err(|e| to_py(py, e))?;
+    Ok(py.import("json")?.call_method1("loads", (text,))?.unbind())
+}
+
+/// A lock name, or `baton.Error` with the CLI's message.
+fn parse_name(py: Python<'_>, name: &str) -> PyResult<LockName> {
+    LockName::new(name).map_err(|e| to_py(py, e.into()))
+}
+
+/// The module: `Lock`, `status`, and the hook the package registers with
+/// `os.register_at_fork`.
+#[pymodule]
+fn _baton(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<lock::Lock>()?;
+    m.add_function(wrap_pyfunction!(status, m)?)?;
+    m.add_function(wrap_pyfunction!(fork::after_fork_in_child, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,318 @@
+//! `baton.Lock`: one holder of a named lock.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use baton_lock::{BatonDir, LockGuard, LockName, LockRequest, Mode, WaitPolicy};
+use pyo3::prelude::*;
+
+use crate::errors::{to_py, usage};
+
+/// The most slots a semaphore may have (the CLI's `--max` range).
+const MAX_SLOTS: u32 = 1_000_000;
+
+/// What a `Lock` object holds now. Its mutex is taken only with the GIL
+/// held and never across a wait (see the crate's docs).
+#[derive(Default)]
+pub(crate) struct Hold {
+    /// The grant, while held.
+    guard: Option<LockGuard>,
+    /// The process that acquired `guard`.
+    pid: u32,
+    /// A thread of process `waiting` is in `acquire` with this object.
+    waiting: Option<u32>,
+    /// The token of the current grant.
+    token: Option<u64>,
+    /// The holder before the current grant, if it ended without releasing (JSON).
+    previous: Option<String>,
+}
+
+impl Hold {
+    /// The guard if this process acquired it.
+    fn held_here(&self) -> bool {
+        self.guard.is_some() && self.pid == std::process::id()
+    }
+
+    /// In a forked child: closes the copy of a guard its parent acquired,
+    /// releasing nothing (see `fork.rs`), and forgets a wait of the parent.
+    pub(crate) fn forget_if_inherited(&mut self) {
+        let me = std::process::id();
+        if self.guard.is_some() && self.pid != me {
+            if let Some(g) = self.guard.take() {
+                g.close_inherited();
+            }
+            self.token = None;
+            self.previous = None;
+        }
+        if self.waiting.is_some_and(|pid| pid != me) {
+            self.waiting = None;
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        // A guard dropped in a forked child must not release its parent's
+        // lock; in the acquiring process, dropping releases it.
+        self.forget_if_inherited();
+    }
+}
+
+/// A named lock shared by every process of the user on the machine (and by
+/// the `baton` command): exclusive, shared, or a semaphore of `slots`.
+///
+/// `Lock(name, *, mode="exclusive", slots=None, baton_dir=None, owner=None,
+/// operation=None)`. One object is one holder: `acquire()` waits in line
+/// (FIFO) and returns the fencing token; `release()` lets go; `with lock:`
+/// does both. Threads that want to exclude each other each use their own
+/// `Lock` object.
+#[pyclass(module = "baton", name = "Lock", frozen)]
+pub(crate) struct Lock {
+    name: LockName,
+    mode: Mode,
+    dir: BatonDir,
+    owner: Option<String>,
+    operation: Option<String>,
+    hold: Arc<Mutex<Hold>>,
+}
+
+impl Lock {
+    fn hold(&self) -> MutexGuard<'_, Hold> {
+        self.hold.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wait_policy(&self, timeout: Option<f64>, blocking: bool) -> Result<WaitPolicy, String> {
+        match (blocking, timeout) {
+            (false, None) => Ok(WaitPolicy::Immediately),
+            (false, Some(_)) => Err(format!(
+                "lock '{}': a timeout cannot be given with blocking=False (which does not wait)",
+                self.name
+            )),
+            (true, None) => Ok(WaitPolicy::Forever),
+            (true, Some(t)) => Duration::try_from_secs_f64(t)
+                .map(WaitPolicy::from)
+                .map_err(|_| {
+                    format!(
+                        "invalid timeout {t}: a timeout is a number of seconds, 0 or more (None waits forever)"
+                    )
+                }),
+        }
+    }
+}
+
+#[pymethods]
+impl Lock {
+    #[new]
+    #[pyo3(signature = (name, *, mode="exclusive", slots=None, baton_dir=None, owner=None, operation=None))]
+    fn new(
+        py: Python<'_>,
+        name: &str,
+        mode: &str,
+        slots: Option<i64>,
+        baton_dir: Option<PathBuf>,
+        owner: Option<String>,
+        operation: Option<String>,
+    ) -> PyResult<Lock> {
+        let name = crate::parse_name(py, name)?;
+        let mode = match (mode, slots) {
+            ("exclusive", None) => Mode::Exclusive,
+            ("exclusive", Some(n)) => match u32::try_from(n) {
+                Ok(n) if (1..=MAX_SLOTS).contains(&n) => Mode::Semaphore(n).normalized(),
+                _ => {
+                    return Err(usage(
+                        py,
+                        format!("invalid slots {n}: a semaphore has 1 to {MAX_SLOTS} slots"),
+                    ))
+                }
+            },
+            ("shared", None) => Mode::Shared,
+            ("shared", Some(_)) => {
+                return Err(usage(
+                    py,
+                    format!("lock '{name}': slots cannot be given with mode=\"shared\" (a semaphore's holders are exclusive, each in its slot)"),
+                ))
+            }
+            (other, _) => {
+                return Err(usage(
+                    py,
+                    format!("invalid mode {other:?}: a mode is \"exclusive\" or \"shared\""),
+                ))
+            }
+        };
+        let dir = py
+            .detach(|| BatonDir::resolve(baton_dir.as_deref()))
+            .map_err(|e| to_py(py, e.into()))?;
+        Ok(Lock {
+            name,
+            mode,
+            dir,
+            owner,
+            operation,
+            hold: Arc::default(),
+        })
+    }
+
+    /// Waits in line for the lock (forever, at most `timeout` seconds, or
+    /// not at all with `blocking=False`) and returns the fencing token;
+    /// raises `Busy` if not acquired in time.
+    #[pyo3(signature = (timeout=None, blocking=true))]
+    fn acquire(&self, py: Python<'_>, timeout: Option<f64>, blocking: bool) -> PyResult<u64> {
+        let wait = self
+            .wait_policy(timeout, blocking)
+            .map_err(|m| usage(py, m))?;
+        let me = std::process::id();
+        {
+            let mut hold = self.hold();
+            hold.forget_if_inherited();
+            if hold.guard.is_some() || hold.waiting.is_some() {
+                return Err(usage(
+                    py,
+                    format!(
+                        "lock '{}' is already {} through this Lock object; each holder (each thread) uses its own Lock object",
+                        self.name,
+                        if hold.guard.is_some() { "held" } else { "being acquired" }
+                    ),
+                ));
+            }
+            hold.waiting = Some(me);
+        }
+        let mut req = LockRequest::new(self.name.clone())
+            .mode(self.mode)
+            .wait(wait);
+        req.owner.clone_from(&self.owner);
+        req.operation.clone_from(&self.operation);
+        let dir = &self.dir;
+        let granted = py.detach(|| baton_lock::acquire(dir, &req));
+        let mut hold = self.hold();
+        hold.waiting = None;
+        let guard = granted.map_err(|e| to_py(py, e.into()))?;
+        let token = guard.token();
+        hold.previous = guard
+            .previous_holder_died()
+            .and_then(|h| serde_json::to_string(h).ok());
+        hold.token = Some(token);
+        hold.pid = me;
+        hold.guard = Some(guard);
+        drop(hold);
+        crate::fork::register(&self.hold);
+        Ok(token)
+    }
+
+    /// Releases the lock; raises `Error` if this process does not hold it
+    /// through this object.
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        let guard = {
+            let mut hold = self.hold();
+            hold.forget_if_inherited();
+            hold.token = None;
+            hold.previous = None;
+            hold.guard.take()
+        };
+        let Some(guard) = guard else {
+            return Err(usage(
+                py,
+                format!(
+                    "lock '{}' is not held through this Lock object in this process",
+                    self.name
+                ),
+            ));
+        };
+        py.detach(|| guard.release())
+            .map_err(|e| to_py(py, e.into()))
+    }
+
+    fn __enter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
+        slf.get().acquire(slf.py(), None, true)?;
+        Ok(slf)
+    }
+
+    /// Releases the lock if this process holds it (in a forked child, which
+    /// never holds its parent's lock, it does nothing).
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        if self.hold().held_here() {
+            self.release(py)?;
+        } else {
+            self.hold().forget_if_inherited();
+        }
+        Ok(false)
+    }
+
+    /// Whether this process holds the lock through this object.
+    #[getter]
+    fn held(&self) -> bool {
+        self.hold().held_here()
+    }
+
+    /// The fencing token of the current grant (larger than every earlier
+    /// grant's), or None when not held.
+    #[getter]
+    fn token(&self) -> Option<u64> {
+        let hold = self.hold();
+        hold.held_here().then_some(hold.token).flatten()
+    }
+
+    /// The holder before the current grant when it ended without
+    /// releasing (its work may be half done), as a dict; else None.
+    #[getter]
+    fn previous_holder(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        let text = {
+            let hold = self.hold();
+            match (&hold.previous, hold.held_here()) {
+                (Some(t), true) => t.clone(),
+                _ => return Ok(None),
+            }
+        };
+        Ok(Some(
+            py.import("json")?.call_method1("loads", (text,))?.unbind(),
+        ))
+    }
+
+    /// The lock's name.
+    #[getter]
+    fn name(&self) -> &str {
+        self.name.as_str()
+    }
+
+    /// "exclusive" or "shared" (a semaphore is "exclusive" with `slots`).
+    #[getter]
+    fn mode(&self) -> &'static str {
+        match self.mode {
+            Mode::Shared => "shared",
+            _ => "exclusive",
+        }
+    }
+
+    /// The number of slots of a semaphore, else None.
+    #[getter]
+    fn slots(&self) -> Option<u32> {
+        match self.mode {
+            Mode::Semaphore(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The baton dir (resolved when the object was made).
+    #[getter]
+    fn baton_dir(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+
+    fn __repr__(&self) -> String {
+        let hold = self.hold();
+        let held = match (hold.held_here(), hold.token) {
+            (true, Some(t)) => format!("held, token {t}"),
+            _ => "not held".into(),
+        };
+        let slots = match self.mode {
+            Mode::Semaphore(n) => format!(", slots={n}"),
+            _ => String::new(),
+        };
+        format!(
+            "<baton.Lock {:?} mode={:?}{slots}, {held}>",
+            self.name.as_str(),
+            self.mode()
+        )
+    }
+}

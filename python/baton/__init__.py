@@ -1,0 +1,73 @@
+"""Named locks that the kernel releases when a holder dies.
+
+``baton`` is baton's lock engine in this process (a native module, no
+subprocess per call), on the same lock names and baton dir as the ``baton``
+command, which the same package installs::
+
+    import baton
+
+    with baton.Lock("memory/tasks.json", operation="update tasks") as lock:
+        ...  # critical section; pass lock.token to stores that check fencing
+
+    try:
+        lock = baton.Lock("deploy")
+        lock.acquire(timeout=5)
+    except baton.Busy as e:
+        print(e)  # lock 'deploy' is busy (held by pid ... ); gave up after 5s (...)
+
+A lock is a kernel byte-range lock on a file in the baton dir (``baton_dir``,
+else ``$BATON_DIR``, else this user's dir on the machine,
+``<temp dir>/baton-<uid>``): when its holder dies, even by SIGKILL, the lock
+is free at once. Waiters line up first come, first served; every grant has a
+fencing token larger than any before. ``baton.status(name)`` returns what
+``baton lock status NAME --json`` prints.
+
+What the module does to this process
+------------------------------------
+- Threads: none. A wait blocks the calling thread in the kernel with the GIL
+  released, so other Python threads run meanwhile.
+- Files: one open lock file per held lock (and per wait in progress), opened
+  close-on-exec, so programs started with ``subprocess`` or ``os.exec*`` do
+  not inherit it; a thread that waits for a semaphore keeps one inotify
+  descriptor (close-on-exec) for as long as it lives.
+- Signals and timers: no signal handler and no timer while it only waits
+  without a deadline (``timeout=None``). A wait with a deadline that has to
+  block (``timeout=`` a number, on a busy lock; rarely, a bounded wait of
+  microseconds for another process's bookkeeping) creates a POSIX timer for
+  the waiting thread, deleted when the wait ends, that interrupts it with one
+  real-time signal sent to that thread only; the first such wait installs a
+  handler that does nothing for that signal (the highest real-time signal
+  whose disposition is still the default, so no handler of yours is
+  replaced) and leaves it installed. Python itself uses no real-time signal.
+- fork(): a child never holds what its parent held. The package registers
+  one ``os.register_at_fork(after_in_child=...)`` hook which, in the child,
+  closes the child's copies of held locks' files without releasing anything
+  (the kernel lock belongs to the parent's open file, which the child would
+  otherwise share: the child could release the parent's lock, and keep it
+  held after the parent died). In the child, ``held`` is False, ``token`` is
+  None, leaving ``with`` does nothing and ``release()`` raises ``Error``;
+  the child may ``acquire()`` the lock itself (and waits for its parent).
+  A lock that another thread was acquiring at the moment of the fork stays
+  open in the child until it exits.
+- Acquiring a lock whose previous holder was a ``baton run`` that died may
+  stop what is left of that run's command (its process group, after an
+  identity check), as the ``baton`` command does: a run's processes never
+  outlive its hold.
+- ``KeyboardInterrupt``: a wait without a timeout is not interrupted by
+  Ctrl-C (the exception is raised once the lock is granted); give a timeout
+  to waits that a user may want to interrupt.
+- Nothing else: the environment variables read are ``BATON_DIR``,
+  ``TMPDIR`` and ``USER`` (the default owner, ``user@host``); nothing is
+  written outside the baton dir.
+"""
+
+import os as _os
+
+from . import _baton
+from ._baton import Lock, status
+from ._errors import Busy, Error
+
+__all__ = ["Busy", "Error", "Lock", "status"]
+
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_baton.after_fork_in_child)

@@ -1,0 +1,75 @@
+"""Type stubs of baton's native module (re-exported by ``baton``)."""
+
+import os
+import pathlib
+from types import TracebackType
+from typing import Any, Dict, Literal, Optional, Type, Union
+
+_Path = Union[str, "os.PathLike[str]"]
+
+class Lock:
+    """A named lock shared by every process of the user on the machine (and
+    by the ``baton`` command): exclusive, shared, or a semaphore of ``slots``.
+
+    One object is one holder: ``acquire()`` waits in line (first come, first
+    served) and returns the fencing token; ``release()`` lets go; ``with
+    lock:`` does both. Threads that want to exclude each other each use
+    their own ``Lock`` object.
+
+    Raises ``baton.Error`` for an invalid name, mode or slot count, or a
+    baton dir that cannot be used (it is resolved here, created if needed).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        mode: Literal["exclusive", "shared"] = "exclusive",
+        slots: Optional[int] = None,
+        baton_dir: Optional[_Path] = None,
+        owner: Optional[str] = None,
+        operation: Optional[str] = None,
+    ) -> None: ...
+    def acquire(self, timeout: Optional[float] = None, blocking: bool = True) -> int:
+        """Waits in line for the lock: forever (``timeout=None``), at most
+        ``timeout`` seconds, or not at all (``blocking=False``, or
+        ``timeout=0``). Returns the fencing token. Raises ``baton.Busy`` if
+        not acquired in time, ``baton.Error`` if this object already holds
+        the lock or the lock cannot be used (another mode or slot count in
+        use, an ancestor process holds it, I/O)."""
+    def release(self) -> None:
+        """Releases the lock. Raises ``baton.Error`` if this process does not
+        hold it through this object (in a forked child, it never does)."""
+    def __enter__(self) -> "Lock": ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+    @property
+    def held(self) -> bool:
+        """Whether this process holds the lock through this object."""
+    @property
+    def token(self) -> Optional[int]:
+        """The fencing token of the current grant, or None when not held."""
+    @property
+    def previous_holder(self) -> Optional[Dict[str, Any]]:
+        """The holder before the current grant if it ended without releasing
+        (died, or its script exited): its work may be half done."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def mode(self) -> Literal["exclusive", "shared"]: ...
+    @property
+    def slots(self) -> Optional[int]: ...
+    @property
+    def baton_dir(self) -> "pathlib.Path": ...
+
+def status(name: str, baton_dir: Optional[_Path] = None) -> Dict[str, Any]:
+    """What ``baton lock status NAME --json`` prints, as a dict: name, held,
+    mode, max, holder, holders, waiters, last_holder_died, last_holder,
+    previous_holder_died, previous_holder, last_token, content, ..."""
+
+def after_fork_in_child() -> None:
+    """Registered with ``os.register_at_fork``; not for direct use."""
