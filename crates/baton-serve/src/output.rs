@@ -141,6 +141,7 @@ fn create_output(path: &Path) -> io::Result<File> {
 
 /// The most a stream's first read takes (on the runtime); the rest is
 /// copied on a blocking thread.
+#[cfg(unix)]
 const FIRST_READ: usize = 8 * 1024;
 
 /// Waits on the runtime for the pipe `read` to have a first byte or its
