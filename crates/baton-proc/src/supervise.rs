@@ -16,7 +16,7 @@ use crate::guard::Guardian;
 use crate::leftover::{Leftover, LeftoverPolicy};
 use crate::signals::SignalCatcher;
 use crate::spec::{Finished, Outcome, RunSpec, Started};
-use crate::supervisor::{cancelled, Supervisor};
+use crate::supervisor::{cancelled, Phase, Reason, Supervisor};
 use crate::sys::{ProcFd, Waker};
 use crate::terminal::{child_stopped, proxy_stop, StopWatch, TerminalHandover};
 use crate::time::timespec;
@@ -169,26 +169,6 @@ fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<Leftover> {
     found
 }
 
-/// Why we started terminating the child's group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reason {
-    /// We forwarded a signal that we received.
-    Signal,
-    /// The timeout elapsed.
-    Timeout,
-    /// [`Canceller::cancel`] was called.
-    Cancel,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Nothing sent to the child yet.
-    Running,
-    /// A termination signal was sent; `SIGKILL` follows at `kill_at`.
-    Terminating { reason: Reason, kill_at: Instant },
-    /// `SIGKILL` was sent; waiting for the leader to die.
-    Killed { reason: Reason },
-}
 
 struct State {
     pgid: Pid,

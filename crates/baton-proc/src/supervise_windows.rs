@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use crate::error::ProcError;
 use crate::leftover::{Leftover, LeftoverPolicy};
 use crate::spec::{Finished, Outcome, RunSpec, Started, Stdio};
-use crate::supervisor::{cancelled, Supervisor};
+use crate::supervisor::{cancelled, Phase, Reason, Supervisor};
 use crate::sys::{
     ctrl_break, resume_threads, wait_any, CtrlCatcher, Job, Process, KILLED_EXIT_CODE, SPAWN_FLAGS,
     STATUS_CONTROL_C_EXIT,
@@ -307,26 +307,6 @@ fn wait_all(procs: &[Process], limit: Duration) {
     }
 }
 
-/// Why we started terminating the command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reason {
-    /// We forwarded a console control event that we received.
-    Signal,
-    /// The timeout elapsed.
-    Timeout,
-    /// [`Canceller::cancel`] was called.
-    Cancel,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Nothing sent to the command yet.
-    Running,
-    /// Ctrl-Break was sent; the job is terminated at `kill_at`.
-    Terminating { reason: Reason, kill_at: Instant },
-    /// The job was terminated; waiting for the command to be gone.
-    Killed { reason: Reason },
-}
 
 struct State<'a> {
     /// The command's pid: its console process group.

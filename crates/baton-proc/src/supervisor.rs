@@ -112,3 +112,31 @@ impl Drop for Detach<'_> {
         self.0.detach();
     }
 }
+
+/// Why a supervisor started terminating its command (every platform).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reason {
+    /// We forwarded a signal (a console control event on Windows) that we
+    /// received.
+    Signal,
+    /// The timeout elapsed.
+    Timeout,
+    /// [`Canceller::cancel`] was called.
+    Cancel,
+}
+
+/// Where a supervisor's termination of its command stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Nothing sent to the command yet.
+    Running,
+    /// The polite request was sent (`SIGTERM` to the group, Ctrl-Break on
+    /// Windows); the kill follows at `kill_at`.
+    Terminating {
+        reason: Reason,
+        kill_at: std::time::Instant,
+    },
+    /// The command was killed (`SIGKILL`, the job terminated); waiting for
+    /// it to be gone.
+    Killed { reason: Reason },
+}
