@@ -77,6 +77,39 @@ fn of(pid: i32) -> Option<ProcessId> {
     })
 }
 
+/// A process pinned so that its exit can be waited for with `poll`: a pidfd
+/// on Linux, a kqueue watching it on macOS. The descriptor becomes readable
+/// once the process has exited. For a process that is not our child (the
+/// caller of `baton lock acquire`, which its background holder watches).
+#[cfg(unix)]
+pub struct ExitWatch(crate::sys::ProcFd);
+
+#[cfg(unix)]
+impl std::fmt::Debug for ExitWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExitWatch").finish_non_exhaustive()
+    }
+}
+
+#[cfg(unix)]
+impl ExitWatch {
+    /// Watches process `pid`; `None` when there is none (or it cannot be
+    /// watched). Check its identity after this (its start time): the watch
+    /// then pins the process checked.
+    pub fn open(pid: i32) -> Option<ExitWatch> {
+        rustix::process::Pid::from_raw(pid)
+            .and_then(|p| crate::sys::ProcFd::open(p).ok())
+            .map(ExitWatch)
+    }
+}
+
+#[cfg(unix)]
+impl std::os::fd::AsFd for ExitWatch {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::ProcessId;

@@ -131,6 +131,8 @@ pub use guard::guardian_main;
 #[cfg(unix)]
 pub use guard::TreeGuard;
 pub use guard::{dispatch_guardian, Fence, FenceSource, GuardSpec, GUARD_ARG};
+#[cfg(unix)]
+pub use identity::ExitWatch;
 pub use identity::ProcessId;
 pub use leftover::{Leftover, LeftoverPolicy};
 #[cfg(unix)]

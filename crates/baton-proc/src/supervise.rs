@@ -169,7 +169,6 @@ fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<Leftover> {
     found
 }
 
-
 struct State {
     pgid: Pid,
     grace: Duration,

@@ -307,7 +307,6 @@ fn wait_all(procs: &[Process], limit: Duration) {
     }
 }
 
-
 struct State<'a> {
     /// The command's pid: its console process group.
     group: u32,

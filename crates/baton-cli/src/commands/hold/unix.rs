@@ -7,9 +7,9 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use baton_lock::{start_time, BatonDir};
+use baton_proc::ExitWatch;
 use baton_run::Backend;
 use rustix::event::{PollFd, PollFlags, Timespec};
-use rustix::process::{pidfd_open, Pid, PidfdFlags};
 
 use super::{lock_request, report_held, take_grant, End, HoldEnd, HoldRequest, Report};
 
@@ -41,7 +41,7 @@ pub(super) fn hold(
     signal_hook::low_level::pipe::register(libc::SIGUSR1, release_tx).map_err(signals)?;
     let watched = match req.caller {
         Some((pid, start)) => {
-            let pidfd = Pid::from_raw(pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
+            let pidfd = ExitWatch::open(pid);
             // Checked after opening: the pidfd now pins the process we verified.
             match pidfd {
                 Some(fd) if start_time(pid) == Some(start) => Some(fd),
@@ -62,7 +62,7 @@ pub(super) fn hold(
     // The `acquire` process that started us waits for our report; if it is
     // gone (Ctrl-C, `timeout`), nobody wants the lock any more.
     let requester =
-        rustix::process::getppid().and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
+        rustix::process::getppid().and_then(|p| ExitWatch::open(p.as_raw_nonzero().get()));
     // Wait for the lock in a thread, so that this thread can give up when the
     // requester or the caller dies or a signal asks us to stop: exiting the
     // process is what takes us out of the line.
@@ -262,7 +262,7 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(25);
 /// process), the hold lasts until the caller exits by itself.
 fn stop_caller_first(
     req: &HoldRequest,
-    watched: Option<&rustix::fd::OwnedFd>,
+    watched: Option<&ExitWatch>,
     tree: Option<baton_proc::ProcessTree>,
 ) {
     let (Some(tree), Some(pidfd)) = (tree, watched) else {
