@@ -165,7 +165,7 @@ impl Supervisor {
 
 /// Terminates what the command left in its group (its leader is reaped) and,
 /// in a subreaper, what left the group; returns whom it found.
-fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<Leftover> {
+pub(crate) fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<Leftover> {
     // One system call in the usual case: nobody is left in the group. The
     // group id cannot name another group yet: a pid is reused only after the
     // kernel's pid counter wraps, and `terminate_group` re-checks anyway.
@@ -183,7 +183,7 @@ fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<Leftover> {
 
 /// Why we started terminating the child's group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reason {
+pub(crate) enum Reason {
     /// We forwarded a signal that we received.
     Signal,
     /// The timeout elapsed.
@@ -193,7 +193,7 @@ enum Reason {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(crate) enum Phase {
     /// Nothing sent to the child yet.
     Running,
     /// A termination signal was sent; `SIGKILL` follows at `kill_at`.
@@ -202,12 +202,12 @@ enum Phase {
     Killed { reason: Reason },
 }
 
-struct State {
-    pgid: Pid,
-    grace: Duration,
+pub(crate) struct State {
+    pub(crate) pgid: Pid,
+    pub(crate) grace: Duration,
     /// When the timeout elapses, if there is one (`None` also when it would overflow).
-    deadline: Option<Instant>,
-    phase: Phase,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) phase: Phase,
 }
 
 impl State {
@@ -219,7 +219,7 @@ impl State {
     }
 
     /// The next instant at which something must happen without any event.
-    fn next_deadline(&self) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         match self.phase {
             Phase::Running => self.deadline,
             Phase::Terminating { kill_at, .. } => Some(kill_at),
@@ -256,13 +256,13 @@ impl State {
         }
     }
 
-    fn on_cancel(&mut self) {
+    pub(crate) fn on_cancel(&mut self) {
         if self.phase == Phase::Running {
             self.start_terminating(Reason::Cancel, Signal::TERM);
         }
     }
 
-    fn on_time(&mut self, now: Instant) {
+    pub(crate) fn on_time(&mut self, now: Instant) {
         match self.phase {
             Phase::Running => {
                 if self.deadline.is_some_and(|deadline| now >= deadline) {
@@ -279,7 +279,7 @@ impl State {
     }
 
     /// The leader exited and was reaped: map its status to an outcome.
-    fn finish(&self, status: ExitStatus) -> Outcome {
+    pub(crate) fn finish(&self, status: ExitStatus) -> Outcome {
         match self.reason() {
             Some(Reason::Timeout) => Outcome::TimedOut,
             Some(Reason::Cancel) => Outcome::Cancelled,
@@ -304,7 +304,7 @@ fn outcome_of(status: ExitStatus) -> Outcome {
 /// The group is ours and we have not reaped its leader, so its id cannot have been reused.
 /// The only errors the kernel can report here are `ESRCH` (the group is already gone, which
 /// is what we want) and `EPERM` (a member changed its credentials, which we cannot override).
-fn signal_group(pgid: Pid, signal: Signal) {
+pub(crate) fn signal_group(pgid: Pid, signal: Signal) {
     let _ = kill_process_group(pgid, signal);
 }
 
@@ -365,14 +365,14 @@ fn wait_for_events(
 
 /// Owns the spawned child until it is reaped; if dropped earlier (an error), it kills the
 /// whole group and reaps the leader, so no child outlives `run`.
-struct ChildGuard {
+pub(crate) struct ChildGuard {
     /// Not yet reaped.
     live: bool,
-    pid: Pid,
+    pub(crate) pid: Pid,
 }
 
 impl ChildGuard {
-    fn new(pid: Pid) -> Self {
+    pub(crate) fn new(pid: Pid) -> Self {
         SUPERVISED
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -389,7 +389,7 @@ impl ChildGuard {
     }
 
     /// Reap the leader (its pidfd is readable, so this does not block).
-    fn reap(&mut self) -> Result<ExitStatus, ProcError> {
+    pub(crate) fn reap(&mut self) -> Result<ExitStatus, ProcError> {
         if !self.live {
             return Err(ProcError::io(
                 "reap the child",
@@ -430,7 +430,7 @@ impl Drop for ChildGuard {
 
 /// Refuse a working directory that does not exist or cannot be entered, so that the
 /// `ENOENT`/`EACCES` of `chdir` in the child is not mistaken for the program's.
-fn check_cwd(spec: &RunSpec) -> Result<(), ProcError> {
+pub(crate) fn check_cwd(spec: &RunSpec) -> Result<(), ProcError> {
     let Some(cwd) = &spec.cwd else {
         return Ok(());
     };
