@@ -322,3 +322,24 @@ fn the_timeout_counts_from_the_start_of_execution_not_from_queue_wait() {
         );
     }
 }
+
+/// A plain job's command is cloned by the service's spawner thread, which
+/// lives as long as the service: when the service is killed outright, the
+/// kernel kills the command (its parent-death signal) at once, before any
+/// restart could stop it.
+#[test]
+fn a_running_jobs_command_dies_with_a_killed_service() {
+    let mut s = Server::start(&sh_config(""), &[]);
+    let t = s.tmp();
+    let id = s.submit(
+        json!({"prompt": format!("echo $$ > {t}/pid.tmp; mv {t}/pid.tmp {t}/pid; exec sleep 60")}),
+    );
+    let pid: i32 = wait_for_file(&Path::new(&t).join("pid"))
+        .trim()
+        .parse()
+        .expect("a pid");
+    assert_eq!(status(&s.job(&id)), "running");
+    assert!(alive(pid));
+    s.kill9();
+    serve_common::wait_until_gone(pid);
+}

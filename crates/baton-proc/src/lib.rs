@@ -73,7 +73,9 @@
 //! `identity`, `terminate`, `contain`, `terminal`, `tree`, `pidns` and
 //! `guard` over them; `spec` (what to run, what came of it) over those;
 //! then `spawn` (with the error of a failed start, `spawn/failed.rs`),
-//! `supervise`, `streams` and this root. On Windows, `supervise` is
+//! `supervise`, `supervise_async` (Linux, feature `tokio`:
+//! [`Supervisor::run_async`], the same supervision awaited on a tokio
+//! runtime, for a process that hosts many runs), `streams` and this root. On Windows, `supervise` is
 //! `supervise_windows.rs`, and the Unix modules (`contain`, `pidns`, `procfs`, `signals`, `spawn`,
 //! `terminal`, `time`, `tree`) are not built.
 
@@ -108,6 +110,8 @@ mod supervise;
 #[cfg(windows)]
 #[path = "supervise_windows.rs"]
 mod supervise;
+#[cfg(all(target_os = "linux", feature = "tokio"))]
+mod supervise_async;
 mod supervisor;
 mod sys;
 #[cfg(unix)]

@@ -153,7 +153,7 @@ impl Supervisor {
 
 /// Terminates what the command left in its group (its leader is reaped) and,
 /// in a subreaper, what left the group; returns whom it found.
-fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<Leftover> {
+pub(crate) fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<Leftover> {
     // One system call in the usual case: nobody is left in the group. The
     // group id cannot name another group yet: a pid is reused only after the
     // kernel's pid counter wraps, and `terminate_group` re-checks anyway.
@@ -169,12 +169,12 @@ fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<Leftover> {
     found
 }
 
-struct State {
-    pgid: Pid,
-    grace: Duration,
+pub(crate) struct State {
+    pub(crate) pgid: Pid,
+    pub(crate) grace: Duration,
     /// When the timeout elapses, if there is one (`None` also when it would overflow).
-    deadline: Option<Instant>,
-    phase: Phase,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) phase: Phase,
 }
 
 impl State {
@@ -186,7 +186,7 @@ impl State {
     }
 
     /// The next instant at which something must happen without any event.
-    fn next_deadline(&self) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         match self.phase {
             Phase::Running => self.deadline,
             Phase::Terminating { kill_at, .. } => Some(kill_at),
@@ -223,13 +223,13 @@ impl State {
         }
     }
 
-    fn on_cancel(&mut self) {
+    pub(crate) fn on_cancel(&mut self) {
         if self.phase == Phase::Running {
             self.start_terminating(Reason::Cancel, Signal::TERM);
         }
     }
 
-    fn on_time(&mut self, now: Instant) {
+    pub(crate) fn on_time(&mut self, now: Instant) {
         match self.phase {
             Phase::Running => {
                 if self.deadline.is_some_and(|deadline| now >= deadline) {
@@ -246,7 +246,7 @@ impl State {
     }
 
     /// The leader exited and was reaped: map its status to an outcome.
-    fn finish(&self, status: ExitStatus) -> Outcome {
+    pub(crate) fn finish(&self, status: ExitStatus) -> Outcome {
         match self.reason() {
             Some(Reason::Timeout) => Outcome::TimedOut,
             Some(Reason::Cancel) => Outcome::Cancelled,
@@ -271,7 +271,7 @@ fn outcome_of(status: ExitStatus) -> Outcome {
 /// The group is ours and we have not reaped its leader, so its id cannot have been reused.
 /// The only errors the kernel can report here are `ESRCH` (the group is already gone, which
 /// is what we want) and `EPERM` (a member changed its credentials, which we cannot override).
-fn signal_group(pgid: Pid, signal: Signal) {
+pub(crate) fn signal_group(pgid: Pid, signal: Signal) {
     let _ = kill_process_group(pgid, signal);
 }
 
@@ -332,14 +332,14 @@ fn wait_for_events(
 
 /// Owns the spawned child until it is reaped; if dropped earlier (an error), it kills the
 /// whole group and reaps the leader, so no child outlives `run`.
-struct ChildGuard {
+pub(crate) struct ChildGuard {
     /// Not yet reaped.
     live: bool,
-    pid: Pid,
+    pub(crate) pid: Pid,
 }
 
 impl ChildGuard {
-    fn new(pid: Pid) -> Self {
+    pub(crate) fn new(pid: Pid) -> Self {
         SUPERVISED
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -356,7 +356,7 @@ impl ChildGuard {
     }
 
     /// Reap the leader (its pidfd is readable, so this does not block).
-    fn reap(&mut self) -> Result<ExitStatus, ProcError> {
+    pub(crate) fn reap(&mut self) -> Result<ExitStatus, ProcError> {
         if !self.live {
             return Err(ProcError::io(
                 "reap the child",
@@ -397,7 +397,7 @@ impl Drop for ChildGuard {
 
 /// Refuse a working directory that does not exist or cannot be entered, so that the
 /// `ENOENT`/`EACCES` of `chdir` in the child is not mistaken for the program's.
-fn check_cwd(spec: &RunSpec) -> Result<(), ProcError> {
+pub(crate) fn check_cwd(spec: &RunSpec) -> Result<(), ProcError> {
     let Some(cwd) = &spec.cwd else {
         return Ok(());
     };

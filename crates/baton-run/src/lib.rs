@@ -46,6 +46,7 @@ pub mod hold;
 mod inbox;
 mod locks;
 mod member;
+mod plain;
 mod run;
 
 pub use backend::{diagnose_database, Backend, DiagnoseError, Diagnosis, Migrated};
@@ -54,4 +55,5 @@ pub use error::RunError;
 pub use group::{GroupEvent, GroupMode, GroupRequest, RunState};
 pub use group_status::GroupStatus;
 pub use locks::HeldLocks;
+pub use plain::{PlainEnd, PlainRun, Recorder};
 pub use run::{command_line, run, OnStart, RunReport, RunRequest};

@@ -410,14 +410,7 @@ fn command_env(
     guards: &HeldLocks,
     member: Option<&Member>,
 ) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> = vec![
-        ("BATON_RUN_ID".into(), run_id.into()),
-        ("BATON_DIR".into(), dir.path().as_os_str().to_owned()),
-    ];
-    // A run inside a run: the outer run's id stays reachable.
-    if let Some(outer) = std::env::var_os("BATON_RUN_ID").filter(|v| !v.is_empty()) {
-        env.push(("BATON_PARENT_RUN_ID".into(), outer));
-    }
+    let mut env = base_env(dir, run_id);
     let tokens = guards.tokens();
     if !tokens.is_empty() {
         let names: Vec<&str> = tokens.iter().map(|(n, _)| n.as_str()).collect();
@@ -439,6 +432,20 @@ fn command_env(
     env
 }
 
+/// The variables every run's command gets: its run id, the baton dir, and
+/// the outer run's id when this process runs inside a run.
+pub(crate) fn base_env(dir: &BatonDir, run_id: &str) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = vec![
+        ("BATON_RUN_ID".into(), run_id.into()),
+        ("BATON_DIR".into(), dir.path().as_os_str().to_owned()),
+    ];
+    // A run inside a run: the outer run's id stays reachable.
+    if let Some(outer) = std::env::var_os("BATON_RUN_ID").filter(|v| !v.is_empty()) {
+        env.push(("BATON_PARENT_RUN_ID".into(), outer));
+    }
+    env
+}
+
 /// Records the command's process group with every lock and the group slot:
 /// if this process dies, whoever takes them next stops what is left of the
 /// command first (DESIGN.md, decision 11).
@@ -449,24 +456,29 @@ fn record_command(
     member: Option<&Member>,
     on_start: Option<&OnStart>,
 ) {
-    #[cfg(unix)]
-    let (leader_start_time, session) =
-        baton_proc::procfs::stat(started.pgid).map_or((0, 0), |s| (s.start_time, s.session));
-    // Windows: the command's process (its creation time); no sessions.
-    #[cfg(windows)]
-    let (leader_start_time, session) = (baton_lock::start_time(started.pgid).unwrap_or(0), 0);
-    let group = CommandGroup {
-        pgid: started.pgid,
-        leader_start_time,
-        grace_ms,
-        session,
-    };
+    let group = command_group(started, grace_ms);
     guards.set_command_group(group);
     if let Some(m) = member {
         m.set_command_group(group);
     }
     if let Some(f) = on_start {
         (f.0)(group);
+    }
+}
+
+/// The command's process group, with its leader's identity.
+pub(crate) fn command_group(started: Started, grace_ms: u64) -> CommandGroup {
+    #[cfg(unix)]
+    let (leader_start_time, session) =
+        baton_proc::procfs::stat(started.pgid).map_or((0, 0), |s| (s.start_time, s.session));
+    // Windows: the command's process (its creation time); no sessions.
+    #[cfg(windows)]
+    let (leader_start_time, session) = (baton_lock::start_time(started.pgid).unwrap_or(0), 0);
+    CommandGroup {
+        pgid: started.pgid,
+        leader_start_time,
+        grace_ms,
+        session,
     }
 }
 

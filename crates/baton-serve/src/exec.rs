@@ -3,9 +3,11 @@
 //! `$BATON_PROMPT`, a clean environment (see [`command_for`]: never the
 //! service's token or another template's secrets), output captured, its
 //! group and workspace, its timeout
-//! counted from the start of execution. Synchronous: the scheduler runs it
-//! on a blocking thread, which it holds until the command has ended (the
-//! command's parent-death signal is tied to that thread).
+//! counted from the start of execution. [`run_job`] is synchronous: the
+//! scheduler runs it on a blocking thread, which it holds until the command
+//! has ended (the command's parent-death signal is tied to that thread).
+//! On Linux the scheduler runs jobs through `exec_async` instead, which
+//! shares [`prepare`] and [`Ending`] with it.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -133,6 +135,87 @@ fn too_large(argv: &[OsString], env: &Env, prompt_len: usize) -> String {
 /// Runs `job` to its end and says how it ended. Never panics on the
 /// command's behalf; every failure becomes a [`Finish`].
 pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) -> Finish {
+    let (req, ending) = match prepare(ctx, job, control, hooks) {
+        Ok(p) => p,
+        Err(failed) => return failed,
+    };
+    let result = baton_run::run(&ctx.dir, &req);
+    drop(req); // our copies of the pipes' write ends
+    ending.finish(result)
+}
+
+/// The end of a job whose thread failed (panicked).
+pub(crate) fn thread_failed(e: &tokio::task::JoinError) -> Finish {
+    Finish {
+        status: JobStatus::Failed,
+        exit_code: Some(baton_contract::exit::BATON_FAILED),
+        error: Some(format!("the job's thread failed: {e}")),
+        superseded_by: None,
+        finished_at: now_ms(),
+    }
+}
+
+/// What is left to do once a job's run has ended: its output's capture to
+/// finish, and its end to make of the run's result.
+pub(crate) struct Ending {
+    out: Capture,
+    err: Capture,
+    argv: Vec<OsString>,
+    env: Env,
+    prompt_len: usize,
+    control: RunControl,
+    shutting_down: Arc<AtomicBool>,
+}
+
+impl Ending {
+    /// The job's end (waits, at most 2 s, for its output's capture).
+    pub(crate) fn finish(self, result: Result<baton_run::RunReport, RunError>) -> Finish {
+        let lost = [
+            self.out.finish(Duration::from_secs(2)),
+            self.err.finish(Duration::from_secs(2)),
+        ];
+        end_of(
+            result,
+            lost,
+            &self.argv,
+            &self.env,
+            self.prompt_len,
+            &self.control,
+            &self.shutting_down,
+        )
+    }
+
+    /// [`Ending::finish`] awaited on the runtime.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) async fn finish_async(
+        self,
+        result: Result<baton_run::RunReport, RunError>,
+    ) -> Finish {
+        let lost = [
+            self.out.finish_async(Duration::from_secs(2)).await,
+            self.err.finish_async(Duration::from_secs(2)).await,
+        ];
+        end_of(
+            result,
+            lost,
+            &self.argv,
+            &self.env,
+            self.prompt_len,
+            &self.control,
+            &self.shutting_down,
+        )
+    }
+}
+
+/// The job's run request and what to do at its end, or its end already
+/// (it cannot run).
+#[allow(clippy::result_large_err)]
+pub(crate) fn prepare(
+    ctx: &ExecContext,
+    job: &Job,
+    control: RunControl,
+    hooks: Hooks,
+) -> Result<(RunRequest, Ending), Finish> {
     let template = ctx.config.templates.get(&job.spec.template);
     let failed = |error: String| Finish {
         status: JobStatus::Failed,
@@ -143,13 +226,17 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
     };
     let (argv, env) = match command_for(job, template) {
         Ok(c) => c,
-        Err(e) => return failed(e),
+        Err(e) => return Err(failed(e)),
     };
     let files = JobFiles::new(&ctx.jobs_root, &job.spec.id);
     let stdin = match &job.spec.prompt {
         Some(p) => match JobFiles::prompt(p) {
             Ok(fd) => Stdio::Fd(Arc::new(fd)),
-            Err(e) => return failed(format!("cannot hold the job's prompt for its stdin: {e}")),
+            Err(e) => {
+                return Err(failed(format!(
+                    "cannot hold the job's prompt for its stdin: {e}"
+                )))
+            }
         },
         None => Stdio::Null,
     };
@@ -161,7 +248,7 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
         });
     let (out, err) = match captures {
         Ok(c) => c,
-        Err(e) => return failed(format!("cannot capture the job's output: {e}")),
+        Err(e) => return Err(failed(format!("cannot capture the job's output: {e}"))),
     };
 
     let mut req = RunRequest::new(argv.clone());
@@ -172,18 +259,6 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
     req.grace = ctx.config.grace;
     req.timeout = Some(Duration::from_millis(job.spec.timeout_ms));
     req.guard = ctx.guard.clone();
-    let e2big = |result: &Result<baton_run::RunReport, RunError>| match result {
-        Err(RunError::Proc(baton_proc::ProcError::Spawn { source, .. }))
-            if crate::sys::is_too_large(source) =>
-        {
-            Some(too_large(
-                &argv,
-                &env,
-                job.spec.prompt.as_deref().map_or(0, str::len),
-            ))
-        }
-        _ => None,
-    };
     req.env = env.clone();
     req.clear_env = true;
     req.stdio = StdioSpec {
@@ -194,7 +269,7 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
     if let Some(group) = &job.spec.group {
         let key = match LockName::new(group) {
             Ok(k) => k,
-            Err(e) => return failed(format!("invalid group '{group}': {e}")),
+            Err(e) => return Err(failed(format!("invalid group '{group}': {e}"))),
         };
         req.backend = Some(ctx.groups.clone());
         req.group = Some(GroupRequest {
@@ -250,19 +325,41 @@ pub fn run_job(ctx: &ExecContext, job: &Job, control: RunControl, hooks: Hooks) 
         );
     })));
 
-    let result = baton_run::run(&ctx.dir, &req);
-    drop(req); // our copies of the pipes' write ends
-    let lost: Vec<String> = [
-        out.finish(Duration::from_secs(2)),
-        err.finish(Duration::from_secs(2)),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if let Some(message) = e2big(&result) {
-        return failed(message);
+    let ending = Ending {
+        out,
+        err,
+        argv,
+        env,
+        prompt_len: job.spec.prompt.as_deref().map_or(0, str::len),
+        control,
+        shutting_down: Arc::clone(&ctx.shutting_down),
+    };
+    Ok((req, ending))
+}
+
+/// How a job ended, from its run's result and what its capture lost.
+fn end_of(
+    result: Result<baton_run::RunReport, RunError>,
+    lost: [Option<String>; 2],
+    argv: &[OsString],
+    env: &Env,
+    prompt_len: usize,
+    control: &RunControl,
+    shutting_down: &AtomicBool,
+) -> Finish {
+    let lost: Vec<String> = lost.into_iter().flatten().collect();
+    if let Err(RunError::Proc(baton_proc::ProcError::Spawn { source, .. })) = &result {
+        if crate::sys::is_too_large(source) {
+            return Finish {
+                status: JobStatus::Failed,
+                exit_code: Some(baton_contract::exit::BATON_FAILED),
+                error: Some(too_large(argv, env, prompt_len)),
+                superseded_by: None,
+                finished_at: now_ms(),
+            };
+        }
     }
-    let mut finish = finish_of(result, &control, ctx.shutting_down.load(Ordering::SeqCst));
+    let mut finish = finish_of(result, control, shutting_down.load(Ordering::SeqCst));
     // The record says when its output is incomplete, and why.
     if !lost.is_empty() {
         let lost = lost.join("; ");

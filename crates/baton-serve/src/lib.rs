@@ -8,7 +8,8 @@
 //! - [`service`]: the running service and its parts: the scheduler (global
 //!   semaphore, strict FIFO), the rescuer, the cleaner, restart recovery,
 //!   cancel and the drain.
-//! - [`exec`]: running one job.
+//! - [`exec`]: running one job; `exec_async` (Linux): a plain job
+//!   supervised on the runtime.
 //! - [`api`], [`compat`], [`dashboard`]: the HTTP front end.
 //! - [`openapi`]: the OpenAPI document, for the running configuration.
 //! - [`browser`]: the Host, Origin and content-type checks of every request.
@@ -51,6 +52,8 @@ pub mod dashboard;
 #[doc = include_str!("../SERVICE.md")]
 pub mod design {}
 pub mod exec;
+#[cfg(target_os = "linux")]
+pub mod exec_async;
 pub mod follow;
 pub mod journal;
 pub mod metrics;

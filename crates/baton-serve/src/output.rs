@@ -11,7 +11,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -78,7 +78,7 @@ impl JobFiles {
 #[derive(Debug)]
 pub struct Capture {
     writer: Arc<OwnedFd>,
-    done: std::sync::mpsc::Receiver<Option<String>>,
+    done: Arc<Done>,
 }
 
 impl Capture {
@@ -87,7 +87,8 @@ impl Capture {
     /// the bytes written so far.
     pub fn start(path: &Path, cap: u64, progress: watch::Sender<u64>) -> io::Result<Capture> {
         let (read, write) = baton_proc::pipe().map_err(io::Error::other)?;
-        let (tx, done) = std::sync::mpsc::channel();
+        let done = Arc::new(Done::default());
+        let tx = DoneTx(Arc::clone(&done));
         let path = path.to_path_buf();
         let runtime = tokio::runtime::Handle::try_current().ok();
         match runtime.filter(|_| sys::PIPES_ON_RUNTIME) {
@@ -97,7 +98,7 @@ impl Capture {
             Some(runtime) => {
                 runtime.spawn(async move {
                     let lost = copy_when_readable(read, path, cap, progress).await;
-                    let _ = tx.send(lost);
+                    tx.send(lost);
                 });
             }
             _ => {
@@ -105,7 +106,7 @@ impl Capture {
                     .name("baton-serve-capture".into())
                     .spawn(move || {
                         let lost = copy_capped(File::from(read), &path, cap, &progress);
-                        let _ = tx.send(lost);
+                        tx.send(lost);
                     })?;
             }
         }
@@ -127,7 +128,75 @@ impl Capture {
     /// full disk, an unwritable directory).
     pub fn finish(self, wait: Duration) -> Option<String> {
         drop(self.writer);
-        self.done.recv_timeout(wait).unwrap_or(None)
+        let state = self
+            .done
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (state, _) = self
+            .done
+            .cond
+            .wait_timeout_while(state, wait, |s| s.is_none())
+            .unwrap_or_else(PoisonError::into_inner);
+        state.clone().flatten()
+    }
+
+    /// [`Capture::finish`] awaited on the runtime.
+    pub async fn finish_async(self, wait: Duration) -> Option<String> {
+        drop(self.writer);
+        let give_up = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = self.done.notify.notified();
+            if let Some(lost) = self.done.get() {
+                return lost;
+            }
+            if tokio::time::timeout_at(give_up, notified).await.is_err() {
+                return self.done.get().flatten();
+            }
+        }
+    }
+}
+
+/// Where a capture says it has reached the end of its output: `Some(why
+/// output was lost)` once it has.
+#[derive(Debug, Default)]
+struct Done {
+    state: Mutex<Option<Option<String>>>,
+    cond: Condvar,
+    notify: tokio::sync::Notify,
+}
+
+impl Done {
+    fn get(&self) -> Option<Option<String>> {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// The capture's side of [`Done`]; dropped without a word (a failed task),
+/// it says "nothing lost", so nobody waits for it.
+struct DoneTx(Arc<Done>);
+
+impl DoneTx {
+    fn send(self, lost: Option<String>) {
+        self.set(lost);
+    }
+
+    fn set(&self, lost: Option<String>) {
+        let mut state = self.0.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.is_none() {
+            *state = Some(lost);
+            self.0.cond.notify_all();
+            self.0.notify.notify_one();
+        }
+    }
+}
+
+impl Drop for DoneTx {
+    fn drop(&mut self) {
+        self.set(None);
     }
 }
 

@@ -1,5 +1,6 @@
 //! The scheduler: claims jobs while this node has free slots, and runs each
-//! claimed job on a blocking thread through the run library.
+//! claimed job (on Linux a plain one on the runtime, see `exec_async`;
+//! any other on a blocking thread through the run library).
 //!
 //! `max_concurrency` is the store's (the cluster's) cap, checked by the
 //! store's claim (strict FIFO, see [`crate::store::Store::claim_next`]);
@@ -15,10 +16,12 @@ use baton_run::RunControl;
 use tokio::sync::{watch, Notify};
 
 use crate::config::Config;
-use crate::exec::{run_job, ExecContext, Hooks};
+#[cfg(not(target_os = "linux"))]
+use crate::exec::run_job;
+use crate::exec::{ExecContext, Hooks};
 use crate::journal::StartJournal;
 use crate::metrics::Metrics;
-use crate::model::{now_ms, Finish, Job, JobMode, JobStatus};
+use crate::model::{now_ms, Job, JobMode, JobStatus};
 use crate::store::Store;
 
 use super::lifecycle::Lifecycle;
@@ -136,19 +139,18 @@ impl Scheduler {
                 scheduler.supersede_older(&id, job.seq, g).await;
             }
             let ran = job.clone();
+            // Linux: a plain job is supervised on the runtime (see
+            // exec_async), any other on a blocking thread.
+            #[cfg(target_os = "linux")]
+            let finish = crate::exec_async::run_job_async(ctx, ran, control, hooks).await;
+            #[cfg(not(target_os = "linux"))]
             let finish = match tokio::task::spawn_blocking(move || {
                 run_job(&ctx, &ran, control, hooks)
             })
             .await
             {
                 Ok(f) => f,
-                Err(e) => Finish {
-                    status: JobStatus::Failed,
-                    exit_code: Some(baton_contract::exit::BATON_FAILED),
-                    error: Some(format!("the job's thread failed: {e}")),
-                    superseded_by: None,
-                    finished_at: now_ms(),
-                },
+                Err(e) => crate::exec::thread_failed(&e),
             };
             let mut finish = finish;
             if finish.status == JobStatus::Interrupted
