@@ -653,6 +653,8 @@ async fn concurrent_ends_and_claims_each_get_their_own_answer(ctx: Ctx) {
     let running = s.claim_many(s.node(), MANY, 20, t(5_000)).await.unwrap();
     assert_eq!(running.len(), 20);
     let mut tasks = Vec::new();
+    // The times are the exercise's (see `t`), read here, on its thread.
+    let (end_at, claim_at) = (t(6_000), t(7_000));
     for (i, job) in running.into_iter().enumerate() {
         let s = Arc::clone(&s);
         tasks.push(tokio::spawn(async move {
@@ -665,12 +667,12 @@ async fn concurrent_ends_and_claims_each_get_their_own_answer(ctx: Ctx) {
             };
             s.set_process_group(&id, group).await.unwrap();
             assert!(s
-                .finish(&id, &ended(JobStatus::Succeeded, t(6_000)))
+                .finish(&id, &ended(JobStatus::Succeeded, end_at))
                 .await
                 .unwrap());
             // Its end is stored once answered.
             assert_eq!(status(&*s, &id).await, Some(JobStatus::Succeeded));
-            s.claim_many(s.node(), MANY, 1, t(7_000))
+            s.claim_many(s.node(), MANY, 1, claim_at)
                 .await
                 .unwrap()
                 .len()
