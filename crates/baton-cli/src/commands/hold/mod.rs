@@ -291,6 +291,20 @@ enum End {
     CallerGone,
 }
 
+/// The error of a step of the holder that failed, saying what failed on
+/// its own: it is what `lock acquire` prints.
+fn fault<'a>(
+    req: &'a HoldRequest,
+    what: &'static str,
+) -> impl Fn(std::io::Error) -> String + Copy + 'a {
+    move |e| {
+        format!(
+            "the background holder of lock '{}' could not {what}: {e}",
+            req.name
+        )
+    }
+}
+
 /// The lock request a hold makes for its caller.
 fn lock_request(req: &HoldRequest) -> LockRequest {
     let mut lock_req = LockRequest::new(req.name.clone())

@@ -11,22 +11,14 @@ use baton_proc::ExitWatch;
 use baton_run::Backend;
 use rustix::event::{PollFd, PollFlags, Timespec};
 
-use super::{lock_request, report_held, take_grant, End, HoldEnd, HoldRequest, Report};
+use super::{fault, lock_request, report_held, take_grant, End, HoldEnd, HoldRequest, Report};
 
 pub(super) fn hold(
     dir: &BatonDir,
     req: &HoldRequest,
     report: &mut dyn FnMut(&Report) -> bool,
 ) -> Result<HoldEnd, String> {
-    // Every error says what failed, on its own: it is what `lock acquire` prints.
-    let fault = |what: &'static str| {
-        move |e: std::io::Error| {
-            format!(
-                "the background holder of lock '{}' could not {what}: {e}",
-                req.name
-            )
-        }
-    };
+    let fault = |what: &'static str| fault(req, what);
     let signals = fault("set up its signal handling");
     // Signals first, so a release request that arrives early is not lost.
     let (sig_rx, sig_tx) = UnixStream::pair().map_err(signals)?;

@@ -18,7 +18,7 @@ use baton_lock::{start_time, BatonDir};
 use baton_proc::ProcessId;
 use baton_run::Backend;
 
-use super::{lock_request, report_held, take_grant, End, HoldEnd, HoldRequest, Report};
+use super::{fault, lock_request, report_held, take_grant, End, HoldEnd, HoldRequest, Report};
 
 /// What ends a wait of the holder.
 enum Event {
@@ -50,15 +50,7 @@ pub(super) fn hold(
     req: &HoldRequest,
     report: &mut dyn FnMut(&Report) -> bool,
 ) -> Result<HoldEnd, String> {
-    // Every error says what failed, on its own: it is what `lock acquire` prints.
-    let fault = |what: &'static str| {
-        move |e: std::io::Error| {
-            format!(
-                "the background holder of lock '{}' could not {what}: {e}",
-                req.name
-            )
-        }
-    };
+    let fault = |what: &'static str| fault(req, what);
     let (tx, rx) = mpsc::channel();
     // The release request first, so that one arriving early is not lost.
     let release = tx.clone();
