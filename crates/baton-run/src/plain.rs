@@ -7,7 +7,7 @@
 //! give them.
 
 use baton_lock::BatonDir;
-use baton_proc::{Finished, ProcError, RunSpec, Started, Supervisor};
+use baton_proc::{Finished, ProcError, Started, Supervisor};
 
 use crate::control::{RunControl, StopReason};
 use crate::error::RunError;
@@ -69,17 +69,8 @@ impl PlainRun {
         }
         let (program, args) = req.command.split_first().ok_or(RunError::NoCommand)?;
         let run_id = req.run_id.clone().unwrap_or_else(baton_lock::new_run_id);
-        let mut spec = RunSpec::new(program.clone()).args(args.iter().cloned());
-        spec.timeout = req.timeout;
-        spec.grace = req.grace;
-        spec.leftovers = req.leftovers;
-        spec.stdio = req.stdio.clone();
-        spec.cwd = req.cwd.clone();
-        spec.env = req.env.clone();
-        spec.clear_env = req.clear_env;
-        spec.env.extend(base_env(dir, &run_id));
-        let git = crate::git_env::foreground_maintenance(&spec.env, spec.clear_env);
-        spec.env.extend(git);
+        // A plain request has no guard and forwards no signal (`is_plain`).
+        let spec = crate::run::command_spec(req, program, args, base_env(dir, &run_id));
         let supervisor = Supervisor::new(spec);
         req.control.attach(supervisor.canceller());
         Ok(Some(PlainRun {

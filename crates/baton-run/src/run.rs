@@ -259,20 +259,12 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
             m.vouch_to(&g.fence);
         }
     }
-    let mut spec = RunSpec::new(program.clone()).args(args.iter().cloned());
-    spec.guard = req.guard.clone();
-    spec.timeout = req.timeout;
-    spec.grace = req.grace;
-    spec.leftovers = req.leftovers;
-    spec.forward_signals = req.forward_signals;
-    spec.stdio = req.stdio.clone();
-    spec.cwd = req.cwd.clone();
-    spec.env = req.env.clone();
-    spec.clear_env = req.clear_env;
-    spec.env
-        .extend(command_env(dir, req, &run_id, &guards, member.as_ref()));
-    let git = crate::git_env::foreground_maintenance(&spec.env, spec.clear_env);
-    spec.env.extend(git);
+    let mut spec = command_spec(
+        req,
+        program,
+        args,
+        command_env(dir, req, &run_id, &guards, member.as_ref()),
+    );
     if let Some((ws, _)) = &workspace {
         spec.cwd = Some(ws.path.clone());
         spec.env
@@ -559,4 +551,30 @@ pub fn command_line(command: &[OsString]) -> String {
         s.push_str("...");
     }
     s
+}
+
+/// The command's spec as the request asks for it (`program` and `args`
+/// split from its command line): its limits, stdio, working directory and
+/// environment, plus `added` (baton's variables) and git's
+/// foreground-maintenance settings. For [`run`] and for a plain run alike.
+pub(crate) fn command_spec(
+    req: &RunRequest,
+    program: &OsString,
+    args: &[OsString],
+    added: impl IntoIterator<Item = (OsString, OsString)>,
+) -> RunSpec {
+    let mut spec = RunSpec::new(program.clone()).args(args.iter().cloned());
+    spec.guard = req.guard.clone();
+    spec.timeout = req.timeout;
+    spec.grace = req.grace;
+    spec.leftovers = req.leftovers;
+    spec.forward_signals = req.forward_signals;
+    spec.stdio = req.stdio.clone();
+    spec.cwd = req.cwd.clone();
+    spec.env = req.env.clone();
+    spec.clear_env = req.clear_env;
+    spec.env.extend(added);
+    let git = crate::git_env::foreground_maintenance(&spec.env, spec.clear_env);
+    spec.env.extend(git);
+    spec
 }
