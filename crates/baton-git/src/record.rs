@@ -75,6 +75,26 @@ impl Workspace {
             .and_then(|t| SystemTime::now().duration_since(t).ok())
             .unwrap_or_default()
     }
+
+    /// A record of workspace `w1` (run `r1`, a clone of `base`'s HEAD,
+    /// owned by this process) at `path`, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn sample(path: PathBuf, base: PathBuf) -> Workspace {
+        Workspace {
+            id: "w1".into(),
+            path,
+            root: None,
+            strategy: Strategy::Clone,
+            base_git_dir: base.join(".git"),
+            base_repo: base,
+            reference: "HEAD".into(),
+            commit: "0".repeat(40),
+            branch: None,
+            owner: baton_lock::ProcessIdentity::current(),
+            run_id: "r1".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+        }
+    }
 }
 
 /// A workspace with what `list` measures.

@@ -188,8 +188,6 @@ fn sync_dir(path: &Path) -> Result<(), GitError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::Strategy;
-    use baton_lock::ProcessIdentity;
 
     /// The record files on the real file system: published by a hard link
     /// (a second insert of the id fails), listed, read back, deleted, with
@@ -198,20 +196,10 @@ mod tests {
     fn records_are_published_once_listed_and_deleted() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = BatonDir::open(tmp.path().join("baton")).unwrap();
-        let ws = Workspace {
-            id: "w1".into(),
-            path: tmp.path().join("baton").join("workspaces").join("w1"),
-            root: None,
-            strategy: Strategy::Clone,
-            base_repo: tmp.path().join("src"),
-            base_git_dir: tmp.path().join("src").join(".git"),
-            reference: "HEAD".into(),
-            commit: "0".repeat(40),
-            branch: None,
-            owner: ProcessIdentity::current(),
-            run_id: "r1".into(),
-            created_at: "2026-01-01T00:00:00Z".into(),
-        };
+        let ws = Workspace::sample(
+            tmp.path().join("baton").join("workspaces").join("w1"),
+            tmp.path().join("src"),
+        );
         insert(&dir, &ws).unwrap();
         assert!(matches!(
             insert(&dir, &ws),

@@ -298,25 +298,11 @@ fn keep_branch(ws: &Workspace, branch: &str, wait: WaitPolicy) -> Result<(), Git
 #[cfg(test)]
 mod tests {
     use super::*;
-    use baton_lock::ProcessIdentity;
     use std::path::PathBuf;
 
     #[test]
     fn remove_failure_remedy_matches_the_cause() {
-        let ws = Workspace {
-            id: "w1".into(),
-            path: PathBuf::from("/b/workspaces/w1"),
-            root: None,
-            strategy: Strategy::Clone,
-            base_repo: PathBuf::from("/src"),
-            base_git_dir: PathBuf::from("/src/.git"),
-            reference: "HEAD".into(),
-            commit: "0".repeat(40),
-            branch: None,
-            owner: ProcessIdentity::current(),
-            run_id: "r1".into(),
-            created_at: "2026-01-01T00:00:00Z".into(),
-        };
+        let ws = Workspace::sample(PathBuf::from("/b/workspaces/w1"), PathBuf::from("/src"));
         let of = |code: i32| remedy(&io::Error::from_raw_os_error(code), &ws);
         // The system's codes: ENOTEMPTY, EACCES, EIO; Windows
         // ERROR_DIR_NOT_EMPTY, ERROR_ACCESS_DENIED, ERROR_GEN_FAILURE.

@@ -11,11 +11,7 @@
 //! process ignoring `SIGUSR1` does.
 
 use std::time::Duration;
-#[cfg(unix)]
-use std::time::Instant;
 
-#[cfg(unix)]
-use rustix::event::{poll, PollFd, PollFlags};
 #[cfg(unix)]
 use rustix::io::Errno;
 #[cfg(unix)]
@@ -25,7 +21,7 @@ use crate::error::ProcError;
 #[cfg(unix)]
 use crate::sys::ProcFd;
 #[cfg(unix)]
-use crate::time::timespec;
+use crate::terminate::{send, wait_exit};
 
 /// What [`ask_to_exit`] saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,28 +63,14 @@ pub fn ask_to_exit(
     if !is_expected() {
         return Ok(Asked::Gone);
     }
-    match pidfd.send(Signal::USR1) {
-        Ok(()) => {}
-        Err(Errno::SRCH) => return Ok(Asked::Gone),
-        Err(e) => {
-            return Err(ProcError::Signal {
-                pid,
-                signal: "SIGUSR1",
-                source: e.into(),
-            })
-        }
+    if !send(&pidfd, pid, Signal::USR1, "SIGUSR1")? {
+        return Ok(Asked::Gone);
     }
-    let deadline = Instant::now().checked_add(limit);
-    loop {
-        let timeout = deadline.map(|d| timespec(d.saturating_duration_since(Instant::now())));
-        let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
-        match poll(&mut fds, timeout.as_ref()) {
-            Ok(0) => return Ok(Asked::StillRunning),
-            Ok(_) => return Ok(Asked::Exited),
-            Err(Errno::INTR) => continue,
-            Err(e) => return Err(ProcError::io("wait for the process to exit", e)),
-        }
-    }
+    Ok(if wait_exit(&pidfd, limit)? {
+        Asked::Exited
+    } else {
+        Asked::StillRunning
+    })
 }
 
 /// Windows: once process `pid` is pinned (a handle) and `is_expected` says

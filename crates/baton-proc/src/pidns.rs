@@ -153,7 +153,7 @@ pub fn locate(ns: Option<NsId>, pid: i32, start_time: u64) -> Sighting {
     let mut ns_seen = here.is_some_and(|h| h.inode == INITIAL_PID_NS);
     let mut found = None;
     let mut init_start = None;
-    for local in pids() {
+    for local in crate::sys::all_pids() {
         if pid_ns_of(local) != Some(ns.inode) {
             continue;
         }
@@ -207,7 +207,7 @@ pub fn terminate_group_in(
     }
     // Another namespace whose inode was reused since: the recorded one ended.
     if let Some(recorded) = ns.init_start {
-        let init = pids().into_iter().find(|p| {
+        let init = crate::sys::all_pids().into_iter().find(|p| {
             pid_ns_of(*p) == Some(ns.inode)
                 && NsIds::of(*p).and_then(|ids| ids.inner_pid()) == Some(1)
         });
@@ -228,7 +228,7 @@ pub fn terminate_group_in(
         GroupIdentity::LeaderReaped => return Vec::new(),
     };
     // A member of the group in that namespace gives its ids here.
-    let member = pids().into_iter().find(|local| {
+    let member = crate::sys::all_pids().into_iter().find(|local| {
         pid_ns_of(*local) == Some(ns)
             && NsIds::of(*local).is_some_and(|ids| {
                 ids.pgid.last() == Some(&pgid) && (session == 0 || ids.sid.last() == Some(&session))
@@ -247,17 +247,6 @@ pub fn terminate_group_in(
         },
         grace,
     )
-}
-
-/// Every pid in `/proc`.
-fn pids() -> Vec<i32> {
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .collect()
 }
 
 #[cfg(test)]

@@ -109,7 +109,12 @@ pub fn terminate_verified(
 #[cfg(unix)]
 /// Sends `signal` (named `name`) to the process behind `pidfd`; false when
 /// it has exited (and possibly was reaped) since the pidfd was opened.
-fn send(pidfd: &ProcFd, pid: i32, signal: Signal, name: &'static str) -> Result<bool, ProcError> {
+pub(crate) fn send(
+    pidfd: &ProcFd,
+    pid: i32,
+    signal: Signal,
+    name: &'static str,
+) -> Result<bool, ProcError> {
     match pidfd.send(signal) {
         Ok(()) => Ok(true),
         Err(Errno::SRCH) => Ok(false),
@@ -123,7 +128,7 @@ fn send(pidfd: &ProcFd, pid: i32, signal: Signal, name: &'static str) -> Result<
 
 #[cfg(unix)]
 /// Wait until the process behind `pidfd` exits or `limit` passes; true if it exited.
-fn wait_exit(pidfd: &ProcFd, limit: Duration) -> Result<bool, ProcError> {
+pub(crate) fn wait_exit(pidfd: &ProcFd, limit: Duration) -> Result<bool, ProcError> {
     let deadline = Instant::now().checked_add(limit);
     loop {
         let timeout = deadline.map(|d| timespec(d.saturating_duration_since(Instant::now())));

@@ -160,29 +160,17 @@ pub(crate) fn thread_failed(e: &tokio::task::JoinError) -> Finish {
 pub(crate) struct Ending {
     out: Capture,
     err: Capture,
-    argv: Vec<OsString>,
-    env: Env,
-    prompt_len: usize,
-    control: RunControl,
-    shutting_down: Arc<AtomicBool>,
+    verdict: Verdict,
 }
+
+/// How long a job's end waits for its output's capture to finish.
+const CAPTURE_WAIT: Duration = Duration::from_secs(2);
 
 impl Ending {
     /// The job's end (waits, at most 2 s, for its output's capture).
     pub(crate) fn finish(self, result: Result<baton_run::RunReport, RunError>) -> Finish {
-        let lost = [
-            self.out.finish(Duration::from_secs(2)),
-            self.err.finish(Duration::from_secs(2)),
-        ];
-        end_of(
-            result,
-            lost,
-            &self.argv,
-            &self.env,
-            self.prompt_len,
-            &self.control,
-            &self.shutting_down,
-        )
+        let lost = [self.out.finish(CAPTURE_WAIT), self.err.finish(CAPTURE_WAIT)];
+        self.verdict.of(result, lost)
     }
 
     /// [`Ending::finish`] awaited on the runtime.
@@ -191,19 +179,9 @@ impl Ending {
         self,
         result: Result<baton_run::RunReport, RunError>,
     ) -> Finish {
-        let lost = [
-            self.out.finish_async(Duration::from_secs(2)).await,
-            self.err.finish_async(Duration::from_secs(2)).await,
-        ];
-        end_of(
-            result,
-            lost,
-            &self.argv,
-            &self.env,
-            self.prompt_len,
-            &self.control,
-            &self.shutting_down,
-        )
+        let out = self.out.finish_async(CAPTURE_WAIT).await;
+        let err = self.err.finish_async(CAPTURE_WAIT).await;
+        self.verdict.of(result, [out, err])
     }
 }
 
@@ -328,47 +306,62 @@ pub(crate) fn prepare(
     let ending = Ending {
         out,
         err,
-        argv,
-        env,
-        prompt_len: job.spec.prompt.as_deref().map_or(0, str::len),
-        control,
-        shutting_down: Arc::clone(&ctx.shutting_down),
+        verdict: Verdict {
+            argv,
+            env,
+            prompt_len: job.spec.prompt.as_deref().map_or(0, str::len),
+            control,
+            shutting_down: Arc::clone(&ctx.shutting_down),
+        },
     };
     Ok((req, ending))
 }
 
-/// How a job ended, from its run's result and what its capture lost.
-fn end_of(
-    result: Result<baton_run::RunReport, RunError>,
-    lost: [Option<String>; 2],
-    argv: &[OsString],
-    env: &Env,
+/// What a job's end is made of besides its run's result: its command (to
+/// explain a command too large to start), its control (why it was stopped)
+/// and whether the service is shutting down.
+struct Verdict {
+    argv: Vec<OsString>,
+    env: Env,
     prompt_len: usize,
-    control: &RunControl,
-    shutting_down: &AtomicBool,
-) -> Finish {
-    let lost: Vec<String> = lost.into_iter().flatten().collect();
-    if let Err(RunError::Proc(baton_proc::ProcError::Spawn { source, .. })) = &result {
-        if crate::sys::is_too_large(source) {
-            return Finish {
-                status: JobStatus::Failed,
-                exit_code: Some(baton_contract::exit::BATON_FAILED),
-                error: Some(too_large(argv, env, prompt_len)),
-                superseded_by: None,
-                finished_at: now_ms(),
-            };
+    control: RunControl,
+    shutting_down: Arc<AtomicBool>,
+}
+
+impl Verdict {
+    /// How the job ended, from its run's result and what its capture lost.
+    fn of(
+        &self,
+        result: Result<baton_run::RunReport, RunError>,
+        lost: [Option<String>; 2],
+    ) -> Finish {
+        let lost: Vec<String> = lost.into_iter().flatten().collect();
+        if let Err(RunError::Proc(baton_proc::ProcError::Spawn { source, .. })) = &result {
+            if crate::sys::is_too_large(source) {
+                return Finish {
+                    status: JobStatus::Failed,
+                    exit_code: Some(baton_contract::exit::BATON_FAILED),
+                    error: Some(too_large(&self.argv, &self.env, self.prompt_len)),
+                    superseded_by: None,
+                    finished_at: now_ms(),
+                };
+            }
         }
+        let mut finish = finish_of(
+            result,
+            &self.control,
+            self.shutting_down.load(Ordering::SeqCst),
+        );
+        // The record says when its output is incomplete, and why.
+        if !lost.is_empty() {
+            let lost = lost.join("; ");
+            finish.error = Some(match finish.error {
+                Some(e) => format!("{e}; {lost}"),
+                None => lost,
+            });
+        }
+        finish
     }
-    let mut finish = finish_of(result, control, shutting_down.load(Ordering::SeqCst));
-    // The record says when its output is incomplete, and why.
-    if !lost.is_empty() {
-        let lost = lost.join("; ");
-        finish.error = Some(match finish.error {
-            Some(e) => format!("{e}; {lost}"),
-            None => lost,
-        });
-    }
-    finish
 }
 
 fn finish_of(
