@@ -18,12 +18,10 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use crate::sys::shared_log as sys;
 
-/// How often [`DirWatch::wait`] looks again where there is no inotify.
-pub const POLL: Duration = Duration::from_millis(100);
+pub use sys::POLL;
 
 /// Whether a reader must keep a file open for its [`FileId`](crate::FileId) to stay its
 /// own: on unix an inode number is reused as soon as its file is deleted;
@@ -103,6 +101,7 @@ mod tests {
 
     use std::fs::OpenOptions;
     use std::io::{Read, Write};
+    use std::time::Duration;
 
     use super::*;
     use crate::{file_id, path_id};

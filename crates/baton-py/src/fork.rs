@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use pyo3::prelude::*;
 
-use crate::lock::Hold;
+use crate::hold::Hold;
 
 /// Every hold that was granted in this process and may still be held.
 static HOLDS: Mutex<Vec<Weak<Mutex<Hold>>>> = Mutex::new(Vec::new());

@@ -19,6 +19,7 @@
 
 mod errors;
 mod fork;
+mod hold;
 mod lock;
 
 use std::path::PathBuf;

@@ -4,60 +4,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use baton_lock::{BatonDir, LockGuard, LockName, LockRequest, Mode, WaitPolicy};
+use baton_lock::{BatonDir, LockName, LockRequest, Mode, WaitPolicy};
 use pyo3::prelude::*;
 
 use crate::errors::{to_py, usage};
+use crate::hold::Hold;
 
 /// The most slots a semaphore may have (the CLI's `--max` range).
 const MAX_SLOTS: u32 = 1_000_000;
-
-/// What a `Lock` object holds now. Its mutex is taken only with the GIL
-/// held and never across a wait (see the crate's docs).
-#[derive(Default)]
-pub(crate) struct Hold {
-    /// The grant, while held.
-    guard: Option<LockGuard>,
-    /// The process that acquired `guard`.
-    pid: u32,
-    /// A thread of process `waiting` is in `acquire` with this object.
-    waiting: Option<u32>,
-    /// The token of the current grant.
-    token: Option<u64>,
-    /// The holder before the current grant, if it ended without releasing (JSON).
-    previous: Option<String>,
-}
-
-impl Hold {
-    /// The guard if this process acquired it.
-    fn held_here(&self) -> bool {
-        self.guard.is_some() && self.pid == std::process::id()
-    }
-
-    /// In a forked child: closes the copy of a guard its parent acquired,
-    /// releasing nothing (see `fork.rs`), and forgets a wait of the parent.
-    pub(crate) fn forget_if_inherited(&mut self) {
-        let me = std::process::id();
-        if self.guard.is_some() && self.pid != me {
-            if let Some(g) = self.guard.take() {
-                g.close_inherited();
-            }
-            self.token = None;
-            self.previous = None;
-        }
-        if self.waiting.is_some_and(|pid| pid != me) {
-            self.waiting = None;
-        }
-    }
-}
-
-impl Drop for Hold {
-    fn drop(&mut self) {
-        // A guard dropped in a forked child must not release its parent's
-        // lock; in the acquiring process, dropping releases it.
-        self.forget_if_inherited();
-    }
-}
 
 /// A named lock shared by every process of the user on the machine (and by
 /// the `baton` command): exclusive, shared, or a semaphore of `slots`.

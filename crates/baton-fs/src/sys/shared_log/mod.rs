@@ -16,7 +16,11 @@ pub(crate) use unix::try_lock_exclusive;
 #[cfg(windows)]
 pub(crate) use windows::try_lock_exclusive;
 
-/// Where there is no inotify: a wait is a pause of [`crate::shared_log::POLL`].
+/// How often [`DirWatch::wait`](crate::shared_log::DirWatch::wait) looks
+/// again where there is no inotify.
+pub const POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Where there is no inotify: a wait is a pause of [`POLL`].
 #[cfg(not(target_os = "linux"))]
 mod poll {
     use std::ffi::OsString;
@@ -33,7 +37,7 @@ mod poll {
         }
 
         pub(crate) fn wait(&self, _names: &[OsString]) -> io::Result<()> {
-            std::thread::sleep(crate::shared_log::POLL);
+            std::thread::sleep(super::POLL);
             Ok(())
         }
     }

@@ -4,6 +4,8 @@
 //! (`files`: what macOS uses).
 
 #[cfg(unix)]
+mod claim;
+#[cfg(unix)]
 pub(crate) mod files;
 #[cfg(unix)]
 mod socket;

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 
-use super::files::Claim;
+use super::claim::Claim;
 use crate::sys::Waker;
 
 /// A bound bell; `claim` is the lock on a file bell's name (none for an
