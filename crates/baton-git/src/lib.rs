@@ -51,6 +51,8 @@
 
 #![forbid(unsafe_code)]
 
+mod attributes;
+mod branch;
 mod error;
 mod gc;
 mod git;
@@ -62,16 +64,17 @@ mod root;
 mod status;
 mod workspace;
 
-pub use error::{BranchCommits, GitError};
+pub use attributes::{
+    init_attributes, AttributesReport, AttributesRequest, ATTRIBUTES_COMMIT_MESSAGE,
+    DEFAULT_UNION_PATTERN,
+};
+pub use error::{BranchCommits, BranchHolder, GitError};
 pub use gc::{dead_owners, gc, GcFailure, GcOptions, GcReport, GcSkipped};
 pub use git::{
     git_version, machine_dir, workspace_home, workspaces_of, GitVersion, Repo,
     DEFAULT_GIT_LOCK_WAIT, MIN_GIT_VERSION,
 };
-pub use push::{
-    init_attributes, push, AttributesReport, Backoff, PushReport, PushRequest,
-    DEFAULT_UNION_PATTERN,
-};
+pub use push::{push, Backoff, PushReport, PushRequest};
 pub use record::{validate_id, Strategy, Workspace, WorkspaceInfo};
 pub use remove::{remove, remove_with, Removed, Unpushed};
 pub use root::ROOT_SETTING;

@@ -211,6 +211,8 @@ mod tests {
             owner: ProcessIdentity::current(),
             run_id: "r1".into(),
             created_at: "2026-01-01T00:00:00Z".into(),
+            abandoned_ref: None,
+            abandoned_commit: None,
         };
         insert(&dir, &ws).unwrap();
         assert!(matches!(

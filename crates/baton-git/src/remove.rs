@@ -316,6 +316,8 @@ mod tests {
             owner: ProcessIdentity::current(),
             run_id: "r1".into(),
             created_at: "2026-01-01T00:00:00Z".into(),
+            abandoned_ref: None,
+            abandoned_commit: None,
         };
         let of = |code: i32| remedy(&io::Error::from_raw_os_error(code), &ws);
         // The system's codes: ENOTEMPTY, EACCES, EIO; Windows
