@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 
 use common::{code, stderr, stdout, wait_until, Env};
 
-struct GitEnv {
-    env: Env,
-    remote: PathBuf,
-    base: PathBuf,
+pub(crate) struct GitEnv {
+    pub(crate) env: Env,
+    pub(crate) remote: PathBuf,
+    pub(crate) base: PathBuf,
 }
 
 fn git_env(c: &mut Command, home: &Path) {
@@ -36,7 +36,7 @@ fn git_env(c: &mut Command, home: &Path) {
 
 impl GitEnv {
     /// A bare remote with one commit on `main`, and a clone of it as the base.
-    fn new() -> GitEnv {
+    pub(crate) fn new() -> GitEnv {
         let env = Env::new();
         // No auto maintenance, for speed (a run makes it foreground, see
         // `commits_in_a_run_leave_no_detached_git_maintenance_behind`).
@@ -62,14 +62,14 @@ impl GitEnv {
         g
     }
 
-    fn git(&self, dir: &Path, args: &[&str]) -> Output {
+    pub(crate) fn git(&self, dir: &Path, args: &[&str]) -> Output {
         let mut c = Command::new("git");
         git_env(&mut c, self.env.tmp.path());
         c.arg("-C").arg(dir).args(args).stdin(Stdio::null());
         c.output().unwrap()
     }
 
-    fn git_ok(&self, dir: &Path, args: &[&str]) -> String {
+    pub(crate) fn git_ok(&self, dir: &Path, args: &[&str]) -> String {
         let out = self.git(dir, args);
         assert!(
             out.status.success(),
@@ -80,21 +80,21 @@ impl GitEnv {
         stdout(&out).trim().to_string()
     }
 
-    fn baton(&self, args: &[&str]) -> Command {
+    pub(crate) fn baton(&self, args: &[&str]) -> Command {
         let mut c = self.env.baton(args);
         git_env(&mut c, self.env.tmp.path());
         c.stdin(Stdio::null());
         c
     }
 
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         self.baton(args).output().unwrap()
     }
 
     /// `baton ARGS` started in `cwd` with neither `--dir` nor `BATON_DIR`:
     /// it uses the default baton dir of `cwd` (`<git common dir>/baton`
     /// inside a repository), as an agent working there would.
-    fn baton_in(&self, cwd: &Path, args: &[&str]) -> Command {
+    pub(crate) fn baton_in(&self, cwd: &Path, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_baton"));
         c.env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -109,7 +109,7 @@ impl GitEnv {
 
     /// Holds the lock of `repo` the way a caller inside it can (`baton
     /// --dir <git common dir>/baton run --lock <its name>`) until dropped.
-    fn hold_repo_lock(&self, repo: &Path) -> Killed {
+    pub(crate) fn hold_repo_lock(&self, repo: &Path) -> Killed {
         let repo_info = baton_git::Repo::open(repo).unwrap();
         let name = repo_info.lock_name().unwrap();
         let home = repo_info.common_dir.join("baton");
@@ -183,13 +183,13 @@ impl GitEnv {
     }
 
     /// `baton ARGS` that must exit 0: its stdout as JSON.
-    fn json_ok(&self, args: &[&str]) -> serde_json::Value {
+    pub(crate) fn json_ok(&self, args: &[&str]) -> serde_json::Value {
         let out = self.run(args);
         assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
-    fn workspaces(&self) -> Vec<serde_json::Value> {
+    pub(crate) fn workspaces(&self) -> Vec<serde_json::Value> {
         let out = self.run(&["workspace", "list", "--json"]);
         assert!(out.status.success(), "{}", stderr(&out));
         serde_json::from_slice::<serde_json::Value>(&out.stdout)
@@ -229,7 +229,7 @@ impl GitEnv {
 }
 
 /// A child that is SIGKILLed and reaped when dropped.
-struct Killed(Child);
+pub(crate) struct Killed(Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -825,7 +825,7 @@ fn repository_lock_is_shared_by_callers_with_different_baton_dirs() {
 }
 
 /// Makes a clone of the remote with one new commit of its own file.
-fn pusher(g: &GitEnv, name: &str) -> PathBuf {
+pub(crate) fn pusher(g: &GitEnv, name: &str) -> PathBuf {
     g.git_ok(
         g.env.tmp.path(),
         &["clone", "-q", g.remote.to_str().unwrap(), name],

@@ -15,6 +15,7 @@ mod doctor;
 mod events;
 mod generated_docs;
 mod git;
+mod git_workflows;
 mod go_example;
 mod groups;
 mod lock_cmds;

@@ -196,6 +196,8 @@ pub const STATE_EDIT: Shape = Shape {
 pub const WORKSPACE: Shape = Shape {
     command: "workspace create",
     fields: &[
+        "abandoned_commit",
+        "abandoned_ref",
         "base_git_dir",
         "base_repo",
         "branch",
@@ -215,6 +217,8 @@ pub const WORKSPACE: Shape = Shape {
 pub const WORKSPACE_LISTED: Shape = Shape {
     command: "workspace list",
     fields: &[
+        "abandoned_commit",
+        "abandoned_ref",
         "age_secs",
         "base_git_dir",
         "base_repo",

@@ -45,9 +45,10 @@ pub enum GitError {
         /// The ref asked for.
         reference: String,
     },
-    /// `--branch` exists and has commits that `--ref` does not contain: a
-    /// workspace on it cannot start at `--ref` without dropping them.
-    #[error("branch '{branch}' of '{}' is at {branch_commit}, which '{reference}' ({ref_commit}) does not contain: the workspace cannot start at --ref on that branch; drop --ref to continue the branch where it is, name a new --branch to start at --ref, or move the branch first (`git -C '{}' branch -f {branch} {ref_commit}`, which drops its other commits)", repo.display(), repo.display())]
+    /// `--branch` exists and has commits that neither `--ref` nor the
+    /// branch's remote-tracking branch contains: a workspace on it cannot
+    /// start at `--ref` without dropping them (unless asked to reset it).
+    #[error("branch '{branch}' of '{}' is at {branch_commit}, which neither '{reference}' ({ref_commit}) nor its pushed branch contains: the workspace cannot start at --ref on that branch; drop --ref to continue the branch where it is, name a new --branch to start at --ref, or start over at --ref with --reset-branch (its old tip is kept under refs/baton/abandoned/{branch}/)", repo.display())]
     BranchNotAtRef {
         /// The base repository.
         repo: PathBuf,
@@ -59,6 +60,21 @@ pub enum GitError {
         reference: String,
         /// The commit it names.
         ref_commit: String,
+    },
+    /// `--reset-branch` was refused: a live workspace holds the branch (it
+    /// was made on it and its owner still runs). Busy, as a lock is: try
+    /// again once it is gone.
+    #[error("branch '{}' of '{}' is held by workspace '{}' (run {}, owner pid {}, at '{}'): --reset-branch does not move a branch another run works on; wait for that run to end, or name another --branch", .0.branch, .0.repo.display(), .0.id, .0.run_id, .0.pid, .0.path.display())]
+    BranchHeld(Box<BranchHolder>),
+    /// `init-attributes --commit` wrote `.gitattributes` but could not
+    /// commit it (a hook refused, no identity, ...): the file stays changed.
+    #[error("'{}' was updated but not committed", path.display())]
+    AttributesNotCommitted {
+        /// The file.
+        path: PathBuf,
+        /// Why the commit failed.
+        #[source]
+        source: Box<GitError>,
     },
     /// The repository lock could not be taken (busy past the wait, or an I/O error).
     #[error("cannot lock repository '{}' for `{operation}`", repo.display())]
@@ -182,7 +198,7 @@ impl GitError {
             GitError::RepoLock { source, .. }
             | GitError::PushLock { source, .. }
             | GitError::Lock(source) => matches!(**source, LockError::Busy { .. }),
-            GitError::Exhausted { .. } => true,
+            GitError::Exhausted { .. } | GitError::BranchHeld(_) => true,
             _ => false,
         }
     }
@@ -192,6 +208,23 @@ impl From<LockError> for GitError {
     fn from(e: LockError) -> Self {
         GitError::Lock(Box::new(e))
     }
+}
+
+/// The workspace that holds a branch ([`GitError::BranchHeld`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BranchHolder {
+    /// The base repository.
+    pub repo: PathBuf,
+    /// The branch.
+    pub branch: String,
+    /// The workspace that holds it.
+    pub id: String,
+    /// Its run.
+    pub run_id: String,
+    /// Its owner's pid.
+    pub pid: i32,
+    /// Its path.
+    pub path: PathBuf,
 }
 
 /// Commits of a workspace's branch that exist nowhere else.

@@ -14,12 +14,21 @@
 //!   in a registry in the baton dir with its owner's process identity, so the
 //!   leftovers of a crashed run are found and removed, and the workspace of a
 //!   live owner, or one still being created, never is.
+//! - **Branches** (the `branch` module): a workspace on an existing branch
+//!   starts exactly at `--ref` when that drops nothing, continues the pushed
+//!   branch when `--ref` lacks its commits, and otherwise is refused unless
+//!   [`WorkspaceRequest::reset_branch`] starts the branch over, keeping its
+//!   old tip under `refs/baton/abandoned/` (refused while another live
+//!   workspace holds the branch: [`GitError::BranchHeld`]).
 //! - **Push** ([`push`]): serialised per remote branch on this machine, in
 //!   the remote's own baton dir (a local remote) or the per-user
 //!   [`machine_dir`] (a network one); a non-fast-forward rejection is
 //!   answered by fetch, rebase and a retry with exponential backoff and
 //!   jitter. A conflict aborts the rebase and leaves the local commits as
 //!   they were. Nothing is ever force-pushed.
+//!
+//! - **Attributes** ([`init_attributes`]): `PATTERN merge=union` lines in
+//!   `.gitattributes`, optionally committed under the repository lock.
 //!
 //! git is always driven through its CLI, so users' hooks, credentials and
 //! configuration apply; status checks use `--no-optional-locks`; a git child
@@ -51,6 +60,8 @@
 
 #![forbid(unsafe_code)]
 
+mod attributes;
+mod branch;
 mod error;
 mod gc;
 mod git;
@@ -62,16 +73,17 @@ mod root;
 mod status;
 mod workspace;
 
-pub use error::{BranchCommits, GitError};
+pub use attributes::{
+    init_attributes, AttributesReport, AttributesRequest, ATTRIBUTES_COMMIT_MESSAGE,
+    DEFAULT_UNION_PATTERN,
+};
+pub use error::{BranchCommits, BranchHolder, GitError};
 pub use gc::{dead_owners, gc, GcFailure, GcOptions, GcReport, GcSkipped};
 pub use git::{
     git_version, machine_dir, workspace_home, workspaces_of, GitVersion, Repo,
     DEFAULT_GIT_LOCK_WAIT, MIN_GIT_VERSION,
 };
-pub use push::{
-    init_attributes, push, AttributesReport, Backoff, PushReport, PushRequest,
-    DEFAULT_UNION_PATTERN,
-};
+pub use push::{push, Backoff, PushReport, PushRequest};
 pub use record::{validate_id, Strategy, Workspace, WorkspaceInfo};
 pub use remove::{remove, remove_with, Removed, Unpushed};
 pub use root::ROOT_SETTING;

@@ -20,7 +20,6 @@
 //! branch to the commits it had before the first attempt. Nothing is ever
 //! force-pushed: the refspec never carries `+` and no `--force` is passed.
 
-use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -30,7 +29,6 @@ use serde::Serialize;
 
 use crate::error::GitError;
 use crate::git::{self, hashed_name, machine_dir, Repo, DEFAULT_GIT_LOCK_WAIT};
-use baton_fs::IoResultExt;
 
 /// Retry policy of a push.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -391,82 +389,6 @@ fn rebase(
         onto: onto_name.to_string(),
         paths,
     })
-}
-
-/// The pattern `init_attributes` marks `merge=union` when given none: JSONL
-/// files, so that concurrent appends merge cleanly.
-pub const DEFAULT_UNION_PATTERN: &str = "*.jsonl";
-
-/// What [`init_attributes`] did to `.gitattributes`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AttributesReport {
-    /// The `.gitattributes` file at the top of the work tree.
-    pub path: PathBuf,
-    /// The lines added (`PATTERN merge=union`).
-    pub added: Vec<String>,
-    /// The lines that were there already.
-    pub present: Vec<String>,
-}
-
-/// Adds `PATTERN merge=union` to the work tree's `.gitattributes` for each
-/// pattern (default [`DEFAULT_UNION_PATTERN`]) not marked so already.
-/// Idempotent; a bad pattern (empty, with whitespace, a comment or a
-/// negation, which `.gitattributes` does not allow) changes nothing.
-pub fn init_attributes(repo: &Path, patterns: &[String]) -> Result<AttributesReport, GitError> {
-    let defaults = [DEFAULT_UNION_PATTERN.to_string()];
-    let patterns = if patterns.is_empty() {
-        &defaults[..]
-    } else {
-        patterns
-    };
-    for p in patterns {
-        if p.is_empty() || p.chars().any(char::is_whitespace) || p.starts_with(['#', '!']) {
-            return Err(GitError::Invalid(format!(
-                "invalid --pattern {p:?}: a .gitattributes pattern is not empty, has no whitespace and does not start with '#' or '!'"
-            )));
-        }
-    }
-    let repo = Repo::open(repo)?;
-    let top = repo
-        .toplevel
-        .ok_or_else(|| GitError::Invalid(format!("'{}' has no work tree", repo.path.display())))?;
-    let path = top.join(".gitattributes");
-    let current = match fs::read_to_string(&path) {
-        Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e).context("cannot read", &path).map_err(Into::into),
-    };
-    let mut report = AttributesReport {
-        path,
-        added: Vec::new(),
-        present: Vec::new(),
-    };
-    let mut next = current.clone();
-    for p in patterns {
-        let line = format!("{p} merge=union");
-        let there = next
-            .lines()
-            .any(|l| l.split_whitespace().collect::<Vec<_>>() == [p.as_str(), "merge=union"]);
-        if there {
-            if !report.present.contains(&line) {
-                report.present.push(line);
-            }
-            continue;
-        }
-        if !next.is_empty() && !next.ends_with('\n') {
-            next.push('\n');
-        }
-        next.push_str(&line);
-        next.push('\n');
-        report.added.push(line);
-    }
-    if next != current {
-        // Flushed before the rename, as before; the directory is not: losing
-        // the lines to a power loss only means they are added again next time.
-        baton_fs::write_atomic(&report.path, next.as_bytes(), baton_fs::Durability::Data)
-            .map_err(baton_fs::PathError::from)?;
-    }
-    Ok(report)
 }
 
 #[cfg(test)]

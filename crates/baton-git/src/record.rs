@@ -65,6 +65,14 @@ pub struct Workspace {
     pub run_id: String,
     /// When it was created (RFC 3339, UTC).
     pub created_at: String,
+    /// When `--reset-branch` moved the branch from commits `--ref` lacks:
+    /// the ref in the base that keeps its old tip
+    /// (`refs/baton/abandoned/<branch>/<time>-<run id>`); else `null`.
+    #[serde(default)]
+    pub abandoned_ref: Option<String>,
+    /// The old tip kept under [`Workspace::abandoned_ref`]; else `null`.
+    #[serde(default)]
+    pub abandoned_commit: Option<String>,
 }
 
 impl Workspace {
@@ -93,6 +101,8 @@ impl Workspace {
             owner: baton_lock::ProcessIdentity::current(),
             run_id: "r1".into(),
             created_at: "2026-01-01T00:00:00Z".into(),
+            abandoned_ref: None,
+            abandoned_commit: None,
         }
     }
 }

@@ -24,6 +24,7 @@ use std::time::{Duration, SystemTime};
 
 use baton_lock::{new_run_id, BatonDir, Liveness, ProcessIdentity, WaitPolicy};
 
+use crate::branch::{self, Start};
 use crate::error::GitError;
 use crate::git::{self, commit_of, Repo, DEFAULT_GIT_LOCK_WAIT};
 use crate::record::{lock_workspace, validate_id, Strategy, Workspace, WorkspaceInfo};
@@ -45,10 +46,18 @@ pub struct WorkspaceRequest {
     /// A branch to work on: created at `reference` if the base has no such
     /// branch. If it exists: without `reference` it is checked out as it
     /// is; with one, the workspace starts exactly at `reference` and the
-    /// branch is moved forward to it, or the creation is refused
-    /// ([`GitError::BranchNotAtRef`]) when the branch has commits that
-    /// `reference` lacks. It never silently starts elsewhere.
+    /// branch is moved forward to it when that drops nothing; when the
+    /// branch was pushed and `reference` lacks its commits, the pushed
+    /// branch (`<remote>/<branch>`, which the record's `reference` then
+    /// names) is continued; a branch with commits that neither has is
+    /// refused ([`GitError::BranchNotAtRef`]). See the `branch` module.
     pub branch: Option<String>,
+    /// Start over: with `reference` and `branch`, when the branch has
+    /// commits `reference` lacks, keep its old tip under
+    /// `refs/baton/abandoned/...` and move it to `reference` (refused while
+    /// a live workspace holds the branch: [`GitError::BranchHeld`]). See
+    /// the `branch` module.
+    pub reset_branch: bool,
     /// Clone (default) or worktree.
     pub strategy: Strategy,
     /// The workspace's id; default the run id.
@@ -84,6 +93,7 @@ impl WorkspaceRequest {
             repo: repo.into(),
             reference: None,
             branch: None,
+            reset_branch: false,
             strategy: Strategy::Clone,
             id: None,
             run_id: None,
@@ -118,6 +128,11 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
     let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
     let id = req.id.clone().unwrap_or_else(|| run_id.clone());
     validate_id(&id)?;
+    if req.reset_branch && (req.reference.is_none() || req.branch.is_none()) {
+        return Err(GitError::Invalid(
+            "--reset-branch needs --ref (where the branch starts over) and --branch".into(),
+        ));
+    }
     let repo = Repo::open(&req.repo)?;
     if let Some(b) = &req.branch {
         git::run(&repo.path, ["check-ref-format", "--branch", b.as_str()])
@@ -126,14 +141,18 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
     if req.fetch {
         fetch_base(&repo, req, wait, &run_id)?;
     }
-    let (reference, commit) = start_point(&repo, req)?;
+    // Checked now, to refuse before anything is made; decided again under
+    // the repository's lock (`claim`), where a reset happens.
+    let Start {
+        reference, commit, ..
+    } = branch::start_point(&repo, req)?;
     let (root, chosen) = crate::root::choose(dir, &repo, req.root.as_deref())?;
     let name = if id == run_id {
         id.clone()
     } else {
         format!("{id}-{run_id}")
     };
-    let ws = Workspace {
+    let mut ws = Workspace {
         id: id.clone(),
         path: root.join(name),
         root: chosen.then_some(root),
@@ -146,6 +165,8 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
         owner: req.owner.clone().unwrap_or_else(ProcessIdentity::current),
         run_id,
         created_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        abandoned_ref: None,
+        abandoned_commit: None,
     };
     if let Some(branch) = &ws.branch {
         clean_stale_for_branch(dir, &ws, branch, wait)?;
@@ -156,7 +177,7 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
     // Marked until complete: if this process is killed meanwhile, gc
     // removes the half-made workspace whoever its owner is.
     registry::mark_creating(dir, &ws.id)?;
-    if let Err(e) = registry::insert(dir, &ws) {
+    if let Err(e) = claim(dir, &repo, req, &mut ws, wait) {
         registry::unmark_creating(dir, &ws.id);
         return Err(e);
     }
@@ -167,6 +188,41 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
     registry::unmark_creating(dir, &ws.id);
     drop(guard);
     made.map(|()| ws)
+}
+
+/// Records the workspace. On a branch, under the repository's lock: the
+/// start is decided again there (the branch may have moved since it was
+/// first checked), and with [`WorkspaceRequest::reset_branch`] the branch is
+/// refused if another live workspace holds it, else reset; the record then
+/// makes this workspace its holder before the lock is let go, so of two
+/// resets of one branch exactly one proceeds.
+fn claim(
+    dir: &BatonDir,
+    repo: &Repo,
+    req: &WorkspaceRequest,
+    ws: &mut Workspace,
+    wait: WaitPolicy,
+) -> Result<(), GitError> {
+    let Some(name) = ws.branch.clone() else {
+        return registry::insert(dir, ws);
+    };
+    let guard = repo.lock(wait, "claim branch", &ws.run_id)?;
+    let mut start = branch::start_point(repo, req)?;
+    if req.reset_branch {
+        if let Some(held) = branch::holder(dir, repo, &name, &ws.id)? {
+            return Err(held);
+        }
+        branch::reset(repo, &name, &mut start, &ws.run_id)?;
+    }
+    ws.reference = start.reference;
+    ws.commit = start.commit;
+    if let Some((kept, old)) = start.abandoned {
+        ws.abandoned_ref = Some(kept);
+        ws.abandoned_commit = Some(old);
+    }
+    registry::insert(dir, ws)?;
+    drop(guard);
+    Ok(())
 }
 
 /// Cleans up after a failed creation: the directory, a worktree's entry in
@@ -318,55 +374,6 @@ fn fetch_base(
     }
     drop(guard);
     Ok(())
-}
-
-fn resolve(repo: &Repo, reference: &str) -> Result<String, GitError> {
-    commit_of(&repo.path, reference)?.ok_or_else(|| GitError::UnknownRef {
-        repo: repo.path.clone(),
-        reference: reference.to_string(),
-    })
-}
-
-/// Where a workspace starts: the ref asked for and its commit.
-///
-/// Without `--ref`, an existing `--branch` is continued where it is (else
-/// `HEAD`). With `--ref`, the workspace starts exactly there: an existing
-/// branch must be at that commit or behind it (it is then moved forward),
-/// else the creation is refused naming both commits.
-fn start_point(repo: &Repo, req: &WorkspaceRequest) -> Result<(String, String), GitError> {
-    let tip = match &req.branch {
-        Some(b) => branch_commit(repo, b)?.map(|tip| (b, tip)),
-        None => None,
-    };
-    let Some(reference) = req.reference.clone() else {
-        return Ok(match tip {
-            Some((b, tip)) => (b.clone(), tip),
-            None => ("HEAD".into(), resolve(repo, "HEAD")?),
-        });
-    };
-    let commit = resolve(repo, &reference)?;
-    if let Some((branch, tip)) = tip {
-        if tip != commit && !is_ancestor(&repo.path, &tip, &commit)? {
-            return Err(GitError::BranchNotAtRef {
-                repo: repo.path.clone(),
-                branch: branch.clone(),
-                branch_commit: tip,
-                reference,
-                ref_commit: commit,
-            });
-        }
-    }
-    Ok((reference, commit))
-}
-
-/// Whether `ancestor` is reachable from `descendant` in `repo`.
-fn is_ancestor(repo: &Path, ancestor: &str, descendant: &str) -> Result<bool, GitError> {
-    let (out, line) = git::output(repo, ["merge-base", "--is-ancestor", ancestor, descendant])?;
-    match out.status.code() {
-        Some(0) => Ok(true),
-        Some(1) => Ok(false),
-        _ => Err(git::failed(line, &out)),
-    }
 }
 
 fn branch_commit(repo: &Repo, branch: &str) -> Result<Option<String>, GitError> {

@@ -118,6 +118,7 @@ impl PlainEnd {
             ran: true,
             superseded_by,
             workspace_error: None,
+            workspace: None,
             leftovers: finished.leftovers,
             setup_failed: false,
         })

@@ -163,6 +163,9 @@ pub struct RunReport {
     /// The workspace could not be removed after the command ended (the
     /// command's outcome still stands; `baton workspace gc` retries).
     pub workspace_error: Option<String>,
+    /// The workspace the command ran in, as recorded when it was made
+    /// (where it started, and a branch reset's `abandoned_ref`).
+    pub workspace: Option<baton_git::Workspace>,
     /// Processes still running when the command exited, terminated before
     /// the locks were released (unless [`RunRequest::leftovers`] said to leave them).
     pub leftovers: Vec<Leftover>,
@@ -366,6 +369,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         ran: true,
         superseded_by,
         workspace_error: workspace_error.map(|e| e.to_string()),
+        workspace: workspace.map(|(ws, _)| ws),
         leftovers,
         setup_failed,
     })
@@ -493,6 +497,7 @@ fn not_run(req: &RunRequest, g: &GroupRequest, run_id: &str, by: Option<String>)
         ran: false,
         superseded_by: by,
         workspace_error: None,
+        workspace: None,
         leftovers: Vec::new(),
         setup_failed: false,
     }
@@ -505,6 +510,7 @@ fn not_run_cancelled(run_id: &str) -> RunReport {
         ran: false,
         superseded_by: None,
         workspace_error: None,
+        workspace: None,
         leftovers: Vec::new(),
         setup_failed: false,
     }

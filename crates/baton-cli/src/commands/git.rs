@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_git::{
-    create, gc, init_attributes, list, push, remove_with, Backoff, BranchCommits, GcOptions,
-    GitError, PushRequest, Strategy, Unpushed, WorkspaceRequest,
+    create, gc, init_attributes, list, push, remove_with, AttributesRequest, Backoff,
+    BranchCommits, GcOptions, GitError, PushRequest, Strategy, Unpushed, Workspace,
+    WorkspaceRequest, ATTRIBUTES_COMMIT_MESSAGE,
 };
 use baton_lock::{BatonDir, ProcessIdentity, WaitPolicy};
 use clap::{Args, Subcommand, ValueEnum};
@@ -57,10 +58,17 @@ pub struct RunWorkspaceArgs {
     pub reference: Option<String>,
 
     /// Branch to work on in the workspace: created at --ref; if it exists, continued where it
-    /// is, or with --ref moved forward to it (refused, naming both commits, if it has commits
-    /// --ref lacks: the workspace never starts elsewhere than --ref).
+    /// is, or with --ref moved forward to it; if it was pushed and --ref lacks its commits, the
+    /// pushed branch (<remote>/NAME) is continued (said on stderr); refused, naming both
+    /// commits, if it has commits that neither --ref nor the pushed branch has.
     #[arg(long, value_name = "NAME", requires = "workspace")]
     pub branch: Option<String>,
+
+    /// Start --branch over at --ref: if it has commits --ref lacks, keep its old tip under
+    /// refs/baton/abandoned/<branch>/<time>-<run id> in the repository (named on stderr), then
+    /// move it to --ref. Refused (exit 75) while another live workspace holds the branch.
+    #[arg(long, requires_all = ["reference", "branch"])]
+    pub reset_branch: bool,
 
     /// How the workspace is made.
     #[arg(long, value_enum, default_value = "clone", requires = "workspace")]
@@ -103,6 +111,7 @@ impl RunWorkspaceArgs {
         let mut req = WorkspaceRequest::new(repo);
         req.reference = self.reference.clone();
         req.branch = self.branch.clone();
+        req.reset_branch = self.reset_branch;
         req.strategy = self.strategy.into();
         req.include_ignored = self.include_ignored;
         req.root = self.workspace_root.clone();
@@ -122,6 +131,7 @@ pub enum WorkspaceCommand {
     #[command(after_help = "Examples:
   WS=$(baton workspace create --repo . --branch agent/fix-42) && cd \"$WS\"
   baton workspace create --repo ~/src/app --strategy worktree --ref origin/main --json
+  baton workspace create --fetch --ref origin/main --branch agent/issue-7 --reset-branch
   git -C ~/src/app config baton.workspaceRoot /fast/workspaces   # this repository's root
 
 clone (default): `git clone --local` (objects hardlinked, a fully independent .git), origin
@@ -138,7 +148,16 @@ fetched into the base's branch first; if the base cannot take them (the branch i
 out there, or has diverged) the removal is refused and names them (`baton workspace remove
 ID --discard` drops them).
 
-Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait; 125 failed.")]
+With --ref and an existing --branch the workspace starts exactly at --ref when that drops
+nothing (the branch is moved forward). A branch that was pushed (<remote>/NAME in the
+repository, as its last fetch saw it) and whose commits --ref lacks is continued from the
+pushed branch instead, when the local branch has nothing the pushed one lacks. A branch with
+commits that neither has is refused, naming both commits; --reset-branch starts it over at
+--ref, keeping the old tip under refs/baton/abandoned/ (list them: `git for-each-ref
+refs/baton/abandoned/`). The remote branch is never moved.
+
+Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait, or another
+live workspace holds the branch (--reset-branch); 125 failed.")]
     Create {
         /// The base repository (any path inside it).
         #[arg(long, value_name = "PATH", default_value = ".")]
@@ -147,9 +166,17 @@ Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait;
         #[arg(long = "ref", value_name = "REF")]
         reference: Option<String>,
         /// Branch to work on: created at --ref; if it exists, continued where it is, or with
-        /// --ref moved forward to it (refused, naming both commits, if it has commits --ref lacks).
+        /// --ref moved forward to it; if it was pushed and --ref lacks its commits, the pushed
+        /// branch (<remote>/NAME) is continued (said on stderr); refused, naming both commits,
+        /// if it has commits that neither --ref nor the pushed branch has.
         #[arg(long, value_name = "NAME")]
         branch: Option<String>,
+        /// Start --branch over at --ref: if it has commits --ref lacks, keep its old tip under
+        /// refs/baton/abandoned/<branch>/<time>-<run id> (named on stderr and in --json as
+        /// abandoned_ref), then move it to --ref. Refused (exit 75) while another live
+        /// workspace holds the branch.
+        #[arg(long, requires_all = ["reference", "branch"])]
+        reset_branch: bool,
         /// How the workspace is made.
         #[arg(long, value_enum, default_value = "clone")]
         strategy: StrategyArg,
@@ -297,10 +324,18 @@ is shown).")]
     /// merge cleanly.
     #[command(after_help = "Examples:
   baton git init-attributes
+  baton git init-attributes --commit
   baton git init-attributes --pattern '*.jsonl' --pattern 'logs/*.ndjson' --pattern CHANGES.md
 
 Only for files whose lines are independent records: a union merge keeps both sides' lines
-and never reports a conflict. Lines already present are left alone.")]
+and never reports a conflict. Lines already present are left alone. The file is left
+uncommitted unless --commit: then, under the repository's lock, .gitattributes alone is
+committed (whatever else is staged stays staged) if it differs from HEAD, with the message
+'Merge line-record files as a union of lines (baton git init-attributes)'; the commit is
+named on stderr. Your hooks run.
+
+Exit status: 0 done; 75 the repository lock stayed busy past --git-lock-wait; 125 failed
+(with --commit, a failed commit leaves the file updated, and says so).")]
     InitAttributes {
         /// The repository.
         #[arg(long, value_name = "PATH", default_value = ".")]
@@ -308,6 +343,11 @@ and never reports a conflict. Lines already present are left alone.")]
         /// Files to merge as a union of lines (a .gitattributes pattern; repeatable) [default: *.jsonl].
         #[arg(long = "pattern", value_name = "GLOB")]
         patterns: Vec<String>,
+        /// Commit .gitattributes (only it) when it differs from HEAD.
+        #[arg(long)]
+        commit: bool,
+        #[command(flatten)]
+        wait: GitLockWaitArg,
     },
 }
 
@@ -350,6 +390,7 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand, named_dir: bool) -> 
             repo,
             reference,
             branch,
+            reset_branch,
             strategy,
             id,
             fetch,
@@ -363,6 +404,7 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand, named_dir: bool) -> 
             req.root = workspace_root;
             req.reference = reference;
             req.branch = branch;
+            req.reset_branch = reset_branch;
             req.strategy = strategy.into();
             req.id = id;
             req.fetch = fetch;
@@ -371,10 +413,14 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand, named_dir: bool) -> 
             req.owner = Some(caller());
             req.git_lock_wait = WaitPolicy::from(wait.git_lock_wait);
             match create(dir, &req) {
-                Ok(ws) if json => print_json(&ws),
                 Ok(ws) => {
-                    outln!("{}", ws.path.display());
-                    0
+                    say_start(&ws, req.reference.as_deref());
+                    if json {
+                        print_json(&ws)
+                    } else {
+                        outln!("{}", ws.path.display());
+                        0
+                    }
                 }
                 Err(e) => fail(&e, code(&e)),
             }
@@ -538,20 +584,70 @@ pub fn run_git(_dir: &BatonDir, cmd: GitCommand) -> u8 {
                 Err(e) => fail(&e, code(&e)),
             }
         }
-        GitCommand::InitAttributes { repo, patterns } => match init_attributes(&repo, &patterns) {
-            Ok(report) => {
-                for (what, lines) in [
-                    ("added", &report.added),
-                    ("already present:", &report.present),
-                ] {
-                    for line in lines {
-                        errln!("baton: {what} '{line}' in '{}'", report.path.display());
+        GitCommand::InitAttributes {
+            repo,
+            patterns,
+            commit,
+            wait,
+        } => {
+            let mut req = AttributesRequest::new(repo);
+            req.patterns = patterns;
+            req.commit = commit;
+            req.lock_wait = WaitPolicy::from(wait.git_lock_wait);
+            match init_attributes(&req) {
+                Ok(report) => {
+                    for (what, lines) in [
+                        ("added", &report.added),
+                        ("already present:", &report.present),
+                    ] {
+                        for line in lines {
+                            errln!("baton: {what} '{line}' in '{}'", report.path.display());
+                        }
                     }
+                    match &report.committed {
+                        Some(c) => errln!(
+                            "baton: committed '{}' as {c} ({ATTRIBUTES_COMMIT_MESSAGE})",
+                            report.path.display()
+                        ),
+                        None if commit => errln!(
+                            "baton: '{}' is committed already: nothing to commit",
+                            report.path.display()
+                        ),
+                        None if !report.added.is_empty() => errln!(
+                            "baton: '{}' is not committed: commit it, or run again with --commit",
+                            report.path.display()
+                        ),
+                        None => {}
+                    }
+                    0
                 }
-                0
+                Err(e) => fail(&e, code(&e)),
             }
-            Err(e) => fail(&e, code(&e)),
-        },
+        }
+    }
+}
+
+/// Says on stderr where a workspace on a branch started when that is not
+/// simply `--ref`: the pushed branch continued instead, or a branch reset
+/// and where its old tip is kept.
+pub(crate) fn say_start(ws: &Workspace, asked: Option<&str>) {
+    let Some(branch) = &ws.branch else {
+        return;
+    };
+    if let (Some(kept), Some(old)) = (&ws.abandoned_ref, &ws.abandoned_commit) {
+        errln!(
+            "baton: branch '{branch}' was at {old}, which '{}' lacks: started it over at {} and kept its old tip as {kept} in '{}'",
+            ws.reference,
+            ws.commit,
+            ws.base_repo.display()
+        );
+    }
+    if let Some(asked) = asked.filter(|a| *a != ws.reference) {
+        errln!(
+            "baton: branch '{branch}' was pushed and '{asked}' lacks its commits: continuing the pushed branch {} at {} (--reset-branch starts it over at '{asked}')",
+            ws.reference,
+            ws.commit
+        );
     }
 }
 

@@ -181,6 +181,10 @@ pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, flags: &Flags<'_>) -> u8 {
                     leftovers(&report.leftovers)
                 );
             }
+            if let Some(ws) = &report.workspace {
+                let asked = req.workspace.as_ref().and_then(|w| w.reference.as_deref());
+                crate::commands::git::say_start(ws, asked);
+            }
             if let Some(e) = &report.workspace_error {
                 warnln!("baton: warning: {e} (the workspace is left for `baton workspace gc`)");
             }

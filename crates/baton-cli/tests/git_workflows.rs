@@ -1,0 +1,441 @@
+#![cfg(unix)] // sh and Unix paths: Windows runs windows.rs
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! Three frictions a trial of users' git workflows found, with the real
+//! binary, real repositories and a bare remote in a temp dir:
+//! an unattended agent whose branch was left diverged by a conflicting push
+//! starts it over with `--reset-branch` (nothing lost, exactly one of two
+//! racing resets wins); a pipeline re-run on a branch it pushed continues the
+//! pushed branch instead of being refused; `git init-attributes --commit`
+//! commits `.gitattributes` under the repository's lock.
+
+use std::fs;
+use std::time::Duration;
+
+use crate::common::{code, stderr, wait_until};
+use crate::git::{pusher, GitEnv};
+
+/// The binary, for commands run inside a run.
+const BATON: &str = env!("CARGO_BIN_EXE_baton");
+
+/// `refs/baton/abandoned/...` refs of the base and their commits.
+fn abandoned(g: &GitEnv) -> Vec<(String, String)> {
+    g.git_ok(
+        &g.base,
+        &[
+            "for-each-ref",
+            "--format=%(refname) %(objectname)",
+            "refs/baton/abandoned/",
+        ],
+    )
+    .lines()
+    .map(|l| {
+        let (r, c) = l.split_once(' ').unwrap();
+        (r.to_string(), c.to_string())
+    })
+    .collect()
+}
+
+/// A commit that changes `a.txt` to `text`.
+fn commit_a(text: &str, subject: &str) -> String {
+    format!("echo {text} > a.txt && git commit -qam '{subject}'")
+}
+
+/// Trial (GitHub Actions agent): a run whose push conflicts leaves its
+/// commit on the branch in the base; the next run with the same --ref and
+/// --branch is refused (by design) until --reset-branch starts the branch
+/// over at --ref, keeping the old tip under refs/baton/abandoned/.
+#[test]
+fn reset_branch_starts_a_diverged_branch_over_and_keeps_its_old_tip() {
+    let g = GitEnv::new();
+    let base = g.base.to_str().unwrap();
+    let other = pusher(&g, "other");
+    // The agent commits a.txt; meanwhile someone lands a conflicting a.txt.
+    let racing = format!(
+        "{} && (cd {} && {} && git push -q origin main) && {BATON} git push --branch main",
+        commit_a("agent", "agent"),
+        other.display(),
+        commit_a("other", "other")
+    );
+    let agent = |extra: &[&str], script: &str| {
+        let mut args = vec![
+            "run",
+            "--workspace",
+            base,
+            "--fetch",
+            "--fetch-debounce",
+            "0s",
+            "--ref",
+            "origin/main",
+            "--branch",
+            "agent/issue-1",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "sh", "-c", script]);
+        g.run(&args)
+    };
+    let out = agent(&[], &racing);
+    assert_eq!(code(&out), 1, "the push conflicts: {}", stderr(&out));
+    let old = g.git_ok(&g.base, &["rev-parse", "agent/issue-1"]);
+    assert_eq!(
+        g.git_ok(&g.base, &["log", "-1", "--format=%s", &old]),
+        "agent"
+    );
+
+    // The next run is refused, naming both commits and the way out.
+    let out = agent(&[], "true");
+    let err = stderr(&out);
+    assert_eq!(code(&out), 125, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&old) && err.contains("--reset-branch"),
+        "{err}"
+    );
+
+    // Started over: the run begins at origin/main, lands its commit, and
+    // names where the old tip is kept.
+    let out = agent(
+        &["--reset-branch"],
+        &format!(
+            "echo b > b.txt && git add b.txt && git commit -qm again && {BATON} git push --branch main"
+        ),
+    );
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    let kept = abandoned(&g);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let (kept_ref, kept_commit) = &kept[0];
+    assert!(
+        kept_ref.starts_with("refs/baton/abandoned/agent/issue-1/"),
+        "{kept_ref}"
+    );
+    assert_eq!(kept_commit, &old, "the old tip is kept");
+    assert!(
+        err.contains(kept_ref.as_str()) && err.contains(&old),
+        "{err}"
+    );
+    g.git_ok(&other, &["pull", "-q", "--rebase", "origin", "main"]);
+    assert_eq!(
+        g.git_ok(&other, &["log", "--format=%s", "-3"]),
+        "again\nother\nother",
+        "the run started at origin/main and its commit landed"
+    );
+    assert!(g.workspaces().is_empty());
+
+    // `workspace create` takes it too; --json names the kept ref; the
+    // branch in the base is at --ref.
+    g.git_ok(&g.base, &["checkout", "-q", "agent/issue-1"]);
+    fs::write(g.base.join("c.txt"), "local\n").unwrap();
+    g.git_ok(&g.base, &["add", "c.txt"]);
+    g.git_ok(&g.base, &["commit", "-qm", "local"]);
+    let local = g.git_ok(&g.base, &["rev-parse", "HEAD"]);
+    g.git_ok(&g.base, &["checkout", "-q", "main"]);
+    let fresh = g.git_ok(&g.base, &["rev-parse", "origin/main"]);
+    let ws = g.json_ok(&[
+        "workspace",
+        "create",
+        "--repo",
+        base,
+        "--strategy",
+        "worktree",
+        "--ref",
+        "origin/main",
+        "--branch",
+        "agent/issue-1",
+        "--reset-branch",
+        "--json",
+    ]);
+    assert_eq!(ws["commit"], fresh.as_str(), "{ws}");
+    assert_eq!(ws["abandoned_commit"], local.as_str(), "{ws}");
+    let kept_ref = ws["abandoned_ref"].as_str().unwrap();
+    assert_eq!(g.git_ok(&g.base, &["rev-parse", kept_ref]), local);
+    assert_eq!(g.git_ok(&g.base, &["rev-parse", "agent/issue-1"]), fresh);
+    assert_eq!(abandoned(&g).len(), 2);
+
+    // While that workspace lives, another reset of the branch is refused
+    // (75, naming it), and nothing moves.
+    let out = g.run(&[
+        "workspace",
+        "create",
+        "--repo",
+        base,
+        "--ref",
+        "main",
+        "--branch",
+        "agent/issue-1",
+        "--reset-branch",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 75, "{err}");
+    assert!(err.contains(ws["id"].as_str().unwrap()), "{err}");
+    assert_eq!(g.git_ok(&g.base, &["rev-parse", "agent/issue-1"]), fresh);
+
+    // Bad usage: --reset-branch without --ref.
+    let out = g.run(&[
+        "workspace",
+        "create",
+        "--repo",
+        base,
+        "--branch",
+        "agent/issue-1",
+        "--reset-branch",
+    ]);
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+}
+
+/// Two agents reset one diverged branch at the same instant: both pass
+/// their first checks and wait for the repository's lock; exactly one
+/// starts the branch over, the other is refused naming the winner's
+/// workspace, and the old tip is kept exactly once.
+#[test]
+fn of_two_racing_resets_of_a_branch_exactly_one_wins_and_nothing_is_lost() {
+    let g = GitEnv::new();
+    let base = g.base.to_str().unwrap();
+    g.git_ok(&g.base, &["checkout", "-q", "-b", "agent/x"]);
+    fs::write(g.base.join("x.txt"), "x\n").unwrap();
+    g.git_ok(&g.base, &["add", "x.txt"]);
+    g.git_ok(&g.base, &["commit", "-qm", "diverged"]);
+    let old = g.git_ok(&g.base, &["rev-parse", "HEAD"]);
+    g.git_ok(&g.base, &["checkout", "-q", "main"]);
+    let main = g.git_ok(&g.base, &["rev-parse", "main"]);
+
+    let repo = baton_git::Repo::open(&g.base).unwrap();
+    let home = repo.common_dir.join("baton");
+    let name = repo.lock_name().unwrap();
+    let waiters = || -> u64 {
+        let out = g
+            .baton_in(
+                &g.base,
+                &[
+                    "--dir",
+                    home.to_str().unwrap(),
+                    "lock",
+                    "status",
+                    name.as_str(),
+                    "--json",
+                ],
+            )
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["waiters"].as_u64().unwrap()
+    };
+    let held = g.hold_repo_lock(&g.base);
+    let racers: Vec<_> = (0..2)
+        .map(|i| {
+            g.baton(&[
+                "workspace",
+                "create",
+                "--repo",
+                base,
+                "--id",
+                &format!("racer-{i}"),
+                "--ref",
+                "main",
+                "--branch",
+                "agent/x",
+                "--reset-branch",
+                "--json",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    // Both have passed their checks and wait for the lock to claim the branch.
+    wait_until(Duration::from_secs(20), || waiters() == 2);
+    drop(held);
+    let outs: Vec<_> = racers
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let codes: Vec<i32> = outs.iter().map(code).collect();
+    let mut sorted = codes.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [0, 75],
+        "{codes:?}: {} / {}",
+        stderr(&outs[0]),
+        stderr(&outs[1])
+    );
+    let winner = codes.iter().position(|c| *c == 0).unwrap();
+    let loser = &outs[1 - winner];
+    let err = stderr(loser);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("racer-{winner}")) && err.contains("held by"),
+        "{err}"
+    );
+    let ws: serde_json::Value = serde_json::from_slice(&outs[winner].stdout).unwrap();
+    assert_eq!(ws["abandoned_commit"], old.as_str(), "{ws}");
+    assert_eq!(
+        abandoned(&g),
+        [(ws["abandoned_ref"].as_str().unwrap().to_string(), old)],
+        "the old tip is kept, once"
+    );
+    assert_eq!(g.git_ok(&g.base, &["rev-parse", "agent/x"]), main);
+    let listed: Vec<String> = g
+        .workspaces()
+        .iter()
+        .map(|w| w["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(listed, [format!("racer-{winner}")]);
+}
+
+/// A pipeline run on `--ref origin/main --branch NAME` that appends to
+/// `log.txt` and pushes NAME with `baton git push`.
+fn pipeline(g: &GitEnv, strategy: &str, branch: &str, n: u32) -> std::process::Output {
+    let script = format!(
+        "echo {n} >> log.txt && git add log.txt && git commit -qm run-{n} && {BATON} git push"
+    );
+    g.run(&[
+        "run",
+        "--workspace",
+        g.base.to_str().unwrap(),
+        "--strategy",
+        strategy,
+        "--fetch",
+        "--fetch-debounce",
+        "0s",
+        "--ref",
+        "origin/main",
+        "--branch",
+        branch,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+}
+
+/// The remote's `log.txt` on `branch`.
+fn remote_log(g: &GitEnv, branch: &str) -> String {
+    g.git_ok(&g.remote, &["show", &format!("{branch}:log.txt")])
+}
+
+/// Trial (a Go pipeline runner): re-running a pipeline on a branch it
+/// pushed before. With a worktree the branch is in the base (equal to the
+/// pushed one): it was refused (125); with a clone the re-run started from
+/// origin/main again and its push conflicted with its own earlier run (1).
+/// Now both continue the pushed branch (said on stderr), also when the
+/// local branch is behind it; a local branch with unpushed commits of its
+/// own is still refused.
+#[test]
+fn a_pipeline_rerun_on_a_pushed_branch_continues_it() {
+    let g = GitEnv::new();
+    for strategy in ["worktree", "clone"] {
+        let branch = format!("feat-{strategy}");
+        for n in 1..=2 {
+            let out = pipeline(&g, strategy, &branch, n);
+            let err = stderr(&out);
+            assert_eq!(code(&out), 0, "{strategy} run {n}: {err}");
+            if n == 2 {
+                assert!(
+                    err.contains(&format!("continuing the pushed branch origin/{branch}")),
+                    "{strategy}: {err}"
+                );
+            }
+        }
+        assert_eq!(remote_log(&g, &branch), "1\n2", "{strategy}");
+    }
+
+    // The local branch behind the pushed one (another machine pushed):
+    // the run starts at the pushed tip.
+    let elsewhere = g.env.path("elsewhere");
+    g.git_ok(
+        g.env.tmp.path(),
+        &[
+            "clone",
+            "-q",
+            "-b",
+            "feat-worktree",
+            g.remote.to_str().unwrap(),
+            elsewhere.to_str().unwrap(),
+        ],
+    );
+    fs::write(elsewhere.join("log.txt"), "1\n2\nelsewhere\n").unwrap();
+    g.git_ok(&elsewhere, &["commit", "-qam", "elsewhere"]);
+    g.git_ok(&elsewhere, &["push", "-q", "origin", "feat-worktree"]);
+    let out = pipeline(&g, "worktree", "feat-worktree", 3);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(remote_log(&g, "feat-worktree"), "1\n2\nelsewhere\n3");
+
+    // A local commit that was never pushed: refused, naming both commits,
+    // nothing moved.
+    g.git_ok(&g.base, &["checkout", "-q", "feat-worktree"]);
+    fs::write(g.base.join("local.txt"), "local\n").unwrap();
+    g.git_ok(&g.base, &["add", "local.txt"]);
+    g.git_ok(&g.base, &["commit", "-qm", "local"]);
+    let local = g.git_ok(&g.base, &["rev-parse", "HEAD"]);
+    g.git_ok(&g.base, &["checkout", "-q", "main"]);
+    let out = pipeline(&g, "worktree", "feat-worktree", 4);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 125, "{err}");
+    assert!(err.contains(&local) && err.contains("origin/main"), "{err}");
+    assert_eq!(g.git_ok(&g.base, &["rev-parse", "feat-worktree"]), local);
+    assert!(g.workspaces().is_empty());
+}
+
+fn status(g: &GitEnv, path: &str) -> String {
+    g.git_ok(&g.base, &["status", "--porcelain", "--", path])
+}
+
+fn init_attributes(g: &GitEnv, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["git", "init-attributes", "--repo", g.base.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    g.run(&args)
+}
+
+/// Trial (a task tool): `git init-attributes` leaves `.gitattributes`
+/// uncommitted (and says so); `--commit` commits it alone, under the
+/// repository's lock, once.
+#[test]
+fn init_attributes_commits_the_file_alone_when_asked() {
+    let g = GitEnv::new();
+    let head = g.git_ok(&g.base, &["rev-parse", "HEAD"]);
+    let out = init_attributes(&g, &[]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--commit"), "{}", stderr(&out));
+    assert_eq!(status(&g, ".gitattributes"), "?? .gitattributes");
+    assert_eq!(g.git_ok(&g.base, &["rev-parse", "HEAD"]), head, "default");
+
+    // Something else is staged: it stays staged, out of the commit.
+    fs::write(g.base.join("staged.txt"), "s\n").unwrap();
+    g.git_ok(&g.base, &["add", "staged.txt"]);
+    let out = init_attributes(&g, &["--commit", "--pattern", "logs/*.ndjson"]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    let commit = g.git_ok(&g.base, &["rev-parse", "HEAD"]);
+    assert_ne!(commit, head);
+    assert!(err.contains(&commit), "{err}");
+    assert_eq!(
+        g.git_ok(&g.base, &["show", "--name-only", "--format=%s", "HEAD"]),
+        format!("{}\n\n.gitattributes", baton_git::ATTRIBUTES_COMMIT_MESSAGE)
+    );
+    assert_eq!(
+        g.git_ok(&g.base, &["show", "HEAD:.gitattributes"]),
+        "*.jsonl merge=union\nlogs/*.ndjson merge=union"
+    );
+    assert_eq!(status(&g, ".gitattributes"), "");
+    assert_eq!(status(&g, "staged.txt"), "A  staged.txt");
+
+    // Again: nothing to commit.
+    let out = init_attributes(&g, &["--commit"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(g.git_ok(&g.base, &["rev-parse", "HEAD"]), commit);
+
+    // Under the repository's lock: busy past --git-lock-wait is 75, and
+    // the file is not touched.
+    let held = g.hold_repo_lock(&g.base);
+    let out = init_attributes(
+        &g,
+        &["--commit", "--pattern", "*.csv", "--git-lock-wait", "200ms"],
+    );
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    drop(held);
+    let attrs = fs::read_to_string(g.base.join(".gitattributes")).unwrap();
+    assert!(!attrs.contains("csv"), "{attrs}");
+    assert_eq!(g.git_ok(&g.base, &["rev-parse", "HEAD"]), commit);
+}

@@ -1,0 +1,254 @@
+//! Where a workspace on a branch starts, and `--reset-branch`.
+//!
+//! With `--ref R --branch B` the workspace starts exactly at `R` when that
+//! loses nothing: `B` is new, or its tip (and its remote-tracking branch,
+//! `<remote>/B`) are in `R`; `B` is then moved forward to `R`. When `B` was
+//! pushed and `R` lacks its commits (a re-run of a pipeline on a branch it
+//! pushed before), the workspace continues the pushed branch from
+//! `<remote>/B`, provided the local `B` holds nothing that is not there
+//! (equal or behind): it says so, and the record's `reference` names
+//! `<remote>/B`. A local `B` with commits that neither `R` nor `<remote>/B`
+//! has is refused ([`GitError::BranchNotAtRef`]) — unless the caller asked to
+//! start over ([`WorkspaceRequest::reset_branch`]).
+//!
+//! **Starting over never loses work**: the old tip is first kept under
+//! `refs/baton/abandoned/<B>/<UTC time>-<run id>` in the base repository
+//! (published before the branch moves), then `B` is moved to `R` with a
+//! compare-and-swap on its old value. A reset is refused while a live
+//! workspace in the registry holds `B` ([`GitError::BranchHeld`], exit 75)
+//! or a work tree of the base has it checked out. The check and the record
+//! of the new workspace are made under the repository's lock, so of two
+//! creations racing to reset one branch exactly one gets it; the other sees
+//! the winner's record and is refused, naming it. The remote branch is never
+//! touched: a push from the new workspace still lands on top of it.
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use baton_lock::{BatonDir, Liveness};
+
+use crate::error::{BranchHolder, GitError};
+use crate::git::{self, commit_of, Repo};
+use crate::record::Workspace;
+use crate::registry;
+use crate::workspace::WorkspaceRequest;
+
+/// Where a workspace starts, and what was done to its branch to get there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Start {
+    /// The ref started from (as asked, or `<remote>/B` when a pushed
+    /// branch is continued, or `B` itself without a ref).
+    pub reference: String,
+    /// Its commit.
+    pub commit: String,
+    /// The pushed branch is continued instead of `--ref` (which lacks its
+    /// commits): `(--ref as given, its commit)`.
+    pub instead_of: Option<(String, String)>,
+    /// The branch's old tip, kept under this ref before a reset moved it:
+    /// `(ref, commit)`.
+    pub abandoned: Option<(String, String)>,
+}
+
+/// The branch's tip and its remote-tracking branch's, as the base knows them.
+struct Tips {
+    local: Option<String>,
+    /// `(<remote>/B, commit)`.
+    remote: Option<(String, String)>,
+}
+
+fn tips(repo: &Repo, branch: &str) -> Result<Tips, GitError> {
+    let local = commit_of(&repo.path, &format!("refs/heads/{branch}"))?;
+    let key = format!("branch.{branch}.remote");
+    let (out, _) = git::output(&repo.path, ["config", "--get", key.as_str()])?;
+    let configured = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let remote = if out.status.success() && !configured.is_empty() && configured != "." {
+        configured
+    } else {
+        "origin".to_string()
+    };
+    let tracking = commit_of(&repo.path, &format!("refs/remotes/{remote}/{branch}"))?
+        .map(|c| (format!("{remote}/{branch}"), c));
+    Ok(Tips {
+        local,
+        remote: tracking,
+    })
+}
+
+fn resolve(repo: &Repo, reference: &str) -> Result<String, GitError> {
+    commit_of(&repo.path, reference)?.ok_or_else(|| GitError::UnknownRef {
+        repo: repo.path.clone(),
+        reference: reference.to_string(),
+    })
+}
+
+/// Whether `ancestor` is `descendant` or reachable from it in `repo`.
+pub(crate) fn contains(repo: &Path, descendant: &str, ancestor: &str) -> Result<bool, GitError> {
+    if ancestor == descendant {
+        return Ok(true);
+    }
+    let (out, line) = git::output(repo, ["merge-base", "--is-ancestor", ancestor, descendant])?;
+    match out.status.code() {
+        Some(0) => Ok(true),
+        Some(1) => Ok(false),
+        _ => Err(git::failed(line, &out)),
+    }
+}
+
+/// Where a workspace for `req` starts (module doc); reads only. With
+/// [`WorkspaceRequest::reset_branch`] and a branch `--ref` lacks commits
+/// of, the answer is `--ref`, and [`reset`] must then move the branch.
+pub(crate) fn start_point(repo: &Repo, req: &WorkspaceRequest) -> Result<Start, GitError> {
+    let start = |reference: String, commit: String| Start {
+        reference,
+        commit,
+        instead_of: None,
+        abandoned: None,
+    };
+    let Some(branch) = &req.branch else {
+        let reference = req.reference.clone().unwrap_or_else(|| "HEAD".into());
+        let commit = resolve(repo, &reference)?;
+        return Ok(start(reference, commit));
+    };
+    let tips = tips(repo, branch)?;
+    let Some(reference) = req.reference.clone() else {
+        return Ok(match tips.local {
+            Some(tip) => start(branch.clone(), tip),
+            None => start("HEAD".into(), resolve(repo, "HEAD")?),
+        });
+    };
+    let commit = resolve(repo, &reference)?;
+    let local_in_ref = match &tips.local {
+        Some(tip) => contains(&repo.path, &commit, tip)?,
+        None => true,
+    };
+    let remote_in_ref = match &tips.remote {
+        Some((_, tip)) => contains(&repo.path, &commit, tip)?,
+        None => true,
+    };
+    if req.reset_branch || (local_in_ref && remote_in_ref) {
+        return Ok(start(reference, commit));
+    }
+    if let Some((name, pushed)) = &tips.remote {
+        let local_in_remote = match &tips.local {
+            Some(tip) => contains(&repo.path, pushed, tip)?,
+            None => true,
+        };
+        if local_in_remote {
+            return Ok(Start {
+                instead_of: Some((reference, commit)),
+                ..start(name.clone(), pushed.clone())
+            });
+        }
+    }
+    // Only a local tip with commits that neither --ref nor the pushed
+    // branch has gets here.
+    Err(GitError::BranchNotAtRef {
+        repo: repo.path.clone(),
+        branch: branch.clone(),
+        branch_commit: tips.local.unwrap_or_default(),
+        reference,
+        ref_commit: commit,
+    })
+}
+
+/// Moves `branch` of the base to `start.commit` for a reset, after keeping
+/// its old tip under `refs/baton/abandoned/...` when the move would drop
+/// commits (a tip already in `start.commit` is simply moved forward). The
+/// caller holds the repository's lock and has checked [`holder`].
+pub(crate) fn reset(
+    repo: &Repo,
+    branch: &str,
+    start: &mut Start,
+    run_id: &str,
+) -> Result<(), GitError> {
+    let full = format!("refs/heads/{branch}");
+    let Some(old) = commit_of(&repo.path, &full)? else {
+        return Ok(()); // created by the checkout
+    };
+    if contains(&repo.path, &start.commit, &old)? {
+        return Ok(()); // nothing to drop: the checkout moves it forward
+    }
+    let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
+        .to_string()
+        .replace(['-', ':'], "");
+    let kept = format!("refs/baton/abandoned/{branch}/{stamp}-{run_id}");
+    let why = format!("baton: --reset-branch of {branch} (run {run_id})");
+    // Published before the branch moves: whatever happens next, the old
+    // tip stays reachable. The empty old value: only if it is new.
+    git::run(
+        &repo.path,
+        [
+            "update-ref",
+            "-m",
+            why.as_str(),
+            kept.as_str(),
+            old.as_str(),
+            "",
+        ],
+    )?;
+    // Compare-and-swap: a branch moved meanwhile (by git without baton)
+    // is not overwritten.
+    git::run(
+        &repo.path,
+        [
+            "update-ref",
+            "-m",
+            why.as_str(),
+            full.as_str(),
+            start.commit.as_str(),
+            old.as_str(),
+        ],
+    )?;
+    start.abandoned = Some((kept, old));
+    Ok(())
+}
+
+/// Who holds `branch` of `repo`, if anyone: a workspace in the registry of
+/// `dir` whose owner is not known dead (other than `me`), or a work tree of
+/// the base that has it checked out. The caller holds the repository's lock
+/// (a creation records its workspace under it), so the answer stands until
+/// it lets go.
+pub(crate) fn holder(
+    dir: &BatonDir,
+    repo: &Repo,
+    branch: &str,
+    me: &str,
+) -> Result<Option<GitError>, GitError> {
+    for ws in registry::all(dir)?.into_iter().flatten() {
+        if ws.id != me
+            && ws.base_git_dir == repo.common_dir
+            && ws.branch.as_deref() == Some(branch)
+            && ws.owner.liveness() != Liveness::Dead
+        {
+            return Ok(Some(held(repo, branch, &ws)));
+        }
+    }
+    // A worktree whose directory vanished does not count.
+    git::run(&repo.path, ["worktree", "prune"])?;
+    let list = git::run(&repo.path, ["worktree", "list", "--porcelain"])?;
+    let full = format!("branch refs/heads/{branch}");
+    let mut path = None;
+    for line in list.lines() {
+        if let Some(p) = line.strip_prefix("worktree ") {
+            path = Some(p.to_string());
+        } else if line == full {
+            return Ok(Some(GitError::Invalid(format!(
+                "branch '{branch}' of '{}' is checked out at '{}': --reset-branch cannot move it under that work tree; switch it to another branch there first, or name another --branch",
+                repo.path.display(),
+                path.unwrap_or_default()
+            ))));
+        }
+    }
+    Ok(None)
+}
+
+fn held(repo: &Repo, branch: &str, ws: &Workspace) -> GitError {
+    GitError::BranchHeld(Box::new(BranchHolder {
+        repo: repo.path.clone(),
+        branch: branch.to_string(),
+        id: ws.id.clone(),
+        run_id: ws.run_id.clone(),
+        pid: ws.owner.pid,
+        path: ws.path.clone(),
+    }))
+}
