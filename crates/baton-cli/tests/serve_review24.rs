@@ -182,3 +182,41 @@ fn a_spawner_thread_that_could_not_start_once_is_started_by_the_next_job() {
     assert_eq!(j["status"], "succeeded", "{j}");
     assert_eq!(j["output"], "second\n", "{j}");
 }
+
+/// The service's token and another template's secret, in the service's
+/// environment, must not reach a job. A job gets a clean environment, but
+/// it ran as the service's user and read them in `/proc/<service>/environ`
+/// (its parent's), readable by every process of that user.
+#[test]
+fn a_job_cannot_read_the_services_secrets_in_its_proc_environ() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = r#"
+default_template = "sh"
+[templates.sh]
+command = ["sh", "-c", "{prompt}"]
+[templates.other]
+command = ["true"]
+env = { API_KEY = "${OTHER_SECRET}" }
+"#;
+    let token = "tok-0123456789";
+    let s = Nobody::start(
+        tmp.path(),
+        config,
+        &[
+            ("BATON_SERVE_TOKEN", token),
+            ("OTHER_SECRET", "other-0123456789"),
+        ],
+        None,
+    );
+    let j = s.run(
+        json!({"prompt": "id -u; tr '\\0' '\\n' < /proc/$PPID/environ; echo read=$?"}),
+        Some(token),
+    );
+    let out = j["output"].as_str().unwrap();
+    assert!(out.starts_with("65534\n"), "{j}");
+    assert!(out.contains("read="), "{j}");
+    assert!(
+        !out.contains("0123456789"),
+        "a job read the service's secrets: {out}"
+    );
+}
