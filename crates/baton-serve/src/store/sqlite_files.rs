@@ -136,7 +136,7 @@ impl StoreFiles {
     /// `usual_pages` is the WAL's usual bound, restored once there is room.
     pub(super) fn watch_space(&self, conn: &rusqlite::Connection, failed: bool, usual_pages: i64) {
         let n = self.writes.fetch_add(1, Ordering::Relaxed);
-        if !failed && n % SPACE_CHECK_EVERY != 0 {
+        if !failed && !n.is_multiple_of(SPACE_CHECK_EVERY) {
             return;
         }
         let dir = match self.path.parent() {
