@@ -1,5 +1,6 @@
 //! The process around `baton serve`: the parts only a binary may own (the
-//! async runtime, the open files limit, SIGTERM and SIGINT; on Windows
+//! async runtime, the open files limit, who may read its `/proc` files,
+//! SIGTERM and SIGINT; on Windows
 //! Ctrl-C and Ctrl-Break), around the
 //! service's entry points, in the order they must be taken (see
 //! `baton_serve::server`).
@@ -17,6 +18,7 @@ pub(crate) fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
         .build()
         .map_err(ServeError::Runtime)?;
     baton_serve::conn::raise_nofile_limit();
+    baton_serve::conn::hide_from_jobs();
     runtime.block_on(async move {
         let listener = baton_serve::bind(config.listen).await?;
         let service = baton_serve::open(config, dir).await?;

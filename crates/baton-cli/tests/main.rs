@@ -50,6 +50,7 @@ mod serve_postgres_cluster;
 mod serve_python;
 mod serve_resources;
 mod serve_review;
+mod serve_review24;
 mod serve_schemathesis;
 mod serve_shutdown;
 mod serve_startup;

@@ -29,7 +29,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::mpsc;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use rustix::process::Signal;
@@ -179,33 +179,43 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// Hands `job` to the spawner thread, starting it the first time.
+/// Hands `job` to the spawner thread, starting it the first time; a start
+/// that failed (the user at its process limit, say) is tried again by the
+/// next job, never kept: one failure must not fail every later start.
 fn submit(job: Job) -> Result<(), ProcError> {
-    static SPAWNER: OnceLock<Result<mpsc::Sender<Job>, io::ErrorKind>> = OnceLock::new();
-    let spawner = SPAWNER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("baton-spawner".into())
-            .spawn(move || {
-                // The sender is in a static: this loop, and the thread,
-                // last as long as the process.
-                for job in rx {
-                    // A panicking `on_start` must not take the thread (and
-                    // every later start) with it; its child was killed by
-                    // the spawn's own guard during the unwind.
-                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                }
-            })
-            .map(|_| tx)
-            .map_err(|e| e.kind())
-    });
-    let unavailable =
-        |kind: io::ErrorKind| ProcError::io("start the spawner thread", io::Error::from(kind));
-    match spawner {
-        Ok(tx) => tx
-            .send(job)
-            .map_err(|_| unavailable(io::ErrorKind::BrokenPipe)),
-        Err(kind) => Err(unavailable(*kind)),
+    static SPAWNER: Mutex<Option<mpsc::Sender<Job>>> = Mutex::new(None);
+    let mut spawner = SPAWNER.lock().unwrap_or_else(PoisonError::into_inner);
+    let tx = match spawner.take() {
+        Some(tx) => tx,
+        None => {
+            let (tx, rx) = mpsc::channel::<Job>();
+            std::thread::Builder::new()
+                .name("baton-spawner".into())
+                .spawn(move || {
+                    // The sender is in a static: this loop, and the
+                    // thread, last as long as the process.
+                    for job in rx {
+                        // A panicking `on_start` must not take the thread
+                        // (and every later start) with it; its child was
+                        // killed by the spawn's own guard during the unwind.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                    }
+                })
+                .map_err(|e| ProcError::io("start the spawner thread", e))?;
+            tx
+        }
+    };
+    match tx.send(job) {
+        Ok(()) => {
+            *spawner = Some(tx);
+            Ok(())
+        }
+        // The thread is gone (it cannot end, but if it did): the next job
+        // starts another.
+        Err(_) => Err(ProcError::io(
+            "start the command",
+            io::Error::other("the spawner thread is gone"),
+        )),
     }
 }
 

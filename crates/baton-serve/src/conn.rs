@@ -13,7 +13,8 @@
 //!   connections, so that a monitor still sees the service while clients
 //!   use up its connections.
 //! - [`raise_nofile_limit`] (called by the binary before it starts the
-//!   runtime) raises the soft descriptor limit to the hard one at start.
+//!   runtime) raises the soft descriptor limit to the hard one at start,
+//!   and [`hide_from_jobs`] hides the process's environment from its jobs.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -47,6 +48,13 @@ fn reserved_descriptors(config: &Config) -> u64 {
 /// Windows, which has no such limit).
 pub fn raise_nofile_limit() -> Option<u64> {
     crate::sys::raise_open_files_limit()
+}
+
+/// Hides the service's environment (its token, the secrets templates take
+/// from it) from the other processes of its user, its jobs included (see
+/// `sys.rs`); called by the binary at start, as it changes the process.
+pub fn hide_from_jobs() {
+    crate::sys::hide_from_same_user();
 }
 
 /// How many connections the service serves at once: `max_connections`,

@@ -8,6 +8,7 @@
 //! | a job's output | a pipe whose first byte the runtime waits for, then a thread | a pipe drained by a thread from the start (tokio has no anonymous pipes there) |
 //! | files with prompts or output | mode 0600, directories 0700 | the directory's inherited ACL (no mode bits) |
 //! | the open files limit | `RLIMIT_NOFILE`, raised to its hard limit | none (handles are limited by memory only) |
+//! | the service's environment (its token, templates' secrets) | Linux: hidden from the user's other processes, jobs included (not dumpable); macOS: readable by them (`ps -E`) | readable by them (no such setting) |
 //! | a command too large to start | `E2BIG` (`ARG_MAX`, `MAX_ARG_STRLEN`) | `ERROR_FILENAME_EXCED_RANGE` (a command line has at most 32767 characters) |
 //! | a job's guardian | `/proc/self/exe`, or the `baton` next to this binary | none: a command dies with its supervisor through its Job Object, and a guardian is refused (see the README, "Platforms") |
 
@@ -104,6 +105,24 @@ mod unix {
         now.current
     }
 
+    /// Makes this process's `/proc` files (its environment above all:
+    /// the token, the secrets templates take from it) readable by no other
+    /// process of its user, a job included (`PR_SET_DUMPABLE` 0, as
+    /// ssh-agent does; no core dump either). A job's command is not
+    /// affected: an exec makes a process dumpable again.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn hide_from_same_user() {
+        use rustix::process::{set_dumpable_behavior, DumpableBehavior};
+        if let Err(e) = set_dumpable_behavior(DumpableBehavior::NotDumpable) {
+            tracing::warn!(error = %e, "cannot hide the service's /proc files from its jobs");
+        }
+    }
+
+    /// Not done here: macOS has no such setting (`ps -E` shows a process's
+    /// environment to its user's other processes).
+    #[cfg(not(target_os = "linux"))]
+    pub(crate) fn hide_from_same_user() {}
+
     /// Whether the system refused to start a command because its arguments
     /// and environment are too large (`E2BIG`).
     pub(crate) fn is_too_large(e: &io::Error) -> bool {
@@ -181,6 +200,10 @@ mod windows {
     pub(crate) fn raise_open_files_limit() -> Option<u64> {
         None
     }
+
+    /// Not done: Windows has no such setting (a process of the same user
+    /// may open this one and read its memory).
+    pub(crate) fn hide_from_same_user() {}
 
     /// Whether the system refused to start a command because its command
     /// line is too long (`ERROR_FILENAME_EXCED_RANGE`).

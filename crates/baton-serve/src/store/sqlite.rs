@@ -42,7 +42,8 @@ const CHECKPOINT_EVERY: u64 = 2_500;
 
 /// SQLite's own checkpoint, only if no bookkeeping commit found a moment
 /// without a waiting submission for this long a WAL (pages of 4 KiB): a
-/// bound on the WAL's size, not the usual path.
+/// bound on the WAL's size, not the usual path. On a disk with less free
+/// space than that, the WAL is kept at 1 MiB (`sqlite_files`).
 const CHECKPOINT_AT_LEAST: i64 = 16_000;
 
 /// 2: `waiter` (the node whose caller waits for the job).
@@ -334,6 +335,7 @@ impl SqliteStore {
                 .map_err(|e| files.failed(&e));
             if writes {
                 files.wrote(done.as_ref().err());
+                files.watch_space(&conn, done.is_err(), CHECKPOINT_AT_LEAST);
             }
             let ran = queued.elapsed();
             if writes && sync == "NORMAL" && done.is_ok() {

@@ -1,6 +1,7 @@
 //! The SQLite store's files under a running service: who owns them (a
-//! lock), whether they are still the files the service opened, and whether
-//! the last write to them worked.
+//! lock), whether they are still the files the service opened, whether
+//! the last write to them worked, and whether their disk has room for the
+//! write-ahead log at its usual size.
 //!
 //! Guaranteed: a second service on the same store file is refused before it
 //! reads or changes anything; a store file or `-wal` file removed or
@@ -9,15 +10,36 @@
 //! gone; a write that failed (an unwritable file, a full disk) is reported
 //! by [`StoreFiles::problem`] until a write works again.
 //!
+//! On a disk with less than [`LOW_SPACE`] free, the WAL is kept small: the
+//! service's usual policy lets it grow to 64 MiB between checkpoints (see
+//! `sqlite.rs`), and a WAL that fills the disk can no longer be
+//! checkpointed (that needs room in the database file), so every later
+//! claim and job end would fail for good. There, SQLite checkpoints after
+//! any commit that takes the WAL past [`LOW_SPACE_WAL_PAGES`] (a
+//! submission's too) and truncates the WAL back to that size, and a write
+//! that failed checkpoints and truncates it at once. The free space is
+//! looked at every [`SPACE_CHECK_EVERY`] writes and after each failed one.
+//!
 //! Not guaranteed: a file removed and put back with the same inode (not
 //! possible while the service holds it open) is not noticed.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use baton_fs::shared_log::try_lock_exclusive;
 use baton_fs::{path_id, FileId};
+
+/// Below this much free space on the store's disk, the WAL is kept small:
+/// 64 MiB, the WAL's usual bound (`sqlite.rs`).
+pub(super) const LOW_SPACE: u64 = 64 * 1024 * 1024;
+
+/// The WAL's size in pages (4 KiB) on a disk low on space: 1 MiB.
+pub(super) const LOW_SPACE_WAL_PAGES: i64 = 256;
+
+/// The free space is looked at after this many writes.
+const SPACE_CHECK_EVERY: u64 = 64;
 
 /// The store's files as the service opened them.
 pub(super) struct StoreFiles {
@@ -30,6 +52,10 @@ pub(super) struct StoreFiles {
     wal: Option<FileId>,
     // Why the last write failed; `None` once one works.
     problem: Mutex<Option<String>>,
+    // Writes since the store was opened (see `watch_space`).
+    writes: AtomicU64,
+    // Whether the WAL is kept small (the disk has less than `LOW_SPACE`).
+    low_space: AtomicBool,
     // `<store>.lock`, locked exclusively (flock; on Windows LockFileEx) for as long as the store is open:
     // one service owns the store (the kernel releases it when the service
     // dies, even by SIGKILL).
@@ -54,6 +80,8 @@ impl StoreFiles {
             wal: identity(&wal_path).ok(),
             wal_path,
             problem: Mutex::new(None),
+            writes: AtomicU64::new(0),
+            low_space: AtomicBool::new(false),
             _owner: owner,
         })
     }
@@ -99,6 +127,47 @@ impl StoreFiles {
     /// Records how a write ended (`Some`: its error).
     pub(super) fn wrote(&self, error: Option<&String>) {
         *self.problem.lock().unwrap_or_else(PoisonError::into_inner) = error.cloned();
+    }
+
+    /// After a write on `conn` (under the connection's lock; `failed`: it
+    /// did not commit): on the first, every [`SPACE_CHECK_EVERY`]th and
+    /// each failed one, looks at the free space of the store's disk and
+    /// keeps the WAL small while it is low (see the module documentation);
+    /// `usual_pages` is the WAL's usual bound, restored once there is room.
+    pub(super) fn watch_space(&self, conn: &rusqlite::Connection, failed: bool, usual_pages: i64) {
+        let n = self.writes.fetch_add(1, Ordering::Relaxed);
+        if !failed && !n.is_multiple_of(SPACE_CHECK_EVERY) {
+            return;
+        }
+        let dir = match self.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        // Unknown: as if low (a smaller WAL costs only more checkpoints).
+        let free = baton_lock::free_space(dir).map(|s| s.available_bytes);
+        let low = !matches!(free, Ok(bytes) if bytes >= LOW_SPACE);
+        if low != self.low_space.load(Ordering::Relaxed) {
+            let pages = match low {
+                true => LOW_SPACE_WAL_PAGES,
+                false => usual_pages,
+            };
+            let set = conn
+                .pragma_update(None, "wal_autocheckpoint", pages)
+                .and_then(|()| conn.pragma_update(None, "journal_size_limit", pages * 4096));
+            match set {
+                Ok(()) => {
+                    self.low_space.store(low, Ordering::Relaxed);
+                    tracing::info!(low, free = ?free.ok(), path = %self.path.display(), "the WAL is kept small while the store's disk is low on space");
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot change the WAL's checkpoints"),
+            }
+        }
+        if failed && low {
+            let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                r.get::<_, i64>(1)
+            });
+            tracing::debug!(pages = ?done, "checkpoint after a failed write");
+        }
     }
 
     /// Why the last write failed, if it did.
