@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from run import Result, cargo_build, fmt_dur, log, percentile, run_contention, bin_dir
-from serve_bench import Server, unix_ms
+from service import Server, unix_ms
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
