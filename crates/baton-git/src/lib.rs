@@ -68,6 +68,7 @@ mod git;
 mod push;
 mod record;
 mod registry;
+mod remote;
 mod remove;
 mod root;
 mod status;
