@@ -6,7 +6,8 @@
 //! starts it over with `--reset-branch` (nothing lost, exactly one of two
 //! racing resets wins); a pipeline re-run on a branch it pushed continues the
 //! pushed branch instead of being refused; `git init-attributes --commit`
-//! commits `.gitattributes` under the repository's lock.
+//! commits `.gitattributes` under the repository's lock; a remote given by
+//! a relative URL is reached from worktree workspaces too.
 
 use std::fs;
 use std::time::Duration;
@@ -438,4 +439,142 @@ fn init_attributes_commits_the_file_alone_when_asked() {
     let attrs = fs::read_to_string(g.base.join(".gitattributes")).unwrap();
     assert!(!attrs.contains("csv"), "{attrs}");
     assert_eq!(g.git_ok(&g.base, &["rev-parse", "HEAD"]), commit);
+}
+
+/// `baton ARGS` run in the base without a baton dir, as a user there would:
+/// workspaces are made in `<base>/.git/baton/workspaces`.
+fn in_base(g: &GitEnv, args: &[&str]) -> std::process::Output {
+    g.baton_in(&g.base, args).output().unwrap()
+}
+
+/// Found by a trial: with `git remote add origin ../remote.git` in the base,
+/// `baton git push` in a worktree workspace (under `<base>/.git/baton/`,
+/// sharing the base's config) failed: git read `../remote.git` against the
+/// workspace. Now every git command baton runs there that talks to the
+/// remote (the push, its fetch and rebase on rejection, `--fetch` from a
+/// base that is itself a worktree) reads it against the base's top, as git
+/// does from the base; the remote-tracking refs follow the push, the clone
+/// strategy keeps working, and the user's config is left as it was.
+#[test]
+fn a_remote_given_by_a_relative_url_is_reached_from_every_workspace() {
+    let g = GitEnv::new();
+    g.git_ok(&g.base, &["remote", "set-url", "origin", "../remote.git"]);
+    let config = || g.git_ok(&g.base, &["config", "--get-regexp", "^remote\\."]);
+    let before = config();
+    let other = pusher(&g, "other");
+    let remote_main = || g.git_ok(&g.remote, &["rev-parse", "main"]);
+    for strategy in ["worktree", "clone"] {
+        let branch = format!("rel-{strategy}");
+        // Someone lands on main between the run's fetch and its push: the
+        // push to main is rejected once, fetched, rebased and retried.
+        let script = format!(
+            "echo {strategy} > {strategy}.txt && git add . && git commit -qm {strategy} \
+             && (cd {} && git pull -q --rebase origin main && echo {strategy} >> other.txt && git commit -qam other-{strategy} && git push -q origin main) \
+             && {BATON} git push --json --branch main && {BATON} git push --json",
+            other.display()
+        );
+        let out = in_base(
+            &g,
+            &[
+                "run",
+                "--workspace",
+                ".",
+                "--strategy",
+                strategy,
+                "--fetch",
+                "--fetch-debounce",
+                "0s",
+                "--ref",
+                "origin/main",
+                "--branch",
+                &branch,
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        );
+        let err = stderr(&out);
+        assert_eq!(code(&out), 0, "{strategy}: {err}");
+        let reports: Vec<serde_json::Value> = serde_json::Deserializer::from_slice(&out.stdout)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(reports.len(), 2, "{strategy}: {reports:?}");
+        assert_eq!(reports[0]["attempts"], 2, "{strategy}: {reports:?}");
+        assert_eq!(reports[0]["remote"], "origin", "{strategy}: {reports:?}");
+        assert_eq!(reports[0]["commit"], remote_main().as_str(), "{strategy}");
+        assert_eq!(
+            g.git_ok(&g.remote, &["log", "-2", "--format=%s", "main"]),
+            format!("{strategy}\nother-{strategy}"),
+            "{strategy}: rebased onto the commit that landed first"
+        );
+        let pushed = g.git_ok(&g.remote, &["rev-parse", &branch]);
+        assert_eq!(reports[1]["commit"], pushed.as_str(), "{strategy}");
+        if strategy == "worktree" {
+            // The workspace shares the base's refs: the push moved them.
+            assert_eq!(
+                g.git_ok(&g.base, &["rev-parse", "origin/main"]),
+                remote_main()
+            );
+            assert_eq!(
+                g.git_ok(&g.base, &["rev-parse", &format!("origin/{branch}")]),
+                pushed
+            );
+        }
+    }
+
+    // `--fetch` with a worktree workspace as the base, and a clone of it.
+    let made = in_base(
+        &g,
+        &[
+            "workspace",
+            "create",
+            "--repo",
+            ".",
+            "--strategy",
+            "worktree",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&made), 0, "{}", stderr(&made));
+    let made: serde_json::Value = serde_json::from_slice(&made.stdout).unwrap();
+    let (ws, id) = (made["path"].as_str().unwrap(), made["id"].as_str().unwrap());
+    assert!(
+        ws.starts_with(g.base.join(".git/baton/workspaces").to_str().unwrap()),
+        "{ws}"
+    );
+    let script =
+        format!("echo n > n.txt && git add n.txt && git commit -qm nested && {BATON} git push");
+    let out = g
+        .baton_in(
+            std::path::Path::new(ws),
+            &[
+                "run",
+                "--workspace",
+                ".",
+                "--fetch",
+                "--fetch-debounce",
+                "0s",
+                "--ref",
+                "origin/main",
+                "--branch",
+                "rel-nested",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        g.git_ok(&g.remote, &["log", "-1", "--format=%s", "rel-nested"]),
+        "nested"
+    );
+    let out = in_base(&g, &["workspace", "remove", id]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+
+    assert_eq!(config(), before, "the user's remote config is untouched");
 }

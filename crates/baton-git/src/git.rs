@@ -291,6 +291,9 @@ pub struct Repo {
     pub path: PathBuf,
     /// The canonical common git dir (`git rev-parse --git-common-dir`).
     pub common_dir: PathBuf,
+    /// The canonical git dir of this work tree (`git rev-parse --git-dir`):
+    /// the common git dir, except in a linked worktree (`git worktree add`).
+    pub git_dir: PathBuf,
     /// The top of the work tree, if the repository has one.
     pub toplevel: Option<PathBuf>,
 }
@@ -308,6 +311,7 @@ impl Repo {
                 "--no-optional-locks",
                 "rev-parse",
                 "--path-format=absolute",
+                "--git-dir",
                 "--git-common-dir",
                 "--is-bare-repository",
                 "--show-toplevel",
@@ -315,7 +319,8 @@ impl Repo {
         )?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let mut lines = text.lines();
-        let (Some(common), Some(bare)) = (lines.next(), lines.next()) else {
+        let (Some(git_dir), Some(common), Some(bare)) = (lines.next(), lines.next(), lines.next())
+        else {
             return Err(GitError::NotARepo {
                 path: canon,
                 stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
@@ -331,6 +336,10 @@ impl Repo {
             path: canon.clone(),
             stderr: format!("common git dir '{common}': {e}"),
         })?;
+        let git_dir = std::fs::canonicalize(git_dir).map_err(|e| GitError::NotARepo {
+            path: canon.clone(),
+            stderr: format!("git dir '{git_dir}': {e}"),
+        })?;
         let toplevel = match (bare, lines.next()) {
             ("false", Some(top)) if !top.is_empty() => Some(PathBuf::from(top)),
             _ => None,
@@ -338,8 +347,15 @@ impl Repo {
         Ok(Repo {
             path: toplevel.clone().unwrap_or(canon),
             common_dir,
+            git_dir,
             toplevel,
         })
+    }
+
+    /// Whether this is a linked worktree (`git worktree add`, a workspace of
+    /// the worktree strategy): a work tree sharing another's config and refs.
+    pub fn is_linked_worktree(&self) -> bool {
+        self.git_dir != self.common_dir
     }
 
     /// The name of this repository's lock: `git/` and 16 hex digits of the
@@ -393,14 +409,18 @@ impl Repo {
         run_id: &str,
         args: &[S],
     ) -> Result<(Output, String), GitError> {
-        let what = format!(
-            "git {}",
-            args.iter()
-                .take(2)
-                .map(|a| a.as_ref().to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
+        // The subcommand and its first argument, without `-c KEY=VALUE`s.
+        let mut shown = Vec::new();
+        let mut rest = args.iter().map(|a| a.as_ref().to_string_lossy());
+        while let Some(a) = rest.next() {
+            if a == "-c" {
+                rest.next();
+            } else {
+                shown.push(a);
+            }
+        }
+        shown.truncate(2);
+        let what = format!("git {}", shown.join(" "));
         let guard = self.lock(wait, &what, run_id)?;
         let result = output(&self.path, args);
         drop(guard);

@@ -26,6 +26,11 @@
 //!   answered by fetch, rebase and a retry with exponential backoff and
 //!   jitter. A conflict aborts the rebase and leaves the local commits as
 //!   they were. Nothing is ever force-pushed.
+//! - **Relative remote URLs** (`../remote.git`): in a linked worktree (a
+//!   workspace of the worktree strategy) every git command baton runs that
+//!   talks to a remote reads them against the main work tree's top, as git
+//!   does from the base, for that command only (the `remote` module); a
+//!   clone workspace's origin is that path, made absolute.
 //!
 //! - **Attributes** ([`init_attributes`]): `PATTERN merge=union` lines in
 //!   `.gitattributes`, optionally committed under the repository lock.
@@ -68,6 +73,7 @@ mod git;
 mod push;
 mod record;
 mod registry;
+mod remote;
 mod remove;
 mod root;
 mod status;

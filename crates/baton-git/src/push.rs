@@ -29,6 +29,7 @@ use serde::Serialize;
 
 use crate::error::GitError;
 use crate::git::{self, hashed_name, machine_dir, Repo, DEFAULT_GIT_LOCK_WAIT};
+use crate::remote::{local_path, resolve_url, RemoteCall};
 
 /// Retry policy of a push.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -170,7 +171,13 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
             .filter(|r| !r.is_empty() && r != ".")
             .unwrap_or_else(|| "origin".into()),
     };
-    let url = git::run(&work, ["remote", "get-url", remote.as_str()])?;
+    // A relative path is read against the base's top, as git does from
+    // the base, also in a linked worktree (remote.rs).
+    let url = resolve_url(
+        &repo,
+        &git::run(&work, ["remote", "get-url", remote.as_str()])?,
+    )?;
+    let call = RemoteCall::new(&repo, &remote)?;
     let log = |msg: &str| {
         tracing::debug!(repo = %work.display(), "git push: {msg}");
         if req.log {
@@ -223,7 +230,7 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
         repo.run_locked(
             req.lock_wait,
             &run_id,
-            &["fetch", "--quiet", remote.as_str(), fetch_spec.as_str()],
+            &call.args(&["fetch", "--quiet", call.name.as_str(), fetch_spec.as_str()]),
         )?;
         // FETCH_HEAD is this work tree's own (git keeps it per worktree)
         // and names the one branch just fetched.
@@ -243,7 +250,7 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
         tracing::debug!(attempt, attempts, "git push: attempt");
         let (out, line) = git::output(
             &work,
-            ["push", "--quiet", remote.as_str(), refspec.as_str()],
+            call.args(&["push", "--quiet", call.name.as_str(), refspec.as_str()]),
         )?;
         if out.status.success() {
             drop(guard);
@@ -312,40 +319,6 @@ fn push_queue(work: &Path, url: &str) -> Result<(BatonDir, Vec<u8>), GitError> {
         }
     }
     Ok((machine_dir()?, url.as_bytes().to_vec()))
-}
-
-/// The path a remote URL names when git would read it as a local path:
-/// `file://PATH`, or anything without `://` that is not scp-like
-/// (`host:path`, a colon before the first slash); relative to `work`. On
-/// Windows, as Git for Windows reads them, a drive letter (`C:/r.git`,
-/// `C:\\r.git`, `file:///C:/r.git`) is a local path, not a host, and `\\`
-/// separates directories too.
-fn local_path(work: &Path, url: &str) -> Option<PathBuf> {
-    if let Some(path) = url.strip_prefix("file://") {
-        if cfg!(windows) && has_drive_prefix(path.trim_start_matches('/')) {
-            return Some(PathBuf::from(path.trim_start_matches('/')));
-        }
-        return Some(PathBuf::from(path));
-    }
-    if url.contains("://") {
-        return None;
-    }
-    if cfg!(windows) && has_drive_prefix(url) {
-        return Some(PathBuf::from(url));
-    }
-    if let Some(colon) = url.find(':') {
-        let separator = |c: char| c == '/' || (cfg!(windows) && c == '\\');
-        if !url[..colon].contains(separator) {
-            return None;
-        }
-    }
-    Some(work.join(url))
-}
-
-/// Whether `path` starts with a drive letter and its colon (`C:`).
-fn has_drive_prefix(path: &str) -> bool {
-    let b = path.as_bytes();
-    b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':'
 }
 
 /// Whether a failed push was rejected because the remote moved on.
@@ -419,43 +392,6 @@ mod tests {
         let spread: std::collections::HashSet<u128> =
             (0..20).map(|_| b.delay(3).as_micros()).collect();
         assert!(spread.len() > 1, "no jitter");
-    }
-
-    #[test]
-    fn local_remotes_are_told_from_network_ones_as_git_does() {
-        let work = Path::new("/w");
-        assert_eq!(
-            local_path(work, "/srv/r.git"),
-            Some(PathBuf::from("/srv/r.git"))
-        );
-        assert_eq!(
-            local_path(work, "../r.git"),
-            Some(PathBuf::from("/w/../r.git"))
-        );
-        assert_eq!(
-            local_path(work, "file:///srv/r.git"),
-            Some(PathBuf::from("/srv/r.git"))
-        );
-        assert_eq!(local_path(work, "./a:b"), Some(PathBuf::from("/w/./a:b")));
-        for network in [
-            "git@github.com:o/r.git",
-            "host:r.git",
-            "ssh://host/r.git",
-            "https://example.com/r.git",
-        ] {
-            assert_eq!(local_path(work, network), None, "{network}");
-        }
-        // Git for Windows: a drive letter is a path, not a host.
-        let drive = local_path(work, "C:/srv/r.git");
-        let backslashed = local_path(work, "C:\\srv\\r.git");
-        let file_url = local_path(work, "file:///C:/srv/r.git");
-        if cfg!(windows) {
-            assert_eq!(drive, Some(PathBuf::from("C:/srv/r.git")));
-            assert_eq!(backslashed, Some(PathBuf::from("C:\\srv\\r.git")));
-            assert_eq!(file_url, Some(PathBuf::from("C:/srv/r.git")));
-        } else {
-            assert_eq!((drive, backslashed), (None, None));
-        }
     }
 
     #[test]

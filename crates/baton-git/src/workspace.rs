@@ -29,6 +29,7 @@ use crate::error::GitError;
 use crate::git::{self, commit_of, Repo, DEFAULT_GIT_LOCK_WAIT};
 use crate::record::{lock_workspace, validate_id, Strategy, Workspace, WorkspaceInfo};
 use crate::registry;
+use crate::remote::{resolve_url, RemoteCall};
 use crate::remove::{remove, remove_dir};
 use baton_fs::IoResultExt;
 
@@ -362,7 +363,13 @@ fn fetch_base(
         .is_some_and(|age| age < req.fetch_debounce);
     if !fresh {
         let began = SystemTime::now();
-        git::run(&repo.path, ["fetch", "--quiet", "origin"])?;
+        // From a base that is itself a worktree, a relative URL is read
+        // against the main work tree (remote.rs).
+        let origin = RemoteCall::new(repo, "origin")?;
+        git::run(
+            &repo.path,
+            origin.args(&["fetch", "--quiet", origin.name.as_str()]),
+        )?;
         let mut options = fs::OpenOptions::new();
         options.write(true).truncate(true);
         baton_lock::sharing::open_or_create(&stamp, &options, 0o644)
@@ -385,14 +392,15 @@ fn origin_url(repo: &Repo) -> Result<Option<String>, GitError> {
     match out.status.code() {
         Some(0) => {
             let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            // A relative path is relative to the base, not to the workspace.
-            let local = repo.path.join(&url);
-            if Path::new(&url).is_relative() && !url.contains(':') && local.exists() {
-                return Ok(fs::canonicalize(&local)
-                    .ok()
-                    .map(|p| p.to_string_lossy().into_owned()));
+            // A relative path is relative to the base (to its main work tree
+            // when the base is a worktree), not to the workspace.
+            let resolved = resolve_url(repo, &url)?;
+            if resolved != url {
+                if let Ok(canonical) = fs::canonicalize(&resolved) {
+                    return Ok(Some(canonical.to_string_lossy().into_owned()));
+                }
             }
-            Ok(Some(url))
+            Ok(Some(resolved))
         }
         Some(1) => Ok(None),
         _ => Err(git::failed(line, &out)),
