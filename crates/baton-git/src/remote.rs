@@ -158,6 +158,9 @@ fn is_relative_path(url: &str) -> bool {
     !url.contains("://")
         && local_path(Path::new("/"), url).is_some()
         && !Path::new(url).is_absolute()
+        // On Windows `/srv/r.git` is not absolute to `Path` (no drive), but
+        // git reads it from the root of the current drive, not the base.
+        && !url.starts_with(['/', '\\'])
         && !url.is_empty()
 }
 
