@@ -1,7 +1,8 @@
 //! The PostgreSQL store's schema, its migration, and the SQL steps its
 //! operations share.
 
-use tokio_postgres::{GenericClient, Row};
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
 
 use baton_pg::one_line;
 
@@ -130,52 +131,23 @@ pub(super) fn job_from_row(r: &Row) -> Job {
     }
 }
 
-/// Stores a submitted job, queued.
-pub(super) async fn insert_job(c: &impl GenericClient, job: &NewJob) -> PgResult<()> {
-    let command = job
-        .command
-        .as_ref()
-        .map(|c| serde_json::to_string(c).unwrap_or_default());
-    c.execute(
-        "INSERT INTO baton_jobs (id, template, prompt, grp, mode, timeout_ms, branch, \
-         command, created_at, status, waiter) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10)",
-        &[
-            &job.id,
-            &job.template,
-            &job.prompt,
-            &job.group,
-            &job.mode.as_str(),
-            &to_i64(job.timeout_ms),
-            &job.branch,
-            &command,
-            &job.created_at,
-            &job.waiter,
-        ],
-    )
-    .await
-    .map(drop)
-}
-
 pub(super) async fn get_job(c: &impl GenericClient, id: &str) -> PgResult<Option<Job>> {
-    let row = c
-        .query_opt(
-            &format!("SELECT {COLUMNS} FROM baton_jobs WHERE id = $1"),
-            &[&id],
-        )
+    let select = c
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM baton_jobs WHERE id = $1"))
         .await?;
+    let row = c.query_opt(&select, &[&id]).await?;
     Ok(row.as_ref().map(job_from_row))
 }
 
 pub(super) async fn counts(c: &impl GenericClient) -> PgResult<Counts> {
-    let r = c
-        .query_one(
+    let count = c
+        .prepare_cached(
             "SELECT COUNT(*) FILTER (WHERE status = 'running'), \
              COUNT(*) FILTER (WHERE status = 'queued') \
              FROM baton_jobs WHERE status IN ('running', 'queued')",
-            &[],
         )
         .await?;
+    let r = c.query_one(&count, &[]).await?;
     Ok(Counts {
         running: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
         queued: u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
