@@ -15,16 +15,18 @@
 //! in a transaction of its own, and gets that outcome: one that fails
 //! fails alone, as before. Design: `SERVICE.md`, "The claim protocol".
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use deadpool_postgres::{GenericClient, Pool};
 use tokio::sync::oneshot;
+use tokio_postgres::types::ToSql;
 
-use super::pg_sql::{counts, job_from_row, lock_queue, to_i64, COLUMNS};
+use super::pg_sql::{counts_from_row, job_from_row, lock_queue, to_i64, COLUMNS, COUNTS};
 use super::postgres::{pooled, timed};
 use super::StoreError;
-use crate::model::{Finish, JobMode, JobStatus, NewJob, Submitted};
+use crate::model::{Counts, Finish, JobMode, JobStatus, NewJob, Submitted};
 
 type PgResult<T> = Result<T, tokio_postgres::Error>;
 
@@ -158,94 +160,238 @@ async fn store_submits(pool: &Pool, batch: Vec<Submit>) {
 
 const INSERT: &str = "INSERT INTO baton_jobs (id, template, prompt, grp, mode, timeout_ms, \
     branch, command, created_at, status, waiter) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10) \
-    ON CONFLICT (id) DO NOTHING RETURNING ";
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10) RETURNING ";
+
+/// The queued jobs of the groups of a batch's supersede and coalesce jobs,
+/// locked until its commit (a cancel waits, then finds them superseded).
+const GROUPS_QUEUED: &str = "SELECT id, grp FROM baton_jobs WHERE status = 'queued' \
+    AND grp = ANY($1) ORDER BY seq FOR UPDATE";
+
+/// The ids of a batch that are stored already.
+const TAKEN: &str = "SELECT id FROM baton_jobs WHERE id = ANY($1)";
 
 const SUPERSEDE: &str = "UPDATE baton_jobs SET status = 'superseded', superseded_by = $1, \
-    finished_at = $2 WHERE grp = $3 AND status = 'queued' AND id != $1 RETURNING id";
+    finished_at = $2 WHERE id = ANY($3) AND status = 'queued'";
+
+/// Running jobs of the group on every node stop (each node stops its
+/// own); the payload is `<seq> <job id> <group>`.
+const NOTIFY_SUPERSEDE: &str = "SELECT pg_notify('baton_supersede', \
+    seq::text || ' ' || id || ' ' || grp) FROM baton_jobs WHERE id = $1";
+
+/// What a batch does with one submission, decided in arrival order from
+/// what the store held when the batch took the queue's lock.
+enum Plan<'a> {
+    /// Refused: this answer.
+    Answer(Result<Submitted, StoreError>),
+    /// Stored at `position`, marking `superseded`.
+    Store {
+        job: &'a NewJob,
+        command: Option<String>,
+        timeout_ms: i64,
+        superseded: Vec<String>,
+        position: u64,
+    },
+}
+
+/// What one pipelined statement of a batch gave.
+enum Done {
+    Row(tokio_postgres::Row),
+    Rows(u64),
+}
 
 /// Stores `jobs` (each with its depth cap) in one transaction under the
-/// queue's lock, in order, each checked as if alone: the answer of each,
-/// or the transaction's error (then nothing is stored).
+/// queue's lock, each checked in order as if alone: the answer of each,
+/// or the transaction's error (then nothing is stored). Four round trips
+/// whatever the batch's size: the transaction's start; the lock and what
+/// the checks read; the writes; the commit.
 async fn submit_together(
     pool: &Pool,
     jobs: &[(&NewJob, u64)],
 ) -> Result<Vec<Result<Submitted, StoreError>>, StoreError> {
     let op = "store a job";
     let mut c = pooled(pool, op).await?;
+    let ids: Vec<&str> = jobs.iter().map(|(j, _)| j.id.as_str()).collect();
+    let mut groups: Vec<&str> = jobs
+        .iter()
+        .filter_map(|(j, _)| match (&j.group, j.mode) {
+            (Some(g), JobMode::Supersede | JobMode::Coalesce) => Some(g.as_str()),
+            _ => None,
+        })
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
     timed(op, async {
         let tx = c.transaction().await?;
-        lock_queue(&tx).await?;
-        let mut now = counts(&tx).await?;
-        let insert = tx.prepare_cached(&format!("{INSERT}{COLUMNS}")).await?;
-        let mut answers = Vec::with_capacity(jobs.len());
-        let mut stored = false;
-        for (job, max_depth) in jobs {
-            if now.running + now.queued >= *max_depth {
-                answers.push(Ok(Submitted::Full { counts: now }));
-                continue;
-            }
-            let command = job
-                .command
-                .as_ref()
-                .map(|c| serde_json::to_string(c).unwrap_or_default());
-            let row = tx
-                .query_opt(
-                    &insert,
-                    &[
-                        &job.id,
-                        &job.template,
-                        &job.prompt,
-                        &job.group,
-                        &job.mode.as_str(),
-                        &to_i64(job.timeout_ms),
-                        &job.branch,
-                        &command,
-                        &job.created_at,
-                        &job.waiter,
-                    ],
-                )
-                .await?;
-            let Some(row) = row else {
-                answers.push(Err(StoreError::Query {
-                    op,
-                    message: format!("a job with the id '{}' is already stored", job.id),
-                }));
+        let insert = format!("{INSERT}{COLUMNS}");
+        let (count, in_groups, taken, insert, supersede, notify) = futures_util::try_join!(
+            tx.prepare_cached(COUNTS),
+            tx.prepare_cached(GROUPS_QUEUED),
+            tx.prepare_cached(TAKEN),
+            tx.prepare_cached(&insert),
+            tx.prepare_cached(SUPERSEDE),
+            tx.prepare_cached(NOTIFY_SUPERSEDE),
+        )?;
+        let by_id: [&(dyn ToSql + Sync); 1] = [&ids];
+        // Sent together, run in order: the lock first.
+        let ((), now, queued, taken) = futures_util::try_join!(
+            lock_queue(&tx),
+            tx.query_one(&count, &[]),
+            async {
+                match groups.is_empty() {
+                    true => Ok(Vec::new()),
+                    false => tx.query(&in_groups, &[&groups]).await,
+                }
+            },
+            tx.query(&taken, &by_id),
+        )?;
+        let plans = plan(jobs, counts_from_row(&now), &queued, &taken);
+        let mut steps: Vec<Step<'_>> = Vec::new();
+        for p in &plans {
+            let Plan::Store {
+                job,
+                command,
+                timeout_ms,
+                superseded,
+                ..
+            } = p
+            else {
                 continue;
             };
-            let stored_job = job_from_row(&row);
-            stored = true;
-            let mut superseded = Vec::new();
-            if let (Some(group), JobMode::Supersede | JobMode::Coalesce) = (&job.group, job.mode) {
-                let update = tx.prepare_cached(SUPERSEDE).await?;
-                let rows = tx
-                    .query(&update, &[&job.id, &job.created_at, group])
-                    .await?;
-                superseded = rows.iter().map(|r| r.get(0)).collect();
+            let tx = &tx;
+            let (insert, supersede, notify) = (&insert, &supersede, &notify);
+            steps.push(Box::pin(async move {
+                let params: [&(dyn ToSql + Sync); 10] = [
+                    &job.id,
+                    &job.template,
+                    &job.prompt,
+                    &job.group,
+                    &job.mode.as_str(),
+                    timeout_ms,
+                    &job.branch,
+                    command,
+                    &job.created_at,
+                    &job.waiter,
+                ];
+                tx.query_one(insert, &params).await.map(Done::Row)
+            }));
+            if !superseded.is_empty() {
+                steps.push(Box::pin(async move {
+                    tx.execute(supersede, &[&job.id, &job.created_at, superseded])
+                        .await
+                        .map(Done::Rows)
+                }));
             }
-            if let (Some(group), JobMode::Supersede) = (&job.group, job.mode) {
-                // Running jobs of the group on every node stop (each node
-                // stops its own); the payload is `<seq> <job id> <group>`.
-                let payload = format!("{} {} {group}", stored_job.seq, job.id);
-                tx.execute("SELECT pg_notify('baton_supersede', $1)", &[&payload])
-                    .await?;
+            if job.mode == JobMode::Supersede && job.group.is_some() {
+                steps.push(Box::pin(async move {
+                    tx.execute(notify, &[&job.id]).await.map(Done::Rows)
+                }));
             }
-            // The queued jobs, this one included (counted once a batch).
-            let position = (now.queued + 1).saturating_sub(superseded.len() as u64);
-            now.queued = position;
-            answers.push(Ok(Submitted::Queued {
-                job: Box::new(stored_job),
-                position,
-                superseded,
+        }
+        let stored = !steps.is_empty();
+        if stored {
+            steps.push(Box::pin(async {
+                tx.batch_execute("NOTIFY baton_jobs").await.map(|()| Done::Rows(0))
             }));
         }
-        if stored {
-            tx.batch_execute("NOTIFY baton_jobs").await?;
+        let mut done = futures_util::future::try_join_all(steps).await?.into_iter();
+        let mut answers = Vec::with_capacity(plans.len());
+        for p in plans {
+            match p {
+                Plan::Answer(answer) => answers.push(answer),
+                Plan::Store {
+                    job,
+                    superseded,
+                    position,
+                    ..
+                } => {
+                    let Some(Done::Row(row)) = done.next() else {
+                        return Ok(Err(op));
+                    };
+                    if !superseded.is_empty() {
+                        // Locked since the plan: each is marked.
+                        let marked = done.next();
+                        if !matches!(marked, Some(Done::Rows(n)) if n == superseded.len() as u64) {
+                            return Ok(Err(op));
+                        }
+                    }
+                    if job.mode == JobMode::Supersede && job.group.is_some() {
+                        done.next();
+                    }
+                    answers.push(Ok(Submitted::Queued {
+                        job: Box::new(job_from_row(&row)),
+                        position,
+                        superseded,
+                    }));
+                }
+            }
         }
         tx.commit().await?;
-        Ok(answers)
+        Ok(Ok(answers))
     })
-    .await
+    .await?
+    .map_err(|op| StoreError::Query {
+        op,
+        message: "the store changed under a batch of submissions".into(),
+    })
+}
+
+type Step<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = PgResult<Done>> + Send + 'a>>;
+
+/// Decides each submission in arrival order, as one at a time would: the
+/// depth cap against `now` (kept up to date here), a duplicate id, and the
+/// queued jobs of its group a supersede or coalesce job marks (`queued`:
+/// those of the batch's groups, oldest first).
+fn plan<'a>(
+    jobs: &[(&'a NewJob, u64)],
+    mut now: Counts,
+    queued: &[tokio_postgres::Row],
+    taken: &[tokio_postgres::Row],
+) -> Vec<Plan<'a>> {
+    let mut ids: HashSet<String> = taken.iter().map(|r| r.get(0)).collect();
+    let mut in_group: HashMap<String, Vec<String>> = HashMap::new();
+    for r in queued {
+        in_group.entry(r.get(1)).or_default().push(r.get(0));
+    }
+    let mut plans = Vec::with_capacity(jobs.len());
+    for (job, max_depth) in jobs {
+        if now.running + now.queued >= *max_depth {
+            plans.push(Plan::Answer(Ok(Submitted::Full { counts: now })));
+            continue;
+        }
+        if !ids.insert(job.id.clone()) {
+            plans.push(Plan::Answer(Err(StoreError::Query {
+                op: "store a job",
+                message: format!("a job with the id '{}' is stored already", job.id),
+            })));
+            continue;
+        }
+        let superseded = match (&job.group, job.mode) {
+            (Some(g), JobMode::Supersede | JobMode::Coalesce) => {
+                std::mem::replace(in_group.entry(g.clone()).or_default(), vec![job.id.clone()])
+            }
+            (Some(g), _) => {
+                if let Some(queued) = in_group.get_mut(g) {
+                    queued.push(job.id.clone());
+                }
+                Vec::new()
+            }
+            (None, _) => Vec::new(),
+        };
+        // The queued jobs, this one included.
+        let position = (now.queued + 1).saturating_sub(superseded.len() as u64);
+        now.queued = position;
+        plans.push(Plan::Store {
+            job,
+            command: job
+                .command
+                .as_ref()
+                .map(|c| serde_json::to_string(c).unwrap_or_default()),
+            timeout_ms: to_i64(job.timeout_ms),
+            superseded,
+            position,
+        });
+    }
+    plans
 }
 
 /// A change of the service's bookkeeping.

@@ -139,21 +139,26 @@ pub(super) async fn get_job(c: &impl GenericClient, id: &str) -> PgResult<Option
     Ok(row.as_ref().map(job_from_row))
 }
 
+/// Jobs running and queued now (see [`counts_from_row`]).
+pub(super) const COUNTS: &str = "SELECT COUNT(*) FILTER (WHERE status = 'running'), \
+    COUNT(*) FILTER (WHERE status = 'queued') \
+    FROM baton_jobs WHERE status IN ('running', 'queued')";
+
 pub(super) async fn counts(c: &impl GenericClient) -> PgResult<Counts> {
-    let count = c
-        .prepare_cached(
-            "SELECT COUNT(*) FILTER (WHERE status = 'running'), \
-             COUNT(*) FILTER (WHERE status = 'queued') \
-             FROM baton_jobs WHERE status IN ('running', 'queued')",
-        )
-        .await?;
-    let r = c.query_one(&count, &[]).await?;
-    Ok(Counts {
-        running: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
-        queued: u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
-    })
+    let count = c.prepare_cached(COUNTS).await?;
+    Ok(counts_from_row(&c.query_one(&count, &[]).await?))
 }
 
+/// The answer of [`COUNTS`].
+pub(super) fn counts_from_row(r: &Row) -> Counts {
+    Counts {
+        running: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
+        queued: u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
+    }
+}
+
+/// Takes the queue's lock until the end of the transaction; sent at once
+/// (a request pipelined after it runs once the lock is held).
 pub(super) async fn lock_queue(c: &impl GenericClient) -> PgResult<()> {
     c.batch_execute(&format!("SELECT pg_advisory_xact_lock({QUEUE_KEY})"))
         .await

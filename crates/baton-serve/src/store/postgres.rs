@@ -2,9 +2,13 @@
 //! one service. TLS follows the URL's `sslmode`/`sslrootcert`, with libpq's
 //! meaning (`baton_pg::client_config`).
 //!
-//! Every submit and claim serialises on one transaction-level advisory lock
-//! (`QUEUE_KEY`), so the depth and concurrency caps are exact at every
-//! instant across nodes; FIFO is a `bigserial`. After a submit, a finish or
+//! Every batch of submissions and every claim serialises on one
+//! transaction-level advisory lock (`QUEUE_KEY`), so the depth and
+//! concurrency caps are exact at every instant across nodes; FIFO is a
+//! `bigserial`. Submissions and the bookkeeping are group-committed
+//! (`pg_batch.rs`); a claim takes every free slot of the node in one
+//! transaction, its statements pipelined; statements are prepared once per
+//! pooled connection. After a submit, a finish or
 //! a re-queue the transaction sends `NOTIFY baton_jobs`; cancels of jobs
 //! running elsewhere go out as `NOTIFY baton_cancel, '<id>'`. Node liveness
 //! is the session in `pg_session.rs`; `reap` takes over the jobs of nodes
@@ -286,38 +290,41 @@ impl Store for PgStore {
         let mut c = self.conn(op).await?;
         timed(op, async {
             let tx = c.transaction().await?;
-            lock_queue(&tx).await?;
+            let claim = format!("{CLAIM}{COLUMNS}");
+            let (held, running, claim) = futures_util::try_join!(
+                tx.prepare_cached(HELD),
+                tx.prepare_cached(RUNNING),
+                tx.prepare_cached(&claim),
+            )?;
+            let node_lock: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&NODE_CLASS, &num];
+            // Sent together, run in order: the lock first.
+            let ((), held, running) = futures_util::try_join!(
+                lock_queue(&tx),
+                // Only while this node's liveness lock is held: a node whose
+                // session has gone (and whose jobs others take over) claims
+                // nothing.
+                tx.query_one(&held, &node_lock),
+                tx.query_one(&running, &[]),
+            )?;
             // The start is when the claim holds the queue (claims of several
             // nodes wait for each other here): taken before, a stored start
             // could precede the stored end of the job whose slot it took.
             let now = now.max(crate::model::now_ms());
-            let claim = format!("{CLAIM}{COLUMNS}");
-            let (held, running, claim) = futures_util::try_join!(
-                // Only while this node's liveness lock is held: a node whose
-                // session has gone (and whose jobs others take over) claims
-                // nothing.
-                async {
-                    tx.query_one(&tx.prepare_cached(HELD).await?, &[&NODE_CLASS, &num])
-                        .await
-                },
-                async { tx.query_one(&tx.prepare_cached(RUNNING).await?, &[]).await },
-                tx.prepare_cached(&claim),
-            )?;
-            if !held.get::<_, bool>(0) {
-                return Ok(Vec::new());
-            }
-            // Counted once: each claim here adds one.
-            let mut running = u64::try_from(running.get::<_, i64>(0)).unwrap_or(0);
-            let mut claimed = Vec::new();
-            while (claimed.len() as u64) < n && running < max_running {
-                // The oldest claimable job, seeing this step's own claims
-                // (a queue job whose group got one here waits).
-                match tx.query_opt(&claim, &[&now, &node]).await? {
-                    Some(row) => claimed.push(job_from_row(&row)),
-                    None => break,
-                }
-                running += 1;
-            }
+            let running = u64::try_from(running.get::<_, i64>(0)).unwrap_or(0);
+            let free = match held.get::<_, bool>(0) {
+                true => n.min(max_running.saturating_sub(running)),
+                false => 0,
+            };
+            // Each the oldest claimable job, seeing the claims before it
+            // (a queue job whose group got one here waits); sent together.
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&now, &node];
+            let claims = (0..free).map(|_| tx.query_opt(&claim, &params));
+            let claimed: Vec<Job> = futures_util::future::try_join_all(claims)
+                .await?
+                .iter()
+                .flatten()
+                .map(job_from_row)
+                .collect();
             tx.commit().await?;
             Ok(claimed)
         })
