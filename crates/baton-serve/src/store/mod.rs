@@ -9,6 +9,7 @@
 mod pg_batch;
 mod pg_session;
 mod pg_sql;
+mod pg_submit;
 mod postgres;
 mod sqlite;
 mod sqlite_files;
@@ -29,7 +30,7 @@ pub use sqlite::SqliteStore;
 pub use url::StoreUrl;
 
 /// A store failure.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StoreError {
     /// The URL names no engine this build knows.
     #[error("unsupported store URL '{0}': use sqlite://PATH or postgres://USER@HOST/DB")]

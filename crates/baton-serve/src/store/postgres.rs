@@ -24,19 +24,20 @@ use tokio::sync::{broadcast, oneshot};
 
 use baton_pg::one_line;
 
-use super::pg_batch::{self, dropped, Change, Queue, Submit, Write};
+use super::pg_batch::{self, dropped, Change, Queue, Write};
 use super::pg_session::{self, Shared, NODE_CLASS};
 use super::pg_sql::{
     counts, get_job, job_from_row, lock_queue, mark_interrupted, migrate, nodes, plan, running_on,
     Retry, COLUMNS,
 };
+use super::pg_submit::{self, Submit};
 use super::{CancelQueued, Recovered, Store, StoreError, StoreEvent};
 use crate::model::{
     Counts, Finish, Job, JobStatus, ListFilter, NewJob, NodeInfo, RecordedGroup, Submitted,
 };
 
 /// How long one store operation may take before it fails.
-const OP_LIMIT: Duration = Duration::from_secs(10);
+pub(super) const OP_LIMIT: Duration = Duration::from_secs(10);
 
 type PgResult<T> = Result<T, tokio_postgres::Error>;
 
@@ -152,7 +153,7 @@ const CLAIM: &str = "UPDATE baton_jobs SET status = 'running', started_at = $1, 
     RETURNING ";
 
 /// The error of `op` when the database did not answer within `OP_LIMIT`.
-fn too_slow(op: &'static str) -> StoreError {
+pub(super) fn too_slow(op: &'static str) -> StoreError {
     StoreError::Query {
         op,
         message: "the database did not answer in time".into(),
@@ -161,7 +162,7 @@ fn too_slow(op: &'static str) -> StoreError {
 
 /// `f`, within `OP_LIMIT`, its error as a store error. A transaction
 /// dropped unfinished is rolled back by the driver.
-pub(super) async fn timed<T>(
+async fn timed<T>(
     op: &'static str,
     f: impl std::future::Future<Output = PgResult<T>>,
 ) -> Result<T, StoreError> {
@@ -232,7 +233,7 @@ impl Store for PgStore {
         };
         if self.submits.push(submit) {
             let (pool, queue) = (self.pool.clone(), Arc::clone(&self.submits));
-            tokio::spawn(pg_batch::flush_submits(pool, queue));
+            tokio::spawn(pg_submit::flush_submits(pool, queue));
         }
         rx.await.unwrap_or_else(|_| Err(dropped("store a job")))
     }
@@ -287,24 +288,24 @@ impl Store for PgStore {
     ) -> Result<Vec<Job>, StoreError> {
         let op = "claim a job";
         let num = self.shared.num.load(Ordering::SeqCst);
-        let mut c = self.conn(op).await?;
-        timed(op, async {
-            let tx = c.transaction().await?;
+        let c = self.conn(op).await?;
+        let claimed = timed(op, async {
             let claim = format!("{CLAIM}{COLUMNS}");
             let (held, running, claim) = futures_util::try_join!(
-                tx.prepare_cached(HELD),
-                tx.prepare_cached(RUNNING),
-                tx.prepare_cached(&claim),
+                c.prepare_cached(HELD),
+                c.prepare_cached(RUNNING),
+                c.prepare_cached(&claim),
             )?;
             let node_lock: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&NODE_CLASS, &num];
-            // Sent together, run in order: the lock first.
-            let ((), held, running) = futures_util::try_join!(
-                lock_queue(&tx),
+            // Sent together, run in order: the lock before the reads.
+            let ((), (), held, running) = futures_util::try_join!(
+                c.batch_execute("BEGIN"),
+                lock_queue(&c),
                 // Only while this node's liveness lock is held: a node whose
                 // session has gone (and whose jobs others take over) claims
                 // nothing.
-                tx.query_one(&held, &node_lock),
-                tx.query_one(&running, &[]),
+                c.query_one(&held, &node_lock),
+                c.query_one(&running, &[]),
             )?;
             // The start is when the claim holds the queue (claims of several
             // nodes wait for each other here): taken before, a stored start
@@ -315,20 +316,23 @@ impl Store for PgStore {
                 true => n.min(max_running.saturating_sub(running)),
                 false => 0,
             };
-            // Each the oldest claimable job, seeing the claims before it
-            // (a queue job whose group got one here waits); sent together.
+            // Each the oldest claimable job, seeing the claims before it (a
+            // queue job whose group got one here waits); sent together with
+            // the COMMIT (which a failed claim makes a rollback).
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&now, &node];
-            let claims = (0..free).map(|_| tx.query_opt(&claim, &params));
-            let claimed: Vec<Job> = futures_util::future::try_join_all(claims)
-                .await?
-                .iter()
-                .flatten()
-                .map(job_from_row)
-                .collect();
-            tx.commit().await?;
-            Ok(claimed)
+            let claims = (0..free).map(|_| c.query_opt(&claim, &params));
+            let (claimed, ()) = futures_util::try_join!(
+                futures_util::future::try_join_all(claims),
+                c.batch_execute("COMMIT"),
+            )?;
+            Ok(claimed.iter().flatten().map(job_from_row).collect())
         })
-        .await
+        .await;
+        if claimed.is_err() {
+            // It may be in the middle of the transaction: not for another.
+            drop(deadpool_postgres::Object::take(c));
+        }
+        claimed
     }
 
     async fn set_process_group(&self, id: &str, group: RecordedGroup) -> Result<(), StoreError> {
