@@ -14,8 +14,16 @@ type PgResult<T> = Result<T, tokio_postgres::Error>;
 /// 2: `waiter` (the node whose caller waits for the job).
 pub(super) const SCHEMA_VERSION: i32 = 2;
 
-/// The advisory lock (transaction level) that serialises submits and claims.
+/// The advisory lock (transaction level) that serialises batches of
+/// submissions (the depth cap), and takeovers.
 pub(super) const QUEUE_KEY: i64 = 0x6261_746f_6e5f_7131; // "baton_q1"
+
+/// The advisory lock (transaction level) that serialises claims (the
+/// concurrency cap), and takeovers. Claims and submissions need not wait
+/// for each other: a claim moves a job from queued to running, which
+/// leaves the depth (running + queued) as it was, and a submission adds
+/// no running job.
+pub(super) const CLAIM_KEY: i64 = 0x6261_746f_6e5f_6331; // "baton_c1"
 
 /// The advisory lock (transaction level) held while migrating.
 const MIGRATE_KEY: i64 = 0x6261_746f_6e5f_6d31; // "baton_m1"
@@ -162,6 +170,22 @@ pub(super) fn counts_from_row(r: &Row) -> Counts {
 pub(super) async fn lock_queue(c: &impl GenericClient) -> PgResult<()> {
     c.batch_execute(&format!("SELECT pg_advisory_xact_lock({QUEUE_KEY})"))
         .await
+}
+
+/// Takes the claims' lock until the end of the transaction (see
+/// [`lock_queue`]).
+pub(super) async fn lock_claims(c: &impl GenericClient) -> PgResult<()> {
+    c.batch_execute(&format!("SELECT pg_advisory_xact_lock({CLAIM_KEY})"))
+        .await
+}
+
+/// Takes both locks, in the one order every taker of both follows: a
+/// takeover (recovery, the rescuer) changes running jobs and the queue.
+pub(super) async fn lock_all(c: &impl GenericClient) -> PgResult<()> {
+    c.batch_execute(&format!(
+        "SELECT pg_advisory_xact_lock({QUEUE_KEY}); SELECT pg_advisory_xact_lock({CLAIM_KEY})"
+    ))
+    .await
 }
 
 pub(super) fn to_i64(v: u64) -> i64 {

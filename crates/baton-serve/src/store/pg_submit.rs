@@ -10,9 +10,11 @@
 //! in arrival order as one at a time would decide it: the depth cap against
 //! the counts so far, a duplicate id, the queued jobs of its group it marks,
 //! its place. The second sends the writes and `COMMIT`, pipelined. What
-//! changes the queue without the queue's lock (a cancel, a job's end or its
-//! return to the queue) only frees room or takes a queued job out: the
-//! batch is then as if it ran before it.
+//! changes the queue without the queue's lock (a claim, a cancel, a job's
+//! end or its return to the queue) leaves the depth as it was or frees
+//! room, or takes a queued job out: the batch is then as if it ran before
+//! it. A queued job the batch read it supersedes (locked), so a claim that
+//! skips it (`SKIP LOCKED`) skips a job that will not run.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -2,10 +2,11 @@
 //! one service. TLS follows the URL's `sslmode`/`sslrootcert`, with libpq's
 //! meaning (`baton_pg::client_config`).
 //!
-//! Every batch of submissions and every claim serialises on one
-//! transaction-level advisory lock (`QUEUE_KEY`), so the depth and
-//! concurrency caps are exact at every instant across nodes; FIFO is a
-//! `bigserial`. Submissions and the bookkeeping are group-committed
+//! Batches of submissions serialise on one transaction-level advisory lock
+//! (`QUEUE_KEY`), claims on another (`CLAIM_KEY`), takeovers take both, so
+//! the depth and concurrency caps are exact at every instant across nodes
+//! (a claim leaves the depth as it was, a submission the running jobs);
+//! FIFO is a `bigserial`. Submissions and the bookkeeping are group-committed
 //! (`pg_batch.rs`); a claim takes every free slot of the node in one
 //! transaction, its statements pipelined; statements are prepared once per
 //! pooled connection. After a submit, a finish or
@@ -27,8 +28,8 @@ use baton_pg::one_line;
 use super::pg_batch::{self, dropped, Change, Queue, Write};
 use super::pg_session::{self, Shared, NODE_CLASS};
 use super::pg_sql::{
-    counts, get_job, job_from_row, lock_queue, mark_interrupted, migrate, nodes, plan, running_on,
-    Retry, COLUMNS,
+    counts, get_job, job_from_row, lock_all, lock_claims, mark_interrupted, migrate, nodes, plan,
+    running_on, to_i64, Retry, COLUMNS,
 };
 use super::pg_submit::{self, Submit};
 use super::{CancelQueued, Recovered, Store, StoreError, StoreEvent};
@@ -138,6 +139,11 @@ pub(super) async fn pooled(
 const HELD: &str = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
     AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
     AND classid = $1::int4::oid AND objid = $2::int4::oid AND objsubid = 2 AND granted)";
+
+/// Whether a claim may find something: fewer than `$1` jobs run and some
+/// are queued (read without the claims' lock, so only a hint).
+const WORTH_CLAIMING: &str = "SELECT (SELECT COUNT(*) FROM baton_jobs \
+    WHERE status = 'running') < $1 AND EXISTS (SELECT 1 FROM baton_jobs WHERE status = 'queued')";
 
 /// How many jobs run (in the whole store: the cluster's cap).
 const RUNNING: &str = "SELECT COUNT(*) FROM baton_jobs WHERE status = 'running'";
@@ -291,24 +297,33 @@ impl Store for PgStore {
         let c = self.conn(op).await?;
         let claimed = timed(op, async {
             let claim = format!("{CLAIM}{COLUMNS}");
-            let (held, running, claim) = futures_util::try_join!(
+            let (worth, held, running, claim) = futures_util::try_join!(
+                c.prepare_cached(WORTH_CLAIMING),
                 c.prepare_cached(HELD),
                 c.prepare_cached(RUNNING),
                 c.prepare_cached(&claim),
             )?;
+            // Without the claims' lock first: most wake-ups (every node hears
+            // of every submission and end) find the cap reached or nothing
+            // queued, and need not hold the lock that other claims wait for. A stale "no" is followed by the wake-up of
+            // what made room (its NOTIFY comes after its commit).
+            let cap = to_i64(max_running);
+            if n == 0 || !c.query_one(&worth, &[&cap]).await?.get::<_, bool>(0) {
+                return Ok(Vec::new());
+            }
             let node_lock: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&NODE_CLASS, &num];
             // Sent together, run in order: the lock before the reads.
             let ((), (), held, running) = futures_util::try_join!(
                 c.batch_execute("BEGIN"),
-                lock_queue(&c),
+                lock_claims(&c),
                 // Only while this node's liveness lock is held: a node whose
                 // session has gone (and whose jobs others take over) claims
                 // nothing.
                 c.query_one(&held, &node_lock),
                 c.query_one(&running, &[]),
             )?;
-            // The start is when the claim holds the queue (claims of several
-            // nodes wait for each other here): taken before, a stored start
+            // The start is when the claim holds the claims' lock (claims of
+            // several nodes wait for each other here): taken before, a stored start
             // could precede the stored end of the job whose slot it took.
             let now = now.max(crate::model::now_ms());
             let running = u64::try_from(running.get::<_, i64>(0)).unwrap_or(0);
@@ -409,7 +424,7 @@ impl Store for PgStore {
         let mut c = self.conn(op).await?;
         timed(op, async {
             let tx = c.transaction().await?;
-            lock_queue(&tx).await?;
+            lock_all(&tx).await?;
             let mut jobs = running_on(&tx, node).await?;
             jobs.retain(|j| ids.contains(&j.spec.id));
             let plan = plan(jobs, retry);
@@ -471,7 +486,7 @@ impl Store for PgStore {
                 }
                 let marked = async {
                     let tx = c.transaction().await?;
-                    lock_queue(&tx).await?;
+                    lock_all(&tx).await?;
                     let plan = plan(running_on(&tx, &node).await?, retry);
                     let why = format!("its node '{node}' died while the job ran");
                     mark_interrupted(&tx, &plan, now, &why).await?;
