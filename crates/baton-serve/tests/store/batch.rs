@@ -125,7 +125,7 @@ pub(super) async fn concurrent_submissions_of_one_id_or_group_act_one_at_a_time(
             0 => "waiting".to_string(),
             _ => format!("c{}", i - 1),
         };
-        assert_eq!(superseded, [before.clone()], "c{i}");
+        assert_eq!(superseded, std::slice::from_ref(&before), "c{i}");
         // The queue: p0..p(i-1) and this one (the one before it left).
         assert_eq!(place, i as u64 + 1, "c{i}");
         let (place, superseded) = queued(&answers[2 * i + 1]).expect("p stored");
