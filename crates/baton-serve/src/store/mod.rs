@@ -178,15 +178,16 @@ pub trait Store: Send + Sync + 'static {
 
     /// Whether [`Store::claim_many`] takes its jobs in one step (so a
     /// caller gains by asking for several at once). Otherwise a caller
-    /// claims one at a time and starts each before it claims the next (as
-    /// a cluster's FIFO start order wants: a job claimed first starts first).
+    /// claims one at a time and starts each before it claims the next. The
+    /// jobs of one step are started in their claim order.
     fn claims_in_one_step(&self) -> bool {
         false
     }
 
     /// Claims up to `n` jobs, as [`Store::claim_next`] would one after the
     /// other, oldest first; fewer (or none) when the queue or the cap runs
-    /// out. A store may take them in one step (SQLite: one transaction).
+    /// out. A store may take them in one step (SQLite, PostgreSQL: one
+    /// transaction).
     async fn claim_many(
         &self,
         node: &str,
