@@ -86,8 +86,16 @@ struct Flusher<'a, T> {
 impl<T> Drop for Flusher<'_, T> {
     fn drop(&mut self) {
         if !self.stopped {
-            drop(self.queue.take());
+            // Under the queue's lock: a push after it starts a flusher.
+            let mut items = self
+                .queue
+                .items
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let dropped = std::mem::take(&mut *items);
             self.queue.flushing.store(false, Ordering::SeqCst);
+            drop(items);
+            drop(dropped);
         }
     }
 }

@@ -207,3 +207,26 @@ pub(super) async fn concurrent_claims_of_two_nodes_never_pass_the_cap(ctx: Ctx) 
 fn first_node(ctx: &Ctx) -> String {
     ctx.store.node().to_string()
 }
+
+/// A submission the server refuses (PostgreSQL keeps no NUL in text) fails
+/// alone: the others that arrived with it get their own places, in order,
+/// and are stored.
+pub(super) async fn a_submission_the_store_refuses_fails_alone(ctx: Ctx) {
+    let s = &*ctx.store;
+    let mut jobs: Vec<NewJob> = (0..10).map(|i| job(&format!("k{i}"), i)).collect();
+    jobs[4].prompt = Some("a NUL \0 in a prompt".into());
+    let answers = at_once(s, jobs, MANY).await;
+    if ctx.shared() {
+        assert!(answers[4].is_err(), "{:?}", answers[4]);
+    }
+    let mut place = 0;
+    for (i, answer) in answers.iter().enumerate() {
+        if i == 4 && answer.is_err() {
+            assert_eq!(status(s, "k4").await, None);
+            continue;
+        }
+        place += 1;
+        assert_eq!(queued(answer).map(|(p, _)| p), Some(place), "k{i}");
+        assert_eq!(status(s, &format!("k{i}")).await, Some(JobStatus::Queued));
+    }
+}

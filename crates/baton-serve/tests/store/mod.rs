@@ -12,7 +12,7 @@ use crate::common;
 
 mod batch;
 use batch::{
-    concurrent_claims_of_two_nodes_never_pass_the_cap,
+    a_submission_the_store_refuses_fails_alone, concurrent_claims_of_two_nodes_never_pass_the_cap,
     concurrent_submissions_against_the_depth_cap_admit_the_first_to_arrive,
     concurrent_submissions_of_one_id_or_group_act_one_at_a_time,
 };
@@ -125,6 +125,7 @@ exercises!(
     concurrent_submissions_against_the_depth_cap_admit_the_first_to_arrive,
     concurrent_submissions_of_one_id_or_group_act_one_at_a_time,
     concurrent_claims_of_two_nodes_never_pass_the_cap,
+    a_submission_the_store_refuses_fails_alone,
 );
 
 const MANY: u64 = 1_000;
