@@ -62,7 +62,7 @@ impl Scheduler {
                     break;
                 }
                 // Every free slot in one claim where that is one step
-                // (SQLite: one transaction), else one at a time.
+                // (SQLite, PostgreSQL: one transaction), else one at a time.
                 let free = match self.store.claims_in_one_step() {
                     true => node_cap - taken,
                     false => 1,

@@ -6,8 +6,10 @@
 //!
 //! Design (the claim protocol, durability per promise): see `SERVICE.md`.
 
+mod pg_batch;
 mod pg_session;
 mod pg_sql;
+mod pg_submit;
 mod postgres;
 mod sqlite;
 mod sqlite_files;
@@ -28,7 +30,7 @@ pub use sqlite::SqliteStore;
 pub use url::StoreUrl;
 
 /// A store failure.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StoreError {
     /// The URL names no engine this build knows.
     #[error("unsupported store URL '{0}': use sqlite://PATH or postgres://USER@HOST/DB")]
@@ -176,15 +178,16 @@ pub trait Store: Send + Sync + 'static {
 
     /// Whether [`Store::claim_many`] takes its jobs in one step (so a
     /// caller gains by asking for several at once). Otherwise a caller
-    /// claims one at a time and starts each before it claims the next (as
-    /// a cluster's FIFO start order wants: a job claimed first starts first).
+    /// claims one at a time and starts each before it claims the next. The
+    /// jobs of one step are started in their claim order.
     fn claims_in_one_step(&self) -> bool {
         false
     }
 
     /// Claims up to `n` jobs, as [`Store::claim_next`] would one after the
     /// other, oldest first; fewer (or none) when the queue or the cap runs
-    /// out. A store may take them in one step (SQLite: one transaction).
+    /// out. A store may take them in one step (SQLite, PostgreSQL: one
+    /// transaction).
     async fn claim_many(
         &self,
         node: &str,

@@ -1,7 +1,8 @@
 //! The PostgreSQL store's schema, its migration, and the SQL steps its
 //! operations share.
 
-use tokio_postgres::{GenericClient, Row};
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
 
 use baton_pg::one_line;
 
@@ -13,8 +14,16 @@ type PgResult<T> = Result<T, tokio_postgres::Error>;
 /// 2: `waiter` (the node whose caller waits for the job).
 pub(super) const SCHEMA_VERSION: i32 = 2;
 
-/// The advisory lock (transaction level) that serialises submits and claims.
+/// The advisory lock (transaction level) that serialises batches of
+/// submissions (the depth cap), and takeovers.
 pub(super) const QUEUE_KEY: i64 = 0x6261_746f_6e5f_7131; // "baton_q1"
+
+/// The advisory lock (transaction level) that serialises claims (the
+/// concurrency cap), and takeovers. Claims and submissions need not wait
+/// for each other: a claim moves a job from queued to running, which
+/// leaves the depth (running + queued) as it was, and a submission adds
+/// no running job.
+pub(super) const CLAIM_KEY: i64 = 0x6261_746f_6e5f_6331; // "baton_c1"
 
 /// The advisory lock (transaction level) held while migrating.
 const MIGRATE_KEY: i64 = 0x6261_746f_6e5f_6d31; // "baton_m1"
@@ -130,61 +139,53 @@ pub(super) fn job_from_row(r: &Row) -> Job {
     }
 }
 
-/// Stores a submitted job, queued.
-pub(super) async fn insert_job(c: &impl GenericClient, job: &NewJob) -> PgResult<()> {
-    let command = job
-        .command
-        .as_ref()
-        .map(|c| serde_json::to_string(c).unwrap_or_default());
-    c.execute(
-        "INSERT INTO baton_jobs (id, template, prompt, grp, mode, timeout_ms, branch, \
-         command, created_at, status, waiter) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10)",
-        &[
-            &job.id,
-            &job.template,
-            &job.prompt,
-            &job.group,
-            &job.mode.as_str(),
-            &to_i64(job.timeout_ms),
-            &job.branch,
-            &command,
-            &job.created_at,
-            &job.waiter,
-        ],
-    )
-    .await
-    .map(drop)
-}
-
 pub(super) async fn get_job(c: &impl GenericClient, id: &str) -> PgResult<Option<Job>> {
-    let row = c
-        .query_opt(
-            &format!("SELECT {COLUMNS} FROM baton_jobs WHERE id = $1"),
-            &[&id],
-        )
+    let select = c
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM baton_jobs WHERE id = $1"))
         .await?;
+    let row = c.query_opt(&select, &[&id]).await?;
     Ok(row.as_ref().map(job_from_row))
 }
 
+/// Jobs running and queued now (see [`counts_from_row`]).
+pub(super) const COUNTS: &str = "SELECT COUNT(*) FILTER (WHERE status = 'running'), \
+    COUNT(*) FILTER (WHERE status = 'queued') \
+    FROM baton_jobs WHERE status IN ('running', 'queued')";
+
 pub(super) async fn counts(c: &impl GenericClient) -> PgResult<Counts> {
-    let r = c
-        .query_one(
-            "SELECT COUNT(*) FILTER (WHERE status = 'running'), \
-             COUNT(*) FILTER (WHERE status = 'queued') \
-             FROM baton_jobs WHERE status IN ('running', 'queued')",
-            &[],
-        )
-        .await?;
-    Ok(Counts {
-        running: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
-        queued: u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
-    })
+    let count = c.prepare_cached(COUNTS).await?;
+    Ok(counts_from_row(&c.query_one(&count, &[]).await?))
 }
 
+/// The answer of [`COUNTS`].
+pub(super) fn counts_from_row(r: &Row) -> Counts {
+    Counts {
+        running: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
+        queued: u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
+    }
+}
+
+/// Takes the queue's lock until the end of the transaction; sent at once
+/// (a request pipelined after it runs once the lock is held).
 pub(super) async fn lock_queue(c: &impl GenericClient) -> PgResult<()> {
     c.batch_execute(&format!("SELECT pg_advisory_xact_lock({QUEUE_KEY})"))
         .await
+}
+
+/// Takes the claims' lock until the end of the transaction (see
+/// [`lock_queue`]).
+pub(super) async fn lock_claims(c: &impl GenericClient) -> PgResult<()> {
+    c.batch_execute(&format!("SELECT pg_advisory_xact_lock({CLAIM_KEY})"))
+        .await
+}
+
+/// Takes both locks, in the one order every taker of both follows: a
+/// takeover (recovery, the rescuer) changes running jobs and the queue.
+pub(super) async fn lock_all(c: &impl GenericClient) -> PgResult<()> {
+    c.batch_execute(&format!(
+        "SELECT pg_advisory_xact_lock({QUEUE_KEY}); SELECT pg_advisory_xact_lock({CLAIM_KEY})"
+    ))
+    .await
 }
 
 pub(super) fn to_i64(v: u64) -> i64 {

@@ -2,9 +2,14 @@
 //! one service. TLS follows the URL's `sslmode`/`sslrootcert`, with libpq's
 //! meaning (`baton_pg::client_config`).
 //!
-//! Every submit and claim serialises on one transaction-level advisory lock
-//! (`QUEUE_KEY`), so the depth and concurrency caps are exact at every
-//! instant across nodes; FIFO is a `bigserial`. After a submit, a finish or
+//! Batches of submissions serialise on one transaction-level advisory lock
+//! (`QUEUE_KEY`), claims on another (`CLAIM_KEY`), takeovers take both, so
+//! the depth and concurrency caps are exact at every instant across nodes
+//! (a claim leaves the depth as it was, a submission the running jobs);
+//! FIFO is a `bigserial`. Submissions and the bookkeeping are group-committed
+//! (`pg_batch.rs`); a claim takes every free slot of the node in one
+//! transaction, its statements pipelined; statements are prepared once per
+//! pooled connection. After a submit, a finish or
 //! a re-queue the transaction sends `NOTIFY baton_jobs`; cancels of jobs
 //! running elsewhere go out as `NOTIFY baton_cancel, '<id>'`. Node liveness
 //! is the session in `pg_session.rs`; `reap` takes over the jobs of nodes
@@ -15,23 +20,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio::sync::broadcast;
+use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio::sync::{broadcast, oneshot};
 
 use baton_pg::one_line;
 
+use super::pg_batch::{self, dropped, Change, Queue, Write};
 use super::pg_session::{self, Shared, NODE_CLASS};
 use super::pg_sql::{
-    counts, get_job, insert_job, job_from_row, lock_queue, mark_interrupted, migrate, nodes, plan,
-    running_on, Retry, COLUMNS,
+    counts, get_job, job_from_row, lock_all, lock_claims, mark_interrupted, migrate, nodes, plan,
+    running_on, to_i64, Retry, COLUMNS,
 };
+use super::pg_submit::{self, Submit};
 use super::{CancelQueued, Recovered, Store, StoreError, StoreEvent};
 use crate::model::{
-    Counts, Finish, Job, JobMode, JobStatus, ListFilter, NewJob, NodeInfo, RecordedGroup, Submitted,
+    Counts, Finish, Job, JobStatus, ListFilter, NewJob, NodeInfo, RecordedGroup, Submitted,
 };
 
 /// How long one store operation may take before it fails.
-const OP_LIMIT: Duration = Duration::from_secs(10);
+pub(super) const OP_LIMIT: Duration = Duration::from_secs(10);
 
 type PgResult<T> = Result<T, tokio_postgres::Error>;
 
@@ -40,6 +47,10 @@ pub struct PgStore {
     pool: Pool,
     node: String,
     shared: Arc<Shared>,
+    /// Submissions waiting for the next group commit.
+    submits: Arc<Queue<Submit>>,
+    /// Bookkeeping waiting for the next group commit.
+    writes: Arc<Queue<Write>>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -82,24 +93,73 @@ impl PgStore {
             events,
         });
         pg_session::start(cfg, tls, node.clone(), Arc::clone(&shared)).await?;
-        Ok(PgStore { pool, node, shared })
+        Ok(PgStore {
+            pool,
+            node,
+            shared,
+            submits: Arc::default(),
+            writes: Arc::default(),
+        })
     }
 
     /// A pooled connection.
     async fn conn(&self, op: &'static str) -> Result<deadpool_postgres::Object, StoreError> {
-        match tokio::time::timeout(OP_LIMIT, self.pool.get()).await {
-            Ok(Ok(c)) => Ok(c),
-            Ok(Err(e)) => Err(StoreError::Query {
-                op,
-                message: pool_error(&e),
-            }),
-            Err(_) => Err(too_slow(op)),
+        pooled(&self.pool, op).await
+    }
+
+    /// Makes `change` in the next batch of bookkeeping (see `pg_batch`);
+    /// returns once that batch has committed: whether it changed a row.
+    async fn bookkeeping(&self, change: Change) -> Result<bool, StoreError> {
+        let op = change.op();
+        let (answer, rx) = oneshot::channel();
+        if self.writes.push(Write { change, answer }) {
+            let (pool, node) = (self.pool.clone(), self.node.clone());
+            tokio::spawn(pg_batch::flush_writes(pool, node, Arc::clone(&self.writes)));
         }
+        rx.await.unwrap_or_else(|_| Err(dropped(op)))
     }
 }
 
+/// A connection of `pool`, within `OP_LIMIT`.
+pub(super) async fn pooled(
+    pool: &Pool,
+    op: &'static str,
+) -> Result<deadpool_postgres::Object, StoreError> {
+    match tokio::time::timeout(OP_LIMIT, pool.get()).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(StoreError::Query {
+            op,
+            message: pool_error(&e),
+        }),
+        Err(_) => Err(too_slow(op)),
+    }
+}
+
+/// Whether this node's liveness lock is held (by its session).
+const HELD: &str = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+    AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+    AND classid = $1::int4::oid AND objid = $2::int4::oid AND objsubid = 2 AND granted)";
+
+/// Whether a claim may find something: fewer than `$1` jobs run and some
+/// are queued (read without the claims' lock, so only a hint).
+const WORTH_CLAIMING: &str = "SELECT (SELECT COUNT(*) FROM baton_jobs \
+    WHERE status = 'running') < $1 AND EXISTS (SELECT 1 FROM baton_jobs WHERE status = 'queued')";
+
+/// How many jobs run (in the whole store: the cluster's cap).
+const RUNNING: &str = "SELECT COUNT(*) FROM baton_jobs WHERE status = 'running'";
+
+/// Moves the oldest claimable queued job (see `Store::claim_next`) to
+/// running on `$2` at `$1`.
+const CLAIM: &str = "UPDATE baton_jobs SET status = 'running', started_at = $1, node = $2, \
+    attempts = attempts + 1, pgroup = NULL, workspace = NULL \
+    WHERE id = (SELECT id FROM baton_jobs WHERE status = 'queued' \
+        AND NOT (grp IS NOT NULL AND mode IN ('queue', 'coalesce') AND grp IN \
+            (SELECT grp FROM baton_jobs WHERE status = 'running' AND grp IS NOT NULL)) \
+        ORDER BY priority DESC, seq LIMIT 1 FOR UPDATE SKIP LOCKED) \
+    RETURNING ";
+
 /// The error of `op` when the database did not answer within `OP_LIMIT`.
-fn too_slow(op: &'static str) -> StoreError {
+pub(super) fn too_slow(op: &'static str) -> StoreError {
     StoreError::Query {
         op,
         message: "the database did not answer in time".into(),
@@ -165,66 +225,29 @@ impl Store for PgStore {
     async fn nodes(&self) -> Result<Option<Vec<NodeInfo>>, StoreError> {
         let op = "list the nodes";
         let c = self.conn(op).await?;
-        timed(op, nodes(&**c)).await.map(Some)
+        timed(op, nodes(&c)).await.map(Some)
     }
 
     async fn submit(&self, job: NewJob, max_depth: u64) -> Result<Submitted, StoreError> {
-        let op = "store a job";
-        let mut c = self.conn(op).await?;
-        timed(op, async {
-            let tx = tokio_postgres::Client::transaction(&mut c).await?;
-            lock_queue(&tx).await?;
-            let now = counts(&tx).await?;
-            if now.running + now.queued >= max_depth {
-                return Ok(Submitted::Full { counts: now });
-            }
-            insert_job(&tx, &job).await?;
-            let mut superseded = Vec::new();
-            if let (Some(group), JobMode::Supersede | JobMode::Coalesce) = (&job.group, job.mode) {
-                let rows = tx
-                    .query(
-                        "UPDATE baton_jobs SET status = 'superseded', superseded_by = $1, \
-                         finished_at = $2 WHERE grp = $3 AND status = 'queued' AND id != $1 \
-                         RETURNING id",
-                        &[&job.id, &job.created_at, group],
-                    )
-                    .await?;
-                superseded = rows.iter().map(|r| r.get(0)).collect();
-            }
-            let position: i64 = tx
-                .query_one(
-                    "SELECT COUNT(*) FROM baton_jobs WHERE status = 'queued'",
-                    &[],
-                )
-                .await?
-                .get(0);
-            let stored = get_job(&tx, &job.id).await?;
-            tx.batch_execute("NOTIFY baton_jobs").await?;
-            if let (Some(group), JobMode::Supersede) = (&job.group, job.mode) {
-                // Running jobs of the group on every node stop (each node
-                // stops its own); the payload is `<seq> <job id> <group>`.
-                let seq = stored.as_ref().map_or(0, |j| j.seq);
-                let payload = format!("{seq} {} {group}", job.id);
-                tx.execute("SELECT pg_notify('baton_supersede', $1)", &[&payload])
-                    .await?;
-            }
-            tx.commit().await?;
-            Ok(match stored {
-                Some(stored) => Submitted::Queued {
-                    job: Box::new(stored),
-                    position: u64::try_from(position).unwrap_or(0),
-                    superseded,
-                },
-                None => Submitted::Full { counts: now },
-            })
-        })
-        .await
+        // Group commit: the submission joins the waiting ones; one flusher
+        // at a time stores them, a batch per transaction (see `pg_batch`).
+        let (answer, rx) = oneshot::channel();
+        let submit = Submit {
+            job,
+            max_depth,
+            answer,
+        };
+        if self.submits.push(submit) {
+            let (pool, queue) = (self.pool.clone(), Arc::clone(&self.submits));
+            tokio::spawn(pg_submit::flush_submits(pool, queue));
+        }
+        rx.await.unwrap_or_else(|_| Err(dropped("store a job")))
     }
 
     async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {
         let op = "read a job";
         let c = self.conn(op).await?;
-        timed(op, get_job(&**c, id)).await
+        timed(op, get_job(&c, id)).await
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError> {
@@ -248,141 +271,108 @@ impl Store for PgStore {
         .await
     }
 
+    fn claims_in_one_step(&self) -> bool {
+        true
+    }
+
     async fn claim_next(
         &self,
         node: &str,
         max_running: u64,
         now: i64,
     ) -> Result<Option<Job>, StoreError> {
+        let mut claimed = self.claim_many(node, max_running, 1, now).await?;
+        Ok(claimed.pop())
+    }
+
+    async fn claim_many(
+        &self,
+        node: &str,
+        max_running: u64,
+        n: u64,
+        now: i64,
+    ) -> Result<Vec<Job>, StoreError> {
         let op = "claim a job";
         let num = self.shared.num.load(Ordering::SeqCst);
-        let mut c = self.conn(op).await?;
-        timed(op, async {
-            let tx = tokio_postgres::Client::transaction(&mut c).await?;
-            lock_queue(&tx).await?;
-            // The start is when the claim holds the queue (claims of several
-            // nodes wait for each other here): taken before, a stored start
+        let c = self.conn(op).await?;
+        let claimed = timed(op, async {
+            let claim = format!("{CLAIM}{COLUMNS}");
+            let (worth, held, running, claim) = futures_util::try_join!(
+                c.prepare_cached(WORTH_CLAIMING),
+                c.prepare_cached(HELD),
+                c.prepare_cached(RUNNING),
+                c.prepare_cached(&claim),
+            )?;
+            // Without the claims' lock first: most wake-ups (every node hears
+            // of every submission and end) find the cap reached or nothing
+            // queued, and need not hold the lock that other claims wait for. A stale "no" is followed by the wake-up of
+            // what made room (its NOTIFY comes after its commit).
+            let cap = to_i64(max_running);
+            if n == 0 || !c.query_one(&worth, &[&cap]).await?.get::<_, bool>(0) {
+                return Ok(Vec::new());
+            }
+            let node_lock: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&NODE_CLASS, &num];
+            // Sent together, run in order: the lock before the reads.
+            let ((), (), held, running) = futures_util::try_join!(
+                c.batch_execute("BEGIN"),
+                lock_claims(&c),
+                // Only while this node's liveness lock is held: a node whose
+                // session has gone (and whose jobs others take over) claims
+                // nothing.
+                c.query_one(&held, &node_lock),
+                c.query_one(&running, &[]),
+            )?;
+            // The start is when the claim holds the claims' lock (claims of
+            // several nodes wait for each other here): taken before, a stored start
             // could precede the stored end of the job whose slot it took.
             let now = now.max(crate::model::now_ms());
-            // Only while this node's liveness lock is held: a node whose
-            // session has gone (and whose jobs others take over) claims nothing.
-            let held: bool = tx
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
-                     AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-                     AND classid = $1::int4::oid AND objid = $2::int4::oid AND objsubid = 2 \
-                     AND granted)",
-                    &[&NODE_CLASS, &num],
-                )
-                .await?
-                .get(0);
-            if !held || counts(&tx).await?.running >= max_running {
-                return Ok(None);
-            }
-            let next = tx
-                .query_opt(
-                    "SELECT id FROM baton_jobs WHERE status = 'queued' \
-                     AND NOT (grp IS NOT NULL AND mode IN ('queue', 'coalesce') AND grp IN \
-                         (SELECT grp FROM baton_jobs WHERE status = 'running' AND grp IS NOT NULL)) \
-                     ORDER BY priority DESC, seq LIMIT 1 FOR UPDATE SKIP LOCKED",
-                    &[],
-                )
-                .await?;
-            let Some(next) = next else {
-                return Ok(None);
+            let running = u64::try_from(running.get::<_, i64>(0)).unwrap_or(0);
+            let free = match held.get::<_, bool>(0) {
+                true => n.min(max_running.saturating_sub(running)),
+                false => 0,
             };
-            let id: String = next.get(0);
-            let row = tx
-                .query_one(
-                    &format!(
-                        "UPDATE baton_jobs SET status = 'running', started_at = $1, node = $2, \
-                         attempts = attempts + 1, pgroup = NULL, workspace = NULL WHERE id = $3 \
-                         RETURNING {COLUMNS}"
-                    ),
-                    &[&now, &node, &id],
-                )
-                .await?;
-            tx.commit().await?;
-            Ok(Some(job_from_row(&row)))
+            // Each the oldest claimable job, seeing the claims before it (a
+            // queue job whose group got one here waits); sent together with
+            // the COMMIT (which a failed claim makes a rollback).
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&now, &node];
+            let claims = (0..free).map(|_| c.query_opt(&claim, &params));
+            let (claimed, ()) = futures_util::try_join!(
+                futures_util::future::try_join_all(claims),
+                c.batch_execute("COMMIT"),
+            )?;
+            Ok(claimed.iter().flatten().map(job_from_row).collect())
         })
-        .await
+        .await;
+        if claimed.is_err() {
+            // It may be in the middle of the transaction: not for another.
+            drop(deadpool_postgres::Object::take(c));
+        }
+        claimed
     }
 
     async fn set_process_group(&self, id: &str, group: RecordedGroup) -> Result<(), StoreError> {
-        let op = "record a job's process group";
         let json = serde_json::to_string(&group).unwrap_or_default();
-        let c = self.conn(op).await?;
-        timed(
-            op,
-            c.execute(
-                "UPDATE baton_jobs SET pgroup = $1 WHERE id = $2 AND status = 'running' \
-                 AND node = $3",
-                &[&json, &id, &self.node],
-            ),
-        )
-        .await
-        .map(drop)
+        let id = id.to_string();
+        self.bookkeeping(Change::Group { id, json }).await.map(drop)
     }
 
     async fn set_workspace(&self, id: &str, path: &str) -> Result<(), StoreError> {
-        let op = "record a job's workspace";
-        let c = self.conn(op).await?;
-        timed(
-            op,
-            c.execute(
-                "UPDATE baton_jobs SET workspace = $1 WHERE id = $2 AND node = $3",
-                &[&path, &id, &self.node],
-            ),
-        )
-        .await
-        .map(drop)
+        let (id, path) = (id.to_string(), path.to_string());
+        self.bookkeeping(Change::Workspace { id, path })
+            .await
+            .map(drop)
     }
 
     async fn finish(&self, id: &str, f: &Finish) -> Result<bool, StoreError> {
-        let op = "record a job's end";
-        let mut c = self.conn(op).await?;
-        timed(op, async {
-            let tx = tokio_postgres::Client::transaction(&mut c).await?;
-            // Only this node's run: a job taken over (interrupted, queued
-            // again, maybe running elsewhere) is not ended by its old node.
-            let n = if f.status == JobStatus::Queued {
-                // Interrupted, and its template retries: queued again.
-                tx.execute(
-                    "UPDATE baton_jobs SET status = 'queued', priority = 1, started_at = NULL, \
-                     node = NULL, pgroup = NULL, workspace = NULL, error = $1 \
-                     WHERE id = $2 AND status = 'running' AND node = $3",
-                    &[&f.error, &id, &self.node],
-                )
-                .await?
-            } else {
-                tx.execute(
-                    "UPDATE baton_jobs SET status = $1, exit_code = $2, error = $3, \
-                     superseded_by = $4, finished_at = $5, pgroup = NULL \
-                     WHERE id = $6 AND status = 'running' AND node = $7",
-                    &[
-                        &f.status.as_str(),
-                        &f.exit_code,
-                        &f.error,
-                        &f.superseded_by,
-                        &f.finished_at,
-                        &id,
-                        &self.node,
-                    ],
-                )
-                .await?
-            };
-            tx.batch_execute("NOTIFY baton_jobs").await?;
-            tx.commit().await?;
-            Ok(n == 1)
-        })
-        .await
+        let (id, finish) = (id.to_string(), f.clone());
+        self.bookkeeping(Change::Finish { id, finish }).await
     }
 
     async fn cancel_queued(&self, id: &str, now: i64) -> Result<CancelQueued, StoreError> {
         let op = "cancel a job";
         let mut c = self.conn(op).await?;
         timed(op, async {
-            let tx = tokio_postgres::Client::transaction(&mut c).await?;
+            let tx = c.transaction().await?;
             let row = tx
                 .query_opt(
                     "SELECT status FROM baton_jobs WHERE id = $1 FOR UPDATE",
@@ -433,8 +423,8 @@ impl Store for PgStore {
         let op = "mark interrupted jobs";
         let mut c = self.conn(op).await?;
         timed(op, async {
-            let tx = tokio_postgres::Client::transaction(&mut c).await?;
-            lock_queue(&tx).await?;
+            let tx = c.transaction().await?;
+            lock_all(&tx).await?;
             let mut jobs = running_on(&tx, node).await?;
             jobs.retain(|j| ids.contains(&j.spec.id));
             let plan = plan(jobs, retry);
@@ -495,8 +485,8 @@ impl Store for PgStore {
                     }
                 }
                 let marked = async {
-                    let tx = tokio_postgres::Client::transaction(&mut c).await?;
-                    lock_queue(&tx).await?;
+                    let tx = c.transaction().await?;
+                    lock_all(&tx).await?;
                     let plan = plan(running_on(&tx, &node).await?, retry);
                     let why = format!("its node '{node}' died while the job ran");
                     mark_interrupted(&tx, &plan, now, &why).await?;
@@ -571,7 +561,7 @@ impl Store for PgStore {
     async fn counts(&self) -> Result<Counts, StoreError> {
         let op = "count jobs";
         let c = self.conn(op).await?;
-        timed(op, counts(&**c)).await
+        timed(op, counts(&c)).await
     }
 
     async fn status_counts(&self) -> Result<Vec<(JobStatus, u64)>, StoreError> {

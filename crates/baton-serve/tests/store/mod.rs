@@ -10,6 +10,13 @@
 
 use crate::common;
 
+mod batch;
+use batch::{
+    a_submission_the_store_refuses_fails_alone, concurrent_claims_of_two_nodes_never_pass_the_cap,
+    concurrent_submissions_against_the_depth_cap_admit_the_first_to_arrive,
+    concurrent_submissions_of_one_id_or_group_act_one_at_a_time,
+};
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -115,6 +122,10 @@ exercises!(
     the_store_has_one_owner,
     a_claim_of_many_takes_the_oldest_up_to_the_cap,
     concurrent_ends_and_claims_each_get_their_own_answer,
+    concurrent_submissions_against_the_depth_cap_admit_the_first_to_arrive,
+    concurrent_submissions_of_one_id_or_group_act_one_at_a_time,
+    concurrent_claims_of_two_nodes_never_pass_the_cap,
+    a_submission_the_store_refuses_fails_alone,
 );
 
 const MANY: u64 = 1_000;
