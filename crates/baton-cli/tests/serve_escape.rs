@@ -158,3 +158,33 @@ fn orphans_that_exit_by_themselves_are_reaped() {
         zombies.len()
     );
 }
+
+/// An orphan without a mark (`env -i`) cannot be attributed by its
+/// environment: it is stopped at a job's end only when no other running job
+/// started before it (it could be theirs), else at the end of the last such
+/// job, never while one that could own it runs.
+#[test]
+fn an_orphan_without_a_mark_is_stopped_once_no_running_job_could_own_it() {
+    let s = Server::start(&sh_config(""), &[]);
+    let t = s.tmp();
+    let unmarked = |name: &str| escape(&t, name).replacen("setsid sh", "env -i setsid sh", 1);
+    // Alone: stopped at its own job's end.
+    let a = s.submit(json!({ "prompt": unmarked("alone") }));
+    assert_eq!(s.wait_final(&a)["status"], "succeeded");
+    assert!(!alive(pid_in(&format!("{t}/alone.pid"))));
+    // B runs from before C's orphan started: C's end leaves it to B's.
+    let b = s.submit(json!({"prompt": format!(
+        "echo up > {t}/b.up; while [ ! -e {t}/b.go ]; do sleep 0.02; done"
+    )}));
+    wait_for_file(std::path::Path::new(&format!("{t}/b.up")));
+    let c = s.submit(json!({ "prompt": unmarked("c") }));
+    assert_eq!(s.wait_final(&c)["status"], "succeeded");
+    let orphan = pid_in(&format!("{t}/c.pid"));
+    assert!(alive(orphan), "C's end stopped an orphan that could be B's");
+    std::fs::write(format!("{t}/b.go"), "").unwrap();
+    assert_eq!(s.wait_final(&b)["status"], "succeeded");
+    assert!(
+        !alive(orphan),
+        "no running job could own {orphan}: it runs on"
+    );
+}
