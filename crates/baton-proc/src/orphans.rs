@@ -113,7 +113,7 @@ impl Drop for Registration {
 /// What a spawn holds from before its clone until its command is
 /// registered: `None` unless this process is a shared subreaper.
 pub(crate) struct Spawning {
-    _hold: Option<RwLockReadGuard<'static, ()>>,
+    hold: Option<RwLockReadGuard<'static, ()>>,
     since: u64,
 }
 
@@ -121,11 +121,11 @@ pub(crate) struct Spawning {
 pub(crate) fn spawning() -> Spawning {
     match shared() {
         true => Spawning {
-            _hold: Some(SPAWNS.read().unwrap_or_else(PoisonError::into_inner)),
+            hold: Some(SPAWNS.read().unwrap_or_else(PoisonError::into_inner)),
             since: now_ticks(),
         },
         false => Spawning {
-            _hold: None,
+            hold: None,
             since: 0,
         },
     }
@@ -136,7 +136,7 @@ impl Spawning {
     /// command is registered as supervised); `None` unless this process is
     /// a shared subreaper.
     pub(crate) fn register(self, spec: &RunSpec) -> Option<Registration> {
-        self._hold.as_ref()?;
+        self.hold.as_ref()?;
         let name = MARK.get()?;
         let mark = spec
             .env
@@ -163,7 +163,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(target_os = "linux")]
 fn now_ticks() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
-    let hz = u64::from(rustix::param::clock_ticks_per_second().max(1));
+    let hz = rustix::param::clock_ticks_per_second().max(1);
     let secs = u64::try_from(t.tv_sec).unwrap_or(0);
     let nanos = u64::try_from(t.tv_nsec).unwrap_or(0);
     secs.saturating_mul(hz) + nanos.saturating_mul(hz) / 1_000_000_000
