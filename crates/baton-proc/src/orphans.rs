@@ -27,9 +27,9 @@
 //! process group are its helpers (`git`, hooks started through `std`) and
 //! are never touched.
 //!
-//! **Cost.** A run's end lists this process's children
-//! (`/proc/self/task/*/children`, a few small reads) and stops there when
-//! every child is a supervised command; `/proc` is scanned only when an
+//! **Cost.** A run's end reads the children of this process's main thread,
+//! where orphans arrive ([`any_unsupervised_child`]), and stops there when
+//! it has none but supervised commands; `/proc` is scanned only when an
 //! orphan is there.
 
 use std::collections::HashMap;
@@ -221,9 +221,23 @@ fn threads() -> Vec<String> {
 }
 
 /// Whether a child of this process is not a supervised command: the one
-/// check a run's end makes when nothing is left (see the module).
+/// check a run's end makes when nothing is left (see the module). An
+/// orphan is re-parented to the first live thread of this process (the
+/// kernel's `find_new_reaper` takes `find_alive_thread` of the subreaper:
+/// the thread group's leader, its main thread, unless that is exiting),
+/// as are the children of a thread that exits, so the main thread's
+/// children are read: commands are cloned by other threads (the spawner,
+/// blocking threads), so that list is usually empty (one small read).
 pub(crate) fn any_unsupervised_child() -> bool {
-    let kids = children();
+    static MAIN: OnceLock<String> = OnceLock::new();
+    let main = MAIN.get_or_init(|| format!("/proc/self/task/{}/children", std::process::id()));
+    let kids: Vec<i32> = match std::fs::read_to_string(main) {
+        Ok(list) => list
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect(),
+        Err(_) => children(),
+    };
     if kids.is_empty() {
         return false;
     }
