@@ -111,7 +111,7 @@ impl Drop for Registration {
 }
 
 /// What a spawn holds from before its clone until its command is
-/// registered: `None` unless this process is a shared subreaper.
+/// registered: nothing unless this process is a shared subreaper.
 pub(crate) struct Spawning {
     hold: Option<RwLockReadGuard<'static, ()>>,
     since: u64,
