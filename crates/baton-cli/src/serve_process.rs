@@ -1,5 +1,6 @@
 //! The process around `baton serve`: the parts only a binary may own (the
 //! async runtime, the open files limit, who may read its `/proc` files,
+//! the child subreaper,
 //! SIGTERM and SIGINT; on Windows
 //! Ctrl-C and Ctrl-Break), around the
 //! service's entry points, in the order they must be taken (see
@@ -19,6 +20,7 @@ pub(crate) fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
         .map_err(ServeError::Runtime)?;
     baton_serve::conn::raise_nofile_limit();
     baton_serve::conn::hide_from_jobs();
+    baton_serve::conn::adopt_orphans();
     runtime.block_on(async move {
         let listener = baton_serve::bind(config.listen).await?;
         let service = baton_serve::open(config, dir).await?;

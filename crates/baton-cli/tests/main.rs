@@ -39,6 +39,7 @@ mod serve_common;
 mod serve_compat;
 mod serve_dashboard;
 mod serve_disk;
+mod serve_escape;
 mod serve_group_commit;
 mod serve_input;
 mod serve_lifecycle;

@@ -14,7 +14,7 @@
 //! What is not contained is listed in `SIGNALS.md` ("Containment").
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -50,7 +50,11 @@ pub enum GroupIdentity {
     },
 }
 
-static SUBREAPER: AtomicBool = AtomicBool::new(false);
+/// 0: not a subreaper; [`ONE`]: [`become_subreaper`]; [`SHARED`]:
+/// [`become_shared_subreaper`](crate::become_shared_subreaper).
+static SUBREAPER: AtomicU8 = AtomicU8::new(0);
+const ONE: u8 = 1;
+const SHARED: u8 = 2;
 
 /// This process's group, or `None` when it is led from outside our PID
 /// namespace (`nsenter`, `docker exec`): the kernel reports it as 0, on
@@ -71,8 +75,10 @@ pub(crate) static SUPERVISED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 ///
 /// This changes the whole process, so the library never does it by itself:
 /// call it from `main` of a program that runs one command at a time (as
-/// `baton run` does). A process hosting many runs should not, since an orphan
-/// cannot be attributed to one of them.
+/// `baton run` does): every orphan is taken for the ending command's. A
+/// process hosting many runs calls
+/// [`become_shared_subreaper`](crate::become_shared_subreaper) instead,
+/// which attributes each orphan to its run.
 ///
 /// # Errors
 ///
@@ -80,13 +86,22 @@ pub(crate) static SUPERVISED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 /// which has no child subreaper.
 pub fn become_subreaper() -> Result<(), ProcError> {
     crate::sys::set_subreaper()?;
-    SUBREAPER.store(true, Ordering::SeqCst);
+    SUBREAPER.store(ONE, Ordering::SeqCst);
     Ok(())
 }
 
-/// Whether [`become_subreaper`] was called in this process.
+/// Whether this process is a child subreaper: [`become_subreaper`] or
+/// [`become_shared_subreaper`](crate::become_shared_subreaper) was called.
 pub fn is_subreaper() -> bool {
-    SUBREAPER.load(Ordering::SeqCst)
+    SUBREAPER.load(Ordering::SeqCst) != 0
+}
+
+pub(crate) fn set_shared_subreaper() {
+    SUBREAPER.store(SHARED, Ordering::SeqCst);
+}
+
+pub(crate) fn is_shared_subreaper() -> bool {
+    SUBREAPER.load(Ordering::SeqCst) == SHARED
 }
 
 /// A process pinned by a pidfd after its identity was checked.
@@ -96,7 +111,7 @@ pub(crate) struct Pinned {
     pub(crate) fd: ProcFd,
 }
 
-fn pin(pid: i32, expect: &ProcStat) -> Option<Pinned> {
+pub(crate) fn pin(pid: i32, expect: &ProcStat) -> Option<Pinned> {
     let fd = ProcFd::open(Pid::from_raw(pid)?).ok()?;
     // Re-read after pinning: the pidfd now holds the process we check.
     let now = procfs::stat(pid)?;
@@ -259,10 +274,11 @@ pub(crate) fn wait_all(mut procs: Vec<Pinned>, limit: Duration) -> Vec<Pinned> {
 
 /// Processes re-parented to this subreaper that no supervisor of this process
 /// runs, with all their descendants: what a finished command left behind
-/// outside its process group. Empty unless [`become_subreaper`] was called.
+/// outside its process group. Empty unless [`become_subreaper`] was called
+/// (a shared subreaper attributes orphans to their runs: `orphans.rs`).
 /// Exited ones are reaped here.
 pub(crate) fn stop_orphans(grace: Duration) -> Vec<Leftover> {
-    if !is_subreaper() {
+    if SUBREAPER.load(Ordering::SeqCst) != ONE {
         return Vec::new();
     }
     // One system call in the usual case: no child at all (ECHILD), so no

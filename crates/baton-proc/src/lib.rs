@@ -100,6 +100,8 @@ pub mod procfs;
 #[doc = include_str!("../SIGNALS.md")]
 pub mod signal_handling {}
 #[cfg(unix)]
+mod orphans;
+#[cfg(unix)]
 mod signals;
 #[cfg(unix)]
 mod spawn;
@@ -139,6 +141,8 @@ pub use guard::{dispatch_guardian, Fence, FenceSource, GuardSpec, GUARD_ARG};
 pub use identity::ExitWatch;
 pub use identity::ProcessId;
 pub use leftover::{Leftover, LeftoverPolicy};
+#[cfg(unix)]
+pub use orphans::become_shared_subreaper;
 #[cfg(unix)]
 pub use signals::FORWARDED_SIGNALS;
 pub use spec::{

@@ -14,6 +14,7 @@ use crate::contain::{stop_orphans, terminate_group, GroupIdentity, SUPERVISED};
 use crate::error::ProcError;
 use crate::guard::Guardian;
 use crate::leftover::{Leftover, LeftoverPolicy};
+use crate::orphans::{stop_orphans_of, Registration};
 use crate::signals::SignalCatcher;
 use crate::spec::{Finished, Outcome, RunSpec, Started};
 use crate::supervisor::{cancelled, Phase, Reason, Supervisor};
@@ -62,6 +63,7 @@ impl Supervisor {
             Some(g) => Some(Guardian::spawn(g)?),
             None => None,
         };
+        let spawning = crate::orphans::spawning();
         let child = crate::spawn::spawn(&self.spec, terminal, |started| {
             if let Some(g) = &guardian {
                 g.arm(started.pgid)?;
@@ -71,6 +73,8 @@ impl Supervisor {
         })?;
         let started = Instant::now();
         let mut child = ChildGuard::new(child);
+        // Unregistered when this returns, after its leftovers are stopped.
+        let run = spawning.register(&self.spec);
         // Dropped when `run` returns: on the normal path the child has been
         // reaped by then; on an error path the terminal is taken back before
         // the child guard kills the group.
@@ -118,7 +122,9 @@ impl Supervisor {
                 let outcome = state.finish(status);
                 let leftovers = match self.spec.leftovers {
                     LeftoverPolicy::Leave => Vec::new(),
-                    LeftoverPolicy::Terminate => contain_leftovers(state.pgid, state.grace),
+                    LeftoverPolicy::Terminate => {
+                        contain_leftovers(state.pgid, state.grace, run.as_ref())
+                    }
                 };
                 let fenced = guardian.map(Guardian::finish).unwrap_or(false);
                 return Ok(Finished {
@@ -152,8 +158,13 @@ impl Supervisor {
 }
 
 /// Terminates what the command left in its group (its leader is reaped) and,
-/// in a subreaper, what left the group; returns whom it found.
-pub(crate) fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<Leftover> {
+/// in a subreaper, what left the group (in a shared one, what `run` left:
+/// `orphans.rs`); returns whom it found.
+pub(crate) fn contain_leftovers(
+    pgid: Pid,
+    grace: Duration,
+    run: Option<&Registration>,
+) -> Vec<Leftover> {
     // One system call in the usual case: nobody is left in the group. The
     // group id cannot name another group yet: a pid is reused only after the
     // kernel's pid counter wraps, and `terminate_group` re-checks anyway.
@@ -166,6 +177,9 @@ pub(crate) fn contain_leftovers(pgid: Pid, grace: Duration) -> Vec<Leftover> {
         ),
     };
     found.extend(stop_orphans(grace));
+    if let Some(run) = run {
+        found.extend(stop_orphans_of(run, grace));
+    }
     found
 }
 

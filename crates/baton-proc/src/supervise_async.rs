@@ -38,6 +38,7 @@ use tokio::io::Interest;
 
 use crate::error::ProcError;
 use crate::leftover::{Leftover, LeftoverPolicy};
+use crate::orphans::Registration;
 use crate::spec::{Finished, Started};
 use crate::supervise::{check_cwd, contain_leftovers, signal_group, ChildGuard, State};
 use crate::supervisor::Phase;
@@ -89,11 +90,15 @@ impl Supervisor {
         let spec = self.spec.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         submit(Box::new(move || {
+            let spawning = crate::orphans::spawning();
             let child = crate::spawn::spawn(&spec, false, |started| {
                 on_start(started);
                 Ok(())
             })
-            .map(ChildGuard::new);
+            .map(|pid| {
+                let child = ChildGuard::new(pid);
+                (child, spawning.register(&spec))
+            });
             // Nobody waits any more (the future was dropped): the guard,
             // dropped with the unsent value, kills and reaps the command.
             let _ = tx.send(child);
@@ -104,7 +109,8 @@ impl Supervisor {
                 io::Error::other("the spawner thread failed"),
             )
         };
-        let mut child = rx.await.map_err(|_| spawner_gone())??;
+        // `run` is unregistered when this returns, after the leftovers.
+        let (mut child, run) = rx.await.map_err(|_| spawner_gone())??;
         let started = Instant::now();
         let pidfd =
             ProcFd::open(child.pid).map_err(|e| ProcError::io("open a pidfd for the child", e))?;
@@ -144,7 +150,7 @@ impl Supervisor {
         let outcome = state.finish(status);
         let leftovers = match leftovers {
             LeftoverPolicy::Leave => Vec::new(),
-            LeftoverPolicy::Terminate => contain(state.pgid, grace).await?,
+            LeftoverPolicy::Terminate => contain(state.pgid, grace, run).await?,
         };
         Ok(Finished {
             outcome,
@@ -156,17 +162,24 @@ impl Supervisor {
 }
 
 /// Terminates what the command left (see `supervise::contain_leftovers`)
-/// on a blocking thread, which it holds only when there is someone to
-/// stop: a member of the group still there, or this process a subreaper.
+/// on a blocking thread, which it holds only when there may be someone to
+/// stop: a member of the group still there, a child of this shared
+/// subreaper that is no supervised command (an orphan, or a helper), or
+/// this process a subreaper of one run.
 async fn contain(
     pgid: rustix::process::Pid,
     grace: std::time::Duration,
+    run: Option<Registration>,
 ) -> Result<Vec<Leftover>, ProcError> {
     let group_alive = rustix::process::test_kill_process_group(pgid).is_ok();
-    if !group_alive && !crate::contain::is_subreaper() {
+    let orphans = match &run {
+        Some(_) => crate::orphans::any_unsupervised_child(),
+        None => crate::contain::is_subreaper(),
+    };
+    if !group_alive && !orphans {
         return Ok(Vec::new());
     }
-    tokio::task::spawn_blocking(move || contain_leftovers(pgid, grace))
+    tokio::task::spawn_blocking(move || contain_leftovers(pgid, grace, run.as_ref()))
         .await
         .map_err(|e| ProcError::io("stop the command's leftovers", io::Error::other(e)))
 }

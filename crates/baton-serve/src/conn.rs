@@ -57,6 +57,16 @@ pub fn hide_from_jobs() {
     crate::sys::hide_from_same_user();
 }
 
+/// Makes the service a child subreaper for its jobs: a process a job's
+/// command started that left its process group (`setsid`) comes back to
+/// the service when its parent exits, and is stopped at the end of its job
+/// (attributed by its `BATON_RUN_ID`, the job's id), before the job's slot,
+/// group and locks are released (see `sys.rs`); called by the binary at
+/// start, as it changes the process.
+pub fn adopt_orphans() {
+    crate::sys::adopt_orphans();
+}
+
 /// How many connections the service serves at once: `max_connections`,
 /// lowered to what the current descriptor limit leaves room for.
 pub fn connection_cap(config: &Config) -> usize {

@@ -169,6 +169,7 @@ const CAPTURE_WAIT: Duration = Duration::from_secs(2);
 impl Ending {
     /// The job's end (waits, at most 2 s, for its output's capture).
     pub(crate) fn finish(self, result: Result<baton_run::RunReport, RunError>) -> Finish {
+        self.note_leftovers(&result);
         let lost = [self.out.finish(CAPTURE_WAIT), self.err.finish(CAPTURE_WAIT)];
         self.verdict.of(result, lost)
     }
@@ -179,10 +180,43 @@ impl Ending {
         self,
         result: Result<baton_run::RunReport, RunError>,
     ) -> Finish {
+        self.note_leftovers(&result);
         let out = self.out.finish_async(CAPTURE_WAIT).await;
         let err = self.err.finish_async(CAPTURE_WAIT).await;
         self.verdict.of(result, [out, err])
     }
+}
+
+impl Ending {
+    /// Says in the job's stderr log (and the service's log) which
+    /// processes its command left running, which were terminated before
+    /// the job ended, as `baton run` warns on its stderr.
+    fn note_leftovers(&self, result: &Result<baton_run::RunReport, RunError>) {
+        let Ok(report) = result else { return };
+        if report.leftovers.is_empty() {
+            return;
+        }
+        let list = leftover_list(&report.leftovers);
+        tracing::warn!(job = %report.run_id, leftovers = %list, "a job's command left processes running; terminated them");
+        self.err.note(&format!(
+            "baton: warning: the command left {} process(es) running ({list}); terminated them (TERM, grace, KILL) before the job ended\n",
+            report.leftovers.len()
+        ));
+    }
+}
+
+/// `pid 12 (sleep), pid 13 (sh, had left the process group)`.
+fn leftover_list(all: &[baton_proc::Leftover]) -> String {
+    all.iter()
+        .map(|l| {
+            let escaped = match l.escaped {
+                true => ", had left the process group",
+                false => "",
+            };
+            format!("pid {} ({}{escaped})", l.pid, l.command)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The job's run request and what to do at its end, or its end already

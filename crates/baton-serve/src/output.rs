@@ -121,6 +121,15 @@ impl Capture {
         Arc::clone(&self.writer)
     }
 
+    /// Adds `text` to the captured stream (after what the command wrote,
+    /// within the same cap), best effort: a line of baton's own about the
+    /// job, before [`Capture::finish`].
+    pub fn note(&self, text: &str) {
+        if let Ok(fd) = self.writer.try_clone() {
+            let _ = File::from(fd).write_all(text.as_bytes());
+        }
+    }
+
     /// Closes our write end and waits (at most `wait`) for the copy to reach
     /// the end of the output: a process that escaped the command's group and
     /// still holds the pipe must not hold the job open. Returns why the

@@ -118,6 +118,26 @@ mod unix {
         }
     }
 
+    /// A child subreaper shared by the jobs (`PR_SET_CHILD_SUBREAPER`):
+    /// each job's end stops the processes its command left outside its
+    /// process group, found by their `BATON_RUN_ID` (baton-proc's
+    /// `orphans.rs` says how those without one are handled).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn adopt_orphans() {
+        if let Err(e) = baton_proc::become_shared_subreaper("BATON_RUN_ID") {
+            tracing::warn!(
+                error = %e,
+                "cannot become a child subreaper: processes that leave a job's process group \
+                 are not stopped at its end"
+            );
+        }
+    }
+
+    /// Not done here: macOS has no child subreaper (a process that leaves
+    /// a job's process group is not stopped at its end).
+    #[cfg(not(target_os = "linux"))]
+    pub(crate) fn adopt_orphans() {}
+
     /// Not done here: macOS has no such setting (`ps -E` shows a process's
     /// environment to its user's other processes).
     #[cfg(not(target_os = "linux"))]
@@ -204,6 +224,10 @@ mod windows {
     /// Not done: Windows has no such setting (a process of the same user
     /// may open this one and read its memory).
     pub(crate) fn hide_from_same_user() {}
+
+    /// Not needed: a job's Job Object holds every process its command
+    /// starts, and its end closes it.
+    pub(crate) fn adopt_orphans() {}
 
     /// Whether the system refused to start a command because its command
     /// line is too long (`ERROR_FILENAME_EXCED_RANGE`).

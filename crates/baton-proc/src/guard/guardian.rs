@@ -47,6 +47,8 @@ impl Guardian {
         use std::os::unix::process::CommandExt;
         let (ours, theirs) = crate::sys::socketpair_cloexec()
             .map_err(|e| ProcError::io("create the guardian's socket", e))?;
+        // Registered before a shared subreaper may look for orphans.
+        let spawning = crate::orphans::spawning();
         let child = std::process::Command::new(&spec.program)
             .arg(GUARD_ARG)
             .stdin(std::process::Stdio::from(theirs))
@@ -62,6 +64,7 @@ impl Guardian {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(child.id() as i32);
+        drop(spawning);
         let pidfd = Pid::from_raw(child.id() as i32).and_then(|p| ProcFd::open(p).ok());
         Ok(Guardian {
             pidfd,

@@ -1,0 +1,384 @@
+//! Orphans in a process that hosts many runs at once (the job service):
+//! it is a child subreaper ([`become_shared_subreaper`]), so a process that
+//! left a command's process group (`setsid`, a double fork into a new
+//! session) comes back to it when its parent exits, but to the process,
+//! not to the run it belongs to. Each orphan is attributed to its run, and
+//! a run's end stops only its own.
+//!
+//! **Attribution.** Every run registers, before its command executes, the
+//! value its command gets of the mark variable (`BATON_RUN_ID` in baton):
+//! an orphan whose `/proc/<pid>/environ` holds that value belongs to that
+//! run, with all its descendants. An orphan without a readable mark (it
+//! cleared its environment, `env -i`; it is not dumpable) belongs to one of
+//! the runs registered when it started: it is stopped at a run's end only
+//! when no other registered run started before it (so it cannot be theirs),
+//! otherwise it is left for the end of the last run that could own it. An
+//! orphan whose mark names no registered run belongs to a run that has
+//! ended: it is stopped by the next run end that finds it. A process of a
+//! running run is never stopped by another run's end.
+//!
+//! **Reaping.** Orphans that exit are zombies of this process until it
+//! reaps them: each run end reaps those it finds, by pid, never with a
+//! wait on any child, so the exit status of a command a supervisor waits
+//! for is never taken. A command is registered as supervised from before
+//! its clone until it is reaped (a read hold on [`SPAWNS`], which the
+//! reaper takes for writing), so the reaper never mistakes a command just
+//! cloned, or its guardian, for an orphan. Children in this process's own
+//! process group are its helpers (`git`, hooks started through `std`) and
+//! are never touched.
+//!
+//! **Cost.** A run's end reads the children of this process's main thread,
+//! where orphans arrive ([`any_unsupervised_child`]), and stops there when
+//! it has none but supervised commands; `/proc` is scanned only when an
+//! orphan is there.
+
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError, RwLock, RwLockReadGuard};
+use std::time::Duration;
+
+use rustix::process::{Pid, WaitOptions};
+
+use crate::contain::{our_pgrp, pin, stop_all, Pinned, SUPERVISED};
+use crate::error::ProcError;
+use crate::leftover::Leftover;
+use crate::procfs::{self, ProcStat};
+use crate::spec::RunSpec;
+
+/// Held for reading from before a command is cloned until it is registered
+/// as supervised (and as a run); for writing while orphans are reaped and
+/// sorted out.
+static SPAWNS: RwLock<()> = RwLock::new(());
+
+/// `NAME=` of the mark variable, once [`become_shared_subreaper`] was called.
+static MARK: OnceLock<Vec<u8>> = OnceLock::new();
+
+/// The runs of this process whose ends have not finished yet.
+static RUNS: Mutex<Vec<Run>> = Mutex::new(Vec::new());
+
+static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
+
+#[derive(Clone, Debug)]
+struct Run {
+    id: u64,
+    /// A time (clock ticks since boot) no later than its command's start.
+    since: u64,
+    /// `NAME=value` of the mark its command got, if it got one.
+    mark: Option<Vec<u8>>,
+}
+
+/// Makes this process a child subreaper for many runs at once (the job
+/// service): a process that any run's command leaves behind outside its
+/// process group comes back to this process, and the run it belongs to
+/// stops it (TERM, grace, KILL) when its command ends, before it returns;
+/// orphans that exit by themselves are reaped. Orphans are attributed by
+/// the value of environment variable `mark` that each run's command gets
+/// in [`RunSpec::env`] (give every run its own); see the module.
+///
+/// It changes the whole process, so the library never does it by itself:
+/// call it from `main`, before any run starts.
+///
+/// # Errors
+///
+/// When the kernel refuses the `prctl`; [`ProcError::Unsupported`] on
+/// macOS, which has no child subreaper.
+pub fn become_shared_subreaper(mark: &str) -> Result<(), ProcError> {
+    let mut name = mark.as_bytes().to_vec();
+    name.push(b'=');
+    let _ = MARK.set(name);
+    crate::sys::set_subreaper()?;
+    crate::contain::set_shared_subreaper();
+    Ok(())
+}
+
+/// Whether [`become_shared_subreaper`] was called.
+pub(crate) fn shared() -> bool {
+    crate::contain::is_shared_subreaper()
+}
+
+/// A run registered for the attribution of orphans; unregistered when
+/// dropped (after its end has stopped its orphans).
+#[derive(Debug)]
+pub(crate) struct Registration {
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        lock(&RUNS).retain(|r| r.id != self.id);
+    }
+}
+
+/// What a spawn holds from before its clone until its command is
+/// registered: nothing unless this process is a shared subreaper.
+pub(crate) struct Spawning {
+    hold: Option<RwLockReadGuard<'static, ()>>,
+    since: u64,
+}
+
+/// Call before cloning a command; register it with [`Spawning::register`].
+pub(crate) fn spawning() -> Spawning {
+    match shared() {
+        true => Spawning {
+            hold: Some(SPAWNS.read().unwrap_or_else(PoisonError::into_inner)),
+            since: now_ticks(),
+        },
+        false => Spawning {
+            hold: None,
+            since: 0,
+        },
+    }
+}
+
+impl Spawning {
+    /// Registers the run whose command `spec` describes (call it after the
+    /// command is registered as supervised); `None` unless this process is
+    /// a shared subreaper.
+    pub(crate) fn register(self, spec: &RunSpec) -> Option<Registration> {
+        self.hold.as_ref()?;
+        let name = MARK.get()?;
+        let mark = spec
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k.as_bytes().len() + 1 == name.len() && name.starts_with(k.as_bytes()))
+            .map(|(_, v)| [name.as_slice(), v.as_bytes()].concat());
+        let id = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
+        lock(&RUNS).push(Run {
+            id,
+            since: self.since,
+            mark,
+        });
+        Some(Registration { id })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Now, in clock ticks since boot (the unit of a process's start time),
+/// rounded down.
+#[cfg(target_os = "linux")]
+fn now_ticks() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    let hz = rustix::param::clock_ticks_per_second().max(1);
+    let secs = u64::try_from(t.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(t.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(hz) + nanos.saturating_mul(hz) / 1_000_000_000
+}
+
+/// Only Linux has a child subreaper: never called elsewhere.
+#[cfg(not(target_os = "linux"))]
+fn now_ticks() -> u64 {
+    0
+}
+
+/// This process's children: from `/proc/self/task/*/children` where the
+/// kernel has them (listed again when a thread came or went meanwhile, as
+/// a thread's children move to another when it exits), else from a scan.
+fn children() -> Vec<i32> {
+    static PER_TASK: OnceLock<bool> = OnceLock::new();
+    let me = std::process::id();
+    let per_task = *PER_TASK
+        .get_or_init(|| std::path::Path::new(&format!("/proc/self/task/{me}/children")).exists());
+    if per_task {
+        for _ in 0..3 {
+            let tasks = threads();
+            let mut pids = Vec::new();
+            for tid in &tasks {
+                if let Ok(list) = std::fs::read_to_string(format!("/proc/self/task/{tid}/children"))
+                {
+                    pids.extend(
+                        list.split_whitespace()
+                            .filter_map(|p| p.parse::<i32>().ok()),
+                    );
+                }
+            }
+            if threads() == tasks {
+                return pids;
+            }
+        }
+    }
+    let me = me as i32;
+    procfs::scan(|_, st| st.ppid == me)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+fn threads() -> Vec<String> {
+    let mut tids: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    tids.sort_unstable();
+    tids
+}
+
+/// Whether a child of this process is not a supervised command: the one
+/// check a run's end makes when nothing is left (see the module). An
+/// orphan is re-parented to the first live thread of this process (the
+/// kernel's `find_new_reaper` takes `find_alive_thread` of the subreaper:
+/// the thread group's leader, its main thread, unless that is exiting),
+/// as are the children of a thread that exits, so the main thread's
+/// children are read: commands are cloned by other threads (the spawner,
+/// blocking threads), so that list is usually empty (one small read).
+pub(crate) fn any_unsupervised_child() -> bool {
+    static MAIN: OnceLock<String> = OnceLock::new();
+    let main = MAIN.get_or_init(|| format!("/proc/self/task/{}/children", std::process::id()));
+    let kids: Vec<i32> = match std::fs::read_to_string(main) {
+        Ok(list) => list
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect(),
+        Err(_) => children(),
+    };
+    if kids.is_empty() {
+        return false;
+    }
+    let supervised = lock(&SUPERVISED);
+    kids.iter().any(|p| !supervised.contains(p))
+}
+
+/// Whose an orphan is, as far as `run`'s end is concerned.
+#[derive(Debug, PartialEq, Eq)]
+enum Owner {
+    /// The ending run's: stopped and reported.
+    This,
+    /// A run that has ended: stopped, not reported.
+    Ended,
+    /// A run still registered, or possibly one: left alone.
+    Other,
+}
+
+/// The mark (`NAME=value`) in the environment `pid` started with, if it is
+/// readable and has one.
+fn mark_of(pid: i32) -> Option<Vec<u8>> {
+    let name = MARK.get()?;
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ
+        .split(|b| *b == 0)
+        .find(|e| e.starts_with(name))
+        .map(<[u8]>::to_vec)
+}
+
+fn owner(pid: i32, st: &ProcStat, this: u64, runs: &[Run]) -> Owner {
+    match mark_of(pid) {
+        Some(mark) => {
+            let marked: Vec<&Run> = runs
+                .iter()
+                .filter(|r| r.mark.as_deref() == Some(mark.as_slice()))
+                .collect();
+            match (marked.iter().any(|r| r.id == this), marked.is_empty()) {
+                (true, _) => Owner::This,
+                (false, true) => Owner::Ended,
+                (false, false) => Owner::Other,
+            }
+        }
+        None => {
+            // Only a run registered before it started can own it.
+            let could: Vec<&Run> = runs.iter().filter(|r| r.since <= st.start_time).collect();
+            if could.iter().any(|r| r.id != this) {
+                Owner::Other
+            } else if could.is_empty() {
+                Owner::Ended
+            } else {
+                Owner::This
+            }
+        }
+    }
+}
+
+/// At the end of `run`'s command: reaps the orphans that have exited and
+/// stops (TERM, `grace`, KILL) those that belong to `run`, or to a run
+/// that has ended, with their descendants; returns `run`'s.
+pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftover> {
+    if !any_unsupervised_child() {
+        return Vec::new();
+    }
+    let me = std::process::id() as i32;
+    let my_pgrp = our_pgrp().map(|p| p.as_raw_nonzero().get());
+    let (live, runs) = {
+        let _hold = SPAWNS.write().unwrap_or_else(PoisonError::into_inner);
+        let supervised = lock(&SUPERVISED);
+        let mut live = Vec::new();
+        for pid in children() {
+            if supervised.contains(&pid) {
+                continue;
+            }
+            let Some(st) = procfs::stat(pid).filter(|st| st.ppid == me) else {
+                continue;
+            };
+            if Some(st.pgrp) == my_pgrp {
+                continue; // a helper of this process's own
+            }
+            match st.exited {
+                true => reap(pid),
+                false => live.push((pid, st)),
+            }
+        }
+        (live, lock(&RUNS).clone())
+    };
+    if live.is_empty() {
+        return Vec::new();
+    }
+    let (mut ours, mut ended) = (Vec::new(), Vec::new());
+    for (pid, st) in live {
+        match owner(pid, &st, run.id, &runs) {
+            Owner::This => ours.push(pid),
+            Owner::Ended => ended.push(pid),
+            Owner::Other => {}
+        }
+    }
+    if ours.is_empty() && ended.is_empty() {
+        return Vec::new();
+    }
+    let all = procfs::scan(|_, st| !st.exited);
+    let mut kids: HashMap<i32, Vec<i32>> = HashMap::new();
+    for (pid, st) in &all {
+        kids.entry(st.ppid).or_default().push(*pid);
+    }
+    let stats: HashMap<i32, ProcStat> = all.into_iter().collect();
+    let tree_of = |roots: &[i32]| -> Vec<Pinned> {
+        let mut todo = roots.to_vec();
+        let mut pinned = Vec::new();
+        while let Some(pid) = todo.pop() {
+            if let Some(c) = kids.get(&pid) {
+                todo.extend(c.iter().copied());
+            }
+            if let Some(p) = stats.get(&pid).and_then(|st| pin(pid, st)) {
+                pinned.push(p);
+            }
+        }
+        pinned
+    };
+    let mine = tree_of(&ours);
+    let found = mine
+        .iter()
+        .map(|p| Leftover {
+            pid: p.pid,
+            command: p.command.clone(),
+            escaped: true,
+        })
+        .collect();
+    let mut stop = mine;
+    stop.extend(tree_of(&ended));
+    let _ = stop_all(stop, Some(grace));
+    // Ours and not supervised: no supervisor waits for them.
+    for pid in ours.into_iter().chain(ended) {
+        reap(pid);
+    }
+    found
+}
+
+/// Reaps `pid`, a child of ours no supervisor waits for, if it has exited.
+fn reap(pid: i32) {
+    if let Some(pid) = Pid::from_raw(pid) {
+        let _ = rustix::process::waitpid(Some(pid), WaitOptions::NOHANG);
+    }
+}
