@@ -61,12 +61,8 @@ impl Scheduler {
                 if taken >= node_cap || self.lifecycle.is_draining() || !self.store.is_live() {
                     break;
                 }
-                // Every free slot in one claim where that is one step
-                // (SQLite, PostgreSQL: one transaction), else one at a time.
-                let free = match self.store.claims_in_one_step() {
-                    true => node_cap - taken,
-                    false => 1,
-                };
+                // Every free slot in one claim (one transaction).
+                let free = node_cap - taken;
                 let claiming = self.lives.claim().await;
                 let claimed = self.store.claim_many(&self.node, cap, free, now_ms()).await;
                 if let Ok(jobs) = &claimed {

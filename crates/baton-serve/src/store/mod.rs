@@ -164,48 +164,30 @@ pub trait Store: Send + Sync + 'static {
     /// Jobs matching `filter`, newest first.
     async fn list(&self, filter: &ListFilter) -> Result<Vec<Job>, StoreError>;
 
-    /// Moves the oldest queued job to running on `node` (if fewer than
-    /// `max_running` jobs run) and returns it. A job in mode queue or
-    /// coalesce whose group already has a running job is passed over: it
-    /// could only wait for the group's slot while holding a service slot
-    /// (it keeps its place and runs once the group is free).
-    async fn claim_next(
-        &self,
-        node: &str,
-        max_running: u64,
-        now: i64,
-    ) -> Result<Option<Job>, StoreError>;
-
-    /// Whether [`Store::claim_many`] takes its jobs in one step (so a
-    /// caller gains by asking for several at once). Otherwise a caller
-    /// claims one at a time and starts each before it claims the next. The
-    /// jobs of one step are started in their claim order.
-    fn claims_in_one_step(&self) -> bool {
-        false
-    }
-
-    /// Claims up to `n` jobs, as [`Store::claim_next`] would one after the
-    /// other, oldest first; fewer (or none) when the queue or the cap runs
-    /// out. A store may take them in one step (SQLite, PostgreSQL: one
-    /// transaction).
+    /// Moves up to `n` of the oldest queued jobs to running on `node`, in
+    /// one step (one transaction), while fewer than `max_running` jobs run,
+    /// and returns them oldest first; fewer (or none) when the queue or the
+    /// cap runs out. A job in mode queue or coalesce whose group already has
+    /// a running job is passed over: it could only wait for the group's slot
+    /// while holding a service slot (it keeps its place and runs once the
+    /// group is free). The caller starts the jobs in their claim order.
     async fn claim_many(
         &self,
         node: &str,
         max_running: u64,
         n: u64,
         now: i64,
-    ) -> Result<Vec<Job>, StoreError> {
-        let mut claimed = Vec::new();
-        while (claimed.len() as u64) < n {
-            match self.claim_next(node, max_running, now).await {
-                Ok(Some(job)) => claimed.push(job),
-                Ok(None) => break,
-                Err(e) if claimed.is_empty() => return Err(e),
-                // What is claimed must run: the next call meets the error.
-                Err(_) => break,
-            }
-        }
-        Ok(claimed)
+    ) -> Result<Vec<Job>, StoreError>;
+
+    /// [`Store::claim_many`] of one job.
+    async fn claim_next(
+        &self,
+        node: &str,
+        max_running: u64,
+        now: i64,
+    ) -> Result<Option<Job>, StoreError> {
+        let mut claimed = self.claim_many(node, max_running, 1, now).await?;
+        Ok(claimed.pop())
     }
 
     /// Records the process group of a running job's command.

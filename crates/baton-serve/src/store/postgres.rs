@@ -271,20 +271,6 @@ impl Store for PgStore {
         .await
     }
 
-    fn claims_in_one_step(&self) -> bool {
-        true
-    }
-
-    async fn claim_next(
-        &self,
-        node: &str,
-        max_running: u64,
-        now: i64,
-    ) -> Result<Option<Job>, StoreError> {
-        let mut claimed = self.claim_many(node, max_running, 1, now).await?;
-        Ok(claimed.pop())
-    }
-
     async fn claim_many(
         &self,
         node: &str,

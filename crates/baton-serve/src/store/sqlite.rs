@@ -605,10 +605,6 @@ impl Store for SqliteStore {
         self.files.problem()
     }
 
-    fn claims_in_one_step(&self) -> bool {
-        true
-    }
-
     async fn submit(&self, job: NewJob, max_depth: u64) -> Result<Submitted, StoreError> {
         // Group commit: the submission joins the waiting ones; one flusher
         // at a time stores them, a batch per transaction and sync, and
@@ -659,16 +655,6 @@ impl Store for SqliteStore {
             rows.collect()
         })
         .await
-    }
-
-    async fn claim_next(
-        &self,
-        node: &str,
-        max_running: u64,
-        now: i64,
-    ) -> Result<Option<Job>, StoreError> {
-        let mut claimed = self.claim_many(node, max_running, 1, now).await?;
-        Ok(claimed.pop())
     }
 
     async fn claim_many(
