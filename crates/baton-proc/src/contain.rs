@@ -111,6 +111,18 @@ pub(crate) struct Pinned {
     pub(crate) fd: ProcFd,
 }
 
+/// What is reported of processes that had left their command's group.
+pub(crate) fn escaped(pinned: &[Pinned]) -> Vec<Leftover> {
+    pinned
+        .iter()
+        .map(|p| Leftover {
+            pid: p.pid,
+            command: p.command.clone(),
+            escaped: true,
+        })
+        .collect()
+}
+
 pub(crate) fn pin(pid: i32, expect: &ProcStat) -> Option<Pinned> {
     let fd = ProcFd::open(Pid::from_raw(pid)?).ok()?;
     // Re-read after pinning: the pidfd now holds the process we check.
@@ -327,14 +339,7 @@ pub(crate) fn stop_orphans(grace: Duration) -> Vec<Leftover> {
             (!st.exited).then(|| pin(*pid, st)).flatten()
         })
         .collect();
-    let found = pinned
-        .iter()
-        .map(|p| Leftover {
-            pid: p.pid,
-            command: p.command.clone(),
-            escaped: true,
-        })
-        .collect();
+    let found = escaped(&pinned);
     let _ = stop_all(pinned, Some(grace));
     // Our direct children are zombies now (or were already): reap them.
     for pid in orphans {

@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use rustix::process::{Pid, WaitOptions};
 
-use crate::contain::{our_pgrp, pin, stop_all, Pinned, SUPERVISED};
+use crate::contain::{escaped, our_pgrp, pin, stop_all, Pinned, SUPERVISED};
 use crate::error::ProcError;
 use crate::leftover::Leftover;
 use crate::procfs::{self, ProcStat};
@@ -358,14 +358,7 @@ pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftov
         pinned
     };
     let mine = tree_of(&ours);
-    let found = mine
-        .iter()
-        .map(|p| Leftover {
-            pid: p.pid,
-            command: p.command.clone(),
-            escaped: true,
-        })
-        .collect();
+    let found = escaped(&mine);
     let mut stop = mine;
     stop.extend(tree_of(&ended));
     let _ = stop_all(stop, Some(grace));
