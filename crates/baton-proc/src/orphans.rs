@@ -13,9 +13,10 @@
 //! the runs registered when it started: it is stopped at a run's end only
 //! when no other registered run started before it (so it cannot be theirs),
 //! otherwise it is left for the end of the last run that could own it. An
-//! orphan whose mark names no registered run belongs to a run that has
-//! ended: it is stopped by the next run end that finds it. A process of a
-//! running run is never stopped by another run's end.
+//! orphan whose mark names no registered run (its run ended, or a process
+//! of a running run changed the variable) is attributed the same way, by
+//! its start. A process of a running run is never stopped by another run's
+//! end, unless it carries another running run's mark.
 //!
 //! **Reaping.** Orphans that exit are zombies of this process until it
 //! reaps them: each run end reaps those it finds, by pid, never with a
@@ -268,29 +269,28 @@ fn mark_of(pid: i32) -> Option<Vec<u8>> {
 }
 
 fn owner(pid: i32, st: &ProcStat, this: u64, runs: &[Run]) -> Owner {
-    match mark_of(pid) {
-        Some(mark) => {
-            let marked: Vec<&Run> = runs
-                .iter()
-                .filter(|r| r.mark.as_deref() == Some(mark.as_slice()))
-                .collect();
-            match (marked.iter().any(|r| r.id == this), marked.is_empty()) {
-                (true, _) => Owner::This,
-                (false, true) => Owner::Ended,
-                (false, false) => Owner::Other,
-            }
+    if let Some(mark) = mark_of(pid) {
+        let marked: Vec<&Run> = runs
+            .iter()
+            .filter(|r| r.mark.as_deref() == Some(mark.as_slice()))
+            .collect();
+        match (marked.iter().any(|r| r.id == this), marked.is_empty()) {
+            (true, _) => return Owner::This,
+            (false, false) => return Owner::Other,
+            // A mark no registered run has proves nothing: its run may
+            // have ended, or a running job's process set it (exported it,
+            // a nested run that died): attributed as one without a mark.
+            (false, true) => {}
         }
-        None => {
-            // Only a run registered before it started can own it.
-            let could: Vec<&Run> = runs.iter().filter(|r| r.since <= st.start_time).collect();
-            if could.iter().any(|r| r.id != this) {
-                Owner::Other
-            } else if could.is_empty() {
-                Owner::Ended
-            } else {
-                Owner::This
-            }
-        }
+    }
+    // Only a run registered before it started can own it.
+    let could: Vec<&Run> = runs.iter().filter(|r| r.since <= st.start_time).collect();
+    if could.iter().any(|r| r.id != this) {
+        Owner::Other
+    } else if could.is_empty() {
+        Owner::Ended
+    } else {
+        Owner::This
     }
 }
 
@@ -369,9 +369,21 @@ pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftov
     let mut stop = mine;
     stop.extend(tree_of(&ended));
     let _ = stop_all(stop, Some(grace));
-    // Ours and not supervised: no supervisor waits for them.
+    // Ours and not supervised: no supervisor waits for them. Checked again
+    // under the hold: one that exited during the grace may have been reaped
+    // by another run's end, and its pid taken by a command (or a helper)
+    // whose exit status is its supervisor's.
+    let _hold = SPAWNS.write().unwrap_or_else(PoisonError::into_inner);
+    let supervised = lock(&SUPERVISED);
     for pid in ours.into_iter().chain(ended) {
-        reap(pid);
+        if supervised.contains(&pid) {
+            continue;
+        }
+        if procfs::stat(pid)
+            .is_some_and(|st| st.ppid == me && st.exited && Some(st.pgrp) != my_pgrp)
+        {
+            reap(pid);
+        }
     }
     found
 }
