@@ -206,7 +206,11 @@ fn a_jobs_end_never_stops_an_orphan_of_a_running_job_that_carries_an_unknown_mar
     )}));
     let orphan = pid_in(&format!("{t}/b.pid"));
     wait_for_file(std::path::Path::new(&format!("{t}/b.ready")));
-    assert_eq!(ppid(orphan), s.pid(), "B's orphan was not re-parented to the service");
+    assert_eq!(
+        ppid(orphan),
+        s.pid(),
+        "B's orphan was not re-parented to the service"
+    );
     let a = s.submit(json!({ "prompt": "true" }));
     assert_eq!(s.wait_final(&a)["status"], "succeeded");
     assert!(
@@ -215,5 +219,8 @@ fn a_jobs_end_never_stops_an_orphan_of_a_running_job_that_carries_an_unknown_mar
     );
     std::fs::write(format!("{t}/b.go"), "").unwrap();
     assert_eq!(s.wait_final(&b)["status"], "succeeded");
-    assert!(!alive(orphan), "no running job could own {orphan}: it runs on");
+    assert!(
+        !alive(orphan),
+        "no running job could own {orphan}: it runs on"
+    );
 }
