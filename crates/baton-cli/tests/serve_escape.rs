@@ -224,3 +224,30 @@ fn a_jobs_end_never_stops_an_orphan_of_a_running_job_that_carries_an_unknown_mar
         "no running job could own {orphan}: it runs on"
     );
 }
+
+/// An orphan carrying the mark of a job that has ended (one that forked
+/// while its job's end stopped it) is stopped by the next job end that
+/// finds it, even while an older job runs that could own an unmarked one.
+#[test]
+fn an_orphan_of_a_job_that_ended_is_stopped_by_the_next_end() {
+    let s = Server::start(&sh_config(""), &[]);
+    let t = s.tmp();
+    let b = s.submit(json!({"prompt": format!(
+        "echo up > {t}/b.up; while [ ! -e {t}/b.go ]; do sleep 0.02; done"
+    )}));
+    wait_for_file(std::path::Path::new(&format!("{t}/b.up")));
+    let a = s.submit(json!({ "prompt": "true" }));
+    assert_eq!(s.wait_final(&a)["status"], "succeeded");
+    // C leaves a process marked as A's, as a late leftover of A would be.
+    let late =
+        escape(&t, "late").replacen("setsid sh", &format!("env BATON_RUN_ID={a} setsid sh"), 1);
+    let c = s.submit(json!({ "prompt": late }));
+    assert_eq!(s.wait_final(&c)["status"], "succeeded");
+    let orphan = pid_in(&format!("{t}/late.pid"));
+    assert!(
+        !alive(orphan),
+        "{orphan}, marked as ended job {a}'s, runs on after C's end"
+    );
+    std::fs::write(format!("{t}/b.go"), "").unwrap();
+    assert_eq!(s.wait_final(&b)["status"], "succeeded");
+}
