@@ -1273,6 +1273,38 @@ fn removing_a_clone_workspace_refuses_to_drop_commits_it_cannot_keep() {
     assert!(!path.exists());
 }
 
+/// When the base's branch moved meanwhile to a commit without the
+/// workspace's (a `--reset-branch` through another baton dir), the fetch
+/// that would keep them is refused quietly: the message still says why
+/// (found by a hostile review: "cannot be kept in '<base>' ()").
+#[test]
+fn commits_the_base_cannot_take_because_its_branch_moved_say_why() {
+    let g = GitEnv::new();
+    let base = g.base.to_str().unwrap();
+    let script = format!(
+        "git commit -q --allow-empty -m mine && \
+         git -C '{base}' update-ref refs/heads/feat $(git -C '{base}' commit-tree 'HEAD^{{tree}}' -m elsewhere)"
+    );
+    let out = g.run(&[
+        "run",
+        "--workspace",
+        base,
+        "--branch",
+        "feat",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    assert!(err.contains("cannot be kept"), "{err}");
+    assert!(
+        !err.contains("()") && err.contains("fast-forward"),
+        "the message does not say why the base cannot take them: {err}"
+    );
+}
+
 /// Issue 20: `baton run --workspace --fetch`, as documented, refreshes the
 /// base from its origin first.
 #[test]

@@ -188,3 +188,66 @@ fn an_orphan_without_a_mark_is_stopped_once_no_running_job_could_own_it() {
         "no running job could own {orphan}: it runs on"
     );
 }
+
+/// An orphan whose mark names no registered run is not thereby a run's
+/// that has ended: a job's process that runs with a `BATON_RUN_ID` of its
+/// own (exported by the job, a tool, a nested run killed before it could
+/// stop its orphans) is attributed as one without a mark, never stopped by
+/// another job's end while the job that started it runs (found by a
+/// hostile review: any job's end stopped it).
+#[test]
+fn a_jobs_end_never_stops_an_orphan_of_a_running_job_that_carries_an_unknown_mark() {
+    let s = Server::start(&sh_config(""), &[]);
+    let t = s.tmp();
+    let forged = escape(&t, "b").replacen("setsid sh", "env BATON_RUN_ID=not-a-job setsid sh", 1);
+    std::fs::write(format!("{t}/child.sh"), forged).unwrap();
+    let b = s.submit(json!({"prompt": format!(
+        "sh {t}/child.sh; echo ready > {t}/b.ready; while [ ! -e {t}/b.go ]; do sleep 0.02; done"
+    )}));
+    let orphan = pid_in(&format!("{t}/b.pid"));
+    wait_for_file(std::path::Path::new(&format!("{t}/b.ready")));
+    assert_eq!(
+        ppid(orphan),
+        s.pid(),
+        "B's orphan was not re-parented to the service"
+    );
+    let a = s.submit(json!({ "prompt": "true" }));
+    assert_eq!(s.wait_final(&a)["status"], "succeeded");
+    assert!(
+        alive(orphan),
+        "A's end stopped B's orphan {orphan} (an unknown BATON_RUN_ID) while B still runs"
+    );
+    std::fs::write(format!("{t}/b.go"), "").unwrap();
+    assert_eq!(s.wait_final(&b)["status"], "succeeded");
+    assert!(
+        !alive(orphan),
+        "no running job could own {orphan}: it runs on"
+    );
+}
+
+/// An orphan carrying the mark of a job that has ended (one that forked
+/// while its job's end stopped it) is stopped by the next job end that
+/// finds it, even while an older job runs that could own an unmarked one.
+#[test]
+fn an_orphan_of_a_job_that_ended_is_stopped_by_the_next_end() {
+    let s = Server::start(&sh_config(""), &[]);
+    let t = s.tmp();
+    let b = s.submit(json!({"prompt": format!(
+        "echo up > {t}/b.up; while [ ! -e {t}/b.go ]; do sleep 0.02; done"
+    )}));
+    wait_for_file(std::path::Path::new(&format!("{t}/b.up")));
+    let a = s.submit(json!({ "prompt": "true" }));
+    assert_eq!(s.wait_final(&a)["status"], "succeeded");
+    // C leaves a process marked as A's, as a late leftover of A would be.
+    let late =
+        escape(&t, "late").replacen("setsid sh", &format!("env BATON_RUN_ID={a} setsid sh"), 1);
+    let c = s.submit(json!({ "prompt": late }));
+    assert_eq!(s.wait_final(&c)["status"], "succeeded");
+    let orphan = pid_in(&format!("{t}/late.pid"));
+    assert!(
+        !alive(orphan),
+        "{orphan}, marked as ended job {a}'s, runs on after C's end"
+    );
+    std::fs::write(format!("{t}/b.go"), "").unwrap();
+    assert_eq!(s.wait_final(&b)["status"], "succeeded");
+}

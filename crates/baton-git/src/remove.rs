@@ -261,7 +261,8 @@ fn keep_branch(ws: &Workspace, branch: &str, wait: WaitPolicy) -> Result<(), Git
     };
     let base = Repo::open(&ws.base_repo)
         .map_err(|e| unpushed(format!("it cannot be opened: {}", baton_lock::one_line(&e))))?;
-    if let Some(kept) = commit_of(&base.path, &full)? {
+    let kept = commit_of(&base.path, &full)?;
+    if let Some(kept) = &kept {
         let (out, _) = git::output(
             &base.path,
             ["merge-base", "--is-ancestor", tip.as_str(), kept.as_str()],
@@ -285,14 +286,22 @@ fn keep_branch(ws: &Workspace, branch: &str, wait: WaitPolicy) -> Result<(), Git
         return Ok(());
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
-    Err(unpushed(
-        stderr
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join("; "),
-    ))
+    let said = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    // A refused update is not reported by a quiet fetch.
+    let reason = match (said.is_empty(), &kept) {
+        (false, _) => said,
+        (true, Some(kept)) => format!(
+            "its branch '{branch}' is at {}, which lacks them: not a fast-forward",
+            &kept[..kept.len().min(12)]
+        ),
+        (true, None) => format!("git fetch failed ({})", out.status),
+    };
+    Err(unpushed(reason))
 }
 
 #[cfg(test)]

@@ -13,9 +13,11 @@
 //! the runs registered when it started: it is stopped at a run's end only
 //! when no other registered run started before it (so it cannot be theirs),
 //! otherwise it is left for the end of the last run that could own it. An
-//! orphan whose mark names no registered run belongs to a run that has
-//! ended: it is stopped by the next run end that finds it. A process of a
-//! running run is never stopped by another run's end.
+//! orphan whose mark is that of one of the latest runs that ended is
+//! stopped by the next run end that finds it; one whose mark no run had (a
+//! process of a running run changed the variable) is attributed by its
+//! start, as one without a mark. A process of a running run is never
+//! stopped by another run's end, unless it carries another run's mark.
 //!
 //! **Reaping.** Orphans that exit are zombies of this process until it
 //! reaps them: each run end reaps those it finds, by pid, never with a
@@ -32,7 +34,7 @@
 //! it has none but supervised commands; `/proc` is scanned only when an
 //! orphan is there.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError, RwLock, RwLockReadGuard};
@@ -58,6 +60,42 @@ static MARK: OnceLock<Vec<u8>> = OnceLock::new();
 static RUNS: Mutex<Vec<Run>> = Mutex::new(Vec::new());
 
 static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
+
+/// The marks of the latest runs that ended (at most [`ENDED_KEPT`]): an
+/// orphan with one of them is a leftover of an ended run (one that forked
+/// while its run's end stopped it), stopped by the next end that finds it.
+static ENDED: Mutex<Ended> = Mutex::new(Ended {
+    set: None,
+    order: VecDeque::new(),
+});
+
+/// Enough for the orphans that come late (a fork racing the stop) even at
+/// thousands of runs a second; an older one is attributed by its start.
+const ENDED_KEPT: usize = 65_536;
+
+struct Ended {
+    set: Option<HashSet<Vec<u8>>>,
+    order: VecDeque<Vec<u8>>,
+}
+
+impl Ended {
+    fn add(&mut self, mark: Vec<u8>) {
+        let set = self.set.get_or_insert_with(HashSet::new);
+        if !set.insert(mark.clone()) {
+            return;
+        }
+        self.order.push_back(mark);
+        if self.order.len() > ENDED_KEPT {
+            if let Some(old) = self.order.pop_front() {
+                set.remove(&old);
+            }
+        }
+    }
+
+    fn has(&self, mark: &[u8]) -> bool {
+        self.set.as_ref().is_some_and(|s| s.contains(mark))
+    }
+}
 
 #[derive(Clone, Debug)]
 struct Run {
@@ -106,7 +144,15 @@ pub(crate) struct Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        lock(&RUNS).retain(|r| r.id != self.id);
+        let mut runs = lock(&RUNS);
+        let Some(at) = runs.iter().position(|r| r.id == self.id) else {
+            return;
+        };
+        let run = runs.remove(at);
+        drop(runs);
+        if let Some(mark) = run.mark {
+            lock(&ENDED).add(mark);
+        }
     }
 }
 
@@ -268,29 +314,29 @@ fn mark_of(pid: i32) -> Option<Vec<u8>> {
 }
 
 fn owner(pid: i32, st: &ProcStat, this: u64, runs: &[Run]) -> Owner {
-    match mark_of(pid) {
-        Some(mark) => {
-            let marked: Vec<&Run> = runs
-                .iter()
-                .filter(|r| r.mark.as_deref() == Some(mark.as_slice()))
-                .collect();
-            match (marked.iter().any(|r| r.id == this), marked.is_empty()) {
-                (true, _) => Owner::This,
-                (false, true) => Owner::Ended,
-                (false, false) => Owner::Other,
-            }
+    if let Some(mark) = mark_of(pid) {
+        let marked: Vec<&Run> = runs
+            .iter()
+            .filter(|r| r.mark.as_deref() == Some(mark.as_slice()))
+            .collect();
+        match (marked.iter().any(|r| r.id == this), marked.is_empty()) {
+            (true, _) => return Owner::This,
+            (false, false) => return Owner::Other,
+            (false, true) if lock(&ENDED).has(&mark) => return Owner::Ended,
+            // A mark no run had: a running job's process set it (exported
+            // it, a nested run that died), or its run ended long ago:
+            // attributed as one without a mark.
+            (false, true) => {}
         }
-        None => {
-            // Only a run registered before it started can own it.
-            let could: Vec<&Run> = runs.iter().filter(|r| r.since <= st.start_time).collect();
-            if could.iter().any(|r| r.id != this) {
-                Owner::Other
-            } else if could.is_empty() {
-                Owner::Ended
-            } else {
-                Owner::This
-            }
-        }
+    }
+    // Only a run registered before it started can own it.
+    let could: Vec<&Run> = runs.iter().filter(|r| r.since <= st.start_time).collect();
+    if could.iter().any(|r| r.id != this) {
+        Owner::Other
+    } else if could.is_empty() {
+        Owner::Ended
+    } else {
+        Owner::This
     }
 }
 
@@ -362,9 +408,21 @@ pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftov
     let mut stop = mine;
     stop.extend(tree_of(&ended));
     let _ = stop_all(stop, Some(grace));
-    // Ours and not supervised: no supervisor waits for them.
+    // Ours and not supervised: no supervisor waits for them. Checked again
+    // under the hold: one that exited during the grace may have been reaped
+    // by another run's end, and its pid taken by a command (or a helper)
+    // whose exit status is its supervisor's.
+    let _hold = SPAWNS.write().unwrap_or_else(PoisonError::into_inner);
+    let supervised = lock(&SUPERVISED);
     for pid in ours.into_iter().chain(ended) {
-        reap(pid);
+        if supervised.contains(&pid) {
+            continue;
+        }
+        if procfs::stat(pid)
+            .is_some_and(|st| st.ppid == me && st.exited && Some(st.pgrp) != my_pgrp)
+        {
+            reap(pid);
+        }
     }
     found
 }
