@@ -285,16 +285,18 @@ fn of_two_racing_resets_of_a_branch_exactly_one_wins_and_nothing_is_lost() {
     assert_eq!(listed, [format!("racer-{winner}")]);
 }
 
-/// A pipeline run on `--ref origin/main --branch NAME` that appends to
-/// `log.txt` and pushes NAME with `baton git push`.
-fn pipeline(g: &GitEnv, strategy: &str, branch: &str, n: u32) -> std::process::Output {
-    let script = format!(
-        "echo {n} >> log.txt && git add log.txt && git commit -qm run-{n} && {BATON} git push"
-    );
-    g.run(&[
+/// The arguments of `baton run` with a fresh `--fetch` of the workspace
+/// `base` on `--ref origin/main --branch NAME`, running `sh -c SCRIPT`.
+fn run_on_main<'a>(
+    base: &'a str,
+    strategy: &'a str,
+    branch: &'a str,
+    script: &'a str,
+) -> [&'a str; 16] {
+    [
         "run",
         "--workspace",
-        g.base.to_str().unwrap(),
+        base,
         "--strategy",
         strategy,
         "--fetch",
@@ -307,8 +309,22 @@ fn pipeline(g: &GitEnv, strategy: &str, branch: &str, n: u32) -> std::process::O
         "--",
         "sh",
         "-c",
+        script,
+    ]
+}
+
+/// A pipeline run on `--ref origin/main --branch NAME` that appends to
+/// `log.txt` and pushes NAME with `baton git push`.
+fn pipeline(g: &GitEnv, strategy: &str, branch: &str, n: u32) -> std::process::Output {
+    let script = format!(
+        "echo {n} >> log.txt && git add log.txt && git commit -qm run-{n} && {BATON} git push"
+    );
+    g.run(&run_on_main(
+        g.base.to_str().unwrap(),
+        strategy,
+        branch,
         &script,
-    ])
+    ))
 }
 
 /// The remote's `log.txt` on `branch`.
@@ -473,27 +489,7 @@ fn a_remote_given_by_a_relative_url_is_reached_from_every_workspace() {
              && {BATON} git push --json --branch main && {BATON} git push --json",
             other.display()
         );
-        let out = in_base(
-            &g,
-            &[
-                "run",
-                "--workspace",
-                ".",
-                "--strategy",
-                strategy,
-                "--fetch",
-                "--fetch-debounce",
-                "0s",
-                "--ref",
-                "origin/main",
-                "--branch",
-                &branch,
-                "--",
-                "sh",
-                "-c",
-                &script,
-            ],
-        );
+        let out = in_base(&g, &run_on_main(".", strategy, &branch, &script));
         let err = stderr(&out);
         assert_eq!(code(&out), 0, "{strategy}: {err}");
         let reports: Vec<serde_json::Value> = serde_json::Deserializer::from_slice(&out.stdout)
