@@ -18,21 +18,30 @@ type Answer = Result<Submitted, StoreError>;
 
 /// Submits `jobs` (each against `depth`) at once: each call is polled
 /// once in order (it has arrived), then all are awaited. Their answers,
-/// in that order.
+/// in that order. A call may already be answered at its first poll (the
+/// flusher took it alone while this thread was descheduled between queueing
+/// it and looking for its answer, as under wine on a loaded machine); it
+/// arrived before the next ones all the same, and its answer is kept.
 async fn at_once(store: &dyn Store, jobs: Vec<NewJob>, depth: u64) -> Vec<Answer> {
     let mut calls: Vec<Pin<Box<dyn Future<Output = Answer> + Send + '_>>> =
         jobs.into_iter().map(|j| store.submit(j, depth)).collect();
-    let mut early = Vec::new();
-    for (i, call) in calls.iter_mut().enumerate() {
-        if let std::task::Poll::Ready(answer) = futures_util::poll!(call.as_mut()) {
-            early.push((i, answer));
+    let mut early: Vec<Option<Answer>> = Vec::with_capacity(calls.len());
+    for call in calls.iter_mut() {
+        match futures_util::poll!(call.as_mut()) {
+            std::task::Poll::Ready(answer) => early.push(Some(answer)),
+            std::task::Poll::Pending => early.push(None),
         }
     }
-    assert!(
-        early.is_empty(),
-        "answered before the others arrived: {early:?}"
-    );
-    futures_util::future::join_all(calls).await
+    let rest = calls
+        .into_iter()
+        .zip(early)
+        .map(|(call, early)| async move {
+            match early {
+                Some(answer) => answer,
+                None => call.await,
+            }
+        });
+    futures_util::future::join_all(rest).await
 }
 
 fn queued(answer: &Answer) -> Option<(u64, &[String])> {
