@@ -38,6 +38,11 @@ pub(super) struct Shared {
     /// This node's number (the liveness lock's second key); 0 before the
     /// first session.
     pub num: AtomicI32,
+    /// The backend pid of the session that holds the liveness lock (read
+    /// when a session is established, again at each re-establishment); 0
+    /// before the first. The lock granted to any other backend is not this
+    /// node's.
+    pub backend: AtomicI32,
     /// Events for the service.
     pub events: broadcast::Sender<StoreEvent>,
 }
@@ -152,17 +157,16 @@ async fn connect(
         .map_err(|e| one_line(&e))?;
     let num: i32 = row.get(0);
     let deadline = tokio::time::Instant::now() + LOCK_WAIT;
-    loop {
-        let got: bool = client
+    let backend = loop {
+        let row = client
             .query_one(
-                "SELECT pg_try_advisory_lock($1::int4, $2::int4)",
+                "SELECT pg_try_advisory_lock($1::int4, $2::int4), pg_backend_pid()",
                 &[&NODE_CLASS, &num],
             )
             .await
-            .map_err(|e| one_line(&e))?
-            .get(0);
-        if got {
-            break;
+            .map_err(|e| one_line(&e))?;
+        if row.get::<_, bool>(0) {
+            break row.get::<_, i32>(1);
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(format!(
@@ -171,8 +175,17 @@ async fn connect(
             ));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    };
+    // Which session holds the lock, for the other nodes' listings.
+    client
+        .execute(
+            "UPDATE baton_nodes SET backend_pid = $2 WHERE id = $1",
+            &[&node, &backend],
+        )
+        .await
+        .map_err(|e| one_line(&e))?;
     shared.num.store(num, Ordering::SeqCst);
+    shared.backend.store(backend, Ordering::SeqCst);
     Ok(Connected { client, notes })
 }
 

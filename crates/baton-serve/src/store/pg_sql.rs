@@ -11,8 +11,9 @@ use crate::model::{rfc3339, Counts, Job, JobMode, JobStatus, NewJob, NodeInfo};
 
 type PgResult<T> = Result<T, tokio_postgres::Error>;
 
-/// 2: `waiter` (the node whose caller waits for the job).
-pub(super) const SCHEMA_VERSION: i32 = 2;
+/// 2: `waiter` (the node whose caller waits for the job). 3: the nodes'
+/// `backend_pid` (the backend pid of the session that holds the liveness lock).
+pub(super) const SCHEMA_VERSION: i32 = 3;
 
 /// The advisory lock (transaction level) that serialises batches of
 /// submissions (the depth cap), and takeovers.
@@ -68,6 +69,8 @@ CREATE TABLE baton_nodes (
 
 const SCHEMA_V2: &str = "ALTER TABLE baton_jobs ADD COLUMN IF NOT EXISTS waiter TEXT";
 
+const SCHEMA_V3: &str = "ALTER TABLE baton_nodes ADD COLUMN IF NOT EXISTS backend_pid INTEGER";
+
 pub(super) const COLUMNS: &str =
     "seq, id, template, prompt, grp, mode, timeout_ms, branch, command, \
     created_at, status, exit_code, error, started_at, finished_at, workspace, superseded_by, \
@@ -93,7 +96,7 @@ pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), S
             "it was written by a newer baton (schema {version}, this one knows {SCHEMA_VERSION})"
         ));
     }
-    for (step, sql) in (1..).zip([SCHEMA_V1, SCHEMA_V2]) {
+    for (step, sql) in (1..).zip([SCHEMA_V1, SCHEMA_V2, SCHEMA_V3]) {
         if version < step {
             tx.batch_execute(sql).await.map_err(|e| one_line(&e))?;
             tx.execute(
@@ -250,10 +253,11 @@ pub(super) fn plan(jobs: Vec<Job>, retry: Retry<'_>) -> Vec<(Job, bool)> {
         .collect()
 }
 
-/// The nodes in `baton_nodes`: live (their liveness lock is held, per
-/// `pg_locks`) or seen in the last day or still marked running jobs. A dead
-/// node whose jobs another node is taking over this very moment (`reap`
-/// holds its lock for that transaction) reads as live for that moment.
+/// The nodes in `baton_nodes`: live (their liveness lock is held by their
+/// own session, the backend in `backend_pid`, per `pg_locks`; by any session
+/// for a node of a baton that did not record it) or seen in the last day or
+/// still marked running jobs. A dead node whose jobs another node is taking
+/// over (`reap` holds its lock meanwhile) is not live.
 pub(super) async fn nodes(c: &impl GenericClient) -> PgResult<Vec<NodeInfo>> {
     let rows = c
         .query(
@@ -262,7 +266,8 @@ pub(super) async fn nodes(c: &impl GenericClient) -> PgResult<Vec<NodeInfo>> {
                      AND l.database = (SELECT oid FROM pg_database \
                          WHERE datname = current_database()) \
                      AND l.classid = $1::int4::oid AND l.objid = n.num::oid \
-                     AND l.objsubid = 2 AND l.granted) AS live, \
+                     AND l.objsubid = 2 AND l.granted \
+                     AND (n.backend_pid IS NULL OR l.pid = n.backend_pid)) AS live, \
                  (SELECT COUNT(*) FROM baton_jobs j \
                      WHERE j.status = 'running' AND j.node = n.id) AS running \
                  FROM baton_nodes n) \

@@ -90,6 +90,7 @@ impl PgStore {
         let shared = Arc::new(Shared {
             live: AtomicBool::new(false),
             num: AtomicI32::new(0),
+            backend: AtomicI32::new(0),
             events,
         });
         pg_session::start(cfg, tls, node.clone(), Arc::clone(&shared)).await?;
@@ -135,10 +136,26 @@ pub(super) async fn pooled(
     }
 }
 
-/// Whether this node's liveness lock is held (by its session).
+/// Whether this node's liveness lock is held by its own session (`$3`,
+/// that session's backend pid).
+///
+/// Granted to another session it says nothing of this node, and a claim
+/// that took it so would start jobs the others consider dead: a rescuer
+/// holds a dead node's lock from before its takeover's transaction until
+/// after its commit, and a claim of that node queued behind the takeover on
+/// the claims' lock checks in between (its session ended after its
+/// scheduler looked at `is_live`, and the claim ran on: the pool's wait and
+/// the statements' each take up to `OP_LIMIT`); a second process with this
+/// node id takes the lock as soon as this one's session ends. Such a
+/// claim's job would run unvouched under its fence's first `FENCE`, while
+/// the rescuer's next round takes it over (queued again, it runs elsewhere
+/// too): two runs at once. A backend pid is reused only after the OS's pid
+/// space wraps around; the session's own backend holds the lock until it
+/// exits.
 const HELD: &str = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
     AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-    AND classid = $1::int4::oid AND objid = $2::int4::oid AND objsubid = 2 AND granted)";
+    AND classid = $1::int4::oid AND objid = $2::int4::oid AND objsubid = 2 AND granted \
+    AND pid = $3)";
 
 /// Whether a claim may find something: fewer than `$1` jobs run and some
 /// are queued (read without the claims' lock, so only a hint).
@@ -280,6 +297,7 @@ impl Store for PgStore {
     ) -> Result<Vec<Job>, StoreError> {
         let op = "claim a job";
         let num = self.shared.num.load(Ordering::SeqCst);
+        let backend = self.shared.backend.load(Ordering::SeqCst);
         let c = self.conn(op).await?;
         let claimed = timed(op, async {
             let claim = format!("{CLAIM}{COLUMNS}");
@@ -297,14 +315,15 @@ impl Store for PgStore {
             if n == 0 || !c.query_one(&worth, &[&cap]).await?.get::<_, bool>(0) {
                 return Ok(Vec::new());
             }
-            let node_lock: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&NODE_CLASS, &num];
+            let node_lock: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                [&NODE_CLASS, &num, &backend];
             // Sent together, run in order: the lock before the reads.
             let ((), (), held, running) = futures_util::try_join!(
                 c.batch_execute("BEGIN"),
                 lock_claims(&c),
-                // Only while this node's liveness lock is held: a node whose
-                // session has gone (and whose jobs others take over) claims
-                // nothing.
+                // Only while this node's session holds its liveness lock: a
+                // node whose session has gone (and whose jobs others take
+                // over) claims nothing (see `HELD`).
                 c.query_one(&held, &node_lock),
                 c.query_one(&running, &[]),
             )?;

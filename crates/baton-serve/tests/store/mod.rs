@@ -16,6 +16,8 @@ use batch::{
     concurrent_submissions_against_the_depth_cap_admit_the_first_to_arrive,
     concurrent_submissions_of_one_id_or_group_act_one_at_a_time,
 };
+mod liveness;
+use liveness::a_node_claims_only_while_its_own_session_holds_its_lock;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -126,6 +128,7 @@ exercises!(
     concurrent_submissions_of_one_id_or_group_act_one_at_a_time,
     concurrent_claims_of_two_nodes_never_pass_the_cap,
     a_submission_the_store_refuses_fails_alone,
+    a_node_claims_only_while_its_own_session_holds_its_lock,
 );
 
 const MANY: u64 = 1_000;
