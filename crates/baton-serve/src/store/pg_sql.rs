@@ -13,7 +13,8 @@ type PgResult<T> = Result<T, tokio_postgres::Error>;
 
 /// 2: `waiter` (the node whose caller waits for the job). 3: the nodes'
 /// `backend_pid` (the backend pid of the session that holds the liveness lock).
-pub(super) const SCHEMA_VERSION: i32 = 3;
+/// 4: `baton_depth` (running + queued jobs, kept by triggers).
+pub(super) const SCHEMA_VERSION: i32 = 4;
 
 /// The advisory lock (transaction level) that serialises batches of
 /// submissions (the depth cap), and takeovers.
@@ -71,6 +72,37 @@ const SCHEMA_V2: &str = "ALTER TABLE baton_jobs ADD COLUMN IF NOT EXISTS waiter 
 
 const SCHEMA_V3: &str = "ALTER TABLE baton_nodes ADD COLUMN IF NOT EXISTS backend_pid INTEGER";
 
+/// The queue's depth (running + queued jobs) as one row that triggers keep
+/// in every transaction that changes it, whatever baton runs it: a job
+/// stored or deleted as running or queued, or moved between those and the
+/// ended statuses. A claim (queued to running) and a return to the queue
+/// leave it alone, so they never wait for its row. Counted under the lock
+/// that keeps writers of `baton_jobs` out until the commit.
+const SCHEMA_V4: &str = "
+LOCK TABLE baton_jobs IN SHARE ROW EXCLUSIVE MODE;
+CREATE TABLE baton_depth (
+    one   BOOLEAN PRIMARY KEY DEFAULT true CHECK (one),
+    depth BIGINT NOT NULL
+);
+CREATE FUNCTION baton_depth_add() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE baton_depth SET depth = depth + TG_ARGV[0]::bigint;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER baton_depth_insert AFTER INSERT ON baton_jobs FOR EACH ROW
+    WHEN (NEW.status IN ('queued', 'running')) EXECUTE PROCEDURE baton_depth_add('1');
+CREATE TRIGGER baton_depth_delete AFTER DELETE ON baton_jobs FOR EACH ROW
+    WHEN (OLD.status IN ('queued', 'running')) EXECUTE PROCEDURE baton_depth_add('-1');
+CREATE TRIGGER baton_depth_leave AFTER UPDATE OF status ON baton_jobs FOR EACH ROW
+    WHEN (OLD.status IN ('queued', 'running') AND NEW.status NOT IN ('queued', 'running'))
+    EXECUTE PROCEDURE baton_depth_add('-1');
+CREATE TRIGGER baton_depth_enter AFTER UPDATE OF status ON baton_jobs FOR EACH ROW
+    WHEN (OLD.status NOT IN ('queued', 'running') AND NEW.status IN ('queued', 'running'))
+    EXECUTE PROCEDURE baton_depth_add('1');
+INSERT INTO baton_depth (depth)
+    SELECT COUNT(*) FROM baton_jobs WHERE status IN ('queued', 'running');
+";
+
 pub(super) const COLUMNS: &str =
     "seq, id, template, prompt, grp, mode, timeout_ms, branch, command, \
     created_at, status, exit_code, error, started_at, finished_at, workspace, superseded_by, \
@@ -96,7 +128,7 @@ pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), S
             "it was written by a newer baton (schema {version}, this one knows {SCHEMA_VERSION})"
         ));
     }
-    for (step, sql) in (1..).zip([SCHEMA_V1, SCHEMA_V2, SCHEMA_V3]) {
+    for (step, sql) in (1..).zip([SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4]) {
         if version < step {
             tx.batch_execute(sql).await.map_err(|e| one_line(&e))?;
             tx.execute(
@@ -150,10 +182,13 @@ pub(super) async fn get_job(c: &impl GenericClient, id: &str) -> PgResult<Option
     Ok(row.as_ref().map(job_from_row))
 }
 
-/// Jobs running and queued now (see [`counts_from_row`]).
-pub(super) const COUNTS: &str = "SELECT COUNT(*) FILTER (WHERE status = 'running'), \
-    COUNT(*) FILTER (WHERE status = 'queued') \
-    FROM baton_jobs WHERE status IN ('running', 'queued')";
+/// Jobs running and queued now (see [`counts_from_row`]): the running
+/// ones counted (at most the cluster's cap), the queued ones the depth
+/// less those, read in one statement (one snapshot), so both are exact.
+/// Counting the queued ones instead made every submission batch read the
+/// whole queue.
+pub(super) const COUNTS: &str = "SELECT r.n, d.depth - r.n FROM baton_depth d, \
+    (SELECT COUNT(*) AS n FROM baton_jobs WHERE status = 'running') r";
 
 pub(super) async fn counts(c: &impl GenericClient) -> PgResult<Counts> {
     let count = c.prepare_cached(COUNTS).await?;

@@ -16,6 +16,11 @@ use batch::{
     concurrent_submissions_against_the_depth_cap_admit_the_first_to_arrive,
     concurrent_submissions_of_one_id_or_group_act_one_at_a_time,
 };
+mod depth;
+use depth::{
+    a_database_without_the_kept_depth_gets_it_counted, the_counts_stay_exact_through_every_change,
+    two_nodes_submitting_at_once_stop_at_the_depth_cap,
+};
 mod liveness;
 use liveness::a_node_claims_only_while_its_own_session_holds_its_lock;
 
@@ -129,6 +134,9 @@ exercises!(
     concurrent_claims_of_two_nodes_never_pass_the_cap,
     a_submission_the_store_refuses_fails_alone,
     a_node_claims_only_while_its_own_session_holds_its_lock,
+    the_counts_stay_exact_through_every_change,
+    two_nodes_submitting_at_once_stop_at_the_depth_cap,
+    a_database_without_the_kept_depth_gets_it_counted,
 );
 
 const MANY: u64 = 1_000;
