@@ -115,6 +115,15 @@ impl Scheduler {
                 fence: fence.as_ref().map(baton_proc::Fence::source),
             },
         );
+        // A session lost between the claim and here: the loss's event may
+        // have gone through the live jobs before this one was among them.
+        // The store says it is not live before it sends that event, so one
+        // of the two sees the job (see `events`): it ends interrupted
+        // before its command starts, as its fence would not vouch for it.
+        if !self.store.is_live() {
+            tracing::warn!(job = %job.spec.id, "stopping: this node lost its database session");
+            control.interrupt();
+        }
         let scheduler = Arc::clone(self);
         tokio::spawn(async move {
             let id = job.spec.id.clone();
