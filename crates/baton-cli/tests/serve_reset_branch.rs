@@ -335,7 +335,7 @@ fn reset_branch_is_refused_where_there_is_nothing_to_start_over() {
         ])
         .output()
         .unwrap();
-    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(125));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("--branch"),
         "{}",
