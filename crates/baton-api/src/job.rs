@@ -52,6 +52,15 @@ pub struct JobView {
     pub timeout_ms: u64,
     /// The branch its workspace works on.
     pub branch: Option<String>,
+    /// Whether it starts its branch over (`workspace.reset_branch` of its
+    /// submission; absent from services older than it: read as `false`).
+    #[serde(default)]
+    pub reset_branch: bool,
+    /// Where its branch's old tip was kept when its workspace started the
+    /// branch over (`refs/baton/abandoned/<branch>/<time>-<job id>` in the
+    /// template's repository); null when nothing was dropped.
+    #[serde(default)]
+    pub abandoned_ref: Option<String>,
     /// Its workspace's path, while or after it had one.
     pub workspace: Option<String>,
     /// The run that superseded it.
@@ -119,6 +128,8 @@ mod tests {
             mode: Mode::Queue,
             timeout_ms: 1,
             branch: None,
+            reset_branch: false,
+            abandoned_ref: None,
             workspace: None,
             superseded_by: None,
             node: None,

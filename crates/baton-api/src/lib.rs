@@ -26,8 +26,10 @@
 //!    in one file: `store/sqlite.rs` (`SCHEMA`, `SCHEMA_VERSION` + 1 and
 //!    its `ALTER TABLE` step, `COLUMNS`, `job_from_row`, and `submit_one`'s
 //!    `INSERT` for a submitted field) and `store/pg_sql.rs` (a `SCHEMA_V<n>`
-//!    step in `migrate`, `COLUMNS`, `job_from_row`, `insert_job`). Schema 2,
-//!    `waiter`, was added so.
+//!    step in `migrate`, `COLUMNS`, `job_from_row`; `store/pg_submit.rs`'s
+//!    `INSERT` for a submitted field). Schema 2, `waiter`, was added so, and
+//!    schema 3: `reset_branch` (submitted) and `abandoned_ref` (set with the
+//!    job's workspace, `Store::set_workspace`).
 //! 3. **The place that sets or uses it**: a submitted field is resolved
 //!    in `baton-serve`'s `api::resolve` (and sent by `baton job submit`,
 //!    `baton-cli`'s `commands/job.rs`, if the CLI is to set it); one the

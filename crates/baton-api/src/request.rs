@@ -93,6 +93,14 @@ pub struct WorkspaceOptions {
     )]
     #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub branch: Option<String>,
+    /// Start `branch` over at the template's branch when it has commits
+    /// that one lacks (as `baton run --workspace --reset-branch`): its old
+    /// tip is kept under `refs/baton/abandoned/<branch>/<time>-<job id>`
+    /// (the job's `abandoned_ref`); refused while a live workspace holds
+    /// the branch (the job fails). Needs `branch`, and a template whose
+    /// workspace names a branch (else 400).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset_branch: bool,
 }
 
 /// The query of `GET /v1/jobs` (`?status=&group=&limit=&cursor=`); an
@@ -147,6 +155,7 @@ mod tests {
             prompt: Some("hi".into()),
             workspace: Some(WorkspaceOptions {
                 branch: Some("b".into()),
+                reset_branch: false,
             }),
             ..SubmitRequest::default()
         };
@@ -156,6 +165,14 @@ mod tests {
             serde_json::json!({"prompt": "hi", "workspace": {"branch": "b"}})
         );
         assert!(serde_json::from_value::<SubmitRequest>(v).is_ok());
+        let reset: SubmitRequest =
+            serde_json::from_str(r#"{"workspace": {"branch": "b", "reset_branch": true}}"#)
+                .unwrap_or_default();
+        assert!(reset.workspace.is_some_and(|w| w.reset_branch));
+        assert!(serde_json::from_str::<SubmitRequest>(
+            r#"{"workspace": {"branch": "b", "reset_branch": null}}"#
+        )
+        .is_err());
         assert!(serde_json::from_str::<SubmitRequest>(r#"{"template": null}"#).is_err());
         assert!(serde_json::from_str::<SubmitRequest>(r#"{"nope": 1}"#).is_err());
     }

@@ -49,6 +49,7 @@ mod serve_pg_guardian;
 mod serve_postgres;
 mod serve_postgres_cluster;
 mod serve_python;
+mod serve_reset_branch;
 mod serve_resources;
 mod serve_review;
 mod serve_review24;

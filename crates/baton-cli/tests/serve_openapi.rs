@@ -147,17 +147,29 @@ fn the_document_is_built_for_the_running_configuration_and_stays_valid() {
     // Either a template (the default counts) or a command: nothing required.
     assert!(submit.get("required").is_none(), "{submit}");
     let rules = submit["allOf"].as_array().unwrap();
-    assert_eq!(rules.len(), 1, "only 'dash' has rules: {rules:?}");
+    assert_eq!(rules.len(), 2, "only 'dash' and 'ws' have rules: {rules:?}");
     assert_eq!(
         rules[0]["then"]["not"],
         serde_json::json!({"required": ["workspace"]})
     );
+    // 'ws' names no branch: none to start a job's branch over at.
+    assert_eq!(
+        rules[1]["then"]["properties"]["workspace"],
+        serde_json::json!({"properties": {"reset_branch": {"const": false}}})
+    );
+    let reset = &props["workspace"]["properties"]["reset_branch"];
+    assert_eq!(reset["type"], "boolean", "{reset}");
     // What the rules say is what the service does.
     let (code, v) = s.post("/v1/jobs", &serde_json::json!({"prompt": "-x"}));
     assert_eq!(code, 400, "{v}");
     let (code, v) = s.post(
         "/v1/jobs",
         &serde_json::json!({"template": "dash", "prompt": "x", "workspace": {"branch": "b"}}),
+    );
+    assert_eq!(code, 400, "{v}");
+    let (code, v) = s.post(
+        "/v1/jobs",
+        &serde_json::json!({"template": "ws", "workspace": {"branch": "b", "reset_branch": true}}),
     );
     assert_eq!(code, 400, "{v}");
     let (code, v) = s.post("/v1/jobs", &serde_json::json!({"template": null}));

@@ -288,6 +288,7 @@ pub const JOB_SUBMITTED: Shape = Shape {
 pub const JOB_LISTED: Shape = Shape {
     command: "job list (a job)",
     fields: &[
+        "abandoned_ref",
         "attempts",
         "branch",
         "created_at",
@@ -299,6 +300,7 @@ pub const JOB_LISTED: Shape = Shape {
         "mode",
         "node",
         "queue_wait_ms",
+        "reset_branch",
         "run_ms",
         "started_at",
         "status",
@@ -314,6 +316,7 @@ pub const JOB_LISTED: Shape = Shape {
 pub const JOB: Shape = Shape {
     command: "job status ID",
     fields: &[
+        "abandoned_ref",
         "attempts",
         "branch",
         "created_at",
@@ -326,6 +329,7 @@ pub const JOB: Shape = Shape {
         "node",
         "output",
         "queue_wait_ms",
+        "reset_branch",
         "run_ms",
         "started_at",
         "status",

@@ -30,7 +30,7 @@ use crate::store::StoreError;
 
 mod input;
 
-use input::{check_group_length, parse_timeout, valid_branch};
+use input::{check_group_length, check_reset, parse_timeout, valid_branch};
 pub use input::{check_prompt, parse_body, MAX_NON_ASCII_GROUP_CHARS};
 
 /// Shared state of the handlers.
@@ -267,10 +267,18 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
             .unwrap_or(config.default_timeout),
         Some(v) => parse_timeout(v, config.max_timeout)?,
     };
-    let branch = match req.workspace.and_then(|w| w.branch) {
+    let options = req.workspace.unwrap_or_default();
+    let workspace = template
+        .and_then(|t| t.workspace.as_ref())
+        .filter(|_| req.command.is_none());
+    let reset_branch = options.reset_branch;
+    if reset_branch {
+        check_reset(&template_name, workspace, options.branch.as_deref())?;
+    }
+    let branch = match options.branch {
         None => None,
         Some(b) => {
-            if template.and_then(|t| t.workspace.as_ref()).is_none() || req.command.is_some() {
+            if workspace.is_none() {
                 return Err(ApiError::bad(format!(
                     "invalid field 'workspace.branch': template '{template_name}' has no workspace"
                 )));
@@ -291,6 +299,7 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
         mode,
         timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
         branch,
+        reset_branch,
         command: req.command,
         created_at: now_ms(),
         waiter: None,

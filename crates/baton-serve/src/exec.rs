@@ -24,6 +24,9 @@ use crate::config::{Config, Template, BASE_ENV};
 use crate::model::{now_ms, Finish, Job, JobStatus, RecordedGroup};
 use crate::output::{Capture, JobFiles, Stream};
 
+mod notes;
+use notes::{leftover_list, note_reset};
+
 /// What a job needs from the service to run.
 pub struct ExecContext {
     /// The baton dir: the job's group and workspace live there, shared
@@ -43,10 +46,21 @@ pub struct ExecContext {
     pub guard: Option<baton_proc::GuardSpec>,
 }
 
+/// The workspace a job's command runs in, as its start reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StartedIn {
+    /// The workspace's path.
+    pub path: String,
+    /// Where its branch's old tip was kept when the workspace started the
+    /// branch over (`reset_branch`) and that dropped commits.
+    pub abandoned_ref: Option<String>,
+}
+
 /// Hooks the executor calls while the job runs.
 pub struct Hooks {
-    /// The command's process group exists (before it executes).
-    pub on_start: Arc<dyn Fn(RecordedGroup, Option<String>) + Send + Sync>,
+    /// The command's process group exists (before it executes); the job's
+    /// workspace, if it has one.
+    pub on_start: Arc<dyn Fn(RecordedGroup, Option<StartedIn>) + Send + Sync>,
     /// Bytes of stdout captured so far.
     pub stdout_progress: watch::Sender<u64>,
 }
@@ -205,20 +219,6 @@ impl Ending {
     }
 }
 
-/// `pid 12 (sleep), pid 13 (sh, had left the process group)`.
-fn leftover_list(all: &[baton_proc::Leftover]) -> String {
-    all.iter()
-        .map(|l| {
-            let escaped = match l.escaped {
-                true => ", had left the process group",
-                false => "",
-            };
-            format!("pid {} ({}{escaped})", l.pid, l.command)
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The job's run request and what to do at its end, or its end already
 /// (it cannot run).
 #[allow(clippy::result_large_err)]
@@ -308,6 +308,9 @@ pub(crate) fn prepare(
                 false => b.clone(),
             });
             ws.branch = job.spec.branch.clone();
+            // Checked at submission (a branch, a ref); baton_git refuses it
+            // again, as a workspace set-up failure, if the template changed.
+            ws.reset_branch = job.spec.reset_branch;
             req.workspace = Some(ws);
             req.setup = w
                 .setup
@@ -320,12 +323,24 @@ pub(crate) fn prepare(
     let job_id = job.spec.id.clone();
     let on_start = Arc::clone(&hooks.on_start);
     let with_workspace = req.workspace.is_some();
+    // A reset's note goes into the job's stderr log once (the setup
+    // command's start and the command's both report it).
+    let reset_log = (with_workspace && job.spec.reset_branch).then(|| err.writer());
+    let noted = AtomicBool::new(false);
     req.on_start = Some(OnStart(Arc::new(move |g: CommandGroup| {
         let workspace = with_workspace
             .then(|| BatonDir::open(dir_path.clone()).ok())
             .flatten()
-            .and_then(|d| baton_git::get(&d, &job_id).ok())
-            .map(|w| w.path.display().to_string());
+            .and_then(|d| baton_git::get(&d, &job_id).ok());
+        if let (Some(log), Some(w)) = (&reset_log, &workspace) {
+            if w.abandoned_ref.is_some() && !noted.swap(true, Ordering::SeqCst) {
+                note_reset(log, &job_id, w);
+            }
+        }
+        let workspace = workspace.map(|w| StartedIn {
+            path: w.path.display().to_string(),
+            abandoned_ref: w.abandoned_ref,
+        });
         on_start(
             RecordedGroup {
                 pgid: g.pgid,
@@ -416,6 +431,15 @@ fn finish_of(
                 RunError::NotAdmitted(why) => {
                     (JobStatus::Skipped, baton_contract::exit::NOT_ACQUIRED, why)
                 }
+                // The git library names `baton run`'s flags; a job's are
+                // fields of its submission.
+                RunError::Workspace(baton_git::GitError::BranchNotAtRef { .. }) => (
+                    JobStatus::Failed,
+                    e_exit_code(&e),
+                    format!(
+                        "{e} (a job: submit it with workspace.reset_branch = true, `baton job submit --reset-branch`)"
+                    ),
+                ),
                 e => (JobStatus::Failed, e_exit_code(&e), e.to_string()),
             };
             return Finish {
@@ -520,6 +544,7 @@ mod tests {
                 mode: JobMode::Queue,
                 timeout_ms: 1000,
                 branch: None,
+                reset_branch: false,
                 command,
                 created_at: 0,
                 waiter: None,
@@ -531,6 +556,7 @@ mod tests {
             started_at: None,
             finished_at: None,
             workspace: None,
+            abandoned_ref: None,
             superseded_by: None,
             node: None,
             attempts: 1,

@@ -27,6 +27,9 @@ pub struct NewJob {
     pub timeout_ms: u64,
     /// The branch its workspace works on.
     pub branch: Option<String>,
+    /// Start `branch` over at the template's branch when it diverged (the
+    /// old tip kept under `refs/baton/abandoned/...`; see `baton_git`).
+    pub reset_branch: bool,
     /// Raw argv (only when the configuration allows raw commands).
     pub command: Option<Vec<String>>,
     /// When it was submitted (ms since the epoch).
@@ -104,6 +107,9 @@ pub struct Job {
     pub finished_at: Option<i64>,
     /// Its workspace's path, while or after it had one.
     pub workspace: Option<String>,
+    /// Where its branch's old tip was kept when its workspace started the
+    /// branch over ([`NewJob::reset_branch`]).
+    pub abandoned_ref: Option<String>,
     /// The run that superseded it.
     pub superseded_by: Option<String>,
     /// The node that runs or ran it.
@@ -231,6 +237,8 @@ impl From<&Job> for baton_api::JobView {
             mode: job.spec.mode,
             timeout_ms: job.spec.timeout_ms,
             branch: job.spec.branch.clone(),
+            reset_branch: job.spec.reset_branch,
+            abandoned_ref: job.abandoned_ref.clone(),
             workspace: job.workspace.clone(),
             superseded_by: job.superseded_by.clone(),
             node: job.node.clone(),

@@ -314,7 +314,18 @@ fn submit_request(doc: &mut Value, config: &Config, names: &[Value]) -> Result<(
                     "description": "A branch name the service takes: ASCII letters, digits and '._/+-', \
                                     not starting with '-', '/' or '.', without '..' or '//', \
                                     not ending with '/', '.' or '.lock' (else 400)."
+                }, "reset_branch": {
+                    "type": "boolean",
+                    "default": false,
+                    "description": "Start 'branch' over at the template's branch when it has commits \
+                                    that one lacks: its old tip is kept under \
+                                    refs/baton/abandoned/<branch>/<time>-<job id> (the job's abandoned_ref). \
+                                    true needs 'branch' and a template whose workspace names a branch \
+                                    (else 400); while a live workspace holds the branch, the job fails."
                 }},
+                // true needs a branch.
+                "if": {"properties": {"reset_branch": {"const": true}}, "required": ["reset_branch"]},
+                "then": {"required": ["branch"]},
                 "description": "Only for a template with a workspace (else 400)."
             }),
         );
@@ -358,11 +369,22 @@ fn submit_request(doc: &mut Value, config: &Config, names: &[Value]) -> Result<(
         if any_workspace && t.workspace.is_none() {
             then.insert("not".into(), json!({"required": ["workspace"]}));
         }
-        if dash_refused(t) {
-            then.insert(
-                "properties".into(),
-                json!({"prompt": {"pattern": "^(?:[^-\\u0000][^\\u0000]*)?$"}}),
+        // A workspace that names no branch has none to start a job's over at.
+        let mut props = Map::new();
+        if t.workspace.as_ref().is_some_and(|w| w.branch.is_none()) {
+            props.insert(
+                "workspace".into(),
+                json!({"properties": {"reset_branch": {"const": false}}}),
             );
+        }
+        if dash_refused(t) {
+            props.insert(
+                "prompt".into(),
+                json!({"pattern": "^(?:[^-\\u0000][^\\u0000]*)?$"}),
+            );
+        }
+        if !props.is_empty() {
+            then.insert("properties".into(), Value::Object(props));
         }
         if then.is_empty() {
             continue;

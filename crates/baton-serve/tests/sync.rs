@@ -37,6 +37,7 @@ fn store_one_job(dir: &Path) {
             mode: JobMode::Queue,
             timeout_ms: 60_000,
             branch: None,
+            reset_branch: false,
             command: Some(vec!["true".to_string()]),
             created_at: baton_serve::model::now_ms(),
             waiter: None,

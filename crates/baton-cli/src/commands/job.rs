@@ -52,6 +52,7 @@ pub enum JobCommand {
   git diff | baton job submit --template review -
   baton job submit --wait --timeout 20m 'update the changelog' > job-id
   baton job submit --follow 'summarise the open issues'   # its stdout, live
+  baton job submit --template pipeline --branch agent/issue-7 --reset-branch 'redo issue 7'
   export BATON_SERVER=http://10.0.0.5:7420 BATON_TOKEN=\"$(cat ~/.baton-token)\"
 
 The prompt is PROMPT, the content of --prompt-file, or stdin with `-`. Without --wait or
@@ -74,8 +75,8 @@ the token, or refuses the request (the server's message is printed).")]
 
 JSON: id, template, status (queued running succeeded failed timed_out cancelled superseded
 skipped interrupted), exit_code, error, created_at, started_at, finished_at, queue_wait_ms,
-run_ms, group, mode, timeout_ms, branch, workspace, superseded_by, node, attempts, output
-(the tail of its stdout). Exit status: 0; 125 for an unknown (or evicted) job.")]
+run_ms, group, mode, timeout_ms, branch, reset_branch, abandoned_ref (where a reset kept the
+branch's old tip), workspace, superseded_by, node, attempts, output (the tail of its stdout). Exit status: 0; 125 for an unknown (or evicted) job.")]
     Status {
         /// The job's id.
         id: String,
@@ -162,6 +163,11 @@ pub struct SubmitArgs {
     /// The branch the job's workspace works on (templates with a workspace).
     #[arg(long, value_name = "BRANCH")]
     pub branch: Option<String>,
+    /// Start --branch over at the template's branch when it has commits that one lacks: its
+    /// old tip is kept under refs/baton/abandoned/<branch>/<time>-<job id> (the job's
+    /// abandoned_ref); the job fails while a live workspace holds the branch.
+    #[arg(long, requires = "branch")]
+    pub reset_branch: bool,
     /// Wait for the job's end and exit with its code.
     #[arg(long)]
     pub wait: bool,
@@ -278,7 +284,10 @@ fn submit(client: &Client, a: SubmitArgs) -> u8 {
             .to_string()
         }),
         timeout: a.timeout.map(SubmitRequest::timeout_value),
-        workspace: a.branch.map(|b| WorkspaceOptions { branch: Some(b) }),
+        workspace: a.branch.map(|b| WorkspaceOptions {
+            branch: Some(b),
+            reset_branch: a.reset_branch,
+        }),
         ..SubmitRequest::default()
     };
     let queued = match client.submit(&sub) {
@@ -388,6 +397,7 @@ fn print_job(j: &JobView) -> u8 {
     ]);
     for (k, v) in [
         ("branch", &j.branch),
+        ("abandoned", &j.abandoned_ref),
         ("workspace", &j.workspace),
         ("superseded by", &j.superseded_by),
     ] {

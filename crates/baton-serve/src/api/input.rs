@@ -1,6 +1,6 @@
 //! Reading a request: its JSON body (every error naming the field), and
 //! the checks of the values that reach a command (the prompt, the timeout,
-//! the branch).
+//! the branch, a reset of it).
 
 use std::time::Duration;
 
@@ -129,6 +129,33 @@ pub(crate) fn check_group_length(group: &str) -> Result<(), ApiError> {
             "invalid field 'group': a name with non-ASCII characters is at most {MAX_NON_ASCII_GROUP_CHARS} characters \
              (this one has {chars}); an ASCII name is at most {} characters",
             baton_lock::MAX_NAME_LEN
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses `workspace.reset_branch` where there is nothing to start over:
+/// a template without a workspace (or a raw command), a job without
+/// `workspace.branch`, or a workspace that names no branch to start it over
+/// at (where `baton run --reset-branch` needs `--ref`).
+pub(crate) fn check_reset(
+    template_name: &str,
+    workspace: Option<&crate::config::WorkspaceTemplate>,
+    branch: Option<&str>,
+) -> Result<(), ApiError> {
+    let Some(w) = workspace else {
+        return Err(ApiError::bad(format!(
+            "invalid field 'workspace.reset_branch': template '{template_name}' has no workspace, so there is no branch to start over"
+        )));
+    };
+    if branch.is_none() {
+        return Err(ApiError::bad(
+            "invalid field 'workspace.reset_branch': it needs 'workspace.branch' (the branch to start over)",
+        ));
+    }
+    if w.branch.is_none() {
+        return Err(ApiError::bad(format!(
+            "invalid field 'workspace.reset_branch': the workspace of template '{template_name}' names no branch to start the job's branch over at (set its workspace's branch)"
         )));
     }
     Ok(())

@@ -18,7 +18,7 @@ use tokio::sync::{watch, Notify};
 use crate::config::Config;
 #[cfg(not(target_os = "linux"))]
 use crate::exec::run_job;
-use crate::exec::{ExecContext, Hooks};
+use crate::exec::{ExecContext, Hooks, StartedIn};
 use crate::journal::StartJournal;
 use crate::metrics::Metrics;
 use crate::model::{now_ms, Job, JobMode, JobStatus};
@@ -195,7 +195,7 @@ impl Scheduler {
         let recorder_id = id.to_string();
         let journal = Arc::clone(&self.journal);
         Hooks {
-            on_start: Arc::new(move |group, workspace: Option<String>| {
+            on_start: Arc::new(move |group, workspace: Option<StartedIn>| {
                 // The command waits for this (between its start and its
                 // exec): its process group goes into the start journal with
                 // one write, which survives a crash of the service, so a
@@ -209,7 +209,9 @@ impl Scheduler {
                 let id = recorder_id.clone();
                 handle.spawn(async move {
                     if let Some(w) = workspace {
-                        store.set_workspace(&id, &w).await?;
+                        store
+                            .set_workspace(&id, &w.path, w.abandoned_ref.as_deref())
+                            .await?;
                     }
                     store.set_process_group(&id, group).await
                 });

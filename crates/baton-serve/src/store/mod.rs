@@ -193,8 +193,15 @@ pub trait Store: Send + Sync + 'static {
     /// Records the process group of a running job's command.
     async fn set_process_group(&self, id: &str, group: RecordedGroup) -> Result<(), StoreError>;
 
-    /// Records a running job's workspace path.
-    async fn set_workspace(&self, id: &str, path: &str) -> Result<(), StoreError>;
+    /// Records a running job's workspace path, and where its reset kept
+    /// its branch's old tip when it dropped commits (`None` leaves what was
+    /// recorded: an earlier attempt's reset still stands).
+    async fn set_workspace(
+        &self,
+        id: &str,
+        path: &str,
+        abandoned_ref: Option<&str>,
+    ) -> Result<(), StoreError>;
 
     /// Ends a running job. Returns false if it was not running.
     async fn finish(&self, id: &str, finish: &Finish) -> Result<bool, StoreError>;

@@ -165,8 +165,12 @@ pub(super) async fn attempt<T>(
 pub(super) enum Change {
     /// A running job's process group (JSON).
     Group { id: String, json: String },
-    /// A running job's workspace.
-    Workspace { id: String, path: String },
+    /// A running job's workspace (and where a reset kept its branch's old tip).
+    Workspace {
+        id: String,
+        path: String,
+        abandoned_ref: Option<String>,
+    },
     /// A running job's end.
     Finish { id: String, finish: Finish },
 }
@@ -237,7 +241,8 @@ async fn store_writes(pool: &Pool, node: &str, batch: Vec<Write>) {
 
 const SET_GROUP: &str = "UPDATE baton_jobs SET pgroup = $1 WHERE id = $2 \
     AND status = 'running' AND node = $3";
-const SET_WORKSPACE: &str = "UPDATE baton_jobs SET workspace = $1 WHERE id = $2 AND node = $3";
+const SET_WORKSPACE: &str = "UPDATE baton_jobs SET workspace = $1, \
+    abandoned_ref = COALESCE($4, abandoned_ref) WHERE id = $2 AND node = $3";
 // Only this node's run: a job taken over (interrupted, queued again, maybe
 // running elsewhere) is not ended by its old node.
 const REQUEUE: &str = "UPDATE baton_jobs SET status = 'queued', priority = 1, \
@@ -277,8 +282,13 @@ async fn change_together(pool: &Pool, node: &str, changes: &[&Change]) -> Result
             steps.push(Box::pin(async move {
                 match change {
                     Change::Group { id, json } => c.execute(group, &[json, id, &node]).await,
-                    Change::Workspace { id, path } => {
-                        c.execute(workspace, &[path, id, &node]).await
+                    Change::Workspace {
+                        id,
+                        path,
+                        abandoned_ref,
+                    } => {
+                        c.execute(workspace, &[path, id, &node, abandoned_ref])
+                            .await
                     }
                     // Interrupted, and its template retries: queued again.
                     Change::Finish { id, finish } if finish.status == JobStatus::Queued => {

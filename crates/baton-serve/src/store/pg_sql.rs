@@ -14,7 +14,8 @@ type PgResult<T> = Result<T, tokio_postgres::Error>;
 /// 2: `waiter` (the node whose caller waits for the job). 3: the nodes'
 /// `backend_pid` (the backend pid of the session that holds the liveness lock).
 /// 4: `baton_depth` (running + queued jobs, kept by triggers).
-pub(super) const SCHEMA_VERSION: i32 = 4;
+/// 5: `reset_branch` and `abandoned_ref` (a job that starts its branch over).
+pub(super) const SCHEMA_VERSION: i32 = 5;
 
 /// The advisory lock (transaction level) that serialises batches of
 /// submissions (the depth cap), and takeovers.
@@ -103,10 +104,14 @@ INSERT INTO baton_depth (depth)
     SELECT COUNT(*) FROM baton_jobs WHERE status IN ('queued', 'running');
 ";
 
+const SCHEMA_V5: &str = "ALTER TABLE baton_jobs \
+    ADD COLUMN IF NOT EXISTS reset_branch BOOLEAN NOT NULL DEFAULT FALSE, \
+    ADD COLUMN IF NOT EXISTS abandoned_ref TEXT";
+
 pub(super) const COLUMNS: &str =
     "seq, id, template, prompt, grp, mode, timeout_ms, branch, command, \
     created_at, status, exit_code, error, started_at, finished_at, workspace, superseded_by, \
-    node, attempts, pgroup, waiter";
+    node, attempts, pgroup, waiter, reset_branch, abandoned_ref";
 
 pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), String> {
     let tx = client.transaction().await.map_err(|e| one_line(&e))?;
@@ -128,7 +133,7 @@ pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), S
             "it was written by a newer baton (schema {version}, this one knows {SCHEMA_VERSION})"
         ));
     }
-    for (step, sql) in (1..).zip([SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4]) {
+    for (step, sql) in (1..).zip([SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5]) {
         if version < step {
             tx.batch_execute(sql).await.map_err(|e| one_line(&e))?;
             tx.execute(
@@ -157,6 +162,7 @@ pub(super) fn job_from_row(r: &Row) -> Job {
             mode: JobMode::parse(&mode).unwrap_or_default(),
             timeout_ms: u64::try_from(r.get::<_, i64>(6)).unwrap_or(0),
             branch: r.get(7),
+            reset_branch: r.get(21),
             command: command.and_then(|c| serde_json::from_str(&c).ok()),
             created_at: r.get(9),
             waiter: r.get(20),
@@ -167,6 +173,7 @@ pub(super) fn job_from_row(r: &Row) -> Job {
         started_at: r.get(13),
         finished_at: r.get(14),
         workspace: r.get(15),
+        abandoned_ref: r.get(22),
         superseded_by: r.get(16),
         node: r.get(17),
         attempts: u32::try_from(r.get::<_, i32>(18)).unwrap_or(0),

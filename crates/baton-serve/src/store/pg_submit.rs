@@ -79,8 +79,8 @@ async fn store_submits(pool: &Pool, batch: Vec<Submit>) {
 }
 
 const INSERT: &str = "INSERT INTO baton_jobs (id, template, prompt, grp, mode, timeout_ms, \
-    branch, command, created_at, status, waiter) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10) RETURNING ";
+    branch, command, created_at, status, waiter, reset_branch) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10, $11) RETURNING ";
 
 /// The queued jobs of the groups of a batch's supersede and coalesce jobs,
 /// oldest first, locked until its commit.
@@ -174,7 +174,7 @@ async fn submit_together(pool: &Pool, jobs: &[(&NewJob, u64)]) -> Result<Vec<Ans
             let c = &c;
             let (insert, supersede, notify) = (&insert, &supersede, &notify);
             steps.push(Box::pin(async move {
-                let params: [&(dyn ToSql + Sync); 10] = [
+                let params: [&(dyn ToSql + Sync); 11] = [
                     &job.id,
                     &job.template,
                     &job.prompt,
@@ -185,6 +185,7 @@ async fn submit_together(pool: &Pool, jobs: &[(&NewJob, u64)]) -> Result<Vec<Ans
                     command,
                     &job.created_at,
                     &job.waiter,
+                    &job.reset_branch,
                 ];
                 c.query_one(insert, &params).await.map(Done::Row)
             }));

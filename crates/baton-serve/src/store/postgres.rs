@@ -361,11 +361,21 @@ impl Store for PgStore {
         self.bookkeeping(Change::Group { id, json }).await.map(drop)
     }
 
-    async fn set_workspace(&self, id: &str, path: &str) -> Result<(), StoreError> {
+    async fn set_workspace(
+        &self,
+        id: &str,
+        path: &str,
+        abandoned_ref: Option<&str>,
+    ) -> Result<(), StoreError> {
         let (id, path) = (id.to_string(), path.to_string());
-        self.bookkeeping(Change::Workspace { id, path })
-            .await
-            .map(drop)
+        let abandoned_ref = abandoned_ref.map(str::to_string);
+        self.bookkeeping(Change::Workspace {
+            id,
+            path,
+            abandoned_ref,
+        })
+        .await
+        .map(drop)
     }
 
     async fn finish(&self, id: &str, f: &Finish) -> Result<bool, StoreError> {

@@ -47,7 +47,12 @@ const CHECKPOINT_EVERY: u64 = 2_500;
 const CHECKPOINT_AT_LEAST: i64 = 16_000;
 
 /// 2: `waiter` (the node whose caller waits for the job).
-const SCHEMA_VERSION: i64 = 2;
+/// 3: `reset_branch` and `abandoned_ref` (a job that starts its branch over).
+const SCHEMA_VERSION: i64 = 3;
+
+/// Version 3's columns, added to a store made by an older baton.
+const SCHEMA_V3: &str = "ALTER TABLE jobs ADD COLUMN reset_branch INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN abandoned_ref TEXT;";
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS jobs (
@@ -72,7 +77,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     attempts      INTEGER NOT NULL DEFAULT 0,
     pgroup        TEXT,
     priority      INTEGER NOT NULL DEFAULT 0,
-    waiter        TEXT
+    waiter        TEXT,
+    reset_branch  INTEGER NOT NULL DEFAULT 0,
+    abandoned_ref TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(status, priority DESC, seq);
 CREATE INDEX IF NOT EXISTS jobs_finished ON jobs(finished_at) WHERE finished_at IS NOT NULL;
@@ -81,7 +88,7 @@ CREATE INDEX IF NOT EXISTS jobs_group ON jobs(grp, status);
 
 const COLUMNS: &str = "seq, id, template, prompt, grp, mode, timeout_ms, branch, command, \
     created_at, status, exit_code, error, started_at, finished_at, workspace, superseded_by, \
-    node, attempts, pgroup, waiter";
+    node, attempts, pgroup, waiter, reset_branch, abandoned_ref";
 
 /// A submission waiting for its batch's commit, and where its answer goes.
 struct PendingSubmit {
@@ -166,9 +173,20 @@ impl SqliteStore {
                 "it was written by a newer baton (schema {version}, this one knows {SCHEMA_VERSION})"
             ));
         }
-        if version == 1 {
-            conn.execute_batch("ALTER TABLE jobs ADD COLUMN waiter TEXT")
-                .map_err(|e| e.to_string())?;
+        // 0 is a new file (SCHEMA makes it whole); an older one gets the
+        // columns added since, in one transaction with its new version.
+        if (1..SCHEMA_VERSION).contains(&version) {
+            let mut added = String::from("BEGIN;");
+            if version == 1 {
+                added.push_str("ALTER TABLE jobs ADD COLUMN waiter TEXT;");
+            }
+            added.push_str(SCHEMA_V3);
+            added.push_str(&format!("PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"));
+            conn.execute_batch(&added).map_err(|e| {
+                format!(
+                    "cannot add the columns of schema {SCHEMA_VERSION} to schema {version}: {e}"
+                )
+            })?;
         }
         conn.execute_batch(SCHEMA).map_err(|e| e.to_string())?;
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
@@ -461,7 +479,8 @@ fn submit_one(
         .map(|c| serde_json::to_string(c).unwrap_or_default());
     tx.prepare_cached(
         "INSERT INTO jobs (id, template, prompt, grp, mode, timeout_ms, branch, command, \
-         created_at, status, waiter) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'queued', ?10)",
+         created_at, status, waiter, reset_branch) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'queued', ?10, ?11)",
     )?
     .execute(params![
         job.id,
@@ -474,6 +493,7 @@ fn submit_one(
         command,
         job.created_at,
         job.waiter,
+        job.reset_branch,
     ])?;
     let mut superseded = Vec::new();
     if let (Some(group), JobMode::Supersede | JobMode::Coalesce) = (&job.group, job.mode) {
@@ -512,6 +532,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
             mode: JobMode::parse(&mode).unwrap_or_default(),
             timeout_ms: u64::try_from(r.get::<_, i64>(6)?).unwrap_or(0),
             branch: r.get(7)?,
+            reset_branch: r.get(21)?,
             command: command.and_then(|c| serde_json::from_str(&c).ok()),
             created_at: r.get(9)?,
             waiter: r.get(20)?,
@@ -522,6 +543,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
         started_at: r.get(13)?,
         finished_at: r.get(14)?,
         workspace: r.get(15)?,
+        abandoned_ref: r.get(22)?,
         superseded_by: r.get(16)?,
         node: r.get(17)?,
         attempts: u32::try_from(r.get::<_, i64>(18)?).unwrap_or(0),
@@ -692,12 +714,19 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn set_workspace(&self, id: &str, path: &str) -> Result<(), StoreError> {
+    async fn set_workspace(
+        &self,
+        id: &str,
+        path: &str,
+        abandoned_ref: Option<&str>,
+    ) -> Result<(), StoreError> {
         let (id, path) = (id.to_string(), path.to_string());
+        let kept = abandoned_ref.map(str::to_string);
         self.bookkeeping("record a job's workspace", move |conn| {
             conn.execute(
-                "UPDATE jobs SET workspace = ?1 WHERE id = ?2",
-                params![path, id],
+                "UPDATE jobs SET workspace = ?1, abandoned_ref = COALESCE(?3, abandoned_ref) \
+                 WHERE id = ?2",
+                params![path, id, kept],
             )
             .map(drop)
         })

@@ -11,6 +11,7 @@
 use crate::common;
 
 mod batch;
+mod reset;
 use batch::{
     a_submission_the_store_refuses_fails_alone, concurrent_claims_of_two_nodes_never_pass_the_cap,
     concurrent_submissions_against_the_depth_cap_admit_the_first_to_arrive,
@@ -23,6 +24,7 @@ use depth::{
 };
 mod liveness;
 use liveness::a_node_claims_only_while_its_own_session_holds_its_lock;
+use reset::a_jobs_reset_branch_and_abandoned_ref_are_stored;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -137,6 +139,7 @@ exercises!(
     the_counts_stay_exact_through_every_change,
     two_nodes_submitting_at_once_stop_at_the_depth_cap,
     a_database_without_the_kept_depth_gets_it_counted,
+    a_jobs_reset_branch_and_abandoned_ref_are_stored,
 );
 
 const MANY: u64 = 1_000;
@@ -166,6 +169,7 @@ fn job(id: &str, created_at: i64) -> NewJob {
         mode: JobMode::Queue,
         timeout_ms: 60_000,
         branch: None,
+        reset_branch: false,
         command: Some(vec!["true".to_string()]),
         created_at,
         waiter: None,
@@ -569,7 +573,7 @@ async fn a_finish_ends_only_a_running_job(ctx: Ctx) {
         grace_ms: 100,
     };
     s.set_process_group("a", group).await.unwrap();
-    s.set_workspace("a", "/tmp/ws").await.unwrap();
+    s.set_workspace("a", "/tmp/ws", None).await.unwrap();
     let running = s.get("a").await.unwrap().unwrap();
     assert_eq!(running.process_group, Some(group));
     assert_eq!(running.workspace.as_deref(), Some("/tmp/ws"));
