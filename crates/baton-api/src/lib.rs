@@ -27,9 +27,10 @@
 //!    its `ALTER TABLE` step, `COLUMNS`, `job_from_row`, and `submit_one`'s
 //!    `INSERT` for a submitted field) and `store/pg_sql.rs` (a `SCHEMA_V<n>`
 //!    step in `migrate`, `COLUMNS`, `job_from_row`; `store/pg_submit.rs`'s
-//!    `INSERT` for a submitted field). Schema 2, `waiter`, was added so, and
-//!    schema 3: `reset_branch` (submitted) and `abandoned_ref` (set with the
-//!    job's workspace, `Store::set_workspace`).
+//!    `INSERT` for a submitted field). `waiter` was added so (schema 2 of
+//!    both stores), and `reset_branch` (submitted) and `abandoned_ref` (set
+//!    with the job's workspace, `Store::set_workspace`): schema 3 of SQLite,
+//!    5 of PostgreSQL.
 //! 3. **The place that sets or uses it**: a submitted field is resolved
 //!    in `baton-serve`'s `api::resolve` (and sent by `baton job submit`,
 //!    `baton-cli`'s `commands/job.rs`, if the CLI is to set it); one the
