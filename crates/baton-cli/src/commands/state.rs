@@ -158,12 +158,21 @@ pub fn run(dir: &BatonDir, cmd: StateCommand) -> u8 {
             filter,
         } => {
             let filter = match Filter::new(&filter) {
+                // A signal that stops baton stops the filter's whole group.
                 Ok(f) => match filter_timeout {
                     Some(t) => f.timeout(t),
                     None => f,
-                },
+                }
+                .forward_signals(true),
                 Err(e) => return fail(&e, BATON_FAILED),
             };
+            // This process runs one filter: a process that leaves the
+            // filter's group (and may hold its output open) comes back to
+            // it, and is stopped when the filter ends, as for `baton run`.
+            #[cfg(unix)]
+            if let Err(e) = baton_proc::become_subreaper() {
+                warnln!("baton: warning: {e}; processes that leave the filter's process group are not contained");
+            }
             let mut opts = options(lock);
             opts.if_version = if_version;
             match edit_with_filter(dir, &file, &opts, &filter) {

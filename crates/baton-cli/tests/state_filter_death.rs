@@ -1,0 +1,163 @@
+#![cfg(unix)] // sh, signals and /proc: Windows runs windows.rs
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! `baton state edit` when baton itself is stopped while its filter runs
+//! (SIGTERM, SIGKILL), and a filter that leaves a process outside its group
+//! holding its output open: the filter is supervised like a `baton run`
+//! command, so nothing it started outlives the edit or works beside the
+//! next one.
+
+use crate::common;
+
+use std::fs;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{code, stderr, Env};
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn read_pid(path: &Path) -> i32 {
+    fs::read_to_string(path).unwrap().trim().parse().unwrap()
+}
+
+/// Gone or a zombie (a test harness that reaps late keeps zombies).
+fn gone(pid: i32) -> bool {
+    !common::ns::running(pid)
+}
+
+/// Polls `cond` until it holds (true) or `limit` passes (false), so that a
+/// failing test can still kill what it started before it fails.
+fn poll_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while !cond() {
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+/// Kills `pid` (a process a failed test would leave behind).
+fn kill(pid: i32) {
+    // SAFETY: kill(2) with a pid this test started (and checked) and a valid signal.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+/// A filter that starts `sleep 300` in its group, writes its pid, and
+/// waits for it.
+fn sleeping_filter(pidfile: &Path) -> String {
+    format!(
+        "cat >/dev/null; sleep 300 & echo $! > {}.tmp; mv {0}.tmp {0}; wait",
+        s(pidfile)
+    )
+}
+
+#[test]
+fn a_terminated_state_edit_stops_its_filters_whole_group() {
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let env = Env::new();
+        let path = env.path("f.json");
+        fs::write(&path, "{\"n\":1}").unwrap();
+        let pidfile = env.path("grandchild.pid");
+        let filter = sleeping_filter(&pidfile);
+        let mut child = env.spawn(&["state", "edit", s(&path), "--", "sh", "-c", &filter]);
+        common::wait_until(Duration::from_secs(60), || pidfile.exists());
+        let grandchild = read_pid(&pidfile);
+        // SAFETY: kill(2) on the baton this test spawned, with a valid signal.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let status = common::ns::wait_exit(&mut child);
+        let survived = !poll_until(Duration::from_secs(30), || gone(grandchild));
+        kill(grandchild);
+        assert!(
+            !survived,
+            "signal {signal}: the filter's child {grandchild} outlived baton ({status:?})"
+        );
+        assert!(!status.success(), "signal {signal}: {status:?}");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "{\"n\":1}");
+    }
+}
+
+#[test]
+fn the_next_edit_stops_what_a_sigkilled_edits_filter_left() {
+    let env = Env::new();
+    let path = env.path("f.json");
+    fs::write(&path, "{\"n\":1}").unwrap();
+    let pidfile = env.path("grandchild.pid");
+    let filter = sleeping_filter(&pidfile);
+    let mut child = env.spawn(&["state", "edit", s(&path), "--", "sh", "-c", &filter]);
+    common::wait_until(Duration::from_secs(60), || pidfile.exists());
+    let grandchild = read_pid(&pidfile);
+    child.kill().unwrap(); // SIGKILL: baton cannot stop anything itself
+    common::ns::wait_exit(&mut child);
+    // The fault happened: the filter's child outlived its baton.
+    assert!(!gone(grandchild), "the grandchild died with baton already");
+
+    // The next edit's filter must not run beside it.
+    let check = format!(
+        "st=$(cut -d' ' -f3 /proc/{grandchild}/stat 2>/dev/null); \
+         if [ -n \"$st\" ] && [ \"$st\" != Z ]; then echo 'still running' >&2; exit 9; fi; \
+         sed s/1/2/"
+    );
+    let out = env.run(&["state", "edit", s(&path), "--", "sh", "-c", &check]);
+    let survived = !gone(grandchild);
+    kill(grandchild);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        !survived,
+        "the dead edit's filter child {grandchild} still runs"
+    );
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\"n\":2}");
+}
+
+#[test]
+fn a_filter_that_leaves_its_output_open_in_another_session_does_not_hang_the_edit() {
+    let env = Env::new();
+    let path = env.path("f.json");
+    fs::write(&path, "{\"n\":1}").unwrap();
+    let pidfile = env.path("escaped.pid");
+    // The escaped process has left the filter's process group (and session)
+    // before the filter exits, and keeps the filter's stdout open.
+    let filter = format!(
+        "cat >/dev/null; echo '{{\"n\":2}}'; \
+         setsid sh -c 'echo $$ > {0}.tmp; mv {0}.tmp {0}; exec sleep 300' & \
+         while [ ! -s {0} ]; do :; done",
+        s(&pidfile)
+    );
+    let mut child = env
+        .baton(&[
+            "state",
+            "edit",
+            s(&path),
+            "--filter-timeout",
+            "120s",
+            "--",
+            "sh",
+            "-c",
+            &filter,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::wait_until(Duration::from_secs(60), || pidfile.exists());
+    let escaped = read_pid(&pidfile);
+    let exited = poll_until(Duration::from_secs(60), || {
+        child.try_wait().unwrap().is_some()
+    });
+    let survived = !gone(escaped);
+    kill(escaped);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        exited,
+        "baton state edit waited on a process that left the filter's session: {}",
+        stderr(&out)
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!survived, "the escaped process {escaped} outlived the edit");
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\"n\":2}\n");
+}
