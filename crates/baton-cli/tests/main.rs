@@ -60,7 +60,7 @@ mod serve_trust;
 mod shared_dir;
 mod skip_any_mode;
 mod state;
-mod state_filter_death;
+mod state_review;
 // Windows only (its tests run baton.exe under wine); the files above are unix.
 mod windows;
 

@@ -90,6 +90,14 @@ pub enum StateError {
         #[source]
         source: Option<serde_json::Error>,
     },
+    /// An append to a `.json` file, whose whole content is one JSON value:
+    /// a line after it (or the repair of its last line, which need not end
+    /// in a newline) would break it. Nothing was written.
+    #[error("refusing to append to '{}': a .json file is one JSON document, not lines; change it with `baton state edit` (or use a .jsonl file)", path.display())]
+    AppendToJson {
+        /// The state file.
+        path: PathBuf,
+    },
     /// A compare-and-swap failed: the file changed since the expected version.
     #[error("'{}' has changed: its version is {actual}, not {expected}; nothing written", path.display())]
     VersionMismatch {

@@ -98,7 +98,8 @@ written; 126 / 127 FILTER not executable / not found.")]
 Each record is written with its trailing newline; all records of one call are checked first
 and written with one write, then fsynced: all of them or, if the write fails (disk full, file
 size limit), none. A record must not contain a newline, and in a
-.jsonl file must be one JSON value, else nothing is appended (exit 125). If the file ends in
+.jsonl file must be one JSON value, else nothing is appended (exit 125). A .json file is one
+JSON document, not lines: appending to it is refused (exit 125; use `state edit`). If the file ends in
 a torn line (a writer died mid-append), those bytes are appended to FILE.torn and the file
 is cut back to its last complete line before the new records are written. A .jsonl file's
 last line that is one whole JSON record (not a bare number) only missing its newline is not

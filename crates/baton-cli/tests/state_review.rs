@@ -1,10 +1,10 @@
 #![cfg(unix)] // sh, signals and /proc: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-//! `baton state edit` when baton itself is stopped while its filter runs
-//! (SIGTERM, SIGKILL), and a filter that leaves a process outside its group
-//! holding its output open: the filter is supervised like a `baton run`
-//! command, so nothing it started outlives the edit or works beside the
-//! next one.
+//! Hostile uses of `baton state`: baton itself stopped while an edit's
+//! filter runs (SIGTERM, SIGKILL), a filter that leaves a process outside
+//! its group holding its output open (the filter is supervised like a
+//! `baton run` command, so nothing it started outlives the edit or works
+//! beside the next one), and an append aimed at a `.json` document.
 
 use crate::common;
 
@@ -160,4 +160,41 @@ fn a_filter_that_leaves_its_output_open_in_another_session_does_not_hang_the_edi
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(!survived, "the escaped process {escaped} outlived the edit");
     assert_eq!(fs::read_to_string(&path).unwrap(), "{\"n\":2}\n");
+}
+
+#[test]
+fn append_refuses_a_json_document_and_leaves_it_whole() {
+    let env = Env::new();
+    // A pretty-printed document without a final newline: its last line `}`
+    // is not "torn", and a record after it would make it invalid JSON.
+    let path = env.path("p.json");
+    let doc = "{\n  \"a\": 1\n}";
+    fs::write(&path, doc).unwrap();
+    for args in [
+        vec!["state", "append", s(&path), "{\"b\":2}"],
+        vec!["state", "append", s(&path)],
+    ] {
+        let out = env.run(&args);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 125, "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(
+            err.contains(s(&path)) && err.contains("state edit"),
+            "{err}"
+        );
+        assert_eq!(fs::read_to_string(&path).unwrap(), doc, "{args:?}");
+        assert!(!env.path("p.json.torn").exists(), "{args:?}");
+    }
+    // A .json file that does not exist yet is not created either.
+    let new = env.path("new.json");
+    let out = env.run(&["state", "append", s(&new), "{}"]);
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    assert!(!new.exists());
+    // The document still reads, and .jsonl and text files still append.
+    let out = env.run(&["state", "get", s(&path), "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    for name in ["e.jsonl", "log.txt"] {
+        let out = env.run(&["state", "append", s(&env.path(name)), "{\"b\":2}"]);
+        assert_eq!(code(&out), 0, "{name}: {}", stderr(&out));
+    }
 }
