@@ -7,6 +7,7 @@
 
 mod acquire_containment;
 mod bad_input;
+mod break_review;
 mod common;
 mod containment;
 mod contract;
