@@ -1,9 +1,10 @@
 #![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-//! `baton git push` from a work tree where a rebase is in progress, as a
-//! `baton git push` killed (SIGKILL, OOM) during its own rebase leaves it:
-//! HEAD is detached at the remote branch and the local commits are only on
-//! the branch. Pushing HEAD from there "succeeds" without pushing them.
+//! Hostile uses of `baton git push`: a work tree where a rebase is in
+//! progress, as a push killed (SIGKILL, OOM) during its own rebase leaves it
+//! (HEAD is detached at the remote branch and the local commits are only on
+//! the branch: pushing HEAD from there "succeeds" without them), and branch
+//! or remote names that git itself would refuse.
 
 use crate::common;
 use crate::git::GitEnv;
@@ -69,4 +70,42 @@ fn push_refuses_a_work_tree_in_the_middle_of_a_rebase() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let landed = g.git_ok(&g.remote, &["log", "--format=%s", "main"]);
     assert!(landed.starts_with("ours\ntheirs"), "{landed} ({ours})");
+}
+
+#[test]
+fn push_refuses_branch_and_remote_names_git_would_refuse() {
+    let g = GitEnv::new();
+    std::fs::write(g.base.join("c.txt"), "ours\n").unwrap();
+    g.git_ok(&g.base, &["add", "."]);
+    g.git_ok(&g.base, &["commit", "-qm", "ours"]);
+    let base = g.base.to_str().unwrap();
+    let before = g.git_ok(&g.remote, &["for-each-ref", "--format=%(refname)"]);
+    for (flag, value) in [
+        ("--branch", "--force"),
+        ("--branch", "-f"),
+        ("--branch", "a..b"),
+        ("--branch", "x:refs/heads/main"),
+        ("--branch", "main\nx"),
+        ("--remote", "--exec=/bin/false"),
+        ("--remote", "-v"),
+    ] {
+        let arg = format!("{flag}={value}");
+        let out = g.run(&["git", "push", "--repo", base, &arg]);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 125, "{arg:?}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{arg:?}: one line: {err}"
+        );
+        assert!(err.contains("invalid"), "{arg:?}: {err}");
+    }
+    // Nothing was created on the remote (no branch named `--force`).
+    assert_eq!(
+        g.git_ok(&g.remote, &["for-each-ref", "--format=%(refname)"]),
+        before
+    );
+    // A valid name still works.
+    let out = g.run(&["git", "push", "--repo", base, "--branch", "agent/x-1"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
 }

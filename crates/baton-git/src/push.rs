@@ -175,6 +175,22 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
         (Some(b), _) | (None, Some(b)) => b.clone(),
         (None, None) => return Err(GitError::DetachedHead { repo: work }),
     };
+    // A named branch must be one git would make (`git branch` refuses
+    // `--force`, `a..b`, `x:y`): pushed as `HEAD:refs/heads/<branch>`, it
+    // would otherwise create such a branch on the remote, or fail in git.
+    if let Some(b) = &req.branch {
+        let valid = !b.starts_with('-')
+            && git::run(&work, ["check-ref-format", "--branch", b.as_str()]).is_ok();
+        if !valid {
+            return Err(GitError::Invalid(format!("invalid branch name {b:?}")));
+        }
+    }
+    // A remote name is passed to git as an argument: never as an option.
+    if let Some(r) = &req.remote {
+        if r.is_empty() || r.starts_with('-') || r.chars().any(char::is_control) {
+            return Err(GitError::Invalid(format!("invalid remote name {r:?}")));
+        }
+    }
     let remote = match &req.remote {
         Some(r) => r.clone(),
         None => local
