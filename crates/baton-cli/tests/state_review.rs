@@ -198,3 +198,48 @@ fn append_refuses_a_json_document_and_leaves_it_whole() {
         assert_eq!(code(&out), 0, "{name}: {}", stderr(&out));
     }
 }
+
+#[test]
+fn a_filter_may_use_its_edits_lock_for_other_files_but_not_its_own_file() {
+    let env = Env::new();
+    let path = env.path("tasks.json");
+    fs::write(&path, "{\"n\":1}").unwrap();
+    let log = env.path("events.jsonl");
+    let baton = env!("CARGO_BIN_EXE_baton");
+    let dir = env.dir.to_str().unwrap();
+    // The filter appends to another file under the lock its edit holds
+    // (it gets the lock's name in BATON_LOCK), as `baton run --lock` allows.
+    // The inner wait is bounded so that a deadlock fails instead of hanging.
+    let filter = format!(
+        "{baton} --dir {dir} state append {log} --lock \"$BATON_LOCK\" --wait 20s '{{\"e\":1}}' >&2 || exit 7; sed s/1/2/",
+        log = log.display()
+    );
+    let out = env.run(&["state", "edit", s(&path), "--", "sh", "-c", &filter]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\"n\":2}");
+    assert_eq!(fs::read_to_string(&log).unwrap(), "{\"e\":1}\n");
+
+    // Its own file, through its edit's hold: the change would be overwritten
+    // by the filter's output, so it is refused at once (not a deadlock).
+    for inner in [
+        format!(
+            "{baton} --dir {dir} state edit {} --wait 20s -- sed s/2/5/",
+            s(&path)
+        ),
+        format!(
+            "{baton} --dir {dir} state append {} --lock \"$BATON_LOCK\" --wait 20s 'x'",
+            s(&path)
+        ),
+    ] {
+        let filter = format!("{inner}; echo \"inner=$?\" >&2; cat");
+        let out = env.run(&["state", "edit", s(&path), "--", "sh", "-c", &filter]);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 0, "{inner}: {err}");
+        assert!(err.contains("inner=125"), "{inner}: {err}");
+        assert!(
+            err.contains("the filter that is editing it"),
+            "{inner}: {err}"
+        );
+        assert_eq!(fs::read_to_string(&path).unwrap(), "{\"n\":2}");
+    }
+}

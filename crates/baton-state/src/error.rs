@@ -98,6 +98,14 @@ pub enum StateError {
         /// The state file.
         path: PathBuf,
     },
+    /// An edit or append of a file from inside the filter of an edit of
+    /// that same file (through the edit's hold): the filter's output would
+    /// overwrite the change. Nothing was written.
+    #[error("refusing to change '{}' from the filter that is editing it: the filter's output would overwrite the change (print the new content instead)", path.display())]
+    InsideOwnFilter {
+        /// The state file.
+        path: PathBuf,
+    },
     /// A compare-and-swap failed: the file changed since the expected version.
     #[error("'{}' has changed: its version is {actual}, not {expected}; nothing written", path.display())]
     VersionMismatch {

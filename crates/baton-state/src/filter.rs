@@ -11,13 +11,21 @@ use baton_proc::{Outcome, ProcError, RunSpec, Started, Streams, Supervisor, DEFA
 
 use crate::error::StateError;
 
+/// The variable that names the state file to its filter.
+pub(crate) const STATE_FILE_VAR: &str = "BATON_STATE_FILE";
+
 /// A command that turns a file's current content (its standard input) into
 /// the new content (its standard output), like `jq '.n += 1'`,
 /// `python3 -c ...` or `sed s/a/b/`.
 ///
 /// Its standard error and working directory are inherited. It also gets
 /// `BATON_STATE_FILE` (the real file's path) and, when run under a lock,
-/// `BATON_LOCK` and `BATON_FENCING_TOKEN`.
+/// `BATON_LOCK` and `BATON_FENCING_TOKEN`. It may change other files under
+/// that lock (`baton state append log.jsonl --lock "$BATON_LOCK"`): the
+/// edit holds the lock as a supervisor of the filter (kind `run`), whose
+/// descendants use its hold. A change to its own file from inside it is
+/// refused ([`StateError::InsideOwnFilter`]): the filter's output would
+/// overwrite it.
 ///
 /// It is supervised like every child of baton (baton-proc): it leads its
 /// own process group, dies with the baton process that runs it (even by
@@ -109,7 +117,7 @@ impl Filter {
     ) -> Result<Vec<u8>, StateError> {
         let mut spec = RunSpec::new(&self.program).args(&self.args);
         spec.env
-            .push(("BATON_STATE_FILE".into(), file.as_os_str().to_owned()));
+            .push((STATE_FILE_VAR.into(), file.as_os_str().to_owned()));
         for (k, v) in env {
             spec.env.push((k.into(), v.into()));
         }

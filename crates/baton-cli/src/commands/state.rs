@@ -54,7 +54,8 @@ fsync of the directory; permissions and group (owner too, as root) are kept. A .
 new content must be one JSON value and a .jsonl file's every line one JSON value, else
 nothing is written (exit 125).
 Temp files left by writers killed mid-edit are removed. FILTER gets BATON_STATE_FILE,
-BATON_LOCK and BATON_FENCING_TOKEN in its environment.
+BATON_LOCK and BATON_FENCING_TOKEN in its environment; it may change other files under
+that lock (`baton state append log.jsonl --lock \"$BATON_LOCK\" ...`), not its own file.
 
 Exit status: 0 when written (or unchanged); FILTER's own if it failed (128+N if killed by
 signal N), nothing written; 74 written, but flushing it failed (durability unknown: check
