@@ -7,6 +7,7 @@
 
 mod acquire_containment;
 mod bad_input;
+mod break_review;
 mod common;
 mod containment;
 mod contract;
@@ -15,6 +16,7 @@ mod doctor;
 mod events;
 mod generated_docs;
 mod git;
+mod git_push_review;
 mod git_workflows;
 mod go_example;
 mod groups;
@@ -61,6 +63,7 @@ mod serve_trust;
 mod shared_dir;
 mod skip_any_mode;
 mod state;
+mod state_review;
 // Windows only (its tests run baton.exe under wine); the files above are unix.
 mod windows;
 

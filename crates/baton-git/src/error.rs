@@ -156,6 +156,16 @@ pub enum GitError {
         /// The base repository.
         base: PathBuf,
     },
+    /// A rebase (or `git am`) is in progress in the work tree, as one left
+    /// by a `baton git push` killed during its rebase: HEAD is not the
+    /// branch, so pushing it would not push the branch's commits.
+    #[error("a rebase is in progress in '{}' ('{}'; left by an interrupted `baton git push`, or begun by hand): finish it (`git rebase --continue`) or undo it (`git rebase --abort`), then push again", repo.display(), state.display())]
+    RebaseInProgress {
+        /// The work tree.
+        repo: PathBuf,
+        /// git's state directory of the rebase (`rebase-merge`, `rebase-apply`).
+        state: PathBuf,
+    },
     /// HEAD is detached and no branch was named.
     #[error("HEAD of '{}' is detached: name the branch to push with --branch", repo.display())]
     DetachedHead {

@@ -135,6 +135,8 @@ pub struct PushReport {
 }
 
 /// Pushes `HEAD` to the remote branch; rebases and retries on non-fast-forward.
+/// A work tree with a rebase in progress is refused
+/// ([`GitError::RebaseInProgress`]).
 ///
 /// ```no_run
 /// let report = baton_git::push(&baton_git::PushRequest::new("."))?;
@@ -150,6 +152,16 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
             repo.path.display()
         ))
     })?;
+    // A rebase left in progress (by a push killed during its rebase, or by
+    // hand) has HEAD detached away from the branch: pushing HEAD would
+    // "succeed" without the branch's commits.
+    if let Some(state) = ["rebase-merge", "rebase-apply"]
+        .iter()
+        .map(|d| repo.git_dir.join(d))
+        .find(|d| d.is_dir())
+    {
+        return Err(GitError::RebaseInProgress { repo: work, state });
+    }
     // What we push (read before queueing: only our own rebase moves it) and
     // the branch checked out (`HEAD` when detached), in one git command.
     let head = git::run(&work, ["rev-parse", "HEAD", "--symbolic-full-name", "HEAD"])?;
@@ -163,6 +175,22 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
         (Some(b), _) | (None, Some(b)) => b.clone(),
         (None, None) => return Err(GitError::DetachedHead { repo: work }),
     };
+    // A named branch must be one git would make (`git branch` refuses
+    // `--force`, `a..b`, `x:y`): pushed as `HEAD:refs/heads/<branch>`, it
+    // would otherwise create such a branch on the remote, or fail in git.
+    if let Some(b) = &req.branch {
+        let valid = !b.starts_with('-')
+            && git::run(&work, ["check-ref-format", "--branch", b.as_str()]).is_ok();
+        if !valid {
+            return Err(GitError::Invalid(format!("invalid branch name {b:?}")));
+        }
+    }
+    // A remote name is passed to git as an argument: never as an option.
+    if let Some(r) = &req.remote {
+        if r.is_empty() || r.starts_with('-') || r.chars().any(char::is_control) {
+            return Err(GitError::Invalid(format!("invalid remote name {r:?}")));
+        }
+    }
     let remote = match &req.remote {
         Some(r) => r.clone(),
         None => local

@@ -165,7 +165,7 @@ fn meta_for_grant<'f>(
 /// dead holder ran in another PID namespace; left alone when that namespace
 /// is not visible.
 #[cfg(unix)]
-fn terminate_leftover(ns: Option<baton_proc::pidns::NsId>, g: CommandGroup) {
+pub(crate) fn terminate_leftover(ns: Option<baton_proc::pidns::NsId>, g: CommandGroup) {
     baton_proc::pidns::terminate_group_in(
         ns,
         g.pgid,
@@ -180,7 +180,7 @@ fn terminate_leftover(ns: Option<baton_proc::pidns::NsId>, g: CommandGroup) {
 /// Windows: a run's processes are in a Job Object that dies with it; no
 /// process group outlives a dead holder.
 #[cfg(windows)]
-fn terminate_leftover(_ns: (), _g: CommandGroup) {}
+pub(crate) fn terminate_leftover(_ns: (), _g: CommandGroup) {}
 
 /// Windows: nothing outlives a dead holder (see [`terminate_leftover`]).
 #[cfg(windows)]

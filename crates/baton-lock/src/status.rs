@@ -16,7 +16,7 @@ use crate::dir::BatonDir;
 use crate::error::LockError;
 use crate::identity::{Liveness, ProcessIdentity};
 use crate::layout::{count_tickets, held_slots};
-use crate::meta::{read_doc, DocRead, HolderKind, HolderRecord};
+use crate::meta::{read_doc, CommandGroup, DocRead, HolderKind, HolderRecord};
 use crate::meta_lock::MetaLock;
 use crate::name::LockName;
 use crate::ofd::Kind;
@@ -65,6 +65,12 @@ pub struct HolderInfo {
     /// Its pid as seen from here, when it runs and is visible from here (it
     /// differs from `pid` when it runs in another PID namespace).
     pub local_pid: Option<i32>,
+    /// The holder's identity and the process group of the command it runs
+    /// under the lock, as recorded: for [`HolderInfo::stop_command`]. Not
+    /// part of the JSON.
+    #[serde(skip)]
+    #[cfg_attr(feature = "schema", schemars(skip))]
+    command: Option<(ProcessIdentity, CommandGroup)>,
 }
 
 impl HolderInfo {
@@ -91,6 +97,33 @@ impl HolderInfo {
             acquired_for: r.acquired_for.clone(),
             pid_ns: r.process.pid_ns,
             local_pid: seen.local_pid,
+            command: r.command_group.map(|g| (r.process.clone(), g)),
+        }
+    }
+
+    /// Stops what is left of the process group of the command this holder
+    /// ran under the lock (a `baton run` command, a `baton state edit`
+    /// filter): TERM, `grace`, KILL, only if the group's leader is still
+    /// the recorded process (its start time), and not when the group's PID
+    /// namespace is not visible from here. Nothing when no group was
+    /// recorded.
+    ///
+    /// For `lock break` once it has stopped the holder itself: the holder's
+    /// command may ignore the TERM the holder forwarded, and would otherwise
+    /// run on until the next holder's grant stops it.
+    pub fn stop_command(&self, grace: Duration) {
+        if let Some((process, group)) = &self.command {
+            let group = CommandGroup {
+                grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+                ..*group
+            };
+            #[cfg(unix)]
+            crate::grant::terminate_leftover(process.ns_id(), group);
+            #[cfg(windows)]
+            {
+                let _ = process;
+                crate::grant::terminate_leftover((), group);
+            }
         }
     }
 }

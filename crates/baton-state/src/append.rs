@@ -42,6 +42,8 @@ pub struct Appended {
 /// holds a lock that covers it (see [`edit_locked`](crate::edit_locked) for
 /// what `held` means).
 ///
+/// A `.json` file (one JSON document) is refused with
+/// [`StateError::AppendToJson`]: change it with [`edit_locked`](crate::edit_locked).
 /// Every record is checked before anything is written: none may contain a
 /// newline, and for a `.jsonl` file each must be one JSON value. If the file
 /// ends in a torn line (bytes after the last newline, left by a writer that
@@ -64,6 +66,11 @@ pub fn append_locked<R: AsRef<[u8]>>(
     records: &[R],
 ) -> Result<Appended, StateError> {
     let _ = held;
+    if file.format() == Format::Json {
+        return Err(StateError::AppendToJson {
+            path: file.path().to_path_buf(),
+        });
+    }
     let mut data = encode(file, records)?;
     let path = file.path();
     let (f, created) = match open(path, false) {

@@ -128,7 +128,7 @@ pub fn edit_with_filter_locked(
     ];
     edit_locked(file, held, if_version, |old| {
         filter
-            .run(old.unwrap_or_default(), file.path(), &env)
+            .run(old.unwrap_or_default(), file.path(), held, &env)
             .map(Some)
     })
     .map_err(|e| match e {

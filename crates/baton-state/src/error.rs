@@ -90,6 +90,22 @@ pub enum StateError {
         #[source]
         source: Option<serde_json::Error>,
     },
+    /// An append to a `.json` file, whose whole content is one JSON value:
+    /// a line after it (or the repair of its last line, which need not end
+    /// in a newline) would break it. Nothing was written.
+    #[error("refusing to append to '{}': a .json file is one JSON document, not lines; change it with `baton state edit` (or use a .jsonl file)", path.display())]
+    AppendToJson {
+        /// The state file.
+        path: PathBuf,
+    },
+    /// An edit or append of a file from inside the filter of an edit of
+    /// that same file (through the edit's hold): the filter's output would
+    /// overwrite the change. Nothing was written.
+    #[error("refusing to change '{}' from the filter that is editing it: the filter's output would overwrite the change (print the new content instead)", path.display())]
+    InsideOwnFilter {
+        /// The state file.
+        path: PathBuf,
+    },
     /// A compare-and-swap failed: the file changed since the expected version.
     #[error("'{}' has changed: its version is {actual}, not {expected}; nothing written", path.display())]
     VersionMismatch {

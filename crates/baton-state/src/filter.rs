@@ -6,9 +6,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use baton_fs::IoResultExt;
-use baton_proc::{Outcome, ProcError, RunSpec, Streams, Supervisor, DEFAULT_GRACE};
+use baton_lock::{CommandGroup, LockGuard};
+use baton_proc::{Outcome, ProcError, RunSpec, Started, Streams, Supervisor, DEFAULT_GRACE};
 
 use crate::error::StateError;
+
+/// The variable that names the state file to its filter.
+pub(crate) const STATE_FILE_VAR: &str = "BATON_STATE_FILE";
 
 /// A command that turns a file's current content (its standard input) into
 /// the new content (its standard output), like `jq '.n += 1'`,
@@ -16,7 +20,12 @@ use crate::error::StateError;
 ///
 /// Its standard error and working directory are inherited. It also gets
 /// `BATON_STATE_FILE` (the real file's path) and, when run under a lock,
-/// `BATON_LOCK` and `BATON_FENCING_TOKEN`.
+/// `BATON_LOCK` and `BATON_FENCING_TOKEN`. It may change other files under
+/// that lock (`baton state append log.jsonl --lock "$BATON_LOCK"`): the
+/// edit holds the lock as a supervisor of the filter (kind `run`), whose
+/// descendants use its hold. A change to its own file from inside it is
+/// refused ([`StateError::InsideOwnFilter`]): the filter's output would
+/// overwrite it.
 ///
 /// It is supervised like every child of baton (baton-proc): it leads its
 /// own process group, dies with the baton process that runs it (even by
@@ -26,12 +35,20 @@ use crate::error::StateError;
 /// it runs longer, and nothing is written. Its input is fed and its output
 /// read at the same time, so a filter may write before it has read
 /// everything.
+///
+/// Its process group is recorded with the lock it runs under, so that if
+/// the process running it dies (even by `SIGKILL`), whoever takes the lock
+/// next first terminates what is left of the group, as after a `baton run`
+/// (DESIGN.md, decision 11). A program that should pass its termination
+/// signals on to the filter's whole group asks for it with
+/// [`forward_signals`](Filter::forward_signals).
 #[derive(Clone, Debug)]
 pub struct Filter {
     program: OsString,
     args: Vec<OsString>,
     timeout: Option<Duration>,
     grace: Duration,
+    forward_signals: bool,
 }
 
 impl Filter {
@@ -49,6 +66,7 @@ impl Filter {
             args: it.collect(),
             timeout: None,
             grace: DEFAULT_GRACE,
+            forward_signals: false,
         })
     }
 
@@ -69,30 +87,51 @@ impl Filter {
         self
     }
 
+    /// Passes `SIGINT`, `SIGTERM`, `SIGHUP` and `SIGQUIT` sent to this
+    /// process on to the filter's whole process group while it runs (and
+    /// hands it the terminal, as `baton run` does), so that stopping the
+    /// caller stops everything the filter started. This installs
+    /// process-wide signal handling for the duration of the run: for a
+    /// program that runs one filter at a time (the `baton` CLI), not for a
+    /// library or a service hosting many. Off by default.
+    #[must_use]
+    pub fn forward_signals(mut self, forward: bool) -> Filter {
+        self.forward_signals = forward;
+        self
+    }
+
     /// The program.
     pub fn program(&self) -> &OsStr {
         &self.program
     }
 
     /// Runs the filter on `input` and returns what it printed, if it exited 0.
-    /// `file` is the state file, for messages and `BATON_STATE_FILE`.
+    /// `file` is the state file, for messages and `BATON_STATE_FILE`; `held`
+    /// the lock it runs under, which records the filter's process group.
     pub(crate) fn run(
         &self,
         input: &[u8],
         file: &Path,
+        held: &LockGuard,
         env: &[(&str, String)],
     ) -> Result<Vec<u8>, StateError> {
         let mut spec = RunSpec::new(&self.program).args(&self.args);
         spec.env
-            .push(("BATON_STATE_FILE".into(), file.as_os_str().to_owned()));
+            .push((STATE_FILE_VAR.into(), file.as_os_str().to_owned()));
         for (k, v) in env {
             spec.env.push((k.into(), v.into()));
         }
         spec.timeout = self.timeout;
         spec.grace = self.grace;
+        spec.forward_signals = self.forward_signals;
+        let grace_ms = u64::try_from(self.grace.as_millis()).unwrap_or(u64::MAX);
         let mut output = Vec::new();
         let streamed = Supervisor::new(spec)
-            .run_streaming(Streams::new().stdin(input).stdout(&mut output), |_| {})
+            .run_streaming(Streams::new().stdin(input).stdout(&mut output), |started| {
+                // Best effort, as for `baton run`: a lock file that cannot
+                // be updated only loses the clean-up after a crash.
+                let _ = held.set_command_group(command_group(started, grace_ms));
+            })
             .map_err(|e| self.spawn_error(e, file))?;
         match streamed.finished.outcome {
             Outcome::Exited(0) => {}
@@ -147,5 +186,22 @@ impl Filter {
                 source: io::Error::other(other),
             }),
         }
+    }
+}
+
+/// The filter's process group, with its leader's identity, so that a reused
+/// group id is never taken for it.
+fn command_group(started: Started, grace_ms: u64) -> CommandGroup {
+    #[cfg(unix)]
+    let (leader_start_time, session) =
+        baton_proc::procfs::stat(started.pgid).map_or((0, 0), |s| (s.start_time, s.session));
+    // Windows: the filter's process (its creation time); no sessions.
+    #[cfg(windows)]
+    let (leader_start_time, session) = (baton_lock::start_time(started.pgid).unwrap_or(0), 0);
+    CommandGroup {
+        pgid: started.pgid,
+        leader_start_time,
+        grace_ms,
+        session,
     }
 }

@@ -191,7 +191,9 @@ mod version;
 
 use std::path::Path;
 
-use baton_lock::{acquire, BatonDir, LockGuard, LockName, LockRequest, Mode, WaitPolicy};
+use baton_lock::{
+    acquire, BatonDir, HolderKind, LockGuard, LockName, LockRequest, Mode, WaitPolicy,
+};
 
 pub use append::{append_locked, Appended, Torn};
 pub use edit::{edit_locked, edit_with_filter_locked, Edited};
@@ -274,6 +276,42 @@ fn lock_as(
     mode: Mode,
     verb: &str,
 ) -> Result<LockGuard, StateError> {
+    take(dir, file, opts, mode, verb, HolderKind::Library)
+}
+
+/// The lock of a change to `file`, refused when this process runs inside
+/// the filter of an edit of that same file (see [`Filter`]): through the
+/// edit's hold the change would be made, then overwritten by the filter's
+/// output.
+fn lock_to_change(
+    dir: &BatonDir,
+    file: &StateFile,
+    opts: &Options,
+    verb: &str,
+    kind: HolderKind,
+) -> Result<LockGuard, StateError> {
+    let guard = take(dir, file, opts, Mode::Exclusive, verb, kind)?;
+    if guard.is_borrowed()
+        && std::env::var_os(filter::STATE_FILE_VAR).is_some_and(|f| Path::new(&f) == file.path())
+    {
+        return Err(StateError::InsideOwnFilter {
+            path: file.path().to_path_buf(),
+        });
+    }
+    Ok(guard)
+}
+
+/// Takes the lock as a holder of `kind`: [`HolderKind::Run`] for an edit
+/// that runs a filter, so that the filter (a descendant of the holder) may
+/// use the hold for other files instead of waiting for it forever.
+fn take(
+    dir: &BatonDir,
+    file: &StateFile,
+    opts: &Options,
+    mode: Mode,
+    verb: &str,
+    kind: HolderKind,
+) -> Result<LockGuard, StateError> {
     let name = match &opts.lock {
         Some(n) => n.clone(),
         None => file.default_lock_name()?,
@@ -288,6 +326,7 @@ fn lock_as(
         .mode(mode)
         .wait(opts.wait)
         .operation(operation)
+        .kind(kind)
         .use_ancestor_hold();
     Ok(acquire(dir, &req)?)
 }
@@ -308,7 +347,7 @@ where
     F: FnOnce(Option<&[u8]>) -> Result<Option<Vec<u8>>, E>,
 {
     let file = StateFile::resolve(path)?;
-    let guard = lock_as(dir, &file, opts, Mode::Exclusive, "state edit")?;
+    let guard = lock_to_change(dir, &file, opts, "state edit", HolderKind::Library)?;
     edit_locked(&file, &guard, opts.if_version.as_ref(), f)
 }
 
@@ -322,7 +361,7 @@ pub fn edit_with_filter(
     filter: &Filter,
 ) -> Result<Edited, StateError> {
     let file = StateFile::resolve(path)?;
-    let guard = lock_as(dir, &file, opts, Mode::Exclusive, "state edit")?;
+    let guard = lock_to_change(dir, &file, opts, "state edit", HolderKind::Run)?;
     edit_with_filter_locked(&file, &guard, opts.if_version.as_ref(), filter)
 }
 
@@ -335,7 +374,7 @@ pub fn append<R: AsRef<[u8]>>(
     records: &[R],
 ) -> Result<Appended, StateError> {
     let file = StateFile::resolve(path)?;
-    let guard = lock_as(dir, &file, opts, Mode::Exclusive, "state append")?;
+    let guard = lock_to_change(dir, &file, opts, "state append", HolderKind::Library)?;
     append_locked(&file, &guard, opts.if_version.as_ref(), records)
 }
 

@@ -457,6 +457,21 @@ fn a_complete_last_record_without_its_newline_is_kept_not_torn() {
 }
 
 #[test]
+fn a_json_document_is_never_appended_to() {
+    let (t, dir) = setup();
+    let path = t.path().join("doc.json");
+    let doc = "{\n  \"a\": 1\n}";
+    fs::write(&path, doc).unwrap();
+    for records in [vec!["{\"b\":2}"], vec![]] {
+        let err = append(&dir, &path, &Options::new(), &records).unwrap_err();
+        assert!(matches!(err, StateError::AppendToJson { .. }), "{err}");
+        assert!(!err.changed());
+    }
+    assert_eq!(fs::read_to_string(&path).unwrap(), doc);
+    assert!(!t.path().join("doc.json.torn").exists());
+}
+
+#[test]
 fn records_are_all_checked_before_anything_is_appended() {
     let (t, dir) = setup();
     let path = t.path().join("e.jsonl");

@@ -63,7 +63,9 @@ current grant, or the next one, when it ended without releasing), last_token, co
 
 The lock file is never removed or rewritten: the kernel releases the lock when the holder
 exits. A holder on another host is refused. A `baton run` holder forwards the TERM to its
-command and stops it with its own grace period, so give --grace more time than that.")]
+command and stops it with its own grace period, so give --grace more time than that; a
+holder that had to be killed has what is left of its command (or `state edit` filter)
+stopped too (TERM, --grace, KILL).")]
     Break {
         /// The lock.
         #[arg(value_parser = lock_name)]

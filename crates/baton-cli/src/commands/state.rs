@@ -54,7 +54,8 @@ fsync of the directory; permissions and group (owner too, as root) are kept. A .
 new content must be one JSON value and a .jsonl file's every line one JSON value, else
 nothing is written (exit 125).
 Temp files left by writers killed mid-edit are removed. FILTER gets BATON_STATE_FILE,
-BATON_LOCK and BATON_FENCING_TOKEN in its environment.
+BATON_LOCK and BATON_FENCING_TOKEN in its environment; it may change other files under
+that lock (`baton state append log.jsonl --lock \"$BATON_LOCK\" ...`), not its own file.
 
 Exit status: 0 when written (or unchanged); FILTER's own if it failed (128+N if killed by
 signal N), nothing written; 74 written, but flushing it failed (durability unknown: check
@@ -98,7 +99,8 @@ written; 126 / 127 FILTER not executable / not found.")]
 Each record is written with its trailing newline; all records of one call are checked first
 and written with one write, then fsynced: all of them or, if the write fails (disk full, file
 size limit), none. A record must not contain a newline, and in a
-.jsonl file must be one JSON value, else nothing is appended (exit 125). If the file ends in
+.jsonl file must be one JSON value, else nothing is appended (exit 125). A .json file is one
+JSON document, not lines: appending to it is refused (exit 125; use `state edit`). If the file ends in
 a torn line (a writer died mid-append), those bytes are appended to FILE.torn and the file
 is cut back to its last complete line before the new records are written. A .jsonl file's
 last line that is one whole JSON record (not a bare number) only missing its newline is not
@@ -158,12 +160,21 @@ pub fn run(dir: &BatonDir, cmd: StateCommand) -> u8 {
             filter,
         } => {
             let filter = match Filter::new(&filter) {
+                // A signal that stops baton stops the filter's whole group.
                 Ok(f) => match filter_timeout {
                     Some(t) => f.timeout(t),
                     None => f,
-                },
+                }
+                .forward_signals(true),
                 Err(e) => return fail(&e, BATON_FAILED),
             };
+            // This process runs one filter: a process that leaves the
+            // filter's group (and may hold its output open) comes back to
+            // it, and is stopped when the filter ends, as for `baton run`.
+            #[cfg(unix)]
+            if let Err(e) = baton_proc::become_subreaper() {
+                warnln!("baton: warning: {e}; processes that leave the filter's process group are not contained");
+            }
             let mut opts = options(lock);
             opts.if_version = if_version;
             match edit_with_filter(dir, &file, &opts, &filter) {

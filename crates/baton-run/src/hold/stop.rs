@@ -267,6 +267,10 @@ impl Backend {
                 }
             }
             let action = stop_holder(name, h, grace)?;
+            // A command that ignored the TERM its holder forwarded would run
+            // on after the holder was killed (until the next grant): stopped
+            // now, identity-checked.
+            h.stop_command(grace);
             report.stopped.push(BrokenHolder {
                 holder: h.clone(),
                 action: action.into(),
