@@ -261,3 +261,29 @@ fn invalid_connection_settings_fail_the_start_naming_the_key() {
         assert!(err.contains(key), "{setting}: {err}");
     }
 }
+
+/// A body whose `Content-Length` is past `max_body_bytes` is refused with
+/// 413 at once, from its headers: its client is not held until
+/// `request_body_timeout` (here far beyond the wait) for a body that would
+/// be refused anyway, nor answered 408.
+#[test]
+fn a_body_declared_past_the_limit_is_refused_413_at_once() {
+    let s = Server::start(
+        &sh_config("request_body_timeout = \"600s\"\nmax_body_bytes = 2048"),
+        &[],
+    );
+    let mut c = connect(&s.addr);
+    let head = format!(
+        "POST /v1/jobs HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: 100000000\r\n\r\n{{",
+        s.addr
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    let sent = wait_closed(&mut c, Instant::now() + Duration::from_secs(60));
+    assert!(sent.starts_with("HTTP/1.1 413"), "{sent}");
+    assert!(sent.contains("body_too_large"), "{sent}");
+    assert!(sent.contains("max_body_bytes"), "{sent}");
+    // The service goes on.
+    let answer = health(&s.addr, Duration::from_secs(15));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}

@@ -150,8 +150,9 @@ fn refusal(guard: &Guard, req: &Request) -> Option<ApiError> {
             StatusCode::FORBIDDEN,
             "forbidden_host",
             format!(
-                "header 'Host' ({shown}) does not name this service: use {} or localhost, or add the name to allowed_hosts",
-                guard.local
+                "header 'Host' ({shown}) does not name this service: use {} or localhost:{}, or add the name to allowed_hosts",
+                guard.local,
+                guard.local.port()
             ),
         ));
     };

@@ -218,7 +218,8 @@ fn too_many_connections(cap: usize) -> Response {
 }
 
 /// Middleware: a request's body must arrive within `request_body_timeout`
-/// of its headers; else 408 and the connection is closed.
+/// of its headers; else 408 and the connection is closed. One declared
+/// larger than `max_body_bytes` is refused at once (413, closed).
 pub(crate) async fn body_deadline(
     State(service): State<AppState>,
     req: Request,
@@ -226,6 +227,22 @@ pub(crate) async fn body_deadline(
 ) -> Response {
     if req.body().is_end_stream() {
         return next.run(req).await;
+    }
+    // A body declared (`Content-Length`) past the limit is refused from its
+    // headers: reading it would only end in the same 413, or in a 408 if
+    // its client sends less than it declared.
+    let max = service.config.max_body_bytes;
+    let declared = req.body().size_hint().exact();
+    if let Some(declared) = declared.filter(|&n| n > max as u64) {
+        let mut resp = ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body is {declared} bytes (Content-Length); the limit is {max} (max_body_bytes)"),
+        )
+        .into_response();
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return resp;
     }
     let limit = service.config.connections.request_body_timeout;
     let expired = Arc::new(AtomicBool::new(false));
