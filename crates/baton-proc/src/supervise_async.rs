@@ -97,7 +97,8 @@ impl Supervisor {
             })
             .map(|pid| {
                 let child = ChildGuard::new(pid);
-                (child, spawning.register(&spec))
+                let run = spawning.register(&spec, child.pid);
+                (child, run)
             });
             // Nobody waits any more (the future was dropped): the guard,
             // dropped with the unsent value, kills and reaps the command.
