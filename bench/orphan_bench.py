@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Trivial jobs of the job service while another job has many orphans.
 
-    python3 bench/orphan_bench.py [--profile debug] [--orphans 500] [--jobs 2000]
+    python3 bench/orphan_bench.py [--profile debug] [--orphans 500] [--jobs 2000] [--rounds 1] [--baton PATH]
 
 One job leaves N processes outside its process group (`setsid sleep`, each
 re-parented to the service: orphans the service must attribute at each job
@@ -88,8 +88,9 @@ def main() -> None:
     p.add_argument("--orphans", type=int, default=500)
     p.add_argument("--jobs", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--baton", type=Path, help="the binary to measure (default: the profile's)")
     a = p.parse_args()
-    baton = bin_dir(a.profile) / "baton"
+    baton = a.baton or bin_dir(a.profile) / "baton"
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(a.rounds):
             base = one(baton, Path(tmp), f"none{rnd}", 0, a.jobs)

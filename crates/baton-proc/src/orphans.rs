@@ -581,3 +581,16 @@ fn reap(pid: i32, seen: &mut HashMap<i32, Seen>) {
         let _ = rustix::process::waitpid(Some(raw), WaitOptions::NOHANG);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::pids_in;
+
+    #[test]
+    fn a_children_list_is_read_as_its_pids() {
+        assert_eq!(pids_in(b"12 345 7 "), [12, 345, 7]);
+        assert_eq!(pids_in(b"4194304"), [4_194_304]);
+        assert!(pids_in(b"").is_empty());
+        assert!(pids_in(b" \n").is_empty());
+    }
+}

@@ -71,7 +71,8 @@ pub struct RunSpec {
     /// sessions), so none can hide in this process's own group. For a
     /// process that hosts many runs (the job service); it gives up the
     /// controlling terminal, so it implies no [`RunSpec::terminal`] hand
-    /// over (`baton run` keeps the terminal's session). Off by default.
+    /// over (`baton run` keeps the terminal's session). Unix; ignored on
+    /// Windows. Off by default.
     pub new_session: bool,
     /// Start a guardian before the command, which stops the command's whole
     /// process group if this process dies or stops vouching for itself in
