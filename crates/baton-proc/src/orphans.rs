@@ -348,6 +348,7 @@ fn pids_in(list: &[u8]) -> Vec<i32> {
 /// Whether a child of this process is not a supervised command (see
 /// [`main_children`]): the one check a run's end makes when nothing is
 /// left (see the module).
+#[cfg(feature = "tokio")]
 pub(crate) fn any_unsupervised_child() -> bool {
     unsupervised(&main_children())
 }
