@@ -41,14 +41,15 @@
 //! are never touched.
 //!
 //! **Cost.** A run's end reads the children of this process's main thread,
-//! where orphans arrive ([`main_children`]), and stops there when it has
-//! none but supervised commands. What an orphan is (start time, mark,
-//! session) is read once, when an end first sees it, and kept by pid; an
-//! end reads `/proc` only for orphans it has not seen, and scans it only
-//! when it has orphans to stop. So an end is not slowed by the orphans of
-//! other runs, but for one sweep a second, at most, that reads them all
-//! again (to reap those that exited, and to check that a pid still names
-//! the process seen).
+//! where orphans arrive ([`main_children`]). What an orphan is (start
+//! time, mark, session) is read once, when an end first sees it, and kept
+//! by pid; an end stops there, with no hold on spawns, when that list has
+//! nothing but supervised commands and orphans seen before that belong to
+//! other running runs ([`needs_sorting`]), reads `/proc` only for orphans
+//! it has not seen, and scans it only when it has orphans to stop. So an
+//! end is not slowed by the orphans of other runs, but for one sweep a
+//! second, at most, that reads them all again (to reap those that exited,
+//! and to check that a pid still names the process seen).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::unix::ffi::OsStrExt;
@@ -63,6 +64,9 @@ use crate::error::ProcError;
 use crate::leftover::Leftover;
 use crate::procfs::{self, ProcStat};
 use crate::spec::RunSpec;
+
+mod children;
+use children::main_children;
 
 /// Held for reading from before a command is cloned until it is registered
 /// as supervised (and as a run); for writing while orphans are reaped and
@@ -266,99 +270,46 @@ fn now_ticks() -> u64 {
     0
 }
 
-/// This process's children: from `/proc/self/task/*/children` where the
-/// kernel has them (listed again when a thread came or went meanwhile, as
-/// a thread's children move to another when it exits), else from a scan.
-fn children() -> Vec<i32> {
-    static PER_TASK: OnceLock<bool> = OnceLock::new();
-    let me = std::process::id();
-    let per_task = *PER_TASK
-        .get_or_init(|| std::path::Path::new(&format!("/proc/self/task/{me}/children")).exists());
-    if per_task {
-        for _ in 0..3 {
-            let tasks = threads();
-            let mut pids = Vec::new();
-            for tid in &tasks {
-                if let Ok(list) = std::fs::read_to_string(format!("/proc/self/task/{tid}/children"))
-                {
-                    pids.extend(
-                        list.split_whitespace()
-                            .filter_map(|p| p.parse::<i32>().ok()),
-                    );
-                }
-            }
-            if threads() == tasks {
-                return pids;
-            }
-        }
-    }
-    let me = me as i32;
-    procfs::scan(|_, st| st.ppid == me)
-        .into_iter()
-        .map(|(pid, _)| pid)
-        .collect()
-}
-
-fn threads() -> Vec<String> {
-    let mut tids: Vec<String> = std::fs::read_dir("/proc/self/task")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    tids.sort_unstable();
-    tids
-}
-
-/// The children of this process's main thread, where orphans arrive (all
-/// its children where the kernel does not list a thread's). An orphan is
-/// re-parented to the first live thread of this process (the kernel's
-/// `find_new_reaper` takes `find_alive_thread` of the subreaper: the
-/// thread group's leader, its main thread, unless that is exiting), as are
-/// the children of a thread that exits; commands are cloned by other
-/// threads (the spawner, blocking threads), so that list is usually empty
-/// (one small read).
-fn main_children() -> Vec<i32> {
-    static MAIN: OnceLock<String> = OnceLock::new();
-    let main = MAIN.get_or_init(|| format!("/proc/self/task/{}/children", std::process::id()));
-    match std::fs::read(main) {
-        Ok(list) => pids_in(&list),
-        Err(_) => children(),
-    }
-}
-
-/// The pids in a `children` list (decimal numbers separated by spaces).
-fn pids_in(list: &[u8]) -> Vec<i32> {
-    let mut pids = Vec::new();
-    let mut pid: Option<i32> = None;
-    for &b in list {
-        match b {
-            b'0'..=b'9' => {
-                let digit = i32::from(b - b'0');
-                pid = Some(pid.unwrap_or(0).saturating_mul(10).saturating_add(digit));
-            }
-            _ => pids.extend(pid.take()),
-        }
-    }
-    pids.extend(pid);
-    pids
-}
-
-/// Whether a child of this process is not a supervised command (see
-/// [`main_children`]): the one check a run's end makes when nothing is
-/// left (see the module).
+/// Whether `run`'s end may have orphans to stop or reap (see
+/// [`needs_sorting`]); reads the children list.
 #[cfg(feature = "tokio")]
-pub(crate) fn any_unsupervised_child() -> bool {
-    unsupervised(&main_children())
+pub(crate) fn may_have_orphans(run: &Registration) -> bool {
+    needs_sorting(run.id, &main_children())
 }
 
-fn unsupervised(kids: &[i32]) -> bool {
+/// Whether the end of run `this` must sort out the children `kids`: one of
+/// them is neither a supervised command nor an orphan seen before that
+/// belongs to another running run, or a sweep is due. The one check a
+/// run's end makes when nothing is left for it (see the module): no
+/// `/proc` read but the list, and no hold on spawns.
+fn needs_sorting(this: u64, kids: &[i32]) -> bool {
     if kids.is_empty() {
         return false;
     }
-    let supervised = lock(&SUPERVISED);
-    kids.iter().any(|p| !supervised.contains(p))
+    let unsupervised: Vec<i32> = {
+        let supervised = lock(&SUPERVISED);
+        kids.iter()
+            .copied()
+            .filter(|p| !supervised.contains(p))
+            .collect()
+    };
+    if unsupervised.is_empty() {
+        return false;
+    }
+    if lock(&SWEPT).is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
+        return true;
+    }
+    let runs = lock(&RUNS).clone();
+    let seen = lock(&SEEN);
+    let Some(seen) = seen.as_ref() else {
+        return true;
+    };
+    // One seen is still the process seen: only an end reaps orphans, and
+    // forgets them as it does.
+    unsupervised.iter().any(|pid| {
+        seen.get(pid)
+            .is_none_or(|known| owner(known, this, &runs) != Owner::Other)
+    })
 }
 
 /// Whose an orphan is, as far as `run`'s end is concerned.
@@ -512,7 +463,7 @@ pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftov
     // reaped since and reused is not one seen (only an end reaps orphans,
     // under the hold, and forgets them), so it is read again.
     let kids = main_children();
-    if !unsupervised(&kids) {
+    if !needs_sorting(run.id, &kids) {
         return Vec::new();
     }
     let (ours, ended) = {
@@ -580,18 +531,5 @@ fn reap(pid: i32, seen: &mut HashMap<i32, Seen>) {
     seen.remove(&pid);
     if let Some(raw) = Pid::from_raw(pid) {
         let _ = rustix::process::waitpid(Some(raw), WaitOptions::NOHANG);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::pids_in;
-
-    #[test]
-    fn a_children_list_is_read_as_its_pids() {
-        assert_eq!(pids_in(b"12 345 7 "), [12, 345, 7]);
-        assert_eq!(pids_in(b"4194304"), [4_194_304]);
-        assert!(pids_in(b"").is_empty());
-        assert!(pids_in(b" \n").is_empty());
     }
 }
