@@ -358,3 +358,50 @@ fn an_orphan_in_a_jobs_session_is_stopped_at_its_end_without_a_mark() {
         "C's orphan {orphan} (in C's session, no mark) ran on after C ended, while B ran"
     );
 }
+
+/// An orphan of a running job that exits by itself is reaped while its job
+/// still runs, even after the service has seen it (what an orphan is is
+/// kept once seen, and other jobs' ends do not read it again but for a
+/// sweep at most once a second, which reaps it).
+#[test]
+fn an_orphan_seen_before_that_exits_is_reaped_while_its_job_runs() {
+    let s = Server::start(&sh_config(""), &[]);
+    let t = s.tmp();
+    let b = s.submit(json!({"prompt": format!(
+        "(setsid sh -c 'echo $$ > {t}/z.tmp; mv {t}/z.tmp {t}/z.pid; \
+         while [ ! -e {t}/z.go ]; do sleep 0.02; done' </dev/null >/dev/null 2>&1 &); \
+         while [ ! -e {t}/b.go ]; do sleep 0.02; done"
+    )}));
+    let orphan = pid_in(&format!("{t}/z.pid"));
+    let _cleanup = KillOnDrop(orphan);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while ppid(orphan) != s.pid() {
+        assert!(std::time::Instant::now() < deadline, "not re-parented");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Another job's end sees it (B's, left alone).
+    assert_eq!(
+        s.wait_final(&s.submit(json!({"prompt": "true"})))["status"],
+        "succeeded"
+    );
+    assert!(alive(orphan), "another job's end stopped B's orphan");
+    std::fs::write(format!("{t}/z.go"), "").unwrap();
+    while alive(orphan) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{orphan} did not exit"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    while zombies_of(s.pid()).contains(&orphan) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B's orphan {orphan} exited and stays a zombie of the service while B runs"
+        );
+        let a = s.submit(json!({"prompt": "true"}));
+        assert_eq!(s.wait_final(&a)["status"], "succeeded");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    std::fs::write(format!("{t}/b.go"), "").unwrap();
+    assert_eq!(s.wait_final(&b)["status"], "succeeded");
+}
