@@ -39,6 +39,7 @@ class Server:
             "[templates.echo]", 'command = ["echo", "hi"]',
             "[templates.hold]", 'command = ["sleep", "3600"]',
             "[templates.big]", 'command = ["head", "-c", "16777216", "/dev/zero"]',
+            "[templates.sh]", 'command = ["sh", "-c", "{prompt}"]',
         ]
         config = self.dir / "serve.toml"
         config.write_text("\n".join(lines) + "\n")

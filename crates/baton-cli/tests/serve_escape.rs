@@ -251,3 +251,157 @@ fn an_orphan_of_a_job_that_ended_is_stopped_by_the_next_end() {
     std::fs::write(format!("{t}/b.go"), "").unwrap();
     assert_eq!(s.wait_final(&b)["status"], "succeeded");
 }
+
+/// Field `n` (1-based, as in proc(5)) of `/proc/<pid>/stat`.
+fn stat_field(pid: i32, n: usize) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = stat.rsplit(')').next().unwrap();
+    after
+        .split_whitespace()
+        .nth(n - 3)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Kills a process a failed test would leave running.
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if alive(self.0) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &self.0.to_string()])
+                .status();
+        }
+    }
+}
+
+/// A job's process cannot hide in the service's own process group (its
+/// helpers', which the attribution of orphans never touches): each job runs
+/// in a session of its own, so `setpgid` into the service's group is
+/// refused, and a process that tried is stopped at its job's end (found by
+/// a review: it joined the group, and ran on after its job ended).
+#[test]
+fn a_jobs_process_cannot_hide_in_the_services_process_group() {
+    let s = Server::start(&sh_config(""), &[]);
+    let t = s.tmp();
+    let service_pgid = stat_field(s.pid(), 5);
+    std::fs::write(
+        format!("{t}/hide.py"),
+        format!(
+            "import os, sys\n\
+             try:\n    os.setpgid(0, int(sys.argv[1]))\nexcept OSError:\n    pass\n\
+             open('{t}/hide.tmp', 'w').write(str(os.getpid()))\n\
+             os.rename('{t}/hide.tmp', '{t}/hide.pid')\n\
+             os.execv('/bin/sleep', ['sleep', '300'])\n"
+        ),
+    )
+    .unwrap();
+    let id = s.submit(json!({"prompt": format!(
+        "echo $$ $(cut -d' ' -f6 /proc/$$/stat) > {t}/session.tmp; mv {t}/session.tmp {t}/session; \
+         python3 {t}/hide.py {service_pgid} </dev/null >/dev/null 2>&1 & \
+         while [ ! -s {t}/hide.pid ]; do sleep 0.01; done"
+    )}));
+    let j = s.wait_final(&id);
+    let pid = pid_in(&format!("{t}/hide.pid"));
+    let _cleanup = KillOnDrop(pid);
+    assert_eq!(j["status"], "succeeded", "{j}");
+    assert!(
+        !alive(pid),
+        "the job's process {pid} (process group {}, the service's is {service_pgid}) \
+         runs on after the job ended",
+        stat_field(pid, 5)
+    );
+    // The job's shell led its own session.
+    let session = wait_for_file(std::path::Path::new(&format!("{t}/session")));
+    let (shell, sid) = session.trim().split_once(' ').unwrap();
+    assert_eq!(shell, sid, "the job did not run in a session of its own");
+}
+
+/// An orphan in a running job's session is that job's, even without a
+/// mark (`env -i`): one that left its job's process group but not its
+/// session (`setpgid(0, 0)`) is stopped at its job's end although an older
+/// job still runs (which, by start time alone, could own it).
+#[test]
+fn an_orphan_in_a_jobs_session_is_stopped_at_its_end_without_a_mark() {
+    let s = Server::start(&sh_config(""), &[]);
+    let t = s.tmp();
+    std::fs::write(
+        format!("{t}/leave.py"),
+        format!(
+            "import os\n\
+             os.setpgid(0, 0)\n\
+             open('{t}/leave.tmp', 'w').write(str(os.getpid()))\n\
+             os.rename('{t}/leave.tmp', '{t}/leave.pid')\n\
+             os.execv('/bin/sleep', ['sleep', '300'])\n"
+        ),
+    )
+    .unwrap();
+    let b = s.submit(json!({"prompt": format!(
+        "echo up > {t}/b.up; while [ ! -e {t}/b.go ]; do sleep 0.02; done"
+    )}));
+    wait_for_file(std::path::Path::new(&format!("{t}/b.up")));
+    let c = s.submit(json!({"prompt": format!(
+        "env -i \"$(command -v python3)\" {t}/leave.py </dev/null >/dev/null 2>&1 & \
+         while [ ! -s {t}/leave.pid ]; do sleep 0.01; done"
+    )}));
+    let jc = s.wait_final(&c);
+    let orphan = pid_in(&format!("{t}/leave.pid"));
+    let _cleanup = KillOnDrop(orphan);
+    assert_eq!(jc["status"], "succeeded", "{jc}");
+    let stopped = !alive(orphan);
+    std::fs::write(format!("{t}/b.go"), "").unwrap();
+    assert_eq!(s.wait_final(&b)["status"], "succeeded");
+    assert!(
+        stopped,
+        "C's orphan {orphan} (in C's session, no mark) ran on after C ended, while B ran"
+    );
+}
+
+/// An orphan of a running job that exits by itself is reaped while its job
+/// still runs, even after the service has seen it (what an orphan is is
+/// kept once seen, and other jobs' ends do not read it again but for a
+/// sweep at most once a second, which reaps it).
+#[test]
+fn an_orphan_seen_before_that_exits_is_reaped_while_its_job_runs() {
+    let s = Server::start(&sh_config(""), &[]);
+    let t = s.tmp();
+    let b = s.submit(json!({"prompt": format!(
+        "(setsid sh -c 'echo $$ > {t}/z.tmp; mv {t}/z.tmp {t}/z.pid; \
+         while [ ! -e {t}/z.go ]; do sleep 0.02; done' </dev/null >/dev/null 2>&1 &); \
+         while [ ! -e {t}/b.go ]; do sleep 0.02; done"
+    )}));
+    let orphan = pid_in(&format!("{t}/z.pid"));
+    let _cleanup = KillOnDrop(orphan);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while ppid(orphan) != s.pid() {
+        assert!(std::time::Instant::now() < deadline, "not re-parented");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Another job's end sees it (B's, left alone).
+    assert_eq!(
+        s.wait_final(&s.submit(json!({"prompt": "true"})))["status"],
+        "succeeded"
+    );
+    assert!(alive(orphan), "another job's end stopped B's orphan");
+    std::fs::write(format!("{t}/z.go"), "").unwrap();
+    while alive(orphan) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{orphan} did not exit"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    while zombies_of(s.pid()).contains(&orphan) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B's orphan {orphan} exited and stays a zombie of the service while B runs"
+        );
+        let a = s.submit(json!({"prompt": "true"}));
+        assert_eq!(s.wait_final(&a)["status"], "succeeded");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    std::fs::write(format!("{t}/b.go"), "").unwrap();
+    assert_eq!(s.wait_final(&b)["status"], "succeeded");
+}

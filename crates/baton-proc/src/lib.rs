@@ -25,7 +25,9 @@
 //!   together with one `killpg`. Timeouts, cancellation and forwarded signals all act on the
 //!   group, never on the leader alone. When the leader exits while we are terminating the
 //!   group, the rest of the group is killed before the leader is reaped, while its unreaped pid
-//!   still pins the group id.
+//!   still pins the group id. With [`RunSpec::new_session`] (the job service) it is spawned
+//!   with `setsid` instead: it leads a session of its own (and its group), so none of its
+//!   processes can join a group of the supervisor's session.
 //! - **It dies with us.** Between fork and exec the child sets `PR_SET_PDEATHSIG` to
 //!   `SIGKILL`, so if the supervising process dies, even by `SIGKILL`, the kernel kills the
 //!   child. It then checks that `getppid()` is still the supervising process: if the parent

@@ -5,10 +5,21 @@
 //! not to the run it belongs to. Each orphan is attributed to its run, and
 //! a run's end stops only its own.
 //!
+//! **Sessions.** A run whose command starts in a session of its own
+//! ([`RunSpec::new_session`], as the job service's do) registers that
+//! session: an orphan in it belongs to that run, whatever its environment
+//! (a process can leave its session only for a new one, `setsid`, and
+//! join no other; a session id is not reused while a process is in it).
+//! Such a run's processes can join no process group of this process's
+//! session either, so none can hide among this process's helpers (below).
+//!
 //! **Attribution.** Every run registers, before its command executes, the
 //! value its command gets of the mark variable (`BATON_RUN_ID` in baton):
-//! an orphan whose `/proc/<pid>/environ` holds that value belongs to that
-//! run, with all its descendants. An orphan without a readable mark (it
+//! an orphan (outside a registered session) whose `/proc/<pid>/environ`
+//! holds that value belongs to that run, with all its descendants; the
+//! mark read when the orphan is first seen is the one that counts (one
+//! that executes another environment later stays whose it was). An
+//! orphan without a readable mark (it
 //! cleared its environment, `env -i`; it is not dumpable) belongs to one of
 //! the runs registered when it started: it is stopped at a run's end only
 //! when no other registered run started before it (so it cannot be theirs),
@@ -30,15 +41,21 @@
 //! are never touched.
 //!
 //! **Cost.** A run's end reads the children of this process's main thread,
-//! where orphans arrive ([`any_unsupervised_child`]), and stops there when
-//! it has none but supervised commands; `/proc` is scanned only when an
-//! orphan is there.
+//! where orphans arrive ([`main_children`]). What an orphan is (start
+//! time, mark, session) is read once, when an end first sees it, and kept
+//! by pid; an end stops there, with no hold on spawns, when that list has
+//! nothing but supervised commands and orphans seen before that belong to
+//! other running runs ([`needs_sorting`]), reads `/proc` only for orphans
+//! it has not seen, and scans it only when it has orphans to stop. So an
+//! end is not slowed by the orphans of other runs, but for one sweep a
+//! second, at most, that reads them all again (to reap those that exited,
+//! and to check that a pid still names the process seen).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError, RwLock, RwLockReadGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, WaitOptions};
 
@@ -47,6 +64,9 @@ use crate::error::ProcError;
 use crate::leftover::Leftover;
 use crate::procfs::{self, ProcStat};
 use crate::spec::RunSpec;
+
+mod children;
+use children::main_children;
 
 /// Held for reading from before a command is cloned until it is registered
 /// as supervised (and as a run); for writing while orphans are reaped and
@@ -104,7 +124,35 @@ struct Run {
     since: u64,
     /// `NAME=value` of the mark its command got, if it got one.
     mark: Option<Vec<u8>>,
+    /// The session its command leads ([`RunSpec::new_session`]): its pid.
+    session: Option<i32>,
 }
+
+/// What an orphan was at first sight, the facts it is attributed by: its
+/// mark and session do not count again once read (a process that executes
+/// another environment, or makes a session of its own later, stays whose
+/// it was), so an end reads `/proc` only for orphans it has not seen (see
+/// the module, "Cost").
+#[derive(Clone, Debug)]
+struct Seen {
+    /// Its start time: a pid reused is another process.
+    start_time: u64,
+    /// Its mark, if it had one readable.
+    mark: Option<Vec<u8>>,
+    /// Its session.
+    session: i32,
+}
+
+/// The orphans seen, by pid; one leaves when it is reaped (only a run's end
+/// reaps orphans, under [`SPAWNS`]) or is no longer a child of ours.
+static SEEN: Mutex<Option<HashMap<i32, Seen>>> = Mutex::new(None);
+
+/// When orphans seen were last all read again (to reap those that exited
+/// and belong to runs that still run, and to check their start times).
+static SWEPT: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// How often the orphans seen are all read again, at most.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Makes this process a child subreaper for many runs at once (the job
 /// service): a process that any run's command leaves behind outside its
@@ -178,10 +226,10 @@ pub(crate) fn spawning() -> Spawning {
 }
 
 impl Spawning {
-    /// Registers the run whose command `spec` describes (call it after the
-    /// command is registered as supervised); `None` unless this process is
-    /// a shared subreaper.
-    pub(crate) fn register(self, spec: &RunSpec) -> Option<Registration> {
+    /// Registers the run whose command `spec` describes, started as `pid`
+    /// (call it after the command is registered as supervised); `None`
+    /// unless this process is a shared subreaper.
+    pub(crate) fn register(self, spec: &RunSpec, pid: Pid) -> Option<Registration> {
         self.hold.as_ref()?;
         let name = MARK.get()?;
         let mark = spec
@@ -195,6 +243,7 @@ impl Spawning {
             id,
             since: self.since,
             mark,
+            session: spec.new_session.then(|| pid.as_raw_nonzero().get()),
         });
         Some(Registration { id })
     }
@@ -221,74 +270,46 @@ fn now_ticks() -> u64 {
     0
 }
 
-/// This process's children: from `/proc/self/task/*/children` where the
-/// kernel has them (listed again when a thread came or went meanwhile, as
-/// a thread's children move to another when it exits), else from a scan.
-fn children() -> Vec<i32> {
-    static PER_TASK: OnceLock<bool> = OnceLock::new();
-    let me = std::process::id();
-    let per_task = *PER_TASK
-        .get_or_init(|| std::path::Path::new(&format!("/proc/self/task/{me}/children")).exists());
-    if per_task {
-        for _ in 0..3 {
-            let tasks = threads();
-            let mut pids = Vec::new();
-            for tid in &tasks {
-                if let Ok(list) = std::fs::read_to_string(format!("/proc/self/task/{tid}/children"))
-                {
-                    pids.extend(
-                        list.split_whitespace()
-                            .filter_map(|p| p.parse::<i32>().ok()),
-                    );
-                }
-            }
-            if threads() == tasks {
-                return pids;
-            }
-        }
-    }
-    let me = me as i32;
-    procfs::scan(|_, st| st.ppid == me)
-        .into_iter()
-        .map(|(pid, _)| pid)
-        .collect()
+/// Whether `run`'s end may have orphans to stop or reap (see
+/// [`needs_sorting`]); reads the children list.
+#[cfg(feature = "tokio")]
+pub(crate) fn may_have_orphans(run: &Registration) -> bool {
+    needs_sorting(run.id, &main_children())
 }
 
-fn threads() -> Vec<String> {
-    let mut tids: Vec<String> = std::fs::read_dir("/proc/self/task")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    tids.sort_unstable();
-    tids
-}
-
-/// Whether a child of this process is not a supervised command: the one
-/// check a run's end makes when nothing is left (see the module). An
-/// orphan is re-parented to the first live thread of this process (the
-/// kernel's `find_new_reaper` takes `find_alive_thread` of the subreaper:
-/// the thread group's leader, its main thread, unless that is exiting),
-/// as are the children of a thread that exits, so the main thread's
-/// children are read: commands are cloned by other threads (the spawner,
-/// blocking threads), so that list is usually empty (one small read).
-pub(crate) fn any_unsupervised_child() -> bool {
-    static MAIN: OnceLock<String> = OnceLock::new();
-    let main = MAIN.get_or_init(|| format!("/proc/self/task/{}/children", std::process::id()));
-    let kids: Vec<i32> = match std::fs::read_to_string(main) {
-        Ok(list) => list
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
-            .collect(),
-        Err(_) => children(),
-    };
+/// Whether the end of run `this` must sort out the children `kids`: one of
+/// them is neither a supervised command nor an orphan seen before that
+/// belongs to another running run, or a sweep is due. The one check a
+/// run's end makes when nothing is left for it (see the module): no
+/// `/proc` read but the list, and no hold on spawns.
+fn needs_sorting(this: u64, kids: &[i32]) -> bool {
     if kids.is_empty() {
         return false;
     }
-    let supervised = lock(&SUPERVISED);
-    kids.iter().any(|p| !supervised.contains(p))
+    let unsupervised: Vec<i32> = {
+        let supervised = lock(&SUPERVISED);
+        kids.iter()
+            .copied()
+            .filter(|p| !supervised.contains(p))
+            .collect()
+    };
+    if unsupervised.is_empty() {
+        return false;
+    }
+    if lock(&SWEPT).is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
+        return true;
+    }
+    let runs = lock(&RUNS).clone();
+    let seen = lock(&SEEN);
+    let Some(seen) = seen.as_ref() else {
+        return true;
+    };
+    // One seen is still the process seen: only an end reaps orphans, and
+    // forgets them as it does.
+    unsupervised.iter().any(|pid| {
+        seen.get(pid)
+            .is_none_or(|known| owner(known, this, &runs) != Owner::Other)
+    })
 }
 
 /// Whose an orphan is, as far as `run`'s end is concerned.
@@ -302,7 +323,7 @@ enum Owner {
     Other,
 }
 
-/// The mark (`NAME=value`) in the environment `pid` started with, if it is
+/// The mark (`NAME=value`) in the environment of `pid`, if it is
 /// readable and has one.
 fn mark_of(pid: i32) -> Option<Vec<u8>> {
     let name = MARK.get()?;
@@ -313,74 +334,143 @@ fn mark_of(pid: i32) -> Option<Vec<u8>> {
         .map(<[u8]>::to_vec)
 }
 
-fn owner(pid: i32, st: &ProcStat, this: u64, runs: &[Run]) -> Owner {
-    if let Some(mark) = mark_of(pid) {
-        let marked: Vec<&Run> = runs
+fn owner(seen: &Seen, this: u64, runs: &[Run]) -> Owner {
+    // In the session of a running run's command: its, whatever its
+    // environment says (no process can join a session, and a session id
+    // is not reused while a process is in it).
+    // (Two runs with one session: the older one's command has exited and
+    // its session is empty, or its id could not have been reused: the
+    // newer one's.)
+    let session = Some(seen.session);
+    if let Some(run) = runs
+        .iter()
+        .filter(|r| r.session == session)
+        .max_by_key(|r| r.id)
+    {
+        return match run.id == this {
+            true => Owner::This,
+            false => Owner::Other,
+        };
+    }
+    if let Some(mark) = &seen.mark {
+        let mut marked = runs
             .iter()
             .filter(|r| r.mark.as_deref() == Some(mark.as_slice()))
-            .collect();
-        match (marked.iter().any(|r| r.id == this), marked.is_empty()) {
-            (true, _) => return Owner::This,
+            .peekable();
+        match (marked.peek().is_none(), marked.any(|r| r.id == this)) {
+            (_, true) => return Owner::This,
             (false, false) => return Owner::Other,
-            (false, true) if lock(&ENDED).has(&mark) => return Owner::Ended,
+            (true, false) if lock(&ENDED).has(mark) => return Owner::Ended,
             // A mark no run had: a running job's process set it (exported
             // it, a nested run that died), or its run ended long ago:
             // attributed as one without a mark.
-            (false, true) => {}
+            (true, false) => {}
         }
     }
     // Only a run registered before it started can own it.
-    let could: Vec<&Run> = runs.iter().filter(|r| r.since <= st.start_time).collect();
-    if could.iter().any(|r| r.id != this) {
-        Owner::Other
-    } else if could.is_empty() {
+    let mut could = runs
+        .iter()
+        .filter(|r| r.since <= seen.start_time)
+        .peekable();
+    if could.peek().is_none() {
         Owner::Ended
+    } else if could.any(|r| r.id != this) {
+        Owner::Other
     } else {
         Owner::This
     }
+}
+
+/// An orphan to stop: its pid and start time.
+type Orphan = (i32, u64);
+
+/// The orphans among `kids` (children of this process that are neither
+/// supervised commands nor its helpers) that belong to run `this` (first)
+/// and to runs that ended (second), as (pid, start time), by what they
+/// were at first sight; reaps those that exited. Orphans seen before are
+/// taken as they were, without reading `/proc`, but on a sweep (every
+/// [`SWEEP_EVERY`]); one that exited meanwhile is reaped by the end that
+/// stops it, its run's, or the next sweep. Call under the [`SPAWNS`]
+/// write hold.
+fn sort_out(kids: Vec<i32>, this: u64, runs: &[Run]) -> (Vec<Orphan>, Vec<Orphan>) {
+    let me = std::process::id() as i32;
+    let my_pgrp = our_pgrp().map(|p| p.as_raw_nonzero().get());
+    let supervised = lock(&SUPERVISED);
+    let mut seen = lock(&SEEN);
+    let seen = seen.get_or_insert_with(HashMap::new);
+    let sweep = {
+        let mut swept = lock(&SWEPT);
+        let due = swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY);
+        if due {
+            *swept = Some(Instant::now());
+        }
+        due
+    };
+    if sweep {
+        // Only a reaped orphan stops being a child of ours, and this is
+        // the only reaper of orphans: that one was forgotten already.
+        let now: HashSet<i32> = kids.iter().copied().collect();
+        seen.retain(|pid, _| now.contains(pid));
+    }
+    let (mut ours, mut ended) = (Vec::new(), Vec::new());
+    let mut sort = |pid: i32, seen: &Seen| match owner(seen, this, runs) {
+        Owner::This => ours.push((pid, seen.start_time)),
+        Owner::Ended => ended.push((pid, seen.start_time)),
+        Owner::Other => {}
+    };
+    for pid in kids {
+        if supervised.contains(&pid) {
+            continue;
+        }
+        if !sweep {
+            if let Some(known) = seen.get(&pid) {
+                sort(pid, known);
+                continue;
+            }
+        }
+        let Some(st) = procfs::stat(pid).filter(|st| st.ppid == me) else {
+            continue;
+        };
+        let known = seen
+            .get(&pid)
+            .filter(|k| k.start_time == st.start_time)
+            .cloned();
+        if known.is_none() && Some(st.pgrp) == my_pgrp {
+            continue; // a helper of this process's own
+        }
+        if st.exited {
+            reap(pid, seen);
+            continue;
+        }
+        let known = known.unwrap_or_else(|| Seen {
+            start_time: st.start_time,
+            mark: mark_of(pid),
+            session: st.session,
+        });
+        sort(pid, &known);
+        seen.insert(pid, known);
+    }
+    (ours, ended)
 }
 
 /// At the end of `run`'s command: reaps the orphans that have exited and
 /// stops (TERM, `grace`, KILL) those that belong to `run`, or to a run
 /// that has ended, with their descendants; returns `run`'s.
 pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftover> {
-    if !any_unsupervised_child() {
+    // Read before the hold, so that an end with nothing to sort out never
+    // waits for spawns nor holds them up. A pid on the list is checked
+    // under the hold: a command cloned since is supervised by then; a pid
+    // reaped since and reused is not one seen (only an end reaps orphans,
+    // under the hold, and forgets them), so it is read again.
+    let kids = main_children();
+    if !needs_sorting(run.id, &kids) {
         return Vec::new();
     }
-    let me = std::process::id() as i32;
-    let my_pgrp = our_pgrp().map(|p| p.as_raw_nonzero().get());
-    let (live, runs) = {
+    let (ours, ended) = {
         let _hold = SPAWNS.write().unwrap_or_else(PoisonError::into_inner);
-        let supervised = lock(&SUPERVISED);
-        let mut live = Vec::new();
-        for pid in children() {
-            if supervised.contains(&pid) {
-                continue;
-            }
-            let Some(st) = procfs::stat(pid).filter(|st| st.ppid == me) else {
-                continue;
-            };
-            if Some(st.pgrp) == my_pgrp {
-                continue; // a helper of this process's own
-            }
-            match st.exited {
-                true => reap(pid),
-                false => live.push((pid, st)),
-            }
-        }
-        (live, lock(&RUNS).clone())
+        let runs = lock(&RUNS).clone();
+        sort_out(kids, run.id, &runs)
     };
-    if live.is_empty() {
-        return Vec::new();
-    }
-    let (mut ours, mut ended) = (Vec::new(), Vec::new());
-    for (pid, st) in live {
-        match owner(pid, &st, run.id, &runs) {
-            Owner::This => ours.push(pid),
-            Owner::Ended => ended.push(pid),
-            Owner::Other => {}
-        }
-    }
     if ours.is_empty() && ended.is_empty() {
         return Vec::new();
     }
@@ -390,8 +480,14 @@ pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftov
         kids.entry(st.ppid).or_default().push(*pid);
     }
     let stats: HashMap<i32, ProcStat> = all.into_iter().collect();
-    let tree_of = |roots: &[i32]| -> Vec<Pinned> {
-        let mut todo = roots.to_vec();
+    // The orphans themselves as first seen (their pid not reused since),
+    // their descendants as they are now.
+    let tree_of = |roots: &[(i32, u64)]| -> Vec<Pinned> {
+        let mut todo: Vec<i32> = roots
+            .iter()
+            .filter(|(pid, start)| stats.get(pid).is_some_and(|st| st.start_time == *start))
+            .map(|(pid, _)| *pid)
+            .collect();
         let mut pinned = Vec::new();
         while let Some(pid) = todo.pop() {
             if let Some(c) = kids.get(&pid) {
@@ -412,24 +508,28 @@ pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftov
     // under the hold: one that exited during the grace may have been reaped
     // by another run's end, and its pid taken by a command (or a helper)
     // whose exit status is its supervisor's.
+    let me = std::process::id() as i32;
     let _hold = SPAWNS.write().unwrap_or_else(PoisonError::into_inner);
     let supervised = lock(&SUPERVISED);
-    for pid in ours.into_iter().chain(ended) {
+    let mut seen = lock(&SEEN);
+    let seen = seen.get_or_insert_with(HashMap::new);
+    for (pid, start) in ours.into_iter().chain(ended) {
         if supervised.contains(&pid) {
             continue;
         }
-        if procfs::stat(pid)
-            .is_some_and(|st| st.ppid == me && st.exited && Some(st.pgrp) != my_pgrp)
+        if procfs::stat(pid).is_some_and(|st| st.ppid == me && st.exited && st.start_time == start)
         {
-            reap(pid);
+            reap(pid, seen);
         }
     }
     found
 }
 
-/// Reaps `pid`, a child of ours no supervisor waits for, if it has exited.
-fn reap(pid: i32) {
-    if let Some(pid) = Pid::from_raw(pid) {
-        let _ = rustix::process::waitpid(Some(pid), WaitOptions::NOHANG);
+/// Reaps `pid`, a child of ours no supervisor waits for, if it has exited,
+/// and forgets what it was.
+fn reap(pid: i32, seen: &mut HashMap<i32, Seen>) {
+    seen.remove(&pid);
+    if let Some(raw) = Pid::from_raw(pid) {
+        let _ = rustix::process::waitpid(Some(raw), WaitOptions::NOHANG);
     }
 }

@@ -19,7 +19,7 @@
 //! Between fork and exec the child makes only async-signal-safe system calls
 //! on memory prepared before the fork (no allocation, no lock): sigaction,
 //! signal and sigprocmask (the forwarded signals, blocked across the fork),
-//! setpgid, dup2, chdir, ioctl (the terminal), prctl (Linux), getppid, close, read,
+//! setpgid or setsid, dup2, chdir, ioctl (the terminal), prctl (Linux), getppid, close, read,
 //! execvp; on failure write and _exit. That is what
 //! makes the fork safe in a multi-threaded process too (`baton serve`).
 //!
@@ -60,6 +60,8 @@ struct Prepared {
     /// Descriptors (all >= 3, close-on-exec) to become 0, 1 and 2.
     stdio: [Option<OwnedFd>; 3],
     take_terminal: bool,
+    /// `setsid` instead of `setpgid(0, 0)` ([`RunSpec::new_session`]).
+    new_session: bool,
     parent: libc::pid_t,
     /// Where the program may be, in `execvp`'s order (for the cloned
     /// child, which cannot use `execvp`).
@@ -214,7 +216,8 @@ impl Prepared {
                 stdio_fd(&spec.stdio.stdout)?,
                 stdio_fd(&spec.stdio.stderr)?,
             ],
-            take_terminal,
+            take_terminal: take_terminal && !spec.new_session,
+            new_session: spec.new_session,
             parent: rustix::process::getpid().as_raw_nonzero().get(),
             exec_paths,
             sh_argv,
@@ -287,10 +290,30 @@ pub(crate) fn spawn(
     };
     drop(go_read);
     drop(err_write);
-    // The child makes its own group too; doing it here as well means the
-    // group exists when it is recorded, whoever runs first. An error means
-    // the child already failed, which the error pipe reports.
-    let _ = rustix::process::setpgid(Some(pid), Some(pid));
+    match prepared.new_session {
+        // The group exists once the child made its session, which it says
+        // on the error pipe (errno 0) before it waits for the go-ahead: the
+        // group, its session and its leader are then what `on_start`
+        // records. (A `setpgid` from here could come first and make the
+        // child a group leader, which `setsid` refuses.)
+        true => match read_errno(&err_read) {
+            Some(0) => {}
+            Some(errno) => {
+                return Err(failed::spawn_error(
+                    spec,
+                    io::Error::from_raw_os_error(errno),
+                ))
+            }
+            None => return Err(spawn_failed(io::Error::from(io::ErrorKind::BrokenPipe))),
+        },
+        // The child makes its own group too; doing it here as well means
+        // the group exists when it is recorded, whoever runs first. An
+        // error means the child already failed, which the error pipe
+        // reports.
+        false => {
+            let _ = rustix::process::setpgid(Some(pid), Some(pid));
+        }
+    }
     // On an error (or a panic) the child, not yet given the go-ahead, is
     // killed and reaped by `child`: it never runs anything.
     on_start(Started {
@@ -440,8 +463,16 @@ unsafe fn in_child(
         }
         // Blocked since before the fork: one that arrived meanwhile acts now.
         libc::pthread_sigmask(libc::SIG_SETMASK, saved_mask, std::ptr::null_mut());
-        // Its own process group, so the whole command can be stopped at once.
-        if libc::setpgid(0, 0) != 0 {
+        // Its own process group, so the whole command can be stopped at
+        // once; in a session of its own if asked, which the parent waits
+        // for (errno 0 on the error pipe).
+        if p.new_session {
+            if libc::setsid() < 0 {
+                fail(errno());
+            }
+            let made: i32 = 0;
+            libc::write(err, (&raw const made).cast(), 4);
+        } else if libc::setpgid(0, 0) != 0 {
             fail(errno());
         }
         for (target, source) in p.stdio.iter().enumerate() {

@@ -64,6 +64,16 @@ pub struct RunSpec {
     /// Where the command's standard input, output and error go; inherited
     /// from this process by default.
     pub stdio: StdioSpec,
+    /// Start the command in a session of its own (`setsid`) instead of a
+    /// new process group of this process's session: it still leads its
+    /// own group (its pgid is its pid), but none of its processes can join
+    /// a group outside that session (`setpgid` is refused across
+    /// sessions), so none can hide in this process's own group. For a
+    /// process that hosts many runs (the job service); it gives up the
+    /// controlling terminal, so it implies no [`RunSpec::terminal`] hand
+    /// over (`baton run` keeps the terminal's session). Unix; ignored on
+    /// Windows. Off by default.
+    pub new_session: bool,
     /// Start a guardian before the command, which stops the command's whole
     /// process group if this process dies or stops vouching for itself in
     /// time (see [`guard`](crate::guard)). `None` by default.
@@ -121,6 +131,7 @@ impl RunSpec {
             leftovers: LeftoverPolicy::Terminate,
             forward_signals: false,
             terminal: false,
+            new_session: false,
             stdio: StdioSpec::default(),
             guard: None,
         }

@@ -48,8 +48,10 @@ impl Supervisor {
             ),
             false => None,
         };
-        let terminal =
-            (self.spec.forward_signals || self.spec.terminal) && TerminalHandover::wanted();
+        // A command in a session of its own cannot have this one's terminal.
+        let terminal = (self.spec.forward_signals || self.spec.terminal)
+            && !self.spec.new_session
+            && TerminalHandover::wanted();
         let mut stops = match terminal {
             true => {
                 Some(StopWatch::new().map_err(|e| ProcError::io("watch for a stopped child", e))?)
@@ -74,7 +76,7 @@ impl Supervisor {
         let started = Instant::now();
         let mut child = ChildGuard::new(child);
         // Unregistered when this returns, after its leftovers are stopped.
-        let run = spawning.register(&self.spec);
+        let run = spawning.register(&self.spec, child.pid);
         // Dropped when `run` returns: on the normal path the child has been
         // reaped by then; on an error path the terminal is taken back before
         // the child guard kills the group.

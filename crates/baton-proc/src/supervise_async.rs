@@ -97,7 +97,8 @@ impl Supervisor {
             })
             .map(|pid| {
                 let child = ChildGuard::new(pid);
-                (child, spawning.register(&spec))
+                let run = spawning.register(&spec, child.pid);
+                (child, run)
             });
             // Nobody waits any more (the future was dropped): the guard,
             // dropped with the unsent value, kills and reaps the command.
@@ -164,7 +165,8 @@ impl Supervisor {
 /// Terminates what the command left (see `supervise::contain_leftovers`)
 /// on a blocking thread, which it holds only when there may be someone to
 /// stop: a member of the group still there, a child of this shared
-/// subreaper that is no supervised command (an orphan, or a helper), or
+/// subreaper that is no supervised command nor an orphan of another
+/// running run seen before (a new orphan, one of this run's, a helper), or
 /// this process a subreaper of one run.
 async fn contain(
     pgid: rustix::process::Pid,
@@ -173,7 +175,7 @@ async fn contain(
 ) -> Result<Vec<Leftover>, ProcError> {
     let group_alive = rustix::process::test_kill_process_group(pgid).is_ok();
     let orphans = match &run {
-        Some(_) => crate::orphans::any_unsupervised_child(),
+        Some(run) => crate::orphans::may_have_orphans(run),
         None => crate::contain::is_subreaper(),
     };
     if !group_alive && !orphans {

@@ -52,6 +52,46 @@ fn the_command_runs_only_after_on_start_returns_and_leads_its_own_group() {
     );
 }
 
+/// With `new_session` the command leads a session of its own, made before
+/// its group is recorded (what `on_start` records is the new session's
+/// group), and none of its processes can join a group of this process's
+/// session; without it, it stays in this process's session.
+#[test]
+fn a_command_in_a_session_of_its_own_cannot_join_this_processs_group() {
+    let ours = stat_field(std::process::id() as i32, 6).expect("our session");
+    let our_group = stat_field(std::process::id() as i32, 5).expect("our group");
+    let join = "import os, sys\n\
+                try:\n    os.setpgid(0, int(sys.argv[1]))\n\
+                except PermissionError:\n    sys.exit(3)\n";
+    for new_session in [true, false] {
+        let mut spec = baton_proc::RunSpec::new("python3").args(["-c", join, &our_group]);
+        spec.new_session = new_session;
+        let mut recorded = None;
+        let finished = Supervisor::new(spec)
+            .run_with(|started| {
+                let pgid = started.pgid.to_string();
+                recorded = Some((
+                    stat_field(started.pgid, 5).expect("group"),
+                    stat_field(started.pgid, 6).expect("session"),
+                    pgid,
+                ));
+            })
+            .expect("run");
+        let (group, session, pgid) = recorded.expect("on_start ran");
+        assert_eq!(group, pgid, "the command does not lead its own group");
+        match new_session {
+            true => {
+                assert_eq!(session, pgid, "the session was not made before the record");
+                assert_eq!(finished.outcome, Outcome::Exited(3), "it joined our group");
+            }
+            false => {
+                assert_eq!(session, ours, "the command left this process's session");
+                assert_eq!(finished.outcome, Outcome::Exited(0));
+            }
+        }
+    }
+}
+
 #[test]
 fn the_command_starts_with_no_signal_blocked_and_sigpipe_at_its_default() {
     let dir = tempfile::tempdir().expect("tempdir");

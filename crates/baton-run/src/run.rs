@@ -69,6 +69,11 @@ pub struct RunRequest {
     /// the terminal and proxy job control (`baton run`); off for a process
     /// that hosts many runs (see [`RunSpec::forward_signals`]).
     pub forward_signals: bool,
+    /// Start the command (and `setup`) in a session of its own (see
+    /// [`baton_proc::RunSpec::new_session`]): for a process that hosts many
+    /// runs (the job service), so that no process of a run can join a
+    /// process group of the host's; never with `forward_signals`.
+    pub new_session: bool,
     /// The run id (`BATON_RUN_ID`, recorded in every lock and event); a new
     /// one if absent. A caller that logs gives its own, so that its log lines
     /// and the run's carry the same id.
@@ -137,6 +142,7 @@ impl RunRequest {
             leftovers: LeftoverPolicy::Terminate,
             control: RunControl::new(),
             forward_signals: false,
+            new_session: false,
             run_id: None,
             env: Vec::new(),
             clear_env: false,
@@ -575,6 +581,7 @@ pub(crate) fn command_spec(
     spec.grace = req.grace;
     spec.leftovers = req.leftovers;
     spec.forward_signals = req.forward_signals;
+    spec.new_session = req.new_session;
     spec.stdio = req.stdio.clone();
     spec.cwd = req.cwd.clone();
     spec.env = req.env.clone();

@@ -30,6 +30,7 @@ fn request(group: Option<GroupRequest>, script: &str) -> RunRequest {
         leftovers: LeftoverPolicy::Terminate,
         control: RunControl::new(),
         forward_signals: false,
+        new_session: false,
         run_id: None,
         env: Vec::new(),
         clear_env: false,

@@ -273,6 +273,10 @@ pub(crate) fn prepare(
     req.guard = ctx.guard.clone();
     req.env = env.clone();
     req.clear_env = true;
+    // A session of its own: no process of the job can join a process group
+    // of the service's (its own group holds the service's helpers, which
+    // orphan containment never touches).
+    req.new_session = true;
     req.stdio = StdioSpec {
         stdin,
         stdout: Stdio::Fd(out.writer()),

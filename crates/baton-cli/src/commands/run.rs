@@ -134,6 +134,7 @@ pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, flags: &Flags<'_>) -> u8 {
         },
         control: RunControl::new(),
         forward_signals: true,
+        new_session: false,
         run_id: Some(logging::run_id().to_string()),
         env: Vec::new(),
         clear_env: false,

@@ -209,8 +209,20 @@ fn set_up_and_exec(c: &VmChild<'_>) -> i32 {
     // SAFETY: sets this child's mask back to the caller's.
     unsafe { sys::sigprocmask(libc::SIG_SETMASK, &c.saved_mask, std::ptr::null_mut()) };
     let raw = |e: Errno| e.raw_os_error();
-    // Its own process group, so the whole command can be stopped at once.
-    if let Err(e) = rustix::process::setpgid(None, None) {
+    // Its own process group, so the whole command can be stopped at once;
+    // in a session of its own if asked, which the parent waits for (errno
+    // 0 on the error pipe).
+    if p.new_session {
+        if let Err(e) = rustix::process::setsid() {
+            return raw(e);
+        }
+        // SAFETY: the error pipe's write end, open in this child until it
+        // exits or executes.
+        let err = unsafe { BorrowedFd::borrow_raw(c.err) };
+        if let Err(e) = rustix::io::write(err, &0i32.to_ne_bytes()) {
+            return raw(e);
+        }
+    } else if let Err(e) = rustix::process::setpgid(None, None) {
         return raw(e);
     }
     let dups = [
