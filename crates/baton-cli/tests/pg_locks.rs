@@ -250,12 +250,12 @@ fn assert_exclusive(iv: &[(u64, u64, u64)]) {
 // ---------------------------------------------------------------------------
 // Mutual exclusion under load.
 
-/// 8 processes x 100 read-increment-write cycles of one file under one
+/// 8 processes x 50 read-increment-write cycles of one file under one
 /// lock: none is lost.
 #[test]
 fn eight_processes_increment_a_counter_exactly() {
     const PROCS: usize = 8;
-    const EACH: usize = 100;
+    const EACH: usize = 50;
     let pg = Pg::new();
     let counter = pg.path("counter");
     std::fs::write(&counter, "0\n").unwrap();
