@@ -272,7 +272,7 @@ fn now_ticks() -> u64 {
 
 /// Whether `run`'s end may have orphans to stop or reap (see
 /// [`needs_sorting`]); reads the children list.
-#[cfg(feature = "tokio")]
+#[cfg(all(target_os = "linux", feature = "tokio"))]
 pub(crate) fn may_have_orphans(run: &Registration) -> bool {
     needs_sorting(run.id, &main_children())
 }
