@@ -148,6 +148,17 @@ pub enum StateError {
         /// The timeout it exceeded.
         timeout: std::time::Duration,
     },
+    /// The filter printed more than its cap ([`Filter::max_output`](crate::Filter::max_output)),
+    /// and its process group was stopped; nothing was written.
+    #[error("refusing to write '{}': the output of filter '{}' passed {max} bytes, the most allowed (--max-output); the filter was stopped, the file is unchanged", path.display(), program.to_string_lossy())]
+    FilterOutputTooLarge {
+        /// The filter program.
+        program: OsString,
+        /// The state file.
+        path: PathBuf,
+        /// The cap, in bytes.
+        max: u64,
+    },
     /// The filter program does not exist.
     #[error("filter '{}' not found", program.to_string_lossy())]
     FilterNotFound {

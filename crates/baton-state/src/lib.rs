@@ -199,7 +199,7 @@ pub use append::{append_locked, Appended, Torn};
 pub use edit::{edit_locked, edit_with_filter_locked, Edited};
 pub use error::{EditError, StateError};
 pub use file::{Format, StateFile};
-pub use filter::Filter;
+pub use filter::{Filter, DEFAULT_MAX_OUTPUT};
 pub use read::{read_locked, Snapshot};
 pub use version::Version;
 

@@ -15,6 +15,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use crate::duration::parse_duration;
 use crate::exit_codes::{BATON_FAILED, NOT_ACQUIRED, PUSH_CONFLICT};
 use crate::say::{fail, print_json};
+use crate::size::human_size;
 
 /// Workspace strategies on the command line.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -692,20 +693,5 @@ fn human_age(secs: u64) -> String {
         s if s < 7200 => format!("{}m", s / 60),
         s if s < 172_800 => format!("{}h", s / 3600),
         s => format!("{}d", s / 86_400),
-    }
-}
-
-fn human_size(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut v = bytes as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
     }
 }

@@ -1,0 +1,101 @@
+#![cfg(unix)] // sh, /proc and mounts: Windows runs windows.rs
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+//! Defects a hostile review of the local CLI found: a state-edit filter
+//! with endless output, a corrupt workspace registry record, invisible
+//! characters in names, a lossy `state get --json`, and `doctor`'s sizes of
+//! small filesystems. Each test runs the real binary.
+
+use crate::common;
+
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{code, stderr, stdout, Env};
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `baton state edit f.json --max-output 64KiB -- yes`: the filter never
+/// stops writing. Its output is the new document, so baton stops the
+/// filter's group once it passes the cap, leaves the file as it was, and
+/// exits 125 naming the file and the cap (instead of growing until the
+/// kernel kills it).
+#[test]
+fn a_filter_with_endless_output_is_stopped_at_the_cap() {
+    let env = Env::new();
+    let path = env.path("f.json");
+    fs::write(&path, "{\"n\":1}").unwrap();
+    let pidfile = env.path("yes.pid");
+    let filter = format!("echo $$ > {}; exec yes", s(&pidfile));
+    let out = env.run(&[
+        "state",
+        "edit",
+        s(&path),
+        "--max-output",
+        "64KiB",
+        "--",
+        "sh",
+        "-c",
+        &filter,
+    ]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 125, "{err}");
+    assert!(err.contains(s(&path)), "the file is not named: {err}");
+    assert!(
+        err.contains("65536 bytes") && err.contains("--max-output"),
+        "the cap is not named: {err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\"n\":1}");
+    let pid: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    common::wait_until(Duration::from_secs(60), || !common::ns::running(pid));
+}
+
+/// Output up to the cap is a normal edit; the default cap is documented.
+#[test]
+fn output_within_the_cap_is_written_and_the_default_is_documented() {
+    let env = Env::new();
+    let path = env.path("f.txt");
+    let out = env.run(&[
+        "state",
+        "edit",
+        s(&path),
+        "--max-output",
+        "4",
+        "--",
+        "printf",
+        "abcd",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(&path).unwrap(), "abcd");
+    let out = env.run(&[
+        "state",
+        "edit",
+        s(&path),
+        "--max-output",
+        "3",
+        "--",
+        "printf",
+        "wxyz",
+    ]);
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(&path).unwrap(), "abcd");
+    let bad = env.run(&[
+        "state",
+        "edit",
+        s(&path),
+        "--max-output",
+        "lots",
+        "--",
+        "cat",
+    ]);
+    assert_eq!(code(&bad), 125, "{}", stderr(&bad));
+    let help = env.run(&["state", "edit", "--help"]);
+    assert!(stdout(&help).contains("256MiB"), "{}", stdout(&help));
+}
