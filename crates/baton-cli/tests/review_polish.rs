@@ -99,3 +99,39 @@ fn output_within_the_cap_is_written_and_the_default_is_documented() {
     let help = env.run(&["state", "edit", "--help"]);
     assert!(stdout(&help).contains("256MiB"), "{}", stdout(&help));
 }
+
+/// Invisible and bidi characters would let `lock status` show one name for
+/// another (U+202E turns `deploy\u{202E}gnp.exe` into what reads as
+/// `deployexe.png`). They are refused in lock names and group keys, with
+/// 125 and the code point; ordinary non-ASCII letters stay allowed.
+#[test]
+fn invisible_and_bidi_characters_are_refused_in_names() {
+    let env = Env::new();
+    for (bad, point) in [
+        ("deploy\u{202E}gnp.exe", "U+202E"),
+        ("de\u{200B}ploy", "U+200B"),
+        ("a\u{2066}b\u{2069}", "U+2066"),
+        ("soft\u{AD}hyphen", "U+00AD"),
+        ("\u{FEFF}bom", "U+FEFF"),
+        ("line\u{2028}sep", "U+2028"),
+        ("tag\u{E0041}", "U+E0041"),
+        ("nel\u{85}", "U+0085"),
+    ] {
+        for args in [
+            vec!["run", "--lock", bad, "--", "true"],
+            vec!["run", "--group", bad, "--", "true"],
+            vec!["lock", "status", bad],
+        ] {
+            let out = env.run(&args);
+            let err = stderr(&out);
+            assert_eq!(code(&out), 125, "{args:?}: {err}");
+            assert!(err.contains(point), "{args:?}: {point} not named: {err}");
+        }
+    }
+    for good in ["ünï/cödé", "日本語/ブランチ", "issue #42", "Ελληνικά"] {
+        let out = env.run(&["run", "--lock", good, "--", "true"]);
+        assert_eq!(code(&out), 0, "{good}: {}", stderr(&out));
+        let out = env.run(&["run", "--group", good, "--", "true"]);
+        assert_eq!(code(&out), 0, "{good}: {}", stderr(&out));
+    }
+}
