@@ -135,3 +135,41 @@ fn invisible_and_bidi_characters_are_refused_in_names() {
         assert_eq!(code(&out), 0, "{good}: {}", stderr(&out));
     }
 }
+
+/// `state get --json` promises the file's content; a text file that is not
+/// UTF-8 cannot be one JSON string exactly, so it is refused (125, the file
+/// and the offset of the first bad byte), never silently turned into
+/// U+FFFD. Plain `get` prints the bytes as they are.
+#[test]
+fn state_get_json_refuses_bytes_that_are_not_utf8() {
+    let env = Env::new();
+    for (name, bytes, offset) in [
+        ("notes.txt", &b"caf\xc3\xa9 ok\xffno"[..], 8),
+        ("log.jsonl", &b"{\"a\":\"\xfe\"}\n"[..], 6),
+    ] {
+        let path = env.path(name);
+        fs::write(&path, bytes).unwrap();
+        let out = env.run(&["state", "get", s(&path), "--json"]);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 125, "{name}: {} {err}", stdout(&out));
+        assert!(out.stdout.is_empty(), "{name}: {}", stdout(&out));
+        assert!(
+            err.contains(s(&path)),
+            "{name}: the file is not named: {err}"
+        );
+        assert!(
+            err.contains(&format!("byte {offset}")),
+            "{name}: the offset is not named: {err}"
+        );
+        let raw = env.run(&["state", "get", s(&path)]);
+        assert_eq!(code(&raw), 0, "{}", stderr(&raw));
+        assert_eq!(raw.stdout, bytes);
+    }
+    // Valid UTF-8 (any script) is still one exact string.
+    let path = env.path("ok.txt");
+    fs::write(&path, "café ✓\n").unwrap();
+    let out = env.run(&["state", "get", s(&path), "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["content"], "café ✓\n");
+}

@@ -66,6 +66,15 @@ pub enum StateError {
         #[source]
         source: serde_json::Error,
     },
+    /// A file asked for as one JSON string (`baton state get --json`) is not
+    /// UTF-8, so no JSON string holds its content exactly.
+    #[error("'{}' is not UTF-8 text (byte {offset} starts an invalid sequence), so its content cannot be one exact JSON string; read it without --json", path.display())]
+    NotUtf8 {
+        /// The state file.
+        path: PathBuf,
+        /// The offset of the first byte that is not part of valid UTF-8.
+        offset: usize,
+    },
     /// A line of the new content of a `.jsonl` file is not one JSON value.
     #[error("refusing to write '{}': line {line} of the new content is not one JSON value", path.display())]
     InvalidJsonLine {

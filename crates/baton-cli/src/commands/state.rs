@@ -142,7 +142,8 @@ Reads under a shared lock. Without --json the content is printed as is (nothing 
 missing file). With --json one line {\"version\":...,\"content\":...}: version is 16 hex
 digits of the content's SHA-256, or \"absent\"; content is the parsed value of a .json file,
 a string for any other file, null for a missing file. A .jsonl file's torn last line, if
-any, is left out.")]
+any, is left out. Exact or refused: with --json, a file that is not UTF-8 exits 125 naming
+the offset of its first bad byte (without --json its bytes are printed as they are).")]
     Get {
         /// The state file.
         file: PathBuf,
