@@ -173,3 +173,27 @@ fn state_get_json_refuses_bytes_that_are_not_utf8() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["content"], "café ✓\n");
 }
+
+/// `baton doctor` on a 512 KiB filesystem (a tmpfs mounted in a user and
+/// mount namespace of this test): the free-space line names the sizes in a
+/// unit that fits, not "0.0 GiB free of 0.0 GiB".
+#[test]
+fn doctor_prints_small_filesystems_in_a_unit_that_fits() {
+    let env = Env::new();
+    let mnt = env.path("small");
+    fs::create_dir(&mnt).unwrap();
+    let out = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "sh", "-c"])
+        .arg("mount -t tmpfs -o size=512k tmpfs \"$1\" && exec \"$2\" --dir \"$1/bd\" doctor")
+        .args(["sh", s(&mnt), env!("CARGO_BIN_EXE_baton")])
+        .env("HOME", env.tmp.path())
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    let line = text
+        .lines()
+        .find(|l| l.contains("free of"))
+        .unwrap_or_else(|| panic!("no free-space line: {text} {}", stderr(&out)));
+    assert!(!line.contains("0.0 GiB"), "{line}");
+    assert!(line.contains("KiB free of 512.0 KiB"), "{line}");
+}
