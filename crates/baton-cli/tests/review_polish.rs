@@ -197,3 +197,76 @@ fn doctor_prints_small_filesystems_in_a_unit_that_fits() {
     assert!(!line.contains("0.0 GiB"), "{line}");
     assert!(line.contains("KiB free of 512.0 KiB"), "{line}");
 }
+
+/// One corrupt record in the workspace registry: `workspace list` still
+/// lists the others, names the record (path and reason) on stderr and exits
+/// 1 (something is wrong; the listing is incomplete); `workspace gc` removes
+/// the others' due workspaces, leaves the record alone, names it, exits 1.
+#[test]
+fn one_corrupt_workspace_record_does_not_hide_or_stop_the_others() {
+    let g = crate::git::GitEnv::new();
+    let home = g.env.tmp.path();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        // The owner is the shell, which exits right after: a dead owner.
+        let out = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "\"$@\"; true",
+                "sh",
+                env!("CARGO_BIN_EXE_baton"),
+                "--dir",
+            ])
+            .arg(&g.env.dir)
+            .args(["workspace", "create", "--json", "--repo", s(&g.base)])
+            .env("HOME", home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", home.join("gitconfig"))
+            .output()
+            .unwrap();
+        let ws: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+        ids.push(ws["id"].as_str().unwrap().to_string());
+    }
+    let broken = g.env.dir.join("workspaces/.registry/broken.json");
+    fs::write(&broken, "{\"id\": \"broken\", trunc").unwrap();
+
+    let out = g.run(&["workspace", "list"]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 1, "{} {err}", stdout(&out));
+    for id in &ids {
+        assert!(
+            stdout(&out).contains(id.as_str()),
+            "{id} not listed: {}",
+            stdout(&out)
+        );
+    }
+    assert!(
+        err.contains(s(&broken)) && err.contains("not valid JSON"),
+        "{err}"
+    );
+
+    let out = g.run(&["workspace", "list", "--json"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    assert!(stderr(&out).contains(s(&broken)), "{}", stderr(&out));
+
+    let out = g.run(&["workspace", "gc", "--json"]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 1, "{err}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["removed"].as_array().unwrap().len(), 2, "{report}");
+    assert_eq!(report["failed"].as_array().unwrap().len(), 0, "{report}");
+    assert_eq!(report["unreadable"][0]["path"], s(&broken), "{report}");
+    assert!(err.contains(s(&broken)) && err.contains("skipped"), "{err}");
+    assert!(broken.exists(), "gc deleted the record it could not read");
+
+    // Only the unreadable record left: still said, still 1.
+    let out = g.run(&["workspace", "gc"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains(s(&broken)), "{}", stderr(&out));
+    fs::remove_file(&broken).unwrap();
+    let out = g.run(&["workspace", "list"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
