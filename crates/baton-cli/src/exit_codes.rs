@@ -16,6 +16,8 @@ pub const NOT_ACQUIRED: u8 = exit::NOT_ACQUIRED as u8;
 pub const BATON_FAILED: u8 = exit::BATON_FAILED as u8;
 /// `baton git push`: the rebase onto the remote branch conflicted.
 pub const PUSH_CONFLICT: u8 = exit::GIT_CONFLICT as u8;
+/// `baton workspace list` / `gc`: some registry records could not be read.
+pub const SOME_UNREADABLE: u8 = exit::SOME_UNREADABLE as u8;
 /// A command or filter ran past its timeout and was killed.
 pub const TIMED_OUT: u8 = exit::TIMED_OUT as u8;
 /// A filter or command could not be executed.

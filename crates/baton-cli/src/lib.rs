@@ -61,6 +61,7 @@ mod filesystem;
 mod logging;
 mod serve_process;
 mod service;
+mod size;
 mod startup;
 
 #[cfg(feature = "schema")]

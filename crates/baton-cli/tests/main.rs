@@ -33,6 +33,7 @@ mod pg_tls;
 mod previous_holder;
 mod readme;
 mod review;
+mod review_polish;
 mod run;
 mod schemas;
 mod serve;

@@ -7,6 +7,7 @@
 //! | 128+N | [`SIGNALED_BASE`] + N | `baton run`: the command was killed by signal N |
 //! | 1 | [`GIT_CONFLICT`] | `baton git push`: a rebase conflict (local commits untouched) |
 //! | 1 | [`DOCTOR_WARNINGS`] | `baton doctor`: baton works here, with warnings (each names a remedy) |
+//! | 1 | [`SOME_UNREADABLE`] | `baton workspace list` / `gc`: done for every readable record; some registry records could not be read (each named on stderr) |
 //! | 74 | [`CHANGED_NOT_DURABLE`] | `baton state`: changed, but durability unknown; check before repeating |
 //! | 75 | [`NOT_ACQUIRED`] | not acquired: busy with `--no-wait`, `--wait` elapsed, skipped, `--max-pending`, a stale token or version, a branch held by another workspace (`--reset-branch`) |
 //! | 76 | [`LOCK_LOST`] | `baton run --backend postgres://...`: the database session holding the lock ended, or the run's guardian stopped the command because the supervisor did not prove its session lived in time; the command was stopped (or never started) |
@@ -33,6 +34,11 @@ pub const GIT_CONFLICT: i32 = 1;
 /// `baton doctor`: every check passed or warned, none failed; a failure
 /// (baton cannot work there) is [`BATON_FAILED`].
 pub const DOCTOR_WARNINGS: i32 = 1;
+/// `baton workspace list` and `gc`: every readable registry record was
+/// listed (collected), but some records could not be read (corrupt or
+/// unreadable); each is named on stderr with its path and the reason, and
+/// left alone. A failure to remove a workspace is [`BATON_FAILED`].
+pub const SOME_UNREADABLE: i32 = 1;
 /// `baton state`: the change was made (or an append failed part-way and
 /// could not be undone) but could not be confirmed durable (sysexits' EX_IOERR).
 pub const CHANGED_NOT_DURABLE: i32 = 74;
@@ -59,7 +65,10 @@ pub const SIGNALED_BASE: i32 = 128;
 /// Every code baton itself decides, with its meaning (for `--help` texts and tests).
 pub const TABLE: &[(i32, &str)] = &[
     (SUCCESS, "done"),
-    (GIT_CONFLICT, "git push: rebase conflict; doctor: warnings"),
+    (
+        GIT_CONFLICT,
+        "git push: rebase conflict; doctor: warnings; workspace list/gc: unreadable records",
+    ),
     (CHANGED_NOT_DURABLE, "state: changed, durability unknown"),
     (NOT_ACQUIRED, "not acquired"),
     (LOCK_LOST, "lock lost: database session ended"),

@@ -248,6 +248,7 @@ pub const WORKSPACE_GC: Shape = Shape {
         "pruned",
         "removed",
         "skipped",
+        "unreadable",
     ],
 };
 

@@ -7,7 +7,10 @@
 //! does not wait for it), and it drops a record only once the directory is
 //! gone. A clone whose branch has commits that exist nowhere else and that
 //! the base cannot take is kept and reported ([`GcReport::kept`]), not a
-//! failure, unless the caller said to discard them.
+//! failure, unless the caller said to discard them. A registry record it
+//! cannot read is left alone and reported ([`GcReport::unreadable`]): gc
+//! cannot know whose workspace it was, and the other workspaces are still
+//! collected.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -18,7 +21,7 @@ use serde::Serialize;
 use crate::error::BranchCommits;
 use crate::error::GitError;
 use crate::git::{self, Repo};
-use crate::record::{Strategy, Workspace};
+use crate::record::{Strategy, UnreadableRecord, Workspace};
 use crate::registry;
 use crate::remove::{remove_if, Removal, Unpushed};
 
@@ -81,6 +84,9 @@ pub struct GcReport {
     pub skipped: Vec<GcSkipped>,
     /// Workspaces that could not be removed.
     pub failed: Vec<GcFailure>,
+    /// Registry records that could not be read (corrupt, unreadable): left
+    /// alone, neither removed nor their workspace touched.
+    pub unreadable: Vec<UnreadableRecord>,
     /// Base repositories in which `git worktree prune` ran.
     pub pruned: Vec<PathBuf>,
 }
@@ -121,12 +127,7 @@ pub fn gc(dir: &BatonDir, opts: &GcOptions) -> Result<GcReport, GitError> {
         let ws = match rec {
             Ok(ws) => ws,
             Err(e) => {
-                report.failed.push(GcFailure {
-                    id: String::new(),
-                    path: PathBuf::new(),
-                    run_id: String::new(),
-                    error: baton_lock::one_line(&e),
-                });
+                report.unreadable.push(UnreadableRecord::of(dir, &e));
                 continue;
             }
         };

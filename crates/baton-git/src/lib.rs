@@ -90,7 +90,7 @@ pub use git::{
     DEFAULT_GIT_LOCK_WAIT, MIN_GIT_VERSION,
 };
 pub use push::{push, Backoff, PushReport, PushRequest};
-pub use record::{validate_id, Strategy, Workspace, WorkspaceInfo};
+pub use record::{validate_id, Listing, Strategy, UnreadableRecord, Workspace, WorkspaceInfo};
 pub use remove::{remove, remove_with, Removed, Unpushed};
 pub use root::ROOT_SETTING;
-pub use workspace::{create, get, list, WorkspaceRequest};
+pub use workspace::{create, get, list, list_readable, WorkspaceRequest};

@@ -124,6 +124,41 @@ pub struct WorkspaceInfo {
     pub exists: bool,
 }
 
+/// A workspace registry record that cannot be read (not valid JSON, not a
+/// record, unreadable file): reported, never removed or guessed at.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct UnreadableRecord {
+    /// The record file.
+    pub path: PathBuf,
+    /// Why it cannot be read (with the path, as one line).
+    pub error: String,
+}
+
+impl UnreadableRecord {
+    /// The record of `e`, an error reading one registry record of `dir`.
+    pub(crate) fn of(dir: &BatonDir, e: &GitError) -> UnreadableRecord {
+        let path = match e {
+            GitError::BadRecord { path, .. } => path.clone(),
+            GitError::Io(p) => p.path.clone(),
+            _ => dir.path().join("workspaces").join(".registry"),
+        };
+        UnreadableRecord {
+            path,
+            error: baton_lock::one_line(e),
+        }
+    }
+}
+
+/// What [`list_readable`](crate::list_readable) found.
+#[derive(Clone, Debug, Default)]
+pub struct Listing {
+    /// The workspaces whose records could be read, oldest first.
+    pub workspaces: Vec<WorkspaceInfo>,
+    /// The records that could not be read.
+    pub unreadable: Vec<UnreadableRecord>,
+}
+
 /// Checks an id: 1 to 64 characters of `A-Z a-z 0-9 . _ -`, starting with a letter or digit.
 pub fn validate_id(id: &str) -> Result<(), GitError> {
     let ok = !id.is_empty()

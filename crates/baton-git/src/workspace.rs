@@ -27,7 +27,9 @@ use baton_lock::{new_run_id, BatonDir, Liveness, ProcessIdentity, WaitPolicy};
 use crate::branch::{self, Start};
 use crate::error::GitError;
 use crate::git::{self, commit_of, Repo, DEFAULT_GIT_LOCK_WAIT};
-use crate::record::{lock_workspace, validate_id, Strategy, Workspace, WorkspaceInfo};
+use crate::record::{
+    lock_workspace, validate_id, Listing, Strategy, UnreadableRecord, Workspace, WorkspaceInfo,
+};
 use crate::registry;
 use crate::remote::{resolve_url, RemoteCall};
 use crate::remove::{remove, remove_dir};
@@ -472,21 +474,39 @@ fn copy_included(repo: &Repo, to: &Path) -> Result<(), GitError> {
     Ok(())
 }
 
-/// Every workspace in the registry, with its size on disk and age.
+/// Every workspace in the registry, with its size on disk and age. The
+/// first record that cannot be read is the error; [`list_readable`] lists
+/// the others and names it instead.
 pub fn list(dir: &BatonDir) -> Result<Vec<WorkspaceInfo>, GitError> {
-    let mut out = Vec::new();
+    registry::all(dir)?
+        .into_iter()
+        .map(|rec| rec.map(info))
+        .collect()
+}
+
+/// Every workspace whose registry record can be read, with its size on
+/// disk and age, and every record that cannot (corrupt, unreadable), with
+/// its path and why: one bad record hides none of the others.
+pub fn list_readable(dir: &BatonDir) -> Result<Listing, GitError> {
+    let mut out = Listing::default();
     for rec in registry::all(dir)? {
-        let ws = rec?;
-        let exists = ws.path.exists();
-        out.push(WorkspaceInfo {
-            size_bytes: if exists { disk_usage(&ws.path) } else { 0 },
-            age_secs: ws.age().as_secs(),
-            owner_alive: ws.owner.liveness(),
-            exists,
-            workspace: ws,
-        });
+        match rec {
+            Ok(ws) => out.workspaces.push(info(ws)),
+            Err(e) => out.unreadable.push(UnreadableRecord::of(dir, &e)),
+        }
     }
     Ok(out)
+}
+
+fn info(ws: Workspace) -> WorkspaceInfo {
+    let exists = ws.path.exists();
+    WorkspaceInfo {
+        size_bytes: if exists { disk_usage(&ws.path) } else { 0 },
+        age_secs: ws.age().as_secs(),
+        owner_alive: ws.owner.liveness(),
+        exists,
+        workspace: ws,
+    }
 }
 
 /// One workspace's record.

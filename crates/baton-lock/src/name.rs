@@ -1,6 +1,10 @@
 //! Lock names and how they map to files.
 //!
-//! A name is 1–200 bytes of printable UTF-8. `/` separates levels of a
+//! A name is 1–200 bytes of printable UTF-8: control characters (Cc),
+//! format characters (Cf: bidi overrides and isolates, zero-width spaces
+//! and joiners, the soft hyphen, the BOM, tags) and the line and paragraph
+//! separators are refused, so a name cannot be shown as another one
+//! (`lock status`, logs). Letters of any script are fine. `/` separates levels of a
 //! hierarchy (`repo/main`, `issue/42`), but the file a name maps to is always
 //! one flat file directly inside `<baton dir>/locks/`: every byte outside
 //! `[A-Za-z0-9._-]` is written as `%XX`, so no name can name a path outside
@@ -122,6 +126,12 @@ fn problem(name: &str) -> Option<String> {
             u32::from(c)
         ));
     }
+    if let Some(c) = name.chars().find(|&c| invisible(c)) {
+        return Some(format!(
+            "invisible or bidi formatting character U+{:04X} is not allowed (it would make the name read as another)",
+            u32::from(c)
+        ));
+    }
     if name.starts_with('/') {
         return Some("a lock name must not be an absolute path".into());
     }
@@ -133,6 +143,35 @@ fn problem(name: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// Format characters (general category Cf, Unicode 15.1) and the line and
+/// paragraph separators (Zl, Zp): invisible, or reordering what follows.
+fn invisible(c: char) -> bool {
+    matches!(
+        u32::from(c),
+        0x00AD
+            | 0x0600..=0x0605
+            | 0x061C
+            | 0x06DD
+            | 0x070F
+            | 0x0890..=0x0891
+            | 0x08E2
+            | 0x180E
+            | 0x200B..=0x200F
+            | 0x2028..=0x202E
+            | 0x2060..=0x2064
+            | 0x2066..=0x206F
+            | 0xFEFF
+            | 0xFFF9..=0xFFFB
+            | 0x110BD
+            | 0x110CD
+            | 0x13430..=0x1343F
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            | 0xE0001
+            | 0xE0020..=0xE007F
+    )
 }
 
 /// 64-bit FNV-1a: a stable hash for shortened file names (not for security).
@@ -152,7 +191,25 @@ mod tests {
     #[test]
     fn rejects_names_that_could_escape_or_confuse() {
         for bad in [
-            "", "/abs", "a/../b", "..", ".", "a//b", "a/", "nul\0x", "tab\tx", "\u{85}",
+            "",
+            "/abs",
+            "a/../b",
+            "..",
+            ".",
+            "a//b",
+            "a/",
+            "nul\0x",
+            "tab\tx",
+            "\u{85}",
+            "a\u{202E}b",
+            "a\u{200B}b",
+            "a\u{200D}b",
+            "\u{FEFF}a",
+            "a\u{AD}b",
+            "a\u{2066}b",
+            "a\u{2028}b",
+            "a\u{E0041}",
+            "a\u{061C}b",
         ] {
             assert!(LockName::new(bad).is_err(), "{bad:?} should be rejected");
         }
@@ -167,6 +224,8 @@ mod tests {
             "repo/main",
             "issue #42",
             "ünï/cödé",
+            "日本語/ブランチ",
+            "Ελληνικά",
             ".hidden",
             "a.b-c_d",
         ] {

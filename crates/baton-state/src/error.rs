@@ -66,6 +66,15 @@ pub enum StateError {
         #[source]
         source: serde_json::Error,
     },
+    /// A file asked for as one JSON string (`baton state get --json`) is not
+    /// UTF-8, so no JSON string holds its content exactly.
+    #[error("'{}' is not UTF-8 text (byte {offset} starts an invalid sequence), so its content cannot be one exact JSON string; read it without --json", path.display())]
+    NotUtf8 {
+        /// The state file.
+        path: PathBuf,
+        /// The offset of the first byte that is not part of valid UTF-8.
+        offset: usize,
+    },
     /// A line of the new content of a `.jsonl` file is not one JSON value.
     #[error("refusing to write '{}': line {line} of the new content is not one JSON value", path.display())]
     InvalidJsonLine {
@@ -147,6 +156,17 @@ pub enum StateError {
         path: PathBuf,
         /// The timeout it exceeded.
         timeout: std::time::Duration,
+    },
+    /// The filter printed more than its cap ([`Filter::max_output`](crate::Filter::max_output)),
+    /// and its process group was stopped; nothing was written.
+    #[error("refusing to write '{}': the output of filter '{}' passed {max} bytes, the most allowed (--max-output); the filter was stopped, the file is unchanged", path.display(), program.to_string_lossy())]
+    FilterOutputTooLarge {
+        /// The filter program.
+        program: OsString,
+        /// The state file.
+        path: PathBuf,
+        /// The cap, in bytes.
+        max: u64,
     },
     /// The filter program does not exist.
     #[error("filter '{}' not found", program.to_string_lossy())]

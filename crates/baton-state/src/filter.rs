@@ -1,18 +1,27 @@
 //! Running an external filter: current content on stdin, new content on stdout.
 
 use std::ffi::{OsStr, OsString};
-use std::io;
+use std::io::{self, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use baton_fs::IoResultExt;
 use baton_lock::{CommandGroup, LockGuard};
-use baton_proc::{Outcome, ProcError, RunSpec, Started, Streams, Supervisor, DEFAULT_GRACE};
+use baton_proc::{
+    Canceller, Outcome, ProcError, RunSpec, Started, Streams, Supervisor, DEFAULT_GRACE,
+};
 
 use crate::error::StateError;
 
 /// The variable that names the state file to its filter.
 pub(crate) const STATE_FILE_VAR: &str = "BATON_STATE_FILE";
+
+/// The most a filter may print unless [`Filter::max_output`] says otherwise:
+/// 256 MiB. Its output is the new document, held in memory until it is
+/// checked and written, so a filter that never stops writing (`yes`) must
+/// not make the edit grow without bound.
+pub const DEFAULT_MAX_OUTPUT: u64 = 256 << 20;
 
 /// A command that turns a file's current content (its standard input) into
 /// the new content (its standard output), like `jq '.n += 1'`,
@@ -32,8 +41,10 @@ pub(crate) const STATE_FILE_VAR: &str = "BATON_STATE_FILE";
 /// `SIGKILL`), and what it leaves running in its group when it exits is
 /// terminated (`SIGTERM`, the [grace](Filter::grace), `SIGKILL`). With a
 /// [timeout](Filter::timeout), its whole group is stopped the same way when
-/// it runs longer, and nothing is written. Its input is fed and its output
-/// read at the same time, so a filter may write before it has read
+/// it runs longer, and nothing is written. Its output is capped
+/// ([`max_output`](Filter::max_output)): when it prints more, its group is
+/// stopped the same way and nothing is written. Its input is fed and its
+/// output read at the same time, so a filter may write before it has read
 /// everything.
 ///
 /// Its process group is recorded with the lock it runs under, so that if
@@ -49,11 +60,13 @@ pub struct Filter {
     timeout: Option<Duration>,
     grace: Duration,
     forward_signals: bool,
+    max_output: u64,
 }
 
 impl Filter {
     /// A filter from a command line: the program, then its arguments. No
-    /// timeout; a grace period of [`DEFAULT_GRACE`].
+    /// timeout; a grace period of [`DEFAULT_GRACE`]; output capped at
+    /// [`DEFAULT_MAX_OUTPUT`].
     pub fn new<I, S>(argv: I) -> Result<Filter, StateError>
     where
         I: IntoIterator<Item = S>,
@@ -67,7 +80,18 @@ impl Filter {
             timeout: None,
             grace: DEFAULT_GRACE,
             forward_signals: false,
+            max_output: DEFAULT_MAX_OUTPUT,
         })
+    }
+
+    /// Stops the filter's process group (`SIGTERM`, the grace, `SIGKILL`)
+    /// as soon as it has printed more than `bytes`:
+    /// [`StateError::FilterOutputTooLarge`], nothing written. What it
+    /// prints past the cap is read and dropped, never kept.
+    #[must_use]
+    pub fn max_output(mut self, bytes: u64) -> Filter {
+        self.max_output = bytes;
+        self
     }
 
     /// Stops the filter's process group when it runs longer than `timeout`
@@ -126,13 +150,30 @@ impl Filter {
         spec.forward_signals = self.forward_signals;
         let grace_ms = u64::try_from(self.grace.as_millis()).unwrap_or(u64::MAX);
         let mut output = Vec::new();
-        let streamed = Supervisor::new(spec)
-            .run_streaming(Streams::new().stdin(input).stdout(&mut output), |started| {
+        let over = AtomicBool::new(false);
+        let supervisor = Supervisor::new(spec);
+        let capped = Capped {
+            out: &mut output,
+            max: self.max_output,
+            over: &over,
+            stop: supervisor.canceller(),
+        };
+        let streamed = supervisor
+            .run_streaming(Streams::new().stdin(input).stdout(capped), |started| {
                 // Best effort, as for `baton run`: a lock file that cannot
                 // be updated only loses the clean-up after a crash.
                 let _ = held.set_command_group(command_group(started, grace_ms));
             })
             .map_err(|e| self.spawn_error(e, file))?;
+        // Whatever the filter's end (stopped, or exited 0 just past the
+        // cap), output past the cap is refused.
+        if over.load(Ordering::SeqCst) {
+            return Err(StateError::FilterOutputTooLarge {
+                program: self.program.clone(),
+                path: file.to_path_buf(),
+                max: self.max_output,
+            });
+        }
         match streamed.finished.outcome {
             Outcome::Exited(0) => {}
             Outcome::Exited(code) => return Err(self.failed(file, code, None)),
@@ -186,6 +227,33 @@ impl Filter {
                 source: io::Error::other(other),
             }),
         }
+    }
+}
+
+/// The filter's standard output, kept up to `max` bytes: past it, `over`
+/// is set, the filter's group is stopped, and every write fails (the
+/// drain then reads and drops the rest).
+struct Capped<'a> {
+    out: &'a mut Vec<u8>,
+    max: u64,
+    over: &'a AtomicBool,
+    stop: Canceller,
+}
+
+impl Write for Capped<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let total = u64::try_from(self.out.len().saturating_add(buf.len())).unwrap_or(u64::MAX);
+        if self.over.load(Ordering::SeqCst) || total > self.max {
+            self.over.store(true, Ordering::SeqCst);
+            self.stop.cancel();
+            return Err(io::Error::other("the filter's output passed its cap"));
+        }
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 

@@ -16,7 +16,9 @@
 //!   old file's group and permission bits (and owner, as root), fsync it,
 //!   rename it over the file, fsync the directory (`baton_fs::TempFile`
 //!   with `Durability::DataAndDir`). The rename is the commit point. A
-//!   [`Filter`] runs under baton-proc's supervisor, as a contained child.
+//!   [`Filter`] runs under baton-proc's supervisor, as a contained child;
+//!   its output is capped ([`Filter::max_output`], default
+//!   [`DEFAULT_MAX_OUTPUT`]), so an endless one is stopped, not buffered.
 //! - **append** ([`append`], [`append_locked`]): under the lock, check all
 //!   records, cut off a torn last line (keeping its bytes in `FILE.torn`),
 //!   write the records with one `write` (cut back off if it fails),
@@ -24,6 +26,7 @@
 //! - **get** ([`get`], [`read_locked`]): read under a shared lock; the
 //!   content comes with its [`Version`], a content hash that
 //!   [`Options::if_version`] turns an edit into a compare-and-swap.
+//!   [`Snapshot::content_json`] is exact or an error, never lossy.
 //!
 //! ## What is guaranteed
 //!
@@ -199,7 +202,7 @@ pub use append::{append_locked, Appended, Torn};
 pub use edit::{edit_locked, edit_with_filter_locked, Edited};
 pub use error::{EditError, StateError};
 pub use file::{Format, StateFile};
-pub use filter::Filter;
+pub use filter::{Filter, DEFAULT_MAX_OUTPUT};
 pub use read::{read_locked, Snapshot};
 pub use version::Version;
 

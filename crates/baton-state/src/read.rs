@@ -28,9 +28,10 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// The content as JSON, the `content` field of `baton state get --json`:
-    /// the parsed value for a `.json` file, a string for any other file
-    /// (invalid UTF-8 replaced by U+FFFD), `null` for a missing file. A
-    /// `.json` file that does not parse is an error.
+    /// the parsed value for a `.json` file, a string for any other file,
+    /// `null` for a missing file. Never lossy: a `.json` file that does not
+    /// parse, and any other file that is not UTF-8, is an error
+    /// ([`StateError::NotUtf8`] names the offset of the first bad byte).
     pub fn content_json(&self) -> Result<serde_json::Value, StateError> {
         let Some(bytes) = &self.content else {
             return Ok(serde_json::Value::Null);
@@ -42,9 +43,13 @@ impl Snapshot {
                     source,
                 })
             }
-            Format::JsonLines | Format::Text => Ok(serde_json::Value::String(
-                String::from_utf8_lossy(bytes).into_owned(),
-            )),
+            Format::JsonLines | Format::Text => match std::str::from_utf8(bytes) {
+                Ok(text) => Ok(serde_json::Value::String(text.to_owned())),
+                Err(e) => Err(StateError::NotUtf8 {
+                    path: self.path.clone(),
+                    offset: e.valid_up_to(),
+                }),
+            },
         }
     }
 }

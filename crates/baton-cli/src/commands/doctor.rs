@@ -21,6 +21,7 @@ pub(crate) mod check;
 use self::check::{Check, Status};
 use crate::exit_codes::BATON_FAILED;
 use crate::filesystem::{danger, local_dir_remedy, FsProbe};
+use crate::size::human_size;
 
 /// Less free space than this for workspaces is a warning.
 const LOW_SPACE: u64 = 1 << 30;
@@ -478,12 +479,11 @@ fn space(path: &Path) -> Check {
         Ok(s) => s,
         Err(e) => return Check::new("free_space", Status::Warning, baton_lock::one_line(&e)),
     };
-    let gib = |b: u64| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64);
     let detail = json!({ "available_bytes": s.available_bytes, "total_bytes": s.total_bytes, "available_inodes": s.available_inodes });
     let summary = format!(
         "{} free of {}, {} inodes free (workspaces are created under the baton dir)",
-        gib(s.available_bytes),
-        gib(s.total_bytes),
+        human_size(s.available_bytes),
+        human_size(s.total_bytes),
         s.available_inodes
     );
     if s.available_bytes < LOW_SPACE || s.available_inodes < LOW_INODES {

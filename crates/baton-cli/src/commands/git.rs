@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_git::{
-    create, gc, init_attributes, list, push, remove_with, AttributesRequest, Backoff,
+    create, gc, init_attributes, list_readable, push, remove_with, AttributesRequest, Backoff,
     BranchCommits, GcOptions, GitError, PushRequest, Strategy, Unpushed, Workspace,
     WorkspaceRequest, ATTRIBUTES_COMMIT_MESSAGE,
 };
@@ -13,8 +13,9 @@ use baton_lock::{BatonDir, ProcessIdentity, WaitPolicy};
 use clap::{Args, Subcommand, ValueEnum};
 
 use crate::duration::parse_duration;
-use crate::exit_codes::{BATON_FAILED, NOT_ACQUIRED, PUSH_CONFLICT};
+use crate::exit_codes::{BATON_FAILED, NOT_ACQUIRED, PUSH_CONFLICT, SOME_UNREADABLE};
 use crate::say::{fail, print_json};
+use crate::size::human_size;
 
 /// Workspace strategies on the command line.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -206,7 +207,7 @@ live workspace holds the branch (--reset-branch); 125 failed.")]
 
     /// List workspaces: id, strategy, age, size on disk, owner, path.
     #[command(
-        after_help = "Example:\n  baton workspace list --json | jq '.[] | select(.owner_alive == \"dead\")'"
+        after_help = "Example:\n  baton workspace list --json | jq '.[] | select(.owner_alive == \"dead\")'\n\nA registry record that cannot be read is named on stderr (path and reason) and the others are\nlisted. Exit status: 0 listed; 1 listed, but some records could not be read; 125 failed."
     )]
     List {
         /// The repository whose workspaces these are (any path inside it) [default: the one
@@ -254,8 +255,10 @@ nor is one being created or removed right now (reported as skipped). A clone who
 commits that exist nowhere else and that the base cannot take is kept and reported with the
 commits (not a failure); --discard removes it too and names what was dropped. A workspace that
 cannot be removed is reported with its path and a remedy; the others are still removed.
-Exit status: 0 if everything due was removed, skipped or kept; 125 if something could not be
-removed.")]
+A registry record that cannot be read is left as it is and named on stderr (path and reason;
+`unreadable` in --json); the others are still collected.
+Exit status: 0 if everything due was removed, skipped or kept; 1 if so, but some registry
+records could not be read; 125 if something could not be removed.")]
     Gc {
         /// The repository whose workspaces these are (any path inside it) [default: the one
         /// around the working directory; outside any, the baton dir's].
@@ -269,7 +272,7 @@ removed.")]
         discard: bool,
         #[command(flatten)]
         wait: GitLockWaitArg,
-        /// Print JSON {removed, discarded, kept, skipped, failed, pruned}.
+        /// Print JSON {removed, discarded, kept, skipped, failed, unreadable, pruned}.
         #[arg(long)]
         json: bool,
     },
@@ -425,39 +428,24 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand, named_dir: bool) -> 
                 Err(e) => fail(&e, code(&e)),
             }
         }
-        WorkspaceCommand::List { json, .. } => match list(dir) {
-            Ok(all) if json => print_json(&all),
-            Ok(all) => {
-                outln!(
-                    "{:<20} {:<8} {:>8} {:>10} {:<6} PATH",
-                    "ID",
-                    "STRATEGY",
-                    "AGE",
-                    "SIZE",
-                    "OWNER"
+        WorkspaceCommand::List { json, .. } => {
+            let listing = match list_readable(dir) {
+                Ok(l) => l,
+                Err(e) => return fail(&e, code(&e)),
+            };
+            let status = print_listing(&listing.workspaces, json);
+            for u in &listing.unreadable {
+                errln!(
+                    "baton: workspace list: skipped an unreadable registry record: {}",
+                    u.error
                 );
-                for w in &all {
-                    let owner = match w.owner_alive {
-                        baton_lock::Liveness::Alive => "alive",
-                        baton_lock::Liveness::Dead => "dead",
-                        baton_lock::Liveness::NotVisible => "hidden",
-                        baton_lock::Liveness::Unknown | baton_lock::Liveness::Inherited => "?",
-                    };
-                    outln!(
-                        "{:<20} {:<8} {:>8} {:>10} {:<6} {}{}",
-                        w.workspace.id,
-                        w.workspace.strategy.as_str(),
-                        human_age(w.age_secs),
-                        human_size(w.size_bytes),
-                        owner,
-                        w.workspace.path.display(),
-                        if w.exists { "" } else { " (missing)" }
-                    );
-                }
-                0
             }
-            Err(e) => fail(&e, code(&e)),
-        },
+            if listing.unreadable.is_empty() || status != 0 {
+                status
+            } else {
+                SOME_UNREADABLE
+            }
+        }
         WorkspaceCommand::Remove {
             id, discard, wait, ..
         } => {
@@ -537,10 +525,18 @@ pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand, named_dir: bool) -> 
             for f in &report.failed {
                 errln!("baton: gc: {}", f.error);
             }
-            if report.failed.is_empty() {
+            for u in &report.unreadable {
+                errln!(
+                    "baton: gc: skipped an unreadable registry record (left as it is, its workspace, if any, not removed): {}",
+                    u.error
+                );
+            }
+            if !report.failed.is_empty() {
+                BATON_FAILED
+            } else if report.unreadable.is_empty() || status != 0 {
                 status
             } else {
-                BATON_FAILED
+                SOME_UNREADABLE
             }
         }
     }
@@ -695,17 +691,36 @@ fn human_age(secs: u64) -> String {
     }
 }
 
-fn human_size(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut v = bytes as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
+/// `workspace list`: the table (or JSON) of `all`; returns the exit code.
+fn print_listing(all: &[baton_git::WorkspaceInfo], json: bool) -> u8 {
+    if json {
+        return print_json(&all);
     }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
+    outln!(
+        "{:<20} {:<8} {:>8} {:>10} {:<6} PATH",
+        "ID",
+        "STRATEGY",
+        "AGE",
+        "SIZE",
+        "OWNER"
+    );
+    for w in all {
+        let owner = match w.owner_alive {
+            baton_lock::Liveness::Alive => "alive",
+            baton_lock::Liveness::Dead => "dead",
+            baton_lock::Liveness::NotVisible => "hidden",
+            baton_lock::Liveness::Unknown | baton_lock::Liveness::Inherited => "?",
+        };
+        outln!(
+            "{:<20} {:<8} {:>8} {:>10} {:<6} {}{}",
+            w.workspace.id,
+            w.workspace.strategy.as_str(),
+            human_age(w.age_secs),
+            human_size(w.size_bytes),
+            owner,
+            w.workspace.path.display(),
+            if w.exists { "" } else { " (missing)" }
+        );
     }
+    0
 }

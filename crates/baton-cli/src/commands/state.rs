@@ -20,6 +20,7 @@ use crate::exit_codes::{
     NOT_FOUND, TIMED_OUT,
 };
 use crate::say::{fail, write_json, Layout};
+use crate::size::parse_size;
 
 fn version(s: &str) -> Result<Version, String> {
     s.parse().map_err(|e: StateError| e.to_string())
@@ -63,7 +64,9 @@ the file before editing again without --if-version); 75 if --if-version no longe
 the lock was busy (--no-wait, --wait); 125 bad input (a directory, a symlink leaving its
 directory, unreadable, read-only), invalid new content or an I/O error, nothing written;
 124 FILTER ran past --filter-timeout and was killed with its process group, nothing
-written; 126 / 127 FILTER not executable / not found.")]
+written; 126 / 127 FILTER not executable / not found. FILTER's output is the new content, held
+in memory: past --max-output its process group is stopped (TERM, 10s, KILL), nothing is
+written, exit 125.")]
     Edit {
         /// The state file (created if missing).
         file: PathBuf,
@@ -84,6 +87,11 @@ written; 126 / 127 FILTER not executable / not found.")]
         /// nothing is written, exit 124.
         #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, allow_hyphen_values = true)]
         filter_timeout: Option<Duration>,
+
+        /// The most FILTER may print (B, KiB, MiB, GiB): past it, FILTER's whole process group is
+        /// stopped and nothing is written, exit 125.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "256MiB")]
+        max_output: u64,
 
         /// The filter and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "FILTER")]
@@ -134,7 +142,8 @@ Reads under a shared lock. Without --json the content is printed as is (nothing 
 missing file). With --json one line {\"version\":...,\"content\":...}: version is 16 hex
 digits of the content's SHA-256, or \"absent\"; content is the parsed value of a .json file,
 a string for any other file, null for a missing file. A .jsonl file's torn last line, if
-any, is left out.")]
+any, is left out. Exact or refused: with --json, a file that is not UTF-8 exits 125 naming
+the offset of its first bad byte (without --json its bytes are printed as they are).")]
     Get {
         /// The state file.
         file: PathBuf,
@@ -157,6 +166,7 @@ pub fn run(dir: &BatonDir, cmd: StateCommand) -> u8 {
             if_version,
             json,
             filter_timeout,
+            max_output,
             filter,
         } => {
             let filter = match Filter::new(&filter) {
@@ -165,6 +175,7 @@ pub fn run(dir: &BatonDir, cmd: StateCommand) -> u8 {
                     Some(t) => f.timeout(t),
                     None => f,
                 }
+                .max_output(max_output)
                 .forward_signals(true),
                 Err(e) => return fail(&e, BATON_FAILED),
             };
