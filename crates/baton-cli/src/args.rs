@@ -1,12 +1,13 @@
 //! Argument types that several commands share (how long to wait, how a
 //! lock is shared, what is recorded about the holder, group modes, the
-//! diagnostics format), their value parsers, and their conversion into the
+//! diagnostics format, the wait for git's locks, the calling process),
+//! their value parsers, and their conversion into the
 //! libraries' policies. A leaf: it depends on no other module of the crate.
 
 use std::error::Error;
 use std::time::Duration;
 
-use baton_lock::{LockName, Mode, WaitPolicy};
+use baton_lock::{LockName, Mode, ProcessIdentity, WaitPolicy};
 use baton_run::GroupMode;
 use clap::{Args, ValueEnum};
 
@@ -118,4 +119,26 @@ impl From<ModeArg> for GroupMode {
             ModeArg::Skip => GroupMode::Skip,
         }
     }
+}
+
+/// `--git-lock-wait`.
+#[derive(Debug, Args, Clone, Copy)]
+pub struct GitLockWaitArg {
+    /// Longest wait for locks, all together: the repository's (held by others only while
+    /// they run a short git command on its shared metadata) and the workspace's (held while
+    /// it is created or removed); past it, exit 75 naming the holder.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub git_lock_wait: Duration,
+}
+
+/// The process that ran `baton` (a shell, an agent): a workspace it creates
+/// lives as long as it does.
+pub(crate) fn caller() -> ProcessIdentity {
+    #[cfg(unix)]
+    let parent = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
+    #[cfg(windows)]
+    let parent = baton_lock::parent_of(std::process::id() as i32);
+    parent
+        .and_then(ProcessIdentity::of_pid)
+        .unwrap_or_else(ProcessIdentity::current)
 }

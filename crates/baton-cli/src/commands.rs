@@ -15,6 +15,7 @@ pub(crate) mod lock;
 pub(crate) mod run;
 pub(crate) mod serve;
 pub(crate) mod state;
+pub(crate) mod workspace;
 
 use std::path::Path;
 
@@ -22,7 +23,7 @@ use baton_lock::{BatonDir, LockName};
 use clap::Subcommand;
 
 use self::db::DbCommand;
-use self::git::{GitCommand, WorkspaceCommand};
+use self::git::GitCommand;
 use self::group::GroupCommand;
 use self::init::InitArgs;
 use self::job::JobArgs;
@@ -30,6 +31,7 @@ use self::lock::{Flags, LockCommand};
 use self::run::RunArgs;
 use self::serve::ServeArgs;
 use self::state::StateCommand;
+use self::workspace::WorkspaceCommand;
 use crate::args::lock_name;
 use crate::exit_codes::BATON_FAILED;
 
@@ -250,7 +252,7 @@ pub(crate) fn run_in_dir(
         Command::Group(cmd) => group::cmd_group(cmd, flags.backend),
         Command::Events { group, follow } => group::cmd_events(&dir, group.as_ref(), follow),
         Command::State(cmd) => state::run(&dir, cmd),
-        Command::Workspace(cmd) => git::run_workspace(&dir, cmd, flags.named_dir),
+        Command::Workspace(cmd) => workspace::run_workspace(&dir, cmd, flags.named_dir),
         Command::Git(cmd) => git::run_git(&dir, cmd),
         // Carried out by `run_without_dir`, never handed here.
         Command::Doctor { .. }

@@ -2,6 +2,7 @@
 //! are the contract in `baton_contract::exit` (one table, tested); this
 //! module only decides which error gets which.
 
+use baton_git::GitError;
 use baton_lock::LockError;
 use baton_run::RunError;
 
@@ -49,4 +50,13 @@ pub fn for_run_error(e: &RunError) -> u8 {
 /// The exit code of a finished command, clamped into the 0–255 range.
 pub fn for_child(code: i32) -> u8 {
     to_status(code)
+}
+
+/// The exit code for a failed git operation.
+pub fn for_git_error(e: &GitError) -> u8 {
+    match e {
+        GitError::Conflict { .. } => PUSH_CONFLICT,
+        e if e.is_busy() => NOT_ACQUIRED,
+        _ => BATON_FAILED,
+    }
 }

@@ -18,11 +18,11 @@
 //!   per-step commands), gathered from `commands`.
 //! - `commands`: the top-level `Command` and the match that hands it to one
 //!   module per command family (`commands/run.rs`, `lock.rs`, `group.rs`,
-//!   `state.rs`, `git.rs`, `job.rs`, `serve.rs`, `doctor.rs`, `docs.rs`,
+//!   `state.rs`, `workspace.rs`, `git.rs`, `job.rs`, `serve.rs`, `doctor.rs`, `docs.rs`,
 //!   `init.rs`, `db.rs`; `hold.rs` is the background holder `lock acquire`
 //!   starts), each owning its arguments and its handler. A family uses
 //!   another only for its arguments (`run --workspace` takes
-//!   `git::RunWorkspaceArgs`) or, for `lock`, its holder.
+//!   `workspace::RunWorkspaceArgs`) or, for `lock`, its holder.
 //! - Leaves, which import no module above: `args` (argument types several
 //!   commands share, and their conversion into library policies), `say`
 //!   (output that never panics, `--json`, one-line errors), `exit_codes`,

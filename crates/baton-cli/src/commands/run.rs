@@ -8,8 +8,8 @@ use baton_proc::LeftoverPolicy;
 use baton_run::{command_line, run, GroupRequest, RunControl, RunRequest};
 use clap::{ArgGroup, Args};
 
-use super::git::RunWorkspaceArgs;
 use super::lock::Flags;
+use super::workspace::RunWorkspaceArgs;
 use crate::args::{lock_name, HolderArgs, ModeArg, ModeArgs, WaitArgs};
 use crate::duration::{parse_duration, parse_positive_duration};
 use crate::exit_codes::{for_child, for_run_error};
@@ -121,7 +121,7 @@ pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, flags: &Flags<'_>) -> u8 {
                 // Kept for whoever ran `baton run` (as `workspace create`
                 // records its caller), not for this run, which ends now: a
                 // gc must not remove it the moment the run is over.
-                w.owner = Some(crate::commands::git::caller());
+                w.owner = Some(crate::args::caller());
             }
             w
         }),
@@ -184,7 +184,7 @@ pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, flags: &Flags<'_>) -> u8 {
             }
             if let Some(ws) = &report.workspace {
                 let asked = req.workspace.as_ref().and_then(|w| w.reference.as_deref());
-                crate::commands::git::say_start(ws, asked);
+                crate::commands::workspace::say_start(ws, asked);
             }
             if let Some(e) = &report.workspace_error {
                 warnln!("baton: warning: {e} (the workspace is left for `baton workspace gc`)");
