@@ -41,7 +41,9 @@ pub enum GroupIdentity {
     /// process cannot join a group of another session, and a daemon that
     /// made the id its own session with `setsid` is not ours) and must have
     /// started no earlier than the leader. A session of 0 is not checked
-    /// (records written before it was recorded).
+    /// (records written before it was recorded). A group that leads its
+    /// own session (session = group id, [`RunSpec::new_session`](crate::RunSpec::new_session))
+    /// has every process of that session as a member, in whatever group.
     Recorded {
         /// The leader's start time.
         leader_start_time: u64,
@@ -163,17 +165,37 @@ pub fn terminate_group(pgid: i32, identity: GroupIdentity, grace: Duration) -> V
             }
         }
         let belongs = |st: &ProcStat| match identity {
-            GroupIdentity::LeaderReaped => true,
+            GroupIdentity::LeaderReaped => st.pgrp == pgid,
             GroupIdentity::Recorded {
                 leader_start_time,
                 session,
-            } => st.start_time >= leader_start_time && (session == 0 || st.session == session),
+            } => {
+                st.start_time >= leader_start_time
+                    && match session == pgid {
+                        // The group leads its own session: the session's
+                        // other groups are the command's too.
+                        true => st.session == session,
+                        false => st.pgrp == pgid && (session == 0 || st.session == session),
+                    }
+            }
         };
-        let members: Vec<Pinned> =
-            procfs::scan(|pid, st| st.pgrp == pgid && !st.exited && pid != me && belongs(st))
-                .into_iter()
-                .filter_map(|(pid, st)| pin(pid, &st))
-                .collect();
+        let my_pgrp = our_pgrp().map(|g| g.as_raw_nonzero().get());
+        let scanned = procfs::scan(|pid, st| {
+            !st.exited && pid != me && Some(st.pgrp) != my_pgrp && belongs(st)
+        });
+        // The session's other groups (`timeout`, job control), signalled
+        // whole as the group is below.
+        let mut groups: Vec<i32> = scanned
+            .iter()
+            .map(|(_, st)| st.pgrp)
+            .filter(|g| *g != pgid)
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        let members: Vec<Pinned> = scanned
+            .into_iter()
+            .filter_map(|(pid, st)| pin(pid, &st))
+            .collect();
         if members.is_empty() {
             break;
         }
@@ -198,6 +220,15 @@ pub fn terminate_group(pgid: i32, identity: GroupIdentity, grace: Duration) -> V
             };
             let _ = rustix::process::kill_process_group(group, signal);
             let _ = rustix::process::kill_process_group(group, Signal::CONT);
+        }
+        for other in groups.iter().filter_map(|g| Pid::from_raw(*g)) {
+            let signal = if round == 0 {
+                Signal::TERM
+            } else {
+                Signal::KILL
+            };
+            let _ = rustix::process::kill_process_group(other, signal);
+            let _ = rustix::process::kill_process_group(other, Signal::CONT);
         }
         let _ = stop_all(members, if round == 0 { Some(grace) } else { None });
     }
