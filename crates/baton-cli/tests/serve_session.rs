@@ -75,3 +75,49 @@ fn a_process_in_another_group_of_a_jobs_session_is_stopped_after_a_crash() {
         "the crashed job's process in another group of its session",
     );
 }
+
+/// An orphan without a mark (`env -i` then `setsid`) that two jobs could
+/// own (both ran when it started) is stopped by the end of the second,
+/// even while the first is still ending: a run whose command has ended
+/// runs no process any more (found by a hostile review: A's end left it to
+/// B, still registered while its end waited out a TERM-ignoring orphan's
+/// grace, whose sort had left it to A: it ran on with both jobs ended).
+#[test]
+fn an_unmarked_orphan_two_ending_jobs_could_own_is_stopped() {
+    let s = Server::start(
+        &sh_config("").replace("grace = \"1s\"", "grace = \"3s\""),
+        &[],
+    );
+    let t = s.tmp();
+    // B: a marked orphan that ignores TERM, so that B's end waits out its
+    // grace.
+    let b = s.submit(json!({"prompt": format!(
+        "echo $$ > {t}/b.lead; setsid sh -c 'trap \"\" TERM; echo $$ > {t}/b.tmp; \
+         mv {t}/b.tmp {t}/b.pid; exec sleep 300' </dev/null >/dev/null 2>&1 & \
+         while [ ! -e {t}/b.go ]; do sleep 0.02; done"
+    )}));
+    let b_orphan = pid_in(&format!("{t}/b.pid"));
+    let b_lead = pid_in(&format!("{t}/b.lead"));
+    // A: an orphan without a mark, started while both run.
+    let a = s.submit(json!({"prompt": format!(
+        "env -i setsid sh -c 'echo $$ > {t}/a.tmp; mv {t}/a.tmp {t}/a.pid; exec sleep 300' \
+         </dev/null >/dev/null 2>&1 & while [ ! -e {t}/a.go ]; do sleep 0.02; done"
+    )}));
+    let a_orphan = pid_in(&format!("{t}/a.pid"));
+    // B ends first (its end now waits out its orphan's grace), then A.
+    std::fs::write(format!("{t}/b.go"), "").unwrap();
+    let start = Instant::now();
+    while alive(b_lead) && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(format!("{t}/a.go"), "").unwrap();
+    assert_eq!(s.wait_final(&a)["status"], "succeeded");
+    assert_eq!(s.wait_final(&b)["status"], "succeeded");
+    gone_or_fail(b_orphan, "B's own orphan");
+    // No job runs: nothing else would ever stop it.
+    gone_or_fail(
+        a_orphan,
+        "the unmarked orphan, both jobs that could own it ended",
+    );
+}
