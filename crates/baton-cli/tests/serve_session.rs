@@ -121,3 +121,28 @@ fn an_unmarked_orphan_two_ending_jobs_could_own_is_stopped() {
         "the unmarked orphan, both jobs that could own it ended",
     );
 }
+
+/// An orphan that starts another one while its job's end stops it (a
+/// TERM trap that forks a new session) has that one stopped by the same
+/// end, not left for a later job's end (found by a hostile review: in an
+/// idle service it ran on).
+#[test]
+fn an_orphan_forked_while_its_jobs_end_stops_the_orphans_is_stopped_too() {
+    let s = Server::start(&sh_config(""), &[]);
+    let t = s.tmp();
+    let id = s.submit(json!({"prompt": format!(
+        "setsid sh -c 'trap \"setsid sh -c \\\"echo \\\\$\\\\$ > {t}/n.tmp; mv {t}/n.tmp {t}/n.pid; \
+         exec sleep 300\\\" </dev/null >/dev/null 2>&1 &\" TERM; \
+         echo $$ > {t}/o.pid; while :; do sleep 0.05; done' </dev/null >/dev/null 2>&1 & \
+         while [ ! -s {t}/o.pid ]; do sleep 0.01; done"
+    )}));
+    let j = s.wait_final(&id);
+    assert_eq!(j["status"], "succeeded", "{j}");
+    gone_or_fail(pid_in(&format!("{t}/o.pid")), "the job's orphan");
+    // Forked at its TERM: no job runs, nothing else would stop it.
+    let late = pid_in(&format!("{t}/n.pid"));
+    gone_or_fail(
+        late,
+        "the orphan forked while the job's end stopped the first",
+    );
+}

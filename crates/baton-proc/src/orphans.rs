@@ -472,9 +472,32 @@ fn sort_out(kids: Vec<i32>, this: u64, runs: &[Run]) -> (Vec<Orphan>, Vec<Orphan
 
 /// At the end of `run`'s command: reaps the orphans that have exited and
 /// stops (TERM, `grace`, KILL) those that belong to `run`, or to a run
-/// that has ended, with their descendants; returns `run`'s.
+/// that has ended, with their descendants; returns `run`'s. Orphans that
+/// those left while they were stopped (a TERM trap that starts a new
+/// session) are stopped too, at once (KILL), a few rounds at most.
 pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftover> {
     ending(run);
+    let mut found = Vec::new();
+    // The orphans stopped already (one that outlived its KILL, in
+    // uninterruptible sleep, is not waited for again).
+    let mut done = HashSet::new();
+    for round in 0..8 {
+        let grace = (round == 0).then_some(grace);
+        match stop_round(run, grace, &mut done) {
+            Some(more) => found.extend(more),
+            None => break,
+        }
+    }
+    found
+}
+
+/// One round of [`stop_orphans_of`]: `None` when it found no orphan to
+/// stop but those in `done`, which it adds those it stops to.
+fn stop_round(
+    run: &Registration,
+    grace: Option<Duration>,
+    done: &mut HashSet<Orphan>,
+) -> Option<Vec<Leftover>> {
     // Read before the hold, so that an end with nothing to sort out never
     // waits for spawns nor holds them up. A pid on the list is checked
     // under the hold: a command cloned since is supervised by then; a pid
@@ -482,15 +505,17 @@ pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftov
     // under the hold, and forgets them), so it is read again.
     let kids = main_children();
     if !needs_sorting(run.id, &kids) {
-        return Vec::new();
+        return None;
     }
     let (ours, ended) = {
         let _hold = SPAWNS.write().unwrap_or_else(PoisonError::into_inner);
         let runs = lock(&RUNS).clone();
         sort_out(kids, run.id, &runs)
     };
-    if ours.is_empty() && ended.is_empty() {
-        return Vec::new();
+    let before = done.len();
+    done.extend(ours.iter().chain(&ended).copied());
+    if done.len() == before {
+        return None;
     }
     let all = procfs::scan(|_, st| !st.exited);
     let mut kids: HashMap<i32, Vec<i32>> = HashMap::new();
@@ -521,7 +546,8 @@ pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftov
     let found = escaped(&mine);
     let mut stop = mine;
     stop.extend(tree_of(&ended));
-    let _ = stop_all(stop, Some(grace));
+    let stopped = !stop.is_empty();
+    let _ = stop_all(stop, grace);
     // Ours and not supervised: no supervisor waits for them. Checked again
     // under the hold: one that exited during the grace may have been reaped
     // by another run's end, and its pid taken by a command (or a helper)
@@ -540,7 +566,7 @@ pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftov
             reap(pid, seen);
         }
     }
-    found
+    stopped.then_some(found)
 }
 
 /// Reaps `pid`, a child of ours no supervisor waits for, if it has exited,
