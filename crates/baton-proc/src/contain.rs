@@ -41,9 +41,7 @@ pub enum GroupIdentity {
     /// process cannot join a group of another session, and a daemon that
     /// made the id its own session with `setsid` is not ours) and must have
     /// started no earlier than the leader. A session of 0 is not checked
-    /// (records written before it was recorded). A group that leads its
-    /// own session (session = group id, [`RunSpec::new_session`](crate::RunSpec::new_session))
-    /// has every process of that session as a member, in whatever group.
+    /// (records written before it was recorded).
     Recorded {
         /// The leader's start time.
         leader_start_time: u64,
@@ -147,6 +145,30 @@ pub(crate) fn pin(pid: i32, expect: &ProcStat) -> Option<Pinned> {
 ///
 /// This process and the process group it belongs to are never signalled.
 pub fn terminate_group(pgid: i32, identity: GroupIdentity, grace: Duration) -> Vec<Leftover> {
+    terminate(pgid, identity, grace, false)
+}
+
+/// Terminates, like [`terminate_group`], every process of the session
+/// that a command started with [`RunSpec::new_session`](crate::RunSpec::new_session)
+/// made, in whatever process group (`timeout`, job control): `sid` is its
+/// group and session id (its leader's pid), `leader_start_time` its
+/// leader's start time. Only for such a command: the session of a caller
+/// (a login shell that leads its own) holds far more than what it runs.
+pub fn terminate_session(sid: i32, leader_start_time: u64, grace: Duration) -> Vec<Leftover> {
+    let identity = GroupIdentity::Recorded {
+        leader_start_time,
+        session: sid,
+    };
+    terminate(sid, identity, grace, true)
+}
+
+/// [`terminate_group`], or with `session` [`terminate_session`].
+fn terminate(
+    pgid: i32,
+    identity: GroupIdentity,
+    grace: Duration,
+    whole_session: bool,
+) -> Vec<Leftover> {
     let me = std::process::id() as i32;
     if pgid <= 1 || our_pgrp().is_some_and(|g| g.as_raw_nonzero().get() == pgid) {
         return Vec::new();
@@ -165,16 +187,14 @@ pub fn terminate_group(pgid: i32, identity: GroupIdentity, grace: Duration) -> V
             }
         }
         let belongs = |st: &ProcStat| match identity {
-            GroupIdentity::LeaderReaped => st.pgrp == pgid,
+            GroupIdentity::LeaderReaped => st.pgrp == pgid && !whole_session,
             GroupIdentity::Recorded {
                 leader_start_time,
                 session,
             } => {
                 st.start_time >= leader_start_time
-                    && match session == pgid {
-                        // The group leads its own session: the session's
-                        // other groups are the command's too.
-                        true => st.session == session,
+                    && match whole_session {
+                        true => st.session == pgid,
                         false => st.pgrp == pgid && (session == 0 || st.session == session),
                     }
             }
