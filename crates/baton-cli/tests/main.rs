@@ -57,6 +57,7 @@ mod serve_resources;
 mod serve_review;
 mod serve_review24;
 mod serve_schemathesis;
+mod serve_session;
 mod serve_shutdown;
 mod serve_startup;
 mod serve_store_faults;

@@ -512,3 +512,50 @@ fn backend_is_refused_by_serve_and_job_and_absent_from_their_help() {
     let out = baton(&["run", "--help"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("--backend"));
 }
+
+/// A branch name git would refuse is refused at submission (400), never
+/// queued as a job that fails later (found by a hostile review: `HEAD`,
+/// `a/.b`, `a.lock/b` and `a/./b` were queued, and failed 125 when their
+/// workspace was made); names git takes that look alike are taken.
+#[test]
+fn a_branch_name_git_refuses_is_refused_at_submission() {
+    let config = r#"
+[templates.ws]
+command = ["true"]
+[templates.ws.workspace]
+repo = "{tmp}/repo"
+"#;
+    let s = Server::start(config, &[]);
+    let git_takes = |name: &str| {
+        Command::new("git")
+            .args(["check-ref-format", "--branch", name])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    for (name, taken) in [
+        ("HEAD", false),
+        ("a/.b", false),
+        ("a.lock/b", false),
+        ("a/./b", false),
+        ("a/HEAD", true),
+        ("HEAD/a", true),
+        ("HEADS", true),
+        ("a./b", true),
+        ("x.lock.y", true),
+    ] {
+        assert_eq!(git_takes(name), taken, "git's verdict on {name:?}");
+        let (code, v) = s.post(
+            "/v1/jobs",
+            &json!({"template": "ws", "workspace": {"branch": name}}),
+        );
+        match taken {
+            true => assert_eq!(code, 202, "branch {name:?}: {v}"),
+            false => {
+                assert_eq!(code, 400, "branch {name:?}: {v}");
+                assert!(message(&v).contains("'workspace.branch'"), "{v}");
+            }
+        }
+    }
+}

@@ -222,6 +222,13 @@ fn the_document_is_built_for_the_running_configuration_and_stays_valid() {
         "a@{b",
         "a b",
         "é",
+        "HEAD",
+        "a/HEAD",
+        "HEADS",
+        "a.lock/b",
+        "a/./b",
+        "a.lock./b",
+        "x.lock.y",
     ];
     let matched = run_python(
         &python,

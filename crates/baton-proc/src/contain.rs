@@ -145,6 +145,30 @@ pub(crate) fn pin(pid: i32, expect: &ProcStat) -> Option<Pinned> {
 ///
 /// This process and the process group it belongs to are never signalled.
 pub fn terminate_group(pgid: i32, identity: GroupIdentity, grace: Duration) -> Vec<Leftover> {
+    terminate(pgid, identity, grace, false)
+}
+
+/// Terminates, like [`terminate_group`], every process of the session
+/// that a command started with [`RunSpec::new_session`](crate::RunSpec::new_session)
+/// made, in whatever process group (`timeout`, job control): `sid` is its
+/// group and session id (its leader's pid), `leader_start_time` its
+/// leader's start time. Only for such a command: the session of a caller
+/// (a login shell that leads its own) holds far more than what it runs.
+pub fn terminate_session(sid: i32, leader_start_time: u64, grace: Duration) -> Vec<Leftover> {
+    let identity = GroupIdentity::Recorded {
+        leader_start_time,
+        session: sid,
+    };
+    terminate(sid, identity, grace, true)
+}
+
+/// [`terminate_group`], or with `session` [`terminate_session`].
+fn terminate(
+    pgid: i32,
+    identity: GroupIdentity,
+    grace: Duration,
+    whole_session: bool,
+) -> Vec<Leftover> {
     let me = std::process::id() as i32;
     if pgid <= 1 || our_pgrp().is_some_and(|g| g.as_raw_nonzero().get() == pgid) {
         return Vec::new();
@@ -163,17 +187,35 @@ pub fn terminate_group(pgid: i32, identity: GroupIdentity, grace: Duration) -> V
             }
         }
         let belongs = |st: &ProcStat| match identity {
-            GroupIdentity::LeaderReaped => true,
+            GroupIdentity::LeaderReaped => st.pgrp == pgid && !whole_session,
             GroupIdentity::Recorded {
                 leader_start_time,
                 session,
-            } => st.start_time >= leader_start_time && (session == 0 || st.session == session),
+            } => {
+                st.start_time >= leader_start_time
+                    && match whole_session {
+                        true => st.session == pgid,
+                        false => st.pgrp == pgid && (session == 0 || st.session == session),
+                    }
+            }
         };
-        let members: Vec<Pinned> =
-            procfs::scan(|pid, st| st.pgrp == pgid && !st.exited && pid != me && belongs(st))
-                .into_iter()
-                .filter_map(|(pid, st)| pin(pid, &st))
-                .collect();
+        let my_pgrp = our_pgrp().map(|g| g.as_raw_nonzero().get());
+        let scanned = procfs::scan(|pid, st| {
+            !st.exited && pid != me && Some(st.pgrp) != my_pgrp && belongs(st)
+        });
+        // The session's other groups (`timeout`, job control), signalled
+        // whole as the group is below.
+        let mut groups: Vec<i32> = scanned
+            .iter()
+            .map(|(_, st)| st.pgrp)
+            .filter(|g| *g != pgid)
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        let members: Vec<Pinned> = scanned
+            .into_iter()
+            .filter_map(|(pid, st)| pin(pid, &st))
+            .collect();
         if members.is_empty() {
             break;
         }
@@ -198,6 +240,15 @@ pub fn terminate_group(pgid: i32, identity: GroupIdentity, grace: Duration) -> V
             };
             let _ = rustix::process::kill_process_group(group, signal);
             let _ = rustix::process::kill_process_group(group, Signal::CONT);
+        }
+        for other in groups.iter().filter_map(|g| Pid::from_raw(*g)) {
+            let signal = if round == 0 {
+                Signal::TERM
+            } else {
+                Signal::KILL
+            };
+            let _ = rustix::process::kill_process_group(other, signal);
+            let _ = rustix::process::kill_process_group(other, Signal::CONT);
         }
         let _ = stop_all(members, if round == 0 { Some(grace) } else { None });
     }

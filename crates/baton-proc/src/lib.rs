@@ -132,7 +132,10 @@ pub use ask::on_exit_request;
 pub use ask::{ask_to_exit, Asked};
 pub use cancel::Canceller;
 #[cfg(unix)]
-pub use contain::{become_subreaper, is_subreaper, terminate_group, terminate_tree, GroupIdentity};
+pub use contain::{
+    become_subreaper, is_subreaper, terminate_group, terminate_session, terminate_tree,
+    GroupIdentity,
+};
 pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 #[cfg(unix)]
 pub use guard::guardian_main;

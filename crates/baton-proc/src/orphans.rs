@@ -22,8 +22,9 @@
 //! orphan without a readable mark (it
 //! cleared its environment, `env -i`; it is not dumpable) belongs to one of
 //! the runs registered when it started: it is stopped at a run's end only
-//! when no other registered run started before it (so it cannot be theirs),
-//! otherwise it is left for the end of the last run that could own it. An
+//! when no other registered run started before it whose end has not begun
+//! (so it cannot be a running one's), otherwise it is left for the end of
+//! the last run that could own it. An
 //! orphan whose mark is that of one of the latest runs that ended is
 //! stopped by the next run end that finds it; one whose mark no run had (a
 //! process of a running run changed the variable) is attributed by its
@@ -126,6 +127,10 @@ struct Run {
     mark: Option<Vec<u8>>,
     /// The session its command leads ([`RunSpec::new_session`]): its pid.
     session: Option<i32>,
+    /// Its end has begun: its command ended, so no process of it runs
+    /// any more, and an orphan without a mark that it could own is not
+    /// left to it by another run's end.
+    ending: bool,
 }
 
 /// What an orphan was at first sight, the facts it is attributed by: its
@@ -244,6 +249,7 @@ impl Spawning {
             since: self.since,
             mark,
             session: spec.new_session.then(|| pid.as_raw_nonzero().get()),
+            ending: false,
         });
         Some(Registration { id })
     }
@@ -274,7 +280,17 @@ fn now_ticks() -> u64 {
 /// [`needs_sorting`]); reads the children list.
 #[cfg(all(target_os = "linux", feature = "tokio"))]
 pub(crate) fn may_have_orphans(run: &Registration) -> bool {
+    ending(run);
     needs_sorting(run.id, &main_children())
+}
+
+/// Marks `run` as ending (its command ended): see [`Run::ending`]. Two
+/// runs ending at once could otherwise each leave an orphan without a
+/// mark to the other, and neither stop it.
+pub(crate) fn ending(run: &Registration) {
+    if let Some(r) = lock(&RUNS).iter_mut().find(|r| r.id == run.id) {
+        r.ending = true;
+    }
 }
 
 /// Whether the end of run `this` must sort out the children `kids`: one of
@@ -367,10 +383,11 @@ fn owner(seen: &Seen, this: u64, runs: &[Run]) -> Owner {
             (true, false) => {}
         }
     }
-    // Only a run registered before it started can own it.
+    // Only a run registered before it started can own it; one whose end
+    // has begun (other than this one) runs nothing any more.
     let mut could = runs
         .iter()
-        .filter(|r| r.since <= seen.start_time)
+        .filter(|r| r.since <= seen.start_time && (r.id == this || !r.ending))
         .peekable();
     if could.peek().is_none() {
         Owner::Ended
@@ -455,8 +472,32 @@ fn sort_out(kids: Vec<i32>, this: u64, runs: &[Run]) -> (Vec<Orphan>, Vec<Orphan
 
 /// At the end of `run`'s command: reaps the orphans that have exited and
 /// stops (TERM, `grace`, KILL) those that belong to `run`, or to a run
-/// that has ended, with their descendants; returns `run`'s.
+/// that has ended, with their descendants; returns `run`'s. Orphans that
+/// those left while they were stopped (a TERM trap that starts a new
+/// session) are stopped too, at once (KILL), a few rounds at most.
 pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftover> {
+    ending(run);
+    let mut found = Vec::new();
+    // The orphans stopped already (one that outlived its KILL, in
+    // uninterruptible sleep, is not waited for again).
+    let mut done = HashSet::new();
+    for round in 0..8 {
+        let grace = (round == 0).then_some(grace);
+        match stop_round(run, grace, &mut done) {
+            Some(more) => found.extend(more),
+            None => break,
+        }
+    }
+    found
+}
+
+/// One round of [`stop_orphans_of`]: `None` when it found no orphan to
+/// stop but those in `done`, which it adds those it stops to.
+fn stop_round(
+    run: &Registration,
+    grace: Option<Duration>,
+    done: &mut HashSet<Orphan>,
+) -> Option<Vec<Leftover>> {
     // Read before the hold, so that an end with nothing to sort out never
     // waits for spawns nor holds them up. A pid on the list is checked
     // under the hold: a command cloned since is supervised by then; a pid
@@ -464,15 +505,17 @@ pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftov
     // under the hold, and forgets them), so it is read again.
     let kids = main_children();
     if !needs_sorting(run.id, &kids) {
-        return Vec::new();
+        return None;
     }
     let (ours, ended) = {
         let _hold = SPAWNS.write().unwrap_or_else(PoisonError::into_inner);
         let runs = lock(&RUNS).clone();
         sort_out(kids, run.id, &runs)
     };
-    if ours.is_empty() && ended.is_empty() {
-        return Vec::new();
+    let before = done.len();
+    done.extend(ours.iter().chain(&ended).copied());
+    if done.len() == before {
+        return None;
     }
     let all = procfs::scan(|_, st| !st.exited);
     let mut kids: HashMap<i32, Vec<i32>> = HashMap::new();
@@ -503,7 +546,8 @@ pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftov
     let found = escaped(&mine);
     let mut stop = mine;
     stop.extend(tree_of(&ended));
-    let _ = stop_all(stop, Some(grace));
+    let stopped = !stop.is_empty();
+    let _ = stop_all(stop, grace);
     // Ours and not supervised: no supervisor waits for them. Checked again
     // under the hold: one that exited during the grace may have been reaped
     // by another run's end, and its pid taken by a command (or a helper)
@@ -522,7 +566,7 @@ pub(crate) fn stop_orphans_of(run: &Registration, grace: Duration) -> Vec<Leftov
             reap(pid, seen);
         }
     }
-    found
+    stopped.then_some(found)
 }
 
 /// Reaps `pid`, a child of ours no supervisor waits for, if it has exited,

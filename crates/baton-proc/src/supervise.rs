@@ -167,6 +167,10 @@ pub(crate) fn contain_leftovers(
     grace: Duration,
     run: Option<&Registration>,
 ) -> Vec<Leftover> {
+    // Its command has ended: no other run's end leaves an orphan to it.
+    if let Some(run) = run {
+        crate::orphans::ending(run);
+    }
     // One system call in the usual case: nobody is left in the group. The
     // group id cannot name another group yet: a pid is reused only after the
     // kernel's pid counter wraps, and `terminate_group` re-checks anyway.

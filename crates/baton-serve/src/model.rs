@@ -58,15 +58,21 @@ impl RecordedGroup {
     /// Stops what is left of the group (TERM, grace, KILL), checking the
     /// leader's start time and the session so that a reused id is never
     /// signalled; returns how many processes it found.
+    /// A group that leads its session (a job's command has one of its
+    /// own) has all that session stopped, in whatever group.
     #[cfg(unix)]
     pub fn stop(&self) -> usize {
+        let grace = std::time::Duration::from_millis(self.grace_ms);
+        if self.session == self.pgid {
+            return baton_proc::terminate_session(self.pgid, self.leader_start_time, grace).len();
+        }
         baton_proc::terminate_group(
             self.pgid,
             baton_proc::GroupIdentity::Recorded {
                 leader_start_time: self.leader_start_time,
                 session: self.session,
             },
-            std::time::Duration::from_millis(self.grace_ms),
+            grace,
         )
         .len()
     }

@@ -237,18 +237,32 @@ fn up_to(n: u128) -> String {
     alts.join("|")
 }
 
-/// Exactly the names `api::input::valid_branch` takes (length aside): words
-/// of `[A-Za-z0-9_+-]` between separators that alternate '.' and '/', the
-/// first word not starting with '-', the last not `lock` after a '.'.
+/// Exactly the names `api::input::valid_branch` takes (length aside):
+/// '/'-separated components made of words of `[A-Za-z0-9_+-]` joined by
+/// single dots; a component may end with a dot but for the last, and none
+/// ends with `.lock` (its last dotted word is not `lock`); the first word
+/// does not start with '-'; one component alone is not `HEAD`. No
+/// lookahead, so that any regex engine takes it.
 fn branch_pattern() -> String {
     let x = "[A-Za-z0-9_+-]";
-    let sep = "(?:\\.(?:/\\.)*/?|/(?:\\./)*\\.?)";
-    let sep_dot = "(?:\\.(?:/\\.)*|/(?:\\./)*\\.)";
-    let sep_slash = "(?:\\.(?:/\\.)*/|/(?:\\./)*)";
+    let f = "[A-Za-z0-9_+]";
+    let word = format!("{x}+");
+    let first = format!("{f}{x}*");
     let not_lock = format!(
         "(?:{x}{{1,3}}|{x}{{5,}}|[A-Za-km-z0-9_+-]{x}{{3}}|l[A-Za-np-z0-9_+-]{x}{{2}}|lo[A-Zabd-z0-9_+-]{x}|loc[A-Za-jl-z0-9_+-])"
     );
-    format!("^[A-Za-z0-9_+]{x}*(?:(?:{sep}{x}+)*(?:{sep_slash}{x}+|{sep_dot}{not_lock}))?$")
+    let not_head = format!(
+        "(?:{f}{x}{{0,2}}|{f}{x}{{4,}}|[A-GI-Za-z0-9_+]{x}{{3}}|H[A-DF-Za-z0-9_+-]{x}{{2}}|HE[B-Za-z0-9_+-]{x}|HEA[A-CE-Za-z0-9_+-])"
+    );
+    // A component before a '/', and the last one.
+    let inner = |w: &str| format!("(?:{w}(?:\\.{word})*\\.|{w}(?:(?:\\.{word})*\\.{not_lock})?)");
+    let last = |w: &str| format!("{w}(?:(?:\\.{word})*\\.{not_lock})?");
+    format!(
+        "^(?:{}/(?:{}/)*{}|{not_head}|{first}(?:\\.{word})*\\.{not_lock})$",
+        inner(&first),
+        inner(&word),
+        last(&word)
+    )
 }
 
 /// A lock name (`baton_lock::LockName`): '/'-separated parts, none empty,
@@ -507,10 +521,23 @@ mod tests {
         // pinned here as text so that a change is a deliberate one.
         assert_eq!(
             branch_pattern(),
-            "^[A-Za-z0-9_+][A-Za-z0-9_+-]*(?:(?:(?:\\.(?:/\\.)*/?|/(?:\\./)*\\.?)[A-Za-z0-9_+-]+)*\
-             (?:(?:\\.(?:/\\.)*/|/(?:\\./)*)[A-Za-z0-9_+-]+|(?:\\.(?:/\\.)*|/(?:\\./)*\\.)\
-             (?:[A-Za-z0-9_+-]{1,3}|[A-Za-z0-9_+-]{5,}|[A-Za-km-z0-9_+-][A-Za-z0-9_+-]{3}|\
-             l[A-Za-np-z0-9_+-][A-Za-z0-9_+-]{2}|lo[A-Zabd-z0-9_+-][A-Za-z0-9_+-]|loc[A-Za-jl-z0-9_+-])))?$"
+            concat!(
+                "^(?:(?:[A-Za-z0-9_+][A-Za-z0-9_+-]*(?:\\.[A-Za-z0-9_+-]+)*\\.|[A-Za-z0-9_+][A-Za",
+                "-z0-9_+-]*(?:(?:\\.[A-Za-z0-9_+-]+)*\\.(?:[A-Za-z0-9_+-]{1,3}|[A-Za-z0-9_+-]{5,}",
+                "|[A-Za-km-z0-9_+-][A-Za-z0-9_+-]{3}|l[A-Za-np-z0-9_+-][A-Za-z0-9_+-]{2}|lo[A-Zab",
+                "d-z0-9_+-][A-Za-z0-9_+-]|loc[A-Za-jl-z0-9_+-]))?)/(?:(?:[A-Za-z0-9_+-]+(?:\\.[A-",
+                "Za-z0-9_+-]+)*\\.|[A-Za-z0-9_+-]+(?:(?:\\.[A-Za-z0-9_+-]+)*\\.(?:[A-Za-z0-9_+-]{",
+                "1,3}|[A-Za-z0-9_+-]{5,}|[A-Za-km-z0-9_+-][A-Za-z0-9_+-]{3}|l[A-Za-np-z0-9_+-][A-",
+                "Za-z0-9_+-]{2}|lo[A-Zabd-z0-9_+-][A-Za-z0-9_+-]|loc[A-Za-jl-z0-9_+-]))?)/)*[A-Za",
+                "-z0-9_+-]+(?:(?:\\.[A-Za-z0-9_+-]+)*\\.(?:[A-Za-z0-9_+-]{1,3}|[A-Za-z0-9_+-]{5,}",
+                "|[A-Za-km-z0-9_+-][A-Za-z0-9_+-]{3}|l[A-Za-np-z0-9_+-][A-Za-z0-9_+-]{2}|lo[A-Zab",
+                "d-z0-9_+-][A-Za-z0-9_+-]|loc[A-Za-jl-z0-9_+-]))?|(?:[A-Za-z0-9_+][A-Za-z0-9_+-]{",
+                "0,2}|[A-Za-z0-9_+][A-Za-z0-9_+-]{4,}|[A-GI-Za-z0-9_+][A-Za-z0-9_+-]{3}|H[A-DF-Za",
+                "-z0-9_+-][A-Za-z0-9_+-]{2}|HE[B-Za-z0-9_+-][A-Za-z0-9_+-]|HEA[A-CE-Za-z0-9_+-])|",
+                "[A-Za-z0-9_+][A-Za-z0-9_+-]*(?:\\.[A-Za-z0-9_+-]+)*\\.(?:[A-Za-z0-9_+-]{1,3}|[A-",
+                "Za-z0-9_+-]{5,}|[A-Za-km-z0-9_+-][A-Za-z0-9_+-]{3}|l[A-Za-np-z0-9_+-][A-Za-z0-9_",
+                "+-]{2}|lo[A-Zabd-z0-9_+-][A-Za-z0-9_+-]|loc[A-Za-jl-z0-9_+-]))$",
+            )
         );
     }
 

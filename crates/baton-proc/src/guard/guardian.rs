@@ -16,7 +16,7 @@ use rustix::net::{
 use rustix::process::Pid;
 
 use super::{mono_ns, Fence, GuardSpec, GUARD_ARG, GUARD_DISARMED, GUARD_FENCED, GUARD_ORPHANED};
-use crate::contain::{terminate_group, GroupIdentity, SUPERVISED};
+use crate::contain::{terminate_group, terminate_session, GroupIdentity, SUPERVISED};
 use crate::error::ProcError;
 use crate::sys::{ProcFd, SEND_FLAGS};
 use crate::time::timespec;
@@ -384,6 +384,15 @@ impl Armed {
     /// promise); whether anything of it was still running.
     fn stop(&mut self) -> bool {
         match &mut self.target {
+            // A command in a session of its own (the job service's): all of
+            // that session.
+            Target::Group {
+                pgid,
+                leader_start_time,
+                session,
+            } if *session == *pgid => {
+                !terminate_session(*pgid, *leader_start_time, Duration::ZERO).is_empty()
+            }
             Target::Group {
                 pgid,
                 leader_start_time,

@@ -161,16 +161,19 @@ pub(crate) fn check_reset(
     Ok(())
 }
 
-/// What `git check-ref-format --branch` would accept, conservatively.
+/// What `git check-ref-format --branch` would accept, conservatively:
+/// ASCII words, '.', '/', '+', '-' and '_'; '/'-separated components, none
+/// empty, starting with '.' or ending with `.lock`; no `..`; not starting
+/// with '-' nor ending with '.'; not `HEAD`.
 pub(crate) fn valid_branch(b: &str) -> bool {
     !b.is_empty()
         && b.len() <= 200
-        && !b.starts_with(['-', '/', '.'])
-        && !b.ends_with(['/', '.'])
-        && !b.ends_with(".lock")
+        && b != "HEAD"
+        && !b.starts_with('-')
+        && !b.ends_with('.')
         && !b.contains("..")
-        && !b.contains("//")
-        && !b.contains("@{")
         && b.chars()
             .all(|c| c.is_ascii_alphanumeric() || "._/-+".contains(c))
+        && b.split('/')
+            .all(|c| !c.is_empty() && !c.starts_with('.') && !c.ends_with(".lock"))
 }

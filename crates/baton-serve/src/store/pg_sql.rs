@@ -15,7 +15,8 @@ type PgResult<T> = Result<T, tokio_postgres::Error>;
 /// `backend_pid` (the backend pid of the session that holds the liveness lock).
 /// 4: `baton_depth` (running + queued jobs, kept by triggers).
 /// 5: `reset_branch` and `abandoned_ref` (a job that starts its branch over).
-pub(super) const SCHEMA_VERSION: i32 = 5;
+/// 6: the depth set to 0 when `baton_jobs` is truncated.
+pub(super) const SCHEMA_VERSION: i32 = 6;
 
 /// The advisory lock (transaction level) that serialises batches of
 /// submissions (the depth cap), and takeovers.
@@ -108,6 +109,20 @@ const SCHEMA_V5: &str = "ALTER TABLE baton_jobs \
     ADD COLUMN IF NOT EXISTS reset_branch BOOLEAN NOT NULL DEFAULT FALSE, \
     ADD COLUMN IF NOT EXISTS abandoned_ref TEXT";
 
+/// A `TRUNCATE` of `baton_jobs` (an operator emptying the table) fires no
+/// row trigger: it empties the depth too (it holds the table's exclusive
+/// lock, so no other writer counts meanwhile).
+const SCHEMA_V6: &str = "
+CREATE OR REPLACE FUNCTION baton_depth_clear() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE baton_depth SET depth = 0;
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS baton_depth_truncate ON baton_jobs;
+CREATE TRIGGER baton_depth_truncate AFTER TRUNCATE ON baton_jobs FOR EACH STATEMENT
+    EXECUTE PROCEDURE baton_depth_clear();
+";
+
 pub(super) const COLUMNS: &str =
     "seq, id, template, prompt, grp, mode, timeout_ms, branch, command, \
     created_at, status, exit_code, error, started_at, finished_at, workspace, superseded_by, \
@@ -133,7 +148,9 @@ pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), S
             "it was written by a newer baton (schema {version}, this one knows {SCHEMA_VERSION})"
         ));
     }
-    for (step, sql) in (1..).zip([SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5]) {
+    for (step, sql) in (1..).zip([
+        SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6,
+    ]) {
         if version < step {
             tx.batch_execute(sql).await.map_err(|e| one_line(&e))?;
             tx.execute(

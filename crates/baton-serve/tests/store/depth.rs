@@ -174,3 +174,32 @@ pub(super) async fn a_database_without_the_kept_depth_gets_it_counted(ctx: Ctx) 
     submit(s, job("new", 20)).await;
     counts_are(&*second, 1, 4, "a submission after the migration").await;
 }
+
+/// An operator who empties the table (`TRUNCATE baton_jobs`, which fires
+/// no row trigger) leaves no kept depth behind: the counts are zero and
+/// the depth cap admits submissions again (found by a hostile review: the
+/// depth stayed at what it was, /health listed phantom queued jobs and
+/// every submission was refused `queue_full` for good).
+pub(super) async fn a_truncated_queue_leaves_no_depth_behind(ctx: Ctx) {
+    let StoreUrl::Postgres(url) = &ctx.url else {
+        // SQLite counts its jobs.
+        return;
+    };
+    let s = &*ctx.store;
+    for i in 0..5 {
+        submit(s, job(&format!("j{i}"), i)).await;
+    }
+    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("j0"));
+    counts_are(s, 1, 4, "submissions").await;
+    let (c, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    c.batch_execute("TRUNCATE baton_jobs").await.unwrap();
+    counts_are(s, 0, 0, "a TRUNCATE").await;
+    match s.submit(job("after", 10), 5).await.unwrap() {
+        Submitted::Queued { .. } => {}
+        full => panic!("refused after the table was emptied: {full:?}"),
+    }
+    counts_are(s, 0, 1, "a submission after the TRUNCATE").await;
+}

@@ -19,8 +19,8 @@ use batch::{
 };
 mod depth;
 use depth::{
-    a_database_without_the_kept_depth_gets_it_counted, the_counts_stay_exact_through_every_change,
-    two_nodes_submitting_at_once_stop_at_the_depth_cap,
+    a_database_without_the_kept_depth_gets_it_counted, a_truncated_queue_leaves_no_depth_behind,
+    the_counts_stay_exact_through_every_change, two_nodes_submitting_at_once_stop_at_the_depth_cap,
 };
 mod liveness;
 use liveness::a_node_claims_only_while_its_own_session_holds_its_lock;
@@ -139,6 +139,7 @@ exercises!(
     the_counts_stay_exact_through_every_change,
     two_nodes_submitting_at_once_stop_at_the_depth_cap,
     a_database_without_the_kept_depth_gets_it_counted,
+    a_truncated_queue_leaves_no_depth_behind,
     a_jobs_reset_branch_and_abandoned_ref_are_stored,
 );
 

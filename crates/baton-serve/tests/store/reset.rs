@@ -108,6 +108,6 @@ fn a_postgres_store_of_schema_2_opens_migrated_with_its_jobs() {
     assert_eq!(
         db.scalar("SELECT max(version) FROM baton_serve_schema")
             .as_deref(),
-        Some("5")
+        Some("6")
     );
 }
