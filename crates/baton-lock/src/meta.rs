@@ -92,6 +92,26 @@ pub struct CommandGroup {
     pub session: i32,
 }
 
+impl CommandGroup {
+    /// The group of a command just started, with its leader's identity
+    /// (start time, and on Unix its session) read now, so that a reused
+    /// group id is never taken for it; Windows has no sessions.
+    pub fn of_started(started: baton_proc::Started, grace_ms: u64) -> CommandGroup {
+        #[cfg(unix)]
+        let (leader_start_time, session) =
+            baton_proc::procfs::stat(started.pgid).map_or((0, 0), |s| (s.start_time, s.session));
+        #[cfg(windows)]
+        let (leader_start_time, session) =
+            (crate::identity::start_time(started.pgid).unwrap_or(0), 0);
+        CommandGroup {
+            pgid: started.pgid,
+            leader_start_time,
+            grace_ms,
+            session,
+        }
+    }
+}
+
 /// What kind of process holds a lock (`kind` in metadata and `--json`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

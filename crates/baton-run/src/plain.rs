@@ -11,7 +11,7 @@ use baton_proc::{Finished, ProcError, Started, Supervisor};
 
 use crate::control::{RunControl, StopReason};
 use crate::error::RunError;
-use crate::run::{base_env, command_group, OnStart, RunReport, RunRequest};
+use crate::run::{base_env, OnStart, RunReport, RunRequest};
 
 /// A plain run taken apart: give [`PlainRun::supervisor`] to whatever
 /// runs it, call [`PlainRun::recorder`]'s [`Recorder::record`] from its
@@ -92,7 +92,7 @@ impl Recorder {
     /// start hook, while the command waits before its exec).
     pub fn record(&self, started: Started) {
         if let Some(f) = &self.on_start {
-            (f.0)(command_group(started, self.grace_ms));
+            (f.0)(baton_lock::CommandGroup::of_started(started, self.grace_ms));
         }
     }
 }

@@ -458,29 +458,13 @@ fn record_command(
     member: Option<&Member>,
     on_start: Option<&OnStart>,
 ) {
-    let group = command_group(started, grace_ms);
+    let group = CommandGroup::of_started(started, grace_ms);
     guards.set_command_group(group);
     if let Some(m) = member {
         m.set_command_group(group);
     }
     if let Some(f) = on_start {
         (f.0)(group);
-    }
-}
-
-/// The command's process group, with its leader's identity.
-pub(crate) fn command_group(started: Started, grace_ms: u64) -> CommandGroup {
-    #[cfg(unix)]
-    let (leader_start_time, session) =
-        baton_proc::procfs::stat(started.pgid).map_or((0, 0), |s| (s.start_time, s.session));
-    // Windows: the command's process (its creation time); no sessions.
-    #[cfg(windows)]
-    let (leader_start_time, session) = (baton_lock::start_time(started.pgid).unwrap_or(0), 0);
-    CommandGroup {
-        pgid: started.pgid,
-        leader_start_time,
-        grace_ms,
-        session,
     }
 }
 

@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use baton_fs::IoResultExt;
 use baton_lock::{CommandGroup, LockGuard};
-use baton_proc::{
-    Canceller, Outcome, ProcError, RunSpec, Started, Streams, Supervisor, DEFAULT_GRACE,
-};
+use baton_proc::{Canceller, Outcome, ProcError, RunSpec, Streams, Supervisor, DEFAULT_GRACE};
 
 use crate::error::StateError;
 
@@ -162,7 +160,7 @@ impl Filter {
             .run_streaming(Streams::new().stdin(input).stdout(capped), |started| {
                 // Best effort, as for `baton run`: a lock file that cannot
                 // be updated only loses the clean-up after a crash.
-                let _ = held.set_command_group(command_group(started, grace_ms));
+                let _ = held.set_command_group(CommandGroup::of_started(started, grace_ms));
             })
             .map_err(|e| self.spawn_error(e, file))?;
         // Whatever the filter's end (stopped, or exited 0 just past the
@@ -254,22 +252,5 @@ impl Write for Capped<'_> {
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
-    }
-}
-
-/// The filter's process group, with its leader's identity, so that a reused
-/// group id is never taken for it.
-fn command_group(started: Started, grace_ms: u64) -> CommandGroup {
-    #[cfg(unix)]
-    let (leader_start_time, session) =
-        baton_proc::procfs::stat(started.pgid).map_or((0, 0), |s| (s.start_time, s.session));
-    // Windows: the filter's process (its creation time); no sessions.
-    #[cfg(windows)]
-    let (leader_start_time, session) = (baton_lock::start_time(started.pgid).unwrap_or(0), 0);
-    CommandGroup {
-        pgid: started.pgid,
-        leader_start_time,
-        grace_ms,
-        session,
     }
 }
