@@ -30,6 +30,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/jobs"),
     ("get", "/v1/jobs/{id}"),
     ("delete", "/v1/jobs/{id}"),
+    ("post", "/v1/jobs/{id}/cancel"),
     ("get", "/v1/jobs/{id}/log"),
     ("post", "/execute"),
     ("get", "/jobs/{id}"),

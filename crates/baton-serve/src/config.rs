@@ -6,7 +6,7 @@
 //!
 //! - `max_body_bytes` (default 1 MiB, at least 1024): every POST body.
 //! - `max_prompt_bytes` (default 100 KiB, at most [`PROMPT_BYTES_CEILING`]):
-//!   a larger prompt gets 413 at submit; the ceiling keeps the prompt under
+//!   a larger prompt gets 400 at submit; the ceiling keeps the prompt under
 //!   Linux's limit of one argument (the prompt is one, and `BATON_PROMPT`).
 //! - `allowed_hosts`, `allowed_origins`: names the [`crate::browser`] checks
 //!   accept besides the service's own.

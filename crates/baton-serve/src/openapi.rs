@@ -20,9 +20,10 @@
 //!   templates that would read it as an option, likewise.
 //! - **Limits**: `timeout` within `max_timeout`, the prompt within
 //!   `max_prompt_bytes` (a schema counts characters, the service bytes: a
-//!   prompt of many-byte characters can still get 413, documented).
-//! - **Links**: a submitted job's id leads to `GET`/`DELETE /v1/jobs/{id}`
-//!   and its log (and, from `/execute`, to `GET`/`DELETE /jobs/{id}`), so
+//!   prompt of many-byte characters can still get 400, documented; 413 is
+//!   only for a body over `max_body_bytes`).
+//! - **Links**: a submitted job's id leads to `GET`/`DELETE /v1/jobs/{id}`,
+//!   `POST /v1/jobs/{id}/cancel` and its log (and, from `/execute`, to `GET`/`DELETE /jobs/{id}`), so
 //!   stateful clients can follow a job.
 //!
 //! The tests check the document with openapi-spec-validator
@@ -489,6 +490,8 @@ fn links(doc: &mut Value) -> Result<(), String> {
                        "description": "The job just submitted."},
             "CancelJob": {"operationId": "cancelJob", "parameters": {"id": id},
                           "description": "Cancel it."},
+            "DeleteJob": {"operationId": "deleteJob", "parameters": {"id": id},
+                          "description": "Remove it, once it has ended."},
             "JobLog": {"operationId": "jobLog", "parameters": {"id": id},
                        "description": "Its output."},
         })

@@ -45,7 +45,8 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(
 }
 
 /// Refuses a prompt the template's command could not take safely: larger
-/// than `max_prompt_bytes` (413), or starting with `-` where the command
+/// than `max_prompt_bytes` (400 naming the field: 413 is for a body over
+/// `max_body_bytes`, a limit of the transport), or starting with `-` where the command
 /// could read it as an option (400: allowed only after an `--` in the
 /// template's command, or with `prompt_may_start_with_dash`). `field` is
 /// the request's field the prompt came from.
@@ -58,7 +59,7 @@ pub fn check_prompt(
     let limit = service.config.max_prompt_bytes;
     if prompt.len() > limit {
         return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
+            StatusCode::BAD_REQUEST,
             "prompt_too_large",
             format!(
                 "field '{field}': the prompt is {} bytes; the limit is {limit} (max_prompt_bytes)",
