@@ -16,6 +16,7 @@ mod doctor;
 mod events;
 mod generated_docs;
 mod git;
+mod git_branch_names;
 mod git_push_review;
 mod git_workflows;
 mod go_example;
