@@ -119,7 +119,7 @@ pub enum GitError {
     /// A branch name baton does not make or work on: git refuses it, or it
     /// would shadow another namespace (`origin/main`, `refs/...`; see
     /// [`crate::branch_name_refusal`]).
-    #[error("invalid branch name '{branch}': {reason}")]
+    #[error("invalid branch name '{}': {reason}", crate::refname::shown(branch))]
     BadBranchName {
         /// The name given.
         branch: String,

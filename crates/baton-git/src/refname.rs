@@ -128,6 +128,19 @@ fn syntax_refusal(name: &str) -> Option<String> {
     Some(why.to_string())
 }
 
+/// `name` for a one-line message: its control characters escaped (`\n`).
+pub(crate) fn shown(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// The remotes configured in the repository at `repo` (`git remote`).
 pub fn remote_names(repo: &Path) -> Result<Vec<String>, GitError> {
     Ok(git::run(repo, ["remote"])?
@@ -235,6 +248,18 @@ mod tests {
                 "{bad:?}: {got:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_refused_name_is_shown_on_one_line() {
+        let e = GitError::BadBranchName {
+            branch: "main\nx\t".into(),
+            reason: "it contains a control character".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "invalid branch name 'main\\nx\\t': it contains a control character"
+        );
     }
 
     #[test]
