@@ -652,6 +652,39 @@ mod tests {
     }
 
     #[test]
+    fn a_template_branch_that_shadows_another_ref_is_refused() {
+        let with_branch = |branch: &str| FileTemplate {
+            command: vec!["true".into()],
+            env: BTreeMap::new(),
+            timeout: None,
+            workspace: Some(FileWorkspace {
+                repo: PathBuf::from("/srv/base"),
+                branch: Some(branch.into()),
+                strategy: None,
+                fetch_debounce: None,
+                setup: None,
+            }),
+            retry_on_interrupt: false,
+            cwd: None,
+            inherit_env: Vec::new(),
+            prompt_may_start_with_dash: false,
+        };
+        for bad in ["origin/main", "refs/heads/main", "tags/v1", "HEAD", "-x"] {
+            let e = template("x", with_branch(bad))
+                .err()
+                .map(|e| e.0)
+                .unwrap_or_default();
+            assert!(
+                e.contains("templates.x.workspace.branch") && e.contains(bad),
+                "{bad}: {e}"
+            );
+        }
+        let ok = template("x", with_branch("release/1.2")).unwrap();
+        let branch = ok.workspace.and_then(|w| w.branch);
+        assert_eq!(branch.as_deref(), Some("release/1.2"));
+    }
+
+    #[test]
     fn env_expansion_names_the_missing_variable() {
         let e = expand_env("a${BATON_TEST_SURELY_UNSET_VAR}b").unwrap_err();
         assert!(e.contains("BATON_TEST_SURELY_UNSET_VAR"), "{e}");
