@@ -30,7 +30,7 @@ use crate::store::StoreError;
 
 mod input;
 
-use input::{check_group_length, check_reset, parse_timeout, valid_branch};
+use input::{branch_refusal, check_group_length, check_remote_shadow, check_reset, parse_timeout};
 pub use input::{check_prompt, parse_body, MAX_NON_ASCII_GROUP_CHARS};
 
 /// Shared state of the handlers.
@@ -283,9 +283,9 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
                     "invalid field 'workspace.branch': template '{template_name}' has no workspace"
                 )));
             }
-            if !valid_branch(&b) {
+            if let Some(why) = branch_refusal(&b) {
                 return Err(ApiError::bad(format!(
-                    "invalid field 'workspace.branch': '{b}' is not a branch name git accepts"
+                    "invalid field 'workspace.branch': '{b}' is refused: {why}"
                 )));
             }
             Some(b)
@@ -362,6 +362,7 @@ pub async fn post_job(
 ) -> Result<Response, ApiError> {
     let t0 = std::time::Instant::now();
     let job = resolve(&service, req)?;
+    check_remote_shadow(&service, &job).await?;
     let (job, position) = submit(&service, job).await?;
     tracing::debug!(us = t0.elapsed().as_micros() as u64, "post_job handled");
     Ok((
