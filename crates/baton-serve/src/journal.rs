@@ -3,6 +3,11 @@
 //! waits to execute. A restarted service reads it to stop what a crashed one
 //! left running. One file for all jobs: no new inode per job, and the line
 //! survives a crash of the service (the page cache is the kernel's).
+//!
+//! Whole lines only: a write that fails part way (a full disk) or a crash
+//! in the middle of one leaves a torn line at the end; the next record then
+//! starts on a new line, so the torn fragment stays a line of its own that
+//! `read` skips, and never swallows the record appended after it.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -29,7 +34,37 @@ struct Line {
 #[derive(Debug)]
 pub struct StartJournal {
     path: PathBuf,
-    file: Mutex<File>,
+    file: Mutex<Appender>,
+}
+
+/// The open file, and whether its last line may be torn.
+#[derive(Debug)]
+struct Appender {
+    file: File,
+    torn: bool,
+}
+
+impl Appender {
+    fn open(path: &Path) -> io::Result<Appender> {
+        let file = open_append(path)?;
+        Ok(Appender {
+            torn: !ends_a_line(path),
+            file,
+        })
+    }
+}
+
+/// Whether the file at `path` is empty or ends with a newline.
+fn ends_a_line(path: &Path) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = File::open(path) else {
+        return true;
+    };
+    let mut last = [0u8; 1];
+    match f.seek(SeekFrom::End(-1)) {
+        Ok(_) => f.read_exact(&mut last).is_ok_and(|()| last[0] == b'\n'),
+        Err(_) => true, // empty: seeking before the start fails
+    }
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
@@ -44,7 +79,7 @@ impl StartJournal {
         }
         Ok(StartJournal {
             path: path.to_path_buf(),
-            file: Mutex::new(open_append(path)?),
+            file: Mutex::new(Appender::open(path)?),
         })
     }
 
@@ -56,8 +91,21 @@ impl StartJournal {
         })
         .map_err(io::Error::other)?;
         line.push(b'\n');
-        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        file.write_all(&line)
+        let mut out = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        if out.torn {
+            line.insert(0, b'\n');
+        }
+        // One write (O_APPEND): whole, or torn only by a full disk or a crash.
+        match out.file.write_all(&line) {
+            Ok(()) => {
+                out.torn = false;
+                Ok(())
+            }
+            Err(e) => {
+                out.torn = true;
+                Err(e)
+            }
+        }
     }
 
     /// The latest group recorded for each job.
@@ -72,7 +120,7 @@ impl StartJournal {
     /// Keeps only the lines of `keep` (jobs still running), when the file
     /// has grown past 1 MiB (or `force`).
     pub fn compact(&self, keep: &dyn Fn(&str) -> bool, force: bool) -> io::Result<()> {
-        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = self.file.lock().unwrap_or_else(PoisonError::into_inner);
         if !force && fs::metadata(&self.path)?.len() < COMPACT_AT {
             return Ok(());
         }
@@ -98,7 +146,47 @@ impl StartJournal {
             .map_err(as_io)?;
         temp.persist(&self.path, Durability::Data)
             .map_err(|e| as_io(e.into_path_error()))?;
-        *file = open_append(&self.path)?;
+        *out = Appender::open(&self.path)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(pgid: i32) -> RecordedGroup {
+        RecordedGroup {
+            pgid,
+            leader_start_time: 1,
+            session: pgid,
+            grace_ms: 1000,
+        }
+    }
+
+    /// A torn last line (a crash or a full disk in the middle of a write)
+    /// never swallows the next record (issue 37, item 8).
+    #[test]
+    fn a_record_after_a_torn_line_starts_a_line_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("starts");
+        let j = StartJournal::open(&path).unwrap();
+        j.record("a", group(10)).unwrap();
+        drop(j);
+        // Half a line, as a write cut short leaves it.
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(br#"{"id":"b","pg"#).unwrap();
+        drop(f);
+        let j = StartJournal::open(&path).unwrap();
+        j.record("c", group(30)).unwrap();
+        let read = j.read();
+        assert_eq!(read.get("a").map(|g| g.pgid), Some(10));
+        assert_eq!(read.get("c").map(|g| g.pgid), Some(30), "{read:?}");
+        assert!(!read.contains_key("b"));
+        // And the lines that follow are whole too.
+        j.record("d", group(40)).unwrap();
+        assert_eq!(j.read().get("d").map(|g| g.pgid), Some(40));
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("\n\n{\"id\":\"d\""), "{text:?}");
     }
 }
