@@ -114,6 +114,57 @@ fn leftovers_of_a_killed_lock_holder_that_ignore_term_are_killed_after_the_grace
     assert_eq!(stdout(&out), "");
 }
 
+/// A bounded wait (`--no-wait`, `--wait 1s`) returns within its bound while
+/// a dead holder's leftovers are being stopped (busy, 75, naming them),
+/// instead of waiting out their grace; the grace runs from the first TERM,
+/// whoever sent it, and an unbounded acquirer KILLs them once it is over,
+/// before its command runs. Fails before: each bounded wait blocked the full
+/// 20 s grace, then ran (issue 37, item 6).
+#[test]
+fn a_bounded_wait_gives_up_while_a_dead_holders_leftovers_are_being_stopped() {
+    let env = Env::new();
+    let pidfile = env.path("pids");
+    let cmd = format!(
+        "trap '' TERM; sleep 300 & echo $! >> {f}; wait",
+        f = pidfile.display()
+    );
+    let mut first = env.spawn(&[
+        "run", "--lock", "L", "--grace", "20s", "--", "sh", "-c", &cmd,
+    ]);
+    let kids = wait_for_pids(&pidfile, 1);
+    wait_recorded(&env.dir.join("locks/L.lock"));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(running(kids[0]));
+    let ran = env.path("ran");
+    let mark = format!("echo ran >> {}", ran.display());
+    for bound in [&["--no-wait"][..], &["--wait", "1s"][..]] {
+        let mut args = vec!["run", "--lock", "L"];
+        args.extend_from_slice(bound);
+        args.extend_from_slice(&["--", "sh", "-c", &mark]);
+        let t = std::time::Instant::now();
+        let out = env.run(&args);
+        let took = t.elapsed();
+        let err = stderr(&out);
+        assert_eq!(code(&out), 75, "{bound:?}: {err}");
+        assert!(
+            took < Duration::from_secs(10),
+            "{bound:?} waited {took:?}: its bound was not kept"
+        );
+        assert!(err.contains("is being stopped"), "{bound:?}: {err}");
+        assert!(err.contains(&kids[0].to_string()), "{bound:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            !ran.exists(),
+            "{bound:?}: the command ran beside the leftover"
+        );
+        assert!(running(kids[0]), "killed before its grace was over");
+    }
+    let out = env.run(&["run", "--lock", "L", "--", "sh", "-c", &report_alive(&kids)]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "", "left running beside the next run");
+}
+
 #[test]
 fn a_lock_acquired_from_a_script_waits_for_a_dead_runs_leftovers() {
     // Not only `baton run`: every acquirer finishes off a dead holder's group.

@@ -82,11 +82,12 @@ pub(crate) fn take_over(
         // sees the slot held without its holder.
         let replaced_holders = doc.inode != Some(at.id.ino)
             && replaced::holders_elsewhere(at.mark, Some(at.id)).is_some_and(|h| !h.is_empty());
-        let leftovers = dead_command_groups(&doc, mode, slot);
+        let leftovers = dead_command_groups(&mut doc, mode, slot, now_ms());
         if replaced_holders || !leftovers.is_empty() {
             // Slow, rare work: never while holding META. Publish the slot
-            // count first, so that others meeting our slot agree with it.
-            if doc.max != mode.slots() {
+            // count first, so that others meeting our slot agree with it,
+            // and when the dead holders' groups began to be stopped.
+            if doc.max != mode.slots() || leftovers.iter().any(|(_, _, first)| *first) {
                 doc.max = mode.slots();
                 write_doc(file, &mut doc).context("cannot write lock metadata to", path)?;
             }
@@ -109,8 +110,13 @@ pub(crate) fn take_over(
                     }
                 }
             }
-            for (ns, g) in leftovers {
-                terminate_leftover(ns, g);
+            // A bounded wait gives up while they are being stopped (busy,
+            // naming them) rather than wait out their grace; whoever comes
+            // next goes on with the grace that is left.
+            for (ns, g, _) in leftovers {
+                if let Err(stopping) = stop_leftover(ns, g, deadline) {
+                    return Err(busy(Some(stopping)));
+                }
             }
             let _meta = meta_for_grant(file, path, deadline, req, &busy)?;
             let mut doc = read_doc(file)
@@ -166,15 +172,53 @@ fn meta_for_grant<'f>(
 /// is not visible.
 #[cfg(unix)]
 pub(crate) fn terminate_leftover(ns: Option<baton_proc::pidns::NsId>, g: CommandGroup) {
-    baton_proc::pidns::terminate_group_in(
+    let _ = stop_leftover(ns, g, None);
+}
+
+/// [`terminate_leftover`] for a caller that may wait only until `give_up`:
+/// TERM, then KILL once the group's grace (counted from its first TERM,
+/// [`CommandGroup::stopping_since_ms`]) is over; if `give_up` comes first
+/// with the group still running, what is being stopped, for the caller's
+/// busy message.
+#[cfg(unix)]
+fn stop_leftover(
+    ns: Option<baton_proc::pidns::NsId>,
+    g: CommandGroup,
+    give_up: Option<Instant>,
+) -> Result<(), String> {
+    let since = g.stopping_since_ms.unwrap_or_else(now_ms);
+    let left_ms = g.grace_ms.saturating_sub(now_ms().saturating_sub(since));
+    let stopped = baton_proc::pidns::terminate_group_in_until(
         ns,
         g.pgid,
         baton_proc::GroupIdentity::Recorded {
             leader_start_time: g.leader_start_time,
             session: g.session,
         },
-        std::time::Duration::from_millis(g.grace_ms),
+        std::time::Duration::from_millis(left_ms),
+        give_up,
     );
+    if !stopped.still_stopping {
+        return Ok(());
+    }
+    let names: Vec<String> = stopped
+        .found
+        .iter()
+        .take(3)
+        .map(|l| format!("{} ({})", l.pid, l.command))
+        .collect();
+    let left = std::time::Duration::from_millis(
+        g.grace_ms
+            .saturating_sub(now_ms().saturating_sub(since))
+            .div_ceil(1000)
+            * 1000,
+    );
+    Err(format!(
+        "a dead holder's command is being stopped (process group {}: {}; KILL in {} unless it exits)",
+        g.pgid,
+        names.join(", "),
+        humantime::format_duration(left)
+    ))
 }
 
 /// Windows: a run's processes are in a Job Object that dies with it; no
@@ -182,31 +226,56 @@ pub(crate) fn terminate_leftover(ns: Option<baton_proc::pidns::NsId>, g: Command
 #[cfg(windows)]
 pub(crate) fn terminate_leftover(_ns: (), _g: CommandGroup) {}
 
+/// Windows: nothing to stop (see [`terminate_leftover`]).
+#[cfg(windows)]
+fn stop_leftover(_ns: (), _g: CommandGroup, _give_up: Option<Instant>) -> Result<(), String> {
+    Ok(())
+}
+
 /// Windows: nothing outlives a dead holder (see [`terminate_leftover`]).
 #[cfg(windows)]
-fn dead_command_groups(_doc: &LockDoc, _mode: Mode, _slot: u32) -> Vec<((), CommandGroup)> {
+fn dead_command_groups(
+    _doc: &mut LockDoc,
+    _mode: Mode,
+    _slot: u32,
+    _now_ms: u64,
+) -> Vec<((), CommandGroup, bool)> {
     Vec::new()
 }
 
 /// Process groups of dead holders whose records the grant of `slot` replaces,
-/// with the PID namespace their ids belong to. A holder that is not visible
-/// from here (another container, a restarted one whose pid 1 is a new
-/// process) is never taken for dead: its group is left alone.
+/// with the PID namespace their ids belong to, each marked as being stopped
+/// from `now_ms` unless it already was (true: marked now; the caller writes
+/// the record). A holder that is not visible from here (another container, a
+/// restarted one whose pid 1 is a new process) is never taken for dead: its
+/// group is left alone.
 #[cfg(unix)]
 fn dead_command_groups(
-    doc: &LockDoc,
+    doc: &mut LockDoc,
     mode: Mode,
     slot: u32,
-) -> Vec<(Option<baton_proc::pidns::NsId>, CommandGroup)> {
+    now_ms: u64,
+) -> Vec<(Option<baton_proc::pidns::NsId>, CommandGroup, bool)> {
     doc.holders
-        .iter()
+        .iter_mut()
         .filter(|h| h.command_group.is_some() && (h.slot == slot || mode == Mode::Shared))
         .filter(|h| {
             h.process.liveness() == Liveness::Dead
                 && h.process.boot_id == crate::identity::boot_id()
         })
-        .filter_map(|h| Some((h.process.ns_id(), h.command_group?)))
+        .filter_map(|h| {
+            let ns = h.process.ns_id();
+            let g = h.command_group.as_mut()?;
+            let first = g.stopping_since_ms.is_none();
+            g.stopping_since_ms.get_or_insert(now_ms);
+            Some((ns, *g, first))
+        })
         .collect()
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+fn now_ms() -> u64 {
+    clock_micros() / 1000
 }
 
 /// What [`record_grant`] recorded.

@@ -90,6 +90,12 @@ pub struct CommandGroup {
     /// The session the group belongs to (0: not recorded).
     #[serde(default)]
     pub session: i32,
+    /// When an acquirer first sent the group TERM after its holder died
+    /// (milliseconds since the Unix epoch): the grace runs from then,
+    /// whichever acquirer finishes the work, so that a bounded wait can give
+    /// up without restarting the grace or skipping the KILL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopping_since_ms: Option<u64>,
 }
 
 impl CommandGroup {
@@ -108,6 +114,7 @@ impl CommandGroup {
             leader_start_time,
             grace_ms,
             session,
+            stopping_since_ms: None,
         }
     }
 }

@@ -258,6 +258,7 @@ mod windows_tests {
             leader_start_time: process.start_time,
             grace_ms: 100,
             session: 0,
+            stopping_since_ms: None,
         };
         let record = HolderRecord {
             process,

@@ -145,7 +145,32 @@ pub(crate) fn pin(pid: i32, expect: &ProcStat) -> Option<Pinned> {
 ///
 /// This process and the process group it belongs to are never signalled.
 pub fn terminate_group(pgid: i32, identity: GroupIdentity, grace: Duration) -> Vec<Leftover> {
-    terminate(pgid, identity, grace, false)
+    terminate(pgid, identity, grace, false, None).found
+}
+
+/// What [`terminate_group_until`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Termination {
+    /// The processes found, in no particular order.
+    pub found: Vec<Leftover>,
+    /// Some were still running (TERM sent, the grace not over) when the
+    /// caller's limit came: nothing was killed, and a later call, with the
+    /// grace that is left, finishes the work.
+    pub still_stopping: bool,
+}
+
+/// [`terminate_group`] for a caller that may wait only until `give_up`:
+/// TERM as ever, but if the group has not gone when `give_up` comes before
+/// the end of `grace`, it returns then with [`Termination::still_stopping`]
+/// instead of waiting out the grace (the KILL belongs to whoever calls when
+/// the grace is over). `None` waits as [`terminate_group`] does.
+pub fn terminate_group_until(
+    pgid: i32,
+    identity: GroupIdentity,
+    grace: Duration,
+    give_up: Option<Instant>,
+) -> Termination {
+    terminate(pgid, identity, grace, false, give_up)
 }
 
 /// Terminates, like [`terminate_group`], every process of the session
@@ -159,7 +184,7 @@ pub fn terminate_session(sid: i32, leader_start_time: u64, grace: Duration) -> V
         leader_start_time,
         session: sid,
     };
-    terminate(sid, identity, grace, true)
+    terminate(sid, identity, grace, true, None).found
 }
 
 /// [`terminate_group`], or with `session` [`terminate_session`].
@@ -168,10 +193,14 @@ fn terminate(
     identity: GroupIdentity,
     grace: Duration,
     whole_session: bool,
-) -> Vec<Leftover> {
+    give_up: Option<Instant>,
+) -> Termination {
     let me = std::process::id() as i32;
     if pgid <= 1 || our_pgrp().is_some_and(|g| g.as_raw_nonzero().get() == pgid) {
-        return Vec::new();
+        return Termination {
+            found: Vec::new(),
+            still_stopping: false,
+        };
     }
     let mut found: Vec<Leftover> = Vec::new();
     for round in 0..8 {
@@ -250,9 +279,28 @@ fn terminate(
             let _ = rustix::process::kill_process_group(other, signal);
             let _ = rustix::process::kill_process_group(other, Signal::CONT);
         }
+        // The caller's limit comes before the grace is over: wait for the
+        // TERM until then only, and leave the KILL to a later call.
+        let left = give_up.map(|g| g.saturating_duration_since(Instant::now()));
+        if round == 0 && left.is_some_and(|left| left < grace) {
+            for m in &members {
+                let _ = m.fd.send(Signal::TERM);
+                let _ = m.fd.send(Signal::CONT);
+            }
+            if !wait_all(members, left.unwrap_or_default()).is_empty() {
+                return Termination {
+                    found,
+                    still_stopping: true,
+                };
+            }
+            continue;
+        }
         let _ = stop_all(members, if round == 0 { Some(grace) } else { None });
     }
-    found
+    Termination {
+        found,
+        still_stopping: false,
+    }
 }
 
 /// Terminates process `pid` (if it still is the process that started at

@@ -133,8 +133,8 @@ pub use ask::{ask_to_exit, Asked};
 pub use cancel::Canceller;
 #[cfg(unix)]
 pub use contain::{
-    become_subreaper, is_subreaper, terminate_group, terminate_session, terminate_tree,
-    GroupIdentity,
+    become_subreaper, is_subreaper, terminate_group, terminate_group_until, terminate_session,
+    terminate_tree, GroupIdentity, Termination,
 };
 pub use error::{ProcError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 #[cfg(unix)]

@@ -25,7 +25,7 @@
 
 use std::fs;
 
-use crate::contain::{terminate_group, GroupIdentity};
+use crate::contain::{terminate_group_until, GroupIdentity, Termination};
 use crate::leftover::Leftover;
 use crate::procfs;
 
@@ -185,7 +185,7 @@ fn direct(pid: i32, start_time: u64) -> Sighting {
 }
 
 /// Terminates what is left of process group `pgid` (as recorded in PID
-/// namespace `ns`; `None`: ours), like [`terminate_group`], after translating
+/// namespace `ns`; `None`: ours), like [`crate::terminate_group`], after translating
 /// the group and session ids into our namespace. A group whose namespace is
 /// not visible from here, or of which no member is left, is not touched.
 pub fn terminate_group_in(
@@ -194,15 +194,31 @@ pub fn terminate_group_in(
     identity: GroupIdentity,
     grace: std::time::Duration,
 ) -> Vec<Leftover> {
+    terminate_group_in_until(ns, pgid, identity, grace, None).found
+}
+
+/// [`terminate_group_in`] for a caller that may wait only until `give_up`
+/// (see [`crate::terminate_group_until`]).
+pub fn terminate_group_in_until(
+    ns: Option<NsId>,
+    pgid: i32,
+    identity: GroupIdentity,
+    grace: std::time::Duration,
+    give_up: Option<std::time::Instant>,
+) -> Termination {
+    let nothing = || Termination {
+        found: Vec::new(),
+        still_stopping: false,
+    };
     let here = current_ns_id();
     let Some(ns) = ns else {
-        return terminate_group(pgid, identity, grace);
+        return terminate_group_until(pgid, identity, grace, give_up);
     };
     match is_ours(here, ns.inode, ns.init_start) {
-        Some(true) => return terminate_group(pgid, identity, grace),
+        Some(true) => return terminate_group_until(pgid, identity, grace, give_up),
         // Its inode names our namespace now: the recorded one ended, and
         // with its init every process in it.
-        Some(false) if here.is_some_and(|h| h.inode == ns.inode) => return Vec::new(),
+        Some(false) if here.is_some_and(|h| h.inode == ns.inode) => return nothing(),
         _ => {}
     }
     // Another namespace whose inode was reused since: the recorded one ended.
@@ -215,7 +231,7 @@ pub fn terminate_group_in(
             .and_then(procfs::stat)
             .is_some_and(|st| st.start_time != recorded)
         {
-            return Vec::new();
+            return nothing();
         }
     }
     let ns = ns.inode;
@@ -225,7 +241,7 @@ pub fn terminate_group_in(
             session,
         } => (leader_start_time, session),
         // A reaped leader is only known to its own supervisor, in its namespace.
-        GroupIdentity::LeaderReaped => return Vec::new(),
+        GroupIdentity::LeaderReaped => return nothing(),
     };
     // A member of the group in that namespace gives its ids here.
     let member = crate::sys::all_pids().into_iter().find(|local| {
@@ -237,15 +253,16 @@ pub fn terminate_group_in(
                 .is_some_and(|st| !st.exited && st.start_time >= leader_start_time)
     });
     let Some(st) = member.and_then(procfs::stat) else {
-        return Vec::new();
+        return nothing();
     };
-    terminate_group(
+    terminate_group_until(
         st.pgrp,
         GroupIdentity::Recorded {
             leader_start_time,
             session: if session == 0 { 0 } else { st.session },
         },
         grace,
+        give_up,
     )
 }
 
