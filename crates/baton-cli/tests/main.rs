@@ -32,6 +32,7 @@ mod pg_previous_holder;
 mod pg_tls;
 mod previous_holder;
 mod readme;
+mod reserve;
 mod review;
 mod review_polish;
 mod run;
