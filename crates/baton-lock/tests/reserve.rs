@@ -307,6 +307,18 @@ fn shared_reservations_coexist_and_exclusive_waits_for_them() {
         })
     };
     f.wait_for_waiters(1);
+    // A later shared request queues behind the waiting writer: no starvation.
+    match f.take(&["src"], Mode::Shared, WaitPolicy::Immediately, "d") {
+        Err(ReserveError::Busy { conflicts }) => {
+            assert!(
+                conflicts
+                    .iter()
+                    .any(|c| !c.granted && c.holder.session == "c"),
+                "{conflicts:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
     drop(a);
     thread::sleep(Duration::from_millis(50));
     assert!(
@@ -602,4 +614,35 @@ fn check_ignores_the_callers_own_rows_and_names_others() {
         .unwrap()
         .is_empty());
     drop(mine);
+}
+
+#[test]
+fn waiters_for_one_path_are_served_in_arrival_order() {
+    let f = Arc::new(fixture());
+    let first = f.now(&["src/x"], "first").unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..6 {
+        let (fc, order) = (f.clone(), order.clone());
+        // Alternate a path, its parent and a glob over it: all overlap.
+        let pats: &'static [&'static str] = match i % 3 {
+            0 => &["src/x"],
+            1 => &["src"],
+            _ => &["src/*"],
+        };
+        waiters.push(thread::spawn(move || {
+            let held = fc
+                .take(pats, Mode::Exclusive, WaitPolicy::Forever, &format!("w{i}"))
+                .unwrap();
+            order.lock().unwrap().push(i);
+            thread::sleep(Duration::from_millis(5));
+            drop(held);
+        }));
+        f.wait_for_waiters(i + 1);
+    }
+    drop(first);
+    for w in waiters {
+        w.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..6).collect::<Vec<_>>());
 }
