@@ -350,7 +350,9 @@ fn a_pipeline_rerun_on_a_pushed_branch_continues_it() {
             assert_eq!(code(&out), 0, "{strategy} run {n}: {err}");
             if n == 2 {
                 assert!(
-                    err.contains(&format!("continuing the pushed branch origin/{branch}")),
+                    err.contains(&format!(
+                        "continuing the pushed branch refs/remotes/origin/{branch}"
+                    )),
                     "{strategy}: {err}"
                 );
             }

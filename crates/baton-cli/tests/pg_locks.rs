@@ -1268,3 +1268,26 @@ fn doctor_checks_the_backend() {
     assert_eq!(code(&out), 125);
     assert_eq!(backend(&out)["status"], "error");
 }
+
+/// Tables of a newer schema are refused on the locking path too, as `db
+/// migrate` refuses them (125, naming both versions): in a mixed-version
+/// fleet, taking a lock on rows whose meaning changed could admit two
+/// holders (issue 37, item 5). Fails before: exit 0.
+#[test]
+fn a_newer_lock_schema_is_refused_when_locking() {
+    let pg = Pg::new();
+    let out = pg.run(&["run", "--lock", "k", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    pg.db.query("UPDATE baton_lock_schema SET version = 999");
+    for args in [
+        &["run", "--lock", "k", "--", "true"][..],
+        &["run", "--lock", "new-name", "--", "true"][..],
+        &["lock", "acquire", "k"][..],
+    ] {
+        let out = pg.run(args);
+        assert_eq!(code(&out), 125, "{args:?}: {}", stderr(&out));
+        let line = one_line_stderr(&out);
+        assert!(line.contains("999"), "{args:?}: {line}");
+    }
+    assert_eq!(pg.holder_sessions().len(), 0, "a lock was taken");
+}

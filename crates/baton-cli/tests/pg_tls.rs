@@ -488,6 +488,9 @@ fn a_server_without_tls_is_refused_by_require_and_used_in_plain_by_prefer() {
     let err = refused(&env, &c.url("localhost", "sslmode=require"));
     assert!(err.contains("the server does not support TLS"), "{err}");
     assert!(err.contains("sslmode=require"), "{err}");
+    // A detected downgrade (a proxy declining TLS) is never answered with
+    // advice to weaken the mode (issue 37, item 8).
+    assert!(!err.contains("prefer") && !err.contains("disable"), "{err}");
     let err = refused(&env, &c.url("localhost", &c.verify("verify-full", &c.ca)));
     assert!(err.contains("the server does not support TLS"), "{err}");
     assert_eq!(
@@ -537,4 +540,42 @@ fn the_service_store_connects_with_tls() {
     assert_eq!(code(&out), 125, "{err}");
     assert_eq!(err.lines().count(), 1, "one line: {err:?}");
     assert!(err.contains("the server does not support TLS"), "{err}");
+}
+
+/// A server whose certificate is its own CA (self-signed) under verify-ca:
+/// one line in words, not the verifier's Debug text
+/// ("Other(OtherError(CaUsedAsEndEntity))", issue 37, item 8).
+#[test]
+fn a_self_signed_server_certificate_is_named_in_words() {
+    let c = Cluster::start(true);
+    let env = Env::new();
+    let dir = c.tmp.path();
+    // The server's files become the CA's own (the command line names the
+    // files, so they are replaced in place), then the server reloads them.
+    std::fs::copy(&c.ca, dir.join("server.crt")).unwrap();
+    std::fs::copy(dir.join("ca.key"), dir.join("server.key")).unwrap();
+    c.query("SELECT pg_reload_conf()");
+    let url = c.url("localhost", &c.verify("verify-ca", &c.ca));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let err = loop {
+        let out = baton(&env, &url, &["lock", "acquire", "x", "--no-wait"]);
+        let err = stderr(&out);
+        if code(&out) == 125 {
+            break err;
+        }
+        // The reload has not taken effect yet: the old certificate passed.
+        assert!(
+            Instant::now() < deadline,
+            "the server kept its certificate: {err}"
+        );
+        let token = stdout(&out).trim().to_string();
+        baton(&env, &url, &["lock", "release", "x", "--token", &token]);
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains("is a CA certificate"), "{err}");
+    assert!(
+        !err.contains("OtherError") && !err.contains("CaUsedAsEndEntity"),
+        "{err}"
+    );
 }

@@ -249,7 +249,7 @@ fn the_older_routes_speak_the_older_services_vocabulary() {
     assert_eq!(code, 202, "{v}");
     let id = v["job_id"].as_str().unwrap().to_string();
     started(&s, "c");
-    let (code, _) = s.delete(&format!("/v1/jobs/{id}"));
+    let (code, _) = s.cancel(&id);
     assert_eq!(code, 200);
     let (_, v) = s.get(&format!("/jobs/{id}"));
     assert_eq!(v["status"], "error", "{v}");

@@ -39,14 +39,14 @@ fn cancel_queued_running_finished_and_unknown_jobs() {
     ];
     let queued = s.submit(json!({"prompt": format!("echo ran > {t}/q.ran")}));
 
-    let (code, j) = s.delete(&format!("/v1/jobs/{queued}"));
+    let (code, j) = s.cancel(&queued);
     assert_eq!(code, 200, "{j}");
     assert_eq!(status(&j), "cancelled", "{j}");
     assert_eq!(status(&s.job(&queued)), "cancelled");
     assert_eq!(status(&s.job(&stubborn)), "running");
 
-    // TERM is ignored: KILL after grace; the DELETE returns once it ended.
-    let (code, j) = s.delete(&format!("/v1/jobs/{stubborn}"));
+    // TERM is ignored: KILL after grace; the cancel returns once it ended.
+    let (code, j) = s.cancel(&stubborn);
     assert_eq!(code, 200, "{j}");
     assert_eq!(status(&j), "cancelled", "{j}");
     for p in pids {
@@ -65,16 +65,56 @@ fn cancel_queued_running_finished_and_unknown_jobs() {
     );
     assert_eq!(status(&s.job(&queued)), "cancelled");
 
-    let (code, j) = s.delete(&format!("/v1/jobs/{after}"));
+    let (code, j) = s.cancel(&after);
     assert_eq!(code, 409, "{j}");
     assert_eq!(j["error"]["code"], "already_finished", "{j}");
-    let (code, j) = s.delete(&format!("/v1/jobs/{stubborn}"));
+    let (code, j) = s.cancel(&stubborn);
     assert_eq!(code, 409, "{j}");
-    let (code, j) = s.delete("/v1/jobs/no-such-job");
+    let (code, j) = s.cancel("no-such-job");
     assert_eq!(code, 404, "{j}");
     let (_, h) = s.get("/health");
     assert_eq!(h["active"], 0, "{h}");
     assert_eq!(h["queued"], 0, "{h}");
+}
+
+/// `DELETE /v1/jobs/{id}` removes a job that has ended, record and output,
+/// so that it is gone afterwards (a strict fuzzer's "use after free"; it
+/// used to cancel, and the job was still there); a job that has not ended
+/// is left alone (409, cancel it first). Issue 37, item 7.
+#[test]
+fn delete_removes_an_ended_job_and_refuses_one_still_running() {
+    let s = Server::start(&sh_config(""), &["--max-concurrency", "1"]);
+    let t = s.tmp();
+    let done = s.submit(json!({"prompt": "echo hello"}));
+    assert_eq!(status(&s.wait_final(&done)), "succeeded");
+    let files = s.dir.join("serve").join("jobs").join(&done);
+    assert!(files.exists(), "no files at {}", files.display());
+    let running = s.submit(json!({"prompt": format!("echo $$ > {t}/r.pid; sleep 300")}));
+    read_pid(format!("{t}/r.pid"));
+
+    let (code, j) = s.delete(&format!("/v1/jobs/{running}"));
+    assert_eq!(code, 409, "{j}");
+    assert_eq!(j["error"]["code"], "not_finished", "{j}");
+    assert!(
+        j["error"]["message"].as_str().unwrap().contains("/cancel"),
+        "{j}"
+    );
+    assert_eq!(status(&s.job(&running)), "running");
+
+    let (code, j) = s.delete(&format!("/v1/jobs/{done}"));
+    assert_eq!(code, 204, "{j}");
+    let (code, j) = s.get(&format!("/v1/jobs/{done}"));
+    assert_eq!(code, 404, "a deleted job is still there: {j}");
+    let (code, _) = s.get(&format!("/v1/jobs/{done}/log"));
+    assert_eq!(code, 404);
+    assert!(!files.exists(), "{} is left", files.display());
+    let (code, j) = s.delete(&format!("/v1/jobs/{done}"));
+    assert_eq!(code, 404, "{j}");
+
+    let (code, j) = s.cancel(&running);
+    assert_eq!((code, status(&j)), (200, "cancelled"), "{j}");
+    let (code, j) = s.delete(&format!("/v1/jobs/{running}"));
+    assert_eq!(code, 204, "{j}");
 }
 
 /// A bare remote with one commit on `main`, and a clone of it as the base,
@@ -435,7 +475,7 @@ fn cancel_reaches_a_job_waiting_for_its_group_behind_a_cli_run() {
     wait_for_file(Path::new(&format!("{t}/cli.started")));
     let id = s.submit(json!({"prompt": format!("echo ran > {t}/job.ran"), "group": "issue/42"}));
     s.wait_job(&id, Duration::from_secs(30), |j| status(j) == "running");
-    let (code, j) = s.delete(&format!("/v1/jobs/{id}"));
+    let (code, j) = s.cancel(&id);
     assert_eq!(code, 200, "{j}");
     assert_eq!(status(&j), "cancelled", "{j}");
     assert!(

@@ -30,6 +30,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/jobs"),
     ("get", "/v1/jobs/{id}"),
     ("delete", "/v1/jobs/{id}"),
+    ("post", "/v1/jobs/{id}/cancel"),
     ("get", "/v1/jobs/{id}/log"),
     ("post", "/execute"),
     ("get", "/jobs/{id}"),
@@ -200,6 +201,10 @@ fn the_document_is_built_for_the_running_configuration_and_stays_valid() {
     let pattern = props["workspace"]["properties"]["branch"]["pattern"]
         .as_str()
         .unwrap();
+    // And a name that would shadow another namespace (issue 37) is not.
+    let shadowing = props["workspace"]["properties"]["branch"]["not"]["pattern"]
+        .as_str()
+        .unwrap();
     let names = [
         "main",
         "feature/x",
@@ -229,11 +234,26 @@ fn the_document_is_built_for_the_running_configuration_and_stays_valid() {
         "a/./b",
         "a.lock./b",
         "x.lock.y",
+        "origin/main",
+        "origin",
+        "origin/",
+        "refs/heads/main",
+        "heads/main",
+        "remotes/origin/main",
+        "tags/v1",
+        "originals/x",
+        "x/origin/main",
+        "heads",
+        "tags",
     ];
     let matched = run_python(
         &python,
         MATCH_PATTERN,
-        &[pattern, &serde_json::to_string(&names).unwrap()],
+        &[
+            pattern,
+            shadowing,
+            &serde_json::to_string(&names[..]).unwrap(),
+        ],
     );
     for (i, name) in names.iter().enumerate() {
         let body = serde_json::json!({"template": "ws", "workspace": {"branch": name}});
@@ -247,5 +267,6 @@ fn the_document_is_built_for_the_running_configuration_and_stays_valid() {
 const MATCH_PATTERN: &str = r#"
 import json, re, sys
 p = re.compile(sys.argv[1])
-print(json.dumps([bool(p.fullmatch(n)) for n in json.loads(sys.argv[2])]))
+shadowing = re.compile(sys.argv[2])
+print(json.dumps([bool(p.fullmatch(n)) and not shadowing.search(n) for n in json.loads(sys.argv[3])]))
 "#;

@@ -121,7 +121,7 @@ fn a_killed_nodes_job_dies_with_it_and_runs_again_after() {
         last_first < first_second,
         "two runs of one job at once: {all:?}"
     );
-    let (code, _) = other.delete(&format!("/v1/jobs/{id}"));
+    let (code, _) = other.cancel(&id);
     assert_eq!(code, 200);
 }
 

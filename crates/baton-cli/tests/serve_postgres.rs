@@ -52,7 +52,7 @@ fn one_node_runs_cancels_and_keeps_queued_jobs_over_a_restart() {
     // Cancel of a running job.
     let long = s.submit(json!({"prompt": "sleep 30"}));
     s.wait_job(&long, Duration::from_secs(30), |j| status(j) == "running");
-    let (code, j) = s.delete(&format!("/v1/jobs/{long}"));
+    let (code, j) = s.cancel(&long);
     assert_eq!(code, 200, "{j}");
     assert_eq!(status(&j), "cancelled", "{j}");
 
@@ -178,7 +178,7 @@ fn cancel_reaches_the_node_that_runs_the_job() {
         .unwrap();
     let other = &nodes[1 - runner];
     let started = Instant::now();
-    let (code, j) = other.delete(&format!("/v1/jobs/{id}"));
+    let (code, j) = other.cancel(&id);
     assert_eq!(code, 200, "{j}");
     assert_eq!(status(&j), "cancelled", "{j}");
     assert!(started.elapsed() < Duration::from_secs(10));

@@ -27,7 +27,7 @@ command = ["sleep", "30"]
     );
     for _ in 0..300 {
         let id = s.submit(json!({"template": "sleep"}));
-        let (code, v) = s.delete(&format!("/v1/jobs/{id}"));
+        let (code, v) = s.cancel(&id);
         assert_eq!(code, 200, "cancel of {id}: {v}");
         assert_eq!(v["status"], "cancelled", "cancel of {id}: {v}");
     }

@@ -116,7 +116,7 @@ fn a_second_service_on_the_same_sqlite_store_refuses_to_start_and_touches_nothin
     let (_, h) = s.get("/health");
     assert_eq!(h["active"], 1, "{h}");
     assert_eq!(h["queued"], 1, "{h}");
-    assert_eq!(s.delete(&format!("/v1/jobs/{running}")).0, 200);
+    assert_eq!(s.cancel(&running).0, 200);
     assert_eq!(status(&s.wait_final(&queued)), "succeeded");
 }
 

@@ -134,8 +134,11 @@ impl Client {
     /// grace, KILL (this call returns once it has ended). The job as it is
     /// afterwards (it may have ended otherwise meanwhile).
     pub fn cancel(&self, id: &str) -> Result<JobView, ClientError> {
-        let req = self.auth(self.agent.delete(self.job_url(id)));
-        let resp = req.call().map_err(|e| self.transport(e))?;
+        let url = format!("{}/cancel", self.job_url(id));
+        let req = self
+            .auth(self.agent.post(&url))
+            .header("content-type", "application/json");
+        let resp = req.send("{}").map_err(|e| self.transport(e))?;
         self.json(resp)
     }
 

@@ -7,9 +7,14 @@
 //! pushed before), the workspace continues the pushed branch from
 //! `<remote>/B`, provided the local `B` holds nothing that is not there
 //! (equal or behind): it says so, and the record's `reference` names
-//! `<remote>/B`. A local `B` with commits that neither `R` nor `<remote>/B`
-//! has is refused ([`GitError::BranchNotAtRef`]) — unless the caller asked to
-//! start over ([`WorkspaceRequest::reset_branch`]).
+//! `refs/remotes/<remote>/B`. A local `B` with commits that neither `R` nor
+//! `<remote>/B` has is refused ([`GitError::BranchNotAtRef`]) — unless the
+//! caller asked to start over ([`WorkspaceRequest::reset_branch`]).
+//!
+//! Every ref of `B` is read and moved by its full name (`refs/heads/B`,
+//! `refs/remotes/<remote>/B`, `refs/baton/abandoned/B/...`), and `B` itself
+//! never shadows another namespace (refname.rs): no tag, remote-tracking
+//! branch or other ref of the base can answer in its place.
 //!
 //! **Starting over never loses work**: the old tip is first kept under
 //! `refs/baton/abandoned/<B>/<UTC time>-<run id>` in the base repository
@@ -36,8 +41,9 @@ use crate::workspace::WorkspaceRequest;
 /// Where a workspace starts, and what was done to its branch to get there.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Start {
-    /// The ref started from (as asked, or `<remote>/B` when a pushed
-    /// branch is continued, or `B` itself without a ref).
+    /// The ref started from (as asked, or `refs/remotes/<remote>/B` when a
+    /// pushed branch is continued, or `refs/heads/B` itself without a ref:
+    /// full names, which no other namespace answers to).
     pub reference: String,
     /// Its commit.
     pub commit: String,
@@ -52,7 +58,7 @@ pub(crate) struct Start {
 /// The branch's tip and its remote-tracking branch's, as the base knows them.
 struct Tips {
     local: Option<String>,
-    /// `(<remote>/B, commit)`.
+    /// `(refs/remotes/<remote>/B, commit)`.
     remote: Option<(String, String)>,
 }
 
@@ -66,8 +72,8 @@ fn tips(repo: &Repo, branch: &str) -> Result<Tips, GitError> {
     } else {
         "origin".to_string()
     };
-    let tracking = commit_of(&repo.path, &format!("refs/remotes/{remote}/{branch}"))?
-        .map(|c| (format!("{remote}/{branch}"), c));
+    let tracking_ref = format!("refs/remotes/{remote}/{branch}");
+    let tracking = commit_of(&repo.path, &tracking_ref)?.map(|c| (tracking_ref, c));
     Ok(Tips {
         local,
         remote: tracking,
@@ -112,7 +118,7 @@ pub(crate) fn start_point(repo: &Repo, req: &WorkspaceRequest) -> Result<Start, 
     let tips = tips(repo, branch)?;
     let Some(reference) = req.reference.clone() else {
         return Ok(match tips.local {
-            Some(tip) => start(branch.clone(), tip),
+            Some(tip) => start(format!("refs/heads/{branch}"), tip),
             None => start("HEAD".into(), resolve(repo, "HEAD")?),
         });
     };

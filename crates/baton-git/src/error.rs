@@ -116,6 +116,16 @@ pub enum GitError {
     /// The request is not acceptable.
     #[error("{0}")]
     Invalid(String),
+    /// A branch name baton does not make or work on: git refuses it, or it
+    /// would shadow another namespace (`origin/main`, `refs/...`; see
+    /// [`crate::branch_name_refusal`]).
+    #[error("invalid branch name '{}': {reason}", crate::refname::shown(branch))]
+    BadBranchName {
+        /// The name given.
+        branch: String,
+        /// Why it is refused.
+        reason: String,
+    },
     /// No workspace has this id.
     #[error("no workspace with id '{id}' (see `baton workspace list`)")]
     NoSuchWorkspace {

@@ -459,6 +459,7 @@ pub(crate) fn commit_of(repo: &Path, full_ref: &str) -> Result<Option<String>, G
             "rev-parse",
             "--verify",
             "--quiet",
+            "--end-of-options",
             spec.as_str(),
         ],
     )?;

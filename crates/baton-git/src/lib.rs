@@ -20,6 +20,13 @@
 //!   [`WorkspaceRequest::reset_branch`] starts the branch over, keeping its
 //!   old tip under `refs/baton/abandoned/` (refused while another live
 //!   workspace holds the branch: [`GitError::BranchHeld`]).
+//! - **Branch names** ([`branch_name_refusal`], [`check_branch_name`]): a
+//!   branch baton makes, works on or pushes never shadows another ref
+//!   (`origin/main` would answer for `refs/remotes/origin/main`, `refs/...`,
+//!   `tags/...`: [`GitError::BadBranchName`]), and every ref of a branch is
+//!   read and moved by its full name (`refs/heads/<b>`,
+//!   `refs/remotes/<remote>/<b>`), so nothing in the base can stand in for
+//!   what was meant (the `refname` module).
 //! - **Push** ([`push`]): serialised per remote branch on this machine, in
 //!   the remote's own baton dir (a local remote) or the per-user
 //!   [`machine_dir`] (a network one); a non-fast-forward rejection is
@@ -74,6 +81,7 @@ mod guard;
 mod identity;
 mod push;
 mod record;
+mod refname;
 mod registry;
 mod remote;
 mod remove;
@@ -97,6 +105,9 @@ pub use guard::{
 pub use identity::repository_identity;
 pub use push::{push, Backoff, PushReport, PushRequest};
 pub use record::{validate_id, Listing, Strategy, UnreadableRecord, Workspace, WorkspaceInfo};
+pub use refname::{
+    branch_name_refusal, check_branch_name, remote_names, DEFAULT_REMOTE, RESERVED_BRANCH_PREFIXES,
+};
 pub use remove::{remove, remove_with, Removed, Unpushed};
 pub use root::ROOT_SETTING;
 pub use workspace::{create, get, list, list_readable, WorkspaceRequest};

@@ -176,14 +176,12 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
         (None, None) => return Err(GitError::DetachedHead { repo: work }),
     };
     // A named branch must be one git would make (`git branch` refuses
-    // `--force`, `a..b`, `x:y`): pushed as `HEAD:refs/heads/<branch>`, it
-    // would otherwise create such a branch on the remote, or fail in git.
+    // `--force`, `a..b`, `x:y`) and one that shadows nothing (`origin/main`
+    // in the remote would shadow its own remote-tracking branch, refname.rs):
+    // pushed as `HEAD:refs/heads/<branch>`, it would otherwise create such a
+    // branch on the remote, or fail in git.
     if let Some(b) = &req.branch {
-        let valid = !b.starts_with('-')
-            && git::run(&work, ["check-ref-format", "--branch", b.as_str()]).is_ok();
-        if !valid {
-            return Err(GitError::Invalid(format!("invalid branch name {b:?}")));
-        }
+        crate::refname::check_branch_in(&repo, b)?;
     }
     // A remote name is passed to git as an argument: never as an option.
     if let Some(r) = &req.remote {

@@ -44,16 +44,22 @@ const CLONE_TRIES: u32 = 5;
 pub struct WorkspaceRequest {
     /// The base repository (any path inside it).
     pub repo: PathBuf,
-    /// The commit to check out (any rev of the base); default `HEAD`.
+    /// The commit to check out (any rev of the base, as git reads it: a
+    /// caller that means a remote-tracking branch writes
+    /// `refs/remotes/<remote>/<branch>`, which nothing else can shadow);
+    /// default `HEAD`.
     pub reference: Option<String>,
     /// A branch to work on: created at `reference` if the base has no such
     /// branch. If it exists: without `reference` it is checked out as it
     /// is; with one, the workspace starts exactly at `reference` and the
     /// branch is moved forward to it when that drops nothing; when the
     /// branch was pushed and `reference` lacks its commits, the pushed
-    /// branch (`<remote>/<branch>`, which the record's `reference` then
-    /// names) is continued; a branch with commits that neither has is
-    /// refused ([`GitError::BranchNotAtRef`]). See the `branch` module.
+    /// branch (`refs/remotes/<remote>/<branch>`, which the record's
+    /// `reference` then names) is continued; a branch with commits that
+    /// neither has is refused ([`GitError::BranchNotAtRef`]). See the
+    /// `branch` module. A name git refuses, or one that would shadow
+    /// another namespace (`origin/main`, `refs/...`, `tags/...`), is
+    /// refused ([`GitError::BadBranchName`], [`crate::check_branch_name`]).
     pub branch: Option<String>,
     /// Start over: with `reference` and `branch`, when the branch has
     /// commits `reference` lacks, keep its old tip under
@@ -138,8 +144,9 @@ pub fn create(dir: &BatonDir, req: &WorkspaceRequest) -> Result<Workspace, GitEr
     }
     let repo = Repo::open(&req.repo)?;
     if let Some(b) = &req.branch {
-        git::run(&repo.path, ["check-ref-format", "--branch", b.as_str()])
-            .map_err(|_| GitError::Invalid(format!("invalid branch name {b:?}")))?;
+        // Never a name another namespace answers to first (`origin/main`
+        // would shadow the remote-tracking branch): refname.rs.
+        crate::refname::check_branch_in(&repo, b)?;
     }
     if req.fetch {
         fetch_base(&repo, req, wait, &run_id)?;
@@ -268,15 +275,18 @@ fn populate(
                 "--no-checkout".as_ref(),
                 "--quiet".as_ref(),
             ];
+            // What follows `--end-of-options` is never an option; a branch
+            // alone names `refs/heads/<b>` (it exists: `existing_branch`).
+            let end = "--end-of-options".as_ref();
             match (&ws.branch, &existing_branch) {
-                (None, _) => args.extend(["--detach".as_ref(), path, ws.commit.as_ref()]),
+                (None, _) => args.extend(["--detach".as_ref(), end, path, ws.commit.as_ref()]),
                 (Some(b), None) => {
-                    args.extend(["-b".as_ref(), b.as_ref(), path, ws.commit.as_ref()])
+                    args.extend(["-b".as_ref(), b.as_ref(), end, path, ws.commit.as_ref()])
                 }
                 (Some(b), Some(_)) if moved => {
-                    args.extend(["-B".as_ref(), b.as_ref(), path, ws.commit.as_ref()])
+                    args.extend(["-B".as_ref(), b.as_ref(), end, path, ws.commit.as_ref()])
                 }
-                (Some(b), Some(_)) => args.extend([path, b.as_ref()]),
+                (Some(b), Some(_)) => args.extend([end, path, b.as_ref()]),
             }
             {
                 // One lock for prune and add: a worktree whose directory

@@ -11,8 +11,10 @@
 //! [`baton_proc::pidns`]: from the host, a container's holder is alive and has
 //! a pid here; from a sibling container it is "not visible from here".
 
+use once_cell::race::OnceBox;
 use std::fs;
-use std::sync::OnceLock;
+
+use crate::fork_safe::ForkSafe;
 
 use serde::{Deserialize, Serialize};
 
@@ -87,25 +89,24 @@ pub struct Sighting {
 impl ProcessIdentity {
     /// The identity of the calling process (cached; recomputed after a fork).
     pub fn current() -> ProcessIdentity {
-        static CURRENT: std::sync::Mutex<Option<ProcessIdentity>> = std::sync::Mutex::new(None);
+        // Fork-safe (see `fork_safe`): a child forked while another thread
+        // filled the cache must not hang on it. Computed outside the lock.
+        static CURRENT: ForkSafe<Option<ProcessIdentity>> = ForkSafe::new(None);
         let pid = std::process::id() as i32;
-        let mut cached = CURRENT.lock().unwrap_or_else(|p| p.into_inner());
-        match &*cached {
-            Some(me) if me.pid == pid => me.clone(),
-            _ => {
-                let (pid_ns, pid_ns_init) = current_ns();
-                let me = ProcessIdentity {
-                    pid,
-                    start_time: start_time(pid).unwrap_or(0),
-                    boot_id: boot_id().to_string(),
-                    host: hostname().to_string(),
-                    pid_ns,
-                    pid_ns_init,
-                };
-                *cached = Some(me.clone());
-                me
-            }
+        if let Some(me) = CURRENT.lock().as_ref().filter(|me| me.pid == pid) {
+            return me.clone();
         }
+        let (pid_ns, pid_ns_init) = current_ns();
+        let me = ProcessIdentity {
+            pid,
+            start_time: start_time(pid).unwrap_or(0),
+            boot_id: boot_id().to_string(),
+            host: hostname().to_string(),
+            pid_ns,
+            pid_ns_init,
+        };
+        *CURRENT.lock() = Some(me.clone());
+        me
     }
 
     /// The identity of another process on this machine (`pid` as seen from
@@ -310,31 +311,35 @@ pub fn parent_of(pid: i32) -> Option<i32> {
 
 /// This machine's boot id.
 pub fn boot_id() -> &'static str {
-    static BOOT: OnceLock<String> = OnceLock::new();
+    static BOOT: OnceBox<String> = OnceBox::new();
     BOOT.get_or_init(|| {
-        fs::read_to_string("/proc/sys/kernel/random/boot_id")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default()
+        Box::new(
+            fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
+        )
     })
 }
 
 /// This machine's host name.
 pub fn hostname() -> &'static str {
-    static HOST: OnceLock<String> = OnceLock::new();
+    static HOST: OnceBox<String> = OnceBox::new();
     HOST.get_or_init(|| {
         #[cfg(unix)]
-        return rustix::system::uname()
-            .nodename()
-            .to_string_lossy()
-            .into_owned();
+        return Box::new(
+            rustix::system::uname()
+                .nodename()
+                .to_string_lossy()
+                .into_owned(),
+        );
         #[cfg(windows)]
-        return crate::sys::host_name();
+        return Box::new(crate::sys::host_name());
     })
 }
 
 /// The default owner of a lock: `user@host` (`$USER`, else `uid<N>`).
 pub fn default_owner() -> &'static str {
-    static OWNER: OnceLock<String> = OnceLock::new();
+    static OWNER: OnceBox<String> = OnceBox::new();
     OWNER.get_or_init(|| {
         #[cfg(unix)]
         let user = std::env::var("USER")
@@ -343,7 +348,7 @@ pub fn default_owner() -> &'static str {
             .unwrap_or_else(|| format!("uid{}", rustix::process::getuid().as_raw()));
         #[cfg(windows)]
         let user = crate::sys::user_name().unwrap_or_else(|| "user".into());
-        format!("{user}@{}", hostname())
+        Box::new(format!("{user}@{}", hostname()))
     })
 }
 

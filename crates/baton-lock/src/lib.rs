@@ -38,6 +38,7 @@ mod cancel;
 mod diagnose;
 mod dir;
 mod error;
+mod fork_safe;
 mod grant;
 mod identity;
 mod kernel_holders;

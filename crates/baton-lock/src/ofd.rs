@@ -8,10 +8,10 @@
 //! file's content, so one lock file carries many lockable bytes (see
 //! `LOCKING.md` at the crate root for the layout).
 
+use once_cell::race::OnceBox;
 use std::fs::File;
 use std::io;
 use std::path::Path;
-use std::sync::OnceLock;
 use std::time::Instant;
 
 use crate::cancel::CancelToken;
@@ -38,8 +38,12 @@ pub(crate) struct Conflict {
 /// interface of the kernel, by trying them on a file in `dir`); the reason
 /// when they do not. Every later call gives the first answer.
 pub(crate) fn locks_work(dir: &Path) -> Result<(), String> {
-    static CHECKED: OnceLock<Result<(), String>> = OnceLock::new();
-    CHECKED.get_or_init(|| sys::locks_work(dir)).clone()
+    // Never blocks (two first callers may both check): a child forked
+    // while another thread checks must not hang on a Once copied running.
+    static CHECKED: OnceBox<Result<(), String>> = OnceBox::new();
+    CHECKED
+        .get_or_init(|| Box::new(sys::locks_work(dir)))
+        .clone()
 }
 
 /// Tries to take a lock without waiting; `Ok(false)` if another holder conflicts.

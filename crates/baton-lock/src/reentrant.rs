@@ -2,10 +2,10 @@
 
 use std::fs::File;
 use std::path::Path;
-use std::sync::Mutex;
 use std::thread::ThreadId;
 
 use crate::error::LockError;
+use crate::fork_safe::ForkSafe;
 use baton_fs::IoResultExt;
 
 /// Identifies a lock file and the thread that holds it, for re-entrancy checks.
@@ -16,7 +16,11 @@ pub(crate) struct HeldKey {
     thread: ThreadId,
 }
 
-static HELD: Mutex<Vec<HeldKey>> = Mutex::new(Vec::new());
+/// Taken by `acquire` and every release, from any thread, so never a plain
+/// mutex: a fork while another thread is inside would copy it held, and the
+/// child's fork hook (baton-py's, which forgets inherited holds) would hang
+/// on it. A child starts with an empty table: it holds nothing.
+static HELD: ForkSafe<Vec<HeldKey>> = ForkSafe::new(Vec::new());
 
 pub(crate) fn held_key(file: &File, path: &Path) -> Result<HeldKey, LockError> {
     let id = crate::sys::file_id(file).context("cannot inspect lock file", path)?;
@@ -29,7 +33,7 @@ pub(crate) fn held_key(file: &File, path: &Path) -> Result<HeldKey, LockError> {
 
 /// Records that this thread holds or waits for the lock; false if it already does.
 pub(crate) fn remember_held(key: HeldKey) -> bool {
-    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    let mut held = HELD.lock();
     if held.contains(&key) {
         return false;
     }
@@ -38,7 +42,7 @@ pub(crate) fn remember_held(key: HeldKey) -> bool {
 }
 
 pub(crate) fn forget_held(key: &HeldKey) {
-    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    let mut held = HELD.lock();
     if let Some(i) = held.iter().position(|k| k == key) {
         held.swap_remove(i);
     }

@@ -5,6 +5,8 @@
 //! `locks` and `previous` run on every platform (under wine too; one test of
 //! `locks` is Linux-only); `windows` holds what only Windows promises.
 
+#[cfg(unix)]
+mod fork;
 mod locks;
 mod previous;
 mod reserve;

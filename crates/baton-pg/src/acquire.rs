@@ -261,8 +261,18 @@ fn lock_id(session: &Session, kind: &str, name: &str, slots: u32) -> Result<i32,
                 // Tables of an older version (a database an older baton
                 // made): upgrade them first, in the same round trip's
                 // answer as the lock's id.
-                if r.get::<_, Option<i32>>(1).unwrap_or(0) < schema::SCHEMA_VERSION {
+                let version = r.get::<_, Option<i32>>(1).unwrap_or(0);
+                if version < schema::SCHEMA_VERSION {
                     schema::migrate(session)?;
+                }
+                // Tables a newer baton made: what a row means may have
+                // changed, so taking locks on them could admit two holders
+                // in a mixed-version fleet. Refused, as `db migrate` does.
+                if version > schema::SCHEMA_VERSION {
+                    return Err(PgError::SchemaTooNew {
+                        found: version,
+                        known: schema::SCHEMA_VERSION,
+                    });
                 }
                 return Ok(r.get(0));
             }

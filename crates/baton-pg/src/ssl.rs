@@ -56,7 +56,9 @@ impl std::fmt::Display for SslMode {
 #[non_exhaustive]
 pub enum TlsFailure {
     /// The server declined TLS, and the mode requires it.
-    #[error("the server does not support TLS (sslmode={mode} requires it): turn ssl on in the server, or use sslmode=prefer or disable")]
+    // Never advice to weaken the mode: a server that declines TLS may be
+    // a proxy downgrading the connection, which the mode exists to refuse.
+    #[error("the server does not support TLS (sslmode={mode} requires it): turn ssl on in the server, and check that nothing between here and the server (a proxy) declines TLS on its behalf")]
     NotSupported {
         /// The mode asked for.
         mode: SslMode,
@@ -81,6 +83,13 @@ pub enum TlsFailure {
     /// The certificate is outside its validity period.
     #[error("the server's certificate is {0}")]
     Validity(&'static str),
+    /// The server presents a CA certificate as its own (a self-signed
+    /// certificate, say), where a certificate signed by a CA is expected.
+    #[error("the server's certificate is a CA certificate, not one issued to the server (a self-signed certificate?) (sslmode={mode}): give the server a certificate signed by the CA in sslrootcert")]
+    CaAsServerCertificate {
+        /// The mode asked for.
+        mode: SslMode,
+    },
     /// The certificate is unusable for another reason.
     #[error("the server's certificate is not valid: {0}")]
     BadCertificate(String),

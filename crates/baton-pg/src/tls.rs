@@ -145,7 +145,15 @@ impl Tls {
             CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
                 TlsFailure::Validity("not valid yet")
             }
-            other => TlsFailure::BadCertificate(format!("{other:?}")),
+            // webpki's own reasons come wrapped, named by their Debug text.
+            CertificateError::Other(o) => match o.to_string().as_str() {
+                "CaUsedAsEndEntity" => TlsFailure::CaAsServerCertificate { mode: self.mode },
+                "EndEntityUsedAsCa" => TlsFailure::BadCertificate(
+                    "a certificate that is not a CA's signed the server's".into(),
+                ),
+                other => TlsFailure::BadCertificate(other.to_string()),
+            },
+            other => TlsFailure::BadCertificate(other.to_string()),
         }
     }
 }

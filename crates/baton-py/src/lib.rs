@@ -15,7 +15,11 @@
 //! Locking discipline of this crate: a [`Lock`]'s state mutex is only ever
 //! taken with the GIL held and never across a wait (waits run detached from
 //! the interpreter), so a `fork()` (which Python performs with the GIL held)
-//! never copies it locked; see `fork.rs`.
+//! never copies it locked; see `fork.rs`. What baton-lock keeps for the
+//! whole process (the re-entrancy table, the cached identity) is taken
+//! without the GIL from any thread, so it is fork-safe in baton-lock itself
+//! (`fork_safe.rs` there): a child forked while another thread is inside
+//! never finds it held.
 
 mod errors;
 mod fork;

@@ -206,6 +206,13 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         }
     };
     tracing::debug!(run_id = %run_id, command = %line, locks = req.locks.len(), group = req.group.as_ref().map(|g| g.key.as_str()), "run started");
+    // A branch the workspace would refuse (`origin/main` would shadow the
+    // remote-tracking branch) is refused before a slot or a lock is taken.
+    if let Some(w) = &req.workspace {
+        if let Some(b) = &w.branch {
+            baton_git::check_branch_name(&w.repo, b)?;
+        }
+    }
 
     // 1. The group's slot.
     let mut member = match &req.group {

@@ -30,7 +30,7 @@ use crate::store::StoreError;
 
 mod input;
 
-use input::{check_group_length, check_reset, parse_timeout, valid_branch};
+use input::{branch_refusal, check_group_length, check_remote_shadow, check_reset, parse_timeout};
 pub use input::{check_prompt, parse_body, MAX_NON_ASCII_GROUP_CHARS};
 
 /// Shared state of the handlers.
@@ -283,9 +283,9 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
                     "invalid field 'workspace.branch': template '{template_name}' has no workspace"
                 )));
             }
-            if !valid_branch(&b) {
+            if let Some(why) = branch_refusal(&b) {
                 return Err(ApiError::bad(format!(
-                    "invalid field 'workspace.branch': '{b}' is not a branch name git accepts"
+                    "invalid field 'workspace.branch': '{b}' is refused: {why}"
                 )));
             }
             Some(b)
@@ -362,6 +362,7 @@ pub async fn post_job(
 ) -> Result<Response, ApiError> {
     let t0 = std::time::Instant::now();
     let job = resolve(&service, req)?;
+    check_remote_shadow(&service, &job).await?;
     let (job, position) = submit(&service, job).await?;
     tracing::debug!(us = t0.elapsed().as_micros() as u64, "post_job handled");
     Ok((
@@ -453,14 +454,50 @@ pub async fn list_jobs(
     }))
 }
 
-/// `DELETE /v1/jobs/{id}`.
+/// `DELETE /v1/jobs/{id}`: removes a job that has ended (its record and
+/// output); 409 for one that has not (cancel it first). Before this was
+/// a real delete it cancelled, which a client could not tell from the
+/// document (a deleted job was still there).
+pub async fn delete_job(
+    State(service): State<AppState>,
+    PathParam(id): PathParam,
+) -> Result<StatusCode, ApiError> {
+    use crate::store::RemoveFinished;
+    match service.remove(&id).await? {
+        RemoveFinished::Removed => Ok(StatusCode::NO_CONTENT),
+        RemoveFinished::Unknown => Err(ApiError::no_job(&id)),
+        RemoveFinished::Active(status) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_finished",
+            format!(
+                "job '{id}' is {}: cancel it first (POST /v1/jobs/{id}/cancel)",
+                status.as_str()
+            ),
+        )),
+    }
+}
+
+/// The body of `POST /v1/jobs/{id}/cancel`: an empty object (a JSON body,
+/// as every POST: a cross-site form cannot send one).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelRequest {}
+
+/// `POST /v1/jobs/{id}/cancel`.
 pub async fn cancel_job(
     State(service): State<AppState>,
     PathParam(id): PathParam,
+    JsonBody(CancelRequest {}): JsonBody<CancelRequest>,
 ) -> Result<Json<JobView>, ApiError> {
-    match service.cancel(&id).await? {
-        Cancelled::Done(job) => Ok(Json(JobView::from(&*job))),
-        Cancelled::Unknown => Err(ApiError::no_job(&id)),
+    cancel(&service, &id).await.map(Json)
+}
+
+/// Cancels job `id` (see [`Service::cancel`]), with the API's errors: 404
+/// unknown, 409 already ended or running on another node.
+pub(crate) async fn cancel(service: &Service, id: &str) -> Result<JobView, ApiError> {
+    match service.cancel(id).await? {
+        Cancelled::Done(job) => Ok(JobView::from(&*job)),
+        Cancelled::Unknown => Err(ApiError::no_job(id)),
         Cancelled::Finished(status) => Err(ApiError::new(
             StatusCode::CONFLICT,
             "already_finished",

@@ -115,14 +115,15 @@ pub async fn get_job(
     Ok(Json(v))
 }
 
-/// `DELETE /jobs/{id}`: cancels the job exactly as `DELETE /v1/jobs/{id}`
-/// does (the same errors: 404 unknown, 409 already ended or on another
+/// `DELETE /jobs/{id}`: cancels the job exactly as `POST
+/// /v1/jobs/{id}/cancel` does (the older service's meaning of DELETE, kept
+/// for its clients) (the same errors: 404 unknown, 409 already ended or on another
 /// node), and answers with the job as `GET /jobs/{id}` shows it.
 pub async fn cancel_job(
     State(service): State<AppState>,
     PathParam(id): PathParam,
 ) -> Result<Json<Value>, ApiError> {
-    let Json(_cancelled) = api::cancel_job(State(service.clone()), PathParam(id.clone())).await?;
+    api::cancel(&service, &id).await?;
     get_job(State(service), PathParam(id)).await
 }
 

@@ -6,7 +6,7 @@
 //!
 //! - `max_body_bytes` (default 1 MiB, at least 1024): every POST body.
 //! - `max_prompt_bytes` (default 100 KiB, at most [`PROMPT_BYTES_CEILING`]):
-//!   a larger prompt gets 413 at submit; the ceiling keeps the prompt under
+//!   a larger prompt gets 400 at submit; the ceiling keeps the prompt under
 //!   Linux's limit of one argument (the prompt is one, and `BATON_PROMPT`).
 //! - `allowed_hosts`, `allowed_origins`: names the [`crate::browser`] checks
 //!   accept besides the service's own.
@@ -176,7 +176,11 @@ pub const DEFAULT_MAX_PROMPT_BYTES: usize = 100 * 1024;
 pub struct WorkspaceTemplate {
     /// The base repository (a warm clone).
     pub repo: PathBuf,
-    /// The branch the base follows; jobs start from it (and may ask for their own).
+    /// The branch the base follows; jobs start from it (and may ask for
+    /// their own): `refs/remotes/origin/<branch>` when the template fetches,
+    /// else `refs/heads/<branch>` of the base, always by that full name.
+    /// Refused at load if it is not a branch name baton takes
+    /// ([`baton_git::branch_name_refusal`]).
     pub branch: Option<String>,
     /// `clone` (default) or `worktree`.
     pub strategy: baton_git::Strategy,
@@ -559,6 +563,17 @@ fn template(name: &str, t: FileTemplate) -> Result<Template, ConfigError> {
                     Duration::ZERO,
                 )?),
             };
+            // The branch the template's jobs start from, named in full at
+            // run time (`refs/remotes/origin/<b>`, `refs/heads/<b>`): a short
+            // name of another namespace (`origin/main`) would name nothing.
+            if let Some(b) = &w.branch {
+                if let Some(why) = baton_git::branch_name_refusal(b, &[]) {
+                    return Err(ConfigError(format!(
+                        "invalid {} '{b}': {why} (name the branch of the base, e.g. 'main')",
+                        field("workspace.branch")
+                    )));
+                }
+            }
             if w.setup.as_ref().is_some_and(|s| s.is_empty()) {
                 return Err(ConfigError(format!(
                     "invalid {}: it must name a program",
@@ -634,6 +649,39 @@ mod tests {
         };
         let e = template("x", t).err().map(|e| e.0).unwrap_or_default();
         assert!(e.contains("templates.x.command"), "{e}");
+    }
+
+    #[test]
+    fn a_template_branch_that_shadows_another_ref_is_refused() {
+        let with_branch = |branch: &str| FileTemplate {
+            command: vec!["true".into()],
+            env: BTreeMap::new(),
+            timeout: None,
+            workspace: Some(FileWorkspace {
+                repo: PathBuf::from("/srv/base"),
+                branch: Some(branch.into()),
+                strategy: None,
+                fetch_debounce: None,
+                setup: None,
+            }),
+            retry_on_interrupt: false,
+            cwd: None,
+            inherit_env: Vec::new(),
+            prompt_may_start_with_dash: false,
+        };
+        for bad in ["origin/main", "refs/heads/main", "tags/v1", "HEAD", "-x"] {
+            let e = template("x", with_branch(bad))
+                .err()
+                .map(|e| e.0)
+                .unwrap_or_default();
+            assert!(
+                e.contains("templates.x.workspace.branch") && e.contains(bad),
+                "{bad}: {e}"
+            );
+        }
+        let ok = template("x", with_branch("release/1.2")).unwrap();
+        let branch = ok.workspace.and_then(|w| w.branch);
+        assert_eq!(branch.as_deref(), Some("release/1.2"));
     }
 
     #[test]

@@ -307,9 +307,13 @@ pub(crate) fn prepare(
             // fetch_debounce = "0s" means never fetch (see the config).
             ws.fetch = w.fetch_debounce.is_some_and(|d| !d.is_zero());
             ws.fetch_debounce = w.fetch_debounce.unwrap_or_default();
+            // Full names: a start point no other ref can stand in for (a
+            // job's branch `origin/main` is refused, and even a
+            // `refs/heads/origin/main` made by hand in the base would not
+            // answer to `refs/remotes/origin/main`).
             ws.reference = w.branch.as_ref().map(|b| match ws.fetch {
-                true => format!("origin/{b}"),
-                false => b.clone(),
+                true => format!("refs/remotes/{}/{b}", baton_git::DEFAULT_REMOTE),
+                false => format!("refs/heads/{b}"),
             });
             ws.branch = job.spec.branch.clone();
             // Checked at submission (a branch, a ref); baton_git refuses it

@@ -20,9 +20,10 @@
 //!   templates that would read it as an option, likewise.
 //! - **Limits**: `timeout` within `max_timeout`, the prompt within
 //!   `max_prompt_bytes` (a schema counts characters, the service bytes: a
-//!   prompt of many-byte characters can still get 413, documented).
-//! - **Links**: a submitted job's id leads to `GET`/`DELETE /v1/jobs/{id}`
-//!   and its log (and, from `/execute`, to `GET`/`DELETE /jobs/{id}`), so
+//!   prompt of many-byte characters can still get 400, documented; 413 is
+//!   only for a body over `max_body_bytes`).
+//! - **Links**: a submitted job's id leads to `GET`/`DELETE /v1/jobs/{id}`,
+//!   `POST /v1/jobs/{id}/cancel` and its log (and, from `/execute`, to `GET`/`DELETE /jobs/{id}`), so
 //!   stateful clients can follow a job.
 //!
 //! The tests check the document with openapi-spec-validator
@@ -237,6 +238,18 @@ fn up_to(n: u128) -> String {
     alts.join("|")
 }
 
+/// The names baton-git refuses beyond git's syntax
+/// (`baton_git::branch_name_refusal` without the base's own remotes): a
+/// first component of `baton_git::RESERVED_BRANCH_PREFIXES` followed by
+/// more, or `origin` alone or followed by more.
+fn shadowing_pattern() -> String {
+    format!(
+        "^(?:(?:{})/|{}(?:/|$))",
+        baton_git::RESERVED_BRANCH_PREFIXES.join("|"),
+        baton_git::DEFAULT_REMOTE
+    )
+}
+
 /// Exactly the names `api::input::valid_branch` takes (length aside):
 /// '/'-separated components made of words of `[A-Za-z0-9_+-]` joined by
 /// single dots; a component may end with a dot but for the last, and none
@@ -325,9 +338,14 @@ fn submit_request(doc: &mut Value, config: &Config, names: &[Value]) -> Result<(
                     "minLength": 1,
                     "maxLength": 200,
                     "pattern": branch_pattern(),
+                    // A name that would shadow another namespace.
+                    "not": {"pattern": shadowing_pattern()},
                     "description": "A branch name the service takes: ASCII letters, digits and '._/+-', \
                                     not starting with '-', '/' or '.', without '..' or '//', \
-                                    not ending with '/', '.' or '.lock' (else 400)."
+                                    not ending with '/', '.' or '.lock'; never one that would shadow \
+                                    another namespace: 'origin' or 'origin/...', 'refs/...', 'heads/...', \
+                                    'remotes/...', 'tags/...', nor one starting with the name of another \
+                                    remote of the template's base (else 400)."
                 }, "reset_branch": {
                     "type": "boolean",
                     "default": false,
@@ -489,6 +507,8 @@ fn links(doc: &mut Value) -> Result<(), String> {
                        "description": "The job just submitted."},
             "CancelJob": {"operationId": "cancelJob", "parameters": {"id": id},
                           "description": "Cancel it."},
+            "DeleteJob": {"operationId": "deleteJob", "parameters": {"id": id},
+                          "description": "Remove it, once it has ended."},
             "JobLog": {"operationId": "jobLog", "parameters": {"id": id},
                        "description": "Its output."},
         })

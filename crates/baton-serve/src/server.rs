@@ -14,7 +14,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use baton_lock::{BatonDir, LockError, LockName, LockRequest, WaitPolicy};
 
@@ -181,7 +181,8 @@ pub fn router(service: AppState, local: std::net::SocketAddr) -> Router {
     });
     let protected = Router::new()
         .route("/v1/jobs", get(api::list_jobs).post(api::post_job))
-        .route("/v1/jobs/{id}", get(api::get_job).delete(api::cancel_job))
+        .route("/v1/jobs/{id}", get(api::get_job).delete(api::delete_job))
+        .route("/v1/jobs/{id}/cancel", post(api::cancel_job))
         .route("/v1/jobs/{id}/log", get(api::job_log))
         .route("/metrics", get(api::metrics))
         .merge(crate::compat::routes())

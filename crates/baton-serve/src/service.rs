@@ -221,6 +221,19 @@ impl Service {
         }
     }
 
+    /// Removes the record and files of job `id` if it has ended (what
+    /// eviction does after `job_ttl`, now); a queued or running job is left
+    /// as it is (cancel it first).
+    pub async fn remove(&self, id: &str) -> Result<crate::store::RemoveFinished, StoreError> {
+        let outcome = self.store.remove_finished(id).await?;
+        if outcome == crate::store::RemoveFinished::Removed {
+            if let Err(e) = self.files(id).remove() {
+                tracing::warn!(job = %id, error = %e, "cannot remove a removed job's files");
+            }
+        }
+        Ok(outcome)
+    }
+
     /// Asks the node running job `id` to cancel it and waits for its end
     /// (at most grace + 5 s; the request is repeated every second in case
     /// that node's session was being re-established).

@@ -43,7 +43,9 @@ is shown).")]
         /// The remote [default: the branch's configured remote, else origin].
         #[arg(long, value_name = "NAME")]
         remote: Option<String>,
-        /// The remote branch [default: the current branch's name].
+        /// The remote branch [default: the current branch's name]. A name that would shadow
+        /// another ref (origin/..., a remote's name, refs/..., heads/..., remotes/..., tags/...)
+        /// or that git refuses is refused (125).
         #[arg(long, value_name = "NAME")]
         branch: Option<String>,
         /// Pushes tried in all.

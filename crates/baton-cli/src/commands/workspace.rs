@@ -51,7 +51,9 @@ pub struct RunWorkspaceArgs {
     /// Branch to work on in the workspace: created at --ref; if it exists, continued where it
     /// is, or with --ref moved forward to it; if it was pushed and --ref lacks its commits, the
     /// pushed branch (<remote>/NAME) is continued (said on stderr); refused, naming both
-    /// commits, if it has commits that neither --ref nor the pushed branch has.
+    /// commits, if it has commits that neither --ref nor the pushed branch has. A name that
+    /// would shadow another ref (origin/..., a remote's name, refs/..., heads/..., remotes/...,
+    /// tags/...) or that git refuses is refused (125).
     #[arg(long, value_name = "NAME", requires = "workspace")]
     pub branch: Option<String>,
 
@@ -159,7 +161,9 @@ live workspace holds the branch (--reset-branch); 125 failed.")]
         /// Branch to work on: created at --ref; if it exists, continued where it is, or with
         /// --ref moved forward to it; if it was pushed and --ref lacks its commits, the pushed
         /// branch (<remote>/NAME) is continued (said on stderr); refused, naming both commits,
-        /// if it has commits that neither --ref nor the pushed branch has.
+        /// if it has commits that neither --ref nor the pushed branch has. A name that would
+        /// shadow another ref (origin/..., a remote's name, refs/..., heads/..., remotes/...,
+        /// tags/...) or that git refuses is refused (125).
         #[arg(long, value_name = "NAME")]
         branch: Option<String>,
         /// Start --branch over at --ref: if it has commits --ref lacks, keep its old tip under

@@ -147,6 +147,11 @@ impl Server {
         Self::parse(self.auth(self.agent.delete(&self.url(path))).call())
     }
 
+    /// `POST /v1/jobs/{id}/cancel`.
+    pub fn cancel(&self, id: &str) -> (u16, Value) {
+        self.post(&format!("/v1/jobs/{id}/cancel"), &serde_json::json!({}))
+    }
+
     /// Submits a job; panics unless 202. Returns its id.
     pub fn submit(&self, body: Value) -> String {
         let (code, v) = self.post("/v1/jobs", &body);

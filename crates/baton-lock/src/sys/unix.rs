@@ -219,3 +219,20 @@ pub(crate) fn probe_file_options() -> OpenOptions {
         .custom_flags(libc::O_NOFOLLOW);
     options
 }
+
+extern "C" fn fork_child_handler() {
+    crate::fork_safe::after_fork_in_child();
+}
+
+/// Has libc's `fork` call `fork_safe::after_fork_in_child` in every child,
+/// before the child runs any code of its own (`pthread_atfork`).
+pub(crate) fn call_after_fork_in_child() {
+    // SAFETY: registers a plain function with no prepare or parent handler;
+    // the handler does one atomic add, which is async-signal-safe, as a
+    // handler run in a child of a multi-threaded process must be.
+    let rc = unsafe { libc::pthread_atfork(None, None, Some(fork_child_handler)) };
+    if rc != 0 {
+        // Only ENOMEM: a child is then told apart by its pid alone.
+        tracing::debug!(rc, "pthread_atfork failed");
+    }
+}

@@ -551,3 +551,6 @@ pub(crate) fn probe_file_options() -> OpenOptions {
         .custom_flags(FILE_FLAG_OVERLAPPED);
     options
 }
+
+/// Windows has no `fork`: nothing to register.
+pub(crate) fn call_after_fork_in_child() {}

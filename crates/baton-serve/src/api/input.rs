@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use serde_json::Value;
 
 use super::ApiError;
+use crate::model::NewJob;
 use crate::service::Service;
 
 /// A JSON body, with every way it can be wrong reported as an [`ApiError`].
@@ -45,7 +46,8 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(
 }
 
 /// Refuses a prompt the template's command could not take safely: larger
-/// than `max_prompt_bytes` (413), or starting with `-` where the command
+/// than `max_prompt_bytes` (400 naming the field: 413 is for a body over
+/// `max_body_bytes`, a limit of the transport), or starting with `-` where the command
 /// could read it as an option (400: allowed only after an `--` in the
 /// template's command, or with `prompt_may_start_with_dash`). `field` is
 /// the request's field the prompt came from.
@@ -58,7 +60,7 @@ pub fn check_prompt(
     let limit = service.config.max_prompt_bytes;
     if prompt.len() > limit {
         return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
+            StatusCode::BAD_REQUEST,
             "prompt_too_large",
             format!(
                 "field '{field}': the prompt is {} bytes; the limit is {limit} (max_prompt_bytes)",
@@ -159,6 +161,53 @@ pub(crate) fn check_reset(
         )));
     }
     Ok(())
+}
+
+/// Why the service refuses `b` as a job's `workspace.branch`, if it does:
+/// baton-git's rule first ([`baton_git::branch_name_refusal`]: what git
+/// refuses, and a name that would shadow another namespace, such as
+/// `origin/main` or `refs/...`), then the service's narrower alphabet
+/// ([`valid_branch`], the OpenAPI document's pattern).
+pub(crate) fn branch_refusal(b: &str) -> Option<String> {
+    if let Some(why) = baton_git::branch_name_refusal(b, &[]) {
+        return Some(why);
+    }
+    (!valid_branch(b)).then(|| {
+        "the service takes ASCII letters, digits and '._/+-' only, at most 200 characters".into()
+    })
+}
+
+/// Refuses (400) a job's `workspace.branch` that starts with the name of a
+/// remote of its template's base other than `origin` (which
+/// [`branch_refusal`] refuses already): read with `git remote` off the
+/// async workers, only for a job that names a branch. A base that cannot be
+/// read is left to the job's workspace set-up, which checks again (as it
+/// does a remote added after submission) and fails the job naming why.
+pub(crate) async fn check_remote_shadow(service: &Service, job: &NewJob) -> Result<(), ApiError> {
+    let Some(branch) = job.branch.clone() else {
+        return Ok(());
+    };
+    let Some(repo) = service
+        .config
+        .templates
+        .get(&job.template)
+        .and_then(|t| t.workspace.as_ref())
+        .map(|w| w.repo.clone())
+    else {
+        return Ok(());
+    };
+    let remotes = tokio::task::spawn_blocking(move || baton_git::remote_names(&repo))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    let remotes: Vec<&str> = remotes.iter().map(String::as_str).collect();
+    match baton_git::branch_name_refusal(&branch, &remotes) {
+        None => Ok(()),
+        Some(why) => Err(ApiError::bad(format!(
+            "invalid field 'workspace.branch': '{branch}' is refused: {why}"
+        ))),
+    }
 }
 
 /// What `git check-ref-format --branch` would accept, conservatively:

@@ -64,6 +64,17 @@ pub enum CancelQueued {
     Unknown,
 }
 
+/// What happened to a removal of a finished job's record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RemoveFinished {
+    /// It had ended; its record is gone.
+    Removed,
+    /// It has not ended (queued or running); nothing changed.
+    Active(JobStatus),
+    /// No such job.
+    Unknown,
+}
+
 /// What restart recovery did with a job that was running.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Recovered {
@@ -223,6 +234,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Removes finished jobs that ended before `before`; returns their ids.
     async fn evict(&self, before: i64) -> Result<Vec<String>, StoreError>;
+
+    /// Removes the record of job `id` if it has ended (its files are the
+    /// caller's to remove), as eviction would after `job_ttl`.
+    async fn remove_finished(&self, id: &str) -> Result<RemoveFinished, StoreError>;
 
     /// Jobs running and queued now.
     async fn counts(&self) -> Result<Counts, StoreError>;

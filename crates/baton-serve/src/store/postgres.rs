@@ -32,7 +32,7 @@ use super::pg_sql::{
     running_on, to_i64, Retry, COLUMNS,
 };
 use super::pg_submit::{self, Submit};
-use super::{CancelQueued, Recovered, Store, StoreError, StoreEvent};
+use super::{CancelQueued, Recovered, RemoveFinished, Store, StoreError, StoreEvent};
 use crate::model::{
     Counts, Finish, Job, JobStatus, ListFilter, NewJob, NodeInfo, RecordedGroup, Submitted,
 };
@@ -571,6 +571,34 @@ impl Store for PgStore {
         )
         .await?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn remove_finished(&self, id: &str) -> Result<RemoveFinished, StoreError> {
+        let op = "remove a finished job";
+        let c = self.conn(op).await?;
+        timed(op, async {
+            let removed = c
+                .query_opt(
+                    "DELETE FROM baton_jobs WHERE id = $1 AND status NOT IN ('queued', 'running') \
+                     RETURNING id",
+                    &[&id],
+                )
+                .await?;
+            if removed.is_some() {
+                return Ok(RemoveFinished::Removed);
+            }
+            let row = c
+                .query_opt("SELECT status FROM baton_jobs WHERE id = $1", &[&id])
+                .await?;
+            Ok(match row {
+                Some(r) => {
+                    let s: String = r.get(0);
+                    RemoveFinished::Active(JobStatus::parse(&s).unwrap_or(JobStatus::Running))
+                }
+                None => RemoveFinished::Unknown,
+            })
+        })
+        .await
     }
 
     async fn counts(&self) -> Result<Counts, StoreError> {

@@ -29,7 +29,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::sqlite_files::{self, StoreFiles};
 use super::sqlite_writes::{self, Writes};
-use super::{CancelQueued, Recovered, Store, StoreError};
+use super::{CancelQueued, Recovered, RemoveFinished, Store, StoreError};
 use crate::model::{
     Counts, Finish, Job, JobMode, JobStatus, ListFilter, NewJob, RecordedGroup, Submitted,
 };
@@ -854,6 +854,34 @@ impl Store for SqliteStore {
             )?;
             let rows = stmt.query_map([before], |r| r.get(0))?;
             rows.collect()
+        })
+        .await
+    }
+
+    async fn remove_finished(&self, id: &str) -> Result<RemoveFinished, StoreError> {
+        let id = id.to_string();
+        self.with("remove a finished job", move |conn| {
+            let removed = conn
+                .prepare_cached(
+                    "DELETE FROM jobs WHERE id = ?1 AND status NOT IN ('queued', 'running') \
+                     RETURNING id",
+                )?
+                .query_map([&id], |r| r.get::<_, String>(0))?
+                .count();
+            if removed > 0 {
+                return Ok(RemoveFinished::Removed);
+            }
+            let status: Option<String> = conn
+                .prepare_cached("SELECT status FROM jobs WHERE id = ?1")?
+                .query_map([&id], |r| r.get(0))?
+                .next()
+                .transpose()?;
+            Ok(match status {
+                Some(s) => {
+                    RemoveFinished::Active(JobStatus::parse(&s).unwrap_or(JobStatus::Running))
+                }
+                None => RemoveFinished::Unknown,
+            })
         })
         .await
     }

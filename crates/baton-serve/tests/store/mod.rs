@@ -126,6 +126,7 @@ exercises!(
     recover_never_queues_again_a_job_whose_caller_waited,
     reap_takes_over_only_the_jobs_of_dead_nodes,
     evict_removes_only_jobs_finished_before_the_cutoff,
+    remove_finished_removes_only_a_job_that_has_ended,
     supersede_and_coalesce_mark_the_queued_jobs_of_their_group,
     a_finish_ends_only_a_running_job,
     the_store_has_one_owner,
@@ -520,6 +521,40 @@ async fn evict_removes_only_jobs_finished_before_the_cutoff(ctx: Ctx) {
     assert_eq!(status(s, "running").await, Some(JobStatus::Running));
     assert_eq!(status(s, "queued").await, Some(JobStatus::Queued));
     assert!(s.evict(t(2_000)).await.unwrap().is_empty());
+}
+
+async fn remove_finished_removes_only_a_job_that_has_ended(ctx: Ctx) {
+    use baton_serve::store::RemoveFinished;
+    let s = &*ctx.store;
+    for (i, id) in ["done", "running", "queued"].iter().enumerate() {
+        submit(s, job(id, i as i64)).await;
+    }
+    for _ in 0..2 {
+        claim_here(s, MANY).await.unwrap();
+    }
+    assert!(s
+        .finish("done", &ended(JobStatus::Succeeded, t(1_000)))
+        .await
+        .unwrap());
+    assert_eq!(
+        s.remove_finished("running").await.unwrap(),
+        RemoveFinished::Active(JobStatus::Running)
+    );
+    assert_eq!(
+        s.remove_finished("queued").await.unwrap(),
+        RemoveFinished::Active(JobStatus::Queued)
+    );
+    assert_eq!(
+        s.remove_finished("done").await.unwrap(),
+        RemoveFinished::Removed
+    );
+    assert_eq!(status(s, "done").await, None);
+    assert_eq!(
+        s.remove_finished("done").await.unwrap(),
+        RemoveFinished::Unknown
+    );
+    assert_eq!(status(s, "running").await, Some(JobStatus::Running));
+    assert_eq!(status(s, "queued").await, Some(JobStatus::Queued));
 }
 
 async fn supersede_and_coalesce_mark_the_queued_jobs_of_their_group(ctx: Ctx) {

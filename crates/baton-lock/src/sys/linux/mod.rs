@@ -18,10 +18,11 @@ pub(crate) use watch::{try_inotify, watch_slots};
 
 use std::fs::File;
 use std::io;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::cancel::CancelToken;
+use crate::fork_safe::ForkSafe;
 use crate::ofd::{cancelled, Kind};
 
 /// Whether byte-range locks work here: on Linux OFD locks always do
@@ -253,8 +254,41 @@ extern "C" fn on_wakeup(_: libc::c_int) {}
 /// We pick the highest real-time signal whose disposition is still the
 /// default, so we never take over a signal the application uses.
 fn wakeup_signal() -> io::Result<libc::c_int> {
-    static SIGNAL: OnceLock<Option<libc::c_int>> = OnceLock::new();
-    let chosen = SIGNAL.get_or_init(|| {
+    // The choice is kept in an atomic, not a Once: a child forked while
+    // another thread chose must not hang on a Once copied running. A child
+    // inherits the signal's handler, so the parent's choice holds there; a
+    // child whose parent was still choosing chooses again under a fresh
+    // lock (see `fork_safe`).
+    const UNSET: i32 = 0;
+    const NONE: i32 = -1;
+    static SIGNAL: AtomicI32 = AtomicI32::new(UNSET);
+    static CHOOSING: ForkSafe<()> = ForkSafe::new(());
+    let known = |v: i32| match v {
+        NONE => Some(None),
+        UNSET => None,
+        sig => Some(Some(sig)),
+    };
+    let chosen = match known(SIGNAL.load(Ordering::Acquire)) {
+        Some(chosen) => chosen,
+        None => {
+            let _choosing = CHOOSING.lock();
+            match known(SIGNAL.load(Ordering::Acquire)) {
+                Some(chosen) => chosen,
+                None => {
+                    let chosen = choose_wakeup_signal();
+                    SIGNAL.store(chosen.unwrap_or(NONE), Ordering::Release);
+                    chosen
+                }
+            }
+        }
+    };
+    chosen.ok_or_else(|| io::Error::other("no free real-time signal to time out lock waits"))
+}
+
+/// Installs the wake-up handler on the highest real-time signal still at its
+/// default disposition.
+fn choose_wakeup_signal() -> Option<libc::c_int> {
+    {
         let (lo, hi) = (libc::SIGRTMIN() + 2, libc::SIGRTMAX());
         for sig in (lo..=hi).rev() {
             // SAFETY: querying and setting a signal action with valid pointers;
@@ -278,6 +312,5 @@ fn wakeup_signal() -> io::Result<libc::c_int> {
             }
         }
         None
-    });
-    chosen.ok_or_else(|| io::Error::other("no free real-time signal to time out lock waits"))
+    }
 }
