@@ -68,7 +68,7 @@ impl ReserveError {
 
 fn busy_line(conflicts: &[Conflict]) -> String {
     match conflicts.first() {
-        None => "reservation not granted".to_string(),
+        None => "reservation not granted: another process held the reservations table past the deadline (stopped inside it?)".to_string(),
         Some(c) => {
             let more = match conflicts.len() {
                 1 => String::new(),
