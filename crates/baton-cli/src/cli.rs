@@ -34,6 +34,7 @@ use crate::commands::Command;
   baton lock release memory --token \"$TOKEN\"       ...and release it
   baton run --group issue/42 --mode supersede -- ./agent.sh   newest run wins, older ones stop
   baton state edit tasks.json -- jq '.n += 1'     atomic read-modify-write of a state file
+  baton reserve src/parser -- ./agent.sh          reserve paths of this repository while it runs
   baton -vv run --lock deploy -- ./deploy.sh      show what baton does and waits for
   baton doctor                                    can baton work here? what to fix, and how
   baton job submit --wait 'fix the tests'         a job on the job service (`baton serve`)

@@ -77,6 +77,8 @@ mod branch;
 mod error;
 mod gc;
 mod git;
+mod guard;
+mod identity;
 mod push;
 mod record;
 mod refname;
@@ -97,6 +99,10 @@ pub use git::{
     git_version, machine_dir, workspace_home, workspaces_of, GitVersion, Repo,
     DEFAULT_GIT_LOCK_WAIT, MIN_GIT_VERSION,
 };
+pub use guard::{
+    hooks_dir, install_guard, staged_paths, uninstall_guard, GuardInstalled, GuardRemoved,
+};
+pub use identity::repository_identity;
 pub use push::{push, Backoff, PushReport, PushRequest};
 pub use record::{validate_id, Listing, Strategy, UnreadableRecord, Workspace, WorkspaceInfo};
 pub use refname::{

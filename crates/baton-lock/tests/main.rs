@@ -9,6 +9,7 @@
 mod fork;
 mod locks;
 mod previous;
+mod reserve;
 mod windows;
 
 #[test]
