@@ -47,6 +47,9 @@ fn without_v_successful_commands_print_nothing_on_stderr() {
     let rel = env.run(&["lock", "release", "y", "--token", &token]);
     assert_eq!(code(&rel), 0, "{}", stderr(&rel));
     assert!(rel.stderr.is_empty(), "{}", stderr(&rel));
+    // Silent on success: its stdout would land in the calling tool's
+    // output (issue 36, item 11).
+    assert!(rel.stdout.is_empty(), "{}", stdout(&rel));
 }
 
 #[test]

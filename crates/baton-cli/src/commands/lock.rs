@@ -441,17 +441,14 @@ fn print_acquired(held: &Held, json: bool) -> u8 {
     0
 }
 
-/// `baton lock release`.
+/// `baton lock release`: silent on success, as a Unix tool is (its stdout
+/// would land in the calling tool's output); `-v` logs it, `--json` prints
+/// the report.
 fn print_released(r: &ReleaseReport, json: bool) -> u8 {
     if json {
         return print_json(r);
     }
-    outln!(
-        "released lock '{}' (token {}, holder pid {})",
-        r.name,
-        r.token,
-        r.holder_pid
-    );
+    tracing::info!(lock = %r.name, token = r.token, holder_pid = r.holder_pid, "released");
     0
 }
 
