@@ -41,6 +41,42 @@ fn commit_a(text: &str, subject: &str) -> String {
     format!("echo {text} > a.txt && git commit -qam '{subject}'")
 }
 
+/// A pipeline re-run within the fetch debounce (30 s by default, no group
+/// or lock) starts from every push that completed before it started: the
+/// earlier run's fetch is not reused. Fails before: the re-run skipped the
+/// fetch and started from the stale origin/main (issue 36, item 7).
+#[test]
+fn a_quick_rerun_with_fetch_sees_a_push_made_before_it_started() {
+    let g = GitEnv::new();
+    let base = g.base.to_str().unwrap();
+    let other = pusher(&g, "other");
+    let subject = |g: &GitEnv| {
+        let out = g.run(&[
+            "run",
+            "--workspace",
+            base,
+            "--fetch",
+            "--ref",
+            "origin/main",
+            "--",
+            "git",
+            "log",
+            "-1",
+            "--format=%s",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let before = subject(&g);
+    g.git_ok(
+        &other,
+        &["commit", "-q", "--allow-empty", "-m", "pushed meanwhile"],
+    );
+    g.git_ok(&other, &["push", "-q", "origin", "main"]);
+    assert_ne!(before, "pushed meanwhile");
+    assert_eq!(subject(&g), "pushed meanwhile");
+}
+
 /// Trial (GitHub Actions agent): a run whose push conflicts leaves its
 /// commit on the branch in the base; the next run with the same --ref and
 /// --branch is refused (by design) until --reset-branch starts the branch

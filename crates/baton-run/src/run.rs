@@ -194,6 +194,7 @@ pub struct RunReport {
 /// handler, so a process may own many runs at once.
 pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     let (program, args) = req.command.split_first().ok_or(RunError::NoCommand)?;
+    let started = std::time::SystemTime::now();
     let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
     let line = command_line(&req.command);
     let control = &req.control;
@@ -259,11 +260,17 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         Some(w) => {
             let mut w = w.clone();
             w.run_id = Some(run_id.clone());
-            // Only a fetch begun from now on can hold what the run before
-            // this one (of the group, of the locks) pushed before it let go.
-            if req.group.is_some() || !req.locks.is_empty() {
-                w.fetched_since = Some(std::time::SystemTime::now());
-            }
+            // Only a fetch begun after the run started can hold every push
+            // that completed before it (a quick re-run must not start from
+            // an older fetch); after a group slot or locks, only one begun
+            // from now on can hold what the run before this one pushed
+            // before it let go. Concurrent runs still share one fetch.
+            let since = if req.group.is_some() || !req.locks.is_empty() {
+                std::time::SystemTime::now()
+            } else {
+                started
+            };
+            w.fetched_since = Some(w.fetched_since.map_or(since, |s| s.max(since)));
             Some((baton_git::create(ws_dir, &w)?, w.git_lock_wait))
         }
     };

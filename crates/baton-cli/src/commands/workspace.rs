@@ -87,8 +87,10 @@ pub struct RunWorkspaceArgs {
     #[arg(long, requires = "workspace")]
     pub fetch: bool,
 
-    /// Skip the fetch if the repository was fetched this recently. With --group or --lock,
-    /// only a fetch begun after this run got them counts: the run before it may have pushed.
+    /// Skip the fetch if the repository was fetched this recently, by a fetch begun after
+    /// this run started (so every push that completed before it is seen). With --group or
+    /// --lock, only a fetch begun after this run got them counts: the run before it may have
+    /// pushed.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s", requires = "fetch")]
     pub fetch_debounce: Duration,
 
