@@ -48,14 +48,35 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/models/{model}", get(model))
 }
 
-/// `POST /execute` body.
+/// `POST /execute` body. Fields the older service ignored (`timeout`, ...)
+/// are ignored here too, as its clients send them; each name is logged
+/// once.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ExecuteRequest {
     /// The prompt.
     pub prompt: String,
     /// The template (default: the configured default).
     pub template: Option<String>,
+    /// What else the client sent.
+    #[serde(flatten)]
+    pub ignored: serde_json::Map<String, Value>,
+}
+
+/// Logs each ignored field name of `POST /execute` once per process.
+fn log_ignored(fields: &serde_json::Map<String, Value>) {
+    static LOGGED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    if fields.is_empty() {
+        return;
+    }
+    let mut logged = LOGGED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for name in fields.keys() {
+        if logged.len() < 64 && !logged.contains(name) {
+            tracing::warn!(field = %name, "POST /execute: ignoring a field this service does not use (as the older service did)");
+            logged.push(name.clone());
+        }
+    }
 }
 
 /// `POST /execute {prompt, template?}` -> `202 {job_id, status}`; `429` +
@@ -65,6 +86,7 @@ pub async fn execute(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let req: ExecuteRequest = api::parse_body(body)?;
+    log_ignored(&req.ignored);
     let job = api::resolve(
         &service,
         SubmitRequest {

@@ -217,6 +217,29 @@ fn too_many_connections(cap: usize) -> Response {
     resp
 }
 
+/// The most of a refused body read and dropped before the connection closes.
+const LINGER_BYTES: usize = 64 * 1024 * 1024;
+/// The longest a refused body is read for, and the longest pause in it.
+const LINGER_TIME: Duration = Duration::from_secs(30);
+const LINGER_PAUSE: Duration = Duration::from_secs(5);
+
+/// Reads and drops a refused request's body until it ends, LINGER_BYTES
+/// have come, LINGER_TIME has passed or the client pauses LINGER_PAUSE.
+async fn linger(body: Body) {
+    use futures_util::StreamExt;
+    let mut data = body.into_data_stream();
+    let read = async {
+        let mut read = 0usize;
+        while let Ok(Some(Ok(chunk))) = tokio::time::timeout(LINGER_PAUSE, data.next()).await {
+            read = read.saturating_add(chunk.len());
+            if read > LINGER_BYTES {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER_TIME, read).await;
+}
+
 /// Middleware: a request's body must arrive within `request_body_timeout`
 /// of its headers; else 408 and the connection is closed. One declared
 /// larger than `max_body_bytes` is refused at once (413, closed).
@@ -234,6 +257,12 @@ pub(crate) async fn body_deadline(
     let max = service.config.max_body_bytes;
     let declared = req.body().size_hint().exact();
     if let Some(declared) = declared.filter(|&n| n > max as u64) {
+        // Answered at once, and what the client goes on sending is read and
+        // dropped (bounded) meanwhile, as nginx's lingering close does: a
+        // client that sends its whole body before it reads (Python's
+        // urllib, requests, httpx) would otherwise find the connection
+        // reset under it and never see the 413.
+        tokio::spawn(linger(req.into_body()));
         let mut resp = ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
