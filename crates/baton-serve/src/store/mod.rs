@@ -7,6 +7,7 @@
 //! Design (the claim protocol, durability per promise): see `SERVICE.md`.
 
 mod pg_batch;
+mod pg_reap;
 mod pg_session;
 mod pg_sql;
 mod pg_submit;
