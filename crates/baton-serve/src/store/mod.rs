@@ -14,6 +14,7 @@ mod pg_submit;
 mod postgres;
 mod sqlite;
 mod sqlite_files;
+mod sqlite_rescue;
 mod sqlite_writes;
 mod url;
 
