@@ -342,8 +342,8 @@ fn signal(s: &Server, signal: rustix::process::Signal) {
 /// two slots' jobs, keeps its database session (the kernel answers the
 /// keepalives) and so its liveness lock; its guardians kill its jobs at the
 /// fence, but the store showed them running for as long as A was frozen, so
-/// the cluster ran nothing. Now, once A's heartbeat is older than the fence
-/// + grace + 1 s, B ends A's session and takes its jobs over: a job
+/// the cluster ran nothing. Now, once A's heartbeat is older than the
+/// fence, grace and 1 s, B ends A's session and takes its jobs over: a job
 /// submitted to B runs, `/health` shows A not live. Thawed (SIGCONT), A
 /// finds its session ended and serves again, and no job ran twice.
 #[test]
