@@ -369,6 +369,11 @@ fn a_frozen_node_is_fenced_and_its_slots_return_to_the_cluster() {
         entry(h, &name_a).is_some_and(|e| e["live"] == true && e["running"] == 2)
     });
 
+    let app = format!("baton serve {}", &name_a[name_a.len().saturating_sub(48)..]);
+    let named = db.scalar(&format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}'"
+    ));
+    assert_ne!(named.as_deref(), Some("0"), "A's connections are not named");
     signal(&a, rustix::process::Signal::STOP);
     let frozen = Instant::now();
     let quick = b.submit(json!({"prompt": "quick 0.1"}));
@@ -383,6 +388,22 @@ fn a_frozen_node_is_fenced_and_its_slots_return_to_the_cluster() {
         entry(h, &name_a).is_some_and(|e| e["live"] == false)
     });
     assert_eq!(entry(&h, &name_a).unwrap()["running"], 0, "{h}");
+    // All of A's connections were ended, not only the one holding its
+    // liveness lock: one frozen in a transaction would hold its locks.
+    let sessions_of_a = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' \
+         AND application_name = '{app}'",
+        db.name
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while db.scalar(&sessions_of_a).as_deref() != Some("0") {
+        assert!(
+            Instant::now() < deadline,
+            "frozen node A still has {:?} sessions",
+            db.scalar(&sessions_of_a)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     for id in &long {
         let j = b.job(id);
         assert_eq!(j["status"], "interrupted", "{j}");

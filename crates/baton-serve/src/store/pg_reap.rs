@@ -10,7 +10,9 @@
 //! as long as it is frozen. So a node whose heartbeat is older than the
 //! settle wait has its session ended (`pg_terminate_backend` of the backend
 //! recorded as holding its lock, as `baton lock break` does for a lock),
-//! and its jobs are taken over as a dead node's. Thawed, it finds its
+//! and its jobs are taken over as a dead node's; its other connections
+//! (its `application_name`) are ended too, since one frozen inside a
+//! transaction holds that transaction's locks. Thawed, it finds its
 //! session ended, as after a network loss: it stops what it still runs
 //! (nothing: its guardians did) and establishes a new session.
 
@@ -18,7 +20,7 @@ use std::time::Duration;
 
 use baton_pg::one_line;
 
-use super::pg_session::NODE_CLASS;
+use super::pg_session::{application_name, NODE_CLASS};
 use super::pg_sql::{lock_all, mark_interrupted, plan, running_on, Retry};
 use super::postgres::OP_LIMIT;
 use super::{Recovered, StoreError};
@@ -212,6 +214,21 @@ async fn end_stalled_session(
     match ended {
         Ok(Some(row)) => {
             let (pid, silent_ms, ended): (i32, i64, bool) = (row.get(0), row.get(1), row.get(2));
+            // Its other connections too: one frozen inside a transaction
+            // holds that transaction's locks (the claims' or the queue's,
+            // which every node and this takeover wait for) until the
+            // server ends it.
+            let others = c
+                .query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND application_name = $1 \
+                     AND pid <> pg_backend_pid()",
+                    &[&application_name(node)],
+                )
+                .await;
+            if let Err(e) = others {
+                tracing::warn!(node = %node, error = %one_line(&e), "cannot end the other connections of a node that stopped beating");
+            }
             tracing::warn!(
                 node = %node,
                 backend = pid,

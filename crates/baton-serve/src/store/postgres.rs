@@ -70,6 +70,12 @@ impl PgStore {
     pub async fn open(url: &str, node: String) -> Result<PgStore, String> {
         let (mut cfg, tls) = baton_pg::client_config(url).map_err(config_error)?;
         baton_pg::liveness::client_keepalives(&mut cfg);
+        // Every connection of this node says whose it is, so a rescuer that
+        // ends a frozen node's session ends its other connections too (see
+        // `pg_reap`), unless the URL names the application itself.
+        if cfg.get_application_name().is_none() {
+            cfg.application_name(pg_session::application_name(&node));
+        }
         let manager = Manager::from_config(
             cfg.clone(),
             tls.clone(),

@@ -119,13 +119,14 @@ impl StoreFiles {
         let path = &self.path;
         match identity(path) {
             Ok(id) if id == self.db => {}
-            Ok(_) => return Some((
-                Lost::Replaced,
-                format!(
-                    "the store file '{}' was replaced while the service ran (restart the service)",
+            Ok(_) => {
+                let problem = format!(
+                    "the store file '{}' was replaced while the service ran \
+                     (restart the service)",
                     path.display()
-                ),
-            )),
+                );
+                return Some((Lost::Replaced, problem));
+            }
             Err(e) => {
                 return Some((
                     Lost::Removed,
