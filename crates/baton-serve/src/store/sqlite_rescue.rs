@@ -26,8 +26,9 @@
 //!
 //! Each is done once, under the connection's lock; nothing is committed
 //! after it (every later operation is refused). Not covered: a file
-//! removed and nothing run on the store until the service is killed (the
-//! scheduler's 2 s poll and `/health` run operations).
+//! removed, then the service killed before any operation ran on the store
+//! (requests, the scheduler's poll every 2 s while a slot is free and the
+//! cleaner's, at most a minute apart, run them).
 
 use std::path::{Path, PathBuf};
 
