@@ -331,3 +331,104 @@ fn a_chat_queued_by_a_node_that_died_for_good_is_cancelled_not_run() {
         "the prompt of a caller that is gone ran"
     );
 }
+
+/// Sends `signal` to the service process of `s`.
+fn signal(s: &Server, signal: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(s.pid()).unwrap();
+    rustix::process::kill_process(pid, signal).unwrap();
+}
+
+/// Issue 37, item 3: node A, stopped by SIGSTOP while it runs the cluster's
+/// two slots' jobs, keeps its database session (the kernel answers the
+/// keepalives) and so its liveness lock; its guardians kill its jobs at the
+/// fence, but the store showed them running for as long as A was frozen, so
+/// the cluster ran nothing. Now, once A's heartbeat is older than the
+/// fence, grace and 1 s, B ends A's session and takes its jobs over: a job
+/// submitted to B runs, `/health` shows A not live. Thawed (SIGCONT), A
+/// finds its session ended and serves again, and no job ran twice.
+#[test]
+fn a_frozen_node_is_fenced_and_its_slots_return_to_the_cluster() {
+    let db = TestDb::new();
+    let url = db.url();
+    let args = ["--store", url.as_str(), "--max-concurrency", "2"];
+    let shared = tempfile::tempdir().unwrap();
+    let d = shared.path().display().to_string();
+    // A prompt is "TAG SECONDS": the job records its tag, then sleeps.
+    let script = format!("echo ${{1% *}} >> {d}/starts; sleep ${{1#* }}");
+    let mut a = Server::start(&config(&script, "a"), &args);
+    let long: Vec<String> = ["long1 600", "long2 600"]
+        .iter()
+        .map(|p| a.submit(json!({ "prompt": p })))
+        .collect();
+    for id in &long {
+        a.wait_job(id, Duration::from_secs(30), |j| j["status"] == "running");
+    }
+    let b = Server::start(&config(&script, "b"), &args);
+    let (name_a, name_b) = (node_id(&a), node_id(&b));
+    wait_health(&b, Duration::from_secs(30), |h| {
+        entry(h, &name_a).is_some_and(|e| e["live"] == true && e["running"] == 2)
+    });
+
+    let app = format!("baton serve {}", &name_a[name_a.len().saturating_sub(48)..]);
+    let named = db.scalar(&format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}'"
+    ));
+    assert_ne!(named.as_deref(), Some("0"), "A's connections are not named");
+    signal(&a, rustix::process::Signal::STOP);
+    let frozen = Instant::now();
+    let quick = b.submit(json!({"prompt": "quick 0.1"}));
+    let j = b.wait_job(&quick, Duration::from_secs(40), |j| j["status"] != "queued");
+    eprintln!(
+        "node A frozen -> a job submitted to B starts: {:.1} s",
+        frozen.elapsed().as_secs_f64()
+    );
+    assert_eq!(j["node"].as_str(), Some(name_b.as_str()), "{j}");
+    assert_eq!(b.wait_final(&quick)["status"], "succeeded");
+    let h = wait_health(&b, Duration::from_secs(10), |h| {
+        entry(h, &name_a).is_some_and(|e| e["live"] == false)
+    });
+    assert_eq!(entry(&h, &name_a).unwrap()["running"], 0, "{h}");
+    // All of A's connections were ended, not only the one holding its
+    // liveness lock: one frozen in a transaction would hold its locks.
+    let sessions_of_a = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' \
+         AND application_name = '{app}'",
+        db.name
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while db.scalar(&sessions_of_a).as_deref() != Some("0") {
+        assert!(
+            Instant::now() < deadline,
+            "frozen node A still has {:?} sessions",
+            db.scalar(&sessions_of_a)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for id in &long {
+        let j = b.job(id);
+        assert_eq!(j["status"], "interrupted", "{j}");
+    }
+
+    // Thawed: A finds its session ended, and serves again.
+    signal(&a, rustix::process::Signal::CONT);
+    wait_health(&b, Duration::from_secs(60), |h| {
+        entry(h, &name_a).is_some_and(|e| e["live"] == true)
+    });
+    let after = a.submit(json!({"prompt": "after 0.1"}));
+    assert_eq!(a.wait_final(&after)["status"], "succeeded");
+    for id in &long {
+        assert_eq!(a.job(id)["status"], "interrupted");
+    }
+    let mut starts: Vec<String> = std::fs::read_to_string(shared.path().join("starts"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    starts.sort();
+    assert_eq!(
+        starts,
+        ["after", "long1", "long2", "quick"],
+        "each job once"
+    );
+    assert!(a.child.as_mut().unwrap().try_wait().unwrap().is_none());
+}

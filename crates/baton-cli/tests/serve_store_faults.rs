@@ -240,3 +240,65 @@ fn a_store_on_a_small_disk_runs_every_job_it_acknowledged_to_its_end() {
         assert_eq!(j["status"], "succeeded", "{j}");
     }
 }
+
+/// Submits 3 jobs that wait for `{tmp}/go` (one runs, two wait: one slot),
+/// removes `remove` (relative to the baton dir) while the service runs,
+/// waits until `/health` reports it degraded, kills the service (`kill
+/// -9`), lets the jobs go and starts it again: the 3 jobs answered 202 are
+/// there, and each runs to an end.
+fn acknowledged_jobs_survive(remove: &[&str]) {
+    let mut s = Server::start(&sh_config(""), &["--max-concurrency", "1"]);
+    let t = s.tmp();
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            s.submit(json!({
+                "prompt": format!("echo {i} >> {t}/runs; while [ ! -e {t}/go ]; do sleep 0.02; done")
+            }))
+        })
+        .collect();
+    serve_common::wait_for_file(Path::new(&format!("{t}/runs")));
+    for f in remove {
+        std::fs::remove_file(s.dir.join(f))
+            .unwrap_or_else(|e| panic!("{f} exists while the service runs: {e}"));
+    }
+    let h = wait_health(&s, 503);
+    assert_eq!(h["status"], "degraded", "{h}");
+    eprintln!("degraded: {}", h["error"]);
+    let (code, v) = s.post("/v1/jobs", &json!({"prompt": "echo lost"}));
+    assert_eq!(code, 503, "a job acknowledged into a removed file: {v}");
+
+    s.kill9();
+    std::fs::write(format!("{t}/go"), "").unwrap();
+    s.spawn();
+    for id in &ids {
+        let (code, j) = s.get(&format!("/v1/jobs/{id}"));
+        assert_eq!(code, 200, "job {id}, answered 202, is gone: {j}");
+        let j = s.wait_final(id);
+        // The one that ran when the service was killed is reported
+        // interrupted; the others run now.
+        assert!(
+            matches!(j["status"].as_str(), Some("succeeded" | "interrupted")),
+            "{j}"
+        );
+    }
+    let (code, h) = s.get("/health");
+    assert_eq!(code, 200, "{h}");
+}
+
+/// Issue 37, item 4: the jobs acknowledged before the store's `-wal` file
+/// was removed were only in that WAL, which the service still had open:
+/// gone after a `kill -9` and a restart. Now the service copies the open
+/// WAL into the store file (a checkpoint) when it notices, before it
+/// refuses anything.
+#[test]
+fn jobs_acknowledged_before_the_wal_was_removed_survive_a_kill_and_a_restart() {
+    acknowledged_jobs_survive(&["serve.db-wal"]);
+}
+
+/// The same with the store file and its `-wal` file removed: the service
+/// writes out the store it still has open (`VACUUM INTO` a new file, put
+/// in place).
+#[test]
+fn jobs_acknowledged_before_the_store_file_was_removed_survive_a_kill_and_a_restart() {
+    acknowledged_jobs_survive(&["serve.db", "serve.db-wal"]);
+}

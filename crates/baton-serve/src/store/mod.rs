@@ -7,12 +7,14 @@
 //! Design (the claim protocol, durability per promise): see `SERVICE.md`.
 
 mod pg_batch;
+mod pg_reap;
 mod pg_session;
 mod pg_sql;
 mod pg_submit;
 mod postgres;
 mod sqlite;
 mod sqlite_files;
+mod sqlite_rescue;
 mod sqlite_writes;
 mod url;
 

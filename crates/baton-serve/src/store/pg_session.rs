@@ -53,6 +53,17 @@ struct Connected {
     notes: mpsc::UnboundedReceiver<(String, String)>,
 }
 
+/// The `application_name` of node `node`'s connections: `baton serve `
+/// and the node id's last 48 bytes (the server keeps 63; the id's random
+/// part is at its end).
+pub(super) fn application_name(node: &str) -> String {
+    let mut start = node.len().saturating_sub(48);
+    while !node.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("baton serve {}", &node[start..])
+}
+
 /// This baton dir's node id (`<host>-<random>`), made once and kept in
 /// `<baton dir>/serve/node-id` so that a restart recovers its own jobs.
 pub(super) fn node_id(baton_dir: &Path) -> Result<String, String> {

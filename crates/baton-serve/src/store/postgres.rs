@@ -26,6 +26,7 @@ use tokio::sync::{broadcast, oneshot};
 use baton_pg::one_line;
 
 use super::pg_batch::{self, dropped, Change, Queue, Write};
+use super::pg_reap;
 use super::pg_session::{self, Shared, NODE_CLASS};
 use super::pg_sql::{
     counts, get_job, job_from_row, lock_all, lock_claims, mark_interrupted, migrate, nodes, plan,
@@ -69,6 +70,12 @@ impl PgStore {
     pub async fn open(url: &str, node: String) -> Result<PgStore, String> {
         let (mut cfg, tls) = baton_pg::client_config(url).map_err(config_error)?;
         baton_pg::liveness::client_keepalives(&mut cfg);
+        // Every connection of this node says whose it is, so a rescuer that
+        // ends a frozen node's session ends its other connections too (see
+        // `pg_reap`), unless the URL names the application itself.
+        if cfg.get_application_name().is_none() {
+            cfg.application_name(pg_session::application_name(&node));
+        }
         let manager = Manager::from_config(
             cfg.clone(),
             tls.clone(),
@@ -152,10 +159,18 @@ pub(super) async fn pooled(
 /// too): two runs at once. A backend pid is reused only after the OS's pid
 /// space wraps around; the session's own backend holds the lock until it
 /// exits.
+///
+/// And only while its heartbeat is younger than the fence (`$4`, ms): a
+/// rescuer ends the session of a node whose heartbeat is older than the
+/// settle wait (a stopped process keeps its session), and that node's
+/// claim, thawed just then, must not pass while its backend is still on
+/// its way out (`pg_reap.rs`). A node that beats claims: its heartbeat is
+/// at most `HEARTBEAT` old.
 const HELD: &str = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
     AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
     AND classid = $1::int4::oid AND objid = $2::int4::oid AND objsubid = 2 AND granted \
-    AND pid = $3)";
+    AND pid = $3) AND EXISTS (SELECT 1 FROM baton_nodes WHERE num = $2 \
+    AND heartbeat_at > now() - make_interval(secs => $4::int8 / 1000.0))";
 
 /// Whether a claim may find something: fewer than `$1` jobs run and some
 /// are queued (read without the claims' lock, so only a hint).
@@ -315,8 +330,9 @@ impl Store for PgStore {
             if n == 0 || !c.query_one(&worth, &[&cap]).await?.get::<_, bool>(0) {
                 return Ok(Vec::new());
             }
-            let node_lock: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-                [&NODE_CLASS, &num, &backend];
+            let fence_ms = i64::try_from(baton_pg::FENCE.as_millis()).unwrap_or(i64::MAX);
+            let node_lock: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+                [&NODE_CLASS, &num, &backend, &fence_ms];
             // Sent together, run in order: the lock before the reads.
             let ((), (), held, running) = futures_util::try_join!(
                 c.batch_execute("BEGIN"),
@@ -459,103 +475,8 @@ impl Store for PgStore {
         settle: std::time::Duration,
         now: i64,
     ) -> Result<Vec<Recovered>, StoreError> {
-        let settle_ms = i64::try_from(settle.as_millis()).unwrap_or(i64::MAX);
-        let op = "take over the jobs of dead nodes";
-        let mut c = self.conn(op).await?;
-        let candidates = timed(
-            op,
-            c.query(
-                // Nodes that ran jobs, and nodes whose callers waited for
-                // queued jobs (chat completions), that stopped beating.
-                "SELECT DISTINCT j.node, n.num FROM ( \
-                   SELECT node FROM baton_jobs \
-                   WHERE status = 'running' AND node IS NOT NULL AND node <> $1 \
-                   UNION SELECT waiter FROM baton_jobs \
-                   WHERE status = 'queued' AND waiter IS NOT NULL AND waiter <> $1 \
-                 ) j LEFT JOIN baton_nodes n ON n.id = j.node \
-                 WHERE n.heartbeat_at IS NULL \
-                    OR n.heartbeat_at < now() - make_interval(secs => $2::int8 / 1000.0)",
-                &[&self.node, &settle_ms],
-            ),
-        )
-        .await?;
-        let mut out = Vec::new();
-        for row in candidates {
-            let node: String = row.get(0);
-            let num: Option<i32> = row.get(1);
-            let step = async {
-                // The node is dead when its liveness lock is free; holding
-                // it while its jobs are marked keeps a restart of that node
-                // from recovering them at the same time.
-                if let Some(num) = num {
-                    let free: bool = c
-                        .query_one(
-                            "SELECT pg_try_advisory_lock($1::int4, $2::int4)",
-                            &[&NODE_CLASS, &num],
-                        )
-                        .await?
-                        .get(0);
-                    if !free {
-                        return Ok(Vec::new());
-                    }
-                }
-                let marked = async {
-                    let tx = c.transaction().await?;
-                    lock_all(&tx).await?;
-                    let plan = plan(running_on(&tx, &node).await?, retry);
-                    let why = format!("its node '{node}' died while the job ran");
-                    mark_interrupted(&tx, &plan, now, &why).await?;
-                    // Its callers' queued jobs: their connections ended with
-                    // it, and their clients retry elsewhere; run now, a
-                    // prompt would run twice (as `cancel_abandoned` at a
-                    // node's own restart).
-                    let abandoned = tx
-                        .query(
-                            "UPDATE baton_jobs SET status = 'cancelled', finished_at = $1, \
-                             error = 'cancelled while queued: the node its caller waited on died' \
-                             WHERE status = 'queued' AND waiter = $2 RETURNING id",
-                            &[&now, &node],
-                        )
-                        .await?;
-                    tx.commit().await?;
-                    for row in abandoned {
-                        let id: String = row.get(0);
-                        tracing::warn!(job = %id, node = %node, "cancelled a queued job whose caller waited on a dead node");
-                    }
-                    Ok::<_, tokio_postgres::Error>(plan)
-                }
-                .await;
-                if let Some(num) = num {
-                    c.execute(
-                        "SELECT pg_advisory_unlock($1::int4, $2::int4)",
-                        &[&NODE_CLASS, &num],
-                    )
-                    .await?;
-                }
-                marked
-            };
-            match tokio::time::timeout(OP_LIMIT, step).await {
-                Ok(Ok(plan)) => out.extend(
-                    plan.into_iter()
-                        .map(|(job, requeued)| Recovered { job, requeued }),
-                ),
-                other => {
-                    // The connection may still hold the node's lock: close it.
-                    drop(deadpool_postgres::Object::take(c));
-                    return match other {
-                        Ok(Err(e)) => Err(StoreError::Query {
-                            op,
-                            message: one_line(&e),
-                        }),
-                        _ => Err(StoreError::Query {
-                            op,
-                            message: "the database did not answer in time".into(),
-                        }),
-                    };
-                }
-            }
-        }
-        Ok(out)
+        let c = self.conn("take over the jobs of dead nodes").await?;
+        pg_reap::reap(c, &self.node, retry, settle, now).await
     }
 
     async fn evict(&self, before: i64) -> Result<Vec<String>, StoreError> {

@@ -338,7 +338,7 @@ impl SqliteStore {
             let started = queued.elapsed();
             let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
             let locked = queued.elapsed();
-            files.check()?;
+            files.check(&conn)?;
             // One statement less per query: the setting changes only
             // between a submission's batch (FULL) and bookkeeping (NORMAL).
             let full = sync == "FULL";

@@ -7,7 +7,8 @@
 //! reads or changes anything; a store file or `-wal` file removed or
 //! replaced under the service is noticed by the next operation (which then
 //! fails, naming the file), so no job is acknowledged into a file that is
-//! gone; a write that failed (an unwritable file, a full disk) is reported
+//! gone, and what the open files held is first written where a restart
+//! finds it, so no job acknowledged before is lost (`sqlite_rescue`); a write that failed (an unwritable file, a full disk) is reported
 //! by [`StoreFiles::problem`] until a write works again.
 //!
 //! On a disk with less than [`LOW_SPACE`] free, the WAL is kept small: the
@@ -31,6 +32,8 @@ use std::sync::{Mutex, PoisonError};
 use baton_fs::shared_log::try_lock_exclusive;
 use baton_fs::{path_id, FileId};
 
+use super::sqlite_rescue::{self, Lost};
+
 /// Below this much free space on the store's disk, the WAL is kept small:
 /// 64 MiB, the WAL's usual bound (`sqlite.rs`).
 pub(super) const LOW_SPACE: u64 = 64 * 1024 * 1024;
@@ -52,6 +55,8 @@ pub(super) struct StoreFiles {
     wal: Option<FileId>,
     // Why the last write failed; `None` once one works.
     problem: Mutex<Option<String>>,
+    // Which file was found changed and what its rescue said, once one was.
+    rescued: Mutex<Option<(Lost, String)>>,
     // Writes since the store was opened (see `watch_space`).
     writes: AtomicU64,
     // Whether the WAL is kept small (the disk has less than `LOW_SPACE`).
@@ -80,6 +85,7 @@ impl StoreFiles {
             wal: identity(&wal_path).ok(),
             wal_path,
             problem: Mutex::new(None),
+            rescued: Mutex::new(None),
             writes: AtomicU64::new(0),
             low_space: AtomicBool::new(false),
             _owner: owner,
@@ -87,34 +93,61 @@ impl StoreFiles {
     }
 
     /// An error unless the store file and its `-wal` file are still the
-    /// ones opened.
-    pub(super) fn check(&self) -> Result<(), String> {
+    /// ones opened. The first time one is not, what `conn` (the store's
+    /// connection, under its lock) holds is first written to where a restart
+    /// finds it (`sqlite_rescue`), and the error says where.
+    pub(super) fn check(&self, conn: &rusqlite::Connection) -> Result<(), String> {
+        let Some((lost, problem)) = self.changed() else {
+            return Ok(());
+        };
+        let mut rescued = self.rescued.lock().unwrap_or_else(PoisonError::into_inner);
+        let said = match rescued.as_ref() {
+            // Once, but again for a store file lost after only its log was
+            // rescued (a copy put in place is not the file opened either).
+            Some((done, said)) if *done != Lost::Wal || lost == Lost::Wal => said.clone(),
+            _ => {
+                let said = sqlite_rescue::rescue(conn, &self.path, &self.wal_path, lost);
+                *rescued = Some((lost, said.clone()));
+                said
+            }
+        };
+        Err(format!("{problem}; {said}"))
+    }
+
+    /// Which file is no longer the one opened, and the message saying so.
+    fn changed(&self) -> Option<(Lost, String)> {
         let path = &self.path;
         match identity(path) {
             Ok(id) if id == self.db => {}
             Ok(_) => {
-                return Err(format!(
-                    "the store file '{}' was replaced while the service ran (restart the service)",
-                    path.display()
-                ))
-            }
-            Err(e) => {
-                return Err(format!(
-                    "the store file '{}' is gone ({e}): it was removed while the service ran \
+                let problem = format!(
+                    "the store file '{}' was replaced while the service ran \
                      (restart the service)",
                     path.display()
+                );
+                return Some((Lost::Replaced, problem));
+            }
+            Err(e) => {
+                return Some((
+                    Lost::Removed,
+                    format!(
+                        "the store file '{}' is gone ({e}): it was removed while the service ran \
+                         (restart the service)",
+                        path.display()
+                    ),
                 ))
             }
         }
-        let Some(wal) = self.wal else {
-            return Ok(());
-        };
+        let wal = self.wal?;
         match identity(&self.wal_path) {
-            Ok(id) if id == wal => Ok(()),
-            _ => Err(format!(
-                "the store's write-ahead log '{}' was removed or replaced while the service ran: \
-                 what is stored from now on would be lost (restart the service)",
-                self.wal_path.display()
+            Ok(id) if id == wal => None,
+            _ => Some((
+                Lost::Wal,
+                format!(
+                    "the store's write-ahead log '{}' was removed or replaced while the service ran: \
+                     what is stored from now on would be lost (restart the service)",
+                    self.wal_path.display()
+                ),
             )),
         }
     }
