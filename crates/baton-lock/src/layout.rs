@@ -60,7 +60,7 @@ pub(crate) fn held_slots(fd: &File, max: u32) -> io::Result<Vec<(u32, Kind)>> {
 /// Every single byte in `[lo, hi)` on which another holder has a lock that
 /// conflicts with `probe`. The kernel reports one conflict per query, in no
 /// particular order, so each answer splits the range in two.
-fn all_locks(fd: &File, probe: Kind, lo: u64, hi: u64) -> io::Result<Vec<(u64, Kind)>> {
+pub(crate) fn all_locks(fd: &File, probe: Kind, lo: u64, hi: u64) -> io::Result<Vec<(u64, Kind)>> {
     let mut found = Vec::new();
     let mut todo = vec![(lo, hi)];
     while let Some((lo, hi)) = todo.pop() {

@@ -101,17 +101,24 @@ impl Drop for Reservation {
     }
 }
 
-/// Removes row `ticket` (and its broken mark) under META taken through `file`.
+/// Removes row `ticket` (and its broken mark) under META taken through
+/// `file`, the row's own description, and frees its liveness byte before
+/// META goes: a byte held without a row would look, to whoever reads the
+/// table next, like a holder the table forgot (`table::orphans`).
 fn remove_row(files: &SpaceFiles, file: &File, ticket: u64) -> Result<(), ReserveError> {
     let _meta = table::meta_now(files, file)?;
-    let mut t = files.read()?;
-    let before = (t.rows.len(), t.broken.len());
-    t.rows.retain(|r| r.ticket != ticket);
-    t.broken.retain(|b| *b != ticket);
-    if (t.rows.len(), t.broken.len()) != before {
-        files.write(&t)?;
-    }
-    Ok(())
+    let result = (|| {
+        let mut t = files.read()?;
+        let before = (t.rows.len(), t.broken.len());
+        t.rows.retain(|r| r.ticket != ticket);
+        t.broken.retain(|b| *b != ticket);
+        if (t.rows.len(), t.broken.len()) != before {
+            files.write(&t)?;
+        }
+        Ok(())
+    })();
+    let _ = ofd::unlock(file, table::byte(ticket), 1);
+    result
 }
 
 /// What a request is, for finding what stands in its way.
@@ -226,7 +233,21 @@ pub fn reserve(
             session: &req.holder.session,
             ticket,
         };
-        let blocking = blockers(&t, &asking);
+        let mut blocking = blockers(&t, &asking);
+        // Holders the table forgot (deleted under them) block everyone.
+        let lost = table::orphans(&checker, &t, ticket.as_slice())
+            .map_err(|e| ReserveError::io("cannot check reservations in", &files.lock, e))?;
+        blocking.extend(lost.into_iter().map(|r| {
+            (
+                r.ticket,
+                Conflict {
+                    pattern: super::Pattern::whole(),
+                    mode: r.mode,
+                    holder: r.holder,
+                    granted: true,
+                },
+            )
+        }));
         if blocking.is_empty() {
             let mine = match ticket {
                 Some(mine) => mine,
@@ -313,7 +334,7 @@ pub fn reserve(
             if let Some(mine) = ticket {
                 // Best effort: closing `row_file` frees the byte anyway,
                 // and a dead waiting row is pruned by the next reader.
-                let _ = remove_row(&files, &checker, mine);
+                let _ = remove_row(&files, &row_file, mine);
             }
             Err(e)
         }
@@ -341,11 +362,10 @@ fn live_rows(files: &SpaceFiles) -> Result<Vec<ReservationRecord>, ReserveError>
     let _meta = MetaLock::read(&checker, READ_PATIENCE)
         .map_err(|e| ReserveError::io("cannot lock the reservations table", &files.lock, e))?;
     let t = files.read()?;
-    let mut rows = Vec::with_capacity(t.rows.len());
+    let check = |e| ReserveError::io("cannot check reservations in", &files.lock, e);
+    let mut rows = table::orphans(&checker, &t, &[]).map_err(check)?;
     for row in t.rows {
-        let alive = table::is_alive(&checker, row.ticket)
-            .map_err(|e| ReserveError::io("cannot check reservations in", &files.lock, e))?;
-        if alive {
+        if table::is_alive(&checker, row.ticket).map_err(check)? {
             rows.push(row);
         }
     }

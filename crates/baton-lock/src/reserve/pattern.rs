@@ -53,6 +53,11 @@ fn compile(glob: &str) -> Result<GlobMatcher, globset::Error> {
 }
 
 impl Pattern {
+    /// The whole repository.
+    pub(crate) fn whole() -> Pattern {
+        Pattern(String::new())
+    }
+
     /// Builds a pattern from segments already checked by the caller (no
     /// `.`, `..` or empty segments); refuses a malformed glob.
     pub(crate) fn from_segments(segments: &[&str]) -> Result<Pattern, String> {

@@ -96,6 +96,49 @@ impl Table {
     }
 }
 
+/// Rows for liveness bytes held by holders the table does not know: the
+/// table was deleted or replaced under them (the filesystem is not trusted
+/// to stay put). What they cover is lost, so each stands for an exclusive
+/// reservation of the whole repository until its holder lets go: nobody is
+/// granted beside a reservation the table forgot. `known` are tickets to
+/// leave out (the caller's own).
+pub(crate) fn orphans(
+    checker: &File,
+    table: &Table,
+    known: &[u64],
+) -> std::io::Result<Vec<ReservationRecord>> {
+    let held = crate::layout::all_locks(checker, Kind::Read, TICKET_BASE, TICKET_END)?;
+    let mut out = Vec::new();
+    for (at, _) in held {
+        let ticket = at - TICKET_BASE;
+        // A broken row is out of the table on purpose, and out of the way.
+        if known.contains(&ticket)
+            || table.broken.contains(&ticket)
+            || table.rows.iter().any(|r| r.ticket == ticket)
+        {
+            continue;
+        }
+        out.push(ReservationRecord {
+            ticket,
+            token: None,
+            patterns: vec![super::Pattern::whole()],
+            mode: crate::request::Mode::Exclusive,
+            granted: true,
+            holder: super::ReservationHolder {
+                agent: "an unknown holder (its row was lost with the reservations table)".into(),
+                pid: 0,
+                client_pid: None,
+                host: String::new(),
+                since: String::new(),
+                reason: None,
+                principal: None,
+                session: format!("lost-row-{ticket}"),
+            },
+        });
+    }
+    Ok(out)
+}
+
 /// Whether row `ticket`'s holder still holds its liveness byte.
 pub(crate) fn is_alive(checker: &File, ticket: u64) -> std::io::Result<bool> {
     Ok(ofd::find_conflict(checker, Kind::Read, byte(ticket), 1)?.is_some())
