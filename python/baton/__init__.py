@@ -53,9 +53,14 @@ What the module does to this process
   stop what is left of that run's command (its process group, after an
   identity check), as the ``baton`` command does: a run's processes never
   outlive its hold.
-- ``KeyboardInterrupt``: a wait without a timeout is not interrupted by
-  Ctrl-C (the exception is raised once the lock is granted); give a timeout
-  to waits that a user may want to interrupt.
+- ``KeyboardInterrupt`` (and any exception a signal handler raises) ends
+  every wait within about 20 ms, with or without a timeout, holding nothing:
+  a wait on a busy lock runs in a short-lived helper thread (named
+  ``baton-wait``) while the calling thread checks for signals every 20 ms;
+  the helper leaves the line when the caller stops waiting. A free lock is
+  taken on the calling thread, without a helper. ``acquire(cancel=c)`` with
+  a ``baton.Cancel`` ends the wait the same way when ``c.cancel()`` is
+  called from another thread (``baton.Cancelled``).
 - Nothing else: the environment variables read are ``BATON_DIR``,
   ``TMPDIR`` and ``USER`` (the default owner, ``user@host``); nothing is
   written outside the baton dir.
@@ -64,10 +69,11 @@ What the module does to this process
 import os as _os
 
 from . import _baton
-from ._baton import Lock, status
-from ._errors import Busy, Error
+from ._baton import Cancel, status
+from ._errors import Busy, Cancelled, Error
+from ._lock import Lock
 
-__all__ = ["Busy", "Error", "Lock", "status"]
+__all__ = ["Busy", "Cancel", "Cancelled", "Error", "Lock", "status"]
 
 if hasattr(_os, "register_at_fork"):
     _os.register_at_fork(after_in_child=_baton.after_fork_in_child)

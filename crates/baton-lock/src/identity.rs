@@ -393,3 +393,12 @@ mod tests {
         assert!(start_time(i32::MAX).is_none());
     }
 }
+
+/// The kernel's id of the calling thread (Linux; `None` elsewhere, where
+/// [`thread_of_ancestor`] cannot tell threads apart either).
+pub(crate) fn current_os_thread() -> Option<i32> {
+    #[cfg(target_os = "linux")]
+    return Some(rustix::thread::gettid().as_raw_nonzero().get());
+    #[cfg(not(target_os = "linux"))]
+    return None;
+}

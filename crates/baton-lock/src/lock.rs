@@ -261,11 +261,9 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
     tracing::debug!(lock = %req.name, mode = req.mode.as_str(), wait = %req.wait, file = %path.display(), "acquiring");
     loop {
         let file = open_lock_file(&path)?;
-        let key = held_key(&file, &path)?;
+        let key = held_key(&file, &path, req.caller.as_ref().map(|c| c.id))?;
         if !remember_held(key.clone()) {
-            return Err(LockError::Reentrant {
-                name: req.name.to_string(),
-            });
+            return Err(reentrant(req, &path, start));
         }
         let id = FileId {
             dev: key.dev,
@@ -443,8 +441,8 @@ fn acquire_in(
             }
         }
         if req.use_ancestor_hold {
-            if let Some(h) =
-                held_for_ancestor(fd, &doc, Some(mode)).context("cannot inspect lock", path)?
+            if let Some(h) = held_for_ancestor(fd, &doc, Some(mode), req.kind)
+                .context("cannot inspect lock", path)?
             {
                 drop(meta);
                 tracing::debug!(lock = %req.name, ancestor_pid = h.process.pid, token = h.token, "held by an ancestor of this process: using its hold");
@@ -479,7 +477,9 @@ fn acquire_in(
         // at once, for a bounded wait too, instead of waiting and saying
         // "busy". Other holders (a library user that spawned us, another
         // thread of the caller) may well release first.
-        if let Some(h) = held_for_ancestor(fd, &doc, None).context("cannot inspect lock", path)? {
+        if let Some(h) =
+            held_for_ancestor(fd, &doc, None, req.kind).context("cannot inspect lock", path)?
+        {
             return Err(LockError::HeldByAncestor {
                 name: req.name.to_string(),
                 pid: h.process.pid,
@@ -582,4 +582,23 @@ pub(crate) fn describe_holders(doc: &LockDoc) -> Option<String> {
         s.push_str(&format!(" and {} more", doc.holders.len() - 1));
     }
     Some(s)
+}
+
+/// The answer to a request for a lock its thread already holds (through
+/// another guard) or waits for: waiting forever would deadlock, so that is
+/// refused; a bounded wait is busy at once (only this thread could release
+/// it, and it is here).
+fn reentrant(req: &LockRequest, path: &Path, start: Instant) -> LockError {
+    match req.wait {
+        WaitPolicy::Forever => LockError::Reentrant {
+            name: req.name.to_string(),
+        },
+        policy => LockError::Busy {
+            name: req.name.to_string(),
+            path: path.to_path_buf(),
+            holder: Some("this thread, through another handle".into()),
+            waited: start.elapsed(),
+            policy,
+        },
+    }
 }

@@ -22,12 +22,17 @@ pub(crate) struct HeldKey {
 /// on it. A child starts with an empty table: it holds nothing.
 static HELD: ForkSafe<Vec<HeldKey>> = ForkSafe::new(Vec::new());
 
-pub(crate) fn held_key(file: &File, path: &Path) -> Result<HeldKey, LockError> {
+/// The key of `file` for `thread` (the thread the lock is acquired for).
+pub(crate) fn held_key(
+    file: &File,
+    path: &Path,
+    thread: Option<ThreadId>,
+) -> Result<HeldKey, LockError> {
     let id = crate::sys::file_id(file).context("cannot inspect lock file", path)?;
     Ok(HeldKey {
         dev: id.dev,
         ino: id.ino,
-        thread: std::thread::current().id(),
+        thread: thread.unwrap_or_else(|| std::thread::current().id()),
     })
 }
 
