@@ -22,6 +22,12 @@ is free at once. Waiters line up first come, first served; every grant has a
 fencing token larger than any before. ``baton.status(name)`` returns what
 ``baton lock status NAME --json`` prints.
 
+Moving from filelock or portalocker: ``baton.FileLock``, ``baton.Timeout``
+and ``baton.AsyncFileLock`` are filelock's API (``baton.filelock``), and
+``baton.portalocker`` is portalocker's; change the import and nothing else
+(see those modules for what differs underneath, and how they exclude
+processes still using the old library on the same path).
+
 What the module does to this process
 ------------------------------------
 - Threads: none. A wait blocks the calling thread in the kernel with the GIL
@@ -71,9 +77,23 @@ import os as _os
 from . import _baton
 from ._baton import Cancel, status
 from ._errors import Busy, Cancelled, Error
-from ._lock import Lock
+from ._lock import Acquired, Lock
+from . import portalocker
+from .filelock import AsyncFileLock, FileLock, Timeout
 
-__all__ = ["Busy", "Cancel", "Cancelled", "Error", "Lock", "status"]
+__all__ = [
+    "Acquired",
+    "AsyncFileLock",
+    "Busy",
+    "Cancel",
+    "Cancelled",
+    "Error",
+    "FileLock",
+    "Lock",
+    "Timeout",
+    "portalocker",
+    "status",
+]
 
 if hasattr(_os, "register_at_fork"):
     _os.register_at_fork(after_in_child=_baton.after_fork_in_child)

@@ -262,7 +262,8 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
     loop {
         let file = open_lock_file(&path)?;
         let key = held_key(&file, &path, req.caller.as_ref().map(|c| c.id))?;
-        if !remember_held(key.clone()) {
+        let shares = req.mode.normalized() != Mode::Exclusive;
+        if !remember_held(key.clone(), shares) {
             return Err(reentrant(req, &path, start));
         }
         let id = FileId {

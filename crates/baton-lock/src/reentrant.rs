@@ -20,7 +20,9 @@ pub(crate) struct HeldKey {
 /// mutex: a fork while another thread is inside would copy it held, and the
 /// child's fork hook (baton-py's, which forgets inherited holds) would hang
 /// on it. A child starts with an empty table: it holds nothing.
-static HELD: ForkSafe<Vec<HeldKey>> = ForkSafe::new(Vec::new());
+/// Each entry says whether its hold admits another holder (shared, or a
+/// semaphore of more than one slot).
+static HELD: ForkSafe<Vec<(HeldKey, bool)>> = ForkSafe::new(Vec::new());
 
 /// The key of `file` for `thread` (the thread the lock is acquired for).
 pub(crate) fn held_key(
@@ -36,19 +38,22 @@ pub(crate) fn held_key(
     })
 }
 
-/// Records that this thread holds or waits for the lock; false if it already does.
-pub(crate) fn remember_held(key: HeldKey) -> bool {
+/// Records that this thread holds or waits for the lock; false if it
+/// already does in a way that would block this request: a request that
+/// admits other holders (`shares`: shared, or a semaphore of more slots) may
+/// join the thread's own holds that admit them too (two readers, two slots).
+pub(crate) fn remember_held(key: HeldKey, shares: bool) -> bool {
     let mut held = HELD.lock();
-    if held.contains(&key) {
+    if held.iter().any(|(k, s)| *k == key && !(shares && *s)) {
         return false;
     }
-    held.push(key);
+    held.push((key, shares));
     true
 }
 
 pub(crate) fn forget_held(key: &HeldKey) {
     let mut held = HELD.lock();
-    if let Some(i) = held.iter().position(|k| k == key) {
+    if let Some(i) = held.iter().position(|(k, _)| k == key) {
         held.swap_remove(i);
     }
 }
