@@ -31,7 +31,7 @@ import time
 import typing
 import weakref
 from types import TracebackType
-from typing import IO, Any, Optional, Type, Union
+from typing import IO, Any, Literal, Optional, Type, Union
 
 from ._errors import Busy
 from ._lock import Lock as _BatonLock
@@ -116,7 +116,7 @@ def _lock(file_obj: Union[IO[Any], int], flags: int, wait: Optional[float], poll
     """Locks ``file_obj`` waiting at most ``wait`` seconds (None: forever,
     0: not at all): in line for baton's lock, then polling the ``flock``
     (held only by processes that do not use baton)."""
-    mode = "shared" if flags & LOCK_SH and not flags & LOCK_EX else "exclusive"
+    mode: Literal["exclusive", "shared"] = "shared" if flags & LOCK_SH and not flags & LOCK_EX else "exclusive"
     fh: Any = file_obj
     handle = None if isinstance(fh, int) else fh
     start = time.monotonic()

@@ -6,10 +6,13 @@ import subprocess
 import sys
 
 
-def test_mypy_strict_accepts_the_typed_example(tmp_path):
+def test_mypy_strict_accepts_the_typed_example_and_the_package(tmp_path):
+    import baton
+
     example = os.path.join(os.path.dirname(__file__), "typed", "example.py")
+    package = os.path.dirname(baton.__file__)
     r = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", str(tmp_path), example],
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", str(tmp_path), example, package],
         capture_output=True,
         text=True,
         timeout=600,
