@@ -73,13 +73,12 @@ What the module does to this process
 """
 
 import os as _os
+from typing import TYPE_CHECKING
 
 from . import _baton
 from ._baton import Cancel, status
 from ._errors import Busy, Cancelled, Error
 from ._lock import Acquired, Lock
-from . import portalocker
-from .filelock import AsyncFileLock, FileLock, Timeout
 
 __all__ = [
     "Acquired",
@@ -94,6 +93,25 @@ __all__ = [
     "portalocker",
     "status",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The adapters load on first use: `import baton` stays light (a process
+    # started by multiprocessing's spawn imports it again).
+    if name in ("FileLock", "AsyncFileLock", "Timeout"):
+        from . import filelock
+
+        return getattr(filelock, name)
+    if name == "portalocker":
+        import importlib
+
+        return importlib.import_module(".portalocker", __name__)
+    raise AttributeError(f"module 'baton' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from . import portalocker
+    from .filelock import AsyncFileLock, FileLock, Timeout
 
 if hasattr(_os, "register_at_fork"):
     _os.register_at_fork(after_in_child=_baton.after_fork_in_child)

@@ -25,20 +25,25 @@ locks it (a few microseconds uncontended); a wait for such a process polls
 every ``poll_interval``, as filelock does.
 """
 
-import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import threading
 import time
+import warnings
 import weakref
-from concurrent.futures import Executor
+from abc import ABCMeta, abstractmethod
 from types import TracebackType
-from typing import Any, Callable, Dict, Optional, Type, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Type, TypeVar, Union
 
 from ._baton import Cancel
 from ._errors import Busy, Cancelled
 from ._lock import Lock
+
+if TYPE_CHECKING:
+    import asyncio
+    from concurrent.futures import Executor
 
 try:
     import fcntl
@@ -49,6 +54,9 @@ __version__ = "3.16.1"
 
 _Path = Union[str, "os.PathLike[str]"]
 _T = TypeVar("_T", bound="BaseFileLock")
+
+# filelock's logger: a program's logging configuration for it keeps working.
+_LOGGER = logging.getLogger("filelock")
 
 
 class Timeout(Busy):
@@ -113,39 +121,26 @@ class AcquireReturnProxy:
         self.lock.release()
 
 
-class BaseFileLock:
-    """filelock's ``FileLock`` over baton's lock (see the module's docs)."""
+class _LockMeta(ABCMeta):
+    """Makes ``is_singleton=True`` return the path's existing object,
+    without calling ``__init__`` again (as filelock does)."""
 
-    _instances: "weakref.WeakValueDictionary[str, BaseFileLock]"
-    _instances_lock = threading.Lock()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls._instances = weakref.WeakValueDictionary()
-
-    def __new__(
-        cls: Type[_T],
-        lock_file: _Path,
-        timeout: float = -1,
-        mode: int = 0o644,
-        thread_local: bool = True,
-        *,
-        blocking: bool = True,
-        is_singleton: bool = False,
-        **kwargs: Any,
-    ) -> _T:
-        if not is_singleton:
-            return super().__new__(cls)
+    def __call__(cls, lock_file: _Path, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("is_singleton", False):
+            return super().__call__(lock_file, *args, **kwargs)
         key = os.path.abspath(os.fspath(lock_file))
-        with cls._instances_lock:
-            found = cls._instances.get(key)
+        instances: "weakref.WeakValueDictionary[str, BaseFileLock]" = cls._instances  # type: ignore[attr-defined]
+        with _singletons:
+            found = instances.get(key)
             if found is None:
-                self = super().__new__(cls)
-                cls._instances[key] = self
-                return self
+                made: BaseFileLock = super().__call__(lock_file, *args, **kwargs)
+                instances[key] = made
+                return made
         if not isinstance(found, cls):
             raise TypeError(f"{key} is locked by another lock class")
-        wanted = {"timeout": timeout, "mode": mode, "thread_local": thread_local, "blocking": blocking}
+        names = ("timeout", "mode", "thread_local")
+        wanted = dict(zip(names, args))
+        wanted.update({k: v for k, v in kwargs.items() if k in (*names, "blocking")})
         have = {"timeout": found._timeout, "mode": found._mode, "thread_local": found._thread_local, "blocking": found._blocking}
         diff = {k: (have[k], v) for k, v in wanted.items() if have[k] != v}
         if diff:
@@ -153,6 +148,23 @@ class BaseFileLock:
             msg += "\nNon-matching arguments: " + ", ".join(f"{k} (existing: {a}, new: {b})" for k, (a, b) in diff.items())
             raise ValueError(msg)
         return found
+
+
+_singletons = threading.Lock()
+
+
+class BaseFileLock(contextlib.ContextDecorator, metaclass=_LockMeta):
+    """filelock's ``FileLock`` over baton's lock (see the module's docs)."""
+
+    _instances: "weakref.WeakValueDictionary[str, BaseFileLock]"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._instances = weakref.WeakValueDictionary()
+
+    @abstractmethod
+    def _kind(self) -> str:
+        """What kind of file lock this is (for messages)."""
 
     def __init__(
         self,
@@ -167,9 +179,6 @@ class BaseFileLock:
         interop: bool = True,
         **kwargs: Any,
     ) -> None:
-        if is_singleton and getattr(self, "_initialized", False):
-            return
-        self._initialized = True
         self._lock_file = os.fspath(lock_file)
         self._timeout = float(timeout)
         self._mode = mode
@@ -269,8 +278,13 @@ class BaseFileLock:
         if blocking is None:
             blocking = self._blocking
         if poll_intervall is not None:
+            warnings.warn(
+                "use poll_interval instead of poll_intervall", DeprecationWarning, stacklevel=2
+            )
             poll_interval = poll_intervall
         deadline = None if timeout < 0 else time.monotonic() + timeout
+        lock_id, lock_filename = id(self), self._lock_file
+        _LOGGER.debug("Attempting to acquire lock %s on %s", lock_id, lock_filename)
         lk = self._baton_lock()
         watcher = None
         if cancel_check is not None:
@@ -281,9 +295,8 @@ class BaseFileLock:
                 lk.acquire(blocking=False)
             else:
                 lk.acquire(timeout=None if deadline is None else max(0.0, timeout), cancel=cancel)
-        except Cancelled:
-            raise Timeout(self._lock_file) from None
-        except Busy:
+        except (Cancelled, Busy):
+            _LOGGER.debug("Timeout on acquiring lock %s on %s", lock_id, lock_filename)
             raise Timeout(self._lock_file) from None
         finally:
             if watcher is not None:
@@ -299,11 +312,15 @@ class BaseFileLock:
             lk.release()
             raise
         ctx.counter = 1
+        _LOGGER.debug("Lock %s acquired on %s", lock_id, lock_filename)
         return AcquireReturnProxy(self)
 
     def _flock(self, deadline: Optional[float], poll: float, stop: Optional[Callable[[], bool]]) -> int:
         assert fcntl is not None
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        parent = os.path.dirname(self._lock_file)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
         fd = os.open(self._lock_file, flags, self._mode)
         try:
             with contextlib.suppress(PermissionError):
@@ -332,12 +349,15 @@ class BaseFileLock:
         ctx.counter = 0 if force else ctx.counter - 1
         if ctx.counter > 0:
             return
+        lock_id, lock_filename = id(self), self._lock_file
+        _LOGGER.debug("Attempting to release lock %s on %s", lock_id, lock_filename)
         fd, ctx.fd = ctx.fd, None
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)  # closing drops the flock
         if ctx.lock is not None and ctx.lock.held:
             ctx.lock.release()
+        _LOGGER.debug("Lock %s released on %s", lock_id, lock_filename)
 
     def __enter__(self: _T) -> _T:
         self.acquire()
@@ -383,6 +403,9 @@ def _watch(check: Callable[[], bool], cancel: Cancel) -> Callable[[], None]:
 class FileLock(BaseFileLock):
     """filelock's ``FileLock`` over baton's lock (see the module's docs)."""
 
+    def _kind(self) -> str:
+        return "file lock"
+
 
 UnixFileLock = FileLock
 WindowsFileLock = FileLock
@@ -423,9 +446,9 @@ class BaseAsyncFileLock(BaseFileLock):
         *,
         blocking: bool = True,
         is_singleton: bool = False,
-        loop: Optional[asyncio.AbstractEventLoop] = None,
+        loop: "Optional[asyncio.AbstractEventLoop]" = None,
         run_in_executor: bool = True,
-        executor: Optional[Executor] = None,
+        executor: "Optional[Executor]" = None,
         **kwargs: Any,
     ) -> None:
         if thread_local and run_in_executor:
@@ -441,16 +464,16 @@ class BaseAsyncFileLock(BaseFileLock):
         return self._run_in_executor
 
     @property
-    def executor(self) -> Optional[Executor]:
+    def executor(self) -> "Optional[Executor]":
         """The executor waits run in (None: the loop's default)."""
         return self._executor
 
     @executor.setter
-    def executor(self, value: Optional[Executor]) -> None:
+    def executor(self, value: "Optional[Executor]") -> None:
         self._executor = value
 
     @property
-    def loop(self) -> Optional[asyncio.AbstractEventLoop]:
+    def loop(self) -> "Optional[asyncio.AbstractEventLoop]":
         """The event loop given, if any."""
         return self._loop
 
@@ -467,9 +490,14 @@ class BaseAsyncFileLock(BaseFileLock):
         if self._context.counter > 0:
             self._context.counter += 1
             return AsyncAcquireReturnProxy(self)
+        sync = super().acquire
+        if not self._run_in_executor:
+            sync(timeout, poll_interval, blocking=blocking)
+            return AsyncAcquireReturnProxy(self)
+        import asyncio
+
         loop = asyncio.get_running_loop()
         cancel = Cancel()
-        sync = super().acquire
         fut = loop.run_in_executor(
             self._executor, lambda: sync(timeout, poll_interval, blocking=blocking, cancel=cancel)
         )
@@ -520,6 +548,9 @@ class BaseAsyncFileLock(BaseFileLock):
 
 class AsyncFileLock(BaseAsyncFileLock):
     """filelock's ``AsyncFileLock`` over baton's lock."""
+
+    def _kind(self) -> str:
+        return "asyncio file lock"
 
 
 AsyncUnixFileLock = AsyncFileLock
