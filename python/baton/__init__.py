@@ -60,9 +60,9 @@ What the module does to this process
   identity check), as the ``baton`` command does: a run's processes never
   outlive its hold.
 - ``KeyboardInterrupt`` (and any exception a signal handler raises) ends
-  every wait within about 20 ms, with or without a timeout, holding nothing:
+  every wait within milliseconds, with or without a timeout, holding nothing:
   a wait on a busy lock runs in a short-lived helper thread (named
-  ``baton-wait``) while the calling thread checks for signals every 20 ms;
+  ``baton-wait``) while the calling thread checks for signals every 10 ms;
   the helper leaves the line when the caller stops waiting. A free lock is
   taken on the calling thread, without a helper. ``acquire(cancel=c)`` with
   a ``baton.Cancel`` ends the wait the same way when ``c.cancel()`` is

@@ -21,7 +21,7 @@ use crate::meta::{read_doc, write_doc, CommandGroup, DocRead, HolderRecord, Lock
 use crate::meta_lock::MetaLock;
 use crate::name::LockName;
 use crate::ofd::{self, Kind};
-use crate::reentrant::{forget_held, held_key, remember_held, HeldKey};
+use crate::reentrant::{forget_held, held_key, reentrant, remember_held, HeldKey};
 use crate::replaced::{self, FileId};
 use crate::request::{LockRequest, Mode};
 use crate::slots::{self, try_slots};
@@ -583,23 +583,4 @@ pub(crate) fn describe_holders(doc: &LockDoc) -> Option<String> {
         s.push_str(&format!(" and {} more", doc.holders.len() - 1));
     }
     Some(s)
-}
-
-/// The answer to a request for a lock its thread already holds (through
-/// another guard) or waits for: waiting forever would deadlock, so that is
-/// refused; a bounded wait is busy at once (only this thread could release
-/// it, and it is here).
-fn reentrant(req: &LockRequest, path: &Path, start: Instant) -> LockError {
-    match req.wait {
-        WaitPolicy::Forever => LockError::Reentrant {
-            name: req.name.to_string(),
-        },
-        policy => LockError::Busy {
-            name: req.name.to_string(),
-            path: path.to_path_buf(),
-            holder: Some("this thread, through another handle".into()),
-            waited: start.elapsed(),
-            policy,
-        },
-    }
 }

@@ -6,7 +6,10 @@ use std::thread::ThreadId;
 
 use crate::error::LockError;
 use crate::fork_safe::ForkSafe;
+use crate::request::LockRequest;
+use crate::wait::WaitPolicy;
 use baton_fs::IoResultExt;
+use std::time::Instant;
 
 /// Identifies a lock file and the thread that holds it, for re-entrancy checks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,5 +58,24 @@ pub(crate) fn forget_held(key: &HeldKey) {
     let mut held = HELD.lock();
     if let Some(i) = held.iter().position(|(k, _)| k == key) {
         held.swap_remove(i);
+    }
+}
+
+/// The answer to a request for a lock its thread already holds (through
+/// another guard) or waits for: waiting forever would deadlock, so that is
+/// refused; a bounded wait is busy at once (only this thread could release
+/// it, and it is here).
+pub(crate) fn reentrant(req: &LockRequest, path: &Path, start: Instant) -> LockError {
+    match req.wait {
+        WaitPolicy::Forever => LockError::Reentrant {
+            name: req.name.to_string(),
+        },
+        policy => LockError::Busy {
+            name: req.name.to_string(),
+            path: path.to_path_buf(),
+            holder: Some("this thread, through another handle".into()),
+            waited: start.elapsed(),
+            policy,
+        },
     }
 }

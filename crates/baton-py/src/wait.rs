@@ -5,7 +5,7 @@
 //! executes Python code; a thread blocked in the kernel for a lock would
 //! deliver Ctrl-C only after the grant. So a wait that has to block runs in
 //! a helper thread, and the calling thread waits for its answer in slices
-//! of [`SLICE`], between which it checks for signals
+//! of [`SLICE`] (10 ms), between which it checks for signals
 //! (`Python::check_signals`: the handlers run, and `KeyboardInterrupt` or
 //! any exception a handler raises ends the wait). Ending a wait cancels the
 //! helper's request ([`CancelToken`]: the helper leaves the line within
@@ -26,7 +26,7 @@ use pyo3::prelude::*;
 use crate::errors::{to_py, Failure};
 
 /// How often a waiting caller checks for signals and cancellation.
-const SLICE: Duration = Duration::from_millis(20);
+const SLICE: Duration = Duration::from_millis(10);
 
 /// A cancel handle for `Lock.acquire(cancel=...)`: `cancel()` makes the
 /// wait using it raise `baton.Cancelled`, from any thread, now or later.
