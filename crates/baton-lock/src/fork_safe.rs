@@ -31,7 +31,8 @@ static GENERATION: AtomicU32 = AtomicU32::new(0);
 static HANDLER_REGISTERED: AtomicBool = AtomicBool::new(false);
 
 /// Run in a forked child, by the handler `me` registers (async-signal-safe:
-/// one atomic add).
+/// one atomic add). Windows has no fork.
+#[cfg(unix)]
 pub(crate) fn after_fork_in_child() {
     GENERATION.fetch_add(1, Ordering::SeqCst);
 }
