@@ -13,7 +13,13 @@ P Python processes, each M times: lock, read a counter file, +1, write it
 back, hold H, unlock; all released at one instant; variants interleaved over
 R rounds and pooled. Variants: `baton.Lock`, `filelock.FileLock` (its
 default: try a non-blocking flock every 50 ms) and `portalocker.lock`
-(blocking flock(2), waiting in the kernel). Columns as in bench/run.py.
+(blocking flock(2), waiting in the kernel), `fasteners.InterProcessLock`
+(non-blocking flock retried with a 10-100 ms backoff) and `baton.FileLock`
+(baton's filelock adapter: baton's lock, then the path's flock, for
+processes still on filelock). Columns as in bench/run.py.
+
+Uncontended: one process, N acquire+release pairs on a lock nobody else
+uses (after 50 warm-up pairs); median and p99 per pair.
 
 Lost updates: P processes x E read-modify-writes of one JSON file
 (json.load, n += 1, json.dump) under each lock, and without a lock (which
@@ -38,8 +44,17 @@ from run import (OUT, ROOT, Result, fmt_dur, jain, log, machine_info, percentile
 
 BENCH = Path(__file__).resolve().parent
 WORKER = BENCH / "python_worker.py"
-IMPLS = [("baton.Lock", "baton"), ("filelock.FileLock", "filelock"),
-         ("portalocker.lock", "portalocker")]
+IMPLS = [("baton.Lock", "baton"), ("baton.FileLock", "baton-filelock"),
+         ("filelock.FileLock", "filelock"), ("portalocker.lock", "portalocker"),
+         ("fasteners.InterProcessLock", "fasteners")]
+
+
+def uncontended(py: str, impl: str, n: int) -> list[int]:
+    """Nanoseconds of N acquire+release pairs in one process, no other user."""
+    with tempfile.TemporaryDirectory(prefix="baton-pybench-u-") as d:
+        out = subprocess.run([py, str(WORKER), "uncontended", "--impl", impl, "--dir", d,
+                              "--iterations", str(n)], capture_output=True, text=True, check=True)
+        return sorted(json.loads(out.stdout))
 
 
 def venv_python(skip_build: bool) -> str:
@@ -98,7 +113,7 @@ def main() -> None:
     py = venv_python(a.skip_build)
     versions = subprocess.run(
         [py, "-c", "import importlib.metadata as m; print(', '.join(f'{p} {m.version(p)}' for p in "
-                   "['baton-locks', 'filelock', 'portalocker']))"],
+                   "['baton-locks', 'filelock', 'portalocker', 'fasteners']))"],
         capture_output=True, text=True, check=True).stdout.strip()
     head = ["# baton Python benchmark", ""] + machine_info() + [
         f"- Python: {subprocess.run([py, '-V'], capture_output=True, text=True).stdout.strip()}; "
@@ -107,6 +122,14 @@ def main() -> None:
         f"{rounds} interleaved round(s) pooled; lost-update check P={a.procs} x "
         f"{a.json_edits} JSON edits", ""]
     print("\n".join(head), flush=True)
+
+    un_rows = ["| variant | median | p99 |", "|---|---:|---:|"]
+    medians = {}
+    for label, impl in IMPLS:
+        log(f"uncontended: {label} ...")
+        ns = uncontended(py, impl, 2000 if not a.quick else 500)
+        medians[impl] = percentile(ns, 50)
+        un_rows.append(f"| {label} | {fmt_dur(percentile(ns, 50))} | {fmt_dur(percentile(ns, 99))} |")
 
     timeout_s = 120 + a.procs * iters * (hold_us / 1e6 * 10 + 0.1)
     results: dict[str, Result] = {}
@@ -162,7 +185,10 @@ def main() -> None:
         f"- **{'PASS' if all(lost_by[i] == 0 for _, i in IMPLS) else 'FAIL'}** 0 lost updates "
         f"under every lock (without a lock: {lost_by['none']} lost)",
     ]
-    out = head + ["## Contention", ""] + rows + ["", "## Lost updates", ""] + json_rows + [
+    bars.insert(0, f"- **{'PASS' if medians['baton'] <= 1.2 * medians['portalocker'] else 'FAIL'}** "
+                f"uncontended median within 1.2x portalocker's: "
+                f"{medians['baton'] / medians['portalocker']:.2f}x")
+    out = head + ["## Uncontended", ""] + un_rows + ["", "## Contention", ""] + rows + ["", "## Lost updates", ""] + json_rows + [
         "", "## Bars", ""] + bars
     print("\n".join(out[len(head):]))
     OUT.mkdir(parents=True, exist_ok=True)

@@ -49,6 +49,18 @@ def make_lock(impl, d):
             portalocker.unlock(fh)
 
         return acquire, release
+    if impl == "baton-filelock":
+        import baton
+
+        # baton's filelock adapter: baton's lock, then the path's flock for
+        # processes still on filelock (its interop cost is measured here).
+        lock = baton.FileLock(os.path.join(d, "lockfile"), baton_dir=os.path.join(d, "baton"))
+        return lock.acquire, lock.release
+    if impl == "fasteners":
+        import fasteners
+
+        lock = fasteners.InterProcessLock(os.path.join(d, "lockfile"))
+        return lock.acquire, lock.release
     if impl == "none":
         return (lambda: None), (lambda: None)
     sys.exit(f"python_worker: unknown --impl {impl}")
@@ -77,7 +89,7 @@ def bump_json(path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["contend", "json"])
+    ap.add_argument("mode", choices=["contend", "json", "uncontended"])
     ap.add_argument("--impl", required=True)
     ap.add_argument("--dir", required=True)
     ap.add_argument("--counter")
@@ -91,6 +103,18 @@ def main():
     if a.gate:
         sys.stdin.buffer.read()
     hold = a.hold_us / 1e6
+    if a.mode == "uncontended":
+        for _ in range(50):  # warm-up
+            acquire()
+            release()
+        samples = []
+        for _ in range(a.iterations):
+            t0 = now()
+            acquire()
+            release()
+            samples.append(now() - t0)
+        print(json.dumps(samples))
+        return
     if a.mode == "json":
         for _ in range(a.iterations):
             acquire()

@@ -22,6 +22,12 @@ is free at once. Waiters line up first come, first served; every grant has a
 fencing token larger than any before. ``baton.status(name)`` returns what
 ``baton lock status NAME --json`` prints.
 
+Moving from filelock or portalocker: ``baton.FileLock``, ``baton.Timeout``
+and ``baton.AsyncFileLock`` are filelock's API (``baton.filelock``), and
+``baton.portalocker`` is portalocker's; change the import and nothing else
+(see those modules for what differs underneath, and how they exclude
+processes still using the old library on the same path).
+
 What the module does to this process
 ------------------------------------
 - Threads: none. A wait blocks the calling thread in the kernel with the GIL
@@ -53,21 +59,59 @@ What the module does to this process
   stop what is left of that run's command (its process group, after an
   identity check), as the ``baton`` command does: a run's processes never
   outlive its hold.
-- ``KeyboardInterrupt``: a wait without a timeout is not interrupted by
-  Ctrl-C (the exception is raised once the lock is granted); give a timeout
-  to waits that a user may want to interrupt.
+- ``KeyboardInterrupt`` (and any exception a signal handler raises) ends
+  every wait within milliseconds, with or without a timeout, holding nothing:
+  a wait on a busy lock runs in a short-lived helper thread (named
+  ``baton-wait``) while the calling thread checks for signals every 10 ms;
+  the helper leaves the line when the caller stops waiting. A free lock is
+  taken on the calling thread, without a helper. ``acquire(cancel=c)`` with
+  a ``baton.Cancel`` ends the wait the same way when ``c.cancel()`` is
+  called from another thread (``baton.Cancelled``).
 - Nothing else: the environment variables read are ``BATON_DIR``,
   ``TMPDIR`` and ``USER`` (the default owner, ``user@host``); nothing is
   written outside the baton dir.
 """
 
 import os as _os
+from typing import TYPE_CHECKING
 
 from . import _baton
-from ._baton import Lock, status
-from ._errors import Busy, Error
+from ._baton import Cancel, status
+from ._errors import Busy, Cancelled, Error
+from ._lock import Acquired, Lock
 
-__all__ = ["Busy", "Error", "Lock", "status"]
+__all__ = [
+    "Acquired",
+    "AsyncFileLock",
+    "Busy",
+    "Cancel",
+    "Cancelled",
+    "Error",
+    "FileLock",
+    "Lock",
+    "Timeout",
+    "portalocker",
+    "status",
+]
+
+
+def __getattr__(name: str) -> object:
+    # The adapters load on first use: `import baton` stays light (a process
+    # started by multiprocessing's spawn imports it again).
+    if name in ("FileLock", "AsyncFileLock", "Timeout"):
+        from . import filelock
+
+        return getattr(filelock, name)
+    if name == "portalocker":
+        import importlib
+
+        return importlib.import_module(".portalocker", __name__)
+    raise AttributeError(f"module 'baton' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from . import portalocker
+    from .filelock import AsyncFileLock, FileLock, Timeout
 
 if hasattr(_os, "register_at_fork"):
     _os.register_at_fork(after_in_child=_baton.after_fork_in_child)

@@ -3,9 +3,10 @@
 import os
 import pathlib
 from types import TracebackType
-from typing import Any, Dict, Literal, Optional, Type, Union
+from typing import Any, Dict, Literal, Optional, Type, TypeVar, Union
 
 _Path = Union[str, "os.PathLike[str]"]
+_L = TypeVar("_L", bound="Lock")
 
 class Lock:
     """A named lock shared by every process of the user on the machine (and
@@ -20,8 +21,8 @@ class Lock:
     baton dir that cannot be used (it is resolved here, created if needed).
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls: Type[_L],
         name: str,
         *,
         mode: Literal["exclusive", "shared"] = "exclusive",
@@ -29,12 +30,20 @@ class Lock:
         baton_dir: Optional[_Path] = None,
         owner: Optional[str] = None,
         operation: Optional[str] = None,
-    ) -> None: ...
-    def acquire(self, timeout: Optional[float] = None, blocking: bool = True) -> int:
-        """Waits in line for the lock: forever (``timeout=None``), at most
+    ) -> _L: ...
+    def acquire(
+        self,
+        timeout: Optional[float] = None,
+        blocking: bool = True,
+        *,
+        cancel: Optional["Cancel"] = None,
+    ) -> int:
+        """Waits in line for the lock: forever (``timeout=None`` or
+        ``float("inf")``), at most
         ``timeout`` seconds, or not at all (``blocking=False``, or
         ``timeout=0``). Returns the fencing token. Raises ``baton.Busy`` if
-        not acquired in time, ``baton.Error`` if this object already holds
+        not acquired in time, ``baton.Cancelled`` if ``cancel`` was
+        cancelled, ``KeyboardInterrupt`` on Ctrl-C, ``baton.Error`` if this object already holds
         the lock or the lock cannot be used (another mode or slot count in
         use, an ancestor process holds it, I/O)."""
     def release(self) -> None:
@@ -46,7 +55,7 @@ class Lock:
         exc_type: Optional[Type[BaseException]],
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
-    ) -> bool: ...
+    ) -> None: ...
     @property
     def held(self) -> bool:
         """Whether this process holds the lock through this object."""
@@ -65,6 +74,16 @@ class Lock:
     def slots(self) -> Optional[int]: ...
     @property
     def baton_dir(self) -> "pathlib.Path": ...
+
+class Cancel:
+    """Cancels waits: ``lock.acquire(cancel=c)`` raises ``baton.Cancelled``
+    (holding nothing) once ``c.cancel()`` is called, from any thread."""
+
+    def __init__(self) -> None: ...
+    def cancel(self) -> None:
+        """Cancels every wait using this handle, now and later (idempotent)."""
+    @property
+    def cancelled(self) -> bool: ...
 
 def status(name: str, baton_dir: Optional[_Path] = None) -> Dict[str, Any]:
     """What ``baton lock status NAME --json`` prints, as a dict: name, held,

@@ -10,3 +10,8 @@ class Error(Exception):
 class Busy(Error, TimeoutError):
     """The lock was not acquired in time (``blocking=False``, or ``timeout``
     elapsed): what makes ``baton lock acquire --no-wait`` exit 75."""
+
+
+class Cancelled(Error):
+    """The wait was cancelled through ``acquire(cancel=...)`` (a
+    ``baton.Cancel`` whose ``cancel()`` was called); nothing is held."""

@@ -361,10 +361,16 @@ fn record_grant(
         acquired_for: req.acquired_for.clone(),
         abandoned: false,
         previous: previous.clone().map(Box::new),
-        caller_thread: req
-            .acquired_for
-            .as_ref()
-            .and_then(|f| crate::identity::thread_of_ancestor(f.pid)),
+        caller_thread: match (&req.acquired_for, req.kind) {
+            (Some(f), _) => crate::identity::thread_of_ancestor(f.pid),
+            // A library holder: the thread of ours that holds it (a command
+            // that thread starts and waits for cannot wait for it).
+            (None, HolderKind::Library) => req
+                .caller
+                .as_ref()
+                .map_or_else(crate::identity::current_os_thread, |c| c.os_thread),
+            (None, _) => None,
+        },
     });
     write_doc(at.file, doc).context("cannot write lock metadata to", at.path)?;
     Ok(Recorded {
@@ -389,10 +395,19 @@ fn clock_micros() -> u64 {
 /// holder would deadlock; a request that may use its hold does. A hold taken
 /// by another thread of a multi-threaded ancestor is not: that thread may
 /// release it while this request waits.
+///
+/// A `library` holder (a program holding the lock through the library, say
+/// Python's `baton.Lock`) counts for a request of the `baton` command
+/// (`requester` not `library`) when it is an ancestor and the thread of it
+/// that holds the lock is the one that started us: that thread is running
+/// us (typically waiting for us), as a shell holding it would be. Library
+/// requests (a forked Python child using `baton.Lock`) still wait for such
+/// a holder, which may release while its child runs.
 pub(crate) fn held_for_ancestor(
     fd: &File,
     doc: &LockDoc,
     mode: Option<Mode>,
+    requester: HolderKind,
 ) -> std::io::Result<Option<HolderRecord>> {
     // Ancestors are compared by pid and start time: only in our own PID
     // namespace (a container's pid 7 is not ours).
@@ -409,7 +424,12 @@ pub(crate) fn held_for_ancestor(
         .holders
         .iter()
         .filter(|h| {
-            matches!(h.kind, HolderKind::Run | HolderKind::Hold) && local(&h.process) && covers(h)
+            let kind = match h.kind {
+                HolderKind::Run | HolderKind::Hold => true,
+                HolderKind::Library => requester != HolderKind::Library,
+                _ => false,
+            };
+            kind && local(&h.process) && covers(h)
         })
         .collect();
     if candidates.is_empty() {
@@ -424,6 +444,11 @@ pub(crate) fn held_for_ancestor(
         .filter(|h| h.process.liveness() == Liveness::Alive)
         .find(|h| match h.kind {
             HolderKind::Run => is_ancestor(&h.process),
+            HolderKind::Library => {
+                is_ancestor(&h.process)
+                    && h.caller_thread.is_some()
+                    && h.caller_thread == crate::identity::thread_of_ancestor(h.process.pid)
+            }
             _ => h
                 .acquired_for
                 .as_ref()

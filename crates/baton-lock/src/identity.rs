@@ -357,6 +357,15 @@ pub fn new_run_id() -> String {
     format!("{:016x}", baton_fs::random_u64())
 }
 
+/// The kernel's id of the calling thread (Linux; `None` elsewhere, where
+/// [`thread_of_ancestor`] cannot tell threads apart either).
+pub(crate) fn current_os_thread() -> Option<i32> {
+    #[cfg(target_os = "linux")]
+    return Some(rustix::thread::gettid().as_raw_nonzero().get());
+    #[cfg(not(target_os = "linux"))]
+    return None;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

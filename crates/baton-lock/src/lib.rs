@@ -72,6 +72,6 @@ pub use kernel_holders::KernelHolder;
 pub use lock::{acquire, acquire_all, plan_all, LockGuard};
 pub use meta::{CommandGroup, HolderKind, HolderRecord, LockDoc};
 pub use name::{LockName, MAX_NAME_LEN};
-pub use request::{LockRequest, Mode};
+pub use request::{Caller, LockRequest, Mode};
 pub use status::{held_locks_in, list, status, Content, HolderInfo, LockStatus};
 pub use wait::WaitPolicy;

@@ -21,7 +21,7 @@ use crate::meta::{read_doc, write_doc, CommandGroup, DocRead, HolderRecord, Lock
 use crate::meta_lock::MetaLock;
 use crate::name::LockName;
 use crate::ofd::{self, Kind};
-use crate::reentrant::{forget_held, held_key, remember_held, HeldKey};
+use crate::reentrant::{forget_held, held_key, reentrant, remember_held, HeldKey};
 use crate::replaced::{self, FileId};
 use crate::request::{LockRequest, Mode};
 use crate::slots::{self, try_slots};
@@ -261,11 +261,10 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
     tracing::debug!(lock = %req.name, mode = req.mode.as_str(), wait = %req.wait, file = %path.display(), "acquiring");
     loop {
         let file = open_lock_file(&path)?;
-        let key = held_key(&file, &path)?;
-        if !remember_held(key.clone()) {
-            return Err(LockError::Reentrant {
-                name: req.name.to_string(),
-            });
+        let key = held_key(&file, &path, req.caller.as_ref().map(|c| c.id))?;
+        let shares = req.mode.normalized() != Mode::Exclusive;
+        if !remember_held(key.clone(), shares) {
+            return Err(reentrant(req, &path, start));
         }
         let id = FileId {
             dev: key.dev,
@@ -443,8 +442,8 @@ fn acquire_in(
             }
         }
         if req.use_ancestor_hold {
-            if let Some(h) =
-                held_for_ancestor(fd, &doc, Some(mode)).context("cannot inspect lock", path)?
+            if let Some(h) = held_for_ancestor(fd, &doc, Some(mode), req.kind)
+                .context("cannot inspect lock", path)?
             {
                 drop(meta);
                 tracing::debug!(lock = %req.name, ancestor_pid = h.process.pid, token = h.token, "held by an ancestor of this process: using its hold");
@@ -479,7 +478,9 @@ fn acquire_in(
         // at once, for a bounded wait too, instead of waiting and saying
         // "busy". Other holders (a library user that spawned us, another
         // thread of the caller) may well release first.
-        if let Some(h) = held_for_ancestor(fd, &doc, None).context("cannot inspect lock", path)? {
+        if let Some(h) =
+            held_for_ancestor(fd, &doc, None, req.kind).context("cannot inspect lock", path)?
+        {
             return Err(LockError::HeldByAncestor {
                 name: req.name.to_string(),
                 pid: h.process.pid,

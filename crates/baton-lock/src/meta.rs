@@ -60,9 +60,10 @@ pub struct HolderRecord {
     )]
     pub previous: Option<Box<HolderRecord>>,
     /// The thread of `acquired_for` that started the holder (through
-    /// `baton lock acquire`): the caller a second request from the same
-    /// thread would deadlock with. Absent in records of older versions, and
-    /// when it could not be told.
+    /// `baton lock acquire`), or the thread of a `library` holder that
+    /// holds it: the caller a second request from the same thread would
+    /// deadlock with. Absent in records of older versions, and when it
+    /// could not be told.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller_thread: Option<i32>,
 }

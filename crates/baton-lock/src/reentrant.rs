@@ -6,7 +6,10 @@ use std::thread::ThreadId;
 
 use crate::error::LockError;
 use crate::fork_safe::ForkSafe;
+use crate::request::LockRequest;
+use crate::wait::WaitPolicy;
 use baton_fs::IoResultExt;
+use std::time::Instant;
 
 /// Identifies a lock file and the thread that holds it, for re-entrancy checks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,30 +23,59 @@ pub(crate) struct HeldKey {
 /// mutex: a fork while another thread is inside would copy it held, and the
 /// child's fork hook (baton-py's, which forgets inherited holds) would hang
 /// on it. A child starts with an empty table: it holds nothing.
-static HELD: ForkSafe<Vec<HeldKey>> = ForkSafe::new(Vec::new());
+/// Each entry says whether its hold admits another holder (shared, or a
+/// semaphore of more than one slot).
+static HELD: ForkSafe<Vec<(HeldKey, bool)>> = ForkSafe::new(Vec::new());
 
-pub(crate) fn held_key(file: &File, path: &Path) -> Result<HeldKey, LockError> {
+/// The key of `file` for `thread` (the thread the lock is acquired for).
+pub(crate) fn held_key(
+    file: &File,
+    path: &Path,
+    thread: Option<ThreadId>,
+) -> Result<HeldKey, LockError> {
     let id = crate::sys::file_id(file).context("cannot inspect lock file", path)?;
     Ok(HeldKey {
         dev: id.dev,
         ino: id.ino,
-        thread: std::thread::current().id(),
+        thread: thread.unwrap_or_else(|| std::thread::current().id()),
     })
 }
 
-/// Records that this thread holds or waits for the lock; false if it already does.
-pub(crate) fn remember_held(key: HeldKey) -> bool {
+/// Records that this thread holds or waits for the lock; false if it
+/// already does in a way that would block this request: a request that
+/// admits other holders (`shares`: shared, or a semaphore of more slots) may
+/// join the thread's own holds that admit them too (two readers, two slots).
+pub(crate) fn remember_held(key: HeldKey, shares: bool) -> bool {
     let mut held = HELD.lock();
-    if held.contains(&key) {
+    if held.iter().any(|(k, s)| *k == key && !(shares && *s)) {
         return false;
     }
-    held.push(key);
+    held.push((key, shares));
     true
 }
 
 pub(crate) fn forget_held(key: &HeldKey) {
     let mut held = HELD.lock();
-    if let Some(i) = held.iter().position(|k| k == key) {
+    if let Some(i) = held.iter().position(|(k, _)| k == key) {
         held.swap_remove(i);
+    }
+}
+
+/// The answer to a request for a lock its thread already holds (through
+/// another guard) or waits for: waiting forever would deadlock, so that is
+/// refused; a bounded wait is busy at once (only this thread could release
+/// it, and it is here).
+pub(crate) fn reentrant(req: &LockRequest, path: &Path, start: Instant) -> LockError {
+    match req.wait {
+        WaitPolicy::Forever => LockError::Reentrant {
+            name: req.name.to_string(),
+        },
+        policy => LockError::Busy {
+            name: req.name.to_string(),
+            path: path.to_path_buf(),
+            holder: Some("this thread, through another handle".into()),
+            waited: start.elapsed(),
+            policy,
+        },
     }
 }

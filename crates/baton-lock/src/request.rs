@@ -6,6 +6,27 @@ use crate::meta::HolderKind;
 use crate::name::LockName;
 use crate::wait::WaitPolicy;
 
+/// The thread a lock is acquired for, when another thread does the waiting
+/// (a binding that waits in a helper thread so that its caller stays
+/// interruptible): re-entrancy is checked against this thread, and a
+/// library holder's record names its OS thread (see
+/// [`HolderRecord::caller_thread`](crate::HolderRecord::caller_thread)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    pub(crate) id: std::thread::ThreadId,
+    pub(crate) os_thread: Option<i32>,
+}
+
+impl Caller {
+    /// The calling thread.
+    pub fn current() -> Caller {
+        Caller {
+            id: std::thread::current().id(),
+            os_thread: crate::identity::current_os_thread(),
+        }
+    }
+}
+
 /// How a lock is shared between holders.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -73,6 +94,9 @@ pub struct LockRequest {
     /// start time of a live holder of a held slot), never taken from the
     /// environment.
     pub use_ancestor_hold: bool,
+    /// The thread the lock is for (default: the thread that calls
+    /// [`acquire`](crate::acquire)); see [`Caller`].
+    pub caller: Option<Caller>,
 }
 
 impl LockRequest {
@@ -89,6 +113,7 @@ impl LockRequest {
             cancel: None,
             acquired_for: None,
             use_ancestor_hold: false,
+            caller: None,
         }
     }
 
@@ -132,6 +157,12 @@ impl LockRequest {
     /// Sets the run id recorded in metadata.
     pub fn run_id(mut self, run_id: impl Into<String>) -> Self {
         self.run_id = Some(run_id.into());
+        self
+    }
+
+    /// Acquires for `caller`'s thread (see [`Caller`]).
+    pub fn caller(mut self, caller: Caller) -> Self {
+        self.caller = Some(caller);
         self
     }
 

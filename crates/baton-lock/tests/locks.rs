@@ -189,6 +189,36 @@ fn reentrant_acquire_in_one_thread_is_refused_not_deadlocked() {
     drop(g);
 }
 
+#[test]
+fn a_threads_own_hold_makes_a_bounded_wait_busy_and_admits_its_sharers() {
+    let (_t, dir) = tempdir();
+    let g = acquire(&dir, &LockRequest::new(name("b"))).unwrap();
+    // Only this thread could release it: busy at once, not refused.
+    for wait in [
+        WaitPolicy::Immediately,
+        WaitPolicy::AtMost(Duration::from_secs(30)),
+    ] {
+        let start = Instant::now();
+        let err = acquire(&dir, &LockRequest::new(name("b")).wait(wait)).unwrap_err();
+        assert!(matches!(err, LockError::Busy { .. }), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+    drop(g);
+    // Two readers, or two slots of a semaphore, in one thread.
+    let r1 = acquire(&dir, &LockRequest::new(name("s")).mode(Mode::Shared)).unwrap();
+    let r2 = acquire(&dir, &LockRequest::new(name("s")).mode(Mode::Shared)).unwrap();
+    let w = acquire(
+        &dir,
+        &LockRequest::new(name("s")).wait(WaitPolicy::Immediately),
+    )
+    .unwrap_err();
+    assert!(matches!(w, LockError::Busy { .. }), "{w}");
+    drop((r1, r2));
+    let s1 = acquire(&dir, &LockRequest::new(name("m")).mode(Mode::Semaphore(2))).unwrap();
+    let s2 = acquire(&dir, &LockRequest::new(name("m")).mode(Mode::Semaphore(2))).unwrap();
+    assert_ne!(s1.slot(), s2.slot());
+}
+
 /// The first line of a `hold-for-parent` child that says what happened.
 fn outcome(child: &mut Child) -> String {
     use std::io::BufRead;

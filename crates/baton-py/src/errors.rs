@@ -1,5 +1,6 @@
 //! Errors as Python sees them: `baton.Busy` when a lock was not acquired
-//! in time, `baton.Error` for everything else (bad input, I/O, a refused
+//! in time, `baton.Cancelled` when a wait was cancelled, `baton.Error` for
+//! everything else (bad input, I/O, a refused
 //! request), each with the message the CLI prints after `baton: `.
 //!
 //! The exception classes are defined in Python (`python/baton/_errors.py`)
@@ -38,6 +39,7 @@ impl From<serde_json::Error> for Failure {
 pub(crate) fn to_py(py: Python<'_>, failure: Failure) -> PyErr {
     let (class, message) = match failure {
         Failure::Lock(e @ LockError::Busy { .. }) => ("Busy", baton_lock::one_line(&e)),
+        Failure::Lock(e @ LockError::Cancelled { .. }) => ("Cancelled", baton_lock::one_line(&e)),
         Failure::Lock(e) => ("Error", baton_lock::one_line(&e)),
         Failure::Json(e) => ("Error", format!("cannot encode JSON: {e}")),
         Failure::Usage(m) => ("Error", m),

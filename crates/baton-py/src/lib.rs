@@ -25,11 +25,13 @@ mod errors;
 mod fork;
 mod hold;
 mod lock;
+mod wait;
 
 use std::path::PathBuf;
 
 use baton_lock::{BatonDir, LockName};
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 
 use crate::errors::to_py;
 
@@ -37,7 +39,11 @@ use crate::errors::to_py;
 /// --json` prints.
 #[pyfunction]
 #[pyo3(signature = (name, baton_dir=None))]
-fn status(py: Python<'_>, name: &str, baton_dir: Option<PathBuf>) -> PyResult<Py<PyAny>> {
+fn status(
+    py: Python<'_>,
+    name: &Bound<'_, PyString>,
+    baton_dir: Option<PathBuf>,
+) -> PyResult<Py<PyAny>> {
     let name = parse_name(py, name)?;
     let text = py
         .detach(|| -> Result<String, errors::Failure> {
@@ -49,9 +55,19 @@ fn status(py: Python<'_>, name: &str, baton_dir: Option<PathBuf>) -> PyResult<Py
     Ok(py.import("json")?.call_method1("loads", (text,))?.unbind())
 }
 
-/// A lock name, or `baton.Error` with the CLI's message.
-fn parse_name(py: Python<'_>, name: &str) -> PyResult<LockName> {
-    LockName::new(name).map_err(|e| to_py(py, e.into()))
+/// A lock name, or `baton.Error` with the CLI's message (a name that is
+/// not valid Unicode, such as one with a lone surrogate, included).
+fn parse_name(py: Python<'_>, name: &Bound<'_, PyString>) -> PyResult<LockName> {
+    let text = name.to_cow().map_err(|_| {
+        errors::usage(
+            py,
+            format!(
+                "invalid lock name {}: not valid Unicode (it has a lone surrogate)",
+                name.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+            ),
+        )
+    })?;
+    LockName::new(text.as_ref()).map_err(|e| to_py(py, e.into()))
 }
 
 /// The module: `Lock`, `status`, and the hook the package registers with
@@ -59,6 +75,7 @@ fn parse_name(py: Python<'_>, name: &str) -> PyResult<LockName> {
 #[pymodule]
 fn _baton(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lock::Lock>()?;
+    m.add_class::<wait::Cancel>()?;
     m.add_function(wrap_pyfunction!(status, m)?)?;
     m.add_function(wrap_pyfunction!(fork::after_fork_in_child, m)?)?;
     Ok(())

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use baton_lock::{BatonDir, LockName, LockRequest, Mode, WaitPolicy};
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 
 use crate::errors::{to_py, usage};
 use crate::hold::Hold;
+use crate::wait::Cancel;
 
 /// The most slots a semaphore may have (the CLI's `--max` range).
 const MAX_SLOTS: u32 = 1_000_000;
@@ -21,7 +23,7 @@ const MAX_SLOTS: u32 = 1_000_000;
 /// (FIFO) and returns the fencing token; `release()` lets go; `with lock:`
 /// does both. Threads that want to exclude each other each use their own
 /// `Lock` object.
-#[pyclass(module = "baton", name = "Lock", frozen)]
+#[pyclass(module = "baton", name = "Lock", frozen, subclass)]
 pub(crate) struct Lock {
     name: LockName,
     mode: Mode,
@@ -44,11 +46,12 @@ impl Lock {
                 self.name
             )),
             (true, None) => Ok(WaitPolicy::Forever),
+            (true, Some(t)) if t == f64::INFINITY => Ok(WaitPolicy::Forever),
             (true, Some(t)) => Duration::try_from_secs_f64(t)
                 .map(WaitPolicy::from)
                 .map_err(|_| {
                     format!(
-                        "invalid timeout {t}: a timeout is a number of seconds, 0 or more (None waits forever)"
+                        "invalid timeout {t}: a timeout is a number of seconds, 0 or more, or infinity (None also waits forever)"
                     )
                 }),
         }
@@ -61,7 +64,7 @@ impl Lock {
     #[pyo3(signature = (name, *, mode="exclusive", slots=None, baton_dir=None, owner=None, operation=None))]
     fn new(
         py: Python<'_>,
-        name: &str,
+        name: &Bound<'_, PyString>,
         mode: &str,
         slots: Option<i64>,
         baton_dir: Option<PathBuf>,
@@ -109,9 +112,17 @@ impl Lock {
 
     /// Waits in line for the lock (forever, at most `timeout` seconds, or
     /// not at all with `blocking=False`) and returns the fencing token;
-    /// raises `Busy` if not acquired in time.
-    #[pyo3(signature = (timeout=None, blocking=true))]
-    fn acquire(&self, py: Python<'_>, timeout: Option<f64>, blocking: bool) -> PyResult<u64> {
+    /// raises `Busy` if not acquired in time, `Cancelled` if `cancel` was
+    /// cancelled, and whatever a signal handler raises (`KeyboardInterrupt`)
+    /// within milliseconds of the signal, holding nothing (see `wait.rs`).
+    #[pyo3(signature = (timeout=None, blocking=true, *, cancel=None))]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        timeout: Option<f64>,
+        blocking: bool,
+        cancel: Option<PyRef<'_, Cancel>>,
+    ) -> PyResult<u64> {
         let wait = self
             .wait_policy(timeout, blocking)
             .map_err(|m| usage(py, m))?;
@@ -136,11 +147,10 @@ impl Lock {
             .wait(wait);
         req.owner.clone_from(&self.owner);
         req.operation.clone_from(&self.operation);
-        let dir = &self.dir;
-        let granted = py.detach(|| baton_lock::acquire(dir, &req));
+        let granted = crate::wait::acquire(py, &self.dir, req, cancel.as_deref());
         let mut hold = self.hold();
         hold.waiting = None;
-        let guard = granted.map_err(|e| to_py(py, e.into()))?;
+        let guard = granted?;
         let token = guard.token();
         hold.previous = guard
             .previous_holder_died()
@@ -177,20 +187,20 @@ impl Lock {
     }
 
     fn __enter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        slf.get().acquire(slf.py(), None, true)?;
+        slf.get().acquire(slf.py(), None, true, None)?;
         Ok(slf)
     }
 
     /// Releases the lock if this process holds it (in a forked child, which
     /// never holds its parent's lock, it does nothing).
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<()> {
         if self.hold().held_here() {
             self.release(py)?;
         } else {
             self.hold().forget_if_inherited();
         }
-        Ok(false)
+        Ok(())
     }
 
     /// Whether this process holds the lock through this object.

@@ -1,0 +1,2 @@
+"""`fasteners.process_lock`: baton's adapter."""
+from baton.fasteners import *  # noqa: F403
