@@ -70,6 +70,7 @@ mod branch;
 mod error;
 mod gc;
 mod git;
+mod identity;
 mod push;
 mod record;
 mod registry;
@@ -89,6 +90,7 @@ pub use git::{
     git_version, machine_dir, workspace_home, workspaces_of, GitVersion, Repo,
     DEFAULT_GIT_LOCK_WAIT, MIN_GIT_VERSION,
 };
+pub use identity::repository_identity;
 pub use push::{push, Backoff, PushReport, PushRequest};
 pub use record::{validate_id, Listing, Strategy, UnreadableRecord, Workspace, WorkspaceInfo};
 pub use remove::{remove, remove_with, Removed, Unpushed};

@@ -46,6 +46,7 @@ mod ofd;
 mod reentrant;
 mod replaced;
 mod request;
+pub mod reserve;
 pub mod sharing;
 mod slots;
 mod status;

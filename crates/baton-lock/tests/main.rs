@@ -7,6 +7,7 @@
 
 mod locks;
 mod previous;
+mod reserve;
 mod windows;
 
 #[test]
