@@ -109,7 +109,7 @@ use std::time::Duration;
 
 use rmcp::ServiceExt;
 
-pub use repo::{normalize_url, RepoError};
+pub use repo::RepoError;
 pub use server::BatonServer;
 pub use session::{Config, Identity, Session};
 pub use state::merge_patch;
