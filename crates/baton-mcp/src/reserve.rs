@@ -38,6 +38,16 @@ impl Held {
             tracing::warn!(token, "releasing a reservation: {e}");
         }
     }
+
+    /// Leaves it as a dead holder's: its row stays and its liveness lock is
+    /// freed by the kernel when this process exits (its client died; the
+    /// session is ending), so that the next holder is told
+    /// `previous_holder_died`. The engine has no way to free the lock alone
+    /// and keep the row, so the reservation's file is not closed before
+    /// the exit.
+    pub(crate) fn abandon(self) {
+        std::mem::forget(self.0);
+    }
 }
 
 fn space(session: &Session) -> Space {
@@ -257,10 +267,18 @@ pub(crate) fn release(session: &Arc<Session>, args: ReleaseArgs) -> Outcome<Rele
     Ok((ReleaseOut { released }, summary))
 }
 
-fn rows_out(session: &Session, rows: &[ReservationRecord]) -> Vec<ReservationOut> {
+/// One entry per path of each row (only those overlapping `filter`).
+fn rows_out(
+    session: &Session,
+    rows: &[ReservationRecord],
+    filter: Option<&Pattern>,
+) -> Vec<ReservationOut> {
     let mut out = Vec::new();
     for r in rows {
         for p in &r.patterns {
+            if filter.is_some_and(|f| !p.overlaps(f)) {
+                continue;
+            }
             out.push(ReservationOut {
                 path: p.to_string(),
                 mode: mode_out(r.mode),
@@ -288,7 +306,7 @@ pub(crate) fn list(session: &Arc<Session>, args: ReservationsArgs) -> Outcome<Re
     };
     let rows = baton_lock::reserve::reservations(session.dir(), &space, filter.as_ref())
         .map_err(|e| message(&e))?;
-    let reservations = rows_out(session, &rows);
+    let reservations = rows_out(session, &rows, filter.as_ref());
     let mine = reservations.iter().filter(|r| r.this_session).count();
     let summary = format!(
         "{} reserved path(s), {mine} of them this session's",

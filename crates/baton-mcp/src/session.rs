@@ -171,21 +171,39 @@ impl Session {
     }
 
     /// Ends the session: no wait goes on, nothing more is taken, and every
-    /// lock and reservation is released now.
+    /// lock and reservation is let go now. When the client has died (killed:
+    /// its end closed stdin), they are let go as a dead holder's, so that
+    /// the next holder is told `previous_holder_died`: locks are abandoned,
+    /// reservations left to the kernel, which frees them as this process
+    /// exits, moments later. Otherwise (the client closed stdin) released.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         for t in lock(&self.waits).drain(..) {
             t.cancel();
         }
+        let client_died = self
+            .identity
+            .principal
+            .as_ref()
+            .is_some_and(|p| p.liveness() == baton_lock::Liveness::Dead);
         let locks = std::mem::take(&mut *lock(&self.locks));
         for (name, guard) in locks {
-            if let Err(e) = guard.release() {
-                tracing::warn!(lock = %name, "releasing at the end of the session: {e}");
+            let done = if client_died {
+                guard.abandon()
+            } else {
+                guard.release()
+            };
+            if let Err(e) = done {
+                tracing::warn!(lock = %name, "letting go at the end of the session: {e}");
             }
         }
         let held = std::mem::take(&mut *lock(&self.reservations));
         for (_, h) in held {
-            h.release_quietly();
+            if client_died {
+                h.abandon();
+            } else {
+                h.release_quietly();
+            }
         }
     }
 }
