@@ -131,13 +131,14 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--skip-build", action="store_true")
     ap.add_argument("--quick", action="store_true", help="200 cycles")
+    ap.add_argument("--baton", help="this baton binary instead of the release build (no build)")
     args = ap.parse_args()
     if args.quick:
         args.cycles = 200
-    if not args.skip_build and not cargo_build(["baton"]):
+    if not args.skip_build and not args.baton and not cargo_build(["baton"]):
         log("cargo build failed")
         return 1
-    baton = bin_dir() / "baton"
+    baton = Path(args.baton) if args.baton else bin_dir() / "baton"
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "mcp-bench"
     target.mkdir(parents=True, exist_ok=True)
     log("installing the MCP client (the official Python SDK) ...")
