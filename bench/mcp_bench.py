@@ -138,7 +138,7 @@ def main() -> int:
     if not args.skip_build and not args.baton and not cargo_build(["baton"]):
         log("cargo build failed")
         return 1
-    baton = Path(args.baton) if args.baton else bin_dir() / "baton"
+    baton = Path(args.baton).resolve() if args.baton else bin_dir() / "baton"
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "mcp-bench"
     target.mkdir(parents=True, exist_ok=True)
     log("installing the MCP client (the official Python SDK) ...")
@@ -174,7 +174,9 @@ def main() -> int:
                         "DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'mail.sqlite3'}",
                         "STORAGE_ROOT": str(tmp / "mailbox"),
                         "TOOLS_LOG_ENABLED": "false", "LOG_RICH_ENABLED": "false",
-                        "LLM_ENABLED": "false"}
+                        "LLM_ENABLED": "false", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                        # Its reservation tools are "extended" tools, not exposed by default.
+                        "MCP_TOOLS_MODE": "extended"}
             got = run_client(client, "mail", [str(mail), str(BENCH / "mcp_agent_mail_server.py")],
                              args.cycles, repo, mail_env)
             if isinstance(got, str):

@@ -3,14 +3,15 @@
 released at once, exit status 0."""
 
 import json
+import os
 import subprocess
 import time
 
 from harness import BATON, BATON_DIR, REPO, ok, report, run, session
 
 
-def start():
-    return subprocess.Popen([BATON, "--dir", BATON_DIR, "mcp", "--repo", REPO, "--agent", "raw"],
+def start(agent=("--agent", "raw")):
+    return subprocess.Popen([BATON, "--dir", BATON_DIR, "mcp", "--repo", REPO, *agent],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
 
 
@@ -44,6 +45,20 @@ async def main():
         seen["negotiated"][asked] = handshake(p, asked)["protocolVersion"]
         p.stdin.close()
         assert p.wait(10) == 0
+    # Without --agent: the client's name from initialize and the client's pid.
+    p = start(())
+    handshake(p, "2025-11-25")
+    send(p, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+             "params": {"name": "reserve", "arguments": {"paths": ["named"]}}})
+    assert reply(p, 2)["result"]["structuredContent"]["granted"]
+    send(p, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+             "params": {"name": "reservations", "arguments": {}}})
+    rows = reply(p, 3)["result"]["structuredContent"]["reservations"]
+    seen["default_agent"] = rows[0]["agent"]
+    assert rows[0]["agent"] == f"raw-client-{os.getpid()}", rows
+    assert rows[0]["pid"] == p.pid and rows[0]["client_pid"] == os.getpid(), rows
+    p.stdin.close()
+    assert p.wait(10) == 0
     p = start()
     init = handshake(p, "2025-06-18")
     assert init["serverInfo"]["name"] == "baton", init
