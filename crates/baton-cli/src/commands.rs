@@ -8,11 +8,14 @@ pub(crate) mod docs;
 pub(crate) mod doctor;
 pub(crate) mod git;
 pub(crate) mod group;
+pub(crate) mod guard;
 pub(crate) mod hold;
 pub(crate) mod init;
 pub(crate) mod job;
 pub(crate) mod lock;
 pub(crate) mod mcp;
+pub(crate) mod reservations;
+pub(crate) mod reserve;
 pub(crate) mod run;
 pub(crate) mod serve;
 pub(crate) mod state;
@@ -30,6 +33,8 @@ use self::init::InitArgs;
 use self::job::JobArgs;
 use self::lock::{Flags, LockCommand};
 use self::mcp::McpArgs;
+use self::reservations::ReservationsArgs;
+use self::reserve::ReserveArgs;
 use self::run::RunArgs;
 use self::serve::ServeArgs;
 use self::state::StateCommand;
@@ -75,6 +80,42 @@ Exit status: the command's own (128+N if killed by signal N); 75 if the lock was
     /// Inspect, take, release or break locks.
     #[command(subcommand)]
     Lock(LockCommand),
+
+    /// Reserve paths of a repository while a command runs, or check that they are free.
+    #[command(after_help = "Examples:
+  baton reserve src/parser --reason 'refactor' -- ./agent.sh      exclusive, held while it runs
+  baton reserve 'src/**/*.ts' docs/api.md --wait 5m -- make         several paths: all or none
+  baton reserve --shared docs -- ./build-docs.sh                     shared ones coexist
+  baton reserve --check src/parser/lexer.rs || echo 'someone else is on it'
+
+A reservation names paths or globs of one repository, relative to its root (an absolute path
+inside it is accepted; '..', paths outside it and symlinks leading out are refused, 125). A
+path covers itself and everything below it. Every worktree of the repository and every clone
+of the same origin (same user's baton dir) share the reservations. Two conflict when a file
+could be covered by both and one is exclusive; disjoint ones never wait. Overlapping
+requests are served first come, first served; a request for several paths is granted all at
+once or not at all, so two requests in different orders never deadlock. The reservation is
+held by this process and released the moment it ends, even by SIGKILL.
+
+The command runs supervised as under `baton run --lock` (own process group, signals
+forwarded, leftovers stopped before the release) with BATON_FENCING_TOKEN (the grant's
+token, larger than any before in the repository), BATON_RESERVATION (the paths) and
+BATON_PREVIOUS_HOLDER_DIED=1 when the holder of an overlapping reservation died holding it.
+
+Reservations are advisory: a program that never asks is not stopped, except at commit by the
+pre-commit guard (`baton git guard install`). A process that holds some paths and then asks
+for more can deadlock with another doing the reverse, as with any locks: give --wait.
+
+Exit status: the command's own; 75 busy (--no-wait), --wait elapsed, or (--check) reserved by
+another live holder, named on stderr; 125 bad path, not a repository, or baton failed.")]
+    Reserve(ReserveArgs),
+
+    /// List a repository's live reservations (held and waiting), or break one.
+    #[command(after_help = "Examples:
+  baton reservations
+  baton reservations src/parser --json
+  baton reservations break 1764336000123456")]
+    Reservations(ReservationsArgs),
 
     /// Inspect concurrency groups.
     #[command(subcommand)]
@@ -266,12 +307,14 @@ pub(crate) fn run_in_dir(
         Command::Run(args) => run::cmd_run(&dir, args, flags),
         Command::Hold => hold::serve_hold(&dir),
         Command::Lock(cmd) => lock::cmd_lock(&dir, cmd, flags),
+        Command::Reserve(args) => reserve::cmd_reserve(&dir, args, flags),
+        Command::Reservations(args) => reservations::cmd_reservations(&dir, args, flags),
         Command::Db(cmd) => db::cmd_db(cmd, flags.backend),
         Command::Group(cmd) => group::cmd_group(cmd, flags.backend),
         Command::Events { group, follow } => group::cmd_events(&dir, group.as_ref(), follow),
         Command::State(cmd) => state::run(&dir, cmd),
         Command::Workspace(cmd) => workspace::run_workspace(&dir, cmd, flags.named_dir),
-        Command::Git(cmd) => git::run_git(&dir, cmd),
+        Command::Git(cmd) => git::run_git(&dir, cmd, flags.named_dir),
         // Carried out by `run_without_dir`, never handed here.
         Command::Doctor { .. }
         | Command::Init(_)

@@ -33,6 +33,8 @@ mod pg_previous_holder;
 mod pg_tls;
 mod previous_holder;
 mod readme;
+mod reserve;
+mod reserve_guard;
 mod review;
 mod review_polish;
 mod run;

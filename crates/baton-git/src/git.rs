@@ -181,6 +181,12 @@ where
     S: AsRef<OsStr>,
 {
     let (spec, line) = command(dir, args);
+    output_spec(spec, line)
+}
+
+/// Runs git as `spec` (from [`command`], perhaps changed) says; `line` is
+/// its command line for messages.
+pub(crate) fn output_spec(spec: RunSpec, line: String) -> Result<(Output, String), GitError> {
     tracing::debug!(command = %line, "running git");
     let started = Instant::now();
     let spawn_failed = |source| GitError::Spawn {

@@ -70,6 +70,7 @@ mod branch;
 mod error;
 mod gc;
 mod git;
+mod guard;
 mod identity;
 mod push;
 mod record;
@@ -89,6 +90,9 @@ pub use gc::{dead_owners, gc, GcFailure, GcOptions, GcReport, GcSkipped};
 pub use git::{
     git_version, machine_dir, workspace_home, workspaces_of, GitVersion, Repo,
     DEFAULT_GIT_LOCK_WAIT, MIN_GIT_VERSION,
+};
+pub use guard::{
+    hooks_dir, install_guard, staged_paths, uninstall_guard, GuardInstalled, GuardRemoved,
 };
 pub use identity::repository_identity;
 pub use push::{push, Backoff, PushReport, PushRequest};

@@ -10,6 +10,10 @@
 //! trusted for exclusion. The protocol and its reasoning are in `LOCKING.md`
 //! next to this crate's `Cargo.toml`.
 //!
+//! Path reservations (paths and globs of one repository, for agents and
+//! scripts that share it) are a lock manager on top of these locks: the
+//! [`reserve`] module, described in `RESERVATIONS.md` next to `LOCKING.md`.
+//!
 //! Linux, macOS and Windows: OFD locks on Linux and macOS (checked at run
 //! time on macOS, where they are a private interface), `LockFileEx` ranges on
 //! Windows; every platform call is in `src/sys`, and what each system lacks

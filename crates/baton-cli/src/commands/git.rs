@@ -11,6 +11,7 @@ use baton_git::{
 use baton_lock::{BatonDir, WaitPolicy};
 use clap::Subcommand;
 
+use super::guard::{cmd_guard, GuardCommand};
 use crate::args::GitLockWaitArg;
 use crate::duration::parse_duration;
 use crate::exit_codes::for_git_error;
@@ -90,12 +91,19 @@ Exit status: 0 done; 75 the repository lock stayed busy past --git-lock-wait; 12
         #[command(flatten)]
         wait: GitLockWaitArg,
     },
+
+    /// A pre-commit hook that refuses a commit touching a path another live holder reserved
+    /// (`baton reserve`): install, uninstall, check.
+    #[command(subcommand)]
+    Guard(GuardCommand),
 }
 
 /// Runs a `baton git` command; returns the exit code. The caller's baton dir
-/// is not used: a push queues in the remote's place, whatever the caller's.
-pub fn run_git(_dir: &BatonDir, cmd: GitCommand) -> u8 {
+/// is used by the guard only: a push queues in the remote's place, whatever
+/// the caller's. `named_dir`: the baton dir was named (`--dir`, `BATON_DIR`).
+pub fn run_git(dir: &BatonDir, cmd: GitCommand, named_dir: bool) -> u8 {
     match cmd {
+        GitCommand::Guard(cmd) => cmd_guard(dir, cmd, named_dir),
         GitCommand::Push {
             repo,
             remote,

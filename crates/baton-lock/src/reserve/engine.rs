@@ -368,6 +368,20 @@ pub fn reservations(
     Ok(rows)
 }
 
+/// Whether a row is the calling process's own: its session is `session`,
+/// or its principal is this process or one of its ancestors.
+fn own_rows(session: Option<&str>) -> impl Fn(&ReservationRecord) -> bool + '_ {
+    let me = ProcessIdentity::current();
+    let mut lineage = vec![(me.pid, me.start_time)];
+    lineage.extend(crate::identity::ancestors());
+    move |r: &ReservationRecord| {
+        session.is_some_and(|s| s == r.holder.session)
+            || r.holder.principal.as_ref().is_some_and(|p| {
+                p.is_local() && p.in_my_pid_ns() && lineage.contains(&(p.pid, p.start_time))
+            })
+    }
+}
+
 /// Live *granted* rows that conflict with `patterns` taken in `mode` by the
 /// calling process. A row whose principal is this process or one of its
 /// ancestors, or whose session is `session`, is the caller's own and never
@@ -380,15 +394,7 @@ pub fn check(
     session: Option<&str>,
 ) -> Result<Vec<Conflict>, ReserveError> {
     let files = SpaceFiles::of(dir, space)?;
-    let me = ProcessIdentity::current();
-    let mut lineage = vec![(me.pid, me.start_time)];
-    lineage.extend(crate::identity::ancestors());
-    let own = |r: &ReservationRecord| {
-        session.is_some_and(|s| s == r.holder.session)
-            || r.holder.principal.as_ref().is_some_and(|p| {
-                p.is_local() && p.in_my_pid_ns() && lineage.contains(&(p.pid, p.start_time))
-            })
-    };
+    let own = own_rows(session);
     let mut out = Vec::new();
     for row in live_rows(&files)? {
         if !row.granted || own(&row) || !exclusive_pair(row.mode, mode) {
@@ -401,6 +407,42 @@ pub fn check(
                 holder: row.holder.clone(),
                 granted: true,
             });
+        }
+    }
+    Ok(out)
+}
+
+/// The files among `files` (repo-relative, `/`-separated: what a commit
+/// touches) that a live granted *exclusive* reservation of another holder
+/// covers ([`Pattern::covers`]), each with that reservation; the caller's
+/// own rows as for [`check`]. The pre-commit guard's question.
+pub fn check_files(
+    dir: &BatonDir,
+    space: &Space,
+    files: &[String],
+    session: Option<&str>,
+) -> Result<Vec<(String, Conflict)>, ReserveError> {
+    let sf = SpaceFiles::of(dir, space)?;
+    let own = own_rows(session);
+    let rows: Vec<ReservationRecord> = live_rows(&sf)?
+        .into_iter()
+        .filter(|r| r.granted && effective(r.mode) == Mode::Exclusive && !own(r))
+        .collect();
+    let mut out = Vec::new();
+    for file in files {
+        let hit = rows
+            .iter()
+            .find_map(|r| r.patterns.iter().find(|p| p.covers(file)).map(|p| (r, p)));
+        if let Some((row, pattern)) = hit {
+            out.push((
+                file.clone(),
+                Conflict {
+                    pattern: pattern.clone(),
+                    mode: row.mode,
+                    holder: row.holder.clone(),
+                    granted: true,
+                },
+            ));
         }
     }
     Ok(out)

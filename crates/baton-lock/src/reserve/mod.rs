@@ -44,7 +44,7 @@ mod table;
 
 use serde::{Deserialize, Serialize};
 
-pub use engine::{break_reservation, check, reservations, reserve, Reservation};
+pub use engine::{break_reservation, check, check_files, reservations, reserve, Reservation};
 pub use error::ReserveError;
 pub use pattern::Pattern;
 pub use space::Space;
