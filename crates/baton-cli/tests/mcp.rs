@@ -306,3 +306,15 @@ fn the_mcp_inspector_lists_the_tools_and_calls_one() {
             .unwrap();
     assert_eq!(written, serde_json::json!({"by": "inspector"}));
 }
+
+#[test]
+fn reserve_check_passes_the_sessions_own_client_and_a_break_is_told_to_the_session() {
+    let env = Env::new();
+    let repo = repo(&env);
+    let seen = script(&env, &repo, "broken.py", &[]);
+    assert_eq!(seen["log"]["event"], "reservation_broken", "{seen}");
+    assert!(
+        seen["outside_check"].as_str().unwrap().contains("guarded"),
+        "{seen}"
+    );
+}
