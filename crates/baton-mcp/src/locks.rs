@@ -86,7 +86,7 @@ pub(crate) async fn lock(
         mode: guard.mode().as_str().to_string(),
         previous_holder_died: guard.previous_holder_died().is_some(),
     };
-    if session.keep_lock(name.to_string(), guard).is_err() {
+    if !session.keep_lock(name.to_string(), guard) {
         return Err(format!(
             "lock '{name}': the session ended while it was granted; released"
         ));

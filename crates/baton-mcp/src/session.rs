@@ -144,15 +144,19 @@ impl Session {
         token
     }
 
-    /// Keeps a granted lock; hands it back (to be dropped, which releases
-    /// it) if the session has closed meanwhile, or one of that name is held.
-    pub fn keep_lock(&self, name: String, guard: LockGuard) -> Result<(), LockGuard> {
+    /// Keeps a granted lock; releases it instead (and says `false`) if the
+    /// session has closed meanwhile, or one of that name is held.
+    pub fn keep_lock(&self, name: String, guard: LockGuard) -> bool {
         let mut locks = lock(&self.locks);
         if self.is_closed() || locks.contains_key(&name) {
-            return Err(guard);
+            drop(locks);
+            if let Err(e) = guard.release() {
+                tracing::warn!(lock = %name, "releasing a lock the session cannot keep: {e}");
+            }
+            return false;
         }
         locks.insert(name, guard);
-        Ok(())
+        true
     }
 
     /// Takes a held lock out of the session.
