@@ -136,8 +136,11 @@ pub enum ServeError {
 /// closes stdin; then everything the session holds is released and this
 /// returns `Ok`. Builds its own runtime.
 pub fn serve_stdio(config: Config) -> Result<(), ServeError> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread for the protocol: a message crosses several tasks (reader,
+    // service loop, handler, writer), and on one thread none of those hops
+    // waits for another thread to be scheduled (what made the round trip's
+    // tail on a loaded machine). Waits and git run on blocking threads.
+    let rt = tokio::runtime::Builder::new_current_thread()
         .thread_name("baton-mcp")
         .enable_all()
         .build()

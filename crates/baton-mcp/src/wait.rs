@@ -27,7 +27,10 @@ impl Drop for CancelOnDrop {
 /// Runs `call` (an engine call that may wait, and ends its wait when
 /// `cancel` fires) on a blocking thread; reports progress while it runs.
 /// `what` words the progress message ("waiting for src/ (held by ...)").
-/// Returns `None` if the blocking thread failed (panicked).
+/// A call that does not wait (`total_seconds` of `None`: it answers at
+/// once, after the engine's short critical section) runs right here
+/// instead, without a hand-off to another thread. Returns `None` if the
+/// blocking thread failed (panicked).
 pub(crate) async fn blocking<T, F>(
     ctx: &RequestContext<RoleServer>,
     cancel: CancelToken,
@@ -40,6 +43,9 @@ where
     F: FnOnce() -> T + Send + 'static,
 {
     let _guard = CancelOnDrop(cancel.clone());
+    if total_seconds.is_none() {
+        return Some(call());
+    }
     let mut task = tokio::task::spawn_blocking(call);
     let progress = ctx.meta.get_progress_token();
     let start = Instant::now();
