@@ -149,6 +149,7 @@ def main() -> int:
     log("installing mcp_agent_mail ...")
     mail = venv(target / "agent-mail-venv", [AGENT_MAIL])
 
+    info = machine_info()  # the load average before the runs
     results: dict[str, list[int]] = {"baton mcp": [], "mcp_agent_mail": []}
     notes: dict[str, str] = {}
     if isinstance(mail, str):
@@ -187,7 +188,7 @@ def main() -> int:
     lines = [
         "## MCP: reserve + release round trip over stdio (official Python SDK client)",
         "",
-        *machine_info(),
+        *info,
         "",
         f"{args.cycles} cycles x {args.rounds} round(s) per server after {WARMUP} warm-up cycles; "
         "one cycle = reserve one path + release it, each call awaited.",
