@@ -13,6 +13,7 @@ pub(crate) mod hold;
 pub(crate) mod init;
 pub(crate) mod job;
 pub(crate) mod lock;
+pub(crate) mod mcp;
 pub(crate) mod reservations;
 pub(crate) mod reserve;
 pub(crate) mod run;
@@ -31,6 +32,7 @@ use self::group::GroupCommand;
 use self::init::InitArgs;
 use self::job::JobArgs;
 use self::lock::{Flags, LockCommand};
+use self::mcp::McpArgs;
 use self::reservations::ReservationsArgs;
 use self::reserve::ReserveArgs;
 use self::run::RunArgs;
@@ -217,6 +219,19 @@ written are printed, one per line.")]
     #[command(subcommand)]
     Db(DbCommand),
 
+    /// Serve an AI agent over MCP (stdio): path reservations, locks, state files, workspaces, push.
+    #[command(after_help = "Examples:
+  claude mcp add baton -- baton mcp          Claude Code
+  baton mcp --repo ~/src/app --agent alice   another repository, a chosen name
+
+Tools: reserve, release, reservations, lock, unlock, state_read, state_update, state_append,
+workspace_create, workspace_remove, push (see docs/agents.md). Everything the session takes is
+held by this process: when the client closes stdin, it is all released and baton mcp exits 0;
+when the client or this process dies, the kernel releases it. Reservations are advisory: an
+agent that never asks is not stopped, except at commit by the pre-commit guard.
+Exit status: 0 when the client closed the session; 125 if it could not start.")]
+    Mcp(McpArgs),
+
     /// Internal: the background holder started by `baton lock acquire`.
     #[command(name = "__hold", hide = true)]
     Hold,
@@ -243,6 +258,8 @@ with the remedy. A world-writable or symlinked dir is still refused. See README
 pub(crate) struct Services {
     pub serve: fn(ServeArgs, BatonDir) -> u8,
     pub job: fn(JobArgs) -> u8,
+    /// `baton mcp`: its protocol's code (rmcp, tokio) stays out of `baton` too.
+    pub mcp: fn(McpArgs, BatonDir, bool) -> u8,
 }
 
 /// What the commands that need no baton dir (and must not create one) take.
@@ -286,6 +303,7 @@ pub(crate) fn run_in_dir(
 ) -> u8 {
     match command {
         Command::Serve(args) => (services.serve)(args, dir),
+        Command::Mcp(args) => (services.mcp)(args, dir, flags.named_dir),
         Command::Run(args) => run::cmd_run(&dir, args, flags),
         Command::Hold => hold::serve_hold(&dir),
         Command::Lock(cmd) => lock::cmd_lock(&dir, cmd, flags),

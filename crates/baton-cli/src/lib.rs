@@ -76,6 +76,7 @@ pub fn main() -> u8 {
     say::finish(app::run_cli(&Services {
         serve: |_, _| service::exec_service(),
         job: |_| service::exec_service(),
+        mcp: |_, _, _| service::exec_service(),
     }))
 }
 
@@ -84,6 +85,7 @@ pub fn service_main() -> u8 {
     say::finish(app::run_cli(&Services {
         serve: commands::serve::cmd_serve,
         job: commands::job::run,
+        mcp: commands::mcp::cmd_mcp,
     }))
 }
 

@@ -1,4 +1,4 @@
-//! `baton serve` and `baton job` live in the `baton-service` binary, which
+//! `baton serve`, `baton job` and `baton mcp` live in the `baton-service` binary, which
 //! `baton` executes with the same arguments: the job service's code (tokio,
 //! axum, SQLite, the HTTP client) is then not part of the binary that starts
 //! for every `baton run`, `baton state` and `baton lock` (a 10 MB binary with
@@ -9,7 +9,7 @@
 
 use crate::exit_codes::BATON_FAILED;
 
-/// The name of the binary that carries out `serve` and `job`, installed next
+/// The name of the binary that carries out `serve`, `job` and `mcp`, installed next
 /// to `baton` (`cargo install --path crates/baton-cli` installs both).
 pub(crate) const SERVICE_BINARY: &str = "baton-service";
 
@@ -30,7 +30,7 @@ pub(crate) fn exec_service() -> u8 {
         .args(std::env::args_os().skip(1))
         .exec();
     errln!(
-        "baton: cannot start {} (it carries out `baton serve` and `baton job`): {e}; install it next to baton (`cargo install --path crates/baton-cli` installs both)",
+        "baton: cannot start {} (it carries out `baton serve`, `baton job` and `baton mcp`): {e}; install it next to baton (`cargo install --path crates/baton-cli` installs both)",
         path.display()
     );
     BATON_FAILED
@@ -55,7 +55,7 @@ pub(crate) fn exec_service() -> u8 {
         Ok(outcome) => u8::try_from(outcome.exit_code()).unwrap_or(BATON_FAILED),
         Err(e) => {
             errln!(
-                "baton: cannot start {} (it carries out `baton serve` and `baton job`): {e}; install it next to baton (`cargo install --path crates/baton-cli` installs both)",
+                "baton: cannot start {} (it carries out `baton serve`, `baton job` and `baton mcp`): {e}; install it next to baton (`cargo install --path crates/baton-cli` installs both)",
                 path.display()
             );
             BATON_FAILED

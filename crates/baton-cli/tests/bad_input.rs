@@ -273,6 +273,7 @@ fn serve_and_job_without_baton_service_next_to_baton_say_what_to_install() {
     for args in [
         &["job", "list"][..],
         &["serve", "--listen", "127.0.0.1:0"][..],
+        &["mcp"][..],
     ] {
         let out = std::process::Command::new(&lonely)
             .arg("--dir")

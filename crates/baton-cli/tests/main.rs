@@ -22,6 +22,7 @@ mod git_workflows;
 mod go_example;
 mod groups;
 mod lock_cmds;
+mod mcp;
 mod names;
 mod namespace_cleanup;
 mod namespaces;
