@@ -221,6 +221,10 @@ fn paths_leading_outside_the_repository_are_refused() {
     assert!(refused(outside.to_str().unwrap()).contains("outside"));
     assert!(refused("src/a**").contains("**"));
     assert!(refused("src/[a").contains("glob"));
+    // Control characters: a path named so would break every one-line
+    // message that names it.
+    assert!(refused("src/a\nb").contains("control character"));
+    assert!(refused("src/a\u{1b}[2J").contains("control character"));
     #[cfg(unix)]
     {
         assert!(refused("out/file").contains("outside"));

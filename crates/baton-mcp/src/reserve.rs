@@ -50,7 +50,7 @@ impl Held {
     }
 }
 
-fn space(session: &Session) -> Space {
+pub(crate) fn space(session: &Session) -> Space {
     Space::new(
         session.config.repo_key.clone(),
         session.repo().to_path_buf(),

@@ -18,12 +18,28 @@ use crate::Outcome;
 /// the length of one edit).
 const LOCK_WAIT: Duration = Duration::from_secs(30);
 
-/// The file named `file`, relative to the repository's root.
+/// The file named `file`, relative to the repository's root, by the rule
+/// of reservation paths: inside the repository (no `..`, no absolute path
+/// elsewhere, no symlink leading out), and one file, not a glob. A name a
+/// prompt could have written (`../../home/me/.bashrc`) never reaches a file
+/// outside the repository.
 fn path_of(session: &Session, file: &str) -> Result<PathBuf, String> {
     if file.is_empty() {
         return Err("state file: the name is empty".to_string());
     }
-    Ok(session.repo().join(file))
+    let space = crate::reserve::space(session);
+    let pattern = space.pattern(file).map_err(|e| match e {
+        baton_lock::reserve::ReserveError::BadPath { path, reason } => {
+            format!("state file '{}': {reason}", path.escape_debug())
+        }
+        other => format!("state file '{file}': {}", baton_lock::one_line(&other)),
+    })?;
+    if pattern.as_str().is_empty() || pattern.is_glob() {
+        return Err(format!(
+            "state file '{file}': name one file inside the repository (not its root, not a glob)"
+        ));
+    }
+    Ok(session.repo().join(pattern.as_str()))
 }
 
 fn options() -> Options {

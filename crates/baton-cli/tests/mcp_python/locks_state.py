@@ -79,6 +79,17 @@ async def main():
         assert lines == [{"e": 1}, {"e": 2, "s": "a\nb"}], lines
         out, text, err = await call(a, "state_update", {"file": "events.jsonl", "merge_patch": {}})
         assert err, text
+        # A name a prompt could have written never reaches a file outside
+        # the repository; each refusal is one line naming the file.
+        outside = os.path.join(os.path.dirname(REPO), "outside.json")
+        for name in ["../outside.json", outside, "*.json", ".", "a\nb.json"]:
+            for tool, args in [("state_update", {"merge_patch": {"x": 1}}),
+                               ("state_append", {"record": {"x": 1}}),
+                               ("state_read", {})]:
+                out, text, err = await call(a, tool, {"file": name, **args})
+                assert err, f"{tool} {name!r} was accepted: {text}"
+                assert "\n" not in text, f"{tool} {name!r}: not one line: {text!r}"
+        assert not os.path.exists(outside), "a state file was written outside the repository"
     report(seen)
 
 

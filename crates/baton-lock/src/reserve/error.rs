@@ -12,7 +12,7 @@ use crate::error::LockError;
 #[non_exhaustive]
 pub enum ReserveError {
     /// A path or glob that cannot be reserved.
-    #[error("cannot reserve '{path}': {reason}")]
+    #[error("cannot reserve '{}': {reason}", path.escape_debug())]
     BadPath {
         /// As given.
         path: String,

@@ -161,17 +161,30 @@ impl Conflict {
         let reason = h
             .reason
             .as_deref()
-            .map(|r| format!(", reason: {r}"))
+            .map(|r| format!(", reason: {}", quoted(r)))
             .unwrap_or_default();
         format!(
             "'{}' is {verb} {} by {} (pid {} on {}, since {}{reason})",
-            self.pattern,
+            self.pattern.as_str().escape_debug(),
             self.mode.as_str(),
-            h.agent,
+            quoted(&h.agent),
             h.pid,
-            h.host,
+            quoted(&h.host),
             h.since,
         )
+    }
+}
+
+/// Text another holder wrote (its agent name, its reason), as it appears in
+/// a one-line message: control characters escaped, at most 200 characters.
+/// The message stays one line, and what reaches an agent reading it is
+/// visibly quoted data, not a paragraph someone else wrote for it.
+fn quoted(text: &str) -> String {
+    const MAX: usize = 200;
+    let escaped: String = text.escape_debug().collect();
+    match escaped.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}...", &escaped[..cut]),
+        None => escaped,
     }
 }
 

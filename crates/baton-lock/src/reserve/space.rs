@@ -46,8 +46,11 @@ impl Space {
             path: raw.to_string(),
             reason,
         };
-        if raw.contains('\0') {
-            return Err(bad("contains a NUL character".into()));
+        if let Some(c) = raw.chars().find(|c| c.is_control()) {
+            return Err(bad(format!(
+                "contains the control character {:?}: name paths as they appear in the repository",
+                c
+            )));
         }
         let root = self.canonical_root();
         let given = Path::new(raw);
