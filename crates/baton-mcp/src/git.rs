@@ -117,6 +117,24 @@ pub(crate) fn remove(session: &Arc<Session>, args: WorkspaceRemoveArgs) -> Outco
 /// `push`.
 pub(crate) fn push(session: &Arc<Session>, args: PushArgs) -> Outcome<PushOut> {
     let path = session.repo().join(&args.path);
+    // Only this repository or one of the workspaces baton made: a path a
+    // prompt could have written must not push some other repository.
+    let inside = |p: &Path| {
+        let (Ok(p), Ok(root)) = (
+            std::fs::canonicalize(p),
+            std::fs::canonicalize(session.repo()),
+        ) else {
+            return false;
+        };
+        p.starts_with(root)
+    };
+    if !inside(&path) && workspace_id(session, &path.to_string_lossy()).is_err() {
+        return Err(format!(
+            "push '{}': not this repository ('{}') nor one of its workspaces",
+            args.path.escape_debug(),
+            session.repo().display()
+        ));
+    }
     let mut req = PushRequest::new(path);
     req.branch = args.branch;
     req.run_id = Some(session.identity.session.clone());

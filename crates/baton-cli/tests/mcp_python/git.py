@@ -26,6 +26,12 @@ async def main():
         assert git(REPO, "ls-remote", origin, "refs/heads/feature").split()[0] == head
         out, text, err = await call(s, "workspace_remove", {"path": "/nonexistent/ws"})
         assert err, text
+        # Another repository on the machine is never pushed, whatever path
+        # a prompt gives.
+        other = os.path.join(os.path.dirname(REPO), "other-repo")
+        subprocess.run(["git", "clone", "-q", origin, other], check=True)
+        out, text, err = await call(s, "push", {"path": other})
+        assert err and "nor one of its workspaces" in text, text
         gone = await ok(s, "workspace_remove", {"path": ws["path"]})
         assert gone["id"] == ws["id"] and not os.path.exists(ws["path"]), gone
     report({"workspace": ws, "push": pushed})
