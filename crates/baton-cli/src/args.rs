@@ -18,6 +18,11 @@ pub(crate) fn lock_name(s: &str) -> Result<LockName, String> {
     LockName::new(s).map_err(|e| e.to_string())
 }
 
+/// A group run's ordering key (`--order`, `BATON_ORDER`).
+pub(crate) fn order_key(s: &str) -> Result<baton_run::Order, InvalidInput> {
+    baton_run::Order::parse(s).map_err(|e| InvalidInput(e.to_string()))
+}
+
 /// An invalid command-line value, with a message that stands on its own
 /// ("invalid token '-1': ..."): printed instead of clap's "invalid value
 /// '-1' for '--token <N>': ...".

@@ -20,6 +20,7 @@ mod git_branch_names;
 mod git_push_review;
 mod git_workflows;
 mod go_example;
+mod group_order;
 mod groups;
 mod lock_cmds;
 mod names;

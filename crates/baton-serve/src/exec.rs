@@ -294,6 +294,7 @@ pub(crate) fn prepare(
             max: 1,
             max_pending: None,
             wait: WaitPolicy::Forever,
+            order: None,
         });
     }
     match (
