@@ -49,6 +49,7 @@ mod serve_dashboard;
 mod serve_disk;
 mod serve_escape;
 mod serve_group_commit;
+mod serve_group_order;
 mod serve_input;
 mod serve_lifecycle;
 mod serve_lifecycle_jobs;

@@ -46,7 +46,6 @@ use baton_lock::{
 };
 use serde::{Deserialize, Serialize};
 
-use baton_api::OrderKind;
 use baton_fs::{Durability, IoResultExt, TempFile, WriteError};
 
 use crate::error::RunError;
@@ -59,7 +58,7 @@ pub use baton_api::Mode as GroupMode;
 
 /// A run's ordering key in its group (`--order`): an integer or an RFC 3339
 /// time, defined with the service's wire model (a job's `order`).
-pub use baton_api::Order;
+pub use baton_api::{Order, OrderKind};
 
 /// What a run asks of its group.
 #[derive(Clone, Debug)]

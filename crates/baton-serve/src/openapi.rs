@@ -378,8 +378,16 @@ fn submit_request(doc: &mut Value, config: &Config, names: &[Value]) -> Result<(
     } else {
         props.remove("command");
     }
-    // A mode needs a group.
-    schema.insert("dependentRequired".into(), json!({"mode": ["group"]}));
+    // A mode needs a group; an ordering key, a group in mode supersede or
+    // coalesce.
+    schema.insert(
+        "dependentRequired".into(),
+        json!({"mode": ["group"], "order": ["group", "mode"]}),
+    );
+    let mut rules = vec![json!({
+        "if": {"required": ["order"]},
+        "then": {"properties": {"mode": {"enum": ["supersede", "coalesce"]}}}
+    })];
     let mut required = Vec::new();
     if config.default_template.is_none() {
         if config.allow_raw_commands {
@@ -395,7 +403,6 @@ fn submit_request(doc: &mut Value, config: &Config, names: &[Value]) -> Result<(
         schema.insert("required".into(), json!(required));
     }
     // What depends on the template chosen: a workspace, the dash rule.
-    let mut rules = Vec::new();
     for (name, t) in &config.templates {
         let mut then = Map::new();
         if any_workspace && t.workspace.is_none() {
@@ -435,9 +442,7 @@ fn submit_request(doc: &mut Value, config: &Config, names: &[Value]) -> Result<(
         }
         rules.push(json!({"if": cond, "then": Value::Object(then)}));
     }
-    if !rules.is_empty() {
-        schema.insert("allOf".into(), json!(rules));
-    }
+    schema.insert("allOf".into(), json!(rules));
     Ok(())
 }
 

@@ -39,7 +39,10 @@ pub struct RunArgs {
     /// whose key is older than the newest its group has seen (even one that ended) exits 79 at once
     /// without running; an equal or newer key supersedes as usual. Runs without a key are ordered
     /// by arrival and leave the newest key as it is.
-    #[arg(long, value_name = "KEY", env = "BATON_ORDER", requires = "group", value_parser = order_key)]
+    ///
+    /// Without --order, BATON_ORDER gives the key to runs in modes supersede and coalesce (and is
+    /// ignored by others, so that a CI job may export it for all its steps).
+    #[arg(long, value_name = "KEY", requires = "group", value_parser = order_key)]
     pub order: Option<baton_run::Order>,
 
     /// Queue mode: refuse (exit 75) an arrival when this many runs already wait.
@@ -97,13 +100,23 @@ pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, flags: &Flags<'_>) -> u8 {
         },
         _ => None,
     };
+    let order = match (args.order, args.mode) {
+        (Some(o), _) => Some(o),
+        (None, ModeArg::Supersede | ModeArg::Coalesce) if args.group.is_some() => {
+            match crate::args::order_from_env() {
+                Ok(o) => o,
+                Err(e) => return fail(&e, crate::exit_codes::BATON_FAILED),
+            }
+        }
+        (None, _) => None,
+    };
     let group = args.group.map(|key| GroupRequest {
         key,
         mode: args.mode.into(),
         max: args.lock_mode.max.unwrap_or(1),
         max_pending: args.max_pending,
         wait: args.wait.into(),
-        order: args.order,
+        order,
     });
     let lock_mode = if group.is_some() {
         ModeArgs {

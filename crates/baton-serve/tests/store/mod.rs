@@ -169,6 +169,7 @@ fn job(id: &str, created_at: i64) -> NewJob {
         prompt: Some(format!("prompt of {id}")),
         group: None,
         mode: JobMode::Queue,
+        order: None,
         timeout_ms: 60_000,
         branch: None,
         reset_branch: false,
