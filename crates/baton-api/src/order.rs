@@ -34,14 +34,14 @@ impl OrderKind {
 }
 
 /// An ordering key: an integer, or an RFC 3339 time (compared as the
-/// instant it names, whatever its offset, to the nanosecond). Keys of
+/// instant it names, whatever its offset, to the microsecond). Keys of
 /// different kinds are not comparable ([`Order::compare`] says so).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Order {
     kind: OrderKind,
-    /// The integer, or the time in nanoseconds since the Unix epoch (UTC).
+    /// The integer, or the time in microseconds since the Unix epoch (UTC).
     value: i64,
-    /// The key as given (trimmed), for messages.
+    /// The key as given, for messages.
     text: String,
 }
 
@@ -67,14 +67,14 @@ impl std::error::Error for OrderError {}
 impl Order {
     /// Parses `s`: an optionally signed integer that fits in 64 bits, or an
     /// RFC 3339 time (`2026-11-28T14:05:00Z`, `2026-11-28T15:05:00.25+01:00`;
-    /// a space or `t` for the `T`, `z` for the `Z`) between the years 1678
-    /// and 2261.
+    /// a space or `t` for the `T`, `z` for the `Z`; digits beyond the
+    /// microsecond are dropped, so keys that differ only there are equal).
     ///
     /// # Errors
     ///
     /// [`OrderError`] naming `s`.
     pub fn parse(s: &str) -> Result<Order, OrderError> {
-        let t = s.trim();
+        let t = s;
         let err = || OrderError {
             value: s.to_string(),
         };
@@ -87,7 +87,7 @@ impl Order {
                 text: t.to_string(),
             });
         }
-        let value = rfc3339_nanos(t).ok_or_else(err)?;
+        let value = rfc3339_micros(t).ok_or_else(err)?;
         Ok(Order {
             kind: OrderKind::Time,
             value,
@@ -110,7 +110,7 @@ impl Order {
         self.kind
     }
 
-    /// The integer, or the time in nanoseconds since the Unix epoch.
+    /// The integer, or the time in microseconds since the Unix epoch.
     pub fn value(&self) -> i64 {
         self.value
     }
@@ -132,8 +132,8 @@ impl fmt::Display for Order {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` in nanoseconds since the epoch.
-fn rfc3339_nanos(s: &str) -> Option<i64> {
+/// `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` in microseconds since the epoch.
+fn rfc3339_micros(s: &str) -> Option<i64> {
     let b = s.as_bytes();
     if b.len() < 20 {
         return None;
@@ -162,7 +162,7 @@ fn rfc3339_nanos(s: &str) -> Option<i64> {
         return None;
     }
     let mut at = 19;
-    let mut nanos: i64 = 0;
+    let mut micros: i64 = 0;
     if b.get(at) == Some(&b'.') {
         at += 1;
         let start = at;
@@ -173,9 +173,9 @@ fn rfc3339_nanos(s: &str) -> Option<i64> {
         if frac.is_empty() {
             return None;
         }
-        // Digits beyond the nanosecond are dropped.
-        let kept: String = frac.chars().chain(std::iter::repeat('0')).take(9).collect();
-        nanos = kept.parse().ok()?;
+        // Digits beyond the microsecond are dropped.
+        let kept: String = frac.chars().chain(std::iter::repeat('0')).take(6).collect();
+        micros = kept.parse().ok()?;
     }
     let offset_s = match b.get(at..)? {
         [b'Z' | b'z'] => 0,
@@ -195,7 +195,7 @@ fn rfc3339_nanos(s: &str) -> Option<i64> {
     };
     let days = days_from_civil(year, month, day);
     let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
-    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
+    secs.checked_mul(1_000_000)?.checked_add(micros)
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
@@ -226,10 +226,11 @@ mod tests {
         assert_eq!(ok("42").value(), 42);
         assert_eq!(ok("-7").value(), -7);
         assert_eq!(ok("1970-01-01T00:00:00Z").value(), 0);
-        assert_eq!(ok("1970-01-01T00:00:01.5Z").value(), 1_500_000_000);
-        assert_eq!(
-            ok("2000-03-01T00:00:00Z").value() / 1_000_000_000,
-            951_868_800
+        assert_eq!(ok("1970-01-01T00:00:01.5Z").value(), 1_500_000);
+        assert_eq!(ok("2000-03-01T00:00:00Z").value() / 1_000_000, 951_868_800);
+        // Any year RFC 3339 can write.
+        assert!(
+            ok("0000-01-01T00:00:00Z").value() < ok("9999-12-31T23:59:60.999999999-23:59").value()
         );
         // The same instant, written in two offsets.
         assert_eq!(
@@ -257,7 +258,8 @@ mod tests {
             "2026-11-28T24:00:00Z",
             "2026-11-28T14:05:00.Z",
             "2026-11-28T14:05:00+0100",
-            "3000-01-01T00:00:00Z",
+            " 5",
+            "5\n",
         ] {
             let e = Order::parse(bad).err().map(|e| e.to_string());
             assert!(

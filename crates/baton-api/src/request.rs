@@ -147,7 +147,10 @@ fn timeout_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 #[cfg(feature = "schema")]
 fn order_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
-        "type": ["string", "integer"],
+        "oneOf": [
+            {"type": "integer", "minimum": i64::MIN, "maximum": i64::MAX},
+            {"type": "string", "anyOf": [{"pattern": "^[+-]?[0-9]{1,18}$"}, {"format": "date-time"}]},
+        ],
         "examples": [42, "2026-11-28T14:05:00Z"],
     })
 }
@@ -162,7 +165,12 @@ impl SubmitRequest {
     pub fn order_value(&self) -> Result<Option<crate::Order>, String> {
         let text = match &self.order {
             None => return Ok(None),
-            Some(Value::Number(n)) => n.to_string(),
+            // A number JSON Schema calls an integer (`5`, `5.0`).
+            Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
+                (Some(i), _) => i.to_string(),
+                (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.2e18 => (f as i64).to_string(),
+                _ => n.to_string(),
+            },
             Some(Value::String(s)) => s.clone(),
             Some(other) => other.to_string(),
         };

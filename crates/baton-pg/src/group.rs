@@ -63,7 +63,7 @@ pub struct GroupOrder {
     /// `integer` or `time`; keys of another kind than the group's newest
     /// are refused ([`Joined::OrderMismatch`]).
     pub kind: String,
-    /// The integer, or the time in nanoseconds since the Unix epoch.
+    /// The integer, or the time in microseconds since the Unix epoch.
     pub value: i64,
     /// The key as given, for messages.
     pub label: String,

@@ -187,7 +187,7 @@ pub struct GroupDoc {
 pub struct NewestOrder {
     /// `integer` or `time`.
     pub kind: String,
-    /// The integer, or the time in nanoseconds since the Unix epoch.
+    /// The integer, or the time in microseconds since the Unix epoch.
     pub value: i64,
     /// The key as the run gave it.
     pub key: String,

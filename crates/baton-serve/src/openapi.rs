@@ -384,10 +384,7 @@ fn submit_request(doc: &mut Value, config: &Config, names: &[Value]) -> Result<(
         "dependentRequired".into(),
         json!({"mode": ["group"], "order": ["group", "mode"]}),
     );
-    let mut rules = vec![json!({
-        "if": {"required": ["order"]},
-        "then": {"properties": {"mode": {"enum": ["supersede", "coalesce"]}}}
-    })];
+    let mut rules = Vec::new();
     let mut required = Vec::new();
     if config.default_template.is_none() {
         if config.allow_raw_commands {
@@ -442,6 +439,10 @@ fn submit_request(doc: &mut Value, config: &Config, names: &[Value]) -> Result<(
         }
         rules.push(json!({"if": cond, "then": Value::Object(then)}));
     }
+    rules.push(json!({
+        "if": {"required": ["order"]},
+        "then": {"properties": {"mode": {"enum": ["supersede", "coalesce"]}}}
+    }));
     schema.insert("allOf".into(), json!(rules));
     Ok(())
 }
