@@ -278,6 +278,10 @@ fn branch_pattern() -> String {
     )
 }
 
+/// The invisible and bidi formatting characters of the BMP that
+/// `baton_lock::LockName` refuses (its `invisible`), as a class body.
+const INVISIBLE: &str = "\\u00ad\\u0600-\\u0605\\u061c\\u06dd\\u070f\\u0890-\\u0891\\u08e2\\u180e\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u2064\\u2066-\\u206f\\ufeff\\ufff9-\\ufffb";
+
 /// A lock name (`baton_lock::LockName`): '/'-separated parts, none empty,
 /// `.` or `..`, no control character, at most 200 bytes. A schema counts
 /// characters, not bytes: an ASCII name has up to 200, any other up to 50
@@ -287,7 +291,12 @@ fn group_schema() -> Value {
         let part = format!("(?:{first}{c}*|\\.{first}{c}*|\\.\\.{c}+)");
         format!("^{part}(?:/{part})*$")
     };
-    let any = name(&format!("[^/{CONTROL}]"), &format!("[^./{CONTROL}]"));
+    // Nor an invisible or bidi formatting character (`LockName` refuses
+    // them; those outside the BMP are left to the API's 400).
+    let any = name(
+        &format!("[^/{CONTROL}{INVISIBLE}]"),
+        &format!("[^./{CONTROL}{INVISIBLE}]"),
+    );
     let ascii = name(
         "[\\u0020-\\u002e\\u0030-\\u007e]",
         "[\\u0020-\\u002d\\u0030-\\u007e]",
