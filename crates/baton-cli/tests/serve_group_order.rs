@@ -116,3 +116,71 @@ fn a_queued_newer_key_is_not_superseded_by_an_older_arrival() {
     assert_eq!(jo["status"], "superseded", "{jo}");
     assert!(!Path::new(&format!("{t}/start.o")).exists());
 }
+
+/// `baton job submit --order` (and `BATON_ORDER`, in modes supersede and
+/// coalesce only) sends the key: an older one ends superseded (exit 79
+/// with `--wait`), a bad one is refused before anything is sent (125).
+#[test]
+fn job_submit_sends_the_order() {
+    let s = Server::start(GATED, &["--max-concurrency", "2"]);
+    let t = s.tmp();
+    let url = s.url("");
+    let submit = |args: &[&str], order_env: Option<&str>| {
+        let mut c = s.baton(&["job", "--server", &url, "submit"]);
+        c.args(args);
+        if let Some(o) = order_env {
+            c.env("BATON_ORDER", o);
+        }
+        c.stdin(std::process::Stdio::null()).output().unwrap()
+    };
+    let out = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).to_string();
+    let newer = submit(
+        &[
+            "--group",
+            "cli",
+            "--mode",
+            "supersede",
+            "--order",
+            "10",
+            "a",
+        ],
+        None,
+    );
+    assert!(newer.status.success(), "{}", err(&newer));
+    let a = out(&newer);
+    wait_for_file(Path::new(&format!("{t}/start.a")));
+    assert_eq!(s.job(&a)["order"], "10");
+    // From BATON_ORDER, with --wait: superseded, 79.
+    let older = submit(
+        &["--group", "cli", "--mode", "supersede", "--wait", "b"],
+        Some("9"),
+    );
+    assert_eq!(older.status.code(), Some(79), "{}", err(&older));
+    assert!(!Path::new(&format!("{t}/start.b")).exists());
+    // BATON_ORDER is ignored in mode queue; --order is refused there (400).
+    let queued = submit(&["--group", "other", "c"], Some("1"));
+    assert!(queued.status.success(), "{}", err(&queued));
+    assert_eq!(s.job(&out(&queued))["order"], serde_json::Value::Null);
+    let refused = submit(&["--group", "other", "--order", "1", "d"], None);
+    assert_eq!(refused.status.code(), Some(125), "{}", err(&refused));
+    assert!(err(&refused).contains("order"), "{}", err(&refused));
+    let bad = submit(
+        &[
+            "--group",
+            "cli",
+            "--mode",
+            "supersede",
+            "--order",
+            "x1",
+            "e",
+        ],
+        None,
+    );
+    assert_eq!(bad.status.code(), Some(125), "{}", err(&bad));
+    assert!(err(&bad).contains("'x1'"), "{}", err(&bad));
+    for p in ["a", "c"] {
+        std::fs::write(format!("{t}/go.{p}"), "").unwrap();
+    }
+    assert_eq!(s.wait_final(&a)["status"], "succeeded");
+}
