@@ -48,6 +48,10 @@ pub struct JobView {
     pub group: Option<String>,
     /// How it joins its group.
     pub mode: Mode,
+    /// Its ordering key in its group (`order` of its submission, as
+    /// given; absent from services older than it: read as `None`).
+    #[serde(default)]
+    pub order: Option<String>,
     /// Its timeout, counted from the start of execution.
     pub timeout_ms: u64,
     /// The branch its workspace works on.
@@ -126,6 +130,7 @@ mod tests {
             run_ms: None,
             group: None,
             mode: Mode::Queue,
+            order: None,
             timeout_ms: 1,
             branch: None,
             reset_branch: false,

@@ -8,6 +8,7 @@
 //! - [`SubmitRequest`] (`POST /v1/jobs`) and its answer [`Queued`].
 //! - [`JobView`] (a job as the service shows it) and [`JobList`] (a page of
 //!   `GET /v1/jobs`, asked for with a [`ListQuery`]).
+//! - [`Order`]: a group run's or a job's ordering key (`--order`, `order`).
 //! - [`ErrorBody`]: every refusal, `{"error": {"code", "message"}}`.
 //!
 //! Requests carry a few fields as the client wrote them (`mode`, `timeout`,
@@ -50,11 +51,13 @@
 mod error;
 mod job;
 mod mode;
+mod order;
 mod request;
 mod status;
 
 pub use error::{ErrorBody, ErrorDetail};
 pub use job::{JobList, JobView, Queued};
 pub use mode::Mode;
+pub use order::{Order, OrderError, OrderKind};
 pub use request::{ListQuery, SubmitRequest, WorkspaceOptions};
 pub use status::JobStatus;

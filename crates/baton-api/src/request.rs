@@ -46,6 +46,16 @@ pub struct SubmitRequest {
     )]
     #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub mode: Option<String>,
+    /// The job's ordering key in its group (modes supersede and coalesce):
+    /// an integer, or an RFC 3339 time as a string (see [`crate::Order`]);
+    /// as `baton run --order`.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "schema", schemars(schema_with = "order_schema"))]
+    pub order: Option<Value>,
     /// Timeout: a duration ("90s", "15m") or a number of seconds (see
     /// [`SubmitRequest::timeout_value`]).
     #[serde(
@@ -132,6 +142,42 @@ fn timeout_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "exclusiveMinimum": 0,
         "examples": ["90s", "15m", "1500ms", 30],
     })
+}
+
+#[cfg(feature = "schema")]
+fn order_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "oneOf": [
+            {"type": "integer", "minimum": i64::MIN, "maximum": i64::MAX},
+            {"type": "string", "anyOf": [{"pattern": "^[+-]?[0-9]{1,18}$"}, {"format": "date-time"}]},
+        ],
+        "examples": [42, "2026-11-28T14:05:00Z"],
+    })
+}
+
+impl SubmitRequest {
+    /// The `order` field as an ordering key: an integer, or a string that
+    /// [`crate::Order::parse`] takes. `Ok(None)` when absent.
+    ///
+    /// # Errors
+    ///
+    /// The message to answer 400 with, naming the value.
+    pub fn order_value(&self) -> Result<Option<crate::Order>, String> {
+        let text = match &self.order {
+            None => return Ok(None),
+            // A number JSON Schema calls an integer (`5`, `5.0`).
+            Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
+                (Some(i), _) => i.to_string(),
+                (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.2e18 => (f as i64).to_string(),
+                _ => n.to_string(),
+            },
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+        };
+        crate::Order::parse(&text)
+            .map(Some)
+            .map_err(|e| format!("invalid field 'order': {e}"))
+    }
 }
 
 /// A field that, when given, has a value: `null` is refused as the wrong

@@ -18,6 +18,22 @@ pub(crate) fn lock_name(s: &str) -> Result<LockName, String> {
     LockName::new(s).map_err(|e| e.to_string())
 }
 
+/// A group run's ordering key (`--order`, `BATON_ORDER`).
+pub(crate) fn order_key(s: &str) -> Result<baton_run::Order, InvalidInput> {
+    baton_run::Order::parse(s).map_err(|e| InvalidInput(e.to_string()))
+}
+
+/// `BATON_ORDER`, when set and not empty: the ordering key of a group run
+/// (or job) in mode supersede or coalesce that has no `--order`.
+pub(crate) fn order_from_env() -> Result<Option<baton_run::Order>, InvalidInput> {
+    match std::env::var("BATON_ORDER") {
+        Ok(v) if !v.is_empty() => order_key(&v)
+            .map(Some)
+            .map_err(|e| InvalidInput(format!("BATON_ORDER: {e}"))),
+        _ => Ok(None),
+    }
+}
+
 /// An invalid command-line value, with a message that stands on its own
 /// ("invalid token '-1': ..."): printed instead of clap's "invalid value
 /// '-1' for '--token <N>': ...".

@@ -123,7 +123,7 @@ struct HotCli<C: Subcommand> {
 /// `baton run` alone.
 #[derive(Debug, Subcommand)]
 enum HotRun {
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 }
 
 /// `baton lock ...` alone.

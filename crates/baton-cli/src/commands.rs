@@ -75,7 +75,7 @@ so a daemon the command leaves behind does not keep it.
 Exit status: the command's own (128+N if killed by signal N); 75 if the lock was busy
 (--no-wait) or --wait elapsed; 124 if --timeout killed it; 125 if baton failed;
 126 / 127 if the command could not be executed / was not found.")]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 
     /// Inspect, take, release or break locks.
     #[command(subcommand)]
@@ -304,7 +304,7 @@ pub(crate) fn run_in_dir(
     match command {
         Command::Serve(args) => (services.serve)(args, dir),
         Command::Mcp(args) => (services.mcp)(args, dir, flags.named_dir),
-        Command::Run(args) => run::cmd_run(&dir, args, flags),
+        Command::Run(args) => run::cmd_run(&dir, *args, flags),
         Command::Hold => hold::serve_hold(&dir),
         Command::Lock(cmd) => lock::cmd_lock(&dir, cmd, flags),
         Command::Reserve(args) => reserve::cmd_reserve(&dir, args, flags),

@@ -148,7 +148,13 @@ fn the_document_is_built_for_the_running_configuration_and_stays_valid() {
     // Either a template (the default counts) or a command: nothing required.
     assert!(submit.get("required").is_none(), "{submit}");
     let rules = submit["allOf"].as_array().unwrap();
-    assert_eq!(rules.len(), 2, "only 'dash' and 'ws' have rules: {rules:?}");
+    // Templates 'dash' and 'ws' have rules; the last one is the ordering
+    // key's (modes supersede and coalesce only).
+    assert_eq!(rules.len(), 3, "only 'dash' and 'ws' have rules: {rules:?}");
+    assert_eq!(
+        rules[2]["then"]["properties"]["mode"],
+        serde_json::json!({"enum": ["supersede", "coalesce"]})
+    );
     assert_eq!(
         rules[0]["then"]["not"],
         serde_json::json!({"required": ["workspace"]})

@@ -13,6 +13,12 @@
 //! the notification arrives at once; it reads its mark and stops its
 //! command). A run that obtains the slot starts only if unmarked, in the
 //! same statement that records it running.
+//!
+//! Ordering keys (`--order`): the newest key of each group is a row of
+//! `baton_group_order`, read and moved in the arrival transaction, and
+//! kept after the group's runs end; a run whose key is older never joins
+//! ([`Joined::Outdated`]). The rules are the baton dir's (see
+//! `baton-run`'s `group` module).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -46,6 +52,21 @@ pub struct GroupJoin {
     pub run_id: String,
     /// The command line, for status.
     pub command: String,
+    /// The run's ordering key (modes supersede and coalesce).
+    pub order: Option<GroupOrder>,
+}
+
+/// An ordering key as the database keeps it (`baton_group_order`): the
+/// group's newest is compared with a new run's on arrival.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupOrder {
+    /// `integer` or `time`; keys of another kind than the group's newest
+    /// are refused ([`Joined::OrderMismatch`]).
+    pub kind: String,
+    /// The integer, or the time in microseconds since the Unix epoch.
+    pub value: i64,
+    /// The key as given, for messages.
+    pub label: String,
 }
 
 /// How joining a group ended.
@@ -64,6 +85,18 @@ pub enum Joined {
     },
     /// `cancel` fired before the run started.
     Cancelled,
+    /// Its ordering key is older than the group's newest: it never joined.
+    Outdated {
+        /// The run that brought the newest key.
+        by: String,
+        /// That key, as given.
+        newest: String,
+    },
+    /// Its ordering key is of another kind than the group's newest.
+    OrderMismatch {
+        /// The newest key's kind and label.
+        newest: GroupOrder,
+    },
 }
 
 /// A run holding its group's slot.
@@ -388,6 +421,41 @@ fn arrive(session: &Session, req: &GroupJoin) -> Result<Vec<(i32, String)>, Outc
             };
             if let Some(why) = refusal {
                 return Ok(Err(Joined::Refused(why)));
+            }
+            if let Some(order) = &r.order {
+                // Under the key's arrival lock: no other arrival of the key
+                // reads or moves the newest key meanwhile.
+                let newest = c
+                    .query_opt(
+                        "SELECT kind, value, label, run_id FROM baton_group_order WHERE key = $1",
+                        &[&key],
+                    )
+                    .await?;
+                if let Some(row) = newest {
+                    let newest = GroupOrder {
+                        kind: row.get(0),
+                        value: row.get(1),
+                        label: row.get(2),
+                    };
+                    if newest.kind != order.kind {
+                        return Ok(Err(Joined::OrderMismatch { newest }));
+                    }
+                    // Equal keys count as newer: the later arrival wins.
+                    if order.value < newest.value {
+                        return Ok(Err(Joined::Outdated {
+                            by: row.get(3),
+                            newest: newest.label,
+                        }));
+                    }
+                }
+                c.execute(
+                    "INSERT INTO baton_group_order (key, kind, value, label, run_id) \
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (key) DO UPDATE SET \
+                     kind = EXCLUDED.kind, value = EXCLUDED.value, label = EXCLUDED.label, \
+                     run_id = EXCLUDED.run_id, updated_at = now()",
+                    &[&key, &order.kind, &order.value, &order.label, &r.run_id],
+                )
+                .await?;
             }
             let marked = match r.mode {
                 "supersede" | "coalesce" => c

@@ -63,7 +63,7 @@ mod tls;
 pub use acquire::MAX_SLOTS;
 pub use diagnose::Diagnosis;
 pub use error::{one_line, redact, PgError};
-pub use group::{GroupJoin, GroupRunRow, GroupSlot, Joined};
+pub use group::{GroupJoin, GroupOrder, GroupRunRow, GroupSlot, Joined};
 pub use holds::{Grant, Holds};
 pub use schema::SCHEMA_VERSION;
 pub use session::{Database, FENCE};

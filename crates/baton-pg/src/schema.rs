@@ -8,7 +8,7 @@ use crate::error::{sqlstate, PgError};
 use crate::session::Session;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Transaction-level advisory lock held while migrating ("btmg").
 const MIGRATE_LOCK: i64 = 0x6274_6d67;
@@ -122,6 +122,19 @@ END
 $$;
 ";
 
+/// Version 3: the newest ordering key each group has seen (`--order`),
+/// kept after its runs end, so that a late older event is refused.
+const V3: &str = "
+CREATE TABLE IF NOT EXISTS baton_group_order (
+    key         text PRIMARY KEY,
+    kind        text NOT NULL,
+    value       bigint NOT NULL,
+    label       text NOT NULL,
+    run_id      text NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+";
+
 /// Creates or upgrades the tables; returns the version now in place.
 pub(crate) fn migrate(session: &Session) -> Result<i32, PgError> {
     // The common case, one round trip: already there.
@@ -152,14 +165,18 @@ pub(crate) fn migrate(session: &Session) -> Result<i32, PgError> {
                 None => {
                     c.batch_execute(V1).await?;
                     c.batch_execute(V2).await?;
+                    c.batch_execute(V3).await?;
                     c.execute(
                         "INSERT INTO baton_lock_schema (version) VALUES ($1)",
                         &[&SCHEMA_VERSION],
                     )
                     .await?;
                 }
-                Some(1) => {
-                    c.batch_execute(V2).await?;
+                Some(v @ (1 | 2)) => {
+                    if v < 2 {
+                        c.batch_execute(V2).await?;
+                    }
+                    c.batch_execute(V3).await?;
                     c.execute(
                         "UPDATE baton_lock_schema SET version = $1",
                         &[&SCHEMA_VERSION],

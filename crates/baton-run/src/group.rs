@@ -23,6 +23,18 @@
 //! that obtains the slot re-checks its mark under the meta lock before
 //! starting, so a marked run never executes and no run can overtake the
 //! newest: the newest is always next in line.
+//!
+//! Ordering keys (`--order`, modes supersede and coalesce): without one,
+//! the newest *arrival* wins. A run that brings a key (an integer, or an
+//! RFC 3339 time: the event it answers) is compared, under the meta lock,
+//! with the newest key the group has seen (`order` in the document, kept
+//! while the group is idle): an older key never joins, and ends at once
+//! as superseded (79) by the run that brought the newest, without running
+//! its command; an equal or newer key becomes the newest and supersedes as
+//! above (equal keys: the later arrival wins, as without keys). A run
+//! without a key is ordered by arrival, as before, and leaves the newest
+//! key as it is; a key of the other kind (an integer where the group's
+//! newest is a time) is refused (125).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -44,6 +56,10 @@ use crate::events::{self, Event};
 /// here for what it is to a group.
 pub use baton_api::Mode as GroupMode;
 
+/// A run's ordering key in its group (`--order`): an integer or an RFC 3339
+/// time, defined with the service's wire model (a job's `order`).
+pub use baton_api::{Order, OrderKind};
+
 /// What a run asks of its group.
 #[derive(Clone, Debug)]
 pub struct GroupRequest {
@@ -57,6 +73,9 @@ pub struct GroupRequest {
     pub max_pending: Option<u32>,
     /// How long to wait for the slot.
     pub wait: WaitPolicy,
+    /// The run's ordering key (`--order`; modes supersede and coalesce
+    /// only): see the module documentation.
+    pub order: Option<Order>,
 }
 
 /// Where a live run of a group is.
@@ -157,6 +176,30 @@ pub struct GroupDoc {
     /// Live runs, in arrival order.
     #[serde(default)]
     pub runs: Vec<GroupRun>,
+    /// The newest ordering key a run of the group brought (kept when the
+    /// group is idle, so that a late older event is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<NewestOrder>,
+}
+
+/// The newest ordering key seen for a group, and the run that brought it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NewestOrder {
+    /// `integer` or `time`.
+    pub kind: String,
+    /// The integer, or the time in microseconds since the Unix epoch.
+    pub value: i64,
+    /// The key as the run gave it.
+    pub key: String,
+    /// The run that brought it.
+    pub run_id: String,
+}
+
+impl NewestOrder {
+    /// As an [`Order`]; `None` if the document holds an unknown kind.
+    pub(crate) fn order(&self) -> Option<Order> {
+        OrderKind::parse(&self.kind).map(|k| Order::from_parts(k, self.value, self.key.clone()))
+    }
 }
 
 /// Where a group's files are.
@@ -252,6 +295,66 @@ pub(crate) enum Joined {
     Member(Membership, Vec<String>),
     /// Not admitted (skip mode busy, or --max-pending reached): exit 75.
     Refused(String),
+    /// Its ordering key is older than the newest the group has seen: it
+    /// never joins, and ends as superseded by the run that brought that key.
+    Outdated(Outdated),
+}
+
+/// A run refused for its ordering key: who outranked it, with what key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outdated {
+    /// The run that brought the newest key.
+    pub by: String,
+    /// That key.
+    pub newest: String,
+}
+
+/// Whether `order` may join a group whose newest key is `newest`:
+/// `Ok(None)` when it is as new or newer (equal keys count as newer: the
+/// later arrival wins, as without keys), `Ok(Some(outdated))` when older.
+///
+/// # Errors
+///
+/// [`RunError::InvalidRequest`] when the kinds differ (an integer against
+/// a time).
+pub(crate) fn compare_order(
+    key: &LockName,
+    order: &Order,
+    newest: Option<(Order, String)>,
+) -> Result<Option<Outdated>, RunError> {
+    let Some((newest, by)) = newest else {
+        return Ok(None);
+    };
+    match order.compare(&newest) {
+        None => Err(kind_mismatch(
+            key,
+            order,
+            newest.kind().as_str(),
+            newest.text(),
+        )),
+        Some(std::cmp::Ordering::Less) => Ok(Some(Outdated {
+            by,
+            newest: newest.text().to_string(),
+        })),
+        Some(_) => Ok(None),
+    }
+}
+
+/// A key of another kind than the group's newest (`newest_kind`, `newest`).
+pub(crate) fn kind_mismatch(
+    key: &LockName,
+    order: &Order,
+    newest_kind: &str,
+    newest: &str,
+) -> RunError {
+    let article = match order.kind() {
+        OrderKind::Integer => "an",
+        OrderKind::Time => "a",
+    };
+    RunError::InvalidRequest(format!(
+        "--order '{order}' is {article} {}, but group '{key}' is ordered by {newest_kind}s (newest '{newest}')",
+        order.kind().as_str(),
+    ))
 }
 
 /// Refuses flags that the mode does not take.
@@ -266,6 +369,12 @@ pub(crate) fn check_request(req: &GroupRequest) -> Result<(), RunError> {
     if req.mode != GroupMode::Queue && req.max_pending.is_some() {
         return Err(RunError::InvalidRequest(format!(
             "--max-pending applies to mode queue only, not {}",
+            req.mode.as_str()
+        )));
+    }
+    if let (Some(order), GroupMode::Queue | GroupMode::Skip) = (&req.order, req.mode) {
+        return Err(RunError::InvalidRequest(format!(
+            "--order '{order}' applies to modes supersede and coalesce only, not {}",
             req.mode.as_str()
         )));
     }
@@ -335,6 +444,31 @@ pub(crate) fn join(
             &Event::new(req.key.as_str(), run_id, GroupEvent::Skipped.as_str()).detail(&why),
         );
         return Ok(Joined::Refused(why));
+    }
+    if let Some(order) = &req.order {
+        let newest = doc
+            .order
+            .as_ref()
+            .and_then(|n| Some((n.order()?, n.run_id.clone())));
+        if let Some(out) = compare_order(&req.key, order, newest)? {
+            doc.superseded += 1;
+            write_doc(&paths.doc, &doc)?;
+            events::append(
+                &paths.events,
+                &Event {
+                    by: Some(out.by.clone()),
+                    ..Event::new(req.key.as_str(), run_id, GroupEvent::Superseded.as_str())
+                        .detail(&format!("order '{order}' is older than '{}'", out.newest))
+                },
+            );
+            return Ok(Joined::Outdated(out));
+        }
+        doc.order = Some(NewestOrder {
+            kind: order.kind().as_str().to_string(),
+            value: order.value(),
+            key: order.text().to_string(),
+            run_id: run_id.to_string(),
+        });
     }
     let mut to_signal = Vec::new();
     if matches!(req.mode, GroupMode::Supersede | GroupMode::Coalesce) {

@@ -52,7 +52,7 @@ mod run;
 pub use backend::{diagnose_database, Backend, DiagnoseError, Diagnosis, Migrated};
 pub use control::{RunControl, StopReason};
 pub use error::RunError;
-pub use group::{GroupEvent, GroupMode, GroupRequest, RunState};
+pub use group::{GroupEvent, GroupMode, GroupRequest, Order, OrderKind, RunState};
 pub use group_status::GroupStatus;
 pub use locks::HeldLocks;
 pub use plain::{PlainEnd, PlainRun, Recorder};

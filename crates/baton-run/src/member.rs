@@ -8,11 +8,13 @@
 use std::sync::Arc;
 
 use baton_lock::{BatonDir, CommandGroup, LockError, LockGuard, WaitPolicy};
-use baton_pg::{Database, GroupJoin, GroupSlot, Joined as PgJoined};
+use baton_pg::{Database, GroupJoin, GroupOrder, GroupSlot, Joined as PgJoined};
 
 use crate::control::{RunControl, StopReason};
 use crate::error::RunError;
-use crate::group::{join, GroupEvent, GroupMode, GroupRequest, Joined, Membership};
+use crate::group::{
+    join, kind_mismatch, GroupEvent, GroupMode, GroupRequest, Joined, Membership, Outdated,
+};
 use crate::inbox::{notify, Inbox, Watcher};
 
 /// How a member leaves its group.
@@ -51,6 +53,9 @@ pub(crate) enum Entered {
     Running(Box<Member>),
     /// Superseded before it could start (by this run id).
     Superseded(String),
+    /// Its ordering key was older than the newest its group has seen: it
+    /// never joined.
+    Outdated(Outdated),
     /// Stopped by its [`RunControl`] before it could start.
     Cancelled,
 }
@@ -69,6 +74,7 @@ pub(crate) fn enter_local(
     let (membership, targets) = match join(dir, req, run_id, command)? {
         Joined::Member(m, targets) => (Arc::new(m), targets),
         Joined::Refused(why) => return Err(RunError::NotAdmitted(why)),
+        Joined::Outdated(out) => return Ok(Entered::Outdated(out)),
     };
     let watched = Arc::clone(&membership);
     let stop = control.clone();
@@ -131,6 +137,11 @@ pub(crate) fn enter_remote(
         wait: req.wait,
         run_id: run_id.to_string(),
         command: command.to_string(),
+        order: req.order.as_ref().map(|o| GroupOrder {
+            kind: o.kind().as_str().to_string(),
+            value: o.value(),
+            label: o.text().to_string(),
+        }),
     };
     let stop = control.clone();
     let joined = db.join_group(&join, &control.waits(), move |by| {
@@ -148,6 +159,14 @@ pub(crate) fn enter_remote(
             })))
         }
         PgJoined::Superseded(by) => Ok(Entered::Superseded(by)),
+        PgJoined::Outdated { by, newest } => Ok(Entered::Outdated(Outdated { by, newest })),
+        PgJoined::OrderMismatch { newest } => match &req.order {
+            Some(order) => Err(kind_mismatch(&req.key, order, &newest.kind, &newest.label)),
+            None => Err(RunError::InvalidRequest(format!(
+                "group '{}' has an ordering key of kind {}",
+                req.key, newest.kind
+            ))),
+        },
         PgJoined::Refused(why) => Err(RunError::NotAdmitted(why)),
         PgJoined::ModeMismatch { existing } => Err(RunError::GroupModeMismatch {
             key: req.key.to_string(),

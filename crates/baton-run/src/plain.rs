@@ -117,6 +117,7 @@ impl PlainEnd {
             outcome: finished.outcome,
             ran: true,
             superseded_by,
+            newer_order: None,
             workspace_error: None,
             workspace: None,
             leftovers: finished.leftovers,

@@ -166,6 +166,10 @@ pub struct RunReport {
     pub ran: bool,
     /// The run that superseded this one.
     pub superseded_by: Option<String>,
+    /// The newest ordering key of the group, when this run's
+    /// ([`GroupRequest::order`]) was older and it did not run
+    /// (`superseded_by` is the run that brought it).
+    pub newer_order: Option<String>,
     /// The workspace could not be removed after the command ended (the
     /// command's outcome still stands; `baton workspace gc` retries).
     pub workspace_error: Option<String>,
@@ -221,6 +225,11 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         Some(g) => match backend.join_group(g, &run_id, &line, control)? {
             Entered::Running(m) => Some(*m),
             Entered::Superseded(by) => return Ok(not_run(req, g, &run_id, Some(by))),
+            Entered::Outdated(out) => {
+                let mut report = not_run(req, g, &run_id, Some(out.by));
+                report.newer_order = Some(out.newest);
+                return Ok(report);
+            }
             Entered::Cancelled => return Ok(not_run_cancelled(&run_id)),
         },
     };
@@ -388,6 +397,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         outcome,
         ran: true,
         superseded_by,
+        newer_order: None,
         workspace_error: workspace_error.map(|e| e.to_string()),
         workspace: workspace.map(|(ws, _)| ws),
         leftovers,
@@ -500,6 +510,7 @@ fn not_run(req: &RunRequest, g: &GroupRequest, run_id: &str, by: Option<String>)
         outcome: Outcome::Cancelled,
         ran: false,
         superseded_by: by,
+        newer_order: None,
         workspace_error: None,
         workspace: None,
         leftovers: Vec::new(),
@@ -513,6 +524,7 @@ fn not_run_cancelled(run_id: &str) -> RunReport {
         outcome: Outcome::Cancelled,
         ran: false,
         superseded_by: None,
+        newer_order: None,
         workspace_error: None,
         workspace: None,
         leftovers: Vec::new(),

@@ -104,6 +104,7 @@ fn threads_superseding_one_group_never_overlap_and_the_newest_wins() {
                         max: 1,
                         max_pending: None,
                         wait: WaitPolicy::Forever,
+                        order: None,
                     };
                     reports.push(run(&dir, &request(Some(g), &work)).unwrap());
                 }

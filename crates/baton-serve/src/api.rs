@@ -190,6 +190,7 @@ impl<S: Send + Sync> FromRequestParts<S> for PathParam {
 /// Validates a submission and resolves it into a job to store.
 pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError> {
     let config = &service.config;
+    let order = req.order_value();
     let template_name = match req.template.or_else(|| config.default_template.clone()) {
         Some(t) => t,
         None if req.command.is_some() => "raw".to_string(),
@@ -261,6 +262,15 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
             mode
         }
     };
+    let order = order.map_err(ApiError::bad)?;
+    if let Some(o) = &order {
+        if !matches!(mode, Mode::Supersede | Mode::Coalesce) {
+            return Err(ApiError::bad(format!(
+                "invalid field 'order': '{o}' applies to modes supersede and coalesce only, not {}",
+                mode.as_str()
+            )));
+        }
+    }
     let timeout = match &req.timeout {
         None => template
             .and_then(|t| t.timeout)
@@ -297,6 +307,7 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
         prompt: req.prompt,
         group: req.group,
         mode,
+        order: order.map(|o| o.text().to_string()),
         timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
         branch,
         reset_branch,
@@ -335,7 +346,7 @@ pub async fn submit(service: &Service, job: NewJob) -> Result<(Job, u64), ApiErr
             if let (JobMode::Supersede, Some(group), None) =
                 (job.spec.mode, &job.spec.group, service.store.events())
             {
-                service.supersede_running(&job.spec.id, job.seq, group);
+                service.supersede_running(&job.spec.id, job.seq, job.spec.order.as_deref(), group);
             }
             service.wake();
             Ok((*job, position))

@@ -294,6 +294,8 @@ pub(crate) fn prepare(
             max: 1,
             max_pending: None,
             wait: WaitPolicy::Forever,
+            // Only supersede and coalesce jobs are stored with one.
+            order: job.spec.order_key(),
         });
     }
     match (
@@ -550,6 +552,7 @@ mod tests {
                 prompt: Some("hi".into()),
                 group: None,
                 mode: JobMode::Queue,
+                order: None,
                 timeout_ms: 1000,
                 branch: None,
                 reset_branch: false,

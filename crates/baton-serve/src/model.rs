@@ -23,6 +23,9 @@ pub struct NewJob {
     pub group: Option<String>,
     /// How it joins the group.
     pub mode: JobMode,
+    /// Its ordering key in the group (modes supersede and coalesce), as
+    /// given; valid ([`baton_api::Order::parse`] takes it) once stored.
+    pub order: Option<String>,
     /// Its timeout in milliseconds, counted from the start of execution.
     pub timeout_ms: u64,
     /// The branch its workspace works on.
@@ -38,6 +41,27 @@ pub struct NewJob {
     /// chat completion): nobody else knows the job, so once that node is
     /// gone (restarted after kill -9, or dead) the job is not run any more.
     pub waiter: Option<String>,
+}
+
+/// Whether a job with the ordering key `newer`, arriving after one with
+/// `older` in a supersede or coalesce group, supersedes it: unless both
+/// have keys of one kind and `newer`'s is the older (as `baton run
+/// --order`: equal keys and jobs without a key go by arrival).
+pub fn outranks(newer: Option<&str>, older: Option<&str>) -> bool {
+    let key = |k: Option<&str>| k.and_then(|k| baton_api::Order::parse(k).ok());
+    match (key(newer), key(older)) {
+        (Some(n), Some(o)) => n.compare(&o) != Some(std::cmp::Ordering::Less),
+        _ => true,
+    }
+}
+
+impl NewJob {
+    /// Its ordering key, parsed.
+    pub fn order_key(&self) -> Option<baton_api::Order> {
+        self.order
+            .as_deref()
+            .and_then(|o| baton_api::Order::parse(o).ok())
+    }
 }
 
 /// The recorded process group of a running job's command, so that a
@@ -241,6 +265,7 @@ impl From<&Job> for baton_api::JobView {
             run_ms: job.started_at.map(|s| job.finished_at.unwrap_or(now) - s),
             group: job.spec.group.clone(),
             mode: job.spec.mode,
+            order: job.spec.order.clone(),
             timeout_ms: job.spec.timeout_ms,
             branch: job.spec.branch.clone(),
             reset_branch: job.spec.reset_branch,

@@ -278,6 +278,10 @@ fn branch_pattern() -> String {
     )
 }
 
+/// The invisible and bidi formatting characters of the BMP that
+/// `baton_lock::LockName` refuses (its `invisible`), as a class body.
+const INVISIBLE: &str = "\\u00ad\\u0600-\\u0605\\u061c\\u06dd\\u070f\\u0890-\\u0891\\u08e2\\u180e\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u2064\\u2066-\\u206f\\ufeff\\ufff9-\\ufffb";
+
 /// A lock name (`baton_lock::LockName`): '/'-separated parts, none empty,
 /// `.` or `..`, no control character, at most 200 bytes. A schema counts
 /// characters, not bytes: an ASCII name has up to 200, any other up to 50
@@ -287,7 +291,12 @@ fn group_schema() -> Value {
         let part = format!("(?:{first}{c}*|\\.{first}{c}*|\\.\\.{c}+)");
         format!("^{part}(?:/{part})*$")
     };
-    let any = name(&format!("[^/{CONTROL}]"), &format!("[^./{CONTROL}]"));
+    // Nor an invisible or bidi formatting character (`LockName` refuses
+    // them; those outside the BMP are left to the API's 400).
+    let any = name(
+        &format!("[^/{CONTROL}{INVISIBLE}]"),
+        &format!("[^./{CONTROL}{INVISIBLE}]"),
+    );
     let ascii = name(
         "[\\u0020-\\u002e\\u0030-\\u007e]",
         "[\\u0020-\\u002d\\u0030-\\u007e]",
@@ -378,8 +387,13 @@ fn submit_request(doc: &mut Value, config: &Config, names: &[Value]) -> Result<(
     } else {
         props.remove("command");
     }
-    // A mode needs a group.
-    schema.insert("dependentRequired".into(), json!({"mode": ["group"]}));
+    // A mode needs a group; an ordering key, a group in mode supersede or
+    // coalesce.
+    schema.insert(
+        "dependentRequired".into(),
+        json!({"mode": ["group"], "order": ["group", "mode"]}),
+    );
+    let mut rules = Vec::new();
     let mut required = Vec::new();
     if config.default_template.is_none() {
         if config.allow_raw_commands {
@@ -395,7 +409,6 @@ fn submit_request(doc: &mut Value, config: &Config, names: &[Value]) -> Result<(
         schema.insert("required".into(), json!(required));
     }
     // What depends on the template chosen: a workspace, the dash rule.
-    let mut rules = Vec::new();
     for (name, t) in &config.templates {
         let mut then = Map::new();
         if any_workspace && t.workspace.is_none() {
@@ -435,9 +448,11 @@ fn submit_request(doc: &mut Value, config: &Config, names: &[Value]) -> Result<(
         }
         rules.push(json!({"if": cond, "then": Value::Object(then)}));
     }
-    if !rules.is_empty() {
-        schema.insert("allOf".into(), json!(rules));
-    }
+    rules.push(json!({
+        "if": {"required": ["order"]},
+        "then": {"properties": {"mode": {"enum": ["supersede", "coalesce"]}}}
+    }));
+    schema.insert("allOf".into(), json!(rules));
     Ok(())
 }
 

@@ -35,6 +35,7 @@ fn store_one_job(dir: &Path) {
             prompt: None,
             group: None,
             mode: JobMode::Queue,
+            order: None,
             timeout_ms: 60_000,
             branch: None,
             reset_branch: false,

@@ -75,7 +75,7 @@ the token, or refuses the request (the server's message is printed).")]
 
 JSON: id, template, status (queued running succeeded failed timed_out cancelled superseded
 skipped interrupted), exit_code, error, created_at, started_at, finished_at, queue_wait_ms,
-run_ms, group, mode, timeout_ms, branch, reset_branch, abandoned_ref (where a reset kept the
+run_ms, group, mode, order, timeout_ms, branch, reset_branch, abandoned_ref (where a reset kept the
 branch's old tip), workspace, superseded_by, node, attempts, output (the tail of its stdout). Exit status: 0; 125 for an unknown (or evicted) job.")]
     Status {
         /// The job's id.
@@ -157,6 +157,12 @@ pub struct SubmitArgs {
     /// How the job relates to others of its group [default: queue].
     #[arg(long, value_enum, requires = "group", value_name = "MODE")]
     pub mode: Option<ModeArg>,
+    /// Modes supersede and coalesce: the event the job answers, an integer or an RFC 3339 time
+    /// (as `baton run --order`): a job whose key is older than the newest its group has seen
+    /// ends superseded without running.
+    /// Without it, BATON_ORDER gives the key to jobs in modes supersede and coalesce.
+    #[arg(long, value_name = "KEY", requires = "group", value_parser = crate::args::order_key)]
+    pub order: Option<baton_run::Order>,
     /// The job's timeout, counted from the start of execution [default: the template's].
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     pub timeout: Option<Duration>,
@@ -259,6 +265,16 @@ pub fn run(args: JobArgs) -> u8 {
 }
 
 fn submit(client: &Client, a: SubmitArgs) -> u8 {
+    let order = match (a.order, a.mode) {
+        (Some(o), _) => Some(o),
+        (None, Some(ModeArg::Supersede | ModeArg::Coalesce)) if a.group.is_some() => {
+            match crate::args::order_from_env() {
+                Ok(o) => o,
+                Err(e) => return crate::say::fail(&e, crate::exit_codes::BATON_FAILED),
+            }
+        }
+        (None, _) => None,
+    };
     let source = match (a.prompt_file, a.prompt) {
         (Some(f), _) => Some(PromptSource::File(f)),
         (None, Some(p)) if p == "-" => Some(PromptSource::Stdin),
@@ -282,6 +298,11 @@ fn submit(client: &Client, a: SubmitArgs) -> u8 {
             }
             .as_str()
             .to_string()
+        }),
+        // Sent as given (an integer as a JSON number): the service checks it.
+        order: order.map(|o| match o.kind() {
+            baton_run::OrderKind::Integer => serde_json::Value::from(o.value()),
+            baton_run::OrderKind::Time => serde_json::Value::from(o.text()),
         }),
         timeout: a.timeout.map(SubmitRequest::timeout_value),
         workspace: a.branch.map(|b| WorkspaceOptions {

@@ -10,7 +10,7 @@ use clap::{ArgGroup, Args};
 
 use super::lock::Flags;
 use super::workspace::RunWorkspaceArgs;
-use crate::args::{lock_name, HolderArgs, ModeArg, ModeArgs, WaitArgs};
+use crate::args::{lock_name, order_key, HolderArgs, ModeArg, ModeArgs, WaitArgs};
 use crate::duration::{parse_duration, parse_positive_duration};
 use crate::exit_codes::{for_child, for_run_error};
 use crate::filesystem::warn_if_remote;
@@ -33,6 +33,17 @@ pub struct RunArgs {
     /// How runs of the group relate.
     #[arg(long, value_enum, default_value = "queue", requires = "group")]
     pub mode: ModeArg,
+
+    /// Modes supersede and coalesce: the event this run answers, an integer or an RFC 3339 time
+    /// (e.g. the event's id or timestamp). The highest key wins whatever the arrival order: a run
+    /// whose key is older than the newest its group has seen (even one that ended) exits 79 at once
+    /// without running; an equal or newer key supersedes as usual. Runs without a key are ordered
+    /// by arrival and leave the newest key as it is.
+    ///
+    /// Without --order, BATON_ORDER gives the key to runs in modes supersede and coalesce (and is
+    /// ignored by others, so that a CI job may export it for all its steps).
+    #[arg(long, value_name = "KEY", requires = "group", value_parser = order_key)]
+    pub order: Option<baton_run::Order>,
 
     /// Queue mode: refuse (exit 75) an arrival when this many runs already wait.
     #[arg(long, value_name = "N", requires = "group", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
@@ -89,12 +100,23 @@ pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, flags: &Flags<'_>) -> u8 {
         },
         _ => None,
     };
+    let order = match (args.order, args.mode) {
+        (Some(o), _) => Some(o),
+        (None, ModeArg::Supersede | ModeArg::Coalesce) if args.group.is_some() => {
+            match crate::args::order_from_env() {
+                Ok(o) => o,
+                Err(e) => return fail(&e, crate::exit_codes::BATON_FAILED),
+            }
+        }
+        (None, _) => None,
+    };
     let group = args.group.map(|key| GroupRequest {
         key,
         mode: args.mode.into(),
         max: args.lock_mode.max.unwrap_or(1),
         max_pending: args.max_pending,
         wait: args.wait.into(),
+        order,
     });
     let lock_mode = if group.is_some() {
         ModeArgs {
@@ -168,7 +190,18 @@ pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, flags: &Flags<'_>) -> u8 {
                 exit_code = report.outcome.exit_code(),
                 "run: done"
             );
-            if let (false, Some(by), Some(g)) = (report.ran, &report.superseded_by, &req.group) {
+            if let (Some(newest), Some(by), Some(g)) =
+                (&report.newer_order, &report.superseded_by, &req.group)
+            {
+                errln!(
+                    "baton: run {} in group '{}' did not run: its --order '{}' is older than '{newest}' of run {by}",
+                    report.run_id,
+                    g.key,
+                    g.order.as_ref().map(ToString::to_string).unwrap_or_default()
+                );
+            } else if let (false, Some(by), Some(g)) =
+                (report.ran, &report.superseded_by, &req.group)
+            {
                 errln!(
                     "baton: run {} in group '{}' was superseded by run {by} while waiting",
                     report.run_id,

@@ -27,7 +27,24 @@ impl Service {
                     }
                 }
                 Ok(StoreEvent::Supersede { group, by, seq }) => {
-                    self.supersede_running(&by, seq, &group);
+                    // Only when a job of the group runs here with an
+                    // ordering key does the newer job's key matter: read it.
+                    let keyed = self
+                        .lives
+                        .snapshot()
+                        .iter()
+                        .any(|(_, l)| l.group.as_deref() == Some(&group) && l.order.is_some());
+                    let order = match keyed {
+                        false => None,
+                        true => match self.store.get(&by).await {
+                            Ok(job) => job.and_then(|j| j.spec.order),
+                            Err(e) => {
+                                tracing::warn!(job = %by, error = %e, "cannot read the superseding job's ordering key; superseding by arrival");
+                                None
+                            }
+                        },
+                    };
+                    self.supersede_running(&by, seq, order.as_deref(), &group);
                 }
                 Ok(StoreEvent::Live(true)) => self.wake(),
                 Ok(StoreEvent::Alive(sent)) => {

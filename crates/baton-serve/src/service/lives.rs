@@ -22,6 +22,9 @@ pub struct Live {
     pub group: Option<String>,
     /// Its place in the FIFO order (older jobs have smaller numbers).
     pub seq: i64,
+    /// Its ordering key in its group (a job's `order`), if any: a newer
+    /// job with an older key does not stop it (`model::outranks`).
+    pub order: Option<String>,
     /// On a shared store: this node's session vouching for the job's
     /// guardian (each heartbeat answered extends its fence).
     pub fence: Option<baton_proc::FenceSource>,

@@ -112,6 +112,7 @@ impl Scheduler {
                 done: done_rx,
                 group: job.spec.group.clone(),
                 seq: job.seq,
+                order: job.spec.order.clone(),
                 fence: fence.as_ref().map(baton_proc::Fence::source),
             },
         );
@@ -141,7 +142,9 @@ impl Scheduler {
                 }),
             };
             if let (JobMode::Supersede, Some(g)) = (job.spec.mode, &job.spec.group) {
-                scheduler.supersede_older(&id, job.seq, g).await;
+                scheduler
+                    .supersede_older(&id, job.seq, job.spec.order.as_deref(), g)
+                    .await;
             }
             let ran = job.clone();
             // Linux: a plain job is supervised on the runtime (see

@@ -16,7 +16,8 @@ type PgResult<T> = Result<T, tokio_postgres::Error>;
 /// 4: `baton_depth` (running + queued jobs, kept by triggers).
 /// 5: `reset_branch` and `abandoned_ref` (a job that starts its branch over).
 /// 6: the depth set to 0 when `baton_jobs` is truncated.
-pub(super) const SCHEMA_VERSION: i32 = 6;
+/// 7: `order_key` (a job's ordering key in its group).
+pub(super) const SCHEMA_VERSION: i32 = 7;
 
 /// The advisory lock (transaction level) that serialises batches of
 /// submissions (the depth cap), and takeovers.
@@ -123,10 +124,12 @@ CREATE TRIGGER baton_depth_truncate AFTER TRUNCATE ON baton_jobs FOR EACH STATEM
     EXECUTE PROCEDURE baton_depth_clear();
 ";
 
+const SCHEMA_V7: &str = "ALTER TABLE baton_jobs ADD COLUMN IF NOT EXISTS order_key TEXT";
+
 pub(super) const COLUMNS: &str =
     "seq, id, template, prompt, grp, mode, timeout_ms, branch, command, \
     created_at, status, exit_code, error, started_at, finished_at, workspace, superseded_by, \
-    node, attempts, pgroup, waiter, reset_branch, abandoned_ref";
+    node, attempts, pgroup, waiter, reset_branch, abandoned_ref, order_key";
 
 pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), String> {
     let tx = client.transaction().await.map_err(|e| one_line(&e))?;
@@ -149,7 +152,7 @@ pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), S
         ));
     }
     for (step, sql) in (1..).zip([
-        SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6,
+        SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7,
     ]) {
         if version < step {
             tx.batch_execute(sql).await.map_err(|e| one_line(&e))?;
@@ -183,6 +186,7 @@ pub(super) fn job_from_row(r: &Row) -> Job {
             command: command.and_then(|c| serde_json::from_str(&c).ok()),
             created_at: r.get(9),
             waiter: r.get(20),
+            order: r.get(23),
         },
         status: JobStatus::parse(&status).unwrap_or(JobStatus::Failed),
         exit_code: r.get(11),

@@ -79,12 +79,12 @@ async fn store_submits(pool: &Pool, batch: Vec<Submit>) {
 }
 
 const INSERT: &str = "INSERT INTO baton_jobs (id, template, prompt, grp, mode, timeout_ms, \
-    branch, command, created_at, status, waiter, reset_branch) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10, $11) RETURNING ";
+    branch, command, created_at, status, waiter, reset_branch, order_key) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10, $11, $12) RETURNING ";
 
 /// The queued jobs of the groups of a batch's supersede and coalesce jobs,
 /// oldest first, locked until its commit.
-const GROUPS_QUEUED: &str = "SELECT id, grp FROM baton_jobs WHERE status = 'queued' \
+const GROUPS_QUEUED: &str = "SELECT id, grp, order_key FROM baton_jobs WHERE status = 'queued' \
     AND grp = ANY($1) ORDER BY seq FOR UPDATE";
 
 /// The ids of a batch that are stored already.
@@ -174,7 +174,7 @@ async fn submit_together(pool: &Pool, jobs: &[(&NewJob, u64)]) -> Result<Vec<Ans
             let c = &c;
             let (insert, supersede, notify) = (&insert, &supersede, &notify);
             steps.push(Box::pin(async move {
-                let params: [&(dyn ToSql + Sync); 11] = [
+                let params: [&(dyn ToSql + Sync); 12] = [
                     &job.id,
                     &job.template,
                     &job.prompt,
@@ -186,6 +186,7 @@ async fn submit_together(pool: &Pool, jobs: &[(&NewJob, u64)]) -> Result<Vec<Ans
                     &job.created_at,
                     &job.waiter,
                     &job.reset_branch,
+                    &job.order,
                 ];
                 c.query_one(insert, &params).await.map(Done::Row)
             }));
@@ -265,9 +266,13 @@ fn plan<'a>(
     taken: &[tokio_postgres::Row],
 ) -> Vec<Plan<'a>> {
     let mut ids: HashSet<String> = taken.iter().map(|r| r.get(0)).collect();
-    let mut in_group: HashMap<String, Vec<String>> = HashMap::new();
+    // Each queued job with its ordering key.
+    let mut in_group: HashMap<String, Vec<(String, Option<String>)>> = HashMap::new();
     for r in queued {
-        in_group.entry(r.get(1)).or_default().push(r.get(0));
+        in_group
+            .entry(r.get(1))
+            .or_default()
+            .push((r.get(0), r.get(2)));
     }
     let mut plans = Vec::with_capacity(jobs.len());
     for (job, max_depth) in jobs {
@@ -284,11 +289,19 @@ fn plan<'a>(
         }
         let superseded = match (&job.group, job.mode) {
             (Some(g), JobMode::Supersede | JobMode::Coalesce) => {
-                std::mem::replace(in_group.entry(g.clone()).or_default(), vec![job.id.clone()])
+                // Queued jobs with a newer ordering key stay (`outranks`).
+                let queued = in_group.entry(g.clone()).or_default();
+                let (marked, kept): (Vec<_>, Vec<_>) =
+                    std::mem::take(queued).into_iter().partition(|(_, order)| {
+                        crate::model::outranks(job.order.as_deref(), order.as_deref())
+                    });
+                *queued = kept;
+                queued.push((job.id.clone(), job.order.clone()));
+                marked.into_iter().map(|(id, _)| id).collect()
             }
             (Some(g), _) => {
                 if let Some(queued) = in_group.get_mut(g) {
-                    queued.push(job.id.clone());
+                    queued.push((job.id.clone(), job.order.clone()));
                 }
                 Vec::new()
             }

@@ -48,7 +48,11 @@ const CHECKPOINT_AT_LEAST: i64 = 16_000;
 
 /// 2: `waiter` (the node whose caller waits for the job).
 /// 3: `reset_branch` and `abandoned_ref` (a job that starts its branch over).
-const SCHEMA_VERSION: i64 = 3;
+/// 4: `order_key` (a job's ordering key in its group).
+const SCHEMA_VERSION: i64 = 4;
+
+/// Version 4's column.
+const SCHEMA_V4: &str = "ALTER TABLE jobs ADD COLUMN order_key TEXT;";
 
 /// Version 3's columns, added to a store made by an older baton.
 const SCHEMA_V3: &str = "ALTER TABLE jobs ADD COLUMN reset_branch INTEGER NOT NULL DEFAULT 0;
@@ -79,7 +83,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     priority      INTEGER NOT NULL DEFAULT 0,
     waiter        TEXT,
     reset_branch  INTEGER NOT NULL DEFAULT 0,
-    abandoned_ref TEXT
+    abandoned_ref TEXT,
+    order_key     TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(status, priority DESC, seq);
 CREATE INDEX IF NOT EXISTS jobs_finished ON jobs(finished_at) WHERE finished_at IS NOT NULL;
@@ -88,7 +93,7 @@ CREATE INDEX IF NOT EXISTS jobs_group ON jobs(grp, status);
 
 const COLUMNS: &str = "seq, id, template, prompt, grp, mode, timeout_ms, branch, command, \
     created_at, status, exit_code, error, started_at, finished_at, workspace, superseded_by, \
-    node, attempts, pgroup, waiter, reset_branch, abandoned_ref";
+    node, attempts, pgroup, waiter, reset_branch, abandoned_ref, order_key";
 
 /// A submission waiting for its batch's commit, and where its answer goes.
 struct PendingSubmit {
@@ -180,7 +185,10 @@ impl SqliteStore {
             if version == 1 {
                 added.push_str("ALTER TABLE jobs ADD COLUMN waiter TEXT;");
             }
-            added.push_str(SCHEMA_V3);
+            if version < 3 {
+                added.push_str(SCHEMA_V3);
+            }
+            added.push_str(SCHEMA_V4);
             added.push_str(&format!("PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"));
             conn.execute_batch(&added).map_err(|e| {
                 format!(
@@ -479,8 +487,8 @@ fn submit_one(
         .map(|c| serde_json::to_string(c).unwrap_or_default());
     tx.prepare_cached(
         "INSERT INTO jobs (id, template, prompt, grp, mode, timeout_ms, branch, command, \
-         created_at, status, waiter, reset_branch) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'queued', ?10, ?11)",
+         created_at, status, waiter, reset_branch, order_key) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'queued', ?10, ?11, ?12)",
     )?
     .execute(params![
         job.id,
@@ -494,16 +502,27 @@ fn submit_one(
         job.created_at,
         job.waiter,
         job.reset_branch,
+        job.order,
     ])?;
     let mut superseded = Vec::new();
     if let (Some(group), JobMode::Supersede | JobMode::Coalesce) = (&job.group, job.mode) {
-        let mut stmt = tx.prepare(
-            "UPDATE jobs SET status = 'superseded', superseded_by = ?1, finished_at = ?2 \
-             WHERE grp = ?3 AND status = 'queued' AND id != ?1 RETURNING id",
+        // Queued jobs with a newer ordering key stay (`outranks`).
+        let mut queued = tx.prepare(
+            "SELECT id, order_key FROM jobs WHERE grp = ?1 AND status = 'queued' AND id != ?2",
         )?;
-        let rows = stmt.query_map(params![job.id, job.created_at, group], |r| r.get(0))?;
-        for id in rows {
-            superseded.push(id?);
+        let rows = queued.query_map(params![group, job.id], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+        })?;
+        let mut mark = tx.prepare(
+            "UPDATE jobs SET status = 'superseded', superseded_by = ?1, finished_at = ?2 \
+             WHERE id = ?3 AND status = 'queued'",
+        )?;
+        for row in rows {
+            let (id, order) = row?;
+            if crate::model::outranks(job.order.as_deref(), order.as_deref()) {
+                mark.execute(params![job.id, job.created_at, id])?;
+                superseded.push(id);
+            }
         }
     }
     let stored = get_job(tx, &job.id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
@@ -536,6 +555,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
             command: command.and_then(|c| serde_json::from_str(&c).ok()),
             created_at: r.get(9)?,
             waiter: r.get(20)?,
+            order: r.get(23)?,
         },
         status: JobStatus::parse(&status).unwrap_or(JobStatus::Failed),
         exit_code: r.get(11)?,

@@ -24,7 +24,9 @@ use depth::{
 };
 mod liveness;
 use liveness::a_node_claims_only_while_its_own_session_holds_its_lock;
-use reset::a_jobs_reset_branch_and_abandoned_ref_are_stored;
+use reset::{
+    a_jobs_reset_branch_and_abandoned_ref_are_stored, a_queued_job_with_a_newer_order_is_not_marked,
+};
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -142,6 +144,7 @@ exercises!(
     a_database_without_the_kept_depth_gets_it_counted,
     a_truncated_queue_leaves_no_depth_behind,
     a_jobs_reset_branch_and_abandoned_ref_are_stored,
+    a_queued_job_with_a_newer_order_is_not_marked,
 );
 
 const MANY: u64 = 1_000;
@@ -169,6 +172,7 @@ fn job(id: &str, created_at: i64) -> NewJob {
         prompt: Some(format!("prompt of {id}")),
         group: None,
         mode: JobMode::Queue,
+        order: None,
         timeout_ms: 60_000,
         branch: None,
         reset_branch: false,

@@ -3,11 +3,13 @@
 //! where its reset kept the branch's old tip (`abandoned_ref`) is recorded
 //! with its workspace; a PostgreSQL store made by the schema before these
 //! columns opens, migrated, with its jobs (SQLite's: the `baton` binary's
-//! tests, `serve_reset_branch`).
+//! tests, `serve_reset_branch`). Also a job's ordering key (`order`,
+//! schema 4 of SQLite, 7 of PostgreSQL), stored and heeded when queued
+//! jobs are marked superseded.
 
 use std::time::Duration;
 
-use baton_serve::model::{JobStatus, NewJob};
+use baton_serve::model::{JobMode, JobStatus, NewJob, Submitted};
 use baton_serve::store::{self, StoreUrl};
 
 use super::{always, claim_here, job, status, submit, t, Ctx, MANY};
@@ -103,11 +105,60 @@ fn a_postgres_store_of_schema_2_opens_migrated_with_its_jobs() {
         };
         s.submit(new, MANY).await.unwrap();
         assert!(s.get("new").await.unwrap().unwrap().spec.reset_branch);
+        // Schema 7's column: a job's ordering key.
+        assert_eq!(old.spec.order, None);
+        let keyed = NewJob {
+            group: Some("g".into()),
+            mode: JobMode::Supersede,
+            order: Some("42".into()),
+            ..job("keyed", 3)
+        };
+        s.submit(keyed, MANY).await.unwrap();
+        let keyed = s.get("keyed").await.unwrap().unwrap();
+        assert_eq!(keyed.spec.order.as_deref(), Some("42"));
     });
     rt.shutdown_timeout(Duration::from_secs(5));
     assert_eq!(
         db.scalar("SELECT max(version) FROM baton_serve_schema")
             .as_deref(),
-        Some("6")
+        Some("7")
     );
+}
+
+/// A job's ordering key is stored, and a supersede or coalesce job marks
+/// only the queued jobs of its group it outranks: not one whose key is
+/// newer than its own (equal keys and jobs without one go by arrival).
+pub(super) async fn a_queued_job_with_a_newer_order_is_not_marked(ctx: Ctx) {
+    let s = &*ctx.store;
+    let keyed = |id: &str, at: i64, mode: JobMode, order: Option<&str>| NewJob {
+        group: Some("g".into()),
+        mode,
+        order: order.map(String::from),
+        ..job(id, at)
+    };
+    submit(s, keyed("k5", 1, JobMode::Supersede, Some("5"))).await;
+    submit(s, keyed("none", 2, JobMode::Queue, None)).await;
+    match submit(s, keyed("k3", 3, JobMode::Supersede, Some("3"))).await {
+        Submitted::Queued { superseded, .. } => assert_eq!(superseded, ["none"]),
+        full => panic!("refused: {full:?}"),
+    }
+    assert_eq!(status(s, "k5").await, Some(JobStatus::Queued));
+    assert_eq!(
+        s.get("k5").await.unwrap().unwrap().spec.order.as_deref(),
+        Some("5")
+    );
+    // An equal key outranks (the later arrival wins), and so does a job
+    // without a key.
+    match submit(s, keyed("k5b", 4, JobMode::Coalesce, Some("5"))).await {
+        Submitted::Queued { superseded, .. } => {
+            let mut superseded = superseded;
+            superseded.sort_unstable();
+            assert_eq!(superseded, ["k3", "k5"]);
+        }
+        full => panic!("refused: {full:?}"),
+    }
+    match submit(s, keyed("plain", 5, JobMode::Supersede, None)).await {
+        Submitted::Queued { superseded, .. } => assert_eq!(superseded, ["k5b"]),
+        full => panic!("refused: {full:?}"),
+    }
 }
