@@ -453,6 +453,6 @@ fn an_sqlite_store_of_an_older_schema_opens_migrated_with_its_jobs() {
         let now: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(now, 3, "schema {version} was not migrated");
+        assert_eq!(now, 4, "schema {version} was not migrated");
     }
 }
