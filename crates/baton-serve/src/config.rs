@@ -658,7 +658,8 @@ mod tests {
             env: BTreeMap::new(),
             timeout: None,
             workspace: Some(FileWorkspace {
-                repo: PathBuf::from("/srv/base"),
+                // Absolute on every system (`/srv/base` is not on Windows).
+                repo: std::env::temp_dir().join("base"),
                 branch: Some(branch.into()),
                 strategy: None,
                 fetch_debounce: None,
