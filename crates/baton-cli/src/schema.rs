@@ -114,6 +114,7 @@ pub const SUBMIT_REQUEST: Shape = Shape {
         "command",
         "group",
         "mode",
+        "order",
         "prompt",
         "template",
         "timeout",
