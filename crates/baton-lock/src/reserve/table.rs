@@ -23,6 +23,9 @@ use crate::layout::{TICKET_BASE, TICKET_END};
 use crate::meta_lock::MetaLock;
 use crate::ofd::{self, Kind};
 
+/// The least a request waits for the table's META byte (see `meta`).
+const META_FLOOR: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// How many dead granted rows are remembered for `previous_holder_died`.
 const MAX_DIED: usize = 64;
 /// How many broken tickets are remembered for `is_broken`.
@@ -265,6 +268,12 @@ pub(crate) fn meta<'f>(
     deadline: Option<Instant>,
     cancel: Option<&CancelToken>,
 ) -> Result<Option<MetaLock<'f>>, ReserveError> {
+    // However short the caller's wait: the table's sections are a read and
+    // a small write, but many agents of one repository meet there, and where
+    // waits poll (wine) a short floor lets a request that conflicts with
+    // nobody give up as busy. Only a process stopped inside its section
+    // makes a wait last this long.
+    let deadline = deadline.map(|d| d.max(Instant::now() + META_FLOOR));
     MetaLock::write_until(file, deadline, cancel).map_err(|e| {
         if cancel.is_some_and(CancelToken::is_cancelled) {
             ReserveError::Cancelled
