@@ -12,44 +12,9 @@
 use crate::serve_common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::{json, Value};
-use serve_common::{wait_for_file, Server};
-
-fn git(home: &Path, dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .env("HOME", home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
-        .env("GIT_AUTHOR_NAME", "Agent")
-        .env("GIT_AUTHOR_EMAIL", "agent@example.com")
-        .env("GIT_COMMITTER_NAME", "Agent")
-        .env("GIT_COMMITTER_EMAIL", "agent@example.com")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// Git's configuration for `home` (also the service's HOME: no automatic
-/// maintenance, which would detach into its own session).
-fn gitconfig(home: &Path) {
-    std::fs::write(
-        home.join(".gitconfig"),
-        "[init]\n\tdefaultBranch = main\n[maintenance]\n\tauto = false\n[gc]\n\tauto = 0\n",
-    )
-    .unwrap();
-}
+use serve_common::{git, gitconfig, wait_for_file, Server};
 
 /// A bare remote with one commit on `main` and a clone of it as the base
 /// (`origin/main` there is the remote's `main`).
