@@ -43,6 +43,7 @@ mod run;
 mod schemas;
 mod serve;
 mod serve_branch_refs;
+mod serve_branch_shared;
 mod serve_cli;
 mod serve_common;
 mod serve_compat;

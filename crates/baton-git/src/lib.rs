@@ -108,6 +108,6 @@ pub use record::{validate_id, Listing, Strategy, UnreadableRecord, Workspace, Wo
 pub use refname::{
     branch_name_refusal, check_branch_name, remote_names, DEFAULT_REMOTE, RESERVED_BRANCH_PREFIXES,
 };
-pub use remove::{remove, remove_with, Removed, Unpushed};
+pub use remove::{remove, remove_with, Preserved, Removed, Unpushed};
 pub use root::ROOT_SETTING;
 pub use workspace::{create, get, list, list_readable, WorkspaceRequest};

@@ -173,6 +173,10 @@ pub struct RunReport {
     /// The workspace could not be removed after the command ended (the
     /// command's outcome still stands; `baton workspace gc` retries).
     pub workspace_error: Option<String>,
+    /// Commits of the workspace's branch that the base's branch could not
+    /// take when the workspace was removed (it had moved on), kept in the
+    /// base under a ref of their own.
+    pub workspace_preserved: Option<baton_git::Preserved>,
     /// The workspace the command ran in, as recorded when it was made
     /// (where it started, and a branch reset's `abandoned_ref`).
     pub workspace: Option<baton_git::Workspace>,
@@ -347,9 +351,17 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     };
 
     // 4. Tear down: workspace, locks (reverse order), group slot.
-    let workspace_error = match &workspace {
-        Some((ws, wait)) if !req.keep_workspace => baton_git::remove(ws_dir, &ws.id, *wait).err(),
-        _ => None,
+    // Nobody watches this removal: commits the base's branch cannot take
+    // (another run on the branch moved it on) are kept under a ref of their
+    // own in the base rather than left in a workspace nothing collects.
+    let (workspace_error, workspace_preserved) = match &workspace {
+        Some((ws, wait)) if !req.keep_workspace => {
+            match baton_git::remove_with(ws_dir, &ws.id, *wait, baton_git::Unpushed::Preserve) {
+                Ok(removed) => (None, removed.preserved),
+                Err(e) => (Some(e), None),
+            }
+        }
+        _ => (None, None),
     };
     // Errors here must not hide the command's outcome; the kernel releases
     // on exit regardless.
@@ -399,6 +411,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         superseded_by,
         newer_order: None,
         workspace_error: workspace_error.map(|e| e.to_string()),
+        workspace_preserved,
         workspace: workspace.map(|(ws, _)| ws),
         leftovers,
         setup_failed,
@@ -512,6 +525,7 @@ fn not_run(req: &RunRequest, g: &GroupRequest, run_id: &str, by: Option<String>)
         superseded_by: by,
         newer_order: None,
         workspace_error: None,
+        workspace_preserved: None,
         workspace: None,
         leftovers: Vec::new(),
         setup_failed: false,
@@ -526,6 +540,7 @@ fn not_run_cancelled(run_id: &str) -> RunReport {
         superseded_by: None,
         newer_order: None,
         workspace_error: None,
+        workspace_preserved: None,
         workspace: None,
         leftovers: Vec::new(),
         setup_failed: false,
