@@ -314,7 +314,7 @@ pub(crate) fn run_in_dir(
         Command::Events { group, follow } => group::cmd_events(&dir, group.as_ref(), follow),
         Command::State(cmd) => state::run(&dir, cmd),
         Command::Workspace(cmd) => workspace::run_workspace(&dir, cmd, flags.named_dir),
-        Command::Git(cmd) => git::run_git(&dir, cmd, flags.named_dir),
+        Command::Git(cmd) => git::run_git(&dir, cmd, flags),
         // Carried out by `run_without_dir`, never handed here.
         Command::Doctor { .. }
         | Command::Init(_)

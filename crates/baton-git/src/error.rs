@@ -98,6 +98,16 @@ pub enum GitError {
         #[source]
         source: Box<LockError>,
     },
+    /// The shared push queue (the lock backend) cannot be used.
+    #[error("cannot queue pushes to '{remote}' branch '{branch}' on the lock backend: {reason}")]
+    PushQueue {
+        /// The remote's URL.
+        remote: String,
+        /// The remote branch.
+        branch: String,
+        /// Why, in one line.
+        reason: String,
+    },
     /// Another lock error (e.g. the lock of one workspace).
     #[error(transparent)]
     Lock(Box<LockError>),

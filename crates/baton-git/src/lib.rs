@@ -103,7 +103,7 @@ pub use guard::{
     hooks_dir, install_guard, staged_paths, uninstall_guard, GuardInstalled, GuardRemoved,
 };
 pub use identity::repository_identity;
-pub use push::{push, Backoff, PushReport, PushRequest};
+pub use push::{push, Backoff, PushQueue, PushReport, PushRequest, QueueError};
 pub use record::{validate_id, Listing, Strategy, UnreadableRecord, Workspace, WorkspaceInfo};
 pub use refname::{
     branch_name_refusal, check_branch_name, remote_names, DEFAULT_REMOTE, RESERVED_BRANCH_PREFIXES,
