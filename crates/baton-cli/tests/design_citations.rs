@@ -1,4 +1,4 @@
-#![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
+#![cfg(unix)] // reads the checkout with git; Windows runs windows.rs only
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Every citation of a project document names one that exists in this
 //! repository. The code explains a mechanism once, in a design note under
@@ -13,6 +13,11 @@
 //! relative to the repository's root or to the citing file's directory.
 //! Lower-case names elsewhere (`docs/a.md` in a reservation test) are data,
 //! not citations.
+//!
+//! Also held to the manifests: the crate table of
+//! `docs/src/design/architecture.md` (every package, the workspace crates it
+//! may depend on, whether it is published), and each publishable crate's
+//! README and license files, which `cargo package` ships.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
