@@ -11,6 +11,7 @@ mod break_review;
 mod common;
 mod containment;
 mod contract;
+mod design_citations;
 mod diagnostics;
 mod doctor;
 mod events;

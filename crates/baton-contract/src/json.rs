@@ -378,7 +378,7 @@ pub const DOCTOR_CHECKS: &[&str] = &[
 ];
 
 /// The rules that choose a baton dir (`rule` of `baton doctor --json`), in
-/// resolution order (DESIGN.md, decision 10).
+/// resolution order (docs/src/design/architecture.md, decision 10).
 pub const DIR_RULES: &[&str] = &["explicit", "env", "temp_dir"];
 
 /// Every shape, for tests and documentation.

@@ -222,7 +222,8 @@ pub enum GitError {
 
 impl GitError {
     /// Whether this is a lock that stayed busy (or a push that stayed
-    /// rejected) rather than a fault: the `75` of DESIGN.md's exit codes.
+    /// rejected) rather than a fault: the `75` of the exit codes
+    /// (docs/src/design/architecture.md).
     pub fn is_busy(&self) -> bool {
         match self {
             GitError::RepoLock { source, .. }

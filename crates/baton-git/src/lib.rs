@@ -1,4 +1,4 @@
-//! Git safety for parallel agents (DESIGN.md, decision 9).
+//! Git safety for parallel agents (docs/src/design/architecture.md, decision 9).
 //!
 //! - **A repository lock**, keyed by the canonical path of the repository's
 //!   common git dir and kept in that repository (`<git common dir>/baton`,
@@ -57,7 +57,7 @@
 //!   run`'s command (baton executed again, killing git's process group when
 //!   the baton that started it dies), in a program that serves as one
 //!   (`baton`; another calls `baton_proc::dispatch_guardian` in its `main`;
-//!   see baton-proc's `SIGNALS.md`, "Platforms"). git gets the terminal (and
+//!   see `docs/src/design/signals.md`, "Platforms"). git gets the terminal (and
 //!   ssh can prompt) only on unix.
 //! - **Remotes**: on Windows a drive letter (`C:/srv/r.git`, `C:\srv\r.git`,
 //!   `file:///C:/srv/r.git`) is a local path, as Git for Windows reads it,

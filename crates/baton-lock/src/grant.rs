@@ -1,5 +1,5 @@
 //! Taking over a slot: the steps between holding the kernel lock and
-//! recording the grant (`LOCKING.md`: "When the lock file is deleted or
+//! recording the grant (`docs/src/design/locking.md`: "When the lock file is deleted or
 //! replaced", "A dead holder's command", "Using an ancestor's hold",
 //! "Fencing tokens").
 
@@ -315,7 +315,7 @@ fn previous_on_slot(doc: &LockDoc, mode: Mode, slot: u32) -> Option<HolderRecord
 /// A token is the larger of the last one + 1 and the wall clock in
 /// microseconds, so tokens increase across grants, lost or deleted files and
 /// files restored from a backup, as long as the clock does not go back
-/// (`LOCKING.md`, "Fencing tokens").
+/// (`docs/src/design/locking.md`, "Fencing tokens").
 fn record_grant(
     at: &Target<'_>,
     doc: &mut LockDoc,

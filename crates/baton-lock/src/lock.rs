@@ -1,6 +1,6 @@
 //! Acquiring and releasing named locks.
 //!
-//! The protocol is described in `LOCKING.md` at the crate root. In short:
+//! The protocol is described in `docs/src/design/locking.md`. In short:
 //! the lock itself is a kernel byte-range lock on a slot byte of the lock
 //! file; waiters line up with tickets (write locks on bytes of their own) and
 //! each waits in the kernel only for its immediate predecessor, so the line is
@@ -110,7 +110,7 @@ impl LockGuard {
 
     /// Records the process group of the command run under this lock, so that
     /// if this process dies, the next holder terminates what is left of the
-    /// group before it proceeds (DESIGN.md, decision 11).
+    /// group before it proceeds (docs/src/design/architecture.md, decision 11).
     pub fn set_command_group(&self, group: CommandGroup) -> Result<(), LockError> {
         if self.borrowed {
             return Ok(());

@@ -78,7 +78,7 @@ impl HolderRecord {
     }
 }
 
-/// The process group a holder's command runs in (DESIGN.md, decision 11).
+/// The process group a holder's command runs in (docs/src/design/architecture.md, decision 11).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandGroup {
     /// The group id (the pid of the command, which leads it).

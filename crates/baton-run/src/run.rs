@@ -441,7 +441,8 @@ fn lock_requests(
         .collect()
 }
 
-/// The variables the command gets (DESIGN.md; README "Quick start").
+/// The variables the command gets (`baton run --help`, the `after_help` of `Command::Run`
+/// in `crates/baton-cli/src/commands.rs`).
 fn command_env(
     dir: &BatonDir,
     req: &RunRequest,
@@ -487,7 +488,7 @@ pub(crate) fn base_env(dir: &BatonDir, run_id: &str) -> Vec<(OsString, OsString)
 
 /// Records the command's process group with every lock and the group slot:
 /// if this process dies, whoever takes them next stops what is left of the
-/// command first (DESIGN.md, decision 11).
+/// command first (docs/src/design/architecture.md, decision 11).
 fn record_command(
     started: Started,
     grace_ms: u64,

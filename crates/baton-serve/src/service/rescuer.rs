@@ -1,7 +1,7 @@
 //! The rescuer (a store several nodes share): every few seconds, the jobs
 //! of nodes that died are queued again or marked interrupted, by whichever
 //! node looks first. Its timing is what keeps one job from running twice:
-//! see `SERVICE.md`, "The rescuer".
+//! see `docs/src/design/service.md`, "The rescuer".
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! callers in the same millisecond never both claim a job or both take the
 //! last place in the queue.
 //!
-//! Design (the claim protocol, durability per promise): see `SERVICE.md`.
+//! Design (the claim protocol, durability per promise): see `docs/src/design/service.md`.
 
 mod pg_batch;
 mod pg_reap;

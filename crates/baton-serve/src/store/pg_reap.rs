@@ -1,6 +1,7 @@
 //! The rescuer's half in the shared store: takes over the jobs of nodes
-//! that stopped beating. Design: see SERVICE.md, "The rescuer: timing and
-//! fencing".
+//! that stopped beating. Design: see `docs/src/design/service.md`, "The
+//! rescuer: timing and fencing", and `docs/src/design/postgres.md`, "A
+//! frozen node".
 //!
 //! A node is dead when its liveness lock is free (its session ended). A
 //! node whose process is stopped (`SIGSTOP`, a debugger, a paused
