@@ -251,7 +251,7 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// How long after a node's last answered heartbeat its jobs may be taken
-/// over ([`Store::reap`]; see `SERVICE.md`, "The rescuer").
+/// over ([`Store::reap`]; see `docs/src/design/service.md`, "The rescuer: timing and fencing").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settle {
     /// A node whose session ended (its liveness lock is free): it may be
