@@ -7,7 +7,7 @@
 
 mod acquire_containment;
 mod bad_input;
-mod break_review;
+mod lock_break_stubborn;
 mod common;
 mod containment;
 mod contract;
@@ -18,7 +18,7 @@ mod events;
 mod generated_docs;
 mod git;
 mod git_branch_names;
-mod git_push_review;
+mod git_push_edge_cases;
 mod git_workflows;
 mod go_example;
 mod group_order;
@@ -39,8 +39,8 @@ mod previous_holder;
 mod readme;
 mod reserve;
 mod reserve_guard;
-mod review;
-mod review_polish;
+mod lock_faults;
+mod cli_edge_inputs;
 mod run;
 mod schemas;
 mod serve;
@@ -64,8 +64,8 @@ mod serve_postgres_cluster;
 mod serve_python;
 mod serve_reset_branch;
 mod serve_resources;
-mod serve_review;
-mod serve_review24;
+mod serve_races_and_inputs;
+mod serve_job_isolation;
 mod serve_schemathesis;
 mod serve_session;
 mod serve_shutdown;
@@ -75,7 +75,7 @@ mod serve_trust;
 mod shared_dir;
 mod skip_any_mode;
 mod state;
-mod state_review;
+mod state_faults;
 // Windows only (its tests run baton.exe under wine); the files above are unix.
 mod windows;
 
