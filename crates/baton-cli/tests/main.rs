@@ -12,6 +12,7 @@ mod common;
 mod containment;
 mod contract;
 mod diagnostics;
+mod doc_links;
 mod doctor;
 mod events;
 mod generated_docs;
