@@ -316,3 +316,24 @@ fn the_link_checker_finds_dead_links_and_anchors() {
         ]
     );
 }
+
+/// Every page of the book is in its table of contents (mdBook builds only
+/// what `SUMMARY.md` lists, and says nothing of the rest).
+#[test]
+fn every_page_of_the_book_is_in_its_summary() {
+    let summary = fs::read_to_string(root().join("docs/src/SUMMARY.md")).unwrap();
+    let listed: BTreeSet<String> = links(&prose(&summary))
+        .into_iter()
+        .map(|(_, target)| format!("docs/src/{target}"))
+        .collect();
+    assert!(listed.len() > 30, "{listed:?}");
+    let missing: Vec<String> = pages()
+        .into_iter()
+        .filter(|p| p.starts_with("docs/src/") && p != "docs/src/SUMMARY.md")
+        .filter(|p| !listed.contains(p))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not in docs/src/SUMMARY.md: {missing:?}"
+    );
+}
