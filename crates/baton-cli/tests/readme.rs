@@ -32,7 +32,7 @@ use std::process::{Command, Stdio};
 use common::{stderr, stdout};
 
 /// The most blocks that may be skipped, over README.md and the whole book.
-const MAX_SKIPPED: usize = 18;
+const MAX_SKIPPED: usize = 24;
 
 /// How long a `--follow` command runs before it is stopped.
 const FOLLOW_SECS: u32 = 3;
