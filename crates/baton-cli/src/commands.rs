@@ -149,7 +149,7 @@ another live holder, named on stderr; 125 bad path, not a repository, or baton f
     /// Run the job service: agent jobs over HTTP, queued, limited, each in its own workspace.
     #[command(after_help = "Examples:
   baton serve                                   127.0.0.1:7420, jobs in <baton dir>/serve.db
-  baton serve --config /etc/baton/serve.toml    templates, token, limits (see README \"Job service\")
+  baton serve --config /etc/baton/serve.toml    templates, token, limits (docs/src/reference/service-config.md)
   baton serve --listen 127.0.0.1:0 --max-concurrency 4
 
 Flags override the config file. The first line on stdout is
@@ -225,10 +225,11 @@ written are printed, one per line.")]
   baton mcp --repo ~/src/app --agent alice   another repository, a chosen name
 
 Tools: reserve, release, reservations, lock, unlock, state_read, state_update, state_append,
-workspace_create, workspace_remove, push (see docs/agents.md). Everything the session takes is
-held by this process: when the client closes stdin, it is all released and baton mcp exits 0;
-when the client or this process dies, the kernel releases it. Reservations are advisory: an
-agent that never asks is not stopped, except at commit by the pre-commit guard.
+workspace_create, workspace_remove, push (see docs/src/concepts/agents.md). Everything the
+session takes is held by this process: when the client closes stdin, it is all released and
+baton mcp exits 0; when the client or this process dies, the kernel releases it. Reservations
+are advisory: an agent that never asks is not stopped, except at commit by the pre-commit
+guard.
 Exit status: 0 when the client closed the session; 125 if it could not start.")]
     Mcp(McpArgs),
 
@@ -245,8 +246,8 @@ The dir (created if missing; DIR defaults to $BATON_DIR, never to your own defau
 already in it get group GROUP, group read and write, and the set-group-ID bit (mode 2770), so
 that what any member creates there belongs to GROUP and stays usable by the others; others
 get no access. Members are accepted although the dir is not theirs; anyone else is refused
-with the remedy. A world-writable or symlinked dir is still refused. See README
-\"Containers and sandboxes\".")]
+with the remedy. A world-writable or symlinked dir is still refused. See
+docs/src/concepts/containers.md.")]
     Init(InitArgs),
 }
 

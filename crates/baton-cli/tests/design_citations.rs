@@ -36,17 +36,7 @@ const THIS_FILE: &str = "crates/baton-cli/tests/design_citations.rs";
 /// root README is being rewritten into the book (issue 38). An entry that
 /// no longer matches a dead citation fails the test, so each goes as soon
 /// as it is not needed; any other dead citation in these files still fails.
-const PENDING: &[(&str, &[&str])] = &[(
-    "README.md",
-    &[
-        "DESIGN.md",
-        "LOCKING.md",
-        "crates/baton-lock/LOCKING.md",
-        "crates/baton-lock/RESERVATIONS.md",
-        "crates/baton-proc/SIGNALS.md",
-        "crates/baton-serve/SERVICE.md",
-    ],
-)];
+const PENDING: &[(&str, &[&str])] = &[];
 
 /// Whether `c` is one of the [`PENDING`] dead citations.
 fn is_pending(c: &Citation) -> bool {

@@ -13,6 +13,7 @@ mod containment;
 mod contract;
 mod design_citations;
 mod diagnostics;
+mod doc_links;
 mod doctor;
 mod events;
 mod generated_docs;
