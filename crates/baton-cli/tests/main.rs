@@ -34,6 +34,7 @@ mod pg_locks;
 mod pg_previous_holder;
 mod pg_tls;
 mod previous_holder;
+mod previous_outcome;
 mod readme;
 mod reserve;
 mod reserve_guard;

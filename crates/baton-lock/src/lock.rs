@@ -124,6 +124,17 @@ impl LockGuard {
         self.release_inner()
     }
 
+    /// Releases a lock under which nothing was done (a run that failed
+    /// before its command started): the next holder learns what this one
+    /// learned ([`LockGuard::previous_outcome`]), as if this grant had not
+    /// happened.
+    pub fn release_unused(mut self) -> Result<(), LockError> {
+        if let Some(o) = self.previous_outcome.clone() {
+            self.outcome = o;
+        }
+        self.release_inner()
+    }
+
     /// Lets go of the lock as a holder that died would: the slot is freed
     /// but the record stays, marked `abandoned`, so the next holder learns
     /// that the work under the lock may be half done
@@ -385,11 +396,20 @@ pub fn plan_all(reqs: &[LockRequest], start: Instant) -> (Vec<&LockRequest>, Wai
 /// earliest of the requests' deadlines.
 pub fn acquire_all(dir: &BatonDir, reqs: &[LockRequest]) -> Result<Vec<LockGuard>, LockError> {
     let (sorted, wait) = plan_all(reqs, Instant::now());
-    let mut guards = Vec::with_capacity(sorted.len());
+    let mut guards: Vec<LockGuard> = Vec::with_capacity(sorted.len());
+    let give_back = |guards: Vec<LockGuard>| {
+        for g in guards.into_iter().rev() {
+            let _ = g.release_unused();
+        }
+    };
     for req in sorted {
         let mut req = req.clone();
         req.wait = wait;
-        match acquire(dir, &req) {
+        let got = acquire(dir, &req);
+        if got.is_err() {
+            give_back(std::mem::take(&mut guards));
+        }
+        match got {
             Ok(g) => guards.push(g),
             // Report the policy the caller asked for, not the derived deadline.
             Err(LockError::Busy {
