@@ -6,6 +6,7 @@
 //! `autotests = false`); the test below fails if one is not.
 
 mod acquire_containment;
+mod acquire_fork_exit;
 mod bad_input;
 mod break_review;
 mod common;

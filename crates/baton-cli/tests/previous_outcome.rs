@@ -58,9 +58,7 @@ impl Place {
     /// What the next run is told: `BATON_PREVIOUS_OUTCOME`, or `unset`.
     fn told(&self, args: &[&str]) -> String {
         let mut all = self.args(args);
-        all.extend(
-            ["--", "sh", "-c", "echo ${BATON_PREVIOUS_OUTCOME:-unset}"].map(String::from),
-        );
+        all.extend(["--", "sh", "-c", "echo ${BATON_PREVIOUS_OUTCOME:-unset}"].map(String::from));
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
         let out = self.env.run(&all);
         assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -183,7 +181,10 @@ fn a_script_hold_tells_its_outcome(place: &Place) {
         )
     };
     let release = format!(" && '{bin}' '{flags}' lock release memory");
-    assert_eq!(acquire(&release)["previous_outcome"], serde_json::Value::Null);
+    assert_eq!(
+        acquire(&release)["previous_outcome"],
+        serde_json::Value::Null
+    );
     assert_eq!(acquire("")["previous_outcome"], "released");
     // That script exited without releasing: its holder abandons the lock.
     wait_until(Duration::from_secs(30), || {

@@ -148,9 +148,11 @@ impl Database {
                         .unzip();
                     // They did no work: each slot keeps telling what its
                     // holder before them left.
-                    let kept = crate::holds::outcome_sql(grants.iter().filter_map(|g| {
-                        g.previous_outcome.as_ref().map(|o| (g, o))
-                    }));
+                    let kept = crate::holds::outcome_sql(
+                        grants
+                            .iter()
+                            .filter_map(|g| g.previous_outcome.as_ref().map(|o| (g, o))),
+                    );
                     if let Err(e) = crate::holds::remove_rows(&session, kept, ids, tokens, None) {
                         tracing::debug!(error = %e, "removing the rows of a failed acquisition");
                     }
@@ -517,8 +519,8 @@ fn grant(
     let mode = req.mode.as_str().to_string();
     let (host, pid, operation, run) = (me.host, me.pid, req.operation.clone(), run_id.clone());
     let shared = req.mode == Mode::Shared;
-    let (token, dead, other, outcome): (Option<i64>, i64, Option<i32>, Option<String>) =
-        session.run("record the grant", |c| async move {
+    let (token, dead, other, outcome): (Option<i64>, i64, Option<i32>, Option<String>) = session
+        .run("record the grant", |c| async move {
             let row = c
                 .query_typed_one(
                     SQL,

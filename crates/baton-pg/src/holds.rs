@@ -252,7 +252,11 @@ impl Holds {
                 // (one implicit transaction: the outcome and the removal).
                 None => after(
                     &session,
-                    format!("{}{}; {then}", self.outcome_sql(), delete_sql(&ids, &tokens)),
+                    format!(
+                        "{}{}; {then}",
+                        self.outcome_sql(),
+                        delete_sql(&ids, &tokens)
+                    ),
                 ),
                 Some(_) => remove_rows(
                     &session,
@@ -261,7 +265,7 @@ impl Holds {
                     tokens.clone(),
                     group.clone(),
                 )
-                    .and_then(|()| after(&session, then)),
+                .and_then(|()| after(&session, then)),
             };
             session.close();
             match done {

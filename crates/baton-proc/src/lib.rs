@@ -101,6 +101,8 @@ pub mod procfs;
 /// This module holds no code; its documentation is `SIGNALS.md` from the crate's directory.
 #[doc = include_str!("../SIGNALS.md")]
 pub mod signal_handling {}
+#[cfg(target_os = "linux")]
+pub mod mark;
 #[cfg(unix)]
 mod orphans;
 #[cfg(unix)]

@@ -64,6 +64,10 @@ pub struct ProcessTree {
     foreign: HashSet<(i32, u64)>,
     /// The root itself (while it lives) and every descendant collected.
     known: Vec<Pinned>,
+    /// The mark the root passes to every process it starts (Linux, see
+    /// [`crate::mark`]), when it could be set.
+    #[cfg(target_os = "linux")]
+    mark: Option<crate::mark::Mark>,
 }
 
 impl std::fmt::Debug for ProcessTree {
@@ -82,6 +86,11 @@ impl ProcessTree {
     /// descendants are collected at once.
     pub fn follow(pid: i32, start_time: u64) -> Option<ProcessTree> {
         let mut tree = ProcessTree::follow_only(pid, start_time)?;
+        #[cfg(target_os = "linux")]
+        {
+            // Unmarkable (another user's setuid script): followed as a tree only.
+            tree.mark = crate::mark::mark(pid, start_time);
+        }
         if let Some((pgid, session)) = tree.own_group {
             let known: HashSet<i32> = tree.known.iter().map(|p| p.pid).collect();
             tree.foreign = procfs::scan(|pid, st| {
@@ -114,6 +123,8 @@ impl ProcessTree {
             own_group,
             foreign: HashSet::new(),
             known: vec![root],
+            #[cfg(target_os = "linux")]
+            mark: None,
         };
         tree.refresh();
         Some(tree)
@@ -166,6 +177,30 @@ impl ProcessTree {
         }
     }
 
+    /// The processes that carry the root's mark (Linux): everything it
+    /// started since it was marked, wherever they were re-parented, in
+    /// whatever group or session; started no earlier than the root, and
+    /// never one of the group's members that were not the script's.
+    #[cfg(target_os = "linux")]
+    fn marked_members(&mut self) {
+        let Some(mark) = self.mark else {
+            return;
+        };
+        let known: HashSet<i32> = self.known.iter().map(|p| p.pid).collect();
+        for (pid, st) in crate::mark::marked(mark, self.root_start) {
+            if known.contains(&pid) || self.foreign.contains(&(pid, st.start_time)) {
+                continue;
+            }
+            if let Some(p) = pin_checked(pid, &st) {
+                self.known.push(p);
+            }
+        }
+    }
+
+    /// Other systems: no mark (see [`crate::mark`]).
+    #[cfg(not(target_os = "linux"))]
+    fn marked_members(&mut self) {}
+
     /// Members of the root's own process group that are the script's:
     /// started no earlier than the root, in its session, and neither one of
     /// the group's members that were not the script's when following began
@@ -216,6 +251,7 @@ impl ProcessTree {
     pub fn terminate(mut self, grace: Duration) -> bool {
         self.refresh();
         self.group_members();
+        self.marked_members();
         self.refresh();
         let me = std::process::id() as i32;
         self.known.retain(|p| p.pid != me);
@@ -248,6 +284,7 @@ impl ProcessTree {
             }
             self.refresh();
             self.group_members();
+            self.marked_members();
             self.known.retain(|p| p.pid != me);
             if self.known.len() == before {
                 break;
