@@ -51,6 +51,9 @@ pub struct TreeSnapshot {
     /// (pid, start time) of the members of the root's group that were not
     /// its descendants when following began.
     pub foreign: Vec<(i32, u64)>,
+    /// The mark the root passes to what it starts (Linux, see
+    /// [`crate::mark`]), when it was marked.
+    pub mark: Option<u64>,
 }
 
 /// The processes a script (the root) started, collected while it runs.
@@ -110,6 +113,10 @@ impl ProcessTree {
     pub fn follow_as(other: &TreeSnapshot) -> Option<ProcessTree> {
         let mut tree = ProcessTree::follow_only(other.root, other.root_start)?;
         tree.foreign = other.foreign.iter().copied().collect();
+        #[cfg(target_os = "linux")]
+        {
+            tree.mark = other.mark.map(crate::mark::Mark);
+        }
         Some(tree)
     }
 
@@ -135,10 +142,15 @@ impl ProcessTree {
     pub fn snapshot(&self) -> TreeSnapshot {
         let mut foreign: Vec<(i32, u64)> = self.foreign.iter().copied().collect();
         foreign.sort_unstable();
+        #[cfg(target_os = "linux")]
+        let mark = self.mark.map(|m| m.0);
+        #[cfg(not(target_os = "linux"))]
+        let mark = None;
         TreeSnapshot {
             root: self.root,
             root_start: self.root_start,
             foreign,
+            mark,
         }
     }
 
