@@ -66,7 +66,9 @@ The command runs in its own process group with BATON_LOCK, BATON_FENCING_TOKEN,
 BATON_RUN_ID and BATON_DIR set (with several locks, BATON_LOCK and BATON_FENCING_TOKEN
 are comma-separated lists in sorted order), BATON_PREVIOUS_HOLDER_DIED=1 when the previous
 holder of a lock or of the group's slot ended without releasing it (its work may be half
-done: repair first), and git's automatic maintenance runs in the
+done: repair first), BATON_PREVIOUS_OUTCOME telling how that holder ended (released,
+failed:<code>, killed:<signal> such as killed:SIGKILL, or died; unset before the first
+run), and git's automatic maintenance runs in the
 foreground in it (maintenance.autoDetach and gc.autoDetach false, through GIT_CONFIG_COUNT,
 after any entries of yours), so a commit leaves nothing running. SIGINT, SIGTERM, SIGHUP and
 SIGQUIT are forwarded to it. The lock is released when it exits; it is never inherited by the command,

@@ -6,6 +6,7 @@
 //! `autotests = false`); the test below fails if one is not.
 
 mod acquire_containment;
+mod acquire_fork_exit;
 mod bad_input;
 mod lock_break_stubborn;
 mod common;
@@ -37,6 +38,7 @@ mod pg_previous_holder;
 mod pg_push_queue;
 mod pg_tls;
 mod previous_holder;
+mod previous_outcome;
 mod readme;
 mod reserve;
 mod reserve_guard;

@@ -97,6 +97,8 @@ pub mod pidns;
 #[cfg(unix)]
 pub mod procfs;
 
+#[cfg(target_os = "linux")]
+pub mod mark;
 #[cfg(unix)]
 mod orphans;
 #[cfg(unix)]

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_lock::{
-    new_run_id, BatonDir, CommandGroup, LockError, LockName, LockRequest, Mode, WaitPolicy,
+    new_run_id, BatonDir, CommandGroup, HolderOutcome, LockError, LockName, LockRequest, Mode,
+    WaitPolicy,
 };
 use baton_proc::{Leftover, LeftoverPolicy, Outcome, RunSpec, Started, StdioSpec, Supervisor};
 
@@ -191,8 +192,10 @@ pub struct RunReport {
 /// Joins the group (if any), acquires the locks, runs the command with
 /// `BATON_LOCK`, `BATON_FENCING_TOKEN`, `BATON_RUN_ID`, `BATON_DIR` (and
 /// `BATON_GROUP`) set, plus `BATON_PREVIOUS_HOLDER_DIED=1` when a lock's or
-/// the group slot's previous holder ended without releasing it, and
-/// releases everything when it ends.
+/// the group slot's previous holder ended without releasing it and
+/// `BATON_PREVIOUS_OUTCOME` (how it ended: [`HolderOutcome`]) when there was
+/// one, and releases everything when it ends, leaving its own outcome
+/// ([`holder_outcome`]) for the next holder.
 ///
 /// With several locks, `BATON_LOCK` and `BATON_FENCING_TOKEN` hold
 /// comma-separated lists in the same (sorted) order. In a group without
@@ -284,7 +287,15 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
                 started
             };
             w.fetched_since = Some(w.fetched_since.map_or(since, |s| s.max(since)));
-            Some((baton_git::create(ws_dir, &w)?, w.git_lock_wait))
+            match baton_git::create(ws_dir, &w) {
+                Ok(ws) => Some((ws, w.git_lock_wait)),
+                Err(e) => {
+                    // Nothing ran under the locks: their next holders learn
+                    // what this run learned.
+                    let _ = guards.release_with(None);
+                    return Err(e.into());
+                }
+            }
         }
     };
 
@@ -369,12 +380,18 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         let names: Vec<String> = guards.tokens().into_iter().map(|(n, _)| n).collect();
         names.join(",")
     });
-    let release_error = guards.release().err();
+    // What the next holder learns (BATON_PREVIOUS_OUTCOME).
+    let left = match &outcome {
+        Ok(o) => holder_outcome(o),
+        Err(e) => HolderOutcome::of_exit(e.exit_code()),
+    };
+    let release_error = guards.release_with(Some(left.clone())).err();
     let superseded_by = match control.stop_reason() {
         Some(StopReason::Superseded { by }) => Some(by),
         _ => None,
     };
     if let Some(mut m) = member.take() {
+        m.set_outcome(left);
         if !leftovers.is_empty() {
             m.log_leftovers(&leftover_list(&leftovers));
         }
@@ -416,6 +433,17 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         leftovers,
         setup_failed,
     })
+}
+
+/// What a run whose command ended with `outcome` leaves for the next
+/// holder of its locks and group slot: `released` (exit 0), `failed:<code>`
+/// (the code `baton run` exits with: 124 after a timeout, 79 when
+/// superseded or cancelled), `killed:<signal>`.
+pub fn holder_outcome(outcome: &Outcome) -> HolderOutcome {
+    match *outcome {
+        Outcome::Signaled(signal) => HolderOutcome::of_signal(signal),
+        ref o => HolderOutcome::of_exit(o.exit_code()),
+    }
 }
 
 fn lock_requests(
@@ -462,6 +490,15 @@ fn command_env(
     // releasing it: the command may find its work half done (README).
     if guards.previous_holder_died().is_some() || member.is_some_and(Member::previous_holder_died) {
         env.push(("BATON_PREVIOUS_HOLDER_DIED".into(), "1".into()));
+    }
+    // How it ended, whether it died or its command failed or was killed
+    // inside a living supervisor: the group slot's first, then the locks'.
+    let outcome = crate::locks::worst(vec![
+        member.and_then(Member::previous_outcome),
+        guards.previous_outcome().as_ref(),
+    ]);
+    if let Some(o) = outcome {
+        env.push(("BATON_PREVIOUS_OUTCOME".into(), o.to_string().into()));
     }
     if let (Some(g), Some(token)) = (&req.group, member.and_then(Member::token)) {
         env.push(("BATON_GROUP".into(), g.key.to_string().into()));
