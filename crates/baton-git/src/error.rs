@@ -47,8 +47,9 @@ pub enum GitError {
     },
     /// `--branch` exists and has commits that neither `--ref` nor the
     /// branch's remote-tracking branch contains: a workspace on it cannot
-    /// start at `--ref` without dropping them (unless asked to reset it).
-    #[error("branch '{branch}' of '{}' is at {branch_commit}, which neither '{reference}' ({ref_commit}) nor its pushed branch contains: the workspace cannot start at --ref on that branch; drop --ref to continue the branch where it is, name a new --branch to start at --ref, or start over at --ref with --reset-branch (its old tip is kept under refs/baton/abandoned/{branch}/)", repo.display())]
+    /// start at `--ref` (or the pushed branch) without dropping them
+    /// (unless asked to reset it).
+    #[error("branch '{branch}' of '{}' is at {branch_commit}, which neither '{reference}' ({ref_commit}) nor its pushed branch contains: the workspace cannot start at --ref on that branch; drop --ref to continue the branch where it is, name a new --branch to start at --ref, or drop the commits that were never pushed with --reset-branch (it starts over at the pushed branch, else at --ref; the old tip is kept under refs/baton/abandoned/{branch}/)", repo.display())]
     BranchNotAtRef {
         /// The base repository.
         repo: PathBuf,
