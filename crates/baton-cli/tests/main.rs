@@ -18,6 +18,7 @@ mod generated_docs;
 mod git;
 mod git_branch_names;
 mod git_issue_branch;
+mod git_landing;
 mod git_push_review;
 mod git_workflows;
 mod go_example;

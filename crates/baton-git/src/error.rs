@@ -62,6 +62,14 @@ pub enum GitError {
         /// The commit it names.
         ref_commit: String,
     },
+    /// `baton git push` inside a group run that a newer run superseded: the
+    /// supervisor has closed the run's landing (`landing` module), so the
+    /// push was not sent.
+    #[error("the run of group '{key}' was superseded by a newer run: the push was not sent")]
+    Superseded {
+        /// The group key.
+        key: String,
+    },
     /// `--reset-branch` was refused: a live workspace holds the branch (it
     /// was made on it and its owner still runs). Busy, as a lock is: try
     /// again once it is gone.

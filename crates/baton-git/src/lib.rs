@@ -80,6 +80,7 @@ mod gc;
 mod git;
 mod guard;
 mod identity;
+pub mod landing;
 mod push;
 mod record;
 mod refname;

@@ -97,6 +97,9 @@ pub struct PushRequest {
     pub run_id: Option<String>,
     /// Print a line on stderr for every rejection and retry.
     pub log: bool,
+    /// The supervising group run's landing: each `git push` is announced
+    /// there first, and recorded as landed after ([`crate::landing`]).
+    pub landing: Option<crate::landing::Landing>,
 }
 
 impl PushRequest {
@@ -110,6 +113,7 @@ impl PushRequest {
             lock_wait: WaitPolicy::AtMost(DEFAULT_GIT_LOCK_WAIT),
             run_id: None,
             log: false,
+            landing: None,
         }
     }
 }
@@ -274,13 +278,30 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
     let attempts = req.backoff.attempts.max(1);
     for attempt in 1..=attempts {
         tracing::debug!(attempt, attempts, "git push: attempt");
+        // Landing: a supersede of the run waits for this push (or, once
+        // it has begun, refuses it here before anything is sent).
+        let announced = match &req.landing {
+            Some(l) => Some(l.announce(&run_id)?),
+            None => None,
+        };
         let (out, line) = git::output(
             &work,
             call.args(&["push", "--quiet", call.name.as_str(), refspec.as_str()]),
         )?;
         if out.status.success() {
             drop(guard);
-            let commit = git::run(&work, ["rev-parse", "--verify", "HEAD"])?;
+            let commit = git::run(&work, ["rev-parse", "--verify", "HEAD"]);
+            if let Some(a) = announced {
+                // The push landed whatever happens here: say so, do not fail.
+                let at = commit.as_deref().unwrap_or("HEAD");
+                if let Err(e) = a.landed(&remote, &branch, at) {
+                    log(&format!(
+                        "warning: {e}: the run will not know this push landed"
+                    ));
+                    tracing::warn!(error = %e, "landed push not recorded");
+                }
+            }
+            let commit = commit?;
             if attempt > 1 {
                 log(&format!(
                     "pushed {commit} to {onto_name} (attempt {attempt}/{attempts})"

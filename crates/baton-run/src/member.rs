@@ -32,6 +32,8 @@ pub(crate) enum End {
 pub(crate) struct Member {
     place: Place,
     end: End,
+    /// A push of its command landed (recorded with how it ended).
+    pushed: bool,
 }
 
 /// Where the group lives.
@@ -92,6 +94,7 @@ pub(crate) fn enter_local(
             watcher: Some(watcher),
         },
         end: End::GaveUp,
+        pushed: false,
     };
     notify(dir, &targets);
     // In mode skip a run never waits: it runs now or not at all.
@@ -156,6 +159,7 @@ pub(crate) fn enter_remote(
             Ok(Entered::Running(Box::new(Member {
                 place: Place::Remote(Some(slot)),
                 end: End::GaveUp,
+                pushed: false,
             })))
         }
         PgJoined::Superseded(by) => Ok(Entered::Superseded(by)),
@@ -255,6 +259,11 @@ impl Member {
         self.end = end;
     }
 
+    /// Records that a push of the command landed (`pushed` in its event).
+    pub(crate) fn set_pushed(&mut self, pushed: bool) {
+        self.pushed = pushed;
+    }
+
     /// Logs processes the command left behind (already terminated).
     pub(crate) fn log_leftovers(&self, detail: &str) {
         if let Place::Local { membership, .. } = &self.place {
@@ -282,10 +291,15 @@ impl Drop for Member {
             }
         };
         drop(slot.take());
+        let pushed = self.pushed;
         match &self.end {
-            End::Finished(code) => membership.finish(GroupEvent::Finished, Some(*code), None),
-            End::Superseded(by) => membership.finish(GroupEvent::Superseded, None, Some(by)),
-            End::GaveUp => membership.finish(GroupEvent::GaveUp, None, None),
+            End::Finished(code) => {
+                membership.finish(GroupEvent::Finished, Some(*code), None, pushed)
+            }
+            End::Superseded(by) => {
+                membership.finish(GroupEvent::Superseded, None, Some(by), pushed)
+            }
+            End::GaveUp => membership.finish(GroupEvent::GaveUp, None, None, false),
         }
         drop(watcher.take());
     }

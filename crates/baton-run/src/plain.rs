@@ -122,6 +122,7 @@ impl PlainEnd {
             workspace: None,
             leftovers: finished.leftovers,
             setup_failed: false,
+            pushed: false,
         })
     }
 }
