@@ -135,3 +135,37 @@ fn an_issue_branch_continues_the_pushed_branch_after_a_conflict() {
         "main is untouched"
     );
 }
+
+/// Without --ref, a branch only the remote has is made from the pushed
+/// branch (as `git checkout B` does), not from HEAD, where its next push
+/// would fight the pushed one. Fails before: the workspace started at HEAD.
+#[test]
+fn a_branch_only_the_remote_has_starts_from_the_pushed_branch() {
+    let g = GitEnv::new();
+    let b = clone_of_remote(&g, "agent-b");
+    let out = agent(&g, &b, "b1", "").output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    g.git_ok(&g.base, &["fetch", "-q", "origin"]);
+    let pushed = g.git_ok(&g.remote, &["rev-parse", BRANCH]);
+    let ws = g.json_ok(&[
+        "workspace",
+        "create",
+        "--repo",
+        g.base.to_str().unwrap(),
+        "--branch",
+        BRANCH,
+        "--json",
+    ]);
+    assert_eq!(ws["commit"], pushed.as_str(), "{ws}");
+    assert_eq!(
+        ws["reference"],
+        format!("refs/remotes/origin/{BRANCH}").as_str(),
+        "{ws}"
+    );
+    let path = ws["path"].as_str().unwrap();
+    assert_eq!(
+        g.git_ok(Path::new(path), &["rev-parse", "HEAD"]),
+        pushed,
+        "checked out at the pushed tip"
+    );
+}
