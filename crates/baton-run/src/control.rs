@@ -15,8 +15,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use baton_git::landing::Landing;
-use baton_lock::{CancelToken, LockGuard, WaitPolicy};
+use baton_lock::{BatonDir, CancelToken, LockGuard, WaitPolicy};
 use baton_proc::Canceller;
+
+use crate::group::{GroupMode, GroupRequest};
 
 /// Why a run was stopped before its command finished by itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,7 +104,7 @@ impl RunControl {
     /// doing. Returns whether this was the first stop.
     ///
     /// A supersede of a running command with a landing
-    /// ([`RunControl::set_landing`]) stops it from another thread once the
+    /// ([`RunControl::open_landing`]) stops it from another thread once the
     /// landing is closed: at once if no push of the run landed, else only
     /// if the command has not ended by itself within the grace period
     /// (`baton_git::landing`). Any other stop stops it at once.
@@ -135,11 +137,28 @@ impl RunControl {
         first
     }
 
-    /// The run's command pushes through `landing` (its variables are in the
-    /// command's environment): a supersede waits for a push in flight, at
+    /// The landing of a run of `group` in mode supersede (`None` for any
+    /// other run), cleared of an earlier run's record: its variables go
+    /// into the command's environment, so that its pushes announce
+    /// themselves, and a supersede then waits for a push in flight, at
     /// most `grace`, and spares a command whose push landed for `grace`.
-    pub(crate) fn set_landing(&self, landing: Landing, grace: Duration) {
-        self.lock().landing = Some((landing, grace));
+    pub(crate) fn open_landing(
+        &self,
+        dir: &BatonDir,
+        group: Option<&GroupRequest>,
+        grace: Duration,
+    ) -> Option<Landing> {
+        let g = group.filter(|g| g.mode == GroupMode::Supersede)?;
+        let landing = match Landing::new(dir, &g.key) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "pushes of this run cannot announce their landing");
+                return None;
+            }
+        };
+        landing.clear();
+        self.lock().landing = Some((landing.clone(), grace));
+        Some(landing)
     }
 
     /// The command has ended: a supersede waiting for it stops waiting.

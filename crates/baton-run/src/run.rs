@@ -297,23 +297,9 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         }
     }
     let mut env = command_env(dir, req, &run_id, &guards, member.as_ref());
-    // Mode supersede: the command's pushes announce themselves, so that a
-    // supersede waits for one that is landing (baton_git::landing).
-    let landing = req
-        .group
-        .as_ref()
-        .filter(|g| g.mode == crate::GroupMode::Supersede)
-        .and_then(|g| match baton_git::landing::Landing::new(dir, &g.key) {
-            Ok(l) => Some(l),
-            Err(e) => {
-                tracing::warn!(error = %e, "pushes of this run cannot announce their landing");
-                None
-            }
-        });
+    let landing = control.open_landing(dir, req.group.as_ref(), req.grace);
     if let Some(l) = &landing {
-        l.clear();
         env.extend(l.env());
-        control.set_landing(l.clone(), req.grace);
     }
     let mut spec = command_spec(req, program, args, env);
     if let Some((ws, _)) = &workspace {
