@@ -103,9 +103,11 @@ pub struct WorkspaceOptions {
     )]
     #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub branch: Option<String>,
-    /// Start `branch` over at the template's branch when it has commits
-    /// that one lacks (as `baton run --workspace --reset-branch`): its old
-    /// tip is kept under `refs/baton/abandoned/<branch>/<time>-<job id>`
+    /// Start `branch` over, dropping its commits that were never pushed
+    /// (as `baton run --workspace --reset-branch`): when it has commits
+    /// that neither its pushed branch nor the template's branch has, it is
+    /// moved to the pushed branch (if the template's branch lacks that
+    /// one's commits) or to the template's branch, and its old tip is kept under `refs/baton/abandoned/<branch>/<time>-<job id>`
     /// (the job's `abandoned_ref`); refused while a live workspace holds
     /// the branch (the job fails). Needs `branch`, and a template whose
     /// workspace names a branch (else 400).

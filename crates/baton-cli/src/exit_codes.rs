@@ -56,6 +56,7 @@ pub fn for_child(code: i32) -> u8 {
 pub fn for_git_error(e: &GitError) -> u8 {
     match e {
         GitError::Conflict { .. } => PUSH_CONFLICT,
+        GitError::Superseded { .. } => exit::SUPERSEDED as u8,
         e if e.is_busy() => NOT_ACQUIRED,
         _ => BATON_FAILED,
     }

@@ -287,6 +287,17 @@ pub const OUTPUTS: &[Output] = &[
         generate: root::<baton_git::GcReport>,
     },
     Output {
+        name: "event",
+        version: 1,
+        title: "baton events (one JSON object a line)",
+        array: false,
+        shape: json::EVENT,
+        optional: &["by", "code", "detail", "pushed"],
+        nested: &[],
+        request: false,
+        generate: root::<baton_run::events::Event>,
+    },
+    Output {
         name: "git-push",
         version: 1,
         title: "baton git push --json",

@@ -21,6 +21,8 @@ mod generated_docs;
 mod git;
 mod git_branch_names;
 mod git_push_edge_cases;
+mod git_issue_branch;
+mod git_landing;
 mod git_workflows;
 mod go_example;
 mod group_order;

@@ -103,6 +103,7 @@ const LOCKS_AND_GROUPS: &[&str] = &[
     "lock-break",
     "group-status",
     "group-list",
+    "event",
 ];
 const FILES_AND_GIT: &[&str] = &[
     "state-get",
@@ -254,6 +255,16 @@ fn lock_and_group_outputs_match_their_schemas() {
     fs::write(&release, "").unwrap();
     assert!(first.wait().unwrap().success());
     assert!(second.wait().unwrap().success());
+    // The event log of those runs (`pushed`: see git_landing.rs).
+    let events = env.run(&["events"]);
+    assert!(events.status.success(), "{}", stderr(&events));
+    for line in common::stdout(&events).lines() {
+        s.value(
+            "event",
+            "an event line",
+            serde_json::from_str(line).unwrap(),
+        );
+    }
 
     assert_eq!(s.validate(), names(LOCKS_AND_GROUPS));
 }

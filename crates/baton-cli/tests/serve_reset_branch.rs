@@ -421,3 +421,80 @@ fn an_sqlite_store_of_an_older_schema_opens_migrated_with_its_jobs() {
         assert_eq!(now, 4, "schema {version} was not migrated");
     }
 }
+
+/// Issue 36, item 3, through the service: a job's branch that was pushed
+/// (another agent added to it) and that holds a commit of its own that was
+/// never pushed. `workspace.reset_branch` drops only that commit (kept
+/// under refs/baton/abandoned/) and continues the pushed branch, instead
+/// of restarting at the template's branch, where the job's next push would
+/// conflict with the pushed branch again. Fails before: the job started at
+/// `origin/main`.
+#[test]
+fn reset_branch_of_a_pushed_branch_continues_it_and_drops_only_what_was_never_pushed() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    let repo = Diverged::new(r);
+    // The remote has main and agent/x, where another agent added a commit.
+    git(r, r, &["init", "-q", "--bare", "remote.git"]);
+    let remote = r.join("remote.git");
+    git(
+        r,
+        &repo.base,
+        &["remote", "add", "origin", remote.to_str().unwrap()],
+    );
+    git(r, &repo.base, &["push", "-q", "origin", "main", "agent/x"]);
+    git(
+        r,
+        r,
+        &[
+            "clone",
+            "-q",
+            "-b",
+            "agent/x",
+            remote.to_str().unwrap(),
+            "other",
+        ],
+    );
+    let other = r.join("other");
+    std::fs::write(other.join("other.txt"), "pushed by another agent\n").unwrap();
+    git(r, &other, &["add", "."]);
+    git(r, &other, &["commit", "-qm", "pushed"]);
+    git(r, &other, &["push", "-q", "origin", "agent/x"]);
+    let pushed = git(r, &other, &["rev-parse", "HEAD"]);
+    // The base's agent/x: the pushed commit `work`, then one never pushed.
+    git(r, &repo.base, &["checkout", "-q", "agent/x"]);
+    std::fs::write(repo.base.join("local.txt"), "never pushed\n").unwrap();
+    git(r, &repo.base, &["add", "."]);
+    git(r, &repo.base, &["commit", "-qm", "local"]);
+    let local = repo.rev("HEAD");
+    git(r, &repo.base, &["checkout", "-q", "main"]);
+
+    let base = repo.base.display();
+    let config = format!(
+        r#"
+grace = "1s"
+[templates.fetched]
+command = ["sh", "-c", "{{prompt}}"]
+workspace = {{ repo = "{base}", branch = "main", fetch_debounce = "1ms" }}
+"#
+    );
+    let s = Server::start(&config, &[]);
+    gitconfig(s.tmp.path());
+    let t = s.tmp();
+    let id = s.submit(json!({
+        "template": "fetched", "workspace": {"branch": "agent/x", "reset_branch": true},
+        "prompt": recording(&t, "continued")
+    }));
+    let j = s.wait_final(&id);
+    assert_eq!(j["status"], "succeeded", "{j}");
+    let head = wait_for_file(Path::new(&format!("{t}/continued.head")));
+    assert_eq!(
+        head.trim(),
+        pushed,
+        "the job did not continue the pushed branch"
+    );
+    let kept = j["abandoned_ref"].as_str().unwrap();
+    assert!(kept.starts_with("refs/baton/abandoned/agent/x/"), "{kept}");
+    assert_eq!(repo.rev(kept), local, "the unpushed commit is not kept");
+    assert_eq!(repo.rev("agent/x"), pushed, "the branch was not moved");
+}

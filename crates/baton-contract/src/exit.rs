@@ -11,7 +11,7 @@
 //! | 74 | [`CHANGED_NOT_DURABLE`] | `baton state`: changed, but durability unknown; check before repeating |
 //! | 75 | [`NOT_ACQUIRED`] | not acquired: busy with `--no-wait`, `--wait` elapsed, skipped, `--max-pending`, a stale token or version, a branch held by another workspace (`--reset-branch`) |
 //! | 76 | [`LOCK_LOST`] | `baton run --backend postgres://...`: the database session holding the lock ended, or the run's guardian stopped the command because the supervisor did not prove its session lived in time; the command was stopped (or never started) |
-//! | 79 | [`SUPERSEDED`] | superseded by a newer run of the same group (or cancelled) |
+//! | 79 | [`SUPERSEDED`] | superseded by a newer run of the same group (or cancelled); `baton git push`: the run it is part of was superseded, so the push was not sent |
 //! | 124 | [`TIMED_OUT`] | the command ran past `--timeout` (a `state edit` filter past `--filter-timeout`) and was killed |
 //! | 125 | [`BATON_FAILED`] | baton itself failed: bad usage, bad input, I/O error |
 //! | 126 | [`NOT_EXECUTABLE`] | the command could not be executed |

@@ -17,6 +17,7 @@
 //! | `workspace list --json` | workspace records | array of [`WORKSPACE_LISTED`] |
 //! | `workspace gc --json` | `baton_git::GcReport` | object, [`WORKSPACE_GC`] |
 //! | `git push --json` | `baton_git::PushReport` | object, [`GIT_PUSH`] |
+//! | `events` (one JSON object a line) | `baton_run::events::Event` | object, [`EVENT`] |
 //! | `doctor --json` | the CLI's doctor report | object, [`DOCTOR`]; each of `checks`, [`DOCTOR_CHECK`] |
 //! | `job submit --json` | `baton_api::Queued` | object, [`JOB_SUBMITTED`] |
 //! | `job submit --wait --json`, `job status --json` | `baton_api::JobView` | object, [`JOB`] |
@@ -188,6 +189,17 @@ pub const GROUP_STATUS: Shape = Shape {
         "skipped",
         "superseded",
         "waiting",
+    ],
+};
+
+/// A line of `baton events` (of `<baton dir>/events.jsonl`): one lifecycle
+/// event of a group run. `code` (for `finished`), `by` (for
+/// `superseded`), `pushed` (true when a `baton git push` of the run's
+/// command landed; absent otherwise) and `detail` may be absent.
+pub const EVENT: Shape = Shape {
+    command: "events",
+    fields: &[
+        "by", "code", "detail", "event", "group", "pid", "pushed", "run_id", "ts",
     ],
 };
 
@@ -400,6 +412,7 @@ pub const ALL: &[Shape] = &[
     LOCK_RELEASE,
     LOCK_BREAK,
     GROUP_STATUS,
+    EVENT,
     STATE_GET,
     STATE_EDIT,
     WORKSPACE,

@@ -1,15 +1,28 @@
 //! Where a workspace on a branch starts, and `--reset-branch`.
 //!
-//! With `--ref R --branch B` the workspace starts exactly at `R` when that
-//! loses nothing: `B` is new, or its tip (and its remote-tracking branch,
-//! `<remote>/B`) are in `R`; `B` is then moved forward to `R`. When `B` was
-//! pushed and `R` lacks its commits (a re-run of a pipeline on a branch it
-//! pushed before), the workspace continues the pushed branch from
-//! `<remote>/B`, provided the local `B` holds nothing that is not there
-//! (equal or behind): it says so, and the record's `reference` names
-//! `refs/remotes/<remote>/B`. A local `B` with commits that neither `R` nor
-//! `<remote>/B` has is refused ([`GitError::BranchNotAtRef`]) — unless the
-//! caller asked to start over ([`WorkspaceRequest::reset_branch`]).
+//! A branch that exists on the remote (`<remote>/B` in the base, as its
+//! last fetch saw it: `--fetch` prunes branches the remote deleted) is
+//! continued, never restarted: an issue branch that an agent pushes on
+//! every run must not start again at `main` and fight its own pushed
+//! commits (issue 36). So, with `--ref R --branch B`:
+//! - `B` not on the remote: the workspace starts exactly at `R` (a local
+//!   `B` with commits `R` lacks is refused, [`GitError::BranchNotAtRef`]).
+//! - `<remote>/B` in `R` (merged, or never ahead): it starts at `R`, moving
+//!   `B` forward to it — a fast-forward, which drops nothing.
+//! - `R` lacks commits of `<remote>/B`: it continues the pushed branch from
+//!   `<remote>/B` (said on stderr; the record's `reference` names
+//!   `refs/remotes/<remote>/B`), provided the local `B` holds nothing that
+//!   is not there (equal or behind); else refused. What `R` adds is not
+//!   merged in: a merge may conflict, and that is the command's to handle
+//!   (`git merge R` in the run), not the workspace's.
+//!
+//! Without `--ref`, an existing local `B` is checked out as it is, and a
+//! `B` only the remote has is made from `<remote>/B` (as `git checkout B`
+//! does), not from `HEAD`.
+//!
+//! `--reset-branch` ([`WorkspaceRequest::reset_branch`]) starts `B` over at
+//! that same start point instead of refusing: it drops only the local
+//! commits that were never pushed (nor are in `R`).
 //!
 //! Every ref of `B` is read and moved by its full name (`refs/heads/B`,
 //! `refs/remotes/<remote>/B`, `refs/baton/abandoned/B/...`), and `B` itself
@@ -18,7 +31,7 @@
 //!
 //! **Starting over never loses work**: the old tip is first kept under
 //! `refs/baton/abandoned/<B>/<UTC time>-<run id>` in the base repository
-//! (published before the branch moves), then `B` is moved to `R` with a
+//! (published before the branch moves), then `B` is moved to the start with a
 //! compare-and-swap on its old value. A reset is refused while a live
 //! workspace in the registry holds `B` ([`GitError::BranchHeld`], exit 75)
 //! or a work tree of the base has it checked out. The check and the record
@@ -101,8 +114,8 @@ pub(crate) fn contains(repo: &Path, descendant: &str, ancestor: &str) -> Result<
 }
 
 /// Where a workspace for `req` starts (module doc); reads only. With
-/// [`WorkspaceRequest::reset_branch`] and a branch `--ref` lacks commits
-/// of, the answer is `--ref`, and [`reset`] must then move the branch.
+/// [`WorkspaceRequest::reset_branch`] and a local branch with commits the
+/// start lacks, [`reset`] must then move the branch.
 pub(crate) fn start_point(repo: &Repo, req: &WorkspaceRequest) -> Result<Start, GitError> {
     let start = |reference: String, commit: String| Start {
         reference,
@@ -117,37 +130,35 @@ pub(crate) fn start_point(repo: &Repo, req: &WorkspaceRequest) -> Result<Start, 
     };
     let tips = tips(repo, branch)?;
     let Some(reference) = req.reference.clone() else {
-        return Ok(match tips.local {
-            Some(tip) => start(format!("refs/heads/{branch}"), tip),
-            None => start("HEAD".into(), resolve(repo, "HEAD")?),
+        return Ok(match (tips.local, tips.remote) {
+            (Some(tip), _) => start(format!("refs/heads/{branch}"), tip),
+            // As `git checkout B` does: a branch only the remote has is
+            // made from the pushed one, never from HEAD (its push would
+            // then fight the pushed branch).
+            (None, Some((name, pushed))) => start(name, pushed),
+            (None, None) => start("HEAD".into(), resolve(repo, "HEAD")?),
         });
     };
     let commit = resolve(repo, &reference)?;
-    let local_in_ref = match &tips.local {
-        Some(tip) => contains(&repo.path, &commit, tip)?,
-        None => true,
-    };
-    let remote_in_ref = match &tips.remote {
-        Some((_, tip)) => contains(&repo.path, &commit, tip)?,
-        None => true,
-    };
-    if req.reset_branch || (local_in_ref && remote_in_ref) {
-        return Ok(start(reference, commit));
-    }
-    if let Some((name, pushed)) = &tips.remote {
-        let local_in_remote = match &tips.local {
-            Some(tip) => contains(&repo.path, pushed, tip)?,
-            None => true,
-        };
-        if local_in_remote {
-            return Ok(Start {
-                instead_of: Some((reference, commit)),
-                ..start(name.clone(), pushed.clone())
-            });
+    // The pushed branch is continued when --ref lacks its commits;
+    // otherwise --ref holds all of it and the branch moves forward to --ref.
+    let (target, instead_of) = match tips.remote {
+        Some((name, pushed)) if !contains(&repo.path, &commit, &pushed)? => {
+            ((name, pushed), Some((reference.clone(), commit.clone())))
         }
+        _ => ((reference.clone(), commit.clone()), None),
+    };
+    let local_in_target = match &tips.local {
+        Some(tip) => contains(&repo.path, &target.1, tip)?,
+        None => true,
+    };
+    // A reset drops only what is in neither: the commits never pushed.
+    if local_in_target || req.reset_branch {
+        return Ok(Start {
+            instead_of,
+            ..start(target.0, target.1)
+        });
     }
-    // Only a local tip with commits that neither --ref nor the pushed
-    // branch has gets here.
     Err(GitError::BranchNotAtRef {
         repo: repo.path.clone(),
         branch: branch.clone(),

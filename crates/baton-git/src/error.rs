@@ -47,8 +47,9 @@ pub enum GitError {
     },
     /// `--branch` exists and has commits that neither `--ref` nor the
     /// branch's remote-tracking branch contains: a workspace on it cannot
-    /// start at `--ref` without dropping them (unless asked to reset it).
-    #[error("branch '{branch}' of '{}' is at {branch_commit}, which neither '{reference}' ({ref_commit}) nor its pushed branch contains: the workspace cannot start at --ref on that branch; drop --ref to continue the branch where it is, name a new --branch to start at --ref, or start over at --ref with --reset-branch (its old tip is kept under refs/baton/abandoned/{branch}/)", repo.display())]
+    /// start at `--ref` (or the pushed branch) without dropping them
+    /// (unless asked to reset it).
+    #[error("branch '{branch}' of '{}' is at {branch_commit}, which neither '{reference}' ({ref_commit}) nor its pushed branch contains: the workspace cannot start at --ref on that branch; drop --ref to continue the branch where it is, name a new --branch to start at --ref, or drop the commits that were never pushed with --reset-branch (it starts over at the pushed branch, else at --ref; the old tip is kept under refs/baton/abandoned/{branch}/)", repo.display())]
     BranchNotAtRef {
         /// The base repository.
         repo: PathBuf,
@@ -60,6 +61,14 @@ pub enum GitError {
         reference: String,
         /// The commit it names.
         ref_commit: String,
+    },
+    /// `baton git push` inside a group run that a newer run superseded: the
+    /// supervisor has closed the run's landing (`landing` module), so the
+    /// push was not sent.
+    #[error("the run of group '{key}' was superseded by a newer run: the push was not sent")]
+    Superseded {
+        /// The group key.
+        key: String,
     },
     /// `--reset-branch` was refused: a live workspace holds the branch (it
     /// was made on it and its owner still runs). Busy, as a lock is: try

@@ -14,12 +14,13 @@
 //!   in a registry in the baton dir with its owner's process identity, so the
 //!   leftovers of a crashed run are found and removed, and the workspace of a
 //!   live owner, or one still being created, never is.
-//! - **Branches** (the `branch` module): a workspace on an existing branch
-//!   starts exactly at `--ref` when that drops nothing, continues the pushed
-//!   branch when `--ref` lacks its commits, and otherwise is refused unless
-//!   [`WorkspaceRequest::reset_branch`] starts the branch over, keeping its
-//!   old tip under `refs/baton/abandoned/` (refused while another live
-//!   workspace holds the branch: [`GitError::BranchHeld`]).
+//! - **Branches** (the `branch` module): a workspace on a branch that was
+//!   pushed continues the pushed branch when `--ref` lacks its commits (it
+//!   never restarts at `--ref`), else starts exactly at `--ref`; a local
+//!   branch with commits that were never pushed is refused unless
+//!   [`WorkspaceRequest::reset_branch`] drops them, keeping its old tip
+//!   under `refs/baton/abandoned/` (refused while another live workspace
+//!   holds the branch: [`GitError::BranchHeld`]).
 //! - **Branch names** ([`branch_name_refusal`], [`check_branch_name`]): a
 //!   branch baton makes, works on or pushes never shadows another ref
 //!   (`origin/main` would answer for `refs/remotes/origin/main`, `refs/...`,
@@ -79,6 +80,7 @@ mod gc;
 mod git;
 mod guard;
 mod identity;
+pub mod landing;
 mod push;
 mod record;
 mod refname;

@@ -106,6 +106,9 @@ pub struct PushRequest {
     /// A queue other machines share (the lock backend) to wait in instead
     /// of this machine's; see the module doc.
     pub queue: Option<Arc<dyn PushQueue>>,
+    /// The supervising group run's landing: each `git push` is announced
+    /// there first, and recorded as landed after ([`crate::landing`]).
+    pub landing: Option<crate::landing::Landing>,
 }
 
 /// A line for pushes that machines share: takes the turn a lock request
@@ -142,6 +145,7 @@ impl PushRequest {
             run_id: None,
             log: false,
             queue: None,
+            landing: None,
         }
     }
 }
@@ -332,13 +336,30 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
     let attempts = req.backoff.attempts.max(1);
     for attempt in 1..=attempts {
         tracing::debug!(attempt, attempts, "git push: attempt");
+        // Landing: a supersede of the run waits for this push (or, once
+        // it has begun, refuses it here before anything is sent).
+        let announced = match &req.landing {
+            Some(l) => Some(l.announce(&run_id)?),
+            None => None,
+        };
         let (out, line) = git::output(
             &work,
             call.args(&["push", "--quiet", call.name.as_str(), refspec.as_str()]),
         )?;
         if out.status.success() {
             drop(guard);
-            let commit = git::run(&work, ["rev-parse", "--verify", "HEAD"])?;
+            let commit = git::run(&work, ["rev-parse", "--verify", "HEAD"]);
+            if let Some(a) = announced {
+                // The push landed whatever happens here: say so, do not fail.
+                let at = commit.as_deref().unwrap_or("HEAD");
+                if let Err(e) = a.landed(&remote, &branch, at) {
+                    log(&format!(
+                        "warning: {e}: the run will not know this push landed"
+                    ));
+                    tracing::warn!(error = %e, "landed push not recorded");
+                }
+            }
+            let commit = commit?;
             if attempt > 1 {
                 log(&format!(
                     "pushed {commit} to {onto_name} (attempt {attempt}/{attempts})"

@@ -49,23 +49,23 @@ pub struct WorkspaceRequest {
     /// `refs/remotes/<remote>/<branch>`, which nothing else can shadow);
     /// default `HEAD`.
     pub reference: Option<String>,
-    /// A branch to work on: created at `reference` if the base has no such
-    /// branch. If it exists: without `reference` it is checked out as it
-    /// is; with one, the workspace starts exactly at `reference` and the
-    /// branch is moved forward to it when that drops nothing; when the
-    /// branch was pushed and `reference` lacks its commits, the pushed
-    /// branch (`refs/remotes/<remote>/<branch>`, which the record's
-    /// `reference` then names) is continued; a branch with commits that
-    /// neither has is refused ([`GitError::BranchNotAtRef`]). See the
-    /// `branch` module. A name git refuses, or one that would shadow
+    /// A branch to work on: created at `reference` if neither the base nor
+    /// its remote has it. If the base has it and there is no `reference`,
+    /// it is checked out as it is. When it was pushed and `reference` lacks
+    /// its commits, the pushed branch (`refs/remotes/<remote>/<branch>`,
+    /// which the record's `reference` then names) is continued; otherwise
+    /// the workspace starts exactly at `reference` and the branch is moved
+    /// forward to it. A local branch with commits that the start lacks is
+    /// refused ([`GitError::BranchNotAtRef`]). See the `branch` module. A name git refuses, or one that would shadow
     /// another namespace (`origin/main`, `refs/...`, `tags/...`), is
     /// refused ([`GitError::BadBranchName`], [`crate::check_branch_name`]).
     pub branch: Option<String>,
-    /// Start over: with `reference` and `branch`, when the branch has
-    /// commits `reference` lacks, keep its old tip under
-    /// `refs/baton/abandoned/...` and move it to `reference` (refused while
-    /// a live workspace holds the branch: [`GitError::BranchHeld`]). See
-    /// the `branch` module.
+    /// Start over: with `reference` and `branch`, when the local branch has
+    /// commits that were never pushed (and `reference` lacks), keep its old
+    /// tip under `refs/baton/abandoned/...` and move it to where the
+    /// workspace starts: the pushed branch if `reference` lacks its
+    /// commits, else `reference` (refused while a live workspace holds the
+    /// branch: [`GitError::BranchHeld`]). See the `branch` module.
     pub reset_branch: bool,
     /// Clone (default) or worktree.
     pub strategy: Strategy,
@@ -380,7 +380,9 @@ fn fetch_base(
         let origin = RemoteCall::new(repo, "origin")?;
         git::run(
             &repo.path,
-            origin.args(&["fetch", "--quiet", origin.name.as_str()]),
+            // --prune: a branch the remote deleted is not "pushed" any
+            // more (branch.rs continues a pushed branch).
+            origin.args(&["fetch", "--quiet", "--prune", origin.name.as_str()]),
         )?;
         let mut options = fs::OpenOptions::new();
         options.write(true).truncate(true);

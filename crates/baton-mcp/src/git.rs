@@ -139,6 +139,10 @@ pub(crate) fn push(session: &Arc<Session>, args: PushArgs) -> Outcome<PushOut> {
     req.branch = args.branch;
     req.run_id = Some(session.identity.session.clone());
     req.log = false;
+    // An agent run as a group run's command (`baton run --group K --mode
+    // supersede -- agent`), whose MCP server inherits the run's landing:
+    // its pushes announce themselves as `baton git push`'s do.
+    req.landing = baton_git::landing::Landing::from_env();
     let report = baton_git::push(&req).map_err(|e| message(&e))?;
     let summary = format!(
         "pushed {} to {}/{} after {} attempt(s)",

@@ -5,11 +5,20 @@
 //! wait), or running its command (the supervisor's [`Canceller`] sends TERM,
 //! grace, KILL). The group machinery stops a superseded run through the same
 //! value; one process can own as many runs as it likes.
+//!
+//! A supersede of a run whose command pushes with `baton git push` waits
+//! for a push that is landing (bounded by the grace period), and lets a
+//! command whose push landed end by itself: the protocol is in
+//! `baton_git::landing`; [`RunControl::stop`] is its supervisor side.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
-use baton_lock::CancelToken;
+use baton_git::landing::Landing;
+use baton_lock::{BatonDir, CancelToken, LockGuard, WaitPolicy};
 use baton_proc::Canceller;
+
+use crate::group::{GroupMode, GroupRequest};
 
 /// Why a run was stopped before its command finished by itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,12 +46,22 @@ pub struct RunControl {
 struct Inner {
     waits: CancelToken,
     state: Mutex<State>,
+    /// Signalled when the command has ended ([`RunControl::command_ended`]).
+    ended: Condvar,
 }
 
 #[derive(Debug, Default)]
 struct State {
     reason: Option<StopReason>,
     command: Option<Canceller>,
+    /// The run's landing, and its grace period (mode supersede).
+    landing: Option<(Landing, Duration)>,
+    /// A supersede is waiting for the landing (at most once).
+    deferring: bool,
+    /// The landing closed by a supersede: held until the run is over.
+    closed: Option<LockGuard>,
+    /// The command has ended.
+    ended: bool,
 }
 
 impl RunControl {
@@ -83,17 +102,75 @@ impl RunControl {
 
     /// Records `reason` (the first one wins) and stops whatever the run is
     /// doing. Returns whether this was the first stop.
+    ///
+    /// A supersede of a running command with a landing
+    /// ([`RunControl::open_landing`]) stops it from another thread once the
+    /// landing is closed: at once if no push of the run landed, else only
+    /// if the command has not ended by itself within the grace period
+    /// (`baton_git::landing`). Any other stop stops it at once.
     pub(crate) fn stop(&self, reason: StopReason) -> bool {
+        let superseded = matches!(reason, StopReason::Superseded { .. });
         let mut state = self.lock();
         let first = state.reason.is_none();
         if first {
             state.reason = Some(reason);
         }
         self.inner.waits.cancel();
-        if let Some(c) = &state.command {
-            c.cancel();
+        let Some(c) = state.command.clone() else {
+            return first;
+        };
+        match (state.landing.clone(), superseded) {
+            (Some(_), true) if state.deferring => {}
+            (Some((landing, grace)), true) => {
+                state.deferring = true;
+                let inner = Arc::clone(&self.inner);
+                let canceller = c.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("baton-landing".into())
+                    .spawn(move || land_then_stop(&inner, &landing, grace, &canceller));
+                if spawned.is_err() {
+                    c.cancel();
+                }
+            }
+            _ => c.cancel(),
         }
         first
+    }
+
+    /// The landing of a run of `group` in mode supersede (`None` for any
+    /// other run), cleared of an earlier run's record: its variables go
+    /// into the command's environment, so that its pushes announce
+    /// themselves, and a supersede then waits for a push in flight, at
+    /// most `grace`, and spares a command whose push landed for `grace`.
+    pub(crate) fn open_landing(
+        &self,
+        dir: &BatonDir,
+        group: Option<&GroupRequest>,
+        grace: Duration,
+    ) -> Option<Landing> {
+        let g = group.filter(|g| g.mode == GroupMode::Supersede)?;
+        let landing = match Landing::new(dir, &g.key) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "pushes of this run cannot announce their landing");
+                return None;
+            }
+        };
+        landing.clear();
+        self.lock().landing = Some((landing.clone(), grace));
+        Some(landing)
+    }
+
+    /// The command has ended: a supersede waiting for it stops waiting.
+    pub(crate) fn command_ended(&self) {
+        self.lock().ended = true;
+        self.inner.ended.notify_all();
+    }
+
+    /// The run is over: lets go of the landing a supersede closed.
+    pub(crate) fn release_landing(&self) {
+        let closed = self.lock().closed.take();
+        drop(closed);
     }
 
     /// The token that ends this run's lock waits.
@@ -111,10 +188,44 @@ impl RunControl {
         state.command = Some(command);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, State> {
+        lock(&self.inner)
+    }
+}
+
+fn lock(inner: &Inner) -> MutexGuard<'_, State> {
+    inner.state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The deferred stop of a superseded command (see [`RunControl::stop`]):
+/// closes the landing (waiting at most `grace` for pushes in flight); if a
+/// push landed, waits at most `grace` more for the command to end by
+/// itself; then stops it unless it has ended.
+fn land_then_stop(inner: &Inner, landing: &Landing, grace: Duration, command: &Canceller) {
+    let closed = landing.close(WaitPolicy::AtMost(grace));
+    let pushed = landing.pushed();
+    let mut state = lock(inner);
+    if !state.ended {
+        state.closed = closed; // until the run is over
+    }
+    if pushed {
+        tracing::info!(
+            "superseded after its push landed: the command may end by itself within the grace period"
+        );
+        let deadline = Instant::now() + grace;
+        while !state.ended {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = inner
+                .ended
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+    if !state.ended {
+        command.cancel();
     }
 }

@@ -82,8 +82,9 @@ use serde::{Deserialize, Serialize};
 pub use crate::error::EventLogError;
 use crate::error::RunError;
 
-/// One lifecycle event.
+/// One lifecycle event of a group run: a line of `baton events`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Event {
     /// When (RFC 3339).
     pub ts: String,
@@ -101,6 +102,12 @@ pub struct Event {
     /// The superseding run, for `superseded`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
+    /// A `baton git push` of the run's command landed, for `finished` and
+    /// `superseded` (mode supersede; present only when true). A run
+    /// superseded after its push landed ends `finished` with its own code
+    /// when its command ended by itself within the grace period.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pushed: bool,
     /// Free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -117,6 +124,7 @@ impl Event {
             pid: std::process::id() as i32,
             code: None,
             by: None,
+            pushed: false,
             detail: None,
         }
     }

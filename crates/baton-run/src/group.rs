@@ -589,7 +589,13 @@ impl Membership {
     }
 
     /// Removes the run from the group and logs how it ended.
-    pub(crate) fn finish(&self, event: GroupEvent, code: Option<i32>, by: Option<&str>) {
+    pub(crate) fn finish(
+        &self,
+        event: GroupEvent,
+        code: Option<i32>,
+        by: Option<&str>,
+        pushed: bool,
+    ) {
         let result = (|| -> Result<(), RunError> {
             let _meta = meta_lock(&self.paths, &self.key)?;
             let mut doc = read_doc(&self.paths.doc, &self.key)?;
@@ -605,6 +611,7 @@ impl Membership {
         let mut ev = Event::new(self.key.as_str(), &self.run_id, event.as_str());
         ev.code = code;
         ev.by = by.map(String::from);
+        ev.pushed = pushed;
         if let Err(e) = result {
             ev.detail = Some(format!("group bookkeeping failed: {e}"));
         }

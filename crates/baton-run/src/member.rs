@@ -35,6 +35,8 @@ pub(crate) struct Member {
     /// What leaving leaves for the next run on the slot; `None`: the run
     /// did nothing, the next learns what this one learned.
     outcome: Option<HolderOutcome>,
+    /// A push of its command landed (recorded with how it ended).
+    pushed: bool,
 }
 
 /// Where the group lives.
@@ -96,6 +98,7 @@ pub(crate) fn enter_local(
         },
         end: End::GaveUp,
         outcome: None,
+        pushed: false,
     };
     notify(dir, &targets);
     // In mode skip a run never waits: it runs now or not at all.
@@ -161,6 +164,7 @@ pub(crate) fn enter_remote(
                 place: Place::Remote(Some(slot)),
                 end: End::GaveUp,
                 outcome: None,
+                pushed: false,
             })))
         }
         PgJoined::Superseded(by) => Ok(Entered::Superseded(by)),
@@ -273,6 +277,11 @@ impl Member {
         self.end = end;
     }
 
+    /// Records that a push of the command landed (`pushed` in its event).
+    pub(crate) fn set_pushed(&mut self, pushed: bool) {
+        self.pushed = pushed;
+    }
+
     /// Logs processes the command left behind (already terminated).
     pub(crate) fn log_leftovers(&self, detail: &str) {
         if let Place::Local { membership, .. } = &self.place {
@@ -306,10 +315,15 @@ impl Drop for Member {
                 None => s.release_unused(),
             };
         }
+        let pushed = self.pushed;
         match &self.end {
-            End::Finished(code) => membership.finish(GroupEvent::Finished, Some(*code), None),
-            End::Superseded(by) => membership.finish(GroupEvent::Superseded, None, Some(by)),
-            End::GaveUp => membership.finish(GroupEvent::GaveUp, None, None),
+            End::Finished(code) => {
+                membership.finish(GroupEvent::Finished, Some(*code), None, pushed)
+            }
+            End::Superseded(by) => {
+                membership.finish(GroupEvent::Superseded, None, Some(by), pushed)
+            }
+            End::GaveUp => membership.finish(GroupEvent::GaveUp, None, None, false),
         }
         drop(watcher.take());
     }

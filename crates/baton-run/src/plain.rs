@@ -123,6 +123,7 @@ impl PlainEnd {
             workspace: None,
             leftovers: finished.leftovers,
             setup_failed: false,
+            pushed: false,
         })
     }
 }

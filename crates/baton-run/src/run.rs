@@ -187,6 +187,11 @@ pub struct RunReport {
     /// The setup command ([`RunRequest::setup`]) failed: the command did
     /// not run, and [`RunReport::outcome`] is the setup's.
     pub setup_failed: bool,
+    /// A `baton git push` of the command landed (a run of a group in mode
+    /// supersede, whose pushes announce themselves: `baton_git::landing`).
+    /// A superseded run that pushed ends with its command's own status when
+    /// the command ends by itself within the grace period.
+    pub pushed: bool,
 }
 
 /// Joins the group (if any), acquires the locks, runs the command with
@@ -306,12 +311,12 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
             m.vouch_to(&g.fence);
         }
     }
-    let mut spec = command_spec(
-        req,
-        program,
-        args,
-        command_env(dir, req, &run_id, &guards, member.as_ref()),
-    );
+    let mut env = command_env(dir, req, &run_id, &guards, member.as_ref());
+    let landing = control.open_landing(dir, req.group.as_ref(), req.grace);
+    if let Some(l) = &landing {
+        env.extend(l.env());
+    }
+    let mut spec = command_spec(req, program, args, env);
     if let Some((ws, _)) = &workspace {
         spec.cwd = Some(ws.path.clone());
         spec.env
@@ -356,10 +361,17 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
             supervisor.run_with(on_start)
         }
     };
+    control.command_ended();
     let (outcome, leftovers, fenced, guardian_lost) = match finished {
         Ok(f) => (Ok(f.outcome), f.leftovers, f.fenced, f.guardian_lost),
         Err(e) => (Err(e), Vec::new(), false, false),
     };
+    // Every process of the command is gone: no push can land any more.
+    let pushed = landing.as_ref().is_some_and(|l| l.pushed());
+    if let Some(l) = &landing {
+        l.clear();
+    }
+    control.release_landing();
 
     // 4. Tear down: workspace, locks (reverse order), group slot.
     // Nobody watches this removal: commits the base's branch cannot take
@@ -395,6 +407,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         if !leftovers.is_empty() {
             m.log_leftovers(&leftover_list(&leftovers));
         }
+        m.set_pushed(pushed);
         m.end(match (&outcome, &superseded_by) {
             (Ok(Outcome::Cancelled), Some(by)) => End::Superseded(by.clone()),
             (Ok(o), _) => End::Finished(o.exit_code()),
@@ -403,7 +416,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         drop(m); // the newer run may start now
     }
     if let (Some(g), Some(by)) = (&req.group, &superseded_by) {
-        run_hook(req, g.key.as_str(), &run_id, by, true);
+        run_hook(req, g.key.as_str(), &run_id, by, true, pushed);
     }
     tracing::debug!(run_id = %run_id, outcome = ?outcome.as_ref().map(Outcome::exit_code), leftovers = leftovers.len(), superseded_by = superseded_by.as_deref(), "run ended; locks released");
     let outcome = outcome?;
@@ -432,6 +445,7 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         workspace: workspace.map(|(ws, _)| ws),
         leftovers,
         setup_failed,
+        pushed,
     })
 }
 
@@ -554,7 +568,7 @@ fn leftover_list(leftovers: &[Leftover]) -> String {
 /// A group run superseded before its command started.
 fn not_run(req: &RunRequest, g: &GroupRequest, run_id: &str, by: Option<String>) -> RunReport {
     if let Some(by) = &by {
-        run_hook(req, g.key.as_str(), run_id, by, false);
+        run_hook(req, g.key.as_str(), run_id, by, false, false);
     }
     RunReport {
         run_id: run_id.to_string(),
@@ -567,6 +581,7 @@ fn not_run(req: &RunRequest, g: &GroupRequest, run_id: &str, by: Option<String>)
         workspace: None,
         leftovers: Vec::new(),
         setup_failed: false,
+        pushed: false,
     }
 }
 
@@ -582,14 +597,17 @@ fn not_run_cancelled(run_id: &str) -> RunReport {
         workspace: None,
         leftovers: Vec::new(),
         setup_failed: false,
+        pushed: false,
     }
 }
 
 /// Runs `--on-superseded` with `sh -c`, supervised like any command and
 /// bounded by the grace period (its process group is stopped at the end of it).
 /// `BATON_RUN_STARTED` tells it whether the command had started (`1`: it
-/// was stopped) or the run was superseded while it waited (`0`).
-fn run_hook(req: &RunRequest, key: &str, run_id: &str, by: &str, started: bool) {
+/// was stopped, or ended by itself after its push landed) or the run was
+/// superseded while it waited (`0`); `BATON_RUN_PUSHED` whether a push of
+/// the command landed (`1`: its work was published) or not (`0`).
+fn run_hook(req: &RunRequest, key: &str, run_id: &str, by: &str, started: bool, pushed: bool) {
     let Some(cmd) = &req.on_superseded else {
         return;
     };
@@ -603,6 +621,10 @@ fn run_hook(req: &RunRequest, key: &str, run_id: &str, by: &str, started: bool) 
         (
             "BATON_RUN_STARTED".into(),
             if started { "1" } else { "0" }.into(),
+        ),
+        (
+            "BATON_RUN_PUSHED".into(),
+            if pushed { "1" } else { "0" }.into(),
         ),
     ];
     spec.timeout = Some(req.grace);

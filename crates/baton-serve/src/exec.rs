@@ -476,8 +476,11 @@ fn finish_of(
         }
     }
     let code = report.outcome.exit_code();
+    // A run superseded after its push landed whose command then ended by
+    // itself ends with its own status (baton_git::landing).
+    let landed_then_ended = report.pushed && report.outcome != Outcome::Cancelled;
     let (status, error) = match report.outcome {
-        _ if report.superseded_by.is_some() => (
+        _ if report.superseded_by.is_some() && !landed_then_ended => (
             JobStatus::Superseded,
             Some(format!(
                 "superseded by {}",

@@ -30,7 +30,7 @@ pub struct NewJob {
     pub timeout_ms: u64,
     /// The branch its workspace works on.
     pub branch: Option<String>,
-    /// Start `branch` over at the template's branch when it diverged (the
+    /// Start `branch` over, dropping its commits that were never pushed (the
     /// old tip kept under `refs/baton/abandoned/...`; see `baton_git`).
     pub reset_branch: bool,
     /// Raw argv (only when the configuration allows raw commands).

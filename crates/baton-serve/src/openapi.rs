@@ -358,8 +358,11 @@ fn submit_request(doc: &mut Value, config: &Config, names: &[Value]) -> Result<(
                 }, "reset_branch": {
                     "type": "boolean",
                     "default": false,
-                    "description": "Start 'branch' over at the template's branch when it has commits \
-                                    that one lacks: its old tip is kept under \
+                    "description": "Start 'branch' over, dropping its commits that were never pushed: \
+                                    when it has commits that neither its pushed branch nor the template's \
+                                    branch has, it is moved to the pushed branch (if the template's branch \
+                                    lacks that one's commits) or to the template's branch, and its old tip \
+                                    is kept under \
                                     refs/baton/abandoned/<branch>/<time>-<job id> (the job's abandoned_ref). \
                                     true needs 'branch' and a template whose workspace names a branch \
                                     (else 400); while a live workspace holds the branch, the job fails."

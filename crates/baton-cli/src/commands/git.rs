@@ -34,9 +34,15 @@ again: the first retry at once, later ones after --base-delay, doubling up to --
 each +-25% random. If the rebase conflicts it is aborted, the local commits are left exactly
 as they were and the conflicting paths are listed.
 
+Inside a run of a group in mode supersede, each push is announced to the run's supervisor
+first (BATON_LANDING_DIR, BATON_LANDING_KEY): a newer run's supersede waits for a push in
+flight (at most the run's --grace), and a run whose push landed ends with its own status and
+BATON_RUN_PUSHED=1 for its --on-superseded hook. A push that would start after the supersede
+is not sent (79).
+
 Exit status: 0 pushed; 1 rebase conflict (nothing pushed, local commits unchanged);
-75 still rejected after --attempts, or a lock stayed busy; 125 other failures (git's message
-is shown).")]
+75 still rejected after --attempts, or a lock stayed busy; 79 the run it is part of was
+superseded (not sent); 125 other failures (git's message is shown).")]
     Push {
         /// The repository to push from.
         #[arg(long, value_name = "PATH", default_value = ".")]
@@ -133,6 +139,7 @@ pub fn run_git(dir: &BatonDir, cmd: GitCommand, flags: &crate::commands::Flags<'
                 .or_else(|| Some(crate::logging::run_id().to_string()));
             req.log = true;
             req.queue = flags.backend.push_queue();
+            req.landing = baton_git::landing::Landing::from_env();
             match push(&req) {
                 Ok(r) if json => {
                     crate::say::committed();

@@ -50,7 +50,12 @@ pub struct RunArgs {
     pub max_pending: Option<u32>,
 
     /// Shell command run when this run is superseded, at most --grace long (BATON_SUPERSEDED_BY is
-    /// the newer run's id; BATON_RUN_STARTED is 1 if the command had started, 0 if it was waiting).
+    /// the newer run's id; BATON_RUN_STARTED is 1 if the command had started, 0 if it was waiting;
+    /// BATON_RUN_PUSHED is 1 if a `baton git push` of the command landed, else 0).
+    ///
+    /// Mode supersede: a supersede waits (at most --grace) for a `baton git push` of the command
+    /// that is landing, and a command whose push landed may end by itself within --grace, with
+    /// its own exit status (its event in `baton events` says "pushed": true).
     #[arg(long, value_name = "CMD", requires = "group")]
     pub on_superseded: Option<String>,
 

@@ -50,18 +50,20 @@ pub struct RunWorkspaceArgs {
     #[arg(long = "ref", value_name = "REF", requires = "workspace")]
     pub reference: Option<String>,
 
-    /// Branch to work on in the workspace: created at --ref; if it exists, continued where it
-    /// is, or with --ref moved forward to it; if it was pushed and --ref lacks its commits, the
-    /// pushed branch (<remote>/NAME) is continued (said on stderr); refused, naming both
-    /// commits, if it has commits that neither --ref nor the pushed branch has. A name that
-    /// would shadow another ref (origin/..., a remote's name, refs/..., heads/..., remotes/...,
-    /// tags/...) or that git refuses is refused (125).
+    /// Branch to work on in the workspace: created at --ref; if it was pushed and --ref lacks
+    /// its commits, the pushed branch (<remote>/NAME) is continued (said on stderr; --ref is not
+    /// merged in); if it exists, continued where it is, or with --ref moved forward to it;
+    /// refused, naming both commits, if it has commits that neither --ref nor the pushed branch
+    /// has. A name that would shadow another ref (origin/..., a remote's name, refs/...,
+    /// heads/..., remotes/..., tags/...) or that git refuses is refused (125).
     #[arg(long, value_name = "NAME", requires = "workspace")]
     pub branch: Option<String>,
 
-    /// Start --branch over at --ref: if it has commits --ref lacks, keep its old tip under
+    /// Start --branch over, dropping its commits that were never pushed: if it has commits that
+    /// neither the pushed branch (<remote>/NAME) nor --ref has, keep its old tip under
     /// refs/baton/abandoned/<branch>/<time>-<run id> in the repository (named on stderr), then
-    /// move it to --ref. Refused (exit 75) while another live workspace holds the branch.
+    /// move it to the pushed branch (when --ref lacks its commits) or to --ref. Refused (exit 75)
+    /// while another live workspace holds the branch.
     #[arg(long, requires_all = ["reference", "branch"])]
     pub reset_branch: bool,
 
@@ -146,12 +148,13 @@ out there, or has diverged) the removal is refused and names them (`baton worksp
 ID --discard` drops them). A run's own workspace (`baton run --workspace`) keeps them under
 refs/baton/kept/BRANCH/<UTC time>-<run id> in the base instead, and goes.
 
-With --ref and an existing --branch the workspace starts exactly at --ref when that drops
-nothing (the branch is moved forward). A branch that was pushed (<remote>/NAME in the
-repository, as its last fetch saw it) and whose commits --ref lacks is continued from the
-pushed branch instead, when the local branch has nothing the pushed one lacks. A branch with
-commits that neither has is refused, naming both commits; --reset-branch starts it over at
---ref, keeping the old tip under refs/baton/abandoned/ (list them: `git for-each-ref
+A branch that was pushed (<remote>/NAME in the repository, as its last fetch saw it; --fetch
+prunes branches the remote deleted) and whose commits --ref lacks is continued from the
+pushed branch, never restarted at --ref (--ref is not merged in: run `git merge` in the
+workspace for that). Otherwise, with --ref and an existing --branch the workspace starts
+exactly at --ref (the branch is moved forward). A local branch with commits the start lacks
+is refused, naming both commits; --reset-branch drops those commits that were never pushed,
+keeping the old tip under refs/baton/abandoned/ (list them: `git for-each-ref
 refs/baton/abandoned/`). The remote branch is never moved.
 
 Exit status: 0 created; 75 the repository lock stayed busy past --git-lock-wait, or another
@@ -163,18 +166,19 @@ live workspace holds the branch (--reset-branch); 125 failed.")]
         /// Commit to start from, exactly [default: an existing --branch where it is, else HEAD].
         #[arg(long = "ref", value_name = "REF")]
         reference: Option<String>,
-        /// Branch to work on: created at --ref; if it exists, continued where it is, or with
-        /// --ref moved forward to it; if it was pushed and --ref lacks its commits, the pushed
-        /// branch (<remote>/NAME) is continued (said on stderr); refused, naming both commits,
-        /// if it has commits that neither --ref nor the pushed branch has. A name that would
-        /// shadow another ref (origin/..., a remote's name, refs/..., heads/..., remotes/...,
-        /// tags/...) or that git refuses is refused (125).
+        /// Branch to work on: created at --ref; if it was pushed and --ref lacks its commits,
+        /// the pushed branch (<remote>/NAME) is continued (said on stderr; --ref is not merged
+        /// in); if it exists, continued where it is, or with --ref moved forward to it; refused,
+        /// naming both commits, if it has commits that neither --ref nor the pushed branch has.
+        /// A name that would shadow another ref (origin/..., a remote's name, refs/...,
+        /// heads/..., remotes/..., tags/...) or that git refuses is refused (125).
         #[arg(long, value_name = "NAME")]
         branch: Option<String>,
-        /// Start --branch over at --ref: if it has commits --ref lacks, keep its old tip under
+        /// Start --branch over, dropping its commits that were never pushed: if it has commits
+        /// that neither the pushed branch (<remote>/NAME) nor --ref has, keep its old tip under
         /// refs/baton/abandoned/<branch>/<time>-<run id> (named on stderr and in --json as
-        /// abandoned_ref), then move it to --ref. Refused (exit 75) while another live
-        /// workspace holds the branch.
+        /// abandoned_ref), then move it to the pushed branch (when --ref lacks its commits) or
+        /// to --ref. Refused (exit 75) while another live workspace holds the branch.
         #[arg(long, requires_all = ["reference", "branch"])]
         reset_branch: bool,
         /// How the workspace is made.
@@ -461,7 +465,7 @@ pub(crate) fn say_start(ws: &Workspace, asked: Option<&str>) {
     }
     if let Some(asked) = asked.filter(|a| *a != ws.reference) {
         errln!(
-            "baton: branch '{branch}' was pushed and '{asked}' lacks its commits: continuing the pushed branch {} at {} (--reset-branch starts it over at '{asked}')",
+            "baton: branch '{branch}' was pushed and '{asked}' lacks its commits: continuing the pushed branch {} at {} ('{asked}' is not merged in)",
             ws.reference,
             ws.commit
         );
