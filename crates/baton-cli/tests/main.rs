@@ -42,6 +42,7 @@ mod review_polish;
 mod run;
 mod schemas;
 mod serve;
+mod serve_activation;
 mod serve_branch_refs;
 mod serve_cli;
 mod serve_common;
