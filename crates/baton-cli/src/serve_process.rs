@@ -11,7 +11,12 @@ use baton_serve::{Config, ServeError};
 
 /// Runs the service on `dir` until SIGTERM or SIGINT, then drains and
 /// returns.
+///
+/// A listening socket passed by the service manager (systemd's socket
+/// activation, `LISTEN_FDS`) is served instead of the `listen` address; it
+/// is taken before any thread starts (it changes the environment).
 pub(crate) fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
+    let inherited = baton_serve::activation::inherited_listener()?;
     let _instance = baton_serve::claim_instance(&dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -22,9 +27,18 @@ pub(crate) fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
     baton_serve::conn::hide_from_jobs();
     baton_serve::conn::adopt_orphans();
     runtime.block_on(async move {
-        let listener = baton_serve::bind(config.listen).await?;
+        let (listener, listening) = match inherited {
+            Some(socket) => (
+                baton_serve::adopt(socket, &config)?,
+                baton_serve::Listening::Activated,
+            ),
+            None => (
+                baton_serve::bind(config.listen).await?,
+                baton_serve::Listening::Bound,
+            ),
+        };
         let service = baton_serve::open(config, dir).await?;
-        baton_serve::launch(listener, service, shutdown_signal()).await
+        baton_serve::launch_with(listener, listening, service, shutdown_signal()).await
     })
 }
 

@@ -49,6 +49,7 @@ mod cli_edge_inputs;
 mod run;
 mod schemas;
 mod serve;
+mod serve_activation;
 mod serve_branch_refs;
 mod serve_branch_shared;
 mod serve_cli;

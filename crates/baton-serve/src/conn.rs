@@ -86,25 +86,51 @@ pub fn connection_cap(config: &Config) -> usize {
     config.connections.max_connections.min(room)
 }
 
-/// Serves connections until `stop` fires, at most `cap` at once, then lets
-/// open ones finish their current response (at most 2 s: streams that
-/// follow a log may outlive the drain).
+/// When the accept loop changes course.
+pub(crate) struct Phases {
+    /// The drain began: stop accepting (the socket stays with the service
+    /// manager) and close idle connections. `None`: keep accepting until
+    /// `stop` (the service bound the socket itself).
+    pub(crate) drain: Option<tokio::sync::oneshot::Receiver<()>>,
+    /// The drain is over: stop.
+    pub(crate) stop: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// Serves connections until `phases.stop` fires (or stops accepting at
+/// `phases.drain`), at most `cap` at once, then lets open ones finish their
+/// current response (at most 2 s: streams that follow a log may outlive the
+/// drain).
 pub(crate) async fn accept_loop(
     listener: tokio::net::TcpListener,
     app: Router,
-    mut stop: tokio::sync::oneshot::Receiver<()>,
+    phases: Phases,
     header_read_timeout: Duration,
     cap: usize,
 ) {
     use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::service::TowerToHyperService;
+    let Phases { drain, mut stop } = phases;
     let (closing_tx, closing_rx) = tokio::sync::watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();
     let open = Arc::new(AtomicUsize::new(0));
     let refusing = Arc::new(AtomicUsize::new(0));
+    let drain = async move {
+        match drain {
+            Some(rx) => {
+                let _ = rx.await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    let mut drain = std::pin::pin!(drain);
+    let mut stopped = false;
     loop {
         let stream = tokio::select! {
-            _ = &mut stop => break,
+            _ = &mut stop => {
+                stopped = true;
+                break;
+            }
+            () = &mut drain => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {
@@ -140,6 +166,20 @@ pub(crate) async fn accept_loop(
                 }
             }
         });
+    }
+    if !stopped {
+        // Socket activation: what connects from now on waits in the
+        // socket's queue, which the service manager keeps, for the next
+        // instance. Connections under way finish their request (a chat
+        // call waits for its job); idle ones are closed now, so that their
+        // clients' next request goes to the queue too.
+        drop(listener);
+        let _ = closing_tx.send(true);
+        tracing::info!(
+            "draining: no longer accepting; new connections wait in the socket for the next instance"
+        );
+        // The connections run on their own tasks meanwhile.
+        let _ = stop.await;
     }
     let _ = closing_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(2), async {

@@ -11,10 +11,12 @@
 //! - [`exec`]: running one job; `exec_async` (Linux): a plain job
 //!   supervised on the runtime.
 //! - [`api`], [`compat`], [`dashboard`]: the HTTP front end.
+//! - [`activation`]: a listening socket passed by the service manager
+//!   (systemd's socket activation), so that restarts refuse no connection.
 //! - [`openapi`]: the OpenAPI document, for the running configuration.
 //! - [`browser`]: the Host, Origin and content-type checks of every request.
-//! - [`server`]: the entry points (`claim_instance`, `bind`, `open`,
-//!   `launch`) and the router; [`conn`]: its connections' limits.
+//! - [`server`]: the entry points (`claim_instance`, `bind` or `adopt`,
+//!   `open`, `launch`) and the router; [`conn`]: its connections' limits.
 //!
 //! The wire model (requests, jobs, statuses, modes, errors) is `baton-api`;
 //! the client of the service (`baton job ...`) is `baton-client`.
@@ -38,6 +40,7 @@
 //! (`baton_proc::RunSpec::guard`): [`server::open`] says so
 //! ([`ServeError::Unsupported`]); the store itself works (its tests pass).
 
+pub mod activation;
 pub mod api;
 pub mod browser;
 pub mod compat;
@@ -59,4 +62,6 @@ pub mod store;
 mod sys;
 
 pub use config::{Config, ConfigError, Overrides};
-pub use server::{bind, claim_instance, launch, open, Instance, ServeError};
+pub use server::{
+    adopt, bind, claim_instance, launch, launch_with, open, Instance, Listening, ServeError,
+};

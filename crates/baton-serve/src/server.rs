@@ -50,6 +50,33 @@ pub enum ServeError {
     /// What was asked cannot be done on this platform (said in full).
     #[error("{0}")]
     Unsupported(&'static str),
+    /// The socket the service manager passed cannot be served.
+    #[error(transparent)]
+    Activation(#[from] crate::activation::ActivationError),
+    /// The socket the service manager passed is on an address that needs a
+    /// token, and none is configured.
+    #[error(
+        "refusing to serve the socket passed by the service manager on {0} without a token: \
+         set `token` in the config file or BATON_SERVE_TOKEN (a loopback address needs none)"
+    )]
+    ActivatedWithoutToken(std::net::SocketAddr),
+}
+
+/// Where the service's listening socket comes from, which decides what it
+/// does with it during the drain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listening {
+    /// The service bound its address itself ([`bind`]): while it drains it
+    /// keeps accepting and answers each request (new jobs: 503 `draining`
+    /// with `Retry-After`), since closing the socket would refuse clients.
+    Bound,
+    /// The service manager passed the socket and keeps it open across
+    /// restarts ([`adopt`], socket activation): the service stops accepting
+    /// as soon as its drain begins and closes its idle connections, so a
+    /// request that arrives meanwhile waits in the socket's queue for the
+    /// next instance instead of being refused by this one. Requests under
+    /// way are answered as in [`Listening::Bound`].
+    Activated,
 }
 
 /// This baton dir's one service: while it is held, another service on the
@@ -100,6 +127,29 @@ pub async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener,
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
+/// Takes the listening socket the service manager passed (see
+/// [`crate::activation::inherited_listener`]) for the service: on a
+/// non-loopback address it needs a token, as `listen` does. Serve it with
+/// [`launch_with`] and [`Listening::Activated`]. Needs the runtime.
+///
+/// # Errors
+///
+/// [`ServeError::ActivatedWithoutToken`], or the socket cannot be
+/// registered with the runtime.
+pub fn adopt(
+    listener: std::net::TcpListener,
+    config: &Config,
+) -> Result<tokio::net::TcpListener, ServeError> {
+    let addr = listener.local_addr().map_err(ServeError::Runtime)?;
+    if !addr.ip().is_loopback() && config.token.is_none() {
+        return Err(ServeError::ActivatedWithoutToken(addr));
+    }
+    if addr != config.listen {
+        tracing::info!(socket = %addr, listen = %config.listen, "serving the passed socket, not the listen address");
+    }
+    tokio::net::TcpListener::from_std(listener).map_err(ServeError::Runtime)
+}
+
 /// Opens the store `config` names (an SQLite store is then this service's
 /// alone) and makes the service on it. Nothing runs and no job is read or
 /// changed until [`launch`].
@@ -121,8 +171,26 @@ pub async fn open(config: Config, dir: BatonDir) -> Result<Arc<Service>, ServeEr
     Service::new(Arc::new(config), store, dir).map_err(ServeError::Runtime)
 }
 
-/// Runs `service` on `listener` (already bound: see [`bind`]) until
-/// `shutdown` completes; then it drains (see [`Service::drain`]) and
+/// Runs `service` on `listener` (bound by [`bind`]) until `shutdown`
+/// completes, as [`launch_with`] with [`Listening::Bound`].
+///
+/// # Errors
+///
+/// As [`launch_with`].
+pub async fn launch<F>(
+    listener: tokio::net::TcpListener,
+    service: Arc<Service>,
+    shutdown: F,
+) -> Result<(), ServeError>
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    launch_with(listener, Listening::Bound, service, shutdown).await
+}
+
+/// Runs `service` on `listener` (bound by [`bind`], or passed by the
+/// service manager: [`adopt`]; `listening` says which) until `shutdown`
+/// completes; then it drains (see [`Service::drain`]) and
 /// returns once the drain is over and the listener closed.
 ///
 /// It first recovers what a previous instance left and starts the
@@ -136,8 +204,9 @@ pub async fn open(config: Config, dir: BatonDir) -> Result<Arc<Service>, ServeEr
 ///
 /// Recovery cannot read the store (nothing was changed then), or the
 /// listener has no local address.
-pub async fn launch<F>(
+pub async fn launch_with<F>(
     listener: tokio::net::TcpListener,
+    listening: Listening,
     service: Arc<Service>,
     shutdown: F,
 ) -> Result<(), ServeError>
@@ -154,16 +223,23 @@ where
 
     let app = router(Arc::clone(&service), local);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     let drainer = Arc::clone(&service);
     let draining = tokio::spawn(async move {
         shutdown.await;
         tracing::info!("shutdown requested: draining");
+        let _ = drain_tx.send(());
         drainer.drain().await;
         let _ = stop_tx.send(());
     });
     let cap = crate::conn::connection_cap(&service.config);
     let header_timeout = service.config.connections.header_read_timeout;
-    crate::conn::accept_loop(listener, app, stop_rx, header_timeout, cap).await;
+    let phases = crate::conn::Phases {
+        // Bound: the drain's start changes nothing for the listener.
+        drain: (listening == Listening::Activated).then_some(drain_rx),
+        stop: stop_rx,
+    };
+    crate::conn::accept_loop(listener, app, phases, header_timeout, cap).await;
     // Over once the drain is (it stopped the loop): nothing the service
     // started runs on.
     let _ = draining.await;
