@@ -23,11 +23,18 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Tokens that look like citations and are not, each with the reason.
-const NOT_CITATIONS: &[(&str, &str, &str)] = &[(
-    "crates/baton-cli/src/commands/git.rs",
-    "CHANGES.md",
-    "a file pattern in the example of `baton git init-attributes`",
-)];
+const NOT_CITATIONS: &[(&str, &str, &str)] = &[
+    (
+        "crates/baton-cli/src/commands/git.rs",
+        "CHANGES.md",
+        "a file pattern in the example of `baton git init-attributes`",
+    ),
+    (
+        "docs/src/reference/commands.md",
+        "CHANGES.md",
+        "the same example, in the reference generated from the help",
+    ),
+];
 
 /// This file: its citations of missing documents are test data.
 const THIS_FILE: &str = "crates/baton-cli/tests/design_citations.rs";

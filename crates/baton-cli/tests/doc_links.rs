@@ -318,7 +318,7 @@ fn the_link_checker_finds_dead_links_and_anchors() {
 }
 
 /// Every page of the book is in its table of contents (mdBook builds only
-/// what `SUMMARY.md` lists, and says nothing of the rest).
+/// what `docs/src/SUMMARY.md` lists, and says nothing of the rest).
 #[test]
 fn every_page_of_the_book_is_in_its_summary() {
     let summary = fs::read_to_string(root().join("docs/src/SUMMARY.md")).unwrap();

@@ -6,7 +6,7 @@
 //! is unlocked: never half written). A holder that dies leaves its record
 //! instead, and the next grant reads that as [`HolderOutcome::Died`]. So the
 //! next holder is told `died` for a dead supervisor and `killed:SIGKILL` for
-//! a command killed inside a living one, just as plainly (`LOCKING.md`,
+//! a command killed inside a living one, just as plainly (`docs/src/design/locking.md`,
 //! "Releasing").
 
 use std::fmt;
