@@ -102,10 +102,10 @@ Exit status: 0 done; 75 the repository lock stayed busy past --git-lock-wait; 12
 
 /// Runs a `baton git` command; returns the exit code. The caller's baton dir
 /// is used by the guard only: a push queues in the remote's place, whatever
-/// the caller's. `named_dir`: the baton dir was named (`--dir`, `BATON_DIR`).
-pub fn run_git(dir: &BatonDir, cmd: GitCommand, named_dir: bool) -> u8 {
+/// the caller's. `flags.named_dir`: the baton dir was named (`--dir`, `BATON_DIR`).
+pub(crate) fn run_git(dir: &BatonDir, cmd: GitCommand, flags: &super::lock::Flags<'_>) -> u8 {
     match cmd {
-        GitCommand::Guard(cmd) => cmd_guard(dir, cmd, named_dir),
+        GitCommand::Guard(cmd) => cmd_guard(dir, cmd, flags),
         GitCommand::Push {
             repo,
             remote,
