@@ -32,6 +32,7 @@ mod pg_groups;
 mod pg_guardian;
 mod pg_locks;
 mod pg_previous_holder;
+mod pg_reserve;
 mod pg_tls;
 mod previous_holder;
 mod readme;
