@@ -255,11 +255,7 @@ fn kill_9_of_a_holder_frees_its_paths_at_once_and_the_next_holder_is_told_it_die
     let handoff = killed.elapsed();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(std::fs::read_to_string(&died).unwrap().trim(), "1");
-    assert!(
-        stderr(&out).contains("died holding it"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("died holding it"), "{}", stderr(&out));
     println!("SIGKILL of the holder -> the waiter's command done: {handoff:?}");
     assert!(m.rows(2).is_empty());
 }
@@ -328,7 +324,10 @@ fn a_wide_request_is_not_overtaken_by_later_narrow_ones() {
         .collect();
     wait_until(Duration::from_secs(20), || m.waiting(1) == 3);
     std::fs::write(&go, "").unwrap();
-    for c in std::iter::once(holder).chain(std::iter::once(wide)).chain(narrow) {
+    for c in std::iter::once(holder)
+        .chain(std::iter::once(wide))
+        .chain(narrow)
+    {
         let out = finish(c);
         assert_eq!(code(&out), 0, "{}", stderr(&out));
     }
@@ -347,7 +346,14 @@ fn several_paths_are_taken_all_or_none_and_opposite_orders_never_deadlock() {
     // All or none: with `docs` held, asking `src docs` takes neither.
     let holder = m.spawn(
         1,
-        &["reserve", "docs", "--", "sh", "-c", &until_go(&started, &go)],
+        &[
+            "reserve",
+            "docs",
+            "--",
+            "sh",
+            "-c",
+            &until_go(&started, &go),
+        ],
     );
     wait_for_file(&started);
     let out = m.run(2, &["reserve", "src", "docs", "--no-wait", "--", "true"]);

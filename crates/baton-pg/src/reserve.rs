@@ -155,7 +155,10 @@ enum Step {
     Granted(ReservationRecord, Option<ReservationRecord>),
     Busy(Vec<Conflict>),
     /// Queued (or still queued) as `ticket`; wait on the row `on`.
-    Wait { ticket: u64, on: u64 },
+    Wait {
+        ticket: u64,
+        on: u64,
+    },
 }
 
 /// One look at `space`'s rows for `req`, in one transaction: prune the

@@ -84,7 +84,9 @@ impl Backend {
     /// reservations, or the database's (every machine using it).
     pub fn reservations(&self) -> Arc<dyn baton_lock::reserve::ReservationStore> {
         match self {
-            Backend::Local(dir) => Arc::new(baton_lock::reserve::LocalReservations::new(dir.clone())),
+            Backend::Local(dir) => {
+                Arc::new(baton_lock::reserve::LocalReservations::new(dir.clone()))
+            }
             Backend::Postgres(db) => Arc::new(baton_pg::PgReservations::new((**db).clone())),
         }
     }

@@ -121,7 +121,11 @@ pub(crate) fn cmd_guard(dir: &BatonDir, cmd: GuardCommand, flags: &Flags<'_>) ->
             if files.is_empty() {
                 return 0;
             }
-            match flags.backend.reservations().check_files(&space, &files, None) {
+            match flags
+                .backend
+                .reservations()
+                .check_files(&space, &files, None)
+            {
                 Ok(hits) if hits.is_empty() => 0,
                 Ok(hits) => {
                     for (file, c) in &hits {

@@ -331,7 +331,12 @@ pub fn check(
 ) -> Result<Vec<Conflict>, ReserveError> {
     let files = SpaceFiles::of(dir, space)?;
     let rows = live_rows(&files)?;
-    Ok(rules::conflicts(&rows, patterns, mode, rules::own_rows(session)))
+    Ok(rules::conflicts(
+        &rows,
+        patterns,
+        mode,
+        rules::own_rows(session),
+    ))
 }
 
 /// The files among `files` (repo-relative, `/`-separated: what a commit
