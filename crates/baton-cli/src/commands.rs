@@ -97,6 +97,10 @@ requests are served first come, first served; a request for several paths is gra
 once or not at all, so two requests in different orders never deadlock. The reservation is
 held by this process and released the moment it ends, even by SIGKILL.
 
+With --backend URL (or BATON_BACKEND) reservations live in that PostgreSQL database, keyed
+by the repository's origin, so agents on every machine using it share them under the same
+rules; the holder's database session holds it (its end releases it).
+
 The command runs supervised as under `baton run --lock` (own process group, signals
 forwarded, leftovers stopped before the release) with BATON_FENCING_TOKEN (the grant's
 token, larger than any before in the repository), BATON_RESERVATION (the paths) and
