@@ -31,6 +31,7 @@ mod pg_common;
 mod pg_groups;
 mod pg_guardian;
 mod pg_locks;
+mod pg_mcp;
 mod pg_previous_holder;
 mod pg_reserve;
 mod pg_tls;

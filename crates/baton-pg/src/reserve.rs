@@ -73,6 +73,20 @@ impl PgReservations {
     }
 }
 
+/// Runs `f` where it may block on this crate's own runtime: on this thread,
+/// or, when this thread is inside a tokio runtime (a caller's async code:
+/// `baton mcp`'s handlers), on a thread of its own, waited for. Every
+/// entry point of this module goes through it.
+fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return f();
+    }
+    std::thread::scope(|s| match s.spawn(f).join() {
+        Ok(v) => v,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
+}
+
 /// A backend error as a reservation error.
 fn store(e: PgError) -> ReserveError {
     ReserveError::Store(Box::new(e))
@@ -383,6 +397,66 @@ impl ReservationStore for PgReservations {
         space: &Space,
         req: &ReserveRequest,
     ) -> Result<Box<dyn HeldReservation>, ReserveError> {
+        off_runtime(|| self.reserve_here(space, req))
+    }
+
+    fn reservations(
+        &self,
+        space: &Space,
+        filter: Option<&Pattern>,
+    ) -> Result<Vec<ReservationRecord>, ReserveError> {
+        let mut rows = off_runtime(|| self.live_rows(space))?;
+        if let Some(f) = filter {
+            rows.retain(|r| r.patterns.iter().any(|p| p.overlaps(f)));
+        }
+        Ok(rows)
+    }
+
+    fn check(
+        &self,
+        space: &Space,
+        patterns: &[Pattern],
+        mode: Mode,
+        session: Option<&str>,
+    ) -> Result<Vec<Conflict>, ReserveError> {
+        let rows = off_runtime(|| self.live_rows(space))?;
+        Ok(rules::conflicts(
+            &rows,
+            patterns,
+            mode,
+            rules::own_rows(session),
+        ))
+    }
+
+    fn check_files(
+        &self,
+        space: &Space,
+        files: &[String],
+        session: Option<&str>,
+    ) -> Result<Vec<(String, Conflict)>, ReserveError> {
+        let rows = off_runtime(|| self.live_rows(space))?;
+        Ok(rules::covered_files(&rows, files, rules::own_rows(session)))
+    }
+
+    fn break_reservation(
+        &self,
+        space: &Space,
+        token: u64,
+    ) -> Result<ReservationRecord, ReserveError> {
+        off_runtime(|| self.break_here(space, token))
+    }
+
+    fn place(&self) -> String {
+        self.db.url().to_string()
+    }
+}
+
+impl PgReservations {
+    fn reserve_here(
+        &self,
+        space: &Space,
+        req: &ReserveRequest,
+    ) -> Result<Box<dyn HeldReservation>, ReserveError> {
         if req.patterns.is_empty() {
             return Err(ReserveError::BadPath {
                 path: String::new(),
@@ -439,49 +513,7 @@ impl ReservationStore for PgReservations {
         }
     }
 
-    fn reservations(
-        &self,
-        space: &Space,
-        filter: Option<&Pattern>,
-    ) -> Result<Vec<ReservationRecord>, ReserveError> {
-        let mut rows = self.live_rows(space)?;
-        if let Some(f) = filter {
-            rows.retain(|r| r.patterns.iter().any(|p| p.overlaps(f)));
-        }
-        Ok(rows)
-    }
-
-    fn check(
-        &self,
-        space: &Space,
-        patterns: &[Pattern],
-        mode: Mode,
-        session: Option<&str>,
-    ) -> Result<Vec<Conflict>, ReserveError> {
-        let rows = self.live_rows(space)?;
-        Ok(rules::conflicts(
-            &rows,
-            patterns,
-            mode,
-            rules::own_rows(session),
-        ))
-    }
-
-    fn check_files(
-        &self,
-        space: &Space,
-        files: &[String],
-        session: Option<&str>,
-    ) -> Result<Vec<(String, Conflict)>, ReserveError> {
-        let rows = self.live_rows(space)?;
-        Ok(rules::covered_files(&rows, files, rules::own_rows(session)))
-    }
-
-    fn break_reservation(
-        &self,
-        space: &Space,
-        token: u64,
-    ) -> Result<ReservationRecord, ReserveError> {
+    fn break_here(&self, space: &Space, token: u64) -> Result<ReservationRecord, ReserveError> {
         let session = self.session()?;
         let key = space.key().to_string();
         let t = int(token);
@@ -500,12 +532,6 @@ impl ReservationStore for PgReservations {
         found?.ok_or(ReserveError::NotFound { token })
     }
 
-    fn place(&self) -> String {
-        self.db.url().to_string()
-    }
-}
-
-impl PgReservations {
     fn live_rows(&self, space: &Space) -> Result<Vec<ReservationRecord>, ReserveError> {
         let session = self.session()?;
         let key = space.key().to_string();
@@ -549,25 +575,32 @@ impl PgReservation {
             return Ok(());
         };
         let ticket = self.record.ticket;
-        let done = if session.lost.is_lost() {
-            Err(PgError::Database {
-                op: "remove the reservation",
-                message: "the session had ended".into(),
-            })
-        } else {
-            remove_row(&session, ticket)
-        };
-        session.close();
-        if done.is_ok() {
-            return Ok(());
-        }
-        // The session ended (or failed): the lock is free; the row goes on a
-        // new session, so the next holder is not told this one died.
-        let fresh = self.db.connect().map_err(store)?;
-        let result = remove_row(&fresh, ticket).map_err(store);
-        fresh.close();
-        result
+        let db = &self.db;
+        off_runtime(|| release(db, session, ticket))
     }
+}
+
+/// Removes row `ticket` on its own `session`, which is then closed (or,
+/// when that fails, on a new one).
+fn release(db: &Database, session: Session, ticket: u64) -> Result<(), ReserveError> {
+    let done = if session.lost.is_lost() {
+        Err(PgError::Database {
+            op: "remove the reservation",
+            message: "the session had ended".into(),
+        })
+    } else {
+        remove_row(&session, ticket)
+    };
+    session.close();
+    if done.is_ok() {
+        return Ok(());
+    }
+    // The session ended (or failed): the lock is free; the row goes on a
+    // new session, so the next holder is not told this one died.
+    let fresh = db.connect().map_err(store)?;
+    let result = remove_row(&fresh, ticket).map_err(store);
+    fresh.close();
+    result
 }
 
 impl HeldReservation for PgReservation {
@@ -585,12 +618,14 @@ impl HeldReservation for PgReservation {
         };
         let c = Arc::clone(&session.client);
         let t = int(self.record.ticket);
-        let gone = session.rt.block_on(async move {
-            c.query_one(
-                "SELECT NOT EXISTS (SELECT 1 FROM baton_reservations WHERE ticket = $1)",
-                &[&t],
-            )
-            .await
+        let gone = off_runtime(|| {
+            session.rt.block_on(async move {
+                c.query_one(
+                    "SELECT NOT EXISTS (SELECT 1 FROM baton_reservations WHERE ticket = $1)",
+                    &[&t],
+                )
+                .await
+            })
         });
         gone.map(|r| r.get(0))
             .map_err(|e| store(session.error("look up the reservation", &e)))
@@ -614,7 +649,7 @@ impl HeldReservation for PgReservation {
         // The row stays; closing the session frees its liveness lock, so the
         // next grant over its paths finds it dead.
         if let Some(session) = self.session.take() {
-            session.close();
+            off_runtime(|| session.close());
         }
     }
 }
