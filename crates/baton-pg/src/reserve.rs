@@ -166,7 +166,7 @@ const LIVE_ROWS: &str = "SELECT ticket, token, granted, record FROM baton_reserv
 
 /// What one look at the table decided.
 enum Step {
-    Granted(ReservationRecord, Option<ReservationRecord>),
+    Granted(Box<(ReservationRecord, Option<ReservationRecord>)>),
     Busy(Vec<Conflict>),
     /// Queued (or still queued) as `ticket`; wait on the row `on`.
     Wait {
@@ -290,7 +290,7 @@ fn step(
                     &[&key, &token],
                 )
                 .await?;
-                Step::Granted(record, previous)
+                Step::Granted(Box::new((record, previous)))
             } else {
                 Step::Wait {
                     ticket: mine,
@@ -480,7 +480,7 @@ impl PgReservations {
             }
             let expired = deadline.is_some_and(|d| Instant::now() >= d);
             match step(&session, space.key(), req, mode, ticket, expired) {
-                Ok(Step::Granted(record, previous)) => break Ok((record, previous)),
+                Ok(Step::Granted(granted)) => break Ok(*granted),
                 Ok(Step::Busy(conflicts)) => break Err(ReserveError::Busy { conflicts }),
                 Ok(Step::Wait { ticket: mine, on }) => {
                     ticket = Some(mine);

@@ -163,7 +163,7 @@ fn wait_policy(timeout: Option<f64>) -> Result<WaitPolicy, String> {
     match timeout {
         None => Ok(WaitPolicy::Forever),
         Some(t) if t == f64::INFINITY => Ok(WaitPolicy::Forever),
-        Some(t) if t == 0.0 => Ok(WaitPolicy::Immediately),
+        Some(0.0) => Ok(WaitPolicy::Immediately),
         Some(t) => Duration::try_from_secs_f64(t)
             .map(WaitPolicy::from)
             .map_err(|_| {
