@@ -429,3 +429,94 @@ fn an_operator_breaks_a_reservation_by_token_on_the_database() {
     std::fs::write(&go, "").unwrap();
     assert_eq!(code(&finish(holder)), 0);
 }
+
+#[test]
+fn a_holder_whose_database_session_ends_stops_its_command_and_exits_76() {
+    let m = Machines::new();
+    let (started, ended) = (m.path("started"), m.path("ended"));
+    let holder = m.spawn(
+        1,
+        &[
+            "reserve",
+            "src",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "trap 'touch {}; exit 0' TERM; touch '{}'; while :; do sleep 0.05; done",
+                ended.display(),
+                started.display()
+            ),
+        ],
+    );
+    wait_for_file(&started);
+    let killed =
+        m.db.query("SELECT pg_terminate_backend(session_pid) FROM baton_reservations");
+    assert_eq!(killed.len(), 1, "{killed:?}");
+    let out = finish(holder);
+    assert_eq!(code(&out), 76, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("lost the reservation of src"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(ended.exists(), "the command was not stopped");
+    let out = m.run(2, &["reserve", "src", "--no-wait", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+#[test]
+fn the_pre_commit_guard_checks_the_database_it_was_installed_with() {
+    let m = Machines::new();
+    let b = m.path("b");
+    let out = m.run(2, &["git", "guard", "install"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (started, go) = (m.path("started"), m.path("go"));
+    let holder = m.spawn(
+        1,
+        &[
+            "reserve",
+            "src",
+            "--agent",
+            "alice",
+            "--",
+            "sh",
+            "-c",
+            &until_go(&started, &go),
+        ],
+    );
+    wait_for_file(&started);
+    let commit = |file: &str| {
+        std::fs::write(b.join(file), "changed\n").unwrap();
+        let add = Command::new("git")
+            .current_dir(&b)
+            .args(["add", file])
+            .output()
+            .unwrap();
+        assert!(add.status.success());
+        Command::new("git")
+            .current_dir(&b)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", m.path(""))
+            .args(["-c", "user.email=t@t", "-c", "user.name=t"])
+            .args(["commit", "-q", "-m", file])
+            .output()
+            .unwrap()
+    };
+    let refused = commit("src/lib.rs");
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("commit refused: 'src/lib.rs'")
+            && stderr(&refused).contains("alice"),
+        "{}",
+        stderr(&refused)
+    );
+    git(&b, &["reset", "-q"]);
+    let passed = commit("docs/a.md");
+    assert!(passed.status.success(), "{}", stderr(&passed));
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(code(&finish(holder)), 0);
+    let now_free = commit("src/lib.rs");
+    assert!(now_free.status.success(), "{}", stderr(&now_free));
+}

@@ -22,11 +22,12 @@
 //! first row in its way (no polling), at most half a second at a time, so
 //! that it also notices a row broken by an operator.
 //!
+//! A holder whose session ends while it runs is told
+//! ([`HeldReservation::on_lost`]; `baton reserve -- CMD` stops its command).
 //! Not here (yet): a wait that loses its session fails instead of
-//! reconnecting as lock waits do; and a holder whose session ends while it
-//! runs is told ([`HeldReservation::on_lost`]), but nothing like the
-//! fence of locks (`crate::settle`) keeps the next holder from starting
-//! before its command stopped.
+//! reconnecting as lock waits do; and nothing like the fence of locks
+//! (`crate::settle`) keeps the next holder from starting in the moments
+//! before the old holder noticed and stopped its command.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -15,7 +15,9 @@ use serde::Serialize;
 
 use super::lock::Flags;
 use crate::args::WaitArgs;
-use crate::exit_codes::{for_child, for_git_error, for_run_error, BATON_FAILED, NOT_ACQUIRED};
+use crate::exit_codes::{
+    for_child, for_git_error, for_run_error, BATON_FAILED, LOCK_LOST, NOT_ACQUIRED,
+};
 use crate::logging;
 use crate::say::{fail, print_json};
 
@@ -171,7 +173,12 @@ pub(crate) fn cmd_reserve(dir: &BatonDir, args: ReserveArgs, flags: &Flags<'_>) 
     }
     let mut run_req = RunRequest::new(args.command);
     run_req.forward_signals = true;
-    run_req.control = RunControl::new();
+    // On a database, a holder whose session ends no longer holds: its
+    // command is stopped, and this exits 76 (lock lost), as `run --lock`.
+    let control = RunControl::new();
+    let stop = control.clone();
+    held.on_lost(Box::new(move || stop.interrupt()));
+    run_req.control = control;
     run_req.run_id = Some(logging::run_id().to_string());
     run_req.env = env;
     // This process runs one command: orphans of its descendants come back
@@ -181,8 +188,16 @@ pub(crate) fn cmd_reserve(dir: &BatonDir, args: ReserveArgs, flags: &Flags<'_>) 
         warnln!("baton: warning: {e}; processes that leave the command's process group are not contained");
     }
     let outcome = run(dir, &run_req);
+    let lost = held.is_lost();
     if let Err(e) = held.release() {
         warnln!("baton: warning: {}", baton_lock::one_line(&e));
+    }
+    if lost {
+        errln!(
+            "baton: lost the reservation of {}: its database session ended; the command was stopped",
+            args.paths.join(", ")
+        );
+        return LOCK_LOST;
     }
     match outcome {
         Ok(report) => {
