@@ -78,7 +78,7 @@ static void bump_counter(const char *path) {
     close(fd);
 }
 
-/* --fifo: the byte layout of baton's lock files (LOCKING.md). */
+/* --fifo: the byte layout of baton's lock files (docs/src/design/locking.md). */
 #define META_BYTE (1ULL << 40)
 #define SLOT_BYTE (1ULL << 41)
 #define TICKET_BASE (1ULL << 42)

@@ -19,6 +19,12 @@ own file, and all start pushing to one bare remote at one instant:
                                                 still be one per remote branch)
   baton git push, one shared BATON_DIR         (the same with every pusher in one baton dir)
   naive loop                                   (for 3 attempts: git push || git pull --rebase)
+  baton git push, separate machines            (the remote served by `git daemon` over git://, each
+                                                pusher its own baton dir and per-user temp dir: on
+                                                separate machines nothing local is shared)
+  baton git push, separate machines, BATON_BACKEND  (the same, with the push queue on PostgreSQL:
+                                                --backend URL, or a database made on 127.0.0.1 and
+                                                dropped after; rows skipped without psql)
 reported as commits landed on the remote, push attempts (max over agents) and
 wall time, median of --rounds.
 
@@ -148,7 +154,15 @@ def push_round(bench: Bench, remote: str, base: str, agents: int, tool: str, rnd
         bench.git("commit", "-qm", f"agent {i}", cwd=d)
         dirs.append(d)
     shared = os.path.join(bench.tmp, f"shared-{rnd}")
-    if tool == "baton":
+    if tool.startswith("machines"):
+        # Separate machines: the network remote, a baton dir and a per-user
+        # temp dir (the machine-wide queue's place) each.
+        for d in dirs:
+            bench.git("remote", "set-url", "origin", bench.daemon_url, cwd=d)
+        backend = f'BATON_BACKEND="{bench.backend}" ' if tool == "machines-backend" else ""
+        cmd = (f'mkdir -p ../{{name}}.tmp && {backend}TMPDIR="$PWD/../{{name}}.tmp" BATON_DIR="$PWD/../{{name}}.baton" '
+               f'exec "{bench.baton}" git push --branch main --json > ../{{name}}.json')
+    elif tool == "baton":
         # No --dir, no BATON_DIR: each clone's default baton dir.
         cmd = f'exec "{bench.baton}" git push --branch main --json > ../{{name}}.json'
     elif tool == "baton-shared":
@@ -194,6 +208,8 @@ def push_round(bench: Bench, remote: str, base: str, agents: int, tool: str, rnd
     attempts = 0
     for d in dirs:
         shutil.rmtree(d)
+        for extra in (d + ".tmp", d + ".baton"):
+            shutil.rmtree(extra, ignore_errors=True)
         report = d + ".json"
         if os.path.exists(report):
             with open(report) as f:
@@ -202,6 +218,37 @@ def push_round(bench: Bench, remote: str, base: str, agents: int, tool: str, rnd
                 attempts = max(attempts, json.loads(text)["attempts"])
             os.remove(report)
     return landed, wall, attempts
+
+
+def psql(sql: str) -> bool:
+    p = subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-qc", sql],
+                       capture_output=True, text=True)
+    return p.returncode == 0
+
+
+def make_database() -> str | None:
+    name = f"baton_git_bench_{os.getpid()}"
+    return name if shutil.which("psql") and psql(f"CREATE DATABASE {name}") else None
+
+
+def start_daemon(root: str, env: dict[str, str]) -> tuple[subprocess.Popen, int]:
+    """`git daemon` serving `root` (pushes allowed) on a free local port."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", "--enable=receive-pack",
+                             "--listen=127.0.0.1", f"--port={port}", f"--base-path={root}", root],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, port
+        except OSError:
+            if time.time() > deadline:
+                raise SystemExit("git daemon never listened")
+            time.sleep(0.05)
 
 
 def main() -> None:
@@ -213,6 +260,7 @@ def main() -> None:
     ap.add_argument("--skip-build", action="store_true")
     ap.add_argument("--baton", help="measure this prebuilt baton binary")
     ap.add_argument("--skip-creation", action="store_true", help="measure pushes only")
+    ap.add_argument("--backend", help="PostgreSQL URL for the separate-machines row (default: a database made here)")
     args = ap.parse_args()
     if args.baton:
         baton = os.path.abspath(args.baton)
@@ -226,7 +274,16 @@ def main() -> None:
         log(f"generating a repository of {args.files} files")
         remote, base = bench.make_repo(args.files)
         rows = [] if args.skip_creation else creation(bench, base, args.trials)
-        tools = ("serial", "baton", "baton-shared", "naive")
+        daemon = start_daemon(tmp, bench.env)
+        bench.daemon_url = f"git://127.0.0.1:{daemon[1]}/remote.git"
+        made_db = None
+        bench.backend = args.backend
+        if not bench.backend:
+            made_db = make_database()
+            bench.backend = made_db and f"postgres://postgres@127.0.0.1:5432/{made_db}"
+        tools = ("serial", "baton", "baton-shared", "naive", "machines") + (("machines-backend",) if bench.backend else ())
+        if not bench.backend:
+            log("no PostgreSQL (psql failed): the BATON_BACKEND row is skipped")
         pushes = {tool: [] for tool in tools}
         # Interleaved (A B C D A B C D ...): a change of load hits all alike.
         for r in range(args.rounds):
@@ -234,6 +291,10 @@ def main() -> None:
                 pushes[tool].append(push_round(bench, remote, base, args.agents, tool, r))
         for tool, runs in pushes.items():
             log(f"{tool}: {runs}")
+        daemon[0].kill()
+        daemon[0].wait()
+        if made_db:
+            psql(f"DROP DATABASE IF EXISTS {made_db} WITH (FORCE)")
     if rows:
         worktree = dict(rows)["git worktree add --detach (plain)"]
         print(f"Workspace creation, repository of {args.files} files, median of {args.trials}:\n")
@@ -248,7 +309,9 @@ def main() -> None:
     labels = {"serial": "optimum: one process pushes the same commits one after another (fetch, rebase, push each)",
               "baton": "`baton git push`, each clone its own default baton dir",
               "baton-shared": "`baton git push`, one shared `BATON_DIR`",
-              "naive": "naive loop: 3 x (`git push` \\|\\| `git pull --rebase`)"}
+              "naive": "naive loop: 3 x (`git push` \\|\\| `git pull --rebase`)",
+              "machines": "`baton git push`, separate machines (git:// remote, own baton dir and temp dir)",
+              "machines-backend": "`baton git push`, separate machines, `BATON_BACKEND` (queue on PostgreSQL)"}
     optimum = statistics.median(w for _, w, _ in pushes["serial"])
     for tool, runs in pushes.items():
         landed = ", ".join(f"{n}/{args.agents}" for n, _, _ in runs)

@@ -20,7 +20,7 @@ A cycle is timed from sending the reserve to receiving the release's
 result; the first 50 cycles of each server are a warm-up, not counted.
 With --rounds R the servers are run R times interleaved and pooled. Prints
 markdown (p50, p99, max, cycles/s) and writes bench/out/mcp.md. The bar
-(DESIGN.md): baton's p99 < 5 ms. If mcp_agent_mail cannot be installed or
+(docs/src/design/architecture.md): baton's p99 < 5 ms. If mcp_agent_mail cannot be installed or
 started, its row says why and baton's still runs.
 """
 

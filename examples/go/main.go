@@ -91,6 +91,7 @@ type LockStatus struct {
 	LastHolder              *Holder        `json:"last_holder"`
 	PreviousHolderDied      bool           `json:"previous_holder_died"`
 	PreviousHolder          *Holder        `json:"previous_holder"`
+	PreviousOutcome         *string        `json:"previous_outcome"` // released, failed:<code>, killed:<signal>, died
 	LastToken               uint64         `json:"last_token"`
 	Content                 string         `json:"content"` // ok, empty, unreadable, missing
 	ContentError            *string        `json:"content_error"`

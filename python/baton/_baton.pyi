@@ -67,6 +67,11 @@ class Lock:
         """The holder before the current grant if it ended without releasing
         (died, or its script exited): its work may be half done."""
     @property
+    def previous_outcome(self) -> Optional[str]:
+        """How the holder before the current grant ended: "released",
+        "failed:<code>", "killed:<signal>" or "died"; None when not held or
+        for the first grant of the lock."""
+    @property
     def name(self) -> str: ...
     @property
     def mode(self) -> Literal["exclusive", "shared"]: ...

@@ -133,3 +133,19 @@ def test_sigterm_to_a_holder_frees_the_lock(baton_bin, bdir, holders):
     os.kill(h.pid, signal.SIGTERM)
     h.proc.wait(timeout=60)
     assert cli(baton_bin, bdir, "run", "--lock", "term", "--no-wait", "--", "true").returncode == 0
+
+
+def test_a_python_holder_learns_how_the_cli_run_before_it_ended(baton_bin, bdir):
+    lock = baton.Lock("outcome", baton_dir=bdir)
+    lock.acquire()
+    assert lock.previous_outcome is None, "the first grant has no previous"
+    lock.release()
+    assert lock.previous_outcome is None, "not held"
+    r = cli(baton_bin, bdir, "run", "--lock", "outcome", "--", "sh", "-c", "kill -9 $$")
+    assert r.returncode == 137, r.stderr
+    lock.acquire()
+    assert lock.previous_outcome == "killed:SIGKILL"
+    lock.release()
+    r = cli(baton_bin, bdir, "run", "--lock", "outcome", "--", "sh", "-c", 'echo "$BATON_PREVIOUS_OUTCOME"')
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "released"

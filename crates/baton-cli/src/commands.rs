@@ -66,7 +66,9 @@ The command runs in its own process group with BATON_LOCK, BATON_FENCING_TOKEN,
 BATON_RUN_ID and BATON_DIR set (with several locks, BATON_LOCK and BATON_FENCING_TOKEN
 are comma-separated lists in sorted order), BATON_PREVIOUS_HOLDER_DIED=1 when the previous
 holder of a lock or of the group's slot ended without releasing it (its work may be half
-done: repair first), and git's automatic maintenance runs in the
+done: repair first), BATON_PREVIOUS_OUTCOME telling how that holder ended (released,
+failed:<code>, killed:<signal> such as killed:SIGKILL, or died; unset before the first
+run), and git's automatic maintenance runs in the
 foreground in it (maintenance.autoDetach and gc.autoDetach false, through GIT_CONFIG_COUNT,
 after any entries of yours), so a commit leaves nothing running. SIGINT, SIGTERM, SIGHUP and
 SIGQUIT are forwarded to it. The lock is released when it exits; it is never inherited by the command,
@@ -153,7 +155,7 @@ another live holder, named on stderr; 125 bad path, not a repository, or baton f
     /// Run the job service: agent jobs over HTTP, queued, limited, each in its own workspace.
     #[command(after_help = "Examples:
   baton serve                                   127.0.0.1:7420, jobs in <baton dir>/serve.db
-  baton serve --config /etc/baton/serve.toml    templates, token, limits (see README \"Job service\")
+  baton serve --config /etc/baton/serve.toml    templates, token, limits (docs/src/reference/service-config.md)
   baton serve --listen 127.0.0.1:0 --max-concurrency 4
 
 Flags override the config file. The first line on stdout is
@@ -230,13 +232,13 @@ written are printed, one per line.")]
   baton mcp --backend postgres://agent@db/coord   reservations shared by every machine
 
 Tools: reserve, release, reservations, lock, unlock, state_read, state_update, state_append,
-workspace_create, workspace_remove, push (see docs/agents.md). Everything the session takes is
-held by this process: when the client closes stdin, it is all released and baton mcp exits 0;
-when the client or this process dies, the kernel releases it. Reservations are advisory: an
-agent that never asks is not stopped, except at commit by the pre-commit guard. With
---backend (or BATON_BACKEND) reservations live in that PostgreSQL database, keyed by the
-repository's origin, held by this process's database sessions; locks and state files stay in the
-baton dir.
+workspace_create, workspace_remove, push (see docs/src/concepts/agents.md). Everything the
+session takes is held by this process: when the client closes stdin, it is all released and
+baton mcp exits 0; when the client or this process dies, the kernel releases it. Reservations
+are advisory: an agent that never asks is not stopped, except at commit by the pre-commit
+guard. With --backend (or BATON_BACKEND) reservations live in that PostgreSQL database, keyed
+by the repository's origin, held by this process's database sessions; locks and state files
+stay in the baton dir.
 Exit status: 0 when the client closed the session; 125 if it could not start.")]
     Mcp(McpArgs),
 
@@ -253,8 +255,8 @@ The dir (created if missing; DIR defaults to $BATON_DIR, never to your own defau
 already in it get group GROUP, group read and write, and the set-group-ID bit (mode 2770), so
 that what any member creates there belongs to GROUP and stays usable by the others; others
 get no access. Members are accepted although the dir is not theirs; anyone else is refused
-with the remedy. A world-writable or symlinked dir is still refused. See README
-\"Containers and sandboxes\".")]
+with the remedy. A world-writable or symlinked dir is still refused. See
+docs/src/concepts/containers.md.")]
     Init(InitArgs),
 }
 

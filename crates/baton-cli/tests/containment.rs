@@ -1,6 +1,6 @@
 #![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-//! Containment (DESIGN.md, decisions 11 and 12): a run's processes never
+//! Containment (docs/src/design/architecture.md, decisions 11 and 12): a run's processes never
 //! outlive its hold, and a deleted lock file never admits a second holder.
 //! Real `baton` binary, real process groups, real SIGKILL.
 

@@ -210,7 +210,7 @@ fn doctor_reports_which_rule_chose_the_baton_dir() {
     fs::set_permissions(&run, fs::Permissions::from_mode(0o700)).unwrap();
     // Inside a git repository as outside, in a login session (with
     // XDG_RUNTIME_DIR) or not: this user's <temp dir>/baton-<uid>, not the
-    // clone's (lock names are per machine, DESIGN.md decision 10; TMPDIR is
+    // clone's (lock names are per machine, docs/src/design/architecture.md decision 10; TMPDIR is
     // the test's own dir).
     for cwd in [&plain, &repo] {
         for session in [true, false] {

@@ -260,3 +260,87 @@ fn help_makes_no_stale_claims() {
         "README says \"being built\""
     );
 }
+
+/// The page of the book that holds every command's help.
+const COMMAND_REFERENCE: &str = "docs/src/reference/commands.md";
+
+/// The command reference of the book, made from the real binary: for every
+/// visible command (the walk the man pages and completions use), a heading
+/// and exactly what `baton ... --help` prints.
+fn command_reference() -> String {
+    let mut page = String::from(
+        "# Commands\n\n\
+         <!-- Generated from `baton ... --help` by crates/baton-cli/tests/generated_docs.rs:\n     \
+         do not edit. After changing a command's help, regenerate this page with\n     \
+         BATON_BLESS=1 cargo nextest run -p baton command_reference -->\n\n\
+         Every command and every flag, exactly as `baton <command> --help` prints\n\
+         them (the same definitions give the man pages, `baton man`, and the shell\n\
+         completions, `baton completions`). What the exit codes mean:\n\
+         [exit codes](exit-codes.md); the environment: [environment\n\
+         variables](environment.md).\n",
+    );
+    let paths = commands();
+    page.push_str("\n## Contents\n\n");
+    for path in &paths {
+        let name = std::iter::once("baton")
+            .chain(path.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let indent = "  ".repeat(path.len().saturating_sub(1));
+        page.push_str(&format!(
+            "{indent}- [{name}](#{})\n",
+            name.replace(' ', "-")
+        ));
+    }
+    for path in &paths {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+            .args(&args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        let help = stdout(&out);
+        assert!(!help.contains("```"), "{args:?}: a fence in the help");
+        let name = std::iter::once("baton")
+            .chain(path.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ");
+        page.push_str(&format!(
+            "\n## {name}\n\n```text\n{}\n```\n",
+            help.trim_end()
+        ));
+    }
+    page
+}
+
+/// The book's command reference is what the binary prints (issue 38): a
+/// changed help text fails here until the page is regenerated, with
+/// `BATON_BLESS=1`, which writes the page instead.
+#[test]
+fn command_reference_in_the_book_is_generated_from_the_binary() {
+    let want = command_reference();
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(COMMAND_REFERENCE);
+    if std::env::var_os("BATON_BLESS").is_some() {
+        fs::write(&file, &want).unwrap();
+    }
+    let have = fs::read_to_string(&file).unwrap_or_default();
+    // Every command has its section (a sanity check on the generator).
+    for path in commands() {
+        let name = std::iter::once("baton")
+            .chain(path.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(want.contains(&format!("\n## {name}\n")), "{name}");
+    }
+    assert!(
+        have == want,
+        "{COMMAND_REFERENCE} is not what the binary prints: regenerate it with \
+         BATON_BLESS=1 cargo nextest run -p baton command_reference"
+    );
+}

@@ -1235,8 +1235,10 @@ fn removing_a_clone_workspace_keeps_its_branch_commits_in_the_base() {
     assert_eq!(log, "work on feat\ninit");
 }
 
-/// Issue 20: when the commits cannot be kept in the base (its branch is
-/// checked out there), removal is refused, saying how to keep them.
+/// Issue 20: when the commits cannot be kept in the base's branch (it is
+/// checked out there), an explicit removal is refused, saying how to keep
+/// them. (A run's own removal at its end keeps them under a ref of their
+/// own instead: `a_run_whose_branch_is_checked_out_in_the_base_...`.)
 #[test]
 fn removing_a_clone_workspace_refuses_to_drop_commits_it_cannot_keep() {
     let g = GitEnv::new();
@@ -1246,13 +1248,13 @@ fn removing_a_clone_workspace_refuses_to_drop_commits_it_cannot_keep() {
         g.base.to_str().unwrap(),
         "--branch",
         "main",
+        "--keep-workspace",
         "--",
         "sh",
         "-c",
         "echo x > f.txt && git add f.txt && git commit -qm unpushed",
     ]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(stderr(&out).contains("unpushed"), "{}", stderr(&out));
     let listed = g.workspaces();
     assert_eq!(listed.len(), 1);
     let path = PathBuf::from(listed[0]["path"].as_str().unwrap());
@@ -1298,11 +1300,52 @@ fn commits_the_base_cannot_take_because_its_branch_moved_say_why() {
     ]);
     let err = stderr(&out);
     assert_eq!(code(&out), 0, "{err}");
-    assert!(err.contains("cannot be kept"), "{err}");
+    assert!(err.contains("refs/baton/kept/feat/"), "{err}");
     assert!(
         !err.contains("()") && err.contains("fast-forward"),
         "the message does not say why the base cannot take them: {err}"
     );
+    assert!(g.workspaces().is_empty(), "the run left its workspace");
+}
+
+/// Issue 37, item 8: a run on the branch checked out in the base (which
+/// git will not move) keeps its commits under `refs/baton/kept/main/...`
+/// and leaves no workspace behind for nothing to collect.
+#[test]
+fn a_run_whose_branch_is_checked_out_in_the_base_keeps_its_commits_under_a_ref() {
+    let g = GitEnv::new();
+    let out = g.run(&[
+        "run",
+        "--workspace",
+        g.base.to_str().unwrap(),
+        "--branch",
+        "main",
+        "--",
+        "sh",
+        "-c",
+        "echo x > f.txt && git add f.txt && git commit -qm unpushed",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    assert!(
+        g.workspaces().is_empty(),
+        "the run left its workspace: {err}"
+    );
+    let kept = g.git_ok(
+        &g.base,
+        &[
+            "for-each-ref",
+            "--format=%(refname)",
+            "refs/baton/kept/main/",
+        ],
+    );
+    assert_eq!(kept.lines().count(), 1, "{kept}");
+    assert!(err.contains(kept.trim()), "{err}");
+    assert_eq!(
+        g.git_ok(&g.base, &["log", "-1", "--format=%s", kept.trim()]),
+        "unpushed"
+    );
+    assert_eq!(g.git_ok(&g.base, &["log", "--format=%s", "main"]), "init");
 }
 
 /// Issue 20: `baton run --workspace --fetch`, as documented, refreshes the
@@ -1470,6 +1513,25 @@ fn a_workspace_on_an_existing_branch_starts_exactly_at_ref_or_refuses_naming_bot
 /// A run in a clone on `main` (checked out in the base, so the base cannot
 /// take its commit) that commits `subject` and ends: its workspace is left,
 /// owner dead. Returns its id and path.
+/// `baton ARGS` run by a shell that exits with it: a workspace kept by the
+/// run belongs to the process that ran `baton run`, here that shell, which
+/// has exited, so gc may remove it.
+fn through_exited_shell(g: &GitEnv, args: &[&str]) -> std::process::Output {
+    let run = g.baton(args);
+    let mut through_sh = Command::new("sh");
+    through_sh
+        .arg("-c")
+        .arg("\"$@\"")
+        .arg("sh")
+        .arg(run.get_program())
+        .args(run.get_args())
+        .envs(run.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(run.get_current_dir().unwrap_or(g.base.as_path()));
+    through_sh.output().unwrap()
+}
+
+/// A workspace on `main` (checked out in the base, so it cannot take the
+/// commit), kept by its run and left to gc.
 fn unpushed_workspace(g: &GitEnv, subject: &str) -> (String, PathBuf) {
     let before: Vec<String> = g
         .workspaces()
@@ -1478,17 +1540,21 @@ fn unpushed_workspace(g: &GitEnv, subject: &str) -> (String, PathBuf) {
         .collect();
     let commit =
         format!("echo '{subject}' >> f.txt && git add f.txt && git commit -qm '{subject}'");
-    let out = g.run(&[
-        "run",
-        "--workspace",
-        g.base.to_str().unwrap(),
-        "--branch",
-        "main",
-        "--",
-        "sh",
-        "-c",
-        &commit,
-    ]);
+    let out = through_exited_shell(
+        g,
+        &[
+            "run",
+            "--workspace",
+            g.base.to_str().unwrap(),
+            "--branch",
+            "main",
+            "--keep-workspace",
+            "--",
+            "sh",
+            "-c",
+            &commit,
+        ],
+    );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let ws = g
         .workspaces()
@@ -1508,26 +1574,17 @@ fn unpushed_workspace(g: &GitEnv, subject: &str) -> (String, PathBuf) {
 fn gc_keeps_and_names_unpushed_clones_and_discard_drops_them_by_name() {
     let g = GitEnv::new();
     let (kept_id, kept_path) = unpushed_workspace(&g, "first unpushed");
-    // A kept workspace belongs to the process that ran `baton run`: here a
-    // shell that has exited, so gc may remove it.
-    let mut through_sh = Command::new("sh");
-    let run = g.baton(&[
-        "run",
-        "--workspace",
-        g.base.to_str().unwrap(),
-        "--keep-workspace",
-        "--",
-        "true",
-    ]);
-    through_sh
-        .arg("-c")
-        .arg("\"$@\"")
-        .arg("sh")
-        .arg(run.get_program())
-        .args(run.get_args())
-        .envs(run.get_envs().filter_map(|(k, v)| Some((k, v?))))
-        .current_dir(run.get_current_dir().unwrap_or(g.base.as_path()));
-    let out = through_sh.output().unwrap();
+    let out = through_exited_shell(
+        &g,
+        &[
+            "run",
+            "--workspace",
+            g.base.to_str().unwrap(),
+            "--keep-workspace",
+            "--",
+            "true",
+        ],
+    );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(g.workspaces().len(), 2);
     for _ in 0..2 {

@@ -1,6 +1,6 @@
 #![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-//! A lock name means one lock per user on the machine (DESIGN.md, decision
+//! A lock name means one lock per user on the machine (docs/src/design/architecture.md, decision
 //! 10): callers in separate clones of one repository, with no `--dir` and
 //! no `BATON_DIR`, exclude each other; what belongs to a repository
 //! (workspaces, its lock) stays in that repository. Real binary, real git

@@ -458,6 +458,11 @@ fn a_holder_row_whose_session_no_longer_holds_its_lock_is_waited_for() {
     // The database as version 1 left it, then upgraded by the next use.
     db.query("DROP FUNCTION baton_holder_live(integer, timestamptz) CASCADE");
     db.query("DROP TABLE baton_group_order");
+    db.query(
+        "DROP FUNCTION baton_grant(integer, integer, integer, text, text, integer, text, text, \
+         text, jsonb, boolean)",
+    );
+    db.query("DROP TABLE baton_lock_outcomes");
     db.query("UPDATE baton_lock_schema SET version = 1");
     let out = env.run(&[
         "--backend",
@@ -471,12 +476,17 @@ fn a_holder_row_whose_session_no_longer_holds_its_lock_is_waited_for() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(
         db.scalar("SELECT version FROM baton_lock_schema"),
-        Some("4".into())
+        Some("5".into())
     );
     assert_eq!(
         db.scalar("SELECT count(*) FROM baton_group_order"),
         Some("0".into()),
         "version 3's table was added"
+    );
+    assert_eq!(
+        db.scalar("SELECT outcome FROM baton_lock_outcomes"),
+        Some("released".into()),
+        "version 4's table was added, and the run left its outcome"
     );
 
     // A live session that holds nothing, named by a holder row of host-x.

@@ -522,25 +522,25 @@ fn the_pre_commit_guard_checks_the_database_it_was_installed_with() {
 }
 
 #[test]
-fn a_database_of_schema_3_is_upgraded_by_a_reservation_and_a_newer_one_is_refused() {
+fn a_database_of_schema_4_is_upgraded_by_a_reservation_and_a_newer_one_is_refused() {
     let m = Machines::new();
     let out = m.run(1, &["db", "migrate"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    // The database as version 3 (before reservations) left it.
+    // The database as version 4 (before reservations) left it.
     m.db.query(
         "DROP TABLE baton_reservations; DROP TABLE baton_reservation_spaces; \
          DROP SEQUENCE baton_reservation_tickets; \
          DROP FUNCTION baton_reservation_live(integer, bigint); \
-         UPDATE baton_lock_schema SET version = 3",
+         UPDATE baton_lock_schema SET version = 4",
     );
     let out = m.run(1, &["reserve", "src", "--no-wait", "--", "true"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(
         m.db.scalar("SELECT version FROM baton_lock_schema"),
-        Some("4".into())
+        Some("5".into())
     );
     // A newer baton's tables: what a row means may have changed.
-    m.db.query("UPDATE baton_lock_schema SET version = 5");
+    m.db.query("UPDATE baton_lock_schema SET version = 6");
     for args in [
         &["reserve", "src", "--no-wait", "--", "true"][..],
         &["reserve", "--check", "src"][..],
@@ -549,7 +549,7 @@ fn a_database_of_schema_3_is_upgraded_by_a_reservation_and_a_newer_one_is_refuse
         let out = m.run(2, args);
         assert_eq!(code(&out), 125, "{args:?}: {}", stderr(&out));
         assert!(
-            stderr(&out).contains("schema version 5, newer than this baton's 4"),
+            stderr(&out).contains("schema version 6, newer than this baton's 5"),
             "{args:?}: {}",
             stderr(&out)
         );

@@ -1,21 +1,25 @@
 #![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-//! Every shell example in the README runs (issue 26): each ```` ```sh ````
-//! block, as one bash script with `set -e`, in order, in one temporary git
-//! repository (with an origin, and the example scripts the README names,
-//! such as `./deploy.sh`, as small stubs) and one temporary baton dir, with
-//! the `baton` just built first on PATH and HOME, git's configuration and
-//! `XDG_RUNTIME_DIR` inside the test's temp dir.
+//! Every shell example of the documentation runs (issues 26 and 38): each
+//! ```` ```sh ```` block of README.md and of every page of the book
+//! (`docs/src/**/*.md`), as one bash script with `set -e`, in order, one
+//! page at a time, each page in a fresh temporary git repository (with an
+//! origin, and the example scripts the pages name, such as `./deploy.sh`, as
+//! small stubs) and a fresh temporary baton dir, with the `baton` just built
+//! first on PATH and HOME, git's configuration and `XDG_RUNTIME_DIR` inside
+//! the test's temp dir.
 //!
 //! A block that cannot run here says so on the line before its fence:
-//! `<!-- readme-test: skip: REASON -->` (a PostgreSQL server, a running
-//! service, root). Their number is bounded by [`MAX_SKIPPED`] and they are
-//! listed on every run. Two rules of the harness, not of the README: a
-//! command with `--follow` runs for [`FOLLOW_SECS`] seconds and counts as a
-//! success if it was still following then; `baton doctor` may exit 1
-//! (warnings about this machine, not failures).
+//! `<!-- readme-test: skip: REASON -->` (a PostgreSQL server elsewhere, a
+//! service in the foreground, root). Their number is bounded by
+//! [`MAX_SKIPPED`] and they are listed on every run. Two rules of the
+//! harness, not of the pages: a command with `--follow` runs for
+//! [`FOLLOW_SECS`] seconds and counts as a success if it was still following
+//! then; `baton doctor` may exit 1 (warnings about this machine, not
+//! failures). Both live in a `baton` wrapper first on PATH, which otherwise
+//! `exec`s the real binary, so `$!` of `baton ... &` is baton's own pid.
 //!
-//! A failure names the README line of the command that failed, and shows
+//! A failure names the file and line of the command that failed, and shows
 //! the block's output.
 
 use crate::common;
@@ -27,8 +31,8 @@ use std::process::{Command, Stdio};
 
 use common::{stderr, stdout};
 
-/// The most blocks that may be skipped.
-const MAX_SKIPPED: usize = 6;
+/// The most blocks that may be skipped, over README.md and the whole book.
+const MAX_SKIPPED: usize = 24;
 
 /// How long a `--follow` command runs before it is stopped.
 const FOLLOW_SECS: u32 = 3;
@@ -36,9 +40,14 @@ const FOLLOW_SECS: u32 = 3;
 /// The marker that skips the next block.
 const SKIP: &str = "<!-- readme-test: skip:";
 
+/// The repository's root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 /// One ```` ```sh ```` block.
 struct Block {
-    /// The README line of its opening fence (1-based).
+    /// The page's line of its opening fence (1-based).
     fence: usize,
     /// Its lines.
     lines: Vec<String>,
@@ -46,15 +55,33 @@ struct Block {
     skip: Option<String>,
 }
 
-fn blocks(readme: &str) -> Vec<Block> {
-    let lines: Vec<&str> = readme.lines().collect();
+/// The `sh` blocks of one page (`name` is its path, for messages). A fence
+/// may be indented (a block inside a list item); its lines are taken with
+/// that indentation removed.
+fn blocks(name: &str, text: &str) -> Vec<Block> {
+    let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();
     let mut i = 0;
+    let mut in_other = false;
     while i < lines.len() {
-        if lines[i].trim_end() != "```sh" {
+        let line = lines[i].trim();
+        if in_other {
+            // Inside another language's block: an sh fence shown there (a
+            // Markdown example) is not a block; a bare fence ends it.
+            in_other = line != "```";
             i += 1;
             continue;
         }
+        if line.starts_with("```") && line != "```sh" {
+            in_other = true;
+            i += 1;
+            continue;
+        }
+        if line != "```sh" {
+            i += 1;
+            continue;
+        }
+        let indent = lines[i].len() - lines[i].trim_start().len();
         let fence = i + 1;
         let skip = i
             .checked_sub(1)
@@ -64,17 +91,19 @@ fn blocks(readme: &str) -> Vec<Block> {
         if let Some(reason) = &skip {
             assert!(
                 !reason.is_empty(),
-                "README.md:{}: a skip marker must say why",
+                "{name}:{}: a skip marker must say why",
                 fence - 1
             );
         }
         let mut body = Vec::new();
         i += 1;
-        while i < lines.len() && lines[i].trim_end() != "```" {
-            body.push(lines[i].to_string());
+        while i < lines.len() && lines[i].trim() != "```" {
+            let l = lines[i];
+            let cut = l.len() - l.trim_start().len();
+            body.push(l[cut.min(indent)..].to_string());
             i += 1;
         }
-        assert!(i < lines.len(), "README.md:{fence}: block never closed");
+        assert!(i < lines.len(), "{name}:{fence}: block never closed");
         out.push(Block {
             fence,
             lines: body,
@@ -85,7 +114,32 @@ fn blocks(readme: &str) -> Vec<Block> {
     out
 }
 
-/// The world the examples run in.
+/// The pages: README.md, then every `.md` under `docs/src`, as paths
+/// relative to the repository's root, sorted.
+fn pages() -> Vec<String> {
+    fn walk(dir: &Path, rel: &str, out: &mut Vec<String>) {
+        let mut entries: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            let name = p.file_name().unwrap().to_str().unwrap().to_string();
+            let rel = format!("{rel}/{name}");
+            if p.is_dir() {
+                walk(&p, &rel, out);
+            } else if name.ends_with(".md") {
+                out.push(rel);
+            }
+        }
+    }
+    let mut out = vec!["README.md".to_string()];
+    walk(&root().join("docs/src"), "docs/src", &mut out);
+    assert!(out.len() > 20, "found only {out:?}");
+    out
+}
+
+/// The world the examples of one page run in.
 struct World {
     tmp: tempfile::TempDir,
     repo: PathBuf,
@@ -114,6 +168,21 @@ impl World {
         .unwrap();
         // Programs the examples call that are not baton's business.
         write_exe(&bin.join("python"), "#!/bin/sh\necho \"python $*\"\n");
+        // baton itself, through the harness's two rules (see the module's
+        // documentation); otherwise the real binary replaces the wrapper.
+        let real = env!("CARGO_BIN_EXE_baton");
+        write_exe(
+            &bin.join("baton"),
+            &format!(
+                r#"#!/bin/bash
+case " $* " in
+  *" --follow "*) rc=0; timeout -s INT {FOLLOW_SECS} '{real}' "$@" || rc=$?; [ $rc -ne 124 ] || rc=0; exit $rc ;;
+  *" doctor"*) rc=0; '{real}' "$@" || rc=$?; [ $rc -ne 1 ] || rc=0; exit $rc ;;
+  *) exec '{real}' "$@" ;;
+esac
+"#
+            ),
+        );
         let world = World {
             repo: tmp.path().join("repo"),
             bin,
@@ -156,8 +225,7 @@ impl World {
     }
 
     fn command(&self, cwd: &Path) -> Command {
-        let baton = PathBuf::from(env!("CARGO_BIN_EXE_baton"));
-        let mut path = vec![baton.parent().unwrap().to_path_buf(), self.bin.clone()];
+        let mut path = vec![self.bin.clone()];
         path.extend(std::env::split_paths(
             &std::env::var_os("PATH").unwrap_or_default(),
         ));
@@ -165,6 +233,7 @@ impl World {
         c.env_clear()
             .env("PATH", std::env::join_paths(path).unwrap())
             .env("HOME", self.tmp.path().join("home"))
+            .env("TMPDIR", self.tmp.path())
             .env("XDG_RUNTIME_DIR", self.tmp.path().join("run"))
             .env("BATON_DIR", self.tmp.path().join("baton"))
             .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -181,56 +250,34 @@ impl World {
 }
 
 /// What every block's script starts with; the block follows on the next line.
-fn prelude() -> String {
-    format!(
-        r#"set -e
-baton() {{
-  rc=0
-  case " $* " in
-    *" --follow "*) timeout -s INT {FOLLOW_SECS} baton "$@" || rc=$?; [ $rc -ne 124 ] || rc=0 ;;
-    *" doctor"*) command baton "$@" || rc=$?; [ $rc -ne 1 ] || rc=0 ;;
-    *) command baton "$@" || rc=$? ;;
-  esac
-  return $rc
-}}
-trap 'echo "readme-test: README.md:$((README_FENCE + LINENO - PRELUDE_LINES)) failed (exit $?)" >&2' ERR
-"#
-    )
-}
+const PRELUDE: &str = r#"set -e
+trap 'echo "readme-test: $PAGE:$((PAGE_FENCE + LINENO - PRELUDE_LINES)) failed (exit $?)" >&2' ERR
+"#;
 
-#[test]
-fn every_shell_example_in_the_readme_runs() {
-    let readme = include_str!("../../../README.md");
-    let all = blocks(readme);
-    assert!(all.len() >= 10, "found only {} sh blocks", all.len());
-    let skipped: Vec<&Block> = all.iter().filter(|b| b.skip.is_some()).collect();
-    for b in &skipped {
-        eprintln!(
-            "readme-test: skipped the block at README.md:{}: {}",
-            b.fence,
-            b.skip.as_deref().unwrap_or_default()
-        );
+/// Runs every block of `page` that is not skipped, in one world, and
+/// returns the failures (one message each) and how many blocks ran.
+fn run_page(page: &str) -> (Vec<String>, usize) {
+    let text = fs::read_to_string(root().join(page)).unwrap();
+    let runnable: Vec<Block> = blocks(page, &text)
+        .into_iter()
+        .filter(|b| b.skip.is_none())
+        .collect();
+    if runnable.is_empty() {
+        return (Vec::new(), 0);
     }
-    assert!(
-        skipped.len() <= MAX_SKIPPED,
-        "{} blocks skipped, at most {MAX_SKIPPED}",
-        skipped.len()
-    );
     let world = World::new();
-    let prelude = prelude();
-    let prelude_lines = prelude.lines().count();
+    let prelude_lines = PRELUDE.lines().count();
     let mut failures = Vec::new();
-    let mut ran = 0;
-    for b in all.iter().filter(|b| b.skip.is_none()) {
-        let script = format!("{prelude}{}\n", b.lines.join("\n"));
+    for b in &runnable {
+        let script = format!("{PRELUDE}{}\n", b.lines.join("\n"));
         let out = world
             .command(&world.repo)
-            .env("README_FENCE", b.fence.to_string())
+            .env("PAGE", page)
+            .env("PAGE_FENCE", b.fence.to_string())
             .env("PRELUDE_LINES", prelude_lines.to_string())
             .args(["-c", &script])
             .output()
             .unwrap();
-        ran += 1;
         if !out.status.success() {
             let err = stderr(&out);
             let at = err
@@ -238,7 +285,7 @@ fn every_shell_example_in_the_readme_runs() {
                 .rev()
                 .find_map(|l| l.strip_prefix("readme-test: "))
                 .map(str::to_string)
-                .unwrap_or_else(|| format!("the block at README.md:{} failed", b.fence));
+                .unwrap_or_else(|| format!("the block at {page}:{} failed", b.fence));
             failures.push(format!(
                 "{at} ({})\n--- stdout\n{}--- stderr\n{err}",
                 out.status,
@@ -246,11 +293,115 @@ fn every_shell_example_in_the_readme_runs() {
             ));
         }
     }
-    assert!(ran >= 5, "ran only {ran} blocks");
+    (failures, runnable.len())
+}
+
+/// Runs the blocks of every page whose path starts with one of `prefixes`
+/// (and of no page matched by `except`), at least `least` blocks, and fails
+/// naming each failure.
+fn run_pages(prefixes: &[&str], except: &[&str], least: usize) {
+    let chosen: Vec<String> = pages()
+        .into_iter()
+        .filter(|p| prefixes.iter().any(|x| p.starts_with(x)))
+        .filter(|p| !except.iter().any(|x| p.starts_with(x)))
+        .collect();
+    assert!(!chosen.is_empty(), "no page under {prefixes:?}");
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for page in &chosen {
+        let (f, n) = run_page(page);
+        failures.extend(f);
+        ran += n;
+    }
+    eprintln!("readme-test: ran {ran} blocks of {chosen:?}");
+    assert!(ran >= least, "ran only {ran} blocks of {chosen:?}");
     assert!(
         failures.is_empty(),
-        "{} of {ran} README blocks failed:\n{}",
+        "{} of {ran} blocks failed:\n{}",
         failures.len(),
         failures.join("\n")
     );
+}
+
+#[test]
+fn every_shell_example_in_the_readme_runs() {
+    run_pages(&["README.md"], &[], 1);
+}
+
+#[test]
+fn every_shell_example_of_the_book_outside_guides_and_concepts_runs() {
+    run_pages(
+        &["docs/src/"],
+        &["docs/src/guides/", "docs/src/concepts/"],
+        3,
+    );
+}
+
+#[test]
+fn every_shell_example_of_the_guides_runs() {
+    run_pages(&["docs/src/guides/"], &[], 6);
+}
+
+/// The concepts, in two halves by name (each test has a world per page,
+/// and the suite stops a test after two minutes): every page is in exactly
+/// one of them.
+const CONCEPTS_SECOND_HALF: [&str; 4] = [
+    "docs/src/concepts/p",
+    "docs/src/concepts/r",
+    "docs/src/concepts/s",
+    "docs/src/concepts/w",
+];
+
+#[test]
+fn every_shell_example_of_the_concepts_a_to_o_runs() {
+    run_pages(&["docs/src/concepts/"], &CONCEPTS_SECOND_HALF, 4);
+}
+
+#[test]
+fn every_shell_example_of_the_concepts_p_to_z_runs() {
+    run_pages(&CONCEPTS_SECOND_HALF, &[], 3);
+}
+
+/// Skips are few, each says why, and every one is listed.
+#[test]
+fn few_examples_are_skipped_and_each_says_why() {
+    let mut skipped = Vec::new();
+    let mut total = 0;
+    for page in pages() {
+        let text = fs::read_to_string(root().join(&page)).unwrap();
+        for b in blocks(&page, &text) {
+            total += 1;
+            if let Some(reason) = b.skip {
+                skipped.push(format!("{page}:{}: {reason}", b.fence));
+            }
+        }
+    }
+    for s in &skipped {
+        eprintln!("readme-test: skipped {s}");
+    }
+    assert!(total >= 30, "found only {total} sh blocks");
+    assert!(
+        skipped.len() <= MAX_SKIPPED,
+        "{} blocks skipped, at most {MAX_SKIPPED}:\n{}",
+        skipped.len(),
+        skipped.join("\n")
+    );
+}
+
+/// The block finder itself: fences in a list item count, an `sh` fence
+/// shown inside a Markdown example does not, and a skip marker names its
+/// reason.
+#[test]
+fn the_block_finder_sees_indented_blocks_and_skips() {
+    let text = "a\n\n```sh\necho one\n```\n\n- item\n\n  ```sh\n  echo two\n    echo three\n  ```\n\n```markdown\n```sh\nnot a block\n```\n\n<!-- readme-test: skip: needs root -->\n```sh\nsudo true\n```\n";
+    let found = blocks("t.md", text);
+    assert_eq!(
+        found.len(),
+        3,
+        "{:?}",
+        found.iter().map(|b| &b.lines).collect::<Vec<_>>()
+    );
+    assert_eq!(found[0].lines, ["echo one"]);
+    assert_eq!(found[1].lines, ["echo two", "  echo three"]);
+    assert_eq!(found[2].skip.as_deref(), Some("needs root"));
 }

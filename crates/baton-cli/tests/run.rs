@@ -601,7 +601,7 @@ fn ctrl_z_fg_and_bg_work_on_baton_run_as_on_the_command_itself() {
     common::wait_until(limit, || matches!(state_of(&pid), '?' | 'Z'));
 }
 
-/// Write-locks the lock file's META byte (2^40, LOCKING.md) the way a grant,
+/// Write-locks the lock file's META byte (2^40, docs/src/design/locking.md) the way a grant,
 /// a release or a `status` reader elsewhere holds it for a moment.
 fn hold_meta(env: &Env, name: &str) -> fs::File {
     use std::os::fd::AsRawFd;

@@ -354,8 +354,12 @@ fn a_frozen_node_is_fenced_and_its_slots_return_to_the_cluster() {
     let shared = tempfile::tempdir().unwrap();
     let d = shared.path().display().to_string();
     // A prompt is "TAG SECONDS": the job records its tag, then sleeps.
-    let script = format!("echo ${{1% *}} >> {d}/starts; sleep ${{1#* }}");
-    let mut a = Server::start(&config(&script, "a"), &args);
+    let script = format!("echo $$ >> {d}/pids; echo ${{1% *}} >> {d}/starts; sleep ${{1#* }}");
+    // A grace far past the wait below: a stopped node is taken over at the
+    // fence + 1 s, its grace is not waited for (it stops nothing itself
+    // while stopped; its guardians killed its commands at the fence).
+    let config = |node: &str| config(&script, node).replace("grace = \"1s\"", "grace = \"60s\"");
+    let mut a = Server::start(&config("a"), &args);
     let long: Vec<String> = ["long1 600", "long2 600"]
         .iter()
         .map(|p| a.submit(json!({ "prompt": p })))
@@ -363,7 +367,7 @@ fn a_frozen_node_is_fenced_and_its_slots_return_to_the_cluster() {
     for id in &long {
         a.wait_job(id, Duration::from_secs(30), |j| j["status"] == "running");
     }
-    let b = Server::start(&config(&script, "b"), &args);
+    let b = Server::start(&config("b"), &args);
     let (name_a, name_b) = (node_id(&a), node_id(&b));
     wait_health(&b, Duration::from_secs(30), |h| {
         entry(h, &name_a).is_some_and(|e| e["live"] == true && e["running"] == 2)
@@ -383,6 +387,12 @@ fn a_frozen_node_is_fenced_and_its_slots_return_to_the_cluster() {
         frozen.elapsed().as_secs_f64()
     );
     assert_eq!(j["node"].as_str(), Some(name_b.as_str()), "{j}");
+    // Taken over only once its guardians had killed its jobs' commands.
+    let pids = std::fs::read_to_string(shared.path().join("pids")).unwrap();
+    for pid in pids.lines().take(2) {
+        let pid: i32 = pid.trim().parse().unwrap();
+        assert!(!serve_common::alive(pid), "A's job (pid {pid}) still runs");
+    }
     assert_eq!(b.wait_final(&quick)["status"], "succeeded");
     let h = wait_health(&b, Duration::from_secs(10), |h| {
         entry(h, &name_a).is_some_and(|e| e["live"] == false)

@@ -1,6 +1,6 @@
 #![cfg(unix)] // sh, signals or Unix-only paths: Windows runs windows.rs
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-//! The job service as a trust boundary (DESIGN.md, decision 16; issue 21):
+//! The job service as a trust boundary (docs/src/design/architecture.md, decision 16; issue 21):
 //! a job's environment is clean, and what a web page can make a browser
 //! send (form and `text/plain` POSTs, a rebound `Host`, a foreign `Origin`)
 //! is refused — a real `baton serve` on 127.0.0.1, real HTTP, real jobs.

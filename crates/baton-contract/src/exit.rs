@@ -1,4 +1,4 @@
-//! Exit codes (DESIGN.md, "Exit codes"). No other file writes these numbers.
+//! Exit codes (docs/src/design/architecture.md, "Exit codes"). No other file writes these numbers.
 //!
 //! | code | constant | meaning |
 //! |---|---|---|

@@ -38,6 +38,14 @@
 //! `baton run --lock`/`--group` learns the same from
 //! `BATON_PREVIOUS_HOLDER_DIED=1`.
 //!
+//! `previous_outcome` (in `lock status`, `lock acquire` and `group status`)
+//! says how that holder ended, as `BATON_PREVIOUS_OUTCOME` tells a command:
+//! `released`, `failed:<code>` (its command's non-zero exit, or the code
+//! `baton run` exits with: 124 after `--timeout`, 79 when superseded),
+//! `killed:<signal>` (`killed:SIGKILL`; a script hold stopped by `--ttl`
+//! or `lock break` is `killed:SIGTERM`) or `died` (it ended without
+//! releasing: `previous_holder_died`); `null` before the first grant.
+//!
 //! A holder inside `holders`/`holder`/`last_holder`/`previous_holder` has the fields [`HOLDER`],
 //! its `liveness` one of [`LIVENESS`]; an element of `kernel_holders` has the
 //! fields [`KERNEL_HOLDER`].
@@ -92,6 +100,7 @@ pub const LOCK_STATUS: Shape = Shape {
         "path",
         "previous_holder",
         "previous_holder_died",
+        "previous_outcome",
         "replaced_file_unknown",
         "waiters",
     ],
@@ -145,6 +154,7 @@ pub const LOCK_ACQUIRE: Shape = Shape {
         "name",
         "previous_holder",
         "previous_holder_died",
+        "previous_outcome",
         "run_id",
         "token",
     ],
@@ -173,6 +183,7 @@ pub const GROUP_STATUS: Shape = Shape {
         "mode",
         "previous_holder",
         "previous_holder_died",
+        "previous_outcome",
         "running",
         "skipped",
         "superseded",
@@ -378,7 +389,7 @@ pub const DOCTOR_CHECKS: &[&str] = &[
 ];
 
 /// The rules that choose a baton dir (`rule` of `baton doctor --json`), in
-/// resolution order (DESIGN.md, decision 10).
+/// resolution order (docs/src/design/architecture.md, decision 10).
 pub const DIR_RULES: &[&str] = &["explicit", "env", "temp_dir"];
 
 /// Every shape, for tests and documentation.

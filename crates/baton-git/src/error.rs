@@ -98,6 +98,16 @@ pub enum GitError {
         #[source]
         source: Box<LockError>,
     },
+    /// The shared push queue (the lock backend) cannot be used.
+    #[error("cannot queue pushes to '{remote}' branch '{branch}' on the lock backend: {reason}")]
+    PushQueue {
+        /// The remote's URL.
+        remote: String,
+        /// The remote branch.
+        branch: String,
+        /// Why, in one line.
+        reason: String,
+    },
     /// Another lock error (e.g. the lock of one workspace).
     #[error(transparent)]
     Lock(Box<LockError>),
@@ -212,7 +222,8 @@ pub enum GitError {
 
 impl GitError {
     /// Whether this is a lock that stayed busy (or a push that stayed
-    /// rejected) rather than a fault: the `75` of DESIGN.md's exit codes.
+    /// rejected) rather than a fault: the `75` of the exit codes
+    /// (docs/src/design/architecture.md).
     pub fn is_busy(&self) -> bool {
         match self {
             GitError::RepoLock { source, .. }

@@ -1,6 +1,6 @@
 //! Running `git`, and where the locks that protect a repository live.
 //!
-//! git is driven through its CLI (DESIGN.md, decision 9), so users' hooks,
+//! git is driven through its CLI (docs/src/design/architecture.md, decision 9), so users' hooks,
 //! credentials and config apply. Every command runs with `-C DIR`, stdin
 //! closed, no terminal prompt, and without `GIT_DIR`-style variables
 //! inherited from a hook that may have started baton (they would redirect the
@@ -128,7 +128,8 @@ pub(crate) fn remaining(wait: WaitPolicy) -> WaitPolicy {
 
 /// The per-user baton dir shared by every process of this user on this
 /// machine, whatever their cwd or `BATON_DIR`: [`baton_lock::user_location`]
-/// (the default baton dir, DESIGN.md's decision 10). It holds the locks of
+/// (the default baton dir, decision 10 of
+/// docs/src/design/architecture.md). It holds the locks of
 /// what has no directory of its own here: pushes to a network remote, and
 /// repositories whose own baton dir cannot be used.
 pub fn machine_dir() -> Result<BatonDir, GitError> {
@@ -140,7 +141,7 @@ pub fn machine_dir() -> Result<BatonDir, GitError> {
 /// and made when no baton dir is named (`--dir`, `BATON_DIR`): that
 /// repository's own baton dir ([`Repo::baton_dir`]), so that workspaces stay
 /// per repository and on its disk while lock names are per machine
-/// (DESIGN.md, decision 10).
+/// (docs/src/design/architecture.md, decision 10).
 pub fn workspace_home(path: &Path) -> Result<BatonDir, GitError> {
     Repo::open(path)?.baton_dir()
 }

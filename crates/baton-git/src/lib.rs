@@ -1,4 +1,4 @@
-//! Git safety for parallel agents (DESIGN.md, decision 9).
+//! Git safety for parallel agents (docs/src/design/architecture.md, decision 9).
 //!
 //! - **A repository lock**, keyed by the canonical path of the repository's
 //!   common git dir and kept in that repository (`<git common dir>/baton`,
@@ -57,7 +57,7 @@
 //!   run`'s command (baton executed again, killing git's process group when
 //!   the baton that started it dies), in a program that serves as one
 //!   (`baton`; another calls `baton_proc::dispatch_guardian` in its `main`;
-//!   see baton-proc's `SIGNALS.md`, "Platforms"). git gets the terminal (and
+//!   see `docs/src/design/signals.md`, "Platforms"). git gets the terminal (and
 //!   ssh can prompt) only on unix.
 //! - **Remotes**: on Windows a drive letter (`C:/srv/r.git`, `C:\srv\r.git`,
 //!   `file:///C:/srv/r.git`) is a local path, as Git for Windows reads it,
@@ -103,11 +103,11 @@ pub use guard::{
     hooks_dir, install_guard, staged_paths, uninstall_guard, GuardInstalled, GuardRemoved,
 };
 pub use identity::repository_identity;
-pub use push::{push, Backoff, PushReport, PushRequest};
+pub use push::{push, Backoff, PushQueue, PushReport, PushRequest, QueueError};
 pub use record::{validate_id, Listing, Strategy, UnreadableRecord, Workspace, WorkspaceInfo};
 pub use refname::{
     branch_name_refusal, check_branch_name, remote_names, DEFAULT_REMOTE, RESERVED_BRANCH_PREFIXES,
 };
-pub use remove::{remove, remove_with, Removed, Unpushed};
+pub use remove::{remove, remove_with, Preserved, Removed, Unpushed};
 pub use root::ROOT_SETTING;
 pub use workspace::{create, get, list, list_readable, WorkspaceRequest};

@@ -19,9 +19,15 @@
 //! machines spread out. A rebase conflict aborts the rebase and resets the
 //! branch to the commits it had before the first attempt. Nothing is ever
 //! force-pushed: the refspec never carries `+` and no `--force` is passed.
+//!
+//! With a queue that other machines share ([`PushRequest::queue`]: the
+//! lock backend, PostgreSQL), pushes to one remote branch wait in that line
+//! instead, under the same name, so pushers on every machine using it queue
+//! behind each other as local ones do.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use baton_lock::{acquire, new_run_id, BatonDir, LockRequest, WaitPolicy};
@@ -97,6 +103,31 @@ pub struct PushRequest {
     pub run_id: Option<String>,
     /// Print a line on stderr for every rejection and retry.
     pub log: bool,
+    /// A queue other machines share (the lock backend) to wait in instead
+    /// of this machine's; see the module doc.
+    pub queue: Option<Arc<dyn PushQueue>>,
+}
+
+/// A line for pushes that machines share: takes the turn a lock request
+/// names, as [`baton_lock::acquire`] does in a baton dir.
+pub trait PushQueue: Send + Sync + std::fmt::Debug {
+    /// Takes the turn `lock` names, waiting as its policy says; the turn
+    /// lasts until the returned value is dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`QueueError::Lock`] ([`baton_lock::LockError::Busy`] when the wait
+    /// ended), [`QueueError::Unavailable`] when the queue cannot be used.
+    fn take(&self, lock: &LockRequest) -> Result<Box<dyn Send>, QueueError>;
+}
+
+/// Why a [`PushQueue`] gave no turn.
+#[derive(Debug)]
+pub enum QueueError {
+    /// The lock was not granted (busy, cancelled, refused).
+    Lock(baton_lock::LockError),
+    /// The queue cannot be used (its database is unreachable, ...): one line.
+    Unavailable(String),
 }
 
 impl PushRequest {
@@ -110,6 +141,7 @@ impl PushRequest {
             lock_wait: WaitPolicy::AtMost(DEFAULT_GIT_LOCK_WAIT),
             run_id: None,
             log: false,
+            queue: None,
         }
     }
 }
@@ -216,36 +248,62 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
         }
     };
 
-    let lock_failed = |source| GitError::PushLock {
+    let lock_failed = |source: baton_lock::LockError| GitError::PushLock {
         remote: url.clone(),
         branch: branch.clone(),
         source: Box::new(source),
     };
-    let (queue, mut key) = match push_queue(&work, &url) {
-        Ok(q) => q,
-        Err(GitError::Lock(e)) => return Err(lock_failed(*e)),
-        Err(e) => return Err(e),
+    let lock_request = |key: &mut Vec<u8>| -> Result<LockRequest, GitError> {
+        key.push(0);
+        key.extend_from_slice(branch.as_bytes());
+        Ok(LockRequest::new(hashed_name("git-push", key)?)
+            .wait(req.lock_wait)
+            .operation(format!(
+                "git push {remote} {branch} from {}",
+                work.display()
+            ))
+            .run_id(run_id.clone())
+            .kind(baton_lock::HolderKind::Git))
     };
-    key.push(0);
-    key.extend_from_slice(branch.as_bytes());
-    let lock = LockRequest::new(hashed_name("git-push", &key)?)
-        .wait(req.lock_wait)
-        .operation(format!(
-            "git push {remote} {branch} from {}",
-            work.display()
-        ))
-        .run_id(run_id.clone())
-        .kind(baton_lock::HolderKind::Git);
-    tracing::debug!(remote = %url, branch = %branch, queue = %queue.path().display(), "waiting for the push queue of the remote branch");
     // Whether another push went first: if the queue is free we take it at
     // once, else we wait our turn, and then whoever went before us has most
     // likely moved the remote branch.
-    let (guard, waited) = match acquire(&queue, &lock.clone().wait(WaitPolicy::Immediately)) {
-        Ok(guard) => (guard, false),
-        Err(baton_lock::LockError::Busy { .. }) => {
-            (acquire(&queue, &lock).map_err(lock_failed)?, true)
+    let (guard, waited): (Box<dyn Send>, bool) = match &req.queue {
+        Some(shared) => {
+            let lock = lock_request(&mut queue_key(&work, &url))?;
+            tracing::debug!(remote = %url, branch = %branch, queue = ?shared, "waiting for the shared push queue of the remote branch");
+            let failed = |e: QueueError| match e {
+                QueueError::Lock(e) => lock_failed(e),
+                QueueError::Unavailable(reason) => GitError::PushQueue {
+                    remote: url.clone(),
+                    branch: branch.clone(),
+                    reason,
+                },
+            };
+            match shared.take(&lock.clone().wait(WaitPolicy::Immediately)) {
+                Ok(turn) => (turn, false),
+                Err(QueueError::Lock(baton_lock::LockError::Busy { .. })) => {
+                    (shared.take(&lock).map_err(failed)?, true)
+                }
+                Err(e) => return Err(failed(e)),
+            }
         }
-        Err(e) => return Err(lock_failed(e)),
+        None => {
+            let (queue, mut key) = match push_queue(&work, &url) {
+                Ok(q) => q,
+                Err(GitError::Lock(e)) => return Err(lock_failed(*e)),
+                Err(e) => return Err(e),
+            };
+            let lock = lock_request(&mut key)?;
+            tracing::debug!(remote = %url, branch = %branch, queue = %queue.path().display(), "waiting for the push queue of the remote branch");
+            match acquire(&queue, &lock.clone().wait(WaitPolicy::Immediately)) {
+                Ok(guard) => (Box::new(guard), false),
+                Err(baton_lock::LockError::Busy { .. }) => {
+                    (Box::new(acquire(&queue, &lock).map_err(lock_failed)?), true)
+                }
+                Err(e) => return Err(lock_failed(e)),
+            }
+        }
     };
 
     let refspec = format!("HEAD:refs/heads/{branch}");
@@ -345,6 +403,17 @@ fn push_queue(work: &Path, url: &str) -> Result<(BatonDir, Vec<u8>), GitError> {
         }
     }
     Ok((machine_dir()?, url.as_bytes().to_vec()))
+}
+
+/// The key of [`push_queue`]'s lock name, for a shared queue: the same
+/// name wherever the remote is reached from by the same URL or path.
+fn queue_key(work: &Path, url: &str) -> Vec<u8> {
+    if let Some(path) = local_path(work, url) {
+        if let Ok(remote) = Repo::open(&path) {
+            return remote.common_dir.as_os_str().as_encoded_bytes().to_vec();
+        }
+    }
+    url.as_bytes().to_vec()
 }
 
 /// Whether a failed push was rejected because the remote moved on.

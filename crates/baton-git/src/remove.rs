@@ -6,8 +6,13 @@
 //! worktree would have left them). When the base cannot take them (the
 //! branch is checked out there, has diverged, or the base is gone) the
 //! removal is refused ([`GitError::Unpushed`], naming the commits), unless
-//! the caller said to discard them ([`Unpushed::Discard`]); then the report
-//! names what was dropped.
+//! the caller said to discard them ([`Unpushed::Discard`]; the report names
+//! what was dropped) or to preserve them ([`Unpushed::Preserve`]: they are
+//! kept in the base under `refs/baton/kept/<branch>/<UTC time>-<run id>`,
+//! which the report names, and the workspace goes). Removals nobody watches
+//! (the end of a run, a service's job) preserve: two runs on one branch
+//! whose second cannot fast-forward the base's branch leave a ref, not a
+//! workspace that nothing would ever collect.
 
 use std::fs;
 use std::io;
@@ -32,6 +37,39 @@ pub enum Unpushed {
     Keep,
     /// Remove it anyway, and report what was discarded.
     Discard,
+    /// Keep the commits in the base under `refs/baton/kept/<branch>/...`
+    /// (reported in [`Removed::preserved`]), then remove it. Where the base
+    /// cannot take even that (it is gone), refuse as [`Unpushed::Keep`].
+    Preserve,
+}
+
+/// Commits a removal kept in the base under a ref of their own
+/// ([`Unpushed::Preserve`]), since the base's branch could not take them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Preserved {
+    /// The ref in the base repository that holds them
+    /// (`refs/baton/kept/<branch>/<UTC time>-<run id>`).
+    pub reference: String,
+    /// The base repository.
+    pub base: std::path::PathBuf,
+    /// The commits, and why the base's branch could not take them.
+    pub commits: BranchCommits,
+}
+
+impl Preserved {
+    /// One line saying where the commits went and why.
+    pub fn note(&self) -> String {
+        let c = &self.commits;
+        format!(
+            "the {} commit(s) of branch '{}' in workspace '{}' are kept under {} in '{}', since its branch could not take them ({}): merge or rebase them from there",
+            c.count,
+            c.branch,
+            c.id,
+            self.reference,
+            self.base.display(),
+            c.reason
+        )
+    }
 }
 
 /// A removed workspace, and what went with it.
@@ -41,6 +79,9 @@ pub struct Removed {
     pub workspace: Workspace,
     /// Commits discarded with it ([`Unpushed::Discard`] only).
     pub discarded: Option<BranchCommits>,
+    /// Commits kept under a ref of their own ([`Unpushed::Preserve`] only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preserved: Option<Preserved>,
 }
 
 /// Removes a workspace (directory, worktree registration, record), whoever
@@ -63,11 +104,12 @@ pub fn remove_with(
     let wait = git::deadline(git_lock_wait);
     let guard = lock_workspace(dir, id, wait, "remove workspace", "")?;
     let ws = registry::get(dir, id)?;
-    let discarded = remove_workspace(dir, &ws, wait, unpushed)?;
+    let (discarded, preserved) = remove_workspace(dir, &ws, wait, unpushed)?;
     drop(guard);
     Ok(Removed {
         workspace: ws,
         discarded,
+        preserved,
     })
 }
 
@@ -106,11 +148,12 @@ pub(crate) fn remove_if(
     if !due(&ws) {
         return Ok(Removal::NotDue);
     }
-    let discarded = remove_workspace(dir, &ws, wait, unpushed)?;
+    let (discarded, preserved) = remove_workspace(dir, &ws, wait, unpushed)?;
     drop(guard);
     Ok(Removal::Removed(Box::new(Removed {
         workspace: ws,
         discarded,
+        preserved,
     })))
 }
 
@@ -119,7 +162,7 @@ fn remove_workspace(
     ws: &Workspace,
     wait: WaitPolicy,
     unpushed: Unpushed,
-) -> Result<Option<BranchCommits>, GitError> {
+) -> Result<(Option<BranchCommits>, Option<Preserved>), GitError> {
     // Never delete outside a workspace root baton made, whatever a record
     // says; a directory that is gone already (its root was wiped) needs no
     // deleting, and its record may go.
@@ -135,13 +178,13 @@ fn remove_workspace(
             registry::record_file(dir, &ws.id).display()
         )));
     }
-    let discarded = match (ws.strategy, &ws.branch) {
-        (Strategy::Clone, Some(branch)) => match keep_branch(ws, branch, wait) {
-            Ok(()) => None,
-            Err(e) if unpushed == Unpushed::Discard => Some(BranchCommits::from_error(e)?),
+    let (discarded, preserved) = match (ws.strategy, &ws.branch) {
+        (Strategy::Clone, Some(branch)) => match keep_branch(ws, branch, wait, unpushed) {
+            Ok(preserved) => (None, preserved),
+            Err(e) if unpushed == Unpushed::Discard => (Some(BranchCommits::from_error(e)?), None),
             Err(e) => return Err(e),
         },
-        _ => None,
+        _ => (None, None),
     };
     remove_dir(ws)?;
     if ws.strategy == Strategy::Worktree {
@@ -153,7 +196,7 @@ fn remove_workspace(
     // Only now, with the directory gone, may the record go.
     registry::delete(dir, &ws.id)?;
     registry::unmark_creating(dir, &ws.id);
-    Ok(discarded)
+    Ok((discarded, preserved))
 }
 
 /// Deletes the workspace's directory and checks that it is gone (a process
@@ -218,15 +261,21 @@ fn remedy(e: &io::Error, ws: &Workspace) -> String {
 /// branches as they were when it was cloned), from the commit it started at,
 /// or from the base's branch. The fetch into the base is a fast-forward or
 /// nothing (no `+`), and git refuses to move a branch checked out in a work
-/// tree of the base; then [`GitError::Unpushed`] names the commits and the
-/// ways to keep them.
-fn keep_branch(ws: &Workspace, branch: &str, wait: WaitPolicy) -> Result<(), GitError> {
+/// tree of the base; then [`Unpushed::Preserve`] keeps them under a ref of
+/// their own in the base, and otherwise [`GitError::Unpushed`] names the
+/// commits and the ways to keep them.
+fn keep_branch(
+    ws: &Workspace,
+    branch: &str,
+    wait: WaitPolicy,
+    policy: Unpushed,
+) -> Result<Option<Preserved>, GitError> {
     if !ws.path.join(".git").is_dir() {
-        return Ok(()); // never got as far as a clone
+        return Ok(None); // never got as far as a clone
     }
     let full = format!("refs/heads/{branch}");
     let Some(tip) = commit_of(&ws.path, &full)? else {
-        return Ok(()); // the branch was deleted in the workspace
+        return Ok(None); // the branch was deleted in the workspace
     };
     let new = git::run(
         &ws.path,
@@ -241,22 +290,23 @@ fn keep_branch(ws: &Workspace, branch: &str, wait: WaitPolicy) -> Result<(), Git
         ],
     )?;
     if new.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
+    let commits = |reason: String| BranchCommits {
+        id: ws.id.clone(),
+        path: ws.path.clone(),
+        run_id: ws.run_id.clone(),
+        branch: branch.to_string(),
+        count: new.lines().count(),
+        commits: new
+            .lines()
+            .take(LISTED_COMMITS)
+            .map(str::to_string)
+            .collect(),
+        reason,
+    };
     let unpushed = |reason: String| GitError::Unpushed {
-        commits: Box::new(BranchCommits {
-            id: ws.id.clone(),
-            path: ws.path.clone(),
-            run_id: ws.run_id.clone(),
-            branch: branch.to_string(),
-            count: new.lines().count(),
-            commits: new
-                .lines()
-                .take(LISTED_COMMITS)
-                .map(str::to_string)
-                .collect(),
-            reason,
-        }),
+        commits: Box::new(commits(reason)),
         base: ws.base_repo.clone(),
     };
     let base = Repo::open(&ws.base_repo)
@@ -268,7 +318,7 @@ fn keep_branch(ws: &Workspace, branch: &str, wait: WaitPolicy) -> Result<(), Git
             ["merge-base", "--is-ancestor", tip.as_str(), kept.as_str()],
         )?;
         if out.status.success() {
-            return Ok(()); // the base's branch has them already
+            return Ok(None); // the base's branch has them already
         }
     }
     let refspec = format!("{full}:{full}");
@@ -283,7 +333,7 @@ fn keep_branch(ws: &Workspace, branch: &str, wait: WaitPolicy) -> Result<(), Git
         ],
     )?;
     if out.status.success() {
-        return Ok(());
+        return Ok(None);
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
     let said = stderr
@@ -301,7 +351,41 @@ fn keep_branch(ws: &Workspace, branch: &str, wait: WaitPolicy) -> Result<(), Git
         ),
         (true, None) => format!("git fetch failed ({})", out.status),
     };
-    Err(unpushed(reason))
+    if policy != Unpushed::Preserve {
+        return Err(unpushed(reason));
+    }
+    // A ref of their own, new by name (the run id is unique): the fetch
+    // creates it or fails, and never moves anything that exists.
+    let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        .to_string()
+        .replace(['-', ':'], "");
+    let reference = format!("refs/baton/kept/{branch}/{stamp}-{}", ws.run_id);
+    let refspec = format!("{full}:{reference}");
+    let (out, _) = base.output_locked(
+        wait,
+        &ws.run_id,
+        &[
+            "fetch".as_ref(),
+            "--quiet".as_ref(),
+            ws.path.as_os_str(),
+            refspec.as_ref(),
+        ],
+    )?;
+    if !out.status.success() {
+        let said = String::from_utf8_lossy(&out.stderr);
+        return Err(unpushed(format!(
+            "{reason}; keeping them under {reference} failed too: {}",
+            said.lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .unwrap_or("git fetch failed")
+        )));
+    }
+    Ok(Some(Preserved {
+        reference,
+        base: base.path.clone(),
+        commits: commits(reason),
+    }))
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// Give a clone to [`LockRequest::cancel`](crate::LockRequest::cancel); call
 /// [`CancelToken::cancel`] from anywhere. The waiting thread is interrupted
 /// in the kernel by the same per-thread timer that ends deadline waits
-/// (`LOCKING.md`, "Waiting with a deadline"), fired at once and then every
+/// (`docs/src/design/locking.md`, "Waiting with a deadline"), fired at once and then every
 /// few milliseconds until the waiter has left, so no wake-up is lost. A
 /// request whose token is already cancelled does not wait at all.
 #[derive(Clone, Debug, Default)]

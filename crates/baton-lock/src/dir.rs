@@ -1,6 +1,6 @@
 //! Finding and vetting the baton dir, where all coordination state lives.
 //!
-//! Resolution order (DESIGN.md, decision 10): an explicit path, else
+//! Resolution order (docs/src/design/architecture.md, decision 10): an explicit path, else
 //! `BATON_DIR`, else the per-user dir of this machine ([`user_location`]):
 //! `<temp dir>/baton-<uid>`. So a lock name means one lock for every process
 //! of the user on the machine, whatever clone or directory it runs in, and
@@ -14,9 +14,9 @@
 //! Why a temporary dir (often a tmpfs) and not a dir that lasts: the kernel
 //! locks live only as long as their holders anyway, and fencing tokens never
 //! go back when lock files are lost (each is at least the wall clock in
-//! microseconds, `LOCKING.md` "Fencing tokens"), so nothing in the dir has to
+//! microseconds, `docs/src/design/locking.md` "Fencing tokens"), so nothing in the dir has to
 //! survive a reboot; a lock file deleted under its holder by a cleaner is
-//! detected by the next acquirer (`LOCKING.md`, "When the lock file is
+//! detected by the next acquirer (`docs/src/design/locking.md`, "When the lock file is
 //! deleted").
 //! What must survive (workspaces, the repository's lock) is kept per
 //! repository, in `<git common dir>/baton`.
@@ -54,7 +54,7 @@ pub enum Sharing {
     },
 }
 
-/// Which rule of the resolution order (DESIGN.md, decision 10) chose a baton
+/// Which rule of the resolution order (docs/src/design/architecture.md, decision 10) chose a baton
 /// dir; see [`BatonDir::locate`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DirRule {
@@ -151,7 +151,7 @@ impl BatonDir {
         }
         let sharing = vet(&path)?;
         // One spelling per directory (`d/`, `./d`, a symlinked parent): the
-        // marker of a lock is derived from this path (LOCKING.md).
+        // marker of a lock is derived from this path (docs/src/design/locking.md).
         let path = fs::canonicalize(&path).context("cannot resolve baton dir", &path)?;
         let dir = BatonDir { path, sharing };
         let locks = dir.locks_dir();

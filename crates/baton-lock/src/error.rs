@@ -106,7 +106,7 @@ pub enum LockError {
         reason: String,
     },
     /// Byte-range locks do not work as baton needs them on this system
-    /// (checked once per process, before the first lock; see `LOCKING.md`,
+    /// (checked once per process, before the first lock; see `docs/src/design/locking.md`,
     /// "Platforms"). baton never falls back to a weaker lock.
     #[error("{reason}")]
     Unsupported {

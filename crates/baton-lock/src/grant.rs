@@ -1,5 +1,5 @@
 //! Taking over a slot: the steps between holding the kernel lock and
-//! recording the grant (`LOCKING.md`: "When the lock file is deleted or
+//! recording the grant (`docs/src/design/locking.md`: "When the lock file is deleted or
 //! replaced", "A dead holder's command", "Using an ancestor's hold",
 //! "Fencing tokens").
 
@@ -13,6 +13,7 @@ use crate::layout::{held_slots, SLOT_BASE};
 use crate::meta::{read_doc, write_doc, CommandGroup, HolderKind, HolderRecord, LockDoc};
 use crate::meta_lock::MetaLock;
 use crate::ofd::{self, Kind};
+use crate::outcome::HolderOutcome;
 use crate::replaced::{self, FileId};
 use crate::request::{LockRequest, Mode};
 use baton_fs::IoResultExt;
@@ -24,6 +25,7 @@ pub(crate) struct Grant {
     pub(crate) run_id: String,
     pub(crate) borrowed: bool,
     pub(crate) previous: Option<HolderRecord>,
+    pub(crate) previous_outcome: Option<HolderOutcome>,
 }
 
 /// The lock file being acquired.
@@ -131,12 +133,14 @@ pub(crate) fn take_over(
             token,
             run_id,
             previous,
+            previous_outcome,
         })) => Ok(Some(Grant {
             slot,
             token,
             run_id,
             borrowed: false,
             previous,
+            previous_outcome,
         })),
         Ok(None) => {
             give_back();
@@ -284,6 +288,8 @@ struct Recorded {
     run_id: String,
     /// The holder before us on our slot, if it ended without releasing.
     previous: Option<HolderRecord>,
+    /// How the holder before us on our slot ended.
+    previous_outcome: Option<HolderOutcome>,
 }
 
 /// Whether the grant of `slot` in `mode` keeps record `h`: anything on
@@ -306,8 +312,27 @@ fn previous_on_slot(doc: &LockDoc, mode: Mode, slot: u32) -> Option<HolderRecord
         .max_by_key(|h| h.token)
         .map(|h| HolderRecord {
             previous: None,
+            previous_outcome: None,
             ..h.clone()
         })
+}
+
+/// How the holder before a grant of `slot` ended: `died` when it left its
+/// record (`previous`), else what the slot's last releasing holder left,
+/// else `released` (a holder of an older version released it) unless the
+/// lock was never granted (`None`).
+pub(crate) fn outcome_before(
+    doc: &LockDoc,
+    slot: u32,
+    previous: Option<&HolderRecord>,
+) -> Option<HolderOutcome> {
+    if previous.is_some() {
+        return Some(HolderOutcome::Died);
+    }
+    match doc.outcomes.iter().find(|o| o.slot == slot) {
+        Some(o) => Some(o.outcome.clone()),
+        None => (doc.token > 0).then_some(HolderOutcome::Released),
+    }
 }
 
 /// Issues the next fencing token and records the holder. Caller holds META.
@@ -315,7 +340,7 @@ fn previous_on_slot(doc: &LockDoc, mode: Mode, slot: u32) -> Option<HolderRecord
 /// A token is the larger of the last one + 1 and the wall clock in
 /// microseconds, so tokens increase across grants, lost or deleted files and
 /// files restored from a backup, as long as the clock does not go back
-/// (`LOCKING.md`, "Fencing tokens").
+/// (`docs/src/design/locking.md`, "Fencing tokens").
 fn record_grant(
     at: &Target<'_>,
     doc: &mut LockDoc,
@@ -325,6 +350,7 @@ fn record_grant(
 ) -> Result<Recorded, LockError> {
     let id = at.id;
     let previous = previous_on_slot(doc, mode, slot);
+    let previous_outcome = outcome_before(doc, slot, previous.as_ref());
     let floor = doc.holders.iter().map(|h| h.token).max().unwrap_or(0);
     let next = doc
         .token
@@ -371,12 +397,14 @@ fn record_grant(
                 .map_or_else(crate::identity::current_os_thread, |c| c.os_thread),
             (None, _) => None,
         },
+        previous_outcome: previous_outcome.clone(),
     });
     write_doc(at.file, doc).context("cannot write lock metadata to", at.path)?;
     Ok(Recorded {
         token: doc.token,
         run_id,
         previous,
+        previous_outcome,
     })
 }
 

@@ -1,4 +1,4 @@
-//! Which bytes of a lock file mean what (see `LOCKING.md` at the crate root).
+//! Which bytes of a lock file mean what (see `docs/src/design/locking.md`).
 //!
 //! Byte-range locks are advisory and independent of the file's content, so
 //! they can sit far beyond its end without using any disk.

@@ -7,17 +7,17 @@
 //! predecessor only. Every grant gets a fencing token larger than any before.
 //! Holder metadata (pid, start time, boot id, host, owner, operation, run id,
 //! time, token) is written into the lock file for people and tools, and never
-//! trusted for exclusion. The protocol and its reasoning are in `LOCKING.md`
-//! next to this crate's `Cargo.toml`.
+//! trusted for exclusion. The protocol and its reasoning are in
+//! `docs/src/design/locking.md` in baton's repository.
 //!
 //! Path reservations (paths and globs of one repository, for agents and
 //! scripts that share it) are a lock manager on top of these locks: the
-//! [`reserve`] module, described in `RESERVATIONS.md` next to `LOCKING.md`.
+//! [`reserve`] module, described in `docs/src/design/reservations.md`.
 //!
 //! Linux, macOS and Windows: OFD locks on Linux and macOS (checked at run
 //! time on macOS, where they are a private interface), `LockFileEx` ranges on
 //! Windows; every platform call is in `src/sys`, and what each system lacks
-//! is listed in `LOCKING.md`, "Platforms".
+//! is listed in `docs/src/design/locking.md`, "Platforms".
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -48,6 +48,7 @@ mod meta;
 mod meta_lock;
 mod name;
 mod ofd;
+mod outcome;
 mod reentrant;
 mod replaced;
 mod request;
@@ -72,6 +73,7 @@ pub use kernel_holders::KernelHolder;
 pub use lock::{acquire, acquire_all, plan_all, LockGuard};
 pub use meta::{CommandGroup, HolderKind, HolderRecord, LockDoc};
 pub use name::{LockName, MAX_NAME_LEN};
+pub use outcome::{BadOutcome, HolderOutcome, SlotOutcome};
 pub use request::{Caller, LockRequest, Mode};
 pub use status::{held_locks_in, list, status, Content, HolderInfo, LockStatus};
 pub use wait::WaitPolicy;

@@ -1,6 +1,6 @@
 //! Acquiring and releasing named locks.
 //!
-//! The protocol is described in `LOCKING.md` at the crate root. In short:
+//! The protocol is described in `docs/src/design/locking.md`. In short:
 //! the lock itself is a kernel byte-range lock on a slot byte of the lock
 //! file; waiters line up with tickets (write locks on bytes of their own) and
 //! each waits in the kernel only for its immediate predecessor, so the line is
@@ -21,6 +21,7 @@ use crate::meta::{read_doc, write_doc, CommandGroup, DocRead, HolderRecord, Lock
 use crate::meta_lock::MetaLock;
 use crate::name::LockName;
 use crate::ofd::{self, Kind};
+use crate::outcome::{HolderOutcome, SlotOutcome};
 use crate::reentrant::{forget_held, held_key, reentrant, remember_held, HeldKey};
 use crate::replaced::{self, FileId};
 use crate::request::{LockRequest, Mode};
@@ -46,6 +47,10 @@ pub struct LockGuard {
     borrowed: bool,
     /// The holder before this grant, when it ended without releasing.
     previous: Option<Box<HolderRecord>>,
+    /// How the holder before this grant ended.
+    previous_outcome: Option<HolderOutcome>,
+    /// What a release leaves for the next holder ([`LockGuard::release_with`]).
+    outcome: HolderOutcome,
     /// Released by [`LockGuard::abandon`]: the record stays, marked.
     abandoned: bool,
     /// The name's marker byte, read-locked while held (see `replaced`).
@@ -98,6 +103,38 @@ impl LockGuard {
         self.previous.as_deref()
     }
 
+    /// How the holder before this grant ended (`BATON_PREVIOUS_OUTCOME`):
+    /// [`HolderOutcome::Died`] when [`LockGuard::previous_holder_died`],
+    /// else what it left when it released ([`LockGuard::release_with`]);
+    /// `None` for the first grant of a lock and for a borrowed hold.
+    pub fn previous_outcome(&self) -> Option<&HolderOutcome> {
+        self.previous_outcome.as_ref()
+    }
+
+    /// Releases the lock, leaving `outcome` for the next holder
+    /// ([`LockGuard::previous_outcome`]), written in the same step that
+    /// removes this holder's record, before the slot is unlocked.
+    /// [`HolderOutcome::Died`] lets go as [`LockGuard::abandon`] does.
+    /// [`LockGuard::release`] and drop leave [`HolderOutcome::Released`].
+    pub fn release_with(mut self, outcome: HolderOutcome) -> Result<(), LockError> {
+        if outcome == HolderOutcome::Died {
+            self.abandoned = true;
+        }
+        self.outcome = outcome;
+        self.release_inner()
+    }
+
+    /// Releases a lock under which nothing was done (a run that failed
+    /// before its command started): the next holder learns what this one
+    /// learned ([`LockGuard::previous_outcome`]), as if this grant had not
+    /// happened.
+    pub fn release_unused(mut self) -> Result<(), LockError> {
+        if let Some(o) = self.previous_outcome.clone() {
+            self.outcome = o;
+        }
+        self.release_inner()
+    }
+
     /// Lets go of the lock as a holder that died would: the slot is freed
     /// but the record stays, marked `abandoned`, so the next holder learns
     /// that the work under the lock may be half done
@@ -110,7 +147,7 @@ impl LockGuard {
 
     /// Records the process group of the command run under this lock, so that
     /// if this process dies, the next holder terminates what is left of the
-    /// group before it proceeds (DESIGN.md, decision 11).
+    /// group before it proceeds (docs/src/design/architecture.md, decision 11).
     pub fn set_command_group(&self, group: CommandGroup) -> Result<(), LockError> {
         if self.borrowed {
             return Ok(());
@@ -187,6 +224,7 @@ impl LockGuard {
                     }
                 } else {
                     doc.holders.retain(|h| h.token != self.token);
+                    leave_outcome(&mut doc, self.slot, self.token, self.mode, &self.outcome);
                 }
                 write_doc(&self.file, &mut doc)?;
             }
@@ -217,6 +255,26 @@ impl LockGuard {
         record.context("cannot update lock metadata in", &self.path)?;
         Ok(())
     }
+}
+
+/// Records `outcome` as the last release of `slot` (by the grant with
+/// `token`), replacing the slot's earlier one, with one exception: a shared
+/// holder's clean release never hides a failure of a shared holder granted
+/// after it (both held the lock together; the next holder must hear of it).
+fn leave_outcome(doc: &mut LockDoc, slot: u32, token: u64, mode: Mode, outcome: &HolderOutcome) {
+    let existing = doc.outcomes.iter().position(|o| o.slot == slot);
+    if let Some(i) = existing {
+        let o = &doc.outcomes[i];
+        if mode == Mode::Shared && !outcome.is_bad() && o.outcome.is_bad() && o.token > token {
+            return;
+        }
+        doc.outcomes.remove(i);
+    }
+    doc.outcomes.push(SlotOutcome {
+        slot,
+        token,
+        outcome: outcome.clone(),
+    });
 }
 
 /// The lock file's descriptor. Its kernel locks belong to the open file
@@ -292,6 +350,8 @@ pub fn acquire(dir: &BatonDir, req: &LockRequest) -> Result<LockGuard, LockError
                     released: false,
                     borrowed: g.borrowed,
                     previous: g.previous.map(Box::new),
+                    previous_outcome: g.previous_outcome,
+                    outcome: HolderOutcome::Released,
                     abandoned: false,
                     mark,
                 });
@@ -336,11 +396,20 @@ pub fn plan_all(reqs: &[LockRequest], start: Instant) -> (Vec<&LockRequest>, Wai
 /// earliest of the requests' deadlines.
 pub fn acquire_all(dir: &BatonDir, reqs: &[LockRequest]) -> Result<Vec<LockGuard>, LockError> {
     let (sorted, wait) = plan_all(reqs, Instant::now());
-    let mut guards = Vec::with_capacity(sorted.len());
+    let mut guards: Vec<LockGuard> = Vec::with_capacity(sorted.len());
+    let give_back = |guards: Vec<LockGuard>| {
+        for g in guards.into_iter().rev() {
+            let _ = g.release_unused();
+        }
+    };
     for req in sorted {
         let mut req = req.clone();
         req.wait = wait;
-        match acquire(dir, &req) {
+        let got = acquire(dir, &req);
+        if got.is_err() {
+            give_back(std::mem::take(&mut guards));
+        }
+        match got {
             Ok(g) => guards.push(g),
             // Report the policy the caller asked for, not the derived deadline.
             Err(LockError::Busy {
@@ -464,6 +533,7 @@ fn acquire_in(
                     run_id: h.run_id,
                     borrowed: true,
                     previous: None,
+                    previous_outcome: None,
                 }));
             }
         }

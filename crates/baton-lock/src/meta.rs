@@ -11,6 +11,7 @@ use std::fs::File;
 use serde::{Deserialize, Serialize};
 
 use crate::identity::ProcessIdentity;
+use crate::outcome::{HolderOutcome, SlotOutcome};
 
 /// What is recorded about one holder of a lock.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,6 +67,12 @@ pub struct HolderRecord {
     /// could not be told.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller_thread: Option<i32>,
+    /// How the holder before this grant ended ([`HolderOutcome`]): `died`
+    /// when [`HolderRecord::previous`] is set, else what it left when it
+    /// released. Absent for the first grant of a lock, and in records of
+    /// older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_outcome: Option<HolderOutcome>,
 }
 
 impl HolderRecord {
@@ -78,7 +85,7 @@ impl HolderRecord {
     }
 }
 
-/// The process group a holder's command runs in (DESIGN.md, decision 11).
+/// The process group a holder's command runs in (docs/src/design/architecture.md, decision 11).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandGroup {
     /// The group id (the pid of the command, which leads it).
@@ -174,6 +181,12 @@ pub struct LockDoc {
     /// file with another inode was copied, or the file is new.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inode: Option<u64>,
+    /// What each slot's last releasing holder left for the next grant
+    /// (one per slot; a grant of the slot takes it). Older versions ignore
+    /// it and drop it when they rewrite the document, which only makes the
+    /// next grant report `released`, never a wrong failure.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outcomes: Vec<SlotOutcome>,
     /// Length of the file this document was read from, so a rewrite knows
     /// whether it must truncate without asking the kernel again.
     #[serde(skip)]

@@ -1,5 +1,5 @@
 //! The META byte's lock: held around every read-modify-write of a lock's
-//! metadata (`LOCKING.md`), and by readers that want a consistent document.
+//! metadata (`docs/src/design/locking.md`), and by readers that want a consistent document.
 
 use std::fs::File;
 use std::time::Instant;

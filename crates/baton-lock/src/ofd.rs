@@ -6,7 +6,7 @@
 //! (not to a process or thread), is released when that file is closed,
 //! which the kernel does when the holder dies, and is independent of the
 //! file's content, so one lock file carries many lockable bytes (see
-//! `LOCKING.md` at the crate root for the layout).
+//! `docs/src/design/locking.md` for the layout).
 
 use once_cell::race::OnceBox;
 use std::fs::File;

@@ -1,4 +1,4 @@
-//! A lock file deleted or replaced while held (`LOCKING.md`, "When the lock
+//! A lock file deleted or replaced while held (`docs/src/design/locking.md`, "When the lock
 //! file is deleted").
 //!
 //! Kernel locks belong to an inode. If someone deletes `locks/L.lock` (or the
@@ -10,7 +10,7 @@
 //! `/proc/locks` with their inode, so an acquirer on a file that is new to the
 //! lock (its document does not name its inode) looks for markers of the same
 //! name on other inodes and waits until they are gone. Only Linux has
-//! `/proc/locks`: macOS cannot see such holders (`LOCKING.md`, "Platforms"),
+//! `/proc/locks`: macOS cannot see such holders (`docs/src/design/locking.md`, "Platforms"),
 //! and Windows refuses to delete or rename a lock file while it is open.
 
 use std::path::Path;
@@ -82,7 +82,7 @@ pub(crate) fn wait_until_gone(
             return Gone::Clear;
         }
         // Deleted again while we wait: whoever holds the newest file must
-        // not wait for us, nor we for them (LOCKING.md).
+        // not wait for us, nor we for them (docs/src/design/locking.md).
         if !still_at_path(ours, path) {
             return Gone::OursReplaced;
         }

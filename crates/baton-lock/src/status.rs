@@ -175,6 +175,11 @@ pub struct LockStatus {
     pub previous_holder_died: bool,
     /// That holder, when `previous_holder_died`.
     pub previous_holder: Option<HolderInfo>,
+    /// How the holder before the current (or next) grant ended, as that
+    /// grant learns it (`BATON_PREVIOUS_OUTCOME`): `released`,
+    /// `failed:<code>`, `killed:<signal>` or `died`; `null` for a lock
+    /// never granted (or whose (first) holder's record predates outcomes).
+    pub previous_outcome: Option<crate::HolderOutcome>,
     /// The last fencing token granted.
     pub last_token: u64,
     /// State of the metadata document.
@@ -303,6 +308,7 @@ impl LockStatus {
             last_holder: None,
             previous_holder_died: false,
             previous_holder: None,
+            previous_outcome: None,
             last_token: 0,
             content: Content::Missing,
             content_error: None,
@@ -375,6 +381,9 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
                 let shared_dead = r.mode == "shared" && r.process.liveness() == Liveness::Dead;
                 slot_held && !shared_dead
             });
+        if let Some(first) = live.first() {
+            st.previous_outcome = first.previous_outcome.clone();
+        }
         if let Some(prev) = live.first().and_then(|r| r.previous.as_deref()) {
             st.previous_holder_died = true;
             st.previous_holder = Some(HolderInfo::from_record(prev));
@@ -397,6 +406,12 @@ fn status_of_file(path: &Path, fallback_name: Option<&str>) -> Result<LockStatus
                 st.previous_holder_died = true;
                 st.previous_holder = st.last_holder.clone();
             }
+            // What the next grant of the first slot would learn.
+            st.previous_outcome = if st.last_holder_died {
+                Some(crate::HolderOutcome::Died)
+            } else {
+                crate::grant::outcome_before(&doc, 0, None)
+            };
         }
     }
     let unconfirmed = st.holders.is_empty()

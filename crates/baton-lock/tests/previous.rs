@@ -96,3 +96,69 @@ fn a_guard_closed_as_inherited_keeps_no_claim_on_the_thread() {
     assert!(again.token() > token);
     again.release().unwrap();
 }
+
+/// Each outcome a holder leaves reaches the next holder and `status`:
+/// none for a lock never granted, `released` after a plain release (and a
+/// drop), what `release_with` left (failed, killed), `died` after a holder
+/// ended without releasing, and a release after that is `released` again.
+#[test]
+fn the_next_holder_learns_how_the_previous_one_ended() {
+    use baton_lock::HolderOutcome;
+    let t = tempfile::tempdir().unwrap();
+    let dir = BatonDir::open(t.path().join("baton")).unwrap();
+    let name: LockName = "o".parse().unwrap();
+    let st_outcome = || {
+        status(&dir, &name)
+            .unwrap()
+            .previous_outcome
+            .map(|o| o.to_string())
+    };
+    let seen = |left: Option<HolderOutcome>| {
+        let g = acquire(&dir, &req("o")).unwrap();
+        let got = g.previous_outcome().map(ToString::to_string);
+        assert_eq!(st_outcome(), got, "status while held agrees");
+        match left {
+            Some(o) => g.release_with(o).unwrap(),
+            None => g.release().unwrap(),
+        }
+        got
+    };
+    assert_eq!(st_outcome(), None, "a lock never granted");
+    assert_eq!(seen(Some(HolderOutcome::Failed(3))), None);
+    assert_eq!(st_outcome().as_deref(), Some("failed:3"));
+    assert_eq!(
+        seen(Some(HolderOutcome::of_signal(9))).as_deref(),
+        Some("failed:3")
+    );
+    assert_eq!(seen(None).as_deref(), Some("killed:SIGKILL"));
+    assert_eq!(seen(Some(HolderOutcome::Died)).as_deref(), Some("released"));
+    assert_eq!(st_outcome().as_deref(), Some("died"), "free, holder died");
+    assert_eq!(seen(None).as_deref(), Some("died"));
+    drop(acquire(&dir, &req("o")).unwrap());
+    assert_eq!(seen(None).as_deref(), Some("released"), "a drop releases");
+}
+
+/// A shared holder's clean release does not hide the failure of a shared
+/// holder granted after it while both held the lock.
+#[test]
+fn a_shared_failure_is_not_hidden_by_an_earlier_holders_release() {
+    use baton_lock::HolderOutcome;
+    let t = tempfile::tempdir().unwrap();
+    let dir = BatonDir::open(t.path().join("baton")).unwrap();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let a_dir = dir.clone();
+    let a = std::thread::spawn(move || {
+        let a = acquire(&a_dir, &req("sh").mode(Mode::Shared)).unwrap();
+        held_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+        a.release().unwrap();
+    });
+    held_rx.recv().unwrap();
+    let b = acquire(&dir, &req("sh").mode(Mode::Shared)).unwrap();
+    b.release_with(HolderOutcome::Failed(2)).unwrap();
+    go_tx.send(()).unwrap();
+    a.join().unwrap();
+    let next = acquire(&dir, &req("sh")).unwrap();
+    assert_eq!(next.previous_outcome(), Some(&HolderOutcome::Failed(2)));
+}

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 //! Windows only: a lock file is open without `FILE_SHARE_DELETE` while held,
 //! so it cannot be deleted or renamed under its holder (the "deleted under a
-//! holder" case of `LOCKING.md` cannot happen); a wait with a deadline on a
+//! holder" case of `docs/src/design/locking.md` cannot happen); a wait with a deadline on a
 //! holder in another process (an overlapped `LockFileEx`, or polling under
 //! wine) gives up in time, and the lock is free once that holder is killed
 //! (`TerminateProcess`). `locks.rs` runs here too (exclusion between

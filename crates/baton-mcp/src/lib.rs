@@ -88,7 +88,7 @@
 //! ```
 //!
 //! Cursor (`.cursor/mcp.json`): the same JSON as Claude Code's. See
-//! docs/agents.md for hooks.
+//! docs/src/concepts/agents.md for hooks.
 //!
 //! # Protocol
 //!

@@ -146,7 +146,14 @@ impl Database {
                         .iter()
                         .map(|g: &Grant| (g.lock_id, i64::try_from(g.token).unwrap_or(i64::MAX)))
                         .unzip();
-                    if let Err(e) = crate::holds::remove_rows(&session, ids, tokens, None) {
+                    // They did no work: each slot keeps telling what its
+                    // holder before them left.
+                    let kept = crate::holds::outcome_sql(
+                        grants
+                            .iter()
+                            .filter_map(|g| g.previous_outcome.as_ref().map(|o| (g, o))),
+                    );
+                    if let Err(e) = crate::holds::remove_rows(&session, kept, ids, tokens, None) {
                         tracing::debug!(error = %e, "removing the rows of a failed acquisition");
                     }
                     session.close(); // the server lets go of what we took
@@ -478,7 +485,7 @@ fn grant(
     previous: Option<&HolderRecord>,
 ) -> Result<Granted, PgError> {
     const SQL: &str =
-        "SELECT token, dead, other_slots FROM baton_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+        "SELECT token, dead, other_slots, previous_outcome FROM baton_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
     let run_id = req.run_id.clone().unwrap_or_else(new_run_id);
     let owner = req
         .owner
@@ -503,6 +510,7 @@ fn grant(
             .acquired_for
             .as_ref()
             .and_then(|f| baton_lock::thread_of_ancestor(f.pid)),
+        previous_outcome: None,
     };
     let record = serde_json::to_value(&record).map_err(|e| PgError::Database {
         op: "record the holder",
@@ -513,8 +521,8 @@ fn grant(
     let mode = req.mode.as_str().to_string();
     let (host, pid, operation, run) = (me.host, me.pid, req.operation.clone(), run_id.clone());
     let shared = req.mode == Mode::Shared;
-    let (token, dead, other): (Option<i64>, i64, Option<i32>) =
-        session.run("record the grant", |c| async move {
+    let (token, dead, other, outcome): (Option<i64>, i64, Option<i32>, Option<String>) = session
+        .run("record the grant", |c| async move {
             let row = c
                 .query_typed_one(
                     SQL,
@@ -533,8 +541,11 @@ fn grant(
                     ],
                 )
                 .await?;
-            Ok((row.get(0), row.get(1), row.get(2)))
+            Ok((row.get(0), row.get(1), row.get(2), row.get(3)))
         })?;
+    // Written by this schema's own grant: a value it cannot have written
+    // reads as none.
+    let previous_outcome = outcome.and_then(|o| o.parse().ok());
     Ok(match (token, dead, other) {
         (Some(token), _, _) => Granted::Yes(Grant {
             name: req.name.clone(),
@@ -544,6 +555,7 @@ fn grant(
             mode: req.mode,
             lock_id: id,
             previous: None,
+            previous_outcome,
         }),
         (None, _, Some(o)) => Granted::OtherSlots(o),
         (None, _, None) => Granted::Dead,

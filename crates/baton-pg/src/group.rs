@@ -152,6 +152,29 @@ impl GroupSlot {
     pub fn leave(self) -> Result<(), PgError> {
         self.holds.release()
     }
+
+    /// How the holder of the slot before this run ended (see
+    /// [`Grant::previous_outcome`]).
+    pub fn previous_outcome(&self) -> Option<&baton_lock::HolderOutcome> {
+        self.holds
+            .grants()
+            .first()
+            .and_then(|g| g.previous_outcome.as_ref())
+    }
+
+    /// [`GroupSlot::leave`], leaving `outcome` for the next run
+    /// ([`Holds::release_with`]; a group's slot is released even for
+    /// `died`); `None`: the run did nothing, the next learns what it learned.
+    ///
+    /// # Errors
+    ///
+    /// As [`Holds::release`].
+    pub fn leave_with(self, outcome: Option<baton_lock::HolderOutcome>) -> Result<(), PgError> {
+        match outcome {
+            Some(o) => self.holds.release_with(o),
+            None => self.holds.release_unused(),
+        }
+    }
 }
 
 impl Database {

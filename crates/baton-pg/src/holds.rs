@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use baton_lock::{CommandGroup, LockName, Mode};
+use baton_lock::{CommandGroup, HolderOutcome, LockName, Mode};
 
 use crate::error::PgError;
 use crate::session::{Session, RELEASE_LIMIT};
@@ -29,6 +29,9 @@ pub struct Grant {
     /// releasing (its rows were settled by this grant): its work may be
     /// half done.
     pub previous: Option<Box<baton_lock::HolderRecord>>,
+    /// How the holder before this grant ended (`died` when
+    /// [`Grant::previous`] is set); `None` for the first grant of a lock.
+    pub previous_outcome: Option<HolderOutcome>,
 }
 
 /// Locks held on one database session. They stay held until
@@ -42,6 +45,9 @@ pub struct Holds {
     grants: Vec<Grant>,
     /// (key, run id) of the group run whose slot these are: its row goes too.
     group: Option<(String, String)>,
+    /// What a release leaves for the next holders ([`Holds::release_with`]);
+    /// `None`: each lock's previous outcome ([`Holds::release_unused`]).
+    outcome: Option<HolderOutcome>,
 }
 
 impl std::fmt::Debug for Holds {
@@ -59,6 +65,7 @@ impl Holds {
             session: Some(session),
             grants,
             group: None,
+            outcome: Some(HolderOutcome::Released),
         }
     }
 
@@ -148,6 +155,34 @@ impl Holds {
         self.release_inner()
     }
 
+    /// [`Holds::release`], leaving `outcome` for the next holder of each
+    /// lock (`previous_outcome`), in the same statements that remove the
+    /// rows, before the locks are unlocked. [`HolderOutcome::Died`] lets go
+    /// as [`Holds::abandon`] does (a group's slot records it and is released).
+    ///
+    /// # Errors
+    ///
+    /// As [`Holds::release`].
+    pub fn release_with(mut self, outcome: HolderOutcome) -> Result<(), PgError> {
+        if outcome == HolderOutcome::Died && self.group.is_none() {
+            return self.abandon();
+        }
+        self.outcome = Some(outcome);
+        self.release_inner()
+    }
+
+    /// [`Holds::release`] of locks under which nothing was done: the next
+    /// holder of each learns what this one learned, as if this grant had
+    /// not happened.
+    ///
+    /// # Errors
+    ///
+    /// As [`Holds::release`].
+    pub fn release_unused(mut self) -> Result<(), PgError> {
+        self.outcome = None;
+        self.release_inner()
+    }
+
     /// Lets go of the locks as a holder that died would: they are unlocked
     /// (and semaphore waiters told) but the holder rows stay, so the next
     /// grant settles them and learns that the previous holder ended without
@@ -173,6 +208,17 @@ impl Holds {
         };
         session.close();
         done
+    }
+
+    /// The statements that leave this release's outcome on each lock's
+    /// slot ([`outcome_sql`]).
+    fn outcome_sql(&self) -> String {
+        outcome_sql(self.grants.iter().filter_map(|g| {
+            self.outcome
+                .as_ref()
+                .or(g.previous_outcome.as_ref())
+                .map(|o| (g, o))
+        }))
     }
 
     /// The `NOTIFY`s that wake semaphore waiters when these locks are let go.
@@ -203,9 +249,23 @@ impl Holds {
             let done = match &group {
                 // One round trip: the rows, the unlock, the announcements
                 // (the values are integers, written into the statement).
-                None => after(&session, format!("{}; {then}", delete_sql(&ids, &tokens))),
-                Some(_) => remove_rows(&session, ids.clone(), tokens.clone(), group.clone())
-                    .and_then(|()| after(&session, then)),
+                // (one implicit transaction: the outcome and the removal).
+                None => after(
+                    &session,
+                    format!(
+                        "{}{}; {then}",
+                        self.outcome_sql(),
+                        delete_sql(&ids, &tokens)
+                    ),
+                ),
+                Some(_) => remove_rows(
+                    &session,
+                    self.outcome_sql(),
+                    ids.clone(),
+                    tokens.clone(),
+                    group.clone(),
+                )
+                .and_then(|()| after(&session, then)),
             };
             session.close();
             match done {
@@ -220,7 +280,8 @@ impl Holds {
             session.close();
         }
         let fresh = self.db.connect()?;
-        let result = remove_rows(&fresh, ids, tokens, group).and_then(|()| after(&fresh, announce));
+        let result = remove_rows(&fresh, self.outcome_sql(), ids, tokens, group)
+            .and_then(|()| after(&fresh, announce));
         fresh.close();
         result
     }
@@ -249,28 +310,70 @@ fn after(session: &Session, sql: String) -> Result<(), PgError> {
     })
 }
 
+/// The statements that leave an outcome on each grant's slot, each ending
+/// in `; `, to run in the transaction that removes the rows: the next grant
+/// sees both or neither. A shared holder's `released` never replaces
+/// another shared holder's failure recorded after its grant (as in a baton
+/// dir). The values are an outcome's own text (letters, digits, `:`, `-`)
+/// and integers, written into the statement.
+pub(crate) fn outcome_sql<'a>(
+    grants: impl IntoIterator<Item = (&'a Grant, &'a HolderOutcome)>,
+) -> String {
+    let mut sql = String::new();
+    for (g, outcome) in grants {
+        let keep_failure = if g.mode == Mode::Shared && !outcome.is_bad() {
+            " WHERE NOT (baton_lock_outcomes.outcome <> 'released' \
+             AND baton_lock_outcomes.token > EXCLUDED.token)"
+        } else {
+            ""
+        };
+        sql.push_str(&format!(
+            "INSERT INTO baton_lock_outcomes (lock_id, slot, token, outcome) \
+             VALUES ({}, {}, {}, '{outcome}') ON CONFLICT (lock_id, slot) DO UPDATE \
+             SET token = EXCLUDED.token, outcome = EXCLUDED.outcome{keep_failure}; ",
+            g.lock_id, g.slot, g.token
+        ));
+    }
+    sql
+}
+
+/// Removes the holder rows (and the group run's row), after `outcome_sql`
+/// (statements that leave the release's outcome, or empty), all in one
+/// transaction.
 pub(crate) fn remove_rows(
     session: &Session,
+    outcome_sql: String,
     ids: Vec<i32>,
     tokens: Vec<i64>,
     group: Option<(String, String)>,
 ) -> Result<(), PgError> {
     let c = Arc::clone(&session.client);
     session.run_within("remove the holder rows", RELEASE_LIMIT, |_| async move {
-        if let Some((key, run)) = &group {
+        c.batch_execute(&format!("BEGIN; {outcome_sql}")).await?;
+        let done = async {
+            if let Some((key, run)) = &group {
+                c.execute(
+                    "DELETE FROM baton_group_runs WHERE key = $1 AND run_id = $2",
+                    &[key, run],
+                )
+                .await?;
+            }
             c.execute(
-                "DELETE FROM baton_group_runs WHERE key = $1 AND run_id = $2",
-                &[key, run],
+                "DELETE FROM baton_lock_holders \
+                 WHERE (lock_id, token) IN (SELECT * FROM unnest($1::int4[], $2::int8[]))",
+                &[&ids, &tokens],
             )
-            .await?;
+            .await
+            .map(|_| ())
         }
-        c.execute(
-            "DELETE FROM baton_lock_holders \
-             WHERE (lock_id, token) IN (SELECT * FROM unnest($1::int4[], $2::int8[]))",
-            &[&ids, &tokens],
-        )
-        .await
-        .map(|_| ())
+        .await;
+        match done {
+            Ok(()) => c.batch_execute("COMMIT").await,
+            Err(e) => {
+                let _ = c.batch_execute("ROLLBACK").await;
+                Err(e)
+            }
+        }
     })
 }
 

@@ -8,7 +8,7 @@ use crate::error::{sqlstate, PgError};
 use crate::session::Session;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// Transaction-level advisory lock held while migrating ("btmg").
 const MIGRATE_LOCK: i64 = 0x6274_6d67;
@@ -135,12 +135,79 @@ CREATE TABLE IF NOT EXISTS baton_group_order (
 );
 ";
 
-/// Version 4: path reservations (`crate::reserve`). A space per repository
+/// Version 4: how each slot's last releasing holder ended
+/// (`baton_lock_outcomes`, written in the release's own statement batch,
+/// before the unlock), and a grant that returns what the next holder learns
+/// (`previous_outcome`: `died` when it settled a dead holder, else the
+/// slot's outcome, else `released` unless the lock was never granted) and
+/// records it in the holder's row. Older binaries refuse a version 4
+/// database (`SchemaTooNew`), so none of them releases without leaving an
+/// outcome or reads a grant's result of another shape.
+const V4: &str = "
+CREATE TABLE IF NOT EXISTS baton_lock_outcomes (
+    lock_id     integer NOT NULL REFERENCES baton_locks(id),
+    slot        integer NOT NULL,
+    token       bigint NOT NULL,
+    outcome     text NOT NULL,
+    PRIMARY KEY (lock_id, slot)
+);
+DROP FUNCTION IF EXISTS baton_grant(integer, integer, integer, text, text, integer, text, text,
+    text, jsonb, boolean);
+CREATE FUNCTION baton_grant(p_lock integer, p_slots integer, p_slot integer, p_mode text,
+    p_host text, p_pid integer, p_owner text, p_operation text, p_run text, p_record jsonb,
+    p_shared boolean)
+RETURNS TABLE (token bigint, dead bigint, other_slots integer, previous_outcome text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    t bigint;
+    d bigint;
+    o integer;
+    po text;
+BEGIN
+    PERFORM 1 FROM baton_locks l WHERE l.id = p_lock FOR UPDATE;
+    SELECT count(*) INTO d FROM baton_lock_holders h
+     WHERE h.lock_id = p_lock AND h.slot = p_slot AND NOT (p_shared AND h.mode = 'shared')
+       AND NOT baton_holder_live(h.session_pid, h.session_start);
+    IF d > 0 THEN
+        RETURN QUERY SELECT NULL::bigint, d, NULL::integer, NULL::text;
+        RETURN;
+    END IF;
+    SELECT h.slots INTO o FROM baton_lock_holders h
+     WHERE h.lock_id = p_lock AND h.slots <> p_slots
+       AND baton_holder_live(h.session_pid, h.session_start) LIMIT 1;
+    IF o IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::bigint, 0::bigint, o, NULL::text;
+        RETURN;
+    END IF;
+    UPDATE baton_locks l SET token = l.token + 1, slots = p_slots WHERE l.id = p_lock
+        RETURNING l.token INTO t;
+    IF p_record ? 'previous_holder' THEN
+        po := 'died';
+    ELSE
+        SELECT x.outcome INTO po FROM baton_lock_outcomes x
+         WHERE x.lock_id = p_lock AND x.slot = p_slot;
+        IF po IS NULL AND t > 1 THEN
+            po := 'released';
+        END IF;
+    END IF;
+    INSERT INTO baton_lock_holders (lock_id, token, slot, mode, slots, session_pid,
+        session_start, host, pid, owner, operation, run_id, record)
+    VALUES (p_lock, t, p_slot, p_mode, p_slots, pg_backend_pid(),
+        (SELECT a.backend_start FROM pg_stat_get_activity(pg_backend_pid()) a),
+        p_host, p_pid, p_owner, p_operation, p_run,
+        CASE WHEN po IS NULL THEN p_record
+             ELSE p_record || jsonb_build_object('previous_outcome', po) END);
+    RETURN QUERY SELECT t, 0::bigint, NULL::integer, po;
+END
+$$;
+";
+
+/// Version 5: path reservations (`crate::reserve`). A space per repository
 /// (its fencing token, the granted rows whose holder died), one row per
 /// request, and whether a row's holder still
 /// holds its liveness lock: the session advisory lock on the one bigint key
 /// `RESERVATION_KEY + ticket`, held by the session that made the row.
-const V4: &str = "
+const V5: &str = "
 CREATE TABLE IF NOT EXISTS baton_reservation_spaces (
     space       text PRIMARY KEY,
     token       bigint NOT NULL DEFAULT 0,
@@ -197,18 +264,24 @@ pub(crate) fn migrate(session: &Session) -> Result<i32, PgError> {
                     c.batch_execute(V2).await?;
                     c.batch_execute(V3).await?;
                     c.batch_execute(V4).await?;
+                    c.batch_execute(V5).await?;
                     c.execute(
                         "INSERT INTO baton_lock_schema (version) VALUES ($1)",
                         &[&SCHEMA_VERSION],
                     )
                     .await?;
                 }
-                Some(v @ (1..=3)) => {
+                Some(v @ 1..=4) => {
                     if v < 2 {
                         c.batch_execute(V2).await?;
                     }
-                    c.batch_execute(V3).await?;
-                    c.batch_execute(V4).await?;
+                    if v < 3 {
+                        c.batch_execute(V3).await?;
+                    }
+                    if v < 4 {
+                        c.batch_execute(V4).await?;
+                    }
+                    c.batch_execute(V5).await?;
                     c.execute(
                         "UPDATE baton_lock_schema SET version = $1",
                         &[&SCHEMA_VERSION],

@@ -275,6 +275,7 @@ mod windows_tests {
             abandoned: false,
             previous: None,
             caller_thread: None,
+            previous_outcome: None,
         };
         DeadRow {
             token: 7,

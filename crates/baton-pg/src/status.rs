@@ -160,7 +160,7 @@ fn status_with_sessions(session: &Session, name: &str) -> Result<(LockStatus, Ve
     st.last_token = u64::try_from(token).unwrap_or(0);
     st.max = u32::try_from(slots).unwrap_or(1).max(1);
     let c = Arc::clone(&session.client);
-    let (rows, locks) = session.run("read the lock's holders", |_| async move {
+    let (rows, locks, outcome) = session.run("read the lock's holders", |_| async move {
         let rows = c
             .query(
                 "SELECT token, slot, mode, record, session_pid, \
@@ -168,6 +168,18 @@ fn status_with_sessions(session: &Session, name: &str) -> Result<(LockStatus, Ve
                 &[&id],
             )
             .await?;
+        // Tables of version 3 (no grant by this version yet): none.
+        let outcome = match c
+            .query_opt(
+                "SELECT outcome FROM baton_lock_outcomes WHERE lock_id = $1 AND slot = 0",
+                &[&id],
+            )
+            .await
+        {
+            Ok(row) => row.map(|r| r.get::<_, String>(0)),
+            Err(e) if sqlstate(&e) == Some("42P01") => None,
+            Err(e) => return Err(e),
+        };
         let locks = c
             .query(
                 "SELECT classid::int8, mode, granted, pid FROM pg_locks WHERE locktype = 'advisory' \
@@ -176,7 +188,7 @@ fn status_with_sessions(session: &Session, name: &str) -> Result<(LockStatus, Ve
                 &[&i64::from(id)],
             )
             .await?;
-        Ok((rows, locks))
+        Ok((rows, locks, outcome))
     })?;
     let rows: Vec<Row> = rows
         .into_iter()
@@ -227,10 +239,9 @@ fn status_with_sessions(session: &Session, name: &str) -> Result<(LockStatus, Ve
                 .any(|(s, _, p)| *s == i64::from(row.slot) && *p == row.session_pid);
         if holds {
             if st.holders.is_empty() {
-                let previous = serde_json::from_value::<HolderRecord>(row.record.clone())
-                    .ok()
-                    .and_then(|r| r.previous);
-                if let Some(prev) = previous {
+                let record = serde_json::from_value::<HolderRecord>(row.record.clone()).ok();
+                st.previous_outcome = record.as_ref().and_then(|r| r.previous_outcome.clone());
+                if let Some(prev) = record.and_then(|r| r.previous) {
                     st.previous_holder_died = true;
                     st.previous_holder = Some(HolderInfo::from_record(&prev));
                 }
@@ -255,6 +266,16 @@ fn status_with_sessions(session: &Session, name: &str) -> Result<(LockStatus, Ve
             st.previous_holder_died = true;
             st.previous_holder = st.last_holder.clone();
         }
+        // What the next grant of the first slot would learn (as the
+        // grant decides it, `baton_grant`).
+        st.previous_outcome = if st.last_holder_died {
+            Some(baton_lock::HolderOutcome::Died)
+        } else {
+            match outcome.and_then(|o| o.parse().ok()) {
+                Some(o) => Some(o),
+                None => (st.last_token > 0).then_some(baton_lock::HolderOutcome::Released),
+            }
+        };
     }
     Ok((st, sessions))
 }

@@ -11,7 +11,7 @@
 //!
 //! Every process is pinned with a pidfd and re-identified (process group,
 //! start time) before it is signalled, so a pid reused in between is never hit.
-//! What is not contained is listed in `SIGNALS.md` ("Containment").
+//! What is not contained is listed in `docs/src/design/signals.md` ("Containment").
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};

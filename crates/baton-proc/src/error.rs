@@ -82,7 +82,7 @@ pub enum ProcError {
         source: io::Error,
     },
     /// What was asked cannot be had on this operating system (see
-    /// `SIGNALS.md`, "Platforms"): said instead of doing less than promised.
+    /// `docs/src/design/signals.md`, "Platforms"): said instead of doing less than promised.
     #[error("{what} is not supported on {platform}")]
     Unsupported {
         /// What was asked, as a noun phrase ("becoming a child subreaper").

@@ -48,11 +48,12 @@
 //!   every one the standard library opens.
 //!
 //! The reasons for these choices, and what they do not cover, are in the design note
-//! `SIGNALS.md` next to this crate's `Cargo.toml`, rendered here as [`signal_handling`].
+//! `docs/src/design/signals.md` in baton's repository.
 //!
 //! # Exit codes
 //!
-//! [`Outcome::exit_code`] and [`ProcError::exit_code`] implement the table of `DESIGN.md`:
+//! [`Outcome::exit_code`] and [`ProcError::exit_code`] implement the table of
+//! `docs/src/design/architecture.md`:
 //! the child's own code, 128+N when it was killed by signal N, 124 when it timed out, 79 when
 //! it was cancelled (superseded), 127 when the command was not found, 126 when it could not
 //! be executed and 125 when baton itself failed.
@@ -65,7 +66,7 @@
 //! in a Job Object that only the supervisor holds, so the command's whole
 //! tree dies with the supervisor, and stops it with `CTRL_BREAK_EVENT`,
 //! then `TerminateJobObject`. What differs, and what is refused with
-//! [`ProcError::Unsupported`], is listed in `SIGNALS.md` ("Platforms").
+//! [`ProcError::Unsupported`], is listed in `docs/src/design/signals.md` ("Platforms").
 //!
 //! # Layout
 //!
@@ -96,11 +97,8 @@ pub mod pidns;
 #[cfg(unix)]
 pub mod procfs;
 
-/// Design note: how and why baton-proc handles processes and signals the way it does.
-///
-/// This module holds no code; its documentation is `SIGNALS.md` from the crate's directory.
-#[doc = include_str!("../SIGNALS.md")]
-pub mod signal_handling {}
+#[cfg(target_os = "linux")]
+pub mod mark;
 #[cfg(unix)]
 mod orphans;
 #[cfg(unix)]

@@ -1,6 +1,6 @@
 //! Catching the termination signals while a child runs, through a self-pipe.
 //!
-//! See `SIGNALS.md` next to this crate's `Cargo.toml` for why it works this way.
+//! See `docs/src/design/signals.md` for why it works this way.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};

@@ -51,6 +51,9 @@ pub struct TreeSnapshot {
     /// (pid, start time) of the members of the root's group that were not
     /// its descendants when following began.
     pub foreign: Vec<(i32, u64)>,
+    /// The mark the root passes to what it starts (Linux, see
+    /// [`crate::mark`]), when it was marked.
+    pub mark: Option<u64>,
 }
 
 /// The processes a script (the root) started, collected while it runs.
@@ -64,6 +67,10 @@ pub struct ProcessTree {
     foreign: HashSet<(i32, u64)>,
     /// The root itself (while it lives) and every descendant collected.
     known: Vec<Pinned>,
+    /// The mark the root passes to every process it starts (Linux, see
+    /// [`crate::mark`]), when it could be set.
+    #[cfg(target_os = "linux")]
+    mark: Option<crate::mark::Mark>,
 }
 
 impl std::fmt::Debug for ProcessTree {
@@ -82,6 +89,11 @@ impl ProcessTree {
     /// descendants are collected at once.
     pub fn follow(pid: i32, start_time: u64) -> Option<ProcessTree> {
         let mut tree = ProcessTree::follow_only(pid, start_time)?;
+        #[cfg(target_os = "linux")]
+        {
+            // Unmarkable (another user's setuid script): followed as a tree only.
+            tree.mark = crate::mark::mark(pid, start_time);
+        }
         if let Some((pgid, session)) = tree.own_group {
             let known: HashSet<i32> = tree.known.iter().map(|p| p.pid).collect();
             tree.foreign = procfs::scan(|pid, st| {
@@ -101,6 +113,10 @@ impl ProcessTree {
     pub fn follow_as(other: &TreeSnapshot) -> Option<ProcessTree> {
         let mut tree = ProcessTree::follow_only(other.root, other.root_start)?;
         tree.foreign = other.foreign.iter().copied().collect();
+        #[cfg(target_os = "linux")]
+        {
+            tree.mark = other.mark.map(crate::mark::Mark);
+        }
         Some(tree)
     }
 
@@ -114,6 +130,8 @@ impl ProcessTree {
             own_group,
             foreign: HashSet::new(),
             known: vec![root],
+            #[cfg(target_os = "linux")]
+            mark: None,
         };
         tree.refresh();
         Some(tree)
@@ -124,10 +142,15 @@ impl ProcessTree {
     pub fn snapshot(&self) -> TreeSnapshot {
         let mut foreign: Vec<(i32, u64)> = self.foreign.iter().copied().collect();
         foreign.sort_unstable();
+        #[cfg(target_os = "linux")]
+        let mark = self.mark.map(|m| m.0);
+        #[cfg(not(target_os = "linux"))]
+        let mark = None;
         TreeSnapshot {
             root: self.root,
             root_start: self.root_start,
             foreign,
+            mark,
         }
     }
 
@@ -165,6 +188,30 @@ impl ProcessTree {
             i += 1;
         }
     }
+
+    /// The processes that carry the root's mark (Linux): everything it
+    /// started since it was marked, wherever they were re-parented, in
+    /// whatever group or session; started no earlier than the root, and
+    /// never one of the group's members that were not the script's.
+    #[cfg(target_os = "linux")]
+    fn marked_members(&mut self) {
+        let Some(mark) = self.mark else {
+            return;
+        };
+        let known: HashSet<i32> = self.known.iter().map(|p| p.pid).collect();
+        for (pid, st) in crate::mark::marked(mark, self.root_start) {
+            if known.contains(&pid) || self.foreign.contains(&(pid, st.start_time)) {
+                continue;
+            }
+            if let Some(p) = pin_checked(pid, &st) {
+                self.known.push(p);
+            }
+        }
+    }
+
+    /// Other systems: no mark (see [`crate::mark`]).
+    #[cfg(not(target_os = "linux"))]
+    fn marked_members(&mut self) {}
 
     /// Members of the root's own process group that are the script's:
     /// started no earlier than the root, in its session, and neither one of
@@ -216,6 +263,7 @@ impl ProcessTree {
     pub fn terminate(mut self, grace: Duration) -> bool {
         self.refresh();
         self.group_members();
+        self.marked_members();
         self.refresh();
         let me = std::process::id() as i32;
         self.known.retain(|p| p.pid != me);
@@ -248,6 +296,7 @@ impl ProcessTree {
             }
             self.refresh();
             self.group_members();
+            self.marked_members();
             self.known.retain(|p| p.pid != me);
             if self.known.len() == before {
                 break;

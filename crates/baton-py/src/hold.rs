@@ -17,6 +17,9 @@ pub(crate) struct Hold {
     pub(crate) token: Option<u64>,
     /// The holder before the current grant, if it ended without releasing (JSON).
     pub(crate) previous: Option<String>,
+    /// How the holder before the current grant ended (`released`,
+    /// `failed:<code>`, `killed:<signal>`, `died`).
+    pub(crate) previous_outcome: Option<String>,
 }
 
 impl Hold {
@@ -35,6 +38,7 @@ impl Hold {
             }
             self.token = None;
             self.previous = None;
+            self.previous_outcome = None;
         }
         if self.waiting.is_some_and(|pid| pid != me) {
             self.waiting = None;

@@ -155,6 +155,7 @@ impl Lock {
         hold.previous = guard
             .previous_holder_died()
             .and_then(|h| serde_json::to_string(h).ok());
+        hold.previous_outcome = guard.previous_outcome().map(ToString::to_string);
         hold.token = Some(token);
         hold.pid = me;
         hold.guard = Some(guard);
@@ -171,6 +172,7 @@ impl Lock {
             hold.forget_if_inherited();
             hold.token = None;
             hold.previous = None;
+            hold.previous_outcome = None;
             hold.guard.take()
         };
         let Some(guard) = guard else {
@@ -231,6 +233,17 @@ impl Lock {
         Ok(Some(
             py.import("json")?.call_method1("loads", (text,))?.unbind(),
         ))
+    }
+
+    /// How the holder before the current grant ended: `released`,
+    /// `failed:<code>`, `killed:<signal>` or `died`; None when not held, or
+    /// for the first grant of the lock.
+    #[getter]
+    fn previous_outcome(&self) -> Option<String> {
+        let hold = self.hold();
+        hold.held_here()
+            .then(|| hold.previous_outcome.clone())
+            .flatten()
     }
 
     /// The lock's name.

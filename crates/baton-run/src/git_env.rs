@@ -4,7 +4,7 @@
 //! maintenance run --auto --detach`: a daemon in its own session that
 //! usually exits at once but can repack for minutes. In a run, such a
 //! process is a leftover of the command, and the run stops it before it
-//! releases its locks (DESIGN.md, decision 11): every commit in a run
+//! releases its locks (docs/src/design/architecture.md, decision 11): every commit in a run
 //! warned "left 1 process(es) running (git)" and a repack could be killed
 //! half-way. So the command gets `maintenance.autoDetach=false` and
 //! `gc.autoDetach=false` through git's `GIT_CONFIG_COUNT` / `GIT_CONFIG_KEY_n`

@@ -14,7 +14,7 @@
 //! to `running` under the meta lock once it holds the slot, and removes itself
 //! when done; entries of processes that died are pruned by the next writer.
 //!
-//! Superseding (decision 7 of DESIGN.md): the newer run, under the meta lock,
+//! Superseding (decision 7 of docs/src/design/architecture.md): the newer run, under the meta lock,
 //! bumps the generation and marks every older live run (`supersede`) or every
 //! older *waiting* run (`coalesce`) with `superseded_by`, then sends each of
 //! their baton processes SIGUSR1. A marked run that is still waiting exits 79

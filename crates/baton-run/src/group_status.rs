@@ -42,6 +42,11 @@ pub struct GroupStatus {
     pub previous_holder_died: bool,
     /// That holder, when `previous_holder_died`.
     pub previous_holder: Option<baton_lock::HolderInfo>,
+    /// How the run before the current (or next) one on the group's (first)
+    /// slot ended, as that run learns it (`BATON_PREVIOUS_OUTCOME`):
+    /// `released`, `failed:<code>`, `killed:<signal>` or `died`; `null`
+    /// before the first run, and for groups on PostgreSQL.
+    pub previous_outcome: Option<baton_lock::HolderOutcome>,
 }
 
 /// Status of one group, or of all groups (sorted by key), in the baton dir.
@@ -85,10 +90,13 @@ pub(crate) fn local_group_status(
                 .runs
                 .into_iter()
                 .partition(|r| r.state == RunState::Running);
-            let previous = slot_status(&root, &doc.key)
+            let slot = slot_status(&root, &doc.key);
+            let previous_outcome = slot.as_ref().and_then(|st| st.previous_outcome.clone());
+            let previous = slot
                 .filter(|st| st.previous_holder_died)
                 .and_then(|st| st.previous_holder);
             GroupStatus {
+                previous_outcome,
                 previous_holder_died: previous.is_some(),
                 previous_holder: previous,
                 key: doc.key,
@@ -164,6 +172,7 @@ fn uncounted(key: &str) -> GroupStatus {
         generation: 0,
         previous_holder_died: false,
         previous_holder: None,
+        previous_outcome: None,
     }
 }
 

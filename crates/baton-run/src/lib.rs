@@ -47,6 +47,7 @@ mod inbox;
 mod locks;
 mod member;
 mod plain;
+mod push_queue;
 mod run;
 
 pub use backend::{diagnose_database, Backend, DiagnoseError, Diagnosis, Migrated};

@@ -2,7 +2,7 @@
 //! ([`crate::Backend::acquire`]): the same steps (token, run id, command
 //! group, release) for both.
 
-use baton_lock::{CommandGroup, HolderRecord, LockGuard};
+use baton_lock::{CommandGroup, HolderOutcome, HolderRecord, LockGuard};
 use baton_pg::Holds;
 
 use crate::error::RunError;
@@ -63,6 +63,22 @@ impl HeldLocks {
         }
     }
 
+    /// How the holder before this one ended (`BATON_PREVIOUS_OUTCOME`): of
+    /// the first lock (in name order) whose previous holder did not simply
+    /// release it, else of the first lock; `None` when no lock was granted
+    /// before.
+    pub fn previous_outcome(&self) -> Option<HolderOutcome> {
+        let all: Vec<Option<&HolderOutcome>> = match &self.0 {
+            Held::Local(g) => g.iter().map(LockGuard::previous_outcome).collect(),
+            Held::Remote(h) => h
+                .grants()
+                .iter()
+                .map(|g| g.previous_outcome.as_ref())
+                .collect(),
+        };
+        worst(all)
+    }
+
     /// Makes the locks' database session (if on PostgreSQL) a source of
     /// the guardian's fence: each heartbeat it answers vouches for the run.
     pub fn vouch_to(&self, fence: &baton_proc::Fence) {
@@ -116,6 +132,34 @@ impl HeldLocks {
         self.let_go(LockGuard::release, Holds::release)
     }
 
+    /// Releases every lock, leaving `outcome` for their next holders
+    /// ([`LockGuard::release_with`]); `None`: nothing was done under them,
+    /// each lock's next holder learns what this one learned
+    /// ([`LockGuard::release_unused`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`HeldLocks::release`].
+    pub fn release_with(self, outcome: Option<HolderOutcome>) -> Result<(), RunError> {
+        match (self.0, outcome) {
+            (Held::Local(guards), o) => {
+                let mut first = None;
+                for g in guards.into_iter().rev() {
+                    let done = match &o {
+                        Some(o) => g.release_with(o.clone()),
+                        None => g.release_unused(),
+                    };
+                    if let Err(e) = done {
+                        first.get_or_insert(e);
+                    }
+                }
+                first.map_or(Ok(()), |e| Err(e.into()))
+            }
+            (Held::Remote(h), Some(o)) => Ok(h.release_with(o)?),
+            (Held::Remote(h), None) => Ok(h.release_unused()?),
+        }
+    }
+
     /// Lets go of every lock as a holder that died would (see
     /// [`LockGuard::abandon`]): the next holder learns that the previous one
     /// ended without releasing. For a background holder whose script ended
@@ -149,4 +193,13 @@ impl HeldLocks {
             Held::Remote(h) => Ok(remote(*h)?),
         }
     }
+}
+
+/// The first outcome that is not `released`, else the first one.
+pub(crate) fn worst(all: Vec<Option<&HolderOutcome>>) -> Option<HolderOutcome> {
+    all.iter()
+        .flatten()
+        .find(|o| o.is_bad())
+        .or_else(|| all.iter().flatten().next())
+        .map(|o| (*o).clone())
 }

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use baton_lock::{BatonDir, CommandGroup, LockError, LockGuard, WaitPolicy};
+use baton_lock::{BatonDir, CommandGroup, HolderOutcome, LockError, LockGuard, WaitPolicy};
 use baton_pg::{Database, GroupJoin, GroupOrder, GroupSlot, Joined as PgJoined};
 
 use crate::control::{RunControl, StopReason};
@@ -32,6 +32,9 @@ pub(crate) enum End {
 pub(crate) struct Member {
     place: Place,
     end: End,
+    /// What leaving leaves for the next run on the slot; `None`: the run
+    /// did nothing, the next learns what this one learned.
+    outcome: Option<HolderOutcome>,
 }
 
 /// Where the group lives.
@@ -92,6 +95,7 @@ pub(crate) fn enter_local(
             watcher: Some(watcher),
         },
         end: End::GaveUp,
+        outcome: None,
     };
     notify(dir, &targets);
     // In mode skip a run never waits: it runs now or not at all.
@@ -156,6 +160,7 @@ pub(crate) fn enter_remote(
             Ok(Entered::Running(Box::new(Member {
                 place: Place::Remote(Some(slot)),
                 end: End::GaveUp,
+                outcome: None,
             })))
         }
         PgJoined::Superseded(by) => Ok(Entered::Superseded(by)),
@@ -221,6 +226,19 @@ impl Member {
         }
     }
 
+    /// How the holder of the group's slot before this run ended.
+    pub(crate) fn previous_outcome(&self) -> Option<&HolderOutcome> {
+        match &self.place {
+            Place::Local { slot, .. } => slot.as_ref().and_then(|s| s.previous_outcome()),
+            Place::Remote(slot) => slot.as_ref().and_then(GroupSlot::previous_outcome),
+        }
+    }
+
+    /// What leaving the slot leaves for the next run (once its command ran).
+    pub(crate) fn set_outcome(&mut self, outcome: HolderOutcome) {
+        self.outcome = Some(outcome);
+    }
+
     /// Records the command's process group with the slot (best effort).
     pub(crate) fn set_command_group(&self, group: CommandGroup) {
         match &self.place {
@@ -275,13 +293,19 @@ impl Drop for Member {
                 watcher,
             } => (membership, slot, watcher),
             Place::Remote(slot) => {
-                if let Some(Err(e)) = slot.take().map(GroupSlot::leave) {
+                let outcome = self.outcome.take();
+                if let Some(Err(e)) = slot.take().map(|s| s.leave_with(outcome)) {
                     tracing::warn!(error = %e, "leaving the group on PostgreSQL");
                 }
                 return;
             }
         };
-        drop(slot.take());
+        if let Some(s) = slot.take() {
+            let _ = match self.outcome.take() {
+                Some(o) => s.release_with(o),
+                None => s.release_unused(),
+            };
+        }
         match &self.end {
             End::Finished(code) => membership.finish(GroupEvent::Finished, Some(*code), None),
             End::Superseded(by) => membership.finish(GroupEvent::Superseded, None, Some(by)),

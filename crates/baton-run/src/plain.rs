@@ -119,6 +119,7 @@ impl PlainEnd {
             superseded_by,
             newer_order: None,
             workspace_error: None,
+            workspace_preserved: None,
             workspace: None,
             leftovers: finished.leftovers,
             setup_failed: false,

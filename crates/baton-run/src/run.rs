@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_lock::{
-    new_run_id, BatonDir, CommandGroup, LockError, LockName, LockRequest, Mode, WaitPolicy,
+    new_run_id, BatonDir, CommandGroup, HolderOutcome, LockError, LockName, LockRequest, Mode,
+    WaitPolicy,
 };
 use baton_proc::{Leftover, LeftoverPolicy, Outcome, RunSpec, Started, StdioSpec, Supervisor};
 
@@ -173,6 +174,10 @@ pub struct RunReport {
     /// The workspace could not be removed after the command ended (the
     /// command's outcome still stands; `baton workspace gc` retries).
     pub workspace_error: Option<String>,
+    /// Commits of the workspace's branch that the base's branch could not
+    /// take when the workspace was removed (it had moved on), kept in the
+    /// base under a ref of their own.
+    pub workspace_preserved: Option<baton_git::Preserved>,
     /// The workspace the command ran in, as recorded when it was made
     /// (where it started, and a branch reset's `abandoned_ref`).
     pub workspace: Option<baton_git::Workspace>,
@@ -187,8 +192,10 @@ pub struct RunReport {
 /// Joins the group (if any), acquires the locks, runs the command with
 /// `BATON_LOCK`, `BATON_FENCING_TOKEN`, `BATON_RUN_ID`, `BATON_DIR` (and
 /// `BATON_GROUP`) set, plus `BATON_PREVIOUS_HOLDER_DIED=1` when a lock's or
-/// the group slot's previous holder ended without releasing it, and
-/// releases everything when it ends.
+/// the group slot's previous holder ended without releasing it and
+/// `BATON_PREVIOUS_OUTCOME` (how it ended: [`HolderOutcome`]) when there was
+/// one, and releases everything when it ends, leaving its own outcome
+/// ([`holder_outcome`]) for the next holder.
 ///
 /// With several locks, `BATON_LOCK` and `BATON_FENCING_TOKEN` hold
 /// comma-separated lists in the same (sorted) order. In a group without
@@ -280,7 +287,15 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
                 started
             };
             w.fetched_since = Some(w.fetched_since.map_or(since, |s| s.max(since)));
-            Some((baton_git::create(ws_dir, &w)?, w.git_lock_wait))
+            match baton_git::create(ws_dir, &w) {
+                Ok(ws) => Some((ws, w.git_lock_wait)),
+                Err(e) => {
+                    // Nothing ran under the locks: their next holders learn
+                    // what this run learned.
+                    let _ = guards.release_with(None);
+                    return Err(e.into());
+                }
+            }
         }
     };
 
@@ -347,9 +362,17 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
     };
 
     // 4. Tear down: workspace, locks (reverse order), group slot.
-    let workspace_error = match &workspace {
-        Some((ws, wait)) if !req.keep_workspace => baton_git::remove(ws_dir, &ws.id, *wait).err(),
-        _ => None,
+    // Nobody watches this removal: commits the base's branch cannot take
+    // (another run on the branch moved it on) are kept under a ref of their
+    // own in the base rather than left in a workspace nothing collects.
+    let (workspace_error, workspace_preserved) = match &workspace {
+        Some((ws, wait)) if !req.keep_workspace => {
+            match baton_git::remove_with(ws_dir, &ws.id, *wait, baton_git::Unpushed::Preserve) {
+                Ok(removed) => (None, removed.preserved),
+                Err(e) => (Some(e), None),
+            }
+        }
+        _ => (None, None),
     };
     // Errors here must not hide the command's outcome; the kernel releases
     // on exit regardless.
@@ -357,12 +380,18 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         let names: Vec<String> = guards.tokens().into_iter().map(|(n, _)| n).collect();
         names.join(",")
     });
-    let release_error = guards.release().err();
+    // What the next holder learns (BATON_PREVIOUS_OUTCOME).
+    let left = match &outcome {
+        Ok(o) => holder_outcome(o),
+        Err(e) => HolderOutcome::of_exit(e.exit_code()),
+    };
+    let release_error = guards.release_with(Some(left.clone())).err();
     let superseded_by = match control.stop_reason() {
         Some(StopReason::Superseded { by }) => Some(by),
         _ => None,
     };
     if let Some(mut m) = member.take() {
+        m.set_outcome(left);
         if !leftovers.is_empty() {
             m.log_leftovers(&leftover_list(&leftovers));
         }
@@ -399,10 +428,22 @@ pub fn run(dir: &BatonDir, req: &RunRequest) -> Result<RunReport, RunError> {
         superseded_by,
         newer_order: None,
         workspace_error: workspace_error.map(|e| e.to_string()),
+        workspace_preserved,
         workspace: workspace.map(|(ws, _)| ws),
         leftovers,
         setup_failed,
     })
+}
+
+/// What a run whose command ended with `outcome` leaves for the next
+/// holder of its locks and group slot: `released` (exit 0), `failed:<code>`
+/// (the code `baton run` exits with: 124 after a timeout, 79 when
+/// superseded or cancelled), `killed:<signal>`.
+pub fn holder_outcome(outcome: &Outcome) -> HolderOutcome {
+    match *outcome {
+        Outcome::Signaled(signal) => HolderOutcome::of_signal(signal),
+        ref o => HolderOutcome::of_exit(o.exit_code()),
+    }
 }
 
 fn lock_requests(
@@ -428,7 +469,8 @@ fn lock_requests(
         .collect()
 }
 
-/// The variables the command gets (DESIGN.md; README "Quick start").
+/// The variables the command gets (`baton run --help`, the `after_help` of `Command::Run`
+/// in `crates/baton-cli/src/commands.rs`).
 fn command_env(
     dir: &BatonDir,
     req: &RunRequest,
@@ -448,6 +490,15 @@ fn command_env(
     // releasing it: the command may find its work half done (README).
     if guards.previous_holder_died().is_some() || member.is_some_and(Member::previous_holder_died) {
         env.push(("BATON_PREVIOUS_HOLDER_DIED".into(), "1".into()));
+    }
+    // How it ended, whether it died or its command failed or was killed
+    // inside a living supervisor: the group slot's first, then the locks'.
+    let outcome = crate::locks::worst(vec![
+        member.and_then(Member::previous_outcome),
+        guards.previous_outcome().as_ref(),
+    ]);
+    if let Some(o) = outcome {
+        env.push(("BATON_PREVIOUS_OUTCOME".into(), o.to_string().into()));
     }
     if let (Some(g), Some(token)) = (&req.group, member.and_then(Member::token)) {
         env.push(("BATON_GROUP".into(), g.key.to_string().into()));
@@ -474,7 +525,7 @@ pub(crate) fn base_env(dir: &BatonDir, run_id: &str) -> Vec<(OsString, OsString)
 
 /// Records the command's process group with every lock and the group slot:
 /// if this process dies, whoever takes them next stops what is left of the
-/// command first (DESIGN.md, decision 11).
+/// command first (docs/src/design/architecture.md, decision 11).
 fn record_command(
     started: Started,
     grace_ms: u64,
@@ -512,6 +563,7 @@ fn not_run(req: &RunRequest, g: &GroupRequest, run_id: &str, by: Option<String>)
         superseded_by: by,
         newer_order: None,
         workspace_error: None,
+        workspace_preserved: None,
         workspace: None,
         leftovers: Vec::new(),
         setup_failed: false,
@@ -526,6 +578,7 @@ fn not_run_cancelled(run_id: &str) -> RunReport {
         superseded_by: None,
         newer_order: None,
         workspace_error: None,
+        workspace_preserved: None,
         workspace: None,
         leftovers: Vec::new(),
         setup_failed: false,

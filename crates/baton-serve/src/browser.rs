@@ -1,4 +1,4 @@
-//! What a browser may not do to the service (DESIGN.md, decision 16: the
+//! What a browser may not do to the service (docs/src/design/architecture.md, decision 16: the
 //! service is a trust boundary). A web page can make a browser send
 //! requests to `127.0.0.1` without a CORS preflight (a form POST, `fetch`
 //! with `text/plain`), and DNS rebinding lets a page on an attacker's name

@@ -204,9 +204,14 @@ impl Ending {
 impl Ending {
     /// Says in the job's stderr log (and the service's log) which
     /// processes its command left running, which were terminated before
-    /// the job ended, as `baton run` warns on its stderr.
+    /// the job ended, as `baton run` warns on its stderr; and where its
+    /// branch's commits went when the base's branch could not take them.
     fn note_leftovers(&self, result: &Result<baton_run::RunReport, RunError>) {
         let Ok(report) = result else { return };
+        if let Some(p) = &report.workspace_preserved {
+            tracing::warn!(job = %report.run_id, kept = %p.reference, "a job's branch could not take its commits; kept them under a ref of their own");
+            self.err.note(&format!("baton: {}\n", p.note()));
+        }
         if report.leftovers.is_empty() {
             return;
         }

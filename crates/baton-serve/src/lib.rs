@@ -19,8 +19,8 @@
 //! The wire model (requests, jobs, statuses, modes, errors) is `baton-api`;
 //! the client of the service (`baton job ...`) is `baton-client`.
 //!
-//! Design: see `SERVICE.md` next to this crate's `Cargo.toml`, rendered
-//! here as [`design`].
+//! Design: see `docs/src/design/service.md` in baton's repository, and
+//! `docs/src/design/postgres.md` for a store several nodes share.
 //!
 //! # Platforms
 //!
@@ -44,13 +44,6 @@ pub mod compat;
 pub mod config;
 pub mod conn;
 pub mod dashboard;
-/// Design note: the claim protocol, durability per promise, recovery order,
-/// the drain and the rescuer's timing.
-///
-/// This module holds no code; its documentation is `SERVICE.md` from the
-/// crate's directory.
-#[doc = include_str!("../SERVICE.md")]
-pub mod design {}
 pub mod exec;
 #[cfg(target_os = "linux")]
 pub mod exec_async;

@@ -5,7 +5,7 @@
 //! limit. The process around it (the runtime, the signals) is the binary's:
 //! `launch` is what tests run in process.
 //!
-//! Design: see `SERVICE.md` (next to this crate's Cargo.toml).
+//! Design: see `docs/src/design/service.md`.
 
 use std::io::Write;
 use std::sync::Arc;

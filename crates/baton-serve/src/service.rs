@@ -13,7 +13,7 @@
 //! Groups are the run library's, on the same baton dir as every
 //! `baton run --group` (or the PostgreSQL store's database).
 //!
-//! Design: see `SERVICE.md` (next to this crate's Cargo.toml).
+//! Design: see `docs/src/design/service.md`.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Reading a state file, replacing it atomically, and the files a dead
 //! writer leaves behind.
 //!
-//! Replacement follows DESIGN.md decision 8: write a temp file in the same
+//! Replacement follows docs/src/design/architecture.md decision 8: write a temp file in the same
 //! directory, fsync it, rename it over the target, fsync the directory. The
 //! rename is the commit point; everything before it can be lost to a crash
 //! without harm, and the temp file it leaves is removed by the next edit.

@@ -48,7 +48,7 @@ pub const DEFAULT_MAX_OUTPUT: u64 = 256 << 20;
 /// Its process group is recorded with the lock it runs under, so that if
 /// the process running it dies (even by `SIGKILL`), whoever takes the lock
 /// next first terminates what is left of the group, as after a `baton run`
-/// (DESIGN.md, decision 11). A program that should pass its termination
+/// (docs/src/design/architecture.md, decision 11). A program that should pass its termination
 /// signals on to the filter's whole group asks for it with
 /// [`forward_signals`](Filter::forward_signals).
 #[derive(Clone, Debug)]

@@ -7,7 +7,7 @@
 //! mid-write leaves half a document; two appenders interleave partial lines.
 //! This crate makes each change of a file serialised (one lock, taken in the
 //! kernel, released even if the holder is SIGKILLed), atomic and durable
-//! (DESIGN.md, decision 8):
+//! (docs/src/design/architecture.md, decision 8):
 //!
 //! - **edit** ([`edit`], [`edit_locked`], [`edit_with_filter`]): under the
 //!   lock, read the file, compute the new content, check it (a `.json`

@@ -27,7 +27,8 @@ pub enum GitCommand {
 
 Pushes to one remote branch from this machine wait in line for each other, whatever their
 baton dirs: the line is in the remote's own <git dir>/baton when the remote is a local path,
-else in the per-user <temp dir>/baton-<uid>. A rejection as
+else in the per-user <temp dir>/baton-<uid>. With --backend (BATON_BACKEND) the line is on
+the database instead, so pushers on every machine using it wait for each other. A rejection as
 non-fast-forward is answered by fetching the remote branch, rebasing onto it and pushing
 again: the first retry at once, later ones after --base-delay, doubling up to --max-delay,
 each +-25% random. If the rebase conflicts it is aborted, the local commits are left exactly
@@ -102,8 +103,8 @@ Exit status: 0 done; 75 the repository lock stayed busy past --git-lock-wait; 12
 
 /// Runs a `baton git` command; returns the exit code. The caller's baton dir
 /// is used by the guard only: a push queues in the remote's place, whatever
-/// the caller's. `flags.named_dir`: the baton dir was named (`--dir`, `BATON_DIR`).
-pub(crate) fn run_git(dir: &BatonDir, cmd: GitCommand, flags: &super::lock::Flags<'_>) -> u8 {
+/// the caller's, or on the lock backend when it is shared (PostgreSQL).
+pub fn run_git(dir: &BatonDir, cmd: GitCommand, flags: &crate::commands::Flags<'_>) -> u8 {
     match cmd {
         GitCommand::Guard(cmd) => cmd_guard(dir, cmd, flags),
         GitCommand::Push {
@@ -131,6 +132,7 @@ pub(crate) fn run_git(dir: &BatonDir, cmd: GitCommand, flags: &super::lock::Flag
                 .filter(|r| !r.is_empty())
                 .or_else(|| Some(crate::logging::run_id().to_string()));
             req.log = true;
+            req.queue = flags.backend.push_queue();
             match push(&req) {
                 Ok(r) if json => {
                     crate::say::committed();

@@ -430,7 +430,7 @@ fn print_job(j: &JobView) -> u8 {
         rows.push(("attempts", j.attempts.to_string()));
     }
     for (k, v) in rows {
-        outln!("{:<14}{v}", format!("{k}:"));
+        outln!("{:<15}{v}", format!("{k}:"));
     }
     0
 }

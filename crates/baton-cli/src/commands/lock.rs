@@ -103,7 +103,8 @@ script and what it started are stopped (TERM, 10 s, KILL) before the lock is fre
         ttl: Option<Duration>,
         #[command(flatten)]
         holder: HolderArgs,
-        /// Print JSON {name, token, run_id, holder_pid, previous_holder_died, previous_holder}
+        /// Print JSON {name, token, run_id, holder_pid, previous_holder_died, previous_holder,
+        /// previous_outcome}
         /// instead of the token.
         #[arg(long)]
         json: bool,
@@ -435,6 +436,15 @@ fn print_acquired(held: &Held, json: bool) -> u8 {
             who_last(prev),
             prev.run_id,
             prev.token
+        );
+    }
+    if let (None, Some(o)) = (
+        &held.previous_holder,
+        held.previous_outcome.as_ref().filter(|o| o.is_bad()),
+    ) {
+        errln!(
+            "baton: note: the previous holder of '{}' ended {o}: its work may be half done",
+            held.name
         );
     }
     outln!("{}", held.token);

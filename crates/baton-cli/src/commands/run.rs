@@ -219,6 +219,9 @@ pub(crate) fn cmd_run(dir: &BatonDir, args: RunArgs, flags: &Flags<'_>) -> u8 {
                 let asked = req.workspace.as_ref().and_then(|w| w.reference.as_deref());
                 crate::commands::workspace::say_start(ws, asked);
             }
+            if let Some(p) = &report.workspace_preserved {
+                warnln!("baton: {}", p.note());
+            }
             if let Some(e) = &report.workspace_error {
                 warnln!("baton: warning: {e} (the workspace is left for `baton workspace gc`)");
             }

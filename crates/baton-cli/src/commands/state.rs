@@ -328,7 +328,7 @@ fn options(lock: LockArgs) -> Options {
     opts
 }
 
-/// The exit code for a failed state command (DESIGN.md, "Exit codes").
+/// The exit code for a failed state command (docs/src/design/architecture.md, "Exit codes").
 fn code(e: &StateError) -> u8 {
     match e {
         StateError::Lock(l) => for_lock_error(l),

@@ -39,7 +39,9 @@ impl From<StrategyArg> for Strategy {
 #[derive(Debug, Args, Clone)]
 pub struct RunWorkspaceArgs {
     /// Run the command in a fresh workspace of this repository (BATON_WORKSPACE is set; the
-    /// workspace is removed when the command ends, however it ends).
+    /// workspace is removed when the command ends, however it ends; commits on --branch that
+    /// the base's branch cannot take, because it is checked out there or moved on meanwhile,
+    /// are kept in the base under refs/baton/kept/BRANCH/..., which the run names).
     #[arg(long, value_name = "REPO")]
     pub workspace: Option<PathBuf>,
 
@@ -141,7 +143,8 @@ baton dir is the base's own, <git common dir>/baton, unless --dir or BATON_DIR n
 When a clone on --branch is removed, commits on the branch that exist nowhere else are
 fetched into the base's branch first; if the base cannot take them (the branch is checked
 out there, or has diverged) the removal is refused and names them (`baton workspace remove
-ID --discard` drops them).
+ID --discard` drops them). A run's own workspace (`baton run --workspace`) keeps them under
+refs/baton/kept/BRANCH/<UTC time>-<run id> in the base instead, and goes.
 
 With --ref and an existing --branch the workspace starts exactly at --ref when that drops
 nothing (the branch is moved forward). A branch that was pushed (<remote>/NAME in the

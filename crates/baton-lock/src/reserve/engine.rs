@@ -1,5 +1,5 @@
 //! Requesting, holding, listing, checking and breaking reservations
-//! (`RESERVATIONS.md` at the crate root).
+//! (`docs/src/design/reservations.md`).
 
 use std::fs::File;
 use std::time::{Duration, Instant};

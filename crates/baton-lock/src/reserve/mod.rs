@@ -1,5 +1,5 @@
 //! Path reservations: a lock manager for paths and globs of one repository,
-//! on top of the kernel locks (DESIGN.md, decision 18).
+//! on top of the kernel locks (docs/src/design/architecture.md, decision 18).
 //!
 //! A reservation names paths or globs inside a repository ([`Space`]),
 //! exclusive (the default) or shared. Two reservations conflict when some
@@ -15,7 +15,7 @@
 //! Reservations are advice for the agents and scripts that ask: one that
 //! never asks is not stopped, except at commit time by the pre-commit guard
 //! (`baton git guard`). The protocol, and what it does and does not
-//! guarantee, are in `RESERVATIONS.md` next to this crate's `Cargo.toml`.
+//! guarantee, are in `docs/src/design/reservations.md`.
 //!
 //! ```no_run
 //! use baton_lock::reserve::{reserve, ReservationHolder, ReserveRequest, Space};

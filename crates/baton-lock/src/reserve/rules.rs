@@ -3,7 +3,7 @@
 //! among overlapping requests), what is the caller's own, and what a grant
 //! learns of holders that died. One implementation, used by the engine of
 //! the baton dir (`engine.rs`) and by the PostgreSQL backend (`baton-pg`),
-//! so both decide alike (`RESERVATIONS.md`, "Requesting").
+//! so both decide alike (`docs/src/design/reservations.md`, "Requesting").
 
 use super::{effective, Conflict, Pattern, ReservationRecord};
 use crate::identity::ProcessIdentity;

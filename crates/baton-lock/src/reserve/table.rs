@@ -1,5 +1,5 @@
 //! The per-space table of live reservations and the liveness bytes of its
-//! rows (`RESERVATIONS.md` at the crate root).
+//! rows (`docs/src/design/reservations.md`).
 //!
 //! A space is the directory `<baton dir>/reservations/<sha256(key), 16 hex>/`
 //! holding `space.lock` and `table.json`. `space.lock` carries byte-range

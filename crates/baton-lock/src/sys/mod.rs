@@ -19,7 +19,7 @@
 //! - `poll.rs`: the bounded poll of non-blocking attempts (1 ms doubling to
 //!   50 ms) used where the kernel cannot wait with a deadline.
 //!
-//! What each system keeps of the crate's promises is in `LOCKING.md`
+//! What each system keeps of the crate's promises is in `docs/src/design/locking.md`
 //! ("Platforms").
 
 #[cfg(unix)]

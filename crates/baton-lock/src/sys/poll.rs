@@ -7,7 +7,7 @@
 //! The pause starts at 1 ms and doubles up to [`MAX_PAUSE`], so a lock freed
 //! during a long wait is taken at most that late; waiters stay in their FIFO
 //! order regardless, because a newcomer never takes a slot while anyone
-//! waits (`LOCKING.md`, "Acquiring"). A cancel wakes the waiting thread at
+//! waits (`docs/src/design/locking.md`, "Acquiring"). A cancel wakes the waiting thread at
 //! once (it parks between attempts and the token unparks it).
 
 use std::io;

@@ -1,5 +1,5 @@
 //! Windows: `LockFileEx`/`UnlockFileEx` byte ranges of a handle, file
-//! identities, positioned I/O, processes (`LOCKING.md`, "Platforms").
+//! identities, positioned I/O, processes (`docs/src/design/locking.md`, "Platforms").
 //!
 //! A lock file is opened for overlapped I/O, so that a wait for a range can
 //! be bounded: the `LockFileEx` request is left pending and waited for with
@@ -11,7 +11,7 @@
 //!
 //! Windows has no `F_OFD_GETLK`: [`find_conflict`] tries a lock over the
 //! range with `LOCKFILE_FAIL_IMMEDIATELY` and releases it at once, narrowing
-//! the range; why the race this opens is harmless is in `LOCKING.md`.
+//! the range; why the race this opens is harmless is in `docs/src/design/locking.md`.
 //! `UnlockFileEx` must name exactly a locked range; every unlock of this
 //! crate does (one byte), and one that finds nothing locked is no error.
 

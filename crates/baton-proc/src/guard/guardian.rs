@@ -126,6 +126,9 @@ impl Guardian {
         for (pid, start) in &tree.foreign {
             line.push_str(&format!(" {pid}:{start}"));
         }
+        if let Some(mark) = tree.mark {
+            line.push_str(&format!(" M{mark}"));
+        }
         line.push('\n');
         send_with_fds(socket, line.as_bytes(), keep)
             .map_err(|e| ProcError::io("arm the guardian", e))?;
@@ -446,7 +449,13 @@ fn parse(line: &[u8]) -> Option<Message> {
             let root: i32 = parts.next()?.parse().ok()?;
             let root_start: u64 = parts.next()?.parse().ok()?;
             let until: u64 = parts.next()?.parse().ok()?;
-            let foreign = parts
+            let (marks, rest): (Vec<&str>, Vec<&str>) = parts.partition(|p| p.starts_with('M'));
+            let mark = match marks.first() {
+                Some(m) => Some(m.get(1..)?.parse().ok()?),
+                None => None,
+            };
+            let foreign = rest
+                .into_iter()
                 .map(|p| {
                     let (pid, start) = p.split_once(':')?;
                     Some((pid.parse().ok()?, start.parse().ok()?))
@@ -458,6 +467,7 @@ fn parse(line: &[u8]) -> Option<Message> {
                         root,
                         root_start,
                         foreign,
+                        mark,
                     })),
                     until,
                 })

@@ -189,7 +189,7 @@ pub(crate) unsafe fn set_environ(envp: *const *const c_char) {
 
 /// In the child between fork and exec: macOS has no parent-death signal,
 /// so this only gives up if the supervisor `parent` died already. A
-/// supervisor killed later leaves its command running (see `SIGNALS.md`,
+/// supervisor killed later leaves its command running (see `docs/src/design/signals.md`,
 /// "Platforms"); a guardian ([`RunSpec::guard`](crate::RunSpec::guard))
 /// stops it.
 pub(crate) fn die_with_parent(parent: libc::pid_t) -> Result<(), i32> {

@@ -11,7 +11,7 @@
 //! - `windows.rs`: process handles and creation times, Job Objects,
 //!   console control events, events and pipes.
 //!
-//! What each system keeps of the crate's promises is listed in `SIGNALS.md`
+//! What each system keeps of the crate's promises is listed in `docs/src/design/signals.md`
 //! ("Platforms").
 
 pub(crate) mod doorbell;

@@ -107,10 +107,13 @@ impl Service {
                 stop_group(&stopping, g);
             }
             if workspace && baton_git::get(&dir, &stopping).is_ok() {
-                let _ = baton_git::remove(
+                // Nobody watches: commits the branch cannot take are kept
+                // under a ref of their own rather than left on disk.
+                let _ = baton_git::remove_with(
                     &dir,
                     &stopping,
                     baton_lock::WaitPolicy::AtMost(Duration::from_secs(30)),
+                    baton_git::Unpushed::Preserve,
                 );
             }
         })

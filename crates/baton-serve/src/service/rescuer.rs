@@ -1,14 +1,14 @@
 //! The rescuer (a store several nodes share): every few seconds, the jobs
 //! of nodes that died are queued again or marked interrupted, by whichever
 //! node looks first. Its timing is what keeps one job from running twice:
-//! see `SERVICE.md`, "The rescuer".
+//! see `docs/src/design/service.md`, "The rescuer".
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Config;
 use crate::model::now_ms;
-use crate::store::Store;
+use crate::store::{Settle, Store};
 
 use super::lifecycle::Lifecycle;
 
@@ -23,13 +23,20 @@ pub(crate) struct Rescuer {
 }
 
 impl Rescuer {
-    /// How long after a dead node's last answered heartbeat its jobs are
-    /// taken over: by then their guardians have stopped them (the fence
-    /// after its last heartbeat), or the node itself has (it notices within
-    /// the same bound, then TERM, grace, KILL). Never two runs of one job
-    /// at once.
-    pub(crate) fn settle(config: &Config) -> Duration {
-        baton_pg::FENCE + config.grace + Duration::from_secs(1)
+    /// How long after a node's last answered heartbeat its jobs are taken
+    /// over. A node whose session ended: by then their guardians have
+    /// killed their commands (the fence after its last heartbeat), and the
+    /// node itself, alive but cut off, has stopped what escaped them (it
+    /// notices within the fence, then TERM, grace, KILL). A node whose
+    /// session still holds its lock (a stopped process): its guardians
+    /// killed its commands at the fence, and it stops nothing itself while
+    /// stopped, so its grace is not waited for. Never two runs of one job's
+    /// command at once.
+    pub(crate) fn settle(config: &Config) -> Settle {
+        Settle {
+            dead: baton_pg::FENCE + config.grace + Duration::from_secs(1),
+            stopped: baton_pg::FENCE + Duration::from_secs(1),
+        }
     }
 
     /// Looks every [`REAP_EVERY`] while this node is live and not draining.

@@ -15,7 +15,7 @@
 //!
 //! On a store several nodes share, a node that dies for good (never
 //! restarts): the rescuer of another node, once it finds it dead (the same
-//! bound as for its running jobs, `SERVICE.md` "The rescuer"), cancels its
+//! bound as for its running jobs, `docs/src/design/service.md` "The rescuer"), cancels its
 //! callers' jobs still queued. Not guaranteed: one that a free slot of
 //! another node claimed between the death and then runs.
 

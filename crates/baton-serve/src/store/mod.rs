@@ -4,7 +4,7 @@
 //! callers in the same millisecond never both claim a job or both take the
 //! last place in the queue.
 //!
-//! Design (the claim protocol, durability per promise): see `SERVICE.md`.
+//! Design (the claim protocol, durability per promise): see `docs/src/design/service.md`.
 
 mod pg_batch;
 mod pg_reap;
@@ -153,14 +153,16 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Jobs running on nodes that are gone (their liveness lock is free)
-    /// and whose last heartbeat is older than `settle` (by then their
+    /// and whose last heartbeat is older than `settle.dead` (by then their
     /// guardians have killed what they ran, or the node itself stopped it)
-    /// are queued again or marked interrupted, as [`Store::recover`] does.
-    /// Returns them as they were.
+    /// are queued again or marked interrupted, as [`Store::recover`] does;
+    /// so are those of nodes whose session holds the lock but whose
+    /// heartbeat is older than `settle.stopped` (a stopped process: its
+    /// session is ended first). Returns them as they were.
     async fn reap(
         &self,
         _retry: &(dyn for<'a> Fn(&'a str) -> bool + Send + Sync),
-        _settle: std::time::Duration,
+        _settle: Settle,
         _now: i64,
     ) -> Result<Vec<Recovered>, StoreError> {
         Ok(Vec::new())
@@ -246,6 +248,31 @@ pub trait Store: Send + Sync + 'static {
 
     /// Jobs per status (all of them, for metrics).
     async fn status_counts(&self) -> Result<Vec<(JobStatus, u64)>, StoreError>;
+}
+
+/// How long after a node's last answered heartbeat its jobs may be taken
+/// over ([`Store::reap`]; see `docs/src/design/service.md`, "The rescuer: timing and fencing").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settle {
+    /// A node whose session ended (its liveness lock is free): it may be
+    /// alive, cut off, still stopping its jobs' escaped processes (TERM,
+    /// grace, KILL) after its guardians killed their commands at the fence.
+    pub dead: std::time::Duration,
+    /// A node whose session still holds its lock while it stopped beating
+    /// (a stopped or wedged process, its kernel answering keepalives): it
+    /// stops nothing itself, its guardians killed its commands at the fence,
+    /// so waiting out a grace buys nothing.
+    pub stopped: std::time::Duration,
+}
+
+impl Settle {
+    /// The same wait for both (tests: `Settle::uniform(Duration::ZERO)`).
+    pub fn uniform(d: std::time::Duration) -> Settle {
+        Settle {
+            dead: d,
+            stopped: d,
+        }
+    }
 }
 
 /// Opens the store `url` names: SQLite (a relative path is taken from the

@@ -14,7 +14,7 @@
 //! If the connection or the time fails instead, every member gets that
 //! error. A connection whose transaction was begun by hand and failed is
 //! closed, never returned to the pool in the middle of it. Design:
-//! `SERVICE.md`, "The claim protocol".
+//! `docs/src/design/service.md`, "The claim protocol".
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,6 +1,7 @@
 //! The rescuer's half in the shared store: takes over the jobs of nodes
-//! that stopped beating. Design: see SERVICE.md, "The rescuer: timing and
-//! fencing".
+//! that stopped beating. Design: see `docs/src/design/service.md`, "The
+//! rescuer: timing and fencing", and `docs/src/design/postgres.md`, "A
+//! frozen node".
 //!
 //! A node is dead when its liveness lock is free (its session ended). A
 //! node whose process is stopped (`SIGSTOP`, a debugger, a paused
@@ -12,7 +13,10 @@
 //! recorded as holding its lock, as `baton lock break` does for a lock),
 //! and its jobs are taken over as a dead node's; its other connections
 //! (its `application_name`) are ended too, since one frozen inside a
-//! transaction holds that transaction's locks. Thawed, it finds its
+//! transaction holds that transaction's locks. Such a node is taken over
+//! sooner ([`Settle::stopped`], the fence + 1 s) than one whose session
+//! ended ([`Settle::dead`], + its grace): stopped, it stops nothing itself,
+//! so its grace buys nothing. Thawed, it finds its
 //! session ended, as after a network loss: it stops what it still runs
 //! (nothing: its guardians did) and establishes a new session.
 
@@ -23,7 +27,7 @@ use baton_pg::one_line;
 use super::pg_session::{application_name, NODE_CLASS};
 use super::pg_sql::{lock_all, mark_interrupted, plan, running_on, Retry};
 use super::postgres::OP_LIMIT;
-use super::{Recovered, StoreError};
+use super::{Recovered, Settle, StoreError};
 use crate::model::Job;
 
 type PgResult<T> = Result<T, tokio_postgres::Error>;
@@ -33,16 +37,23 @@ type PgResult<T> = Result<T, tokio_postgres::Error>;
 /// next round tries again.
 const ENDED_WAIT: Duration = Duration::from_secs(2);
 
-/// Takes over the jobs of nodes other than `me` whose heartbeat is older
-/// than `settle` and whose session has ended (or is ended here).
+/// Takes over the jobs of nodes other than `me` whose session has ended and
+/// whose heartbeat is older than `settle.dead`, or whose heartbeat is older
+/// than `settle.stopped` while their session holds their lock (it is ended
+/// here).
 pub(super) async fn reap(
     mut c: deadpool_postgres::Object,
     me: &str,
     retry: Retry<'_>,
-    settle: Duration,
+    settle: Settle,
     now: i64,
 ) -> Result<Vec<Recovered>, StoreError> {
-    let settle_ms = i64::try_from(settle.as_millis()).unwrap_or(i64::MAX);
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let waits = Waits {
+        dead_ms: ms(settle.dead),
+        stopped_ms: ms(settle.stopped),
+    };
+    let settle_ms = waits.dead_ms.min(waits.stopped_ms);
     let op = "take over the jobs of dead nodes";
     let candidates = match tokio::time::timeout(
         OP_LIMIT,
@@ -75,7 +86,7 @@ pub(super) async fn reap(
     for row in candidates {
         let node: String = row.get(0);
         let num: Option<i32> = row.get(1);
-        let step = take_over(&mut c, &node, num, settle_ms, retry, now);
+        let step = take_over(&mut c, &node, num, waits, retry, now);
         match tokio::time::timeout(OP_LIMIT, step).await {
             Ok(Ok(plan)) => out.extend(
                 plan.into_iter()
@@ -97,6 +108,13 @@ pub(super) async fn reap(
     Ok(out)
 }
 
+/// [`Settle`] in milliseconds.
+#[derive(Clone, Copy)]
+struct Waits {
+    dead_ms: i64,
+    stopped_ms: i64,
+}
+
 /// Takes over `node`'s jobs if it is dead, holding its liveness lock
 /// meanwhile (so a restart of that node cannot recover them at the same
 /// moment); ends its session first if its heartbeat stopped while its
@@ -105,15 +123,19 @@ async fn take_over(
     c: &mut deadpool_postgres::Object,
     node: &str,
     num: Option<i32>,
-    settle_ms: i64,
+    waits: Waits,
     retry: Retry<'_>,
     now: i64,
 ) -> PgResult<Vec<(Job, bool)>> {
+    // A session that ended by itself: the node may be alive, cut off, and
+    // still stopping its jobs' escaped processes; one ended here: stopped.
+    let mut settle_ms = waits.dead_ms;
     if let Some(num) = num {
         if !try_lock(c, num).await? {
-            if !end_stalled_session(c, node, num, settle_ms).await? {
+            if !end_stalled_session(c, node, num, waits.stopped_ms).await? {
                 return Ok(Vec::new());
             }
+            settle_ms = waits.stopped_ms;
             let until = tokio::time::Instant::now() + ENDED_WAIT;
             loop {
                 tokio::time::sleep(Duration::from_millis(50)).await;

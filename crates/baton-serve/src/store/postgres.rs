@@ -472,7 +472,7 @@ impl Store for PgStore {
     async fn reap(
         &self,
         retry: Retry<'_>,
-        settle: std::time::Duration,
+        settle: super::Settle,
         now: i64,
     ) -> Result<Vec<Recovered>, StoreError> {
         let c = self.conn("take over the jobs of dead nodes").await?;

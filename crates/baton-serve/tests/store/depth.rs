@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_serve::model::{Counts, JobMode, JobStatus, ListFilter, Submitted};
-use baton_serve::store::{self, CancelQueued, Store, StoreUrl};
+use baton_serve::store::{self, CancelQueued, Settle, Store, StoreUrl};
 
 use super::{always, claim, claim_here, ended, in_group, job, submit, t, Ctx, MANY};
 
@@ -84,7 +84,10 @@ pub(super) async fn the_counts_stay_exact_through_every_change(ctx: Ctx) {
     assert_eq!(recovered.len(), 2);
     // b ran twice: interrupted; c queued again.
     counts_are(s, 1, 2, "a recovery").await;
-    let reaped = s.reap(&always, Duration::ZERO, t(40)).await.unwrap();
+    let reaped = s
+        .reap(&always, Settle::uniform(Duration::ZERO), t(40))
+        .await
+        .unwrap();
     if ctx.shared() {
         assert_eq!(reaped.len(), 1);
         counts_are(s, 0, 3, "a takeover").await;

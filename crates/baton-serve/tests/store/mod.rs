@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_serve::model::{Finish, JobMode, JobStatus, ListFilter, NewJob, Submitted};
-use baton_serve::store::{self, CancelQueued, Store, StoreError, StoreUrl};
+use baton_serve::store::{self, CancelQueued, Settle, Store, StoreError, StoreUrl};
 use common::pg::TestDb;
 
 /// The engines every exercise runs on.
@@ -486,7 +486,10 @@ async fn reap_takes_over_only_the_jobs_of_dead_nodes(ctx: Ctx) {
         Some("ghosts-again")
     );
     let retry = |template: &str| template == "never-retried";
-    let reaped = s.reap(&retry, Duration::ZERO, t(200)).await.unwrap();
+    let reaped = s
+        .reap(&retry, Settle::uniform(Duration::ZERO), t(200))
+        .await
+        .unwrap();
     if !ctx.shared() {
         // One node uses this store: no other node's jobs to take over.
         assert!(reaped.is_empty(), "{reaped:?}");

@@ -68,6 +68,11 @@ pub(crate) struct Held {
     /// That holder, when `previous_holder_died`.
     #[serde(default)]
     pub previous_holder: Option<Box<baton_lock::HolderInfo>>,
+    /// How the holder before this grant ended: `released`,
+    /// `failed:<code>`, `killed:<signal>` or `died`; `null` for the first
+    /// grant of the lock.
+    #[serde(default)]
+    pub previous_outcome: Option<baton_lock::HolderOutcome>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -362,5 +367,6 @@ fn report_held(
         name: req.name.to_string(),
         previous_holder_died: previous.is_some(),
         previous_holder: previous,
+        previous_outcome: guard.previous_outcome(),
     }))
 }

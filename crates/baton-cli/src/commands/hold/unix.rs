@@ -214,9 +214,11 @@ pub(super) fn hold(
         }
     };
     let let_go = match end {
+        // The script (if still running) was stopped with TERM: the next
+        // holder learns `killed:SIGTERM`.
         End::Forced => {
             stop_caller_first(req, watched.as_ref(), tree);
-            guard.release()
+            guard.release_with(Some(baton_lock::HolderOutcome::of_signal(libc::SIGTERM)))
         }
         // Asked to let go: the script must not be killed if this process
         // dies now, so the guardian goes first (the kernel then releases

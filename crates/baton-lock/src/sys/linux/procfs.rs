@@ -1,6 +1,6 @@
 //! `/proc`: holders through deleted or replaced lock files (their markers in
 //! `/proc/locks`, or in the `lock:` lines of fdinfo), and the processes that
-//! hold a lock's slots (`LOCKING.md`, "When the lock file is deleted or
+//! hold a lock's slots (`docs/src/design/locking.md`, "When the lock file is deleted or
 //! replaced", "PID namespaces").
 
 use std::os::unix::fs::MetadataExt;
