@@ -22,6 +22,24 @@ is free at once. Waiters line up first come, first served; every grant has a
 fencing token larger than any before. ``baton.status(name)`` returns what
 ``baton lock status NAME --json`` prints.
 
+Path reservations of a repository, as ``baton reserve`` takes them (every
+clone and worktree of one origin meets in one namespace; a path covers
+everything below it; globs such as ``src/**/*.ts``)::
+
+    with baton.reserve(["src/api", "docs/*.md"], timeout=30, reason="refactor") as r:
+        if r.previous_holder_died:
+            ...  # its work may be half done
+        ...  # edit; pass r.token to stores that check fencing
+
+    baton.reservations()  # what ``baton reservations --json`` prints
+
+Overlapping requests are served first come, first served; several paths are
+taken all or none; a holder that dies releases at once. Reservations are
+advisory: they bind those who ask (and, at commit time, baton's pre-commit
+guard). They live in the baton dir (this machine); ``baton reserve
+--backend`` keeps them in PostgreSQL instead, which this module does not
+reach yet.
+
 Moving from filelock or portalocker: ``baton.FileLock``, ``baton.Timeout``
 and ``baton.AsyncFileLock`` are filelock's API (``baton.filelock``), and
 ``baton.portalocker`` is portalocker's; change the import and nothing else
@@ -54,7 +72,11 @@ What the module does to this process
   None, leaving ``with`` does nothing and ``release()`` raises ``Error``;
   the child may ``acquire()`` the lock itself (and waits for its parent).
   A lock that another thread was acquiring at the moment of the fork stays
-  open in the child until it exits.
+  open in the child until it exits. A ``Reservation`` in a forked child is
+  not held (``held`` is False, leaving ``with`` does nothing); its lock file
+  stays open in the child until it exits or execs, so a reservation whose
+  holder died while a forked child of it still runs is released when that
+  child ends.
 - Acquiring a lock whose previous holder was a ``baton run`` that died may
   stop what is left of that run's command (its process group, after an
   identity check), as the ``baton`` command does: a run's processes never
@@ -76,7 +98,7 @@ import os as _os
 from typing import TYPE_CHECKING
 
 from . import _baton
-from ._baton import Cancel, status
+from ._baton import Cancel, Reservation, reservations, reserve, status
 from ._errors import Busy, Cancelled, Error
 from ._lock import Acquired, Lock
 
@@ -89,8 +111,11 @@ __all__ = [
     "Error",
     "FileLock",
     "Lock",
+    "Reservation",
     "Timeout",
     "portalocker",
+    "reservations",
+    "reserve",
     "status",
 ]
 

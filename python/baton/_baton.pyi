@@ -3,7 +3,7 @@
 import os
 import pathlib
 from types import TracebackType
-from typing import Any, Dict, Literal, Optional, Type, TypeVar, Union
+from typing import Any, Dict, List, Literal, Optional, Sequence, Type, TypeVar, Union
 
 _Path = Union[str, "os.PathLike[str]"]
 _L = TypeVar("_L", bound="Lock")
@@ -94,6 +94,71 @@ def status(name: str, baton_dir: Optional[_Path] = None) -> Dict[str, Any]:
     """What ``baton lock status NAME --json`` prints, as a dict: name, held,
     mode, max, holder, holders, waiters, last_holder_died, last_holder,
     previous_holder_died, previous_holder, last_token, content, ..."""
+
+class Reservation:
+    """Paths of a repository reserved by ``baton.reserve(...)``: released by
+    ``release()``, by leaving ``with``, when the object is collected, or by
+    the kernel when this process dies."""
+
+    def release(self) -> None:
+        """Releases it. Raises ``baton.Error`` if it was released already
+        (in a forked child, it never holds it)."""
+    def __enter__(self) -> "Reservation": ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None: ...
+    @property
+    def held(self) -> bool:
+        """Whether this process still holds it."""
+    @property
+    def token(self) -> int:
+        """The fencing token of the grant (larger than every earlier grant's
+        in the repository)."""
+    @property
+    def paths(self) -> List[str]:
+        """What it covers, normalized: repo-relative, ``/``-separated."""
+    @property
+    def mode(self) -> Literal["exclusive", "shared"]: ...
+    @property
+    def previous_holder_died(self) -> bool:
+        """Whether the holder of an overlapping reservation before it died
+        holding it: its work may be half done."""
+    @property
+    def previous_holder(self) -> Optional[Dict[str, Any]]:
+        """That holder's reservation, as ``baton reservations --json`` lists
+        one, or None."""
+
+def reserve(
+    paths: Sequence[str],
+    *,
+    mode: Literal["exclusive", "shared"] = "exclusive",
+    timeout: Optional[float] = None,
+    reason: Optional[str] = None,
+    repo: Optional[_Path] = None,
+    agent: Optional[str] = None,
+    baton_dir: Optional[_Path] = None,
+) -> Reservation:
+    """Reserves ``paths`` (paths or globs relative to the repository's root,
+    or absolute inside it) of the repository at ``repo`` (default: the
+    working directory's), all or none, waiting forever (``timeout=None``),
+    at most ``timeout`` seconds, or not at all (``timeout=0``). Raises
+    ``baton.Busy`` naming the holder if not granted in time,
+    ``KeyboardInterrupt`` on Ctrl-C (holding nothing), ``baton.Error`` for a
+    path outside the repository or a repository that cannot be used.
+    ``agent`` is shown to others (default ``$BATON_AGENT``, else
+    ``user@host``)."""
+
+def reservations(
+    repo: Optional[_Path] = None,
+    path: Optional[str] = None,
+    baton_dir: Optional[_Path] = None,
+) -> List[Dict[str, Any]]:
+    """The repository's live reservations, in arrival order (only those
+    overlapping ``path`` if given): what ``baton reservations --json``
+    prints (ticket, token, patterns, mode, granted, holder)."""
 
 def after_fork_in_child() -> None:
     """Registered with ``os.register_at_fork``; not for direct use."""

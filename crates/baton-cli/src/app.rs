@@ -32,10 +32,6 @@ pub(crate) fn run_cli(services: &Services) -> u8 {
             "serve",
             "give its job store with --store postgres://... (or `store` in its config)",
         )),
-        Command::Mcp(_) => Some((
-            "mcp",
-            "its locks and reservations are in the baton dir (--dir)",
-        )),
         Command::Job(_) => Some((
             "job",
             "it is a client of a service, whose job store is set where it runs (`baton serve --store`)",

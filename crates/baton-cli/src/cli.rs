@@ -214,7 +214,7 @@ where
 /// The commands `--backend` does not apply to: `serve` keeps its jobs in
 /// `--store`, `job` is a client of a service. They refuse it (see
 /// [`backend_on_command_line`]), and their help does not show it.
-pub const WITHOUT_BACKEND: [&str; 3] = ["serve", "job", "mcp"];
+pub const WITHOUT_BACKEND: [&str; 2] = ["serve", "job"];
 
 /// The whole [`Cli`], with the global `--backend` hidden from the help of
 /// [`WITHOUT_BACKEND`] (and their subcommands).

@@ -99,6 +99,10 @@ requests are served first come, first served; a request for several paths is gra
 once or not at all, so two requests in different orders never deadlock. The reservation is
 held by this process and released the moment it ends, even by SIGKILL.
 
+With --backend URL (or BATON_BACKEND) reservations live in that PostgreSQL database, keyed
+by the repository's origin, so agents on every machine using it share them under the same
+rules; the holder's database session holds it (its end releases it).
+
 The command runs supervised as under `baton run --lock` (own process group, signals
 forwarded, leftovers stopped before the release) with BATON_FENCING_TOKEN (the grant's
 token, larger than any before in the repository), BATON_RESERVATION (the paths) and
@@ -225,13 +229,16 @@ written are printed, one per line.")]
     #[command(after_help = "Examples:
   claude mcp add baton -- baton mcp          Claude Code
   baton mcp --repo ~/src/app --agent alice   another repository, a chosen name
+  baton mcp --backend postgres://agent@db/coord   reservations shared by every machine
 
 Tools: reserve, release, reservations, lock, unlock, state_read, state_update, state_append,
 workspace_create, workspace_remove, push (see docs/src/concepts/agents.md). Everything the
 session takes is held by this process: when the client closes stdin, it is all released and
 baton mcp exits 0; when the client or this process dies, the kernel releases it. Reservations
 are advisory: an agent that never asks is not stopped, except at commit by the pre-commit
-guard.
+guard. With --backend (or BATON_BACKEND) reservations live in that PostgreSQL database, keyed
+by the repository's origin, held by this process's database sessions; locks and state files
+stay in the baton dir.
 Exit status: 0 when the client closed the session; 125 if it could not start.")]
     Mcp(McpArgs),
 
@@ -262,7 +269,12 @@ pub(crate) struct Services {
     pub serve: fn(ServeArgs, BatonDir) -> u8,
     pub job: fn(JobArgs) -> u8,
     /// `baton mcp`: its protocol's code (rmcp, tokio) stays out of `baton` too.
-    pub mcp: fn(McpArgs, BatonDir, bool) -> u8,
+    pub mcp: fn(
+        McpArgs,
+        BatonDir,
+        bool,
+        std::sync::Arc<dyn baton_lock::reserve::ReservationStore>,
+    ) -> u8,
 }
 
 /// What the commands that need no baton dir (and must not create one) take.
@@ -306,12 +318,14 @@ pub(crate) fn run_in_dir(
 ) -> u8 {
     match command {
         Command::Serve(args) => (services.serve)(args, dir),
-        Command::Mcp(args) => (services.mcp)(args, dir, flags.named_dir),
+        Command::Mcp(args) => {
+            (services.mcp)(args, dir, flags.named_dir, flags.backend.reservations())
+        }
         Command::Run(args) => run::cmd_run(&dir, *args, flags),
         Command::Hold => hold::serve_hold(&dir),
         Command::Lock(cmd) => lock::cmd_lock(&dir, cmd, flags),
         Command::Reserve(args) => reserve::cmd_reserve(&dir, args, flags),
-        Command::Reservations(args) => reservations::cmd_reservations(&dir, args, flags),
+        Command::Reservations(args) => reservations::cmd_reservations(args, flags),
         Command::Db(cmd) => db::cmd_db(cmd, flags.backend),
         Command::Group(cmd) => group::cmd_group(cmd, flags.backend),
         Command::Events { group, follow } => group::cmd_events(&dir, group.as_ref(), follow),

@@ -15,6 +15,8 @@ pub const CHANGED_NOT_DURABLE: u8 = exit::CHANGED_NOT_DURABLE as u8;
 pub const NOT_ACQUIRED: u8 = exit::NOT_ACQUIRED as u8;
 /// baton itself failed.
 pub const BATON_FAILED: u8 = exit::BATON_FAILED as u8;
+/// The database session holding the locks (or reservation) ended while the command ran.
+pub const LOCK_LOST: u8 = exit::LOCK_LOST as u8;
 /// `baton git push`: the rebase onto the remote branch conflicted.
 pub const PUSH_CONFLICT: u8 = exit::GIT_CONFLICT as u8;
 /// `baton workspace list` / `gc`: some registry records could not be read.

@@ -76,7 +76,7 @@ pub fn main() -> u8 {
     say::finish(app::run_cli(&Services {
         serve: |_, _| service::exec_service(),
         job: |_| service::exec_service(),
-        mcp: |_, _, _| service::exec_service(),
+        mcp: |_, _, _, _| service::exec_service(),
     }))
 }
 

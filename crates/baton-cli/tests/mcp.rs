@@ -42,7 +42,7 @@ fn python() -> String {
 }
 
 /// A repository with one commit (and a bare origin it tracks) in the test's temp dir.
-fn repo(env: &Env) -> PathBuf {
+pub(crate) fn repo(env: &Env) -> PathBuf {
     let origin = env.path("origin.git");
     let repo = env.path("repo");
     std::fs::create_dir_all(&origin).unwrap();
@@ -62,6 +62,18 @@ fn repo(env: &Env) -> PathBuf {
 
 /// Runs tests/mcp_python/`script` with `args`; returns the JSON it printed.
 fn script(env: &Env, repo: &Path, script: &str, args: &[&str]) -> Value {
+    script_with(env, repo, script, args, &[])
+}
+
+/// [`script`], with `vars` added to its environment (which the scripts pass
+/// on to every `baton mcp` they start).
+pub(crate) fn script_with(
+    env: &Env,
+    repo: &Path,
+    script: &str,
+    args: &[&str],
+    vars: &[(&str, &str)],
+) -> Value {
     let python = python();
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/mcp_python")
@@ -76,6 +88,7 @@ fn script(env: &Env, repo: &Path, script: &str, args: &[&str]) -> Value {
         .env("BATON", env!("CARGO_BIN_EXE_baton"))
         .env("BATON_DIR", &env.dir)
         .env("REPO", repo)
+        .envs(vars.iter().copied())
         .current_dir(env.tmp.path())
         .output()
         .expect("run python");

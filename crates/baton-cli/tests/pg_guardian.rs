@@ -476,7 +476,7 @@ fn a_holder_row_whose_session_no_longer_holds_its_lock_is_waited_for() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(
         db.scalar("SELECT version FROM baton_lock_schema"),
-        Some("4".into())
+        Some("5".into())
     );
     assert_eq!(
         db.scalar("SELECT count(*) FROM baton_group_order"),

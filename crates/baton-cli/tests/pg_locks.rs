@@ -1007,12 +1007,12 @@ fn migrate_is_idempotent_and_concurrent_first_use_is_safe() {
         let out = pg.run(&["db", "migrate"]);
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         assert!(
-            stdout(&out).contains("schema version 4"),
+            stdout(&out).contains("schema version 5"),
             "{}",
             stdout(&out)
         );
     }
-    assert_eq!(baton_tables(&pg.db.name), 6);
+    assert_eq!(baton_tables(&pg.db.name), 8);
 
     let fresh = TestDb::new();
     let env = Env::new();
@@ -1034,7 +1034,7 @@ fn migrate_is_idempotent_and_concurrent_first_use_is_safe() {
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         assert!(stderr(&out).is_empty(), "{}", stderr(&out));
     }
-    assert_eq!(baton_tables(&fresh.name), 6);
+    assert_eq!(baton_tables(&fresh.name), 8);
     assert_eq!(
         fresh.scalar("SELECT count(*) FROM baton_lock_schema"),
         Some("1".into())

@@ -93,7 +93,11 @@ fn submit_status_list_cancel_and_log_through_the_cli() {
 
     let st = run(job(&s, &["status", &done]));
     assert_eq!(code(&st), 0, "{}", err(&st));
-    assert!(out(&st).contains("status:        succeeded"), "{}", out(&st));
+    assert!(
+        out(&st).contains("status:        succeeded"),
+        "{}",
+        out(&st)
+    );
     let st = json_of(&run(job(&s, &["status", &done, "--json"])));
     assert_eq!(st["id"], done.as_str());
     assert_eq!(st["output"], "out\n");

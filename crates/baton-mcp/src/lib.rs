@@ -39,6 +39,14 @@
 //! overlapping reservation is told `previous_holder_died` when a holder
 //! died holding it.
 //!
+//! With `baton mcp --backend URL` (or `BATON_BACKEND`), reservations live
+//! in that PostgreSQL database ([`Config::reservations`]), shared by agents
+//! on every machine using it: each is held by a database session of this
+//! process, which ends with it. A reservation whose session ends while this
+//! process lives (the server restarted) is dropped and the client told with
+//! a logging notification (`reservation_lost`). Named locks and state files
+//! stay in the baton dir.
+//!
 //! # What a reservation guarantees, and what it does not
 //!
 //! - Two sessions never hold overlapping reservations at once when one of

@@ -48,6 +48,9 @@ impl Config {
         let (repo_key, _) = baton_git::repository_identity(&top)?;
         let workspaces = baton_git::workspaces_of(&dir, named, &top)?;
         Ok(Config {
+            reservations: std::sync::Arc::new(baton_lock::reserve::LocalReservations::new(
+                dir.clone(),
+            )),
             dir,
             workspaces,
             repo_key,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_lock::reserve::{
-    Conflict, Pattern, Reservation, ReservationHolder, ReservationRecord, ReserveError,
+    Conflict, HeldReservation, Pattern, ReservationHolder, ReservationRecord, ReserveError,
     ReserveRequest, Space,
 };
 use baton_lock::Mode;
@@ -27,7 +27,7 @@ use crate::Outcome;
 const BROKEN_POLL: Duration = Duration::from_secs(1);
 
 /// A reservation held by the session.
-pub(crate) struct Held(Reservation);
+pub(crate) struct Held(Box<dyn HeldReservation>);
 
 impl Held {
     /// Releases it; a failure is logged (the liveness lock is freed anyway,
@@ -39,14 +39,11 @@ impl Held {
         }
     }
 
-    /// Leaves it as a dead holder's: its row stays and its liveness lock is
-    /// freed by the kernel when this process exits (its client died; the
-    /// session is ending), so that the next holder is told
-    /// `previous_holder_died`. The engine has no way to free the lock alone
-    /// and keep the row, so the reservation's file is not closed before
-    /// the exit.
+    /// Leaves it as a dead holder's (its client died; the session is
+    /// ending): its row stays, so that the next holder is told
+    /// `previous_holder_died` ([`HeldReservation::abandon`]).
     pub(crate) fn abandon(self) {
-        std::mem::forget(self.0);
+        self.0.abandon();
     }
 }
 
@@ -129,11 +126,11 @@ pub(crate) async fn reserve(
         holder,
         cancel: Some(cancel.clone()),
     };
-    let dir = session.dir().clone();
+    let store = session.config.reservations.clone();
     let total = (args.wait_seconds > 0.0).then_some(args.wait_seconds);
     let what = format!("waiting to reserve {}", joined(&pats));
     let got = blocking(ctx, cancel, total, what, move || {
-        baton_lock::reserve::reserve(&dir, &space, &req)
+        store.reserve(&space, &req)
     })
     .await
     .ok_or_else(|| format!("reserve {}: the waiting thread failed", joined(&pats)))?;
@@ -304,7 +301,10 @@ pub(crate) fn list(session: &Arc<Session>, args: ReservationsArgs) -> Outcome<Re
         Some(p) => Some(space.pattern(p).map_err(|e| message(&e))?),
         None => None,
     };
-    let rows = baton_lock::reserve::reservations(session.dir(), &space, filter.as_ref())
+    let rows = session
+        .config
+        .reservations
+        .reservations(&space, filter.as_ref())
         .map_err(|e| message(&e))?;
     let reservations = rows_out(session, &rows, filter.as_ref());
     let mine = reservations.iter().filter(|r| r.this_session).count();
@@ -334,9 +334,14 @@ pub(crate) fn watch_broken(
             let broken = tokio::task::spawn_blocking(move || take_broken(&s))
                 .await
                 .unwrap_or_default();
-            for (token, paths) in broken {
+            for (token, paths, lost) in broken {
+                let how = if lost {
+                    "was lost with its database session (the server or the network to it failed)"
+                } else {
+                    "was broken by an operator"
+                };
                 let text = format!(
-                    "reservation {token} of {} was broken by an operator: this session no longer holds it",
+                    "reservation {token} of {} {how}: this session no longer holds it",
                     paths
                         .iter()
                         .map(|p| format!("'{p}'"))
@@ -348,7 +353,7 @@ pub(crate) fn watch_broken(
                     rmcp::model::LoggingLevel::Warning,
                     serde_json::json!({
                         "message": text,
-                        "event": "reservation_broken",
+                        "event": if lost { "reservation_lost" } else { "reservation_broken" },
                         "token": token,
                         "paths": paths,
                     }),
@@ -363,23 +368,29 @@ pub(crate) fn watch_broken(
     })
 }
 
-/// Takes the broken reservations out of the session: (token, paths) of each.
-fn take_broken(session: &Session) -> Vec<(u64, Vec<String>)> {
-    let tokens: Vec<u64> = {
+/// Takes the broken reservations, and those lost with their database
+/// session, out of the session: (token, paths, lost) of each.
+fn take_broken(session: &Session) -> Vec<(u64, Vec<String>, bool)> {
+    let found: Vec<(u64, bool)> = {
         let held = session.reservations();
         held.iter()
-            .filter(|(_, h)| h.0.is_broken().unwrap_or(false))
-            .map(|(t, _)| *t)
+            .filter_map(|(t, h)| {
+                if h.0.is_lost() {
+                    Some((*t, true))
+                } else {
+                    h.0.is_broken().unwrap_or(false).then_some((*t, false))
+                }
+            })
             .collect()
     };
     let mut out = Vec::new();
-    for t in tokens {
+    for (t, lost) in found {
         let removed = session.reservations().remove(&t);
         if let Some(h) = removed {
             let paths = h.0.patterns().iter().map(ToString::to_string).collect();
             // Its row is gone already; this frees its liveness lock.
             h.release_quietly();
-            out.push((t, paths));
+            out.push((t, paths, lost));
         }
     }
     out

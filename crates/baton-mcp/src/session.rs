@@ -7,8 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use baton_lock::reserve::ReservationStore;
 use baton_lock::{BatonDir, CancelToken, LockGuard, ProcessIdentity};
 
 use crate::reserve::Held;
@@ -28,6 +29,9 @@ pub struct Config {
     /// The agent's name (`--agent`); `None`: the client's name from
     /// `initialize` and the client's pid.
     pub agent: Option<String>,
+    /// Where path reservations are kept: the baton dir's (the default), or
+    /// a database's (`baton mcp --backend`), shared by every machine using it.
+    pub reservations: Arc<dyn ReservationStore>,
 }
 
 /// The identity of this `baton mcp` process and its client.

@@ -342,7 +342,12 @@ fn take(
         ctx.timeout_ms = ms;
     }
     let sql = format!("SELECT {fun}($1::int4, $2::int4)");
-    match blocking(session, req.cancel.as_ref(), &sql, key, id) {
+    match blocking(
+        session,
+        req.cancel.as_ref(),
+        &sql,
+        &[(&key, Type::INT4), (&id, Type::INT4)],
+    ) {
         Ok(()) => Ok(true),
         Err(e) if sqlstate(&e) == Some("55P03") => Ok(false),
         // Cancelled by our token, or from outside (`pg_cancel_backend` by a
@@ -359,12 +364,11 @@ fn take(
 /// server when `cancel` fires. The cancel request is repeated until the
 /// statement ends, so one that reaches the server before the statement
 /// does is not lost.
-fn blocking(
+pub(crate) fn blocking(
     session: &Session,
     cancel: Option<&CancelToken>,
     sql: &str,
-    key: i32,
-    id: i32,
+    params: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)],
 ) -> Result<(), tokio_postgres::Error> {
     let notify = Arc::new(tokio::sync::Notify::new());
     if let Some(token) = cancel {
@@ -377,9 +381,7 @@ fn blocking(
     let canceller = session.client.cancel_token();
     let tls = session.db.tls.clone();
     let result = session.rt.block_on(async move {
-        let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =
-            [(&key, Type::INT4), (&id, Type::INT4)];
-        let query = c.query_typed_one(sql, &params);
+        let query = c.query_typed_one(sql, params);
         tokio::pin!(query);
         let cancelling = async {
             notify.notified().await;

@@ -20,9 +20,14 @@
 //! ([`TlsFailure`]). [`client_config`] lists the modes, and where they
 //! differ from libpq.
 //!
-//! The tables (`baton_locks`, `baton_lock_holders`, `baton_lock_schema`)
-//! belong to this crate and are created on first use, or by
-//! [`Database::migrate`].
+//! Path reservations live here too ([`PgReservations`], the
+//! `ReservationStore` of `baton_lock::reserve` on this database): the same
+//! rules as in the baton dir, with a row's liveness a session advisory lock.
+//!
+//! The tables (`baton_locks`, `baton_lock_holders`, `baton_lock_schema`,
+//! `baton_group_runs`, `baton_group_order`, `baton_reservation_spaces`,
+//! `baton_reservations`) belong to this crate and are created on first use,
+//! or by [`Database::migrate`].
 //!
 //! Platforms: Linux, macOS and Windows, with no platform API of this
 //! crate's own. Windows has no Unix sockets: a socket directory as the host
@@ -53,6 +58,7 @@ mod error;
 mod group;
 mod holds;
 pub mod liveness;
+mod reserve;
 mod schema;
 mod session;
 mod settle;
@@ -65,6 +71,7 @@ pub use diagnose::Diagnosis;
 pub use error::{one_line, redact, PgError};
 pub use group::{GroupJoin, GroupOrder, GroupRunRow, GroupSlot, Joined};
 pub use holds::{Grant, Holds};
+pub use reserve::{PgReservations, RESERVATION_KEY};
 pub use schema::SCHEMA_VERSION;
 pub use session::{Database, FENCE};
 pub use ssl::{SslMode, TlsFailure};

@@ -8,7 +8,7 @@ use crate::error::{sqlstate, PgError};
 use crate::session::Session;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// Transaction-level advisory lock held while migrating ("btmg").
 const MIGRATE_LOCK: i64 = 0x6274_6d67;
@@ -202,6 +202,36 @@ END
 $$;
 ";
 
+/// Version 5: path reservations (`crate::reserve`). A space per repository
+/// (its fencing token, the granted rows whose holder died), one row per
+/// request, and whether a row's holder still
+/// holds its liveness lock: the session advisory lock on the one bigint key
+/// `RESERVATION_KEY + ticket`, held by the session that made the row.
+const V5: &str = "
+CREATE TABLE IF NOT EXISTS baton_reservation_spaces (
+    space       text PRIMARY KEY,
+    token       bigint NOT NULL DEFAULT 0,
+    died        jsonb NOT NULL DEFAULT '[]'
+);
+CREATE SEQUENCE IF NOT EXISTS baton_reservation_tickets;
+CREATE TABLE IF NOT EXISTS baton_reservations (
+    ticket      bigint PRIMARY KEY,
+    space       text NOT NULL REFERENCES baton_reservation_spaces(space),
+    token       bigint,
+    granted     boolean NOT NULL DEFAULT false,
+    session_pid integer NOT NULL,
+    record      jsonb NOT NULL
+);
+CREATE INDEX IF NOT EXISTS baton_reservations_space ON baton_reservations (space, ticket);
+CREATE OR REPLACE FUNCTION baton_reservation_live(p integer, k bigint) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM pg_locks l
+                   WHERE l.locktype = 'advisory' AND l.granted AND l.pid = p
+                     AND l.objsubid = 1 AND l.mode = 'ExclusiveLock'
+                     AND l.classid = (k >> 32)::oid AND l.objid = (k & 4294967295)::oid)
+$$;
+";
+
 /// Creates or upgrades the tables; returns the version now in place.
 pub(crate) fn migrate(session: &Session) -> Result<i32, PgError> {
     // The common case, one round trip: already there.
@@ -234,20 +264,24 @@ pub(crate) fn migrate(session: &Session) -> Result<i32, PgError> {
                     c.batch_execute(V2).await?;
                     c.batch_execute(V3).await?;
                     c.batch_execute(V4).await?;
+                    c.batch_execute(V5).await?;
                     c.execute(
                         "INSERT INTO baton_lock_schema (version) VALUES ($1)",
                         &[&SCHEMA_VERSION],
                     )
                     .await?;
                 }
-                Some(v @ 1..=3) => {
+                Some(v @ 1..=4) => {
                     if v < 2 {
                         c.batch_execute(V2).await?;
                     }
                     if v < 3 {
                         c.batch_execute(V3).await?;
                     }
-                    c.batch_execute(V4).await?;
+                    if v < 4 {
+                        c.batch_execute(V4).await?;
+                    }
+                    c.batch_execute(V5).await?;
                     c.execute(
                         "UPDATE baton_lock_schema SET version = $1",
                         &[&SCHEMA_VERSION],

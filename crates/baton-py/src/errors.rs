@@ -21,6 +21,8 @@ pub(crate) enum Failure {
     Json(serde_json::Error),
     /// Bad input or a misuse of a `Lock` object, said in full.
     Usage(String),
+    /// From path reservations.
+    Reserve(baton_lock::reserve::ReserveError),
 }
 
 impl From<LockError> for Failure {
@@ -43,6 +45,13 @@ pub(crate) fn to_py(py: Python<'_>, failure: Failure) -> PyErr {
         Failure::Lock(e) => ("Error", baton_lock::one_line(&e)),
         Failure::Json(e) => ("Error", format!("cannot encode JSON: {e}")),
         Failure::Usage(m) => ("Error", m),
+        Failure::Reserve(e @ baton_lock::reserve::ReserveError::Busy { .. }) => {
+            ("Busy", baton_lock::one_line(&e))
+        }
+        Failure::Reserve(e @ baton_lock::reserve::ReserveError::Cancelled) => {
+            ("Cancelled", baton_lock::one_line(&e))
+        }
+        Failure::Reserve(e) => ("Error", baton_lock::one_line(&e)),
     };
     match class_of(py, class) {
         Ok(ty) => PyErr::from_type(ty, message),

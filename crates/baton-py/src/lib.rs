@@ -25,6 +25,7 @@ mod errors;
 mod fork;
 mod hold;
 mod lock;
+mod reserve;
 mod wait;
 
 use std::path::PathBuf;
@@ -70,12 +71,15 @@ fn parse_name(py: Python<'_>, name: &Bound<'_, PyString>) -> PyResult<LockName> 
     LockName::new(text.as_ref()).map_err(|e| to_py(py, e.into()))
 }
 
-/// The module: `Lock`, `status`, and the hook the package registers with
+/// The module: `Lock`, `status`, `reserve`, `reservations`, and the hook the package registers with
 /// `os.register_at_fork`.
 #[pymodule]
 fn _baton(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lock::Lock>()?;
     m.add_class::<wait::Cancel>()?;
+    m.add_class::<reserve::Reservation>()?;
+    m.add_function(wrap_pyfunction!(reserve::reserve, m)?)?;
+    m.add_function(wrap_pyfunction!(reserve::reservations, m)?)?;
     m.add_function(wrap_pyfunction!(status, m)?)?;
     m.add_function(wrap_pyfunction!(fork::after_fork_in_child, m)?)?;
     Ok(())

@@ -80,6 +80,17 @@ impl Backend {
         }
     }
 
+    /// Where path reservations are kept beside these locks: the baton dir's
+    /// reservations, or the database's (every machine using it).
+    pub fn reservations(&self) -> Arc<dyn baton_lock::reserve::ReservationStore> {
+        match self {
+            Backend::Local(dir) => {
+                Arc::new(baton_lock::reserve::LocalReservations::new(dir.clone()))
+            }
+            Backend::Postgres(db) => Arc::new(baton_pg::PgReservations::new((**db).clone())),
+        }
+    }
+
     /// Whether other machines share these locks: a run there may be taken
     /// over by another machine, so its command must stop with the process
     /// that runs it (see [`Backend::guard`]).

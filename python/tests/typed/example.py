@@ -69,5 +69,21 @@ def portalocker_api(path: str) -> None:
     print(f, status["held"])
 
 
+def reserved_paths(path: str, repo: str) -> int:
+    try:
+        with baton.reserve(["src", "docs/*.md"], timeout=5, reason="x", repo=repo, baton_dir=path) as r:
+            died: bool = r.previous_holder_died
+            previous: Optional[dict[str, Any]] = r.previous_holder
+            paths: list[str] = r.paths
+            print(died, previous, paths, r.mode, r.held)
+            return r.token
+    except baton.Busy as e:
+        print(e)
+        return 0
+    finally:
+        rows: list[dict[str, Any]] = baton.reservations(repo, baton_dir=path)
+        print(rows)
+
+
 if __name__ == "__main__":
     asyncio.run(async_lock("/tmp/x"))

@@ -112,7 +112,7 @@ Exit status: 0 done; 75 the repository lock stayed busy past --git-lock-wait; 12
 /// the caller's, or on the lock backend when it is shared (PostgreSQL).
 pub fn run_git(dir: &BatonDir, cmd: GitCommand, flags: &crate::commands::Flags<'_>) -> u8 {
     match cmd {
-        GitCommand::Guard(cmd) => cmd_guard(dir, cmd, flags.named_dir),
+        GitCommand::Guard(cmd) => cmd_guard(dir, cmd, flags),
         GitCommand::Push {
             repo,
             remote,

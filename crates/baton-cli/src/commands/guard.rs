@@ -1,13 +1,14 @@
 //! `baton git guard ...`: the pre-commit hook that refuses a commit touching
 //! a path another live holder reserved exclusively (the hook's files are
-//! `baton_git`'s, the question `baton_lock::reserve::check_files`).
+//! `baton_git`'s, the question `ReservationStore::check_files` of the
+//! reservations of the baton dir or of `--backend`).
 
 use std::path::PathBuf;
 
-use baton_lock::reserve::check_files;
 use baton_lock::BatonDir;
 use clap::Subcommand;
 
+use super::lock::Flags;
 use super::reserve::{for_reserve_error, space_of};
 use crate::exit_codes::{for_git_error, BATON_FAILED, NOT_ACQUIRED};
 use crate::say::fail;
@@ -45,9 +46,11 @@ checks that baton dir. `baton git guard uninstall` puts the old hook back.")]
     },
 }
 
-/// `baton git guard ...`; `named_dir`: the baton dir was named (`--dir`,
-/// `BATON_DIR`), so the hook names it too.
-pub(crate) fn cmd_guard(dir: &BatonDir, cmd: GuardCommand, named_dir: bool) -> u8 {
+/// `baton git guard ...`; when the baton dir was named (`--dir`,
+/// `BATON_DIR`) the hook names it too, and the `--backend` URL given on the
+/// command line (or `BATON_BACKEND`) likewise: it is written into the hook,
+/// password included.
+pub(crate) fn cmd_guard(dir: &BatonDir, cmd: GuardCommand, flags: &Flags<'_>) -> u8 {
     match cmd {
         GuardCommand::Install { repo } => {
             let repo = repo.unwrap_or_else(|| PathBuf::from("."));
@@ -59,9 +62,13 @@ pub(crate) fn cmd_guard(dir: &BatonDir, cmd: GuardCommand, named_dir: bool) -> u
                 }
             };
             let mut line = quote(&exe.to_string_lossy());
-            if named_dir {
+            if flags.named_dir {
                 line.push_str(" --dir ");
                 line.push_str(&quote(&dir.path().to_string_lossy()));
+            }
+            if let Some(url) = flags.backend_url {
+                line.push_str(" --backend ");
+                line.push_str(&quote(url));
             }
             line.push_str(" git guard check");
             match baton_git::install_guard(&repo, &line) {
@@ -114,7 +121,11 @@ pub(crate) fn cmd_guard(dir: &BatonDir, cmd: GuardCommand, named_dir: bool) -> u
             if files.is_empty() {
                 return 0;
             }
-            match check_files(dir, &space, &files, None) {
+            match flags
+                .backend
+                .reservations()
+                .check_files(&space, &files, None)
+            {
                 Ok(hits) if hits.is_empty() => 0,
                 Ok(hits) => {
                     for (file, c) in &hits {

@@ -3,12 +3,11 @@
 
 use std::path::PathBuf;
 
-use baton_lock::reserve::{break_reservation, reservations, ReservationRecord};
-use baton_lock::BatonDir;
+use baton_lock::reserve::ReservationRecord;
 use clap::{Args, Subcommand};
 
 use super::lock::Flags;
-use super::reserve::{for_reserve_error, patterns, refuse_backend, space_of};
+use super::reserve::{for_reserve_error, patterns, space_of};
 use crate::say::{fail, print_json};
 
 /// `baton reservations`.
@@ -50,16 +49,14 @@ pub enum ReservationsCommand {
 }
 
 /// `baton reservations`.
-pub(crate) fn cmd_reservations(dir: &BatonDir, args: ReservationsArgs, flags: &Flags<'_>) -> u8 {
-    if let Err(code) = refuse_backend(flags) {
-        return code;
-    }
+pub(crate) fn cmd_reservations(args: ReservationsArgs, flags: &Flags<'_>) -> u8 {
+    let store = flags.backend.reservations();
     let space = match space_of(args.repo.as_deref()) {
         Ok(s) => s,
         Err(code) => return code,
     };
     if let Some(ReservationsCommand::Break { token, json }) = args.action {
-        return match break_reservation(dir, &space, token) {
+        return match store.break_reservation(&space, token) {
             Ok(row) => {
                 if json {
                     print_json(&row)
@@ -84,7 +81,7 @@ pub(crate) fn cmd_reservations(dir: &BatonDir, args: ReservationsArgs, flags: &F
             Err(code) => return code,
         },
     };
-    let rows = match reservations(dir, &space, filter.as_ref()) {
+    let rows = match store.reservations(&space, filter.as_ref()) {
         Ok(r) => r,
         Err(e) => return fail(&e, for_reserve_error(&e)),
     };

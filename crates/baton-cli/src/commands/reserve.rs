@@ -6,16 +6,18 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use baton_lock::reserve::{
-    check, reserve, Conflict, Pattern, ReservationHolder, ReserveError, ReserveRequest, Space,
+    Conflict, Pattern, ReservationHolder, ReservationStore, ReserveError, ReserveRequest, Space,
 };
 use baton_lock::{BatonDir, Mode};
-use baton_run::{run, Backend, RunControl, RunRequest};
+use baton_run::{run, RunControl, RunRequest};
 use clap::Args;
 use serde::Serialize;
 
 use super::lock::Flags;
 use crate::args::WaitArgs;
-use crate::exit_codes::{for_child, for_git_error, for_run_error, BATON_FAILED, NOT_ACQUIRED};
+use crate::exit_codes::{
+    for_child, for_git_error, for_run_error, BATON_FAILED, LOCK_LOST, NOT_ACQUIRED,
+};
 use crate::logging;
 use crate::say::{fail, print_json};
 
@@ -76,17 +78,6 @@ pub(crate) fn space_of(repo: Option<&Path>) -> Result<Space, u8> {
     }
 }
 
-/// Reservations live in the baton dir only: `--backend` is refused.
-pub(crate) fn refuse_backend(flags: &Flags<'_>) -> Result<(), u8> {
-    match flags.backend {
-        Backend::Local(_) => Ok(()),
-        Backend::Postgres(_) => {
-            errln!("baton: reservations are kept in the baton dir only; --backend (PostgreSQL) is not supported for them yet");
-            Err(BATON_FAILED)
-        }
-    }
-}
-
 /// The exit code for a reservation error: 75 not granted, else 125.
 pub(crate) fn for_reserve_error(e: &ReserveError) -> u8 {
     if e.is_busy() {
@@ -129,9 +120,7 @@ impl<'a> From<&'a Conflict> for ConflictJson<'a> {
 
 /// `baton reserve`.
 pub(crate) fn cmd_reserve(dir: &BatonDir, args: ReserveArgs, flags: &Flags<'_>) -> u8 {
-    if let Err(code) = refuse_backend(flags) {
-        return code;
-    }
+    let store = flags.backend.reservations();
     let space = match space_of(args.repo.as_deref()) {
         Ok(s) => s,
         Err(code) => return code,
@@ -146,7 +135,7 @@ pub(crate) fn cmd_reserve(dir: &BatonDir, args: ReserveArgs, flags: &Flags<'_>) 
         Mode::Exclusive
     };
     if args.check {
-        return check_paths(dir, &space, &patterns, mode, args.json);
+        return check_paths(&*store, &space, &patterns, mode, args.json);
     }
     let agent = args
         .agent
@@ -162,7 +151,7 @@ pub(crate) fn cmd_reserve(dir: &BatonDir, args: ReserveArgs, flags: &Flags<'_>) 
         cancel: None,
     };
     tracing::info!(paths = ?args.paths, "reserve: waiting for the paths");
-    let held = match reserve(dir, &space, &req) {
+    let held = match store.reserve(&space, &req) {
         Ok(h) => h,
         Err(e) => return fail(&e, for_reserve_error(&e)),
     };
@@ -184,7 +173,12 @@ pub(crate) fn cmd_reserve(dir: &BatonDir, args: ReserveArgs, flags: &Flags<'_>) 
     }
     let mut run_req = RunRequest::new(args.command);
     run_req.forward_signals = true;
-    run_req.control = RunControl::new();
+    // On a database, a holder whose session ends no longer holds: its
+    // command is stopped, and this exits 76 (lock lost), as `run --lock`.
+    let control = RunControl::new();
+    let stop = control.clone();
+    held.on_lost(Box::new(move || stop.interrupt()));
+    run_req.control = control;
     run_req.run_id = Some(logging::run_id().to_string());
     run_req.env = env;
     // This process runs one command: orphans of its descendants come back
@@ -194,8 +188,16 @@ pub(crate) fn cmd_reserve(dir: &BatonDir, args: ReserveArgs, flags: &Flags<'_>) 
         warnln!("baton: warning: {e}; processes that leave the command's process group are not contained");
     }
     let outcome = run(dir, &run_req);
+    let lost = held.is_lost();
     if let Err(e) = held.release() {
         warnln!("baton: warning: {}", baton_lock::one_line(&e));
+    }
+    if lost {
+        errln!(
+            "baton: lost the reservation of {}: its database session ended; the command was stopped",
+            args.paths.join(", ")
+        );
+        return LOCK_LOST;
     }
     match outcome {
         Ok(report) => {
@@ -212,8 +214,14 @@ pub(crate) fn cmd_reserve(dir: &BatonDir, args: ReserveArgs, flags: &Flags<'_>) 
 }
 
 /// `baton reserve --check`.
-fn check_paths(dir: &BatonDir, space: &Space, patterns: &[Pattern], mode: Mode, json: bool) -> u8 {
-    let conflicts = match check(dir, space, patterns, mode, None) {
+fn check_paths(
+    store: &dyn ReservationStore,
+    space: &Space,
+    patterns: &[Pattern],
+    mode: Mode,
+    json: bool,
+) -> u8 {
+    let conflicts = match store.check(space, patterns, mode, None) {
         Ok(c) => c,
         Err(e) => return fail(&e, for_reserve_error(&e)),
     };

@@ -4,14 +4,13 @@
 use std::fs::File;
 use std::time::{Duration, Instant};
 
-use super::table::{self, SpaceFiles, Table};
+use super::table::{self, SpaceFiles};
 use super::{
-    effective, now_rfc3339, Conflict, Pattern, ReservationRecord, ReserveError, ReserveRequest,
-    Space,
+    effective, now_rfc3339, rules, Conflict, Pattern, ReservationRecord, ReserveError,
+    ReserveRequest, Space,
 };
 use crate::cancel::CancelToken;
 use crate::dir::BatonDir;
-use crate::identity::ProcessIdentity;
 use crate::meta_lock::MetaLock;
 use crate::ofd::{self, Kind};
 use crate::request::Mode;
@@ -121,73 +120,6 @@ fn remove_row(files: &SpaceFiles, file: &File, ticket: u64) -> Result<(), Reserv
     result
 }
 
-/// What a request is, for finding what stands in its way.
-struct Asking<'a> {
-    patterns: &'a [Pattern],
-    mode: Mode,
-    session: &'a str,
-    /// Its ticket once queued; `None` before (every waiter is earlier).
-    ticket: Option<u64>,
-}
-
-/// Whether two modes exclude each other.
-fn exclusive_pair(a: Mode, b: Mode) -> bool {
-    effective(a) == Mode::Exclusive || effective(b) == Mode::Exclusive
-}
-
-/// The first of `row`'s patterns that overlaps one of `patterns`.
-fn overlapping<'r>(row: &'r ReservationRecord, patterns: &[Pattern]) -> Option<&'r Pattern> {
-    row.patterns
-        .iter()
-        .find(|p| patterns.iter().any(|q| p.overlaps(q)))
-}
-
-/// Whether two rows exclude each other.
-fn rows_conflict(a: &ReservationRecord, b: &ReservationRecord) -> bool {
-    exclusive_pair(a.mode, b.mode) && overlapping(a, &b.patterns).is_some()
-}
-
-/// The rows `me` must wait for: live rows of another session that overlap
-/// it where one of the two is exclusive, and that are granted, or waiting
-/// with a smaller ticket and not themselves blocked by a granted row of
-/// `me`'s session (which would make the session wait for itself).
-fn blockers(table: &Table, me: &Asking<'_>) -> Vec<(u64, Conflict)> {
-    let mut out = Vec::new();
-    for row in &table.rows {
-        if Some(row.ticket) == me.ticket || row.holder.session == me.session {
-            continue;
-        }
-        if !exclusive_pair(row.mode, me.mode) {
-            continue;
-        }
-        let Some(pattern) = overlapping(row, me.patterns) else {
-            continue;
-        };
-        let counts = row.granted
-            || (me.ticket.is_none_or(|t| row.ticket < t)
-                && !table.rows.iter().any(|g| {
-                    g.granted
-                        && g.holder.session == me.session
-                        && g.ticket != row.ticket
-                        && rows_conflict(g, row)
-                }));
-        if counts {
-            out.push((
-                row.ticket,
-                Conflict {
-                    pattern: pattern.clone(),
-                    mode: row.mode,
-                    holder: row.holder.clone(),
-                    granted: row.granted,
-                },
-            ));
-        }
-    }
-    // Granted rows first: they are what the line waits for.
-    out.sort_by_key(|(_, c)| !c.granted);
-    out
-}
-
 /// Reserves `req.patterns` in `space`, waiting as `req.wait` says.
 pub fn reserve(
     dir: &BatonDir,
@@ -227,13 +159,13 @@ pub fn reserve(
                 changed = true;
             }
         }
-        let asking = Asking {
+        let asking = rules::Asking {
             patterns: &req.patterns,
             mode,
             session: &req.holder.session,
             ticket,
         };
-        let mut blocking = blockers(&t, &asking);
+        let mut blocking = rules::blockers(&t.rows, &asking);
         // Holders the table forgot (deleted under them) block everyone.
         let lost = table::orphans(&checker, &t, ticket.as_slice())
             .map_err(|e| ReserveError::io("cannot check reservations in", &files.lock, e))?;
@@ -260,9 +192,7 @@ pub fn reserve(
                 }
             };
             let token = t.next_token();
-            let (died, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut t.died)
-                .into_iter()
-                .partition(|d| overlapping(d, &req.patterns).is_some());
+            let (died, kept) = rules::take_died(std::mem::take(&mut t.died), &req.patterns);
             t.died = kept;
             let row = t
                 .rows
@@ -281,7 +211,7 @@ pub fn reserve(
             let granted = row.clone();
             files.write(&t)?;
             drop(meta);
-            return Ok((granted, died.into_iter().last()));
+            return Ok((granted, died));
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(ReserveError::Busy {
@@ -388,20 +318,6 @@ pub fn reservations(
     Ok(rows)
 }
 
-/// Whether a row is the calling process's own: its session is `session`,
-/// or its principal is this process or one of its ancestors.
-fn own_rows(session: Option<&str>) -> impl Fn(&ReservationRecord) -> bool + '_ {
-    let me = ProcessIdentity::current();
-    let mut lineage = vec![(me.pid, me.start_time)];
-    lineage.extend(crate::identity::ancestors());
-    move |r: &ReservationRecord| {
-        session.is_some_and(|s| s == r.holder.session)
-            || r.holder.principal.as_ref().is_some_and(|p| {
-                p.is_local() && p.in_my_pid_ns() && lineage.contains(&(p.pid, p.start_time))
-            })
-    }
-}
-
 /// Live *granted* rows that conflict with `patterns` taken in `mode` by the
 /// calling process. A row whose principal is this process or one of its
 /// ancestors, or whose session is `session`, is the caller's own and never
@@ -414,22 +330,13 @@ pub fn check(
     session: Option<&str>,
 ) -> Result<Vec<Conflict>, ReserveError> {
     let files = SpaceFiles::of(dir, space)?;
-    let own = own_rows(session);
-    let mut out = Vec::new();
-    for row in live_rows(&files)? {
-        if !row.granted || own(&row) || !exclusive_pair(row.mode, mode) {
-            continue;
-        }
-        if let Some(pattern) = overlapping(&row, patterns) {
-            out.push(Conflict {
-                pattern: pattern.clone(),
-                mode: row.mode,
-                holder: row.holder.clone(),
-                granted: true,
-            });
-        }
-    }
-    Ok(out)
+    let rows = live_rows(&files)?;
+    Ok(rules::conflicts(
+        &rows,
+        patterns,
+        mode,
+        rules::own_rows(session),
+    ))
 }
 
 /// The files among `files` (repo-relative, `/`-separated: what a commit
@@ -443,29 +350,8 @@ pub fn check_files(
     session: Option<&str>,
 ) -> Result<Vec<(String, Conflict)>, ReserveError> {
     let sf = SpaceFiles::of(dir, space)?;
-    let own = own_rows(session);
-    let rows: Vec<ReservationRecord> = live_rows(&sf)?
-        .into_iter()
-        .filter(|r| r.granted && effective(r.mode) == Mode::Exclusive && !own(r))
-        .collect();
-    let mut out = Vec::new();
-    for file in files {
-        let hit = rows
-            .iter()
-            .find_map(|r| r.patterns.iter().find(|p| p.covers(file)).map(|p| (r, p)));
-        if let Some((row, pattern)) = hit {
-            out.push((
-                file.clone(),
-                Conflict {
-                    pattern: pattern.clone(),
-                    mode: row.mode,
-                    holder: row.holder.clone(),
-                    granted: true,
-                },
-            ));
-        }
-    }
-    Ok(out)
+    let rows = live_rows(&sf)?;
+    Ok(rules::covered_files(&rows, files, rules::own_rows(session)))
 }
 
 /// An operator removes a live reservation by token: its row leaves the

@@ -48,6 +48,10 @@ pub enum ReserveError {
     /// An error of the lock engine (the baton dir, say).
     #[error(transparent)]
     Lock(#[from] LockError),
+    /// An error of the store that keeps the reservations elsewhere (a
+    /// PostgreSQL database): no connection, a failed statement.
+    #[error(transparent)]
+    Store(Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl ReserveError {

@@ -39,7 +39,9 @@
 mod engine;
 mod error;
 mod pattern;
+pub mod rules;
 mod space;
+mod store;
 mod table;
 
 use serde::{Deserialize, Serialize};
@@ -48,6 +50,7 @@ pub use engine::{break_reservation, check, check_files, reservations, reserve, R
 pub use error::ReserveError;
 pub use pattern::Pattern;
 pub use space::Space;
+pub use store::{HeldReservation, LocalReservations, ReservationStore};
 
 use crate::cancel::CancelToken;
 use crate::identity::ProcessIdentity;
