@@ -157,6 +157,10 @@ impl RunControl {
             }
         };
         landing.clear();
+        // Taken once now, while nothing can push: the first grant of a lock
+        // file reads /proc/locks (baton-lock's replaced-file check), tens of
+        // ms on a busy machine, which must not delay a supersede's TERM.
+        drop(landing.close(WaitPolicy::Immediately));
         self.lock().landing = Some((landing.clone(), grace));
         Some(landing)
     }
