@@ -321,17 +321,7 @@ fn keep_branch(
             return Ok(None); // the base's branch has them already
         }
     }
-    let refspec = format!("{full}:{full}");
-    let (out, _) = base.output_locked(
-        wait,
-        &ws.run_id,
-        &[
-            "fetch".as_ref(),
-            "--quiet".as_ref(),
-            ws.path.as_os_str(),
-            refspec.as_ref(),
-        ],
-    )?;
+    let out = fetch_into(&base, ws, &format!("{full}:{full}"), wait)?;
     if out.status.success() {
         return Ok(None);
     }
@@ -360,17 +350,7 @@ fn keep_branch(
         .to_string()
         .replace(['-', ':'], "");
     let reference = format!("refs/baton/kept/{branch}/{stamp}-{}", ws.run_id);
-    let refspec = format!("{full}:{reference}");
-    let (out, _) = base.output_locked(
-        wait,
-        &ws.run_id,
-        &[
-            "fetch".as_ref(),
-            "--quiet".as_ref(),
-            ws.path.as_os_str(),
-            refspec.as_ref(),
-        ],
-    )?;
+    let out = fetch_into(&base, ws, &format!("{full}:{reference}"), wait)?;
     if !out.status.success() {
         let said = String::from_utf8_lossy(&out.stderr);
         return Err(unpushed(format!(
@@ -386,6 +366,26 @@ fn keep_branch(
         base: base.path.clone(),
         commits: commits(reason),
     }))
+}
+
+/// `git fetch --quiet <workspace> REFSPEC` in the base, under its lock.
+fn fetch_into(
+    base: &Repo,
+    ws: &Workspace,
+    refspec: &str,
+    wait: WaitPolicy,
+) -> Result<crate::status::Output, GitError> {
+    let (out, _) = base.output_locked(
+        wait,
+        &ws.run_id,
+        &[
+            "fetch".as_ref(),
+            "--quiet".as_ref(),
+            ws.path.as_os_str(),
+            refspec.as_ref(),
+        ],
+    )?;
+    Ok(out)
 }
 
 #[cfg(test)]
