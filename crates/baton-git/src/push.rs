@@ -124,6 +124,19 @@ pub trait PushQueue: Send + Sync + std::fmt::Debug {
     fn take(&self, lock: &LockRequest) -> Result<Box<dyn Send>, QueueError>;
 }
 
+/// This machine's line: a lock in a baton dir (see [`push_queue`]).
+#[derive(Debug)]
+struct LocalQueue(BatonDir);
+
+impl PushQueue for LocalQueue {
+    fn take(&self, lock: &LockRequest) -> Result<Box<dyn Send>, QueueError> {
+        match acquire(&self.0, lock) {
+            Ok(guard) => Ok(Box::new(guard)),
+            Err(e) => Err(QueueError::Lock(e)),
+        }
+    }
+}
+
 /// Why a [`PushQueue`] gave no turn.
 #[derive(Debug)]
 pub enum QueueError {
@@ -272,42 +285,32 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
     // Whether another push went first: if the queue is free we take it at
     // once, else we wait our turn, and then whoever went before us has most
     // likely moved the remote branch.
-    let (guard, waited): (Box<dyn Send>, bool) = match &req.queue {
-        Some(shared) => {
-            let lock = lock_request(&mut queue_key(&work, &url))?;
-            tracing::debug!(remote = %url, branch = %branch, queue = ?shared, "waiting for the shared push queue of the remote branch");
-            let failed = |e: QueueError| match e {
-                QueueError::Lock(e) => lock_failed(e),
-                QueueError::Unavailable(reason) => GitError::PushQueue {
-                    remote: url.clone(),
-                    branch: branch.clone(),
-                    reason,
-                },
-            };
-            match shared.take(&lock.clone().wait(WaitPolicy::Immediately)) {
-                Ok(turn) => (turn, false),
-                Err(QueueError::Lock(baton_lock::LockError::Busy { .. })) => {
-                    (shared.take(&lock).map_err(failed)?, true)
-                }
-                Err(e) => return Err(failed(e)),
-            }
+    // This machine's line, in the remote's place, unless one that other
+    // machines share was given.
+    let (queue, mut key): (Arc<dyn PushQueue>, Vec<u8>) = match &req.queue {
+        Some(shared) => (Arc::clone(shared), queue_key(&work, &url)),
+        None => match push_queue(&work, &url) {
+            Ok((dir, key)) => (Arc::new(LocalQueue(dir)), key),
+            Err(GitError::Lock(e)) => return Err(lock_failed(*e)),
+            Err(e) => return Err(e),
+        },
+    };
+    let lock = lock_request(&mut key)?;
+    tracing::debug!(remote = %url, branch = %branch, queue = ?queue, "waiting for the push queue of the remote branch");
+    let failed = |e: QueueError| match e {
+        QueueError::Lock(e) => lock_failed(e),
+        QueueError::Unavailable(reason) => GitError::PushQueue {
+            remote: url.clone(),
+            branch: branch.clone(),
+            reason,
+        },
+    };
+    let (guard, waited) = match queue.take(&lock.clone().wait(WaitPolicy::Immediately)) {
+        Ok(turn) => (turn, false),
+        Err(QueueError::Lock(baton_lock::LockError::Busy { .. })) => {
+            (queue.take(&lock).map_err(failed)?, true)
         }
-        None => {
-            let (queue, mut key) = match push_queue(&work, &url) {
-                Ok(q) => q,
-                Err(GitError::Lock(e)) => return Err(lock_failed(*e)),
-                Err(e) => return Err(e),
-            };
-            let lock = lock_request(&mut key)?;
-            tracing::debug!(remote = %url, branch = %branch, queue = %queue.path().display(), "waiting for the push queue of the remote branch");
-            match acquire(&queue, &lock.clone().wait(WaitPolicy::Immediately)) {
-                Ok(guard) => (Box::new(guard), false),
-                Err(baton_lock::LockError::Busy { .. }) => {
-                    (Box::new(acquire(&queue, &lock).map_err(lock_failed)?), true)
-                }
-                Err(e) => return Err(lock_failed(e)),
-            }
-        }
+        Err(e) => return Err(failed(e)),
     };
 
     let refspec = format!("HEAD:refs/heads/{branch}");
@@ -417,24 +420,26 @@ pub fn push(req: &PushRequest) -> Result<PushReport, GitError> {
 /// its own baton dir, keyed by its canonical git dir (so every spelling of
 /// its path meets there); any other in the [`machine_dir`], keyed by the URL.
 fn push_queue(work: &Path, url: &str) -> Result<(BatonDir, Vec<u8>), GitError> {
-    if let Some(path) = local_path(work, url) {
-        if let Ok(remote) = Repo::open(&path) {
-            let key = remote.common_dir.as_os_str().as_encoded_bytes().to_vec();
-            return Ok((remote.baton_dir()?, key));
-        }
+    match local_remote(work, url) {
+        Some(remote) => Ok((remote.baton_dir()?, remote_key(&remote))),
+        None => Ok((machine_dir()?, url.as_bytes().to_vec())),
     }
-    Ok((machine_dir()?, url.as_bytes().to_vec()))
+}
+
+/// The repository a remote that is a local path names, if it opens.
+fn local_remote(work: &Path, url: &str) -> Option<Repo> {
+    local_path(work, url).and_then(|path| Repo::open(&path).ok())
+}
+
+/// A local remote's key: its canonical git dir.
+fn remote_key(remote: &Repo) -> Vec<u8> {
+    remote.common_dir.as_os_str().as_encoded_bytes().to_vec()
 }
 
 /// The key of [`push_queue`]'s lock name, for a shared queue: the same
 /// name wherever the remote is reached from by the same URL or path.
 fn queue_key(work: &Path, url: &str) -> Vec<u8> {
-    if let Some(path) = local_path(work, url) {
-        if let Ok(remote) = Repo::open(&path) {
-            return remote.common_dir.as_os_str().as_encoded_bytes().to_vec();
-        }
-    }
-    url.as_bytes().to_vec()
+    local_remote(work, url).map_or_else(|| url.as_bytes().to_vec(), |r| remote_key(&r))
 }
 
 /// Whether a failed push was rejected because the remote moved on.
