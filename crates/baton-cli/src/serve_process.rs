@@ -38,8 +38,17 @@ pub(crate) fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
             ),
         };
         let service = baton_serve::open(config, dir).await?;
-        baton_serve::launch_with(listener, listening, service, shutdown_signal()).await
+        baton_serve::launch_with(listener, listening, service, say_listening, shutdown_signal())
+            .await
     })
+}
+
+/// The one line a supervisor (or a test) waits for, once the service answers.
+fn say_listening(local: std::net::SocketAddr) {
+    use std::io::Write;
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "baton serve: listening on http://{local}");
+    let _ = out.flush();
 }
 
 /// Completes on the first SIGTERM or SIGINT (never, if they cannot be

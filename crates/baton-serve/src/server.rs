@@ -7,7 +7,6 @@
 //!
 //! Design: see `docs/src/design/service.md`.
 
-use std::io::Write;
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -172,7 +171,8 @@ pub async fn open(config: Config, dir: BatonDir) -> Result<Arc<Service>, ServeEr
 }
 
 /// Runs `service` on `listener` (bound by [`bind`]) until `shutdown`
-/// completes, as [`launch_with`] with [`Listening::Bound`].
+/// completes, as [`launch_with`] with [`Listening::Bound`], telling no one
+/// when it answers (the caller knows the listener's address).
 ///
 /// # Errors
 ///
@@ -185,7 +185,7 @@ pub async fn launch<F>(
 where
     F: std::future::Future<Output = ()> + Send + 'static,
 {
-    launch_with(listener, Listening::Bound, service, shutdown).await
+    launch_with(listener, Listening::Bound, service, |_| {}, shutdown).await
 }
 
 /// Runs `service` on `listener` (bound by [`bind`], or passed by the
@@ -194,11 +194,11 @@ where
 /// returns once the drain is over and the listener closed.
 ///
 /// It first recovers what a previous instance left and starts the
-/// scheduler (see [`Service::start`]), then prints the one line a
-/// supervisor (or a test) waits for, `baton serve: listening on
-/// http://ADDR`, and answers. The process's signals are the caller's: the
-/// binary passes a future that completes on SIGTERM or SIGINT, a test one
-/// it completes itself.
+/// scheduler (see [`Service::start`]), then calls `ready` with the address
+/// it answers on (the binary prints the one line a supervisor or a test
+/// waits for), and answers. The process's signals and output are the
+/// caller's: the binary passes a future that completes on SIGTERM or
+/// SIGINT, a test one it completes itself.
 ///
 /// # Errors
 ///
@@ -208,6 +208,7 @@ pub async fn launch_with<F>(
     listener: tokio::net::TcpListener,
     listening: Listening,
     service: Arc<Service>,
+    ready: impl FnOnce(std::net::SocketAddr),
     shutdown: F,
 ) -> Result<(), ServeError>
 where
@@ -216,10 +217,7 @@ where
     let local = listener.local_addr().map_err(ServeError::Runtime)?;
     service.start().await?;
     tracing::info!(address = %local, "listening");
-    // The one line a supervisor (or a test) waits for.
-    let mut out = std::io::stdout();
-    let _ = writeln!(out, "baton serve: listening on http://{local}");
-    let _ = out.flush();
+    ready(local);
 
     let app = router(Arc::clone(&service), local);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
