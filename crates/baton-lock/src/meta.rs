@@ -232,9 +232,24 @@ impl DocRead {
 const MAX_DOC: usize = 1 << 20;
 
 pub(crate) fn read_doc(file: &File) -> std::io::Result<DocRead> {
+    // One buffer per thread, zeroed once: a fresh zeroed 4 KiB for every
+    // read cost as much as parsing the document (measured with callgrind).
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUF.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => read_doc_into(file, &mut buf),
+        // Never nested; but if it were, a buffer of its own.
+        Err(_) => read_doc_into(file, &mut Vec::new()),
+    })
+}
+
+fn read_doc_into(file: &File, buf: &mut Vec<u8>) -> std::io::Result<DocRead> {
+    if buf.len() < 4096 {
+        buf.resize(4096, 0);
+    }
     // Read until end of file without asking for its size first: one system
     // call for the usual small document.
-    let mut buf = vec![0u8; 4096];
     let mut got = 0;
     loop {
         if got == buf.len() {
@@ -254,11 +269,11 @@ pub(crate) fn read_doc(file: &File) -> std::io::Result<DocRead> {
             break;
         }
     }
-    buf.truncate(got);
+    let buf = &buf[..got];
     if buf.iter().all(|b| b.is_ascii_whitespace()) {
         return Ok(DocRead::Empty);
     }
-    let mut values = serde_json::Deserializer::from_slice(&buf).into_iter::<LockDoc>();
+    let mut values = serde_json::Deserializer::from_slice(buf).into_iter::<LockDoc>();
     match values.next() {
         Some(Ok(mut doc)) => {
             doc.stored_len = got as u64;
@@ -266,7 +281,7 @@ pub(crate) fn read_doc(file: &File) -> std::io::Result<DocRead> {
         }
         Some(Err(e)) => Ok(DocRead::Unreadable(
             format!("not a lock document: {e}"),
-            salvage_token(&buf),
+            salvage_token(buf),
         )),
         None => Ok(DocRead::Empty),
     }
