@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -21,7 +22,8 @@ def toml_str(s: str) -> str:
 class Server:
     """One `baton serve` on a fresh baton dir, on 127.0.0.1:<free port>."""
 
-    def __init__(self, baton: Path, work: Path, name: str, **settings: object) -> None:
+    def __init__(self, baton: Path, work: Path, name: str, env: dict[str, str] | None = None,
+                 **settings: object) -> None:
         self.dir = work / name
         self.dir.mkdir(parents=True)
         conf = {
@@ -48,6 +50,7 @@ class Server:
             [str(baton), "--dir", str(self.dir / "baton"), "serve", "--config", str(config),
              "--listen", "127.0.0.1:0"],
             stdout=subprocess.PIPE, stderr=self.stderr, stdin=subprocess.DEVNULL,
+            env=None if env is None else {**os.environ, **env},
         )
         assert self.proc.stdout is not None
         first = self.proc.stdout.readline().decode().strip()

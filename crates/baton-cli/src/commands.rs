@@ -322,16 +322,16 @@ pub(crate) fn run_in_dir(
             (services.mcp)(args, dir, flags.named_dir, flags.backend.reservations())
         }
         Command::Run(args) => run::cmd_run(&dir, *args, flags),
-        Command::Hold => hold::serve_hold(&dir),
+        Command::Hold => hold::cmd_hold(&dir),
         Command::Lock(cmd) => lock::cmd_lock(&dir, cmd, flags),
         Command::Reserve(args) => reserve::cmd_reserve(&dir, args, flags),
         Command::Reservations(args) => reservations::cmd_reservations(args, flags),
         Command::Db(cmd) => db::cmd_db(cmd, flags.backend),
         Command::Group(cmd) => group::cmd_group(cmd, flags.backend),
         Command::Events { group, follow } => group::cmd_events(&dir, group.as_ref(), follow),
-        Command::State(cmd) => state::run(&dir, cmd),
-        Command::Workspace(cmd) => workspace::run_workspace(&dir, cmd, flags.named_dir),
-        Command::Git(cmd) => git::run_git(&dir, cmd, flags),
+        Command::State(cmd) => state::cmd_state(&dir, cmd),
+        Command::Workspace(cmd) => workspace::cmd_workspace(&dir, cmd, flags.named_dir),
+        Command::Git(cmd) => git::cmd_git(&dir, cmd, flags),
         // Carried out by `run_without_dir`, never handed here.
         Command::Doctor { .. }
         | Command::Init(_)

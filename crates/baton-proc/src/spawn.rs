@@ -225,6 +225,19 @@ impl Prepared {
     }
 }
 
+/// Whether commands are cloned with `CLONE_VM` where they can be: yes,
+/// unless `BATON_NO_CLONE_VM=1` (read once), the off-switch with which
+/// `bench/devices_bench.py` measures what the clone buys over a fork
+/// (`docs/src/design/service.md`, "Speed devices").
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+fn clone_vm_wanted() -> bool {
+    static WANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WANTED.get_or_init(|| std::env::var_os("BATON_NO_CLONE_VM").is_none_or(|v| v != "1"))
+}
+
 /// Forks the child, calls `on_start` with its process group while the child
 /// waits, then lets it execute the command (unless `on_start` fails: then
 /// the child exits without executing it, and the error is returned). Returns its pid once the exec
@@ -261,7 +274,7 @@ pub(crate) fn spawn(
         target_os = "linux",
         any(target_arch = "x86_64", target_arch = "aarch64")
     ))]
-    let stack = match take_terminal {
+    let stack = match take_terminal || !clone_vm_wanted() {
         false => Some(clone_vm::ChildStack::take().map_err(|e| spawn_failed(e.into()))?),
         true => None,
     };

@@ -21,7 +21,11 @@ pub async fn run_job_async(
         Ok(p) => p,
         Err(failed) => return failed,
     };
-    match PlainRun::new(&ctx.dir, &req) {
+    let plain = match async_supervisor_wanted() {
+        true => PlainRun::new(&ctx.dir, &req),
+        false => Ok(None),
+    };
+    match plain {
         Ok(Some(plain)) => {
             drop(req); // our copies of the pipes' write ends
             let PlainRun {
@@ -46,4 +50,13 @@ pub async fn run_job_async(
         }
         Err(e) => ending.finish_async(Err(e)).await,
     }
+}
+
+/// Whether plain jobs are supervised on the runtime: yes, unless
+/// `BATON_NO_ASYNC_SUPERVISOR=1` (read once), the off-switch with which
+/// `bench/devices_bench.py` measures what it buys (`docs/src/design/service.md`,
+/// "Speed devices").
+fn async_supervisor_wanted() -> bool {
+    static WANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WANTED.get_or_init(|| std::env::var_os("BATON_NO_ASYNC_SUPERVISOR").is_none_or(|v| v != "1"))
 }

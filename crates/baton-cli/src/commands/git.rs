@@ -110,7 +110,7 @@ Exit status: 0 done; 75 the repository lock stayed busy past --git-lock-wait; 12
 /// Runs a `baton git` command; returns the exit code. The caller's baton dir
 /// is used by the guard only: a push queues in the remote's place, whatever
 /// the caller's, or on the lock backend when it is shared (PostgreSQL).
-pub fn run_git(dir: &BatonDir, cmd: GitCommand, flags: &crate::commands::Flags<'_>) -> u8 {
+pub(crate) fn cmd_git(dir: &BatonDir, cmd: GitCommand, flags: &crate::commands::Flags<'_>) -> u8 {
     match cmd {
         GitCommand::Guard(cmd) => cmd_guard(dir, cmd, flags),
         GitCommand::Push {

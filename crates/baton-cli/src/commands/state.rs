@@ -158,7 +158,7 @@ the offset of its first bad byte (without --json its bytes are printed as they a
 }
 
 /// Runs a `baton state` command; returns the exit code.
-pub fn run(dir: &BatonDir, cmd: StateCommand) -> u8 {
+pub(crate) fn cmd_state(dir: &BatonDir, cmd: StateCommand) -> u8 {
     match cmd {
         StateCommand::Edit {
             file,

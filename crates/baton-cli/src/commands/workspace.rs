@@ -282,7 +282,7 @@ records could not be read; 125 if something could not be removed.")]
 }
 
 /// Runs a `baton workspace` command; returns the exit code.
-pub fn run_workspace(dir: &BatonDir, cmd: WorkspaceCommand, named_dir: bool) -> u8 {
+pub(crate) fn cmd_workspace(dir: &BatonDir, cmd: WorkspaceCommand, named_dir: bool) -> u8 {
     let repo = match &cmd {
         WorkspaceCommand::Create { repo, .. }
         | WorkspaceCommand::List { repo, .. }

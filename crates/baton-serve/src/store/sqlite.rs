@@ -231,8 +231,8 @@ impl SqliteStore {
             let files = Arc::clone(&self.files);
             let ran = self
                 .durably("store a job", move |conn| {
-                    let batch = std::mem::take(
-                        &mut *submits.lock().unwrap_or_else(PoisonError::into_inner),
+                    let batch = sqlite_writes::take_batch(
+                        &mut submits.lock().unwrap_or_else(PoisonError::into_inner),
                     );
                     if batch.is_empty() {
                         return Ok(());

@@ -43,7 +43,7 @@ impl Writes {
 
     /// What waits now (empty if nothing).
     pub(super) fn take(&self) -> Vec<Write> {
-        std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner))
+        take_batch(&mut self.queue.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Ends the flusher if nothing waits (true); a write queued after this
@@ -55,6 +55,19 @@ impl Writes {
             return true;
         }
         false
+    }
+}
+
+/// The next batch of what waits in `queue`: all of it, or only the oldest
+/// with `BATON_NO_GROUP_COMMIT=1` (read once), the off-switch with which
+/// `bench/devices_bench.py` measures what group commit buys
+/// (`docs/src/design/service.md`, "Speed devices").
+pub(super) fn take_batch<T>(queue: &mut Vec<T>) -> Vec<T> {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let off = *OFF.get_or_init(|| std::env::var_os("BATON_NO_GROUP_COMMIT").is_some_and(|v| v == "1"));
+    match off && queue.len() > 1 {
+        true => vec![queue.remove(0)],
+        false => std::mem::take(queue),
     }
 }
 

@@ -220,7 +220,7 @@ pub(crate) fn warn_if_holders_stay_defunct() {
 }
 
 /// The body of the background holder; returns its exit code.
-pub(crate) fn serve_hold(dir: &BatonDir) -> u8 {
+pub(crate) fn cmd_hold(dir: &BatonDir) -> u8 {
     let mut out = std::io::stdout();
     // Whether the report reached `acquire` (it may have been killed).
     let report = |out: &mut std::io::Stdout, r: &Report| -> bool {
