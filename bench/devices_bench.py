@@ -3,15 +3,17 @@
 
     python3 bench/devices_bench.py [--rounds 5] [--jobs 2000] [--quick] [--skip-build]
 
-The job path has three devices whose only purpose is speed, each with an
+The job path has two devices whose only purpose is speed, each with an
 off-switch (an environment variable of `baton serve`, read once;
 docs/src/design/service.md, "Speed devices"):
 
 - `BATON_NO_CLONE_VM=1`: commands are forked, not cloned with CLONE_VM;
-- `BATON_NO_ASYNC_SUPERVISOR=1`: plain jobs are supervised on a blocking
-  thread each (through `baton_run::run`), not on the runtime;
 - `BATON_NO_GROUP_COMMIT=1`: the SQLite store commits each submission and
   each bookkeeping write alone, not what arrives together in one.
+
+A third, the asynchronous supervisor of plain jobs
+(`BATON_NO_ASYNC_SUPERVISOR=1`), was measured with this script and removed
+(it bought under 10%; bench/README.md, "Speed devices").
 
 Workload (the CPU probe of bench/README.md, "The asynchronous supervisor"):
 a fresh `baton serve` (SQLite store, max_concurrency 10), 200 trivial jobs
@@ -45,7 +47,6 @@ from service import Server, unix_ms
 VARIANTS = [
     ("all devices on", {}),
     ("clone(CLONE_VM) off: fork", {"BATON_NO_CLONE_VM": "1"}),
-    ("async supervisor off: a blocking thread per job", {"BATON_NO_ASYNC_SUPERVISOR": "1"}),
     ("group commit off: a transaction per write", {"BATON_NO_GROUP_COMMIT": "1"}),
 ]
 

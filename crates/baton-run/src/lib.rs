@@ -46,7 +46,6 @@ pub mod hold;
 mod inbox;
 mod locks;
 mod member;
-mod plain;
 mod push_queue;
 mod run;
 
@@ -56,5 +55,4 @@ pub use error::RunError;
 pub use group::{GroupEvent, GroupMode, GroupRequest, Order, OrderKind, RunState};
 pub use group_status::GroupStatus;
 pub use locks::HeldLocks;
-pub use plain::{PlainEnd, PlainRun, Recorder};
 pub use run::{command_line, run, OnStart, RunReport, RunRequest};

@@ -6,8 +6,9 @@
 //! counted from the start of execution. [`run_job`] is synchronous: the
 //! scheduler runs it on a blocking thread, which it holds until the command
 //! has ended (the command's parent-death signal is tied to that thread).
-//! On Linux the scheduler runs jobs through `exec_async` instead, which
-//! shares [`prepare`] and [`Ending`] with it.
+//! This is the one route of every job on every platform: a route of its
+//! own for plain jobs on the runtime was measured and removed
+//! (`docs/src/design/service.md`, "Speed devices").
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -186,18 +187,6 @@ impl Ending {
         self.note_leftovers(&result);
         let lost = [self.out.finish(CAPTURE_WAIT), self.err.finish(CAPTURE_WAIT)];
         self.verdict.of(result, lost)
-    }
-
-    /// [`Ending::finish`] awaited on the runtime.
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    pub(crate) async fn finish_async(
-        self,
-        result: Result<baton_run::RunReport, RunError>,
-    ) -> Finish {
-        self.note_leftovers(&result);
-        let out = self.out.finish_async(CAPTURE_WAIT).await;
-        let err = self.err.finish_async(CAPTURE_WAIT).await;
-        self.verdict.of(result, [out, err])
     }
 }
 

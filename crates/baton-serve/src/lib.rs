@@ -8,8 +8,8 @@
 //! - [`service`]: the running service and its parts: the scheduler (global
 //!   semaphore, strict FIFO), the rescuer, the cleaner, restart recovery,
 //!   cancel and the drain.
-//! - [`exec`]: running one job; `exec_async` (Linux): a plain job
-//!   supervised on the runtime.
+//! - [`exec`]: running one job (through the run library, on a blocking
+//!   thread).
 //! - [`api`], [`compat`], [`dashboard`]: the HTTP front end.
 //! - [`activation`]: a listening socket passed by the service manager
 //!   (systemd's socket activation), so that restarts refuse no connection.
@@ -48,8 +48,6 @@ pub mod config;
 pub mod conn;
 pub mod dashboard;
 pub mod exec;
-#[cfg(target_os = "linux")]
-pub mod exec_async;
 pub mod follow;
 pub mod journal;
 pub mod metrics;

@@ -149,21 +149,6 @@ impl Capture {
             .unwrap_or_else(PoisonError::into_inner);
         state.clone().flatten()
     }
-
-    /// [`Capture::finish`] awaited on the runtime.
-    pub async fn finish_async(self, wait: Duration) -> Option<String> {
-        drop(self.writer);
-        let give_up = tokio::time::Instant::now() + wait;
-        loop {
-            let notified = self.done.notify.notified();
-            if let Some(lost) = self.done.get() {
-                return lost;
-            }
-            if tokio::time::timeout_at(give_up, notified).await.is_err() {
-                return self.done.get().flatten();
-            }
-        }
-    }
 }
 
 /// Where a capture says it has reached the end of its output: `Some(why
@@ -172,16 +157,6 @@ impl Capture {
 struct Done {
     state: Mutex<Option<Option<String>>>,
     cond: Condvar,
-    notify: tokio::sync::Notify,
-}
-
-impl Done {
-    fn get(&self) -> Option<Option<String>> {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
 }
 
 /// The capture's side of [`Done`]; dropped without a word (a failed task),
@@ -198,7 +173,6 @@ impl DoneTx {
         if state.is_none() {
             *state = Some(lost);
             self.0.cond.notify_all();
-            self.0.notify.notify_one();
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The scheduler: claims jobs while this node has free slots, and runs each
-//! claimed job (on Linux a plain one on the runtime, see `exec_async`;
-//! any other on a blocking thread through the run library).
+//! claimed job on a blocking thread through the run library
+//! ([`crate::exec::run_job`]).
 //!
 //! `max_concurrency` is the store's (the cluster's) cap, checked by the
 //! store's claim (strict FIFO, see [`crate::store::Store::claim_next`]);
@@ -16,7 +16,6 @@ use baton_run::RunControl;
 use tokio::sync::{watch, Notify};
 
 use crate::config::Config;
-#[cfg(not(target_os = "linux"))]
 use crate::exec::run_job;
 use crate::exec::{ExecContext, Hooks, StartedIn};
 use crate::journal::StartJournal;
@@ -147,11 +146,6 @@ impl Scheduler {
                     .await;
             }
             let ran = job.clone();
-            // Linux: a plain job is supervised on the runtime (see
-            // exec_async), any other on a blocking thread.
-            #[cfg(target_os = "linux")]
-            let finish = crate::exec_async::run_job_async(ctx, ran, control, hooks).await;
-            #[cfg(not(target_os = "linux"))]
             let finish = match tokio::task::spawn_blocking(move || {
                 run_job(&ctx, &ran, control, hooks)
             })

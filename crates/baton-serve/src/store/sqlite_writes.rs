@@ -64,7 +64,8 @@ impl Writes {
 /// (`docs/src/design/service.md`, "Speed devices").
 pub(super) fn take_batch<T>(queue: &mut Vec<T>) -> Vec<T> {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let off = *OFF.get_or_init(|| std::env::var_os("BATON_NO_GROUP_COMMIT").is_some_and(|v| v == "1"));
+    let off =
+        *OFF.get_or_init(|| std::env::var_os("BATON_NO_GROUP_COMMIT").is_some_and(|v| v == "1"));
     match off && queue.len() > 1 {
         true => vec![queue.remove(0)],
         false => std::mem::take(queue),
