@@ -18,8 +18,20 @@ use baton_serve::{Config, ServeError};
 pub(crate) fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
     let inherited = baton_serve::activation::inherited_listener()?;
     let _instance = baton_serve::claim_instance(&dir)?;
+    // Every running job holds a blocking thread from its start to its end
+    // (`baton_serve::exec::run_job`): the pool must fit this node's jobs
+    // and the store's and workspaces' own blocking work beside them, or a
+    // claimed job would wait for a thread (tokio's default is 512).
+    let jobs = config
+        .node_max_concurrency
+        .unwrap_or(config.max_concurrency);
+    let blocking = usize::try_from(jobs)
+        .unwrap_or(usize::MAX)
+        .saturating_add(64)
+        .max(512);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(blocking)
         .thread_name("baton-serve")
         .build()
         .map_err(ServeError::Runtime)?;
