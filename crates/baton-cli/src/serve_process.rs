@@ -38,8 +38,14 @@ pub(crate) fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
             ),
         };
         let service = baton_serve::open(config, dir).await?;
-        baton_serve::launch_with(listener, listening, service, say_listening, shutdown_signal())
-            .await
+        baton_serve::launch_with(
+            listener,
+            listening,
+            service,
+            say_listening,
+            shutdown_signal(),
+        )
+        .await
     })
 }
 

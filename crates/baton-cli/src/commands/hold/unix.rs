@@ -247,7 +247,11 @@ impl<'a> Guarded<'a> {
             // Last: the guardian, whose death (someone killed it) is not an end.
             let guardian_at = fds.len();
             let guardian_fd = self.guardian.as_ref().and_then(TreeGuard::exit_fd);
-            fds.extend(guardian_fd.as_ref().map(|fd| PollFd::new(fd, PollFlags::IN)));
+            fds.extend(
+                guardian_fd
+                    .as_ref()
+                    .map(|fd| PollFd::new(fd, PollFlags::IN)),
+            );
             let polled = rustix::event::poll(&mut fds, timeout.as_ref());
             let ready = |i: usize| fds.get(i).is_some_and(|fd| !fd.revents().is_empty());
             let guardian_died = guardian_fd.is_some() && ready(guardian_at);
