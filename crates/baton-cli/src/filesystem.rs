@@ -41,7 +41,7 @@ pub(crate) fn warn_if_remote(dir: &BatonDir) {
     }
 }
 
-/// The warning [`warn_if_remote`] prints for the baton dir at `dir`, if
+/// The warning `warn_if_remote` prints for the baton dir at `dir`, if
 /// `probe` finds it on a network or FUSE filesystem.
 pub fn remote_warning(dir: &Path, probe: FsProbe) -> Option<String> {
     let fs = probe(dir).ok().filter(|fs| fs.class.is_remote())?;

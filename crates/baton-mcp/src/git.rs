@@ -4,18 +4,14 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use baton_git::{GitError, PushRequest, Unpushed, WorkspaceRequest};
+use baton_git::{PushRequest, Unpushed, WorkspaceRequest};
 use baton_lock::{ProcessIdentity, WaitPolicy};
 
 use crate::session::Session;
 use crate::types::{
     PushArgs, PushOut, RemovedOut, WorkspaceCreateArgs, WorkspaceOut, WorkspaceRemoveArgs,
 };
-use crate::Outcome;
-
-fn message(e: &GitError) -> String {
-    baton_lock::one_line(e)
-}
+use crate::{Outcome, ToolError};
 
 /// `workspace_create`: a clone of the repository, owned by the client (it
 /// is garbage for `baton workspace gc` once the client has ended).
@@ -32,7 +28,7 @@ pub(crate) fn create(session: &Arc<Session>, args: WorkspaceCreateArgs) -> Outco
             .clone()
             .unwrap_or_else(ProcessIdentity::current),
     );
-    let ws = baton_git::create(&session.config.workspaces, &req).map_err(|e| message(&e))?;
+    let ws = baton_git::create(&session.config.workspaces, &req)?;
     let summary = format!(
         "workspace '{}' at '{}'{}",
         ws.id,
@@ -53,7 +49,7 @@ pub(crate) fn create(session: &Arc<Session>, args: WorkspaceCreateArgs) -> Outco
 }
 
 /// The id of the workspace at `path` (or with that id).
-fn workspace_id(session: &Session, given: &str) -> Result<String, String> {
+fn workspace_id(session: &Session, given: &str) -> Result<String, ToolError> {
     let dir = &session.config.workspaces;
     let path = Path::new(given);
     let canon = std::fs::canonicalize(path).ok();
@@ -66,7 +62,7 @@ fn workspace_id(session: &Session, given: &str) -> Result<String, String> {
             }
         }
     }
-    let all = baton_git::list(dir).map_err(|e| message(&e))?;
+    let all = baton_git::list(dir)?;
     all.into_iter()
         .map(|i| i.workspace)
         .find(|ws| {
@@ -75,7 +71,11 @@ fn workspace_id(session: &Session, given: &str) -> Result<String, String> {
                 || ws.id == given
         })
         .map(|ws| ws.id)
-        .ok_or_else(|| format!("workspace '{given}': no workspace of this repository is there"))
+        .ok_or_else(|| {
+            ToolError::NotFound(format!(
+                "workspace '{given}': no workspace of this repository is there"
+            ))
+        })
 }
 
 /// `workspace_remove`.
@@ -91,8 +91,7 @@ pub(crate) fn remove(session: &Arc<Session>, args: WorkspaceRemoveArgs) -> Outco
         &id,
         WaitPolicy::AtMost(baton_git::DEFAULT_GIT_LOCK_WAIT),
         unpushed,
-    )
-    .map_err(|e| message(&e))?;
+    )?;
     let discarded = removed.discarded.as_ref().map_or(0, |d| d.count);
     let summary = format!(
         "removed workspace '{}' at '{}'{}",
@@ -129,11 +128,11 @@ pub(crate) fn push(session: &Arc<Session>, args: PushArgs) -> Outcome<PushOut> {
         p.starts_with(root)
     };
     if !inside(&path) && workspace_id(session, &path.to_string_lossy()).is_err() {
-        return Err(format!(
+        return Err(ToolError::Invalid(format!(
             "push '{}': not this repository ('{}') nor one of its workspaces",
             args.path.escape_debug(),
             session.repo().display()
-        ));
+        )));
     }
     let mut req = PushRequest::new(path);
     req.branch = args.branch;
@@ -143,7 +142,7 @@ pub(crate) fn push(session: &Arc<Session>, args: PushArgs) -> Outcome<PushOut> {
     // supersede -- agent`), whose MCP server inherits the run's landing:
     // its pushes announce themselves as `baton git push`'s do.
     req.landing = baton_git::landing::Landing::from_env();
-    let report = baton_git::push(&req).map_err(|e| message(&e))?;
+    let report = baton_git::push(&req)?;
     let summary = format!(
         "pushed {} to {}/{} after {} attempt(s)",
         short(&report.commit),

@@ -22,7 +22,7 @@
 //!
 //! Every tool has an input and an output schema; a result is structured
 //! content plus a one-line summary; a failure is a tool error (`isError`,
-//! one line naming the thing and the reason), never the end of the server;
+//! one line naming the thing and the reason; a [`ToolError`] in the code), never the end of the server;
 //! arguments that do not fit the schema (a wrong type, an unknown name) are
 //! refused before the tool runs. A waiting `reserve` or `lock` sends
 //! progress notifications every half second when the client gave a
@@ -101,6 +101,7 @@
 //!
 //! Linux, macOS and Windows: this crate calls no platform API itself.
 
+mod error;
 mod git;
 mod locks;
 mod repo;
@@ -117,14 +118,14 @@ use std::time::Duration;
 
 use rmcp::ServiceExt;
 
+pub use error::ToolError;
 pub use repo::RepoError;
 pub use server::BatonServer;
 pub use session::{Config, Identity, Session};
 pub use state::merge_patch;
 
-/// A tool's outcome: the result and its one-line summary, or the error's
-/// one line.
-pub(crate) type Outcome<T> = Result<(T, String), String>;
+/// A tool's outcome: the result and its one-line summary, or why it failed.
+pub(crate) type Outcome<T> = Result<(T, String), ToolError>;
 
 /// Why the server could not serve.
 #[derive(Debug, thiserror::Error)]

@@ -11,14 +11,14 @@ use rmcp::RoleServer;
 use crate::session::Session;
 use crate::types::{LockArgs, LockOut, UnlockArgs, UnlockOut};
 use crate::wait::blocking;
-use crate::Outcome;
+use crate::{Outcome, ToolError};
 
 /// A wait of `seconds` as the engine's policy: 0 answers at once.
-pub(crate) fn wait_policy(seconds: f64, what: &str) -> Result<WaitPolicy, String> {
+pub(crate) fn wait_policy(seconds: f64, what: &str) -> Result<WaitPolicy, ToolError> {
     if !seconds.is_finite() || seconds < 0.0 {
-        return Err(format!(
+        return Err(ToolError::Invalid(format!(
             "{what}: wait_seconds must be a number of seconds >= 0, not {seconds}"
-        ));
+        )));
     }
     if seconds == 0.0 {
         return Ok(WaitPolicy::Immediately);
@@ -33,23 +33,26 @@ pub(crate) async fn lock(
     args: LockArgs,
     ctx: &RequestContext<RoleServer>,
 ) -> Outcome<LockOut> {
-    let name: LockName = args
-        .name
-        .parse()
-        .map_err(|e: LockError| baton_lock::one_line(&e))?;
+    let name: LockName = args.name.parse().map_err(ToolError::from)?;
     let mode = match (args.shared.unwrap_or(false), args.max) {
         (true, Some(_)) => {
-            return Err(format!(
+            return Err(ToolError::Invalid(format!(
                 "lock '{name}': give shared or max, not both (max makes a semaphore)"
-            ))
+            )))
         }
-        (_, Some(0)) => return Err(format!("lock '{name}': max must be at least 1")),
+        (_, Some(0)) => {
+            return Err(ToolError::Invalid(format!(
+                "lock '{name}': max must be at least 1"
+            )))
+        }
         (true, None) => Mode::Shared,
         (false, Some(n)) => Mode::Semaphore(n),
         (false, None) => Mode::Exclusive,
     };
     if session.holds_lock(name.as_str()) {
-        return Err(format!("lock '{name}' is already held by this session"));
+        return Err(ToolError::Conflict(format!(
+            "lock '{name}' is already held by this session"
+        )));
     }
     let wait = wait_policy(args.wait_seconds, &format!("lock '{name}'"))?;
     let cancel = session.wait_token();
@@ -72,13 +75,15 @@ pub(crate) async fn lock(
         move || baton_lock::acquire(&dir, &req),
     )
     .await
-    .ok_or_else(|| format!("lock '{name}': the waiting thread failed"))?;
+    .ok_or_else(|| ToolError::Engine(format!("lock '{name}': the waiting thread failed")))?;
     let guard = match got {
         Ok(g) => g,
         Err(LockError::Cancelled { .. }) => {
-            return Err(format!("lock '{name}': the wait was cancelled"))
+            return Err(ToolError::Cancelled(format!(
+                "lock '{name}': the wait was cancelled"
+            )))
         }
-        Err(e) => return Err(baton_lock::one_line(&e)),
+        Err(e) => return Err(e.into()),
     };
     let out = LockOut {
         name: name.to_string(),
@@ -87,9 +92,9 @@ pub(crate) async fn lock(
         previous_holder_died: guard.previous_holder_died().is_some(),
     };
     if !session.keep_lock(name.to_string(), guard) {
-        return Err(format!(
+        return Err(ToolError::Cancelled(format!(
             "lock '{name}': the session ended while it was granted; released"
-        ));
+        )));
     }
     let died = if out.previous_holder_died {
         " (its previous holder died holding it: its work may be half done)"
@@ -103,11 +108,14 @@ pub(crate) async fn lock(
 /// `unlock`.
 pub(crate) fn unlock(session: &Session, args: UnlockArgs) -> Outcome<UnlockOut> {
     let Some(guard) = session.take_lock(&args.name) else {
-        return Err(format!("lock '{}' is not held by this session", args.name));
+        return Err(ToolError::NotFound(format!(
+            "lock '{}' is not held by this session",
+            args.name
+        )));
     };
     guard
         .release()
-        .map_err(|e| format!("lock '{}': {}", args.name, baton_lock::one_line(&e)))?;
+        .map_err(|e| ToolError::from(e).prefixed(&format!("lock '{}'", args.name)))?;
     let summary = format!("unlocked '{}'", args.name);
     Ok((UnlockOut { name: args.name }, summary))
 }

@@ -21,7 +21,7 @@ use crate::types::{
     ReservationsOut, ReserveArgs, ReserveMode, ReserveOut,
 };
 use crate::wait::blocking;
-use crate::Outcome;
+use crate::{Outcome, ToolError};
 
 /// How often the session's reservations are checked for an operator's break.
 const BROKEN_POLL: Duration = Duration::from_secs(1);
@@ -81,13 +81,9 @@ fn conflict_out(c: &Conflict) -> ConflictOut {
     }
 }
 
-fn message(e: &ReserveError) -> String {
-    baton_lock::one_line(e)
-}
-
-fn patterns(space: &Space, raw: &[String]) -> Result<Vec<Pattern>, String> {
+fn patterns(space: &Space, raw: &[String]) -> Result<Vec<Pattern>, ToolError> {
     raw.iter()
-        .map(|p| space.pattern(p).map_err(|e| message(&e)))
+        .map(|p| space.pattern(p).map_err(ToolError::from))
         .collect()
 }
 
@@ -106,7 +102,9 @@ pub(crate) async fn reserve(
     ctx: &RequestContext<RoleServer>,
 ) -> Outcome<ReserveOut> {
     if args.paths.is_empty() {
-        return Err("reserve: no path given (paths is empty)".to_string());
+        return Err(ToolError::Invalid(
+            "reserve: no path given (paths is empty)".to_string(),
+        ));
     }
     let space = space(session);
     let pats = patterns(&space, &args.paths)?;
@@ -133,7 +131,12 @@ pub(crate) async fn reserve(
         store.reserve(&space, &req)
     })
     .await
-    .ok_or_else(|| format!("reserve {}: the waiting thread failed", joined(&pats)))?;
+    .ok_or_else(|| {
+        ToolError::Engine(format!(
+            "reserve {}: the waiting thread failed",
+            joined(&pats)
+        ))
+    })?;
     let paths: Vec<String> = pats.iter().map(ToString::to_string).collect();
     let reservation = match got {
         Ok(r) => r,
@@ -156,9 +159,12 @@ pub(crate) async fn reserve(
             ));
         }
         Err(ReserveError::Cancelled) => {
-            return Err(format!("reserve {}: the wait was cancelled", joined(&pats)))
+            return Err(ToolError::Cancelled(format!(
+                "reserve {}: the wait was cancelled",
+                joined(&pats)
+            )))
         }
-        Err(e) => return Err(message(&e)),
+        Err(e) => return Err(e.into()),
     };
     let previous = reservation
         .previous_holder_died()
@@ -180,10 +186,10 @@ pub(crate) async fn reserve(
         if session.is_closed() {
             drop(held);
             Held(reservation).release_quietly();
-            return Err(format!(
+            return Err(ToolError::Cancelled(format!(
                 "reserve {}: the session ended while it was granted; released",
                 joined(&pats)
-            ));
+            )));
         }
         held.insert(reservation.token(), Held(reservation));
     }
@@ -221,9 +227,9 @@ pub(crate) fn release(session: &Arc<Session>, args: ReleaseArgs) -> Outcome<Rele
                     .iter()
                     .find(|w| !held.values().any(|h| h.0.patterns().contains(w)))
                 {
-                    return Err(format!(
+                    return Err(ToolError::NotFound(format!(
                         "release: '{missing}' is not reserved by this session"
-                    ));
+                    )));
                 }
                 held.iter()
                     .filter(|(_, h)| h.0.patterns().iter().any(|p| want.contains(p)))
@@ -242,7 +248,7 @@ pub(crate) fn release(session: &Arc<Session>, args: ReleaseArgs) -> Outcome<Rele
             // The liveness lock is freed anyway: the row is dead to others.
             Err(e) => {
                 released.extend(paths);
-                failed = Some(message(&e));
+                failed = Some(baton_lock::one_line(&e));
             }
         }
     }
@@ -298,14 +304,13 @@ fn rows_out(
 pub(crate) fn list(session: &Arc<Session>, args: ReservationsArgs) -> Outcome<ReservationsOut> {
     let space = space(session);
     let filter = match &args.path {
-        Some(p) => Some(space.pattern(p).map_err(|e| message(&e))?),
+        Some(p) => Some(space.pattern(p)?),
         None => None,
     };
     let rows = session
         .config
         .reservations
-        .reservations(&space, filter.as_ref())
-        .map_err(|e| message(&e))?;
+        .reservations(&space, filter.as_ref())?;
     let reservations = rows_out(session, &rows, filter.as_ref());
     let mine = reservations.iter().filter(|r| r.this_session).count();
     let summary = format!(

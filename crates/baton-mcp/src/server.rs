@@ -20,7 +20,7 @@ use crate::types::{
     StateReadArgs, StateUpdateArgs, UnlockArgs, UnlockOut, WorkspaceCreateArgs, WorkspaceOut,
     WorkspaceRemoveArgs,
 };
-use crate::Outcome;
+use crate::{Outcome, ToolError};
 
 /// What the server tells the client about itself in `initialize`.
 const INSTRUCTIONS: &str = "baton coordinates agents sharing a repository. Before editing \
@@ -38,10 +38,10 @@ pub struct BatonServer {
 }
 
 /// A tool's answer: structured content and a one-line summary.
-fn answer<T: Serialize>(outcome: Outcome<T>) -> Result<CallToolResult, String> {
+fn answer<T: Serialize>(outcome: Outcome<T>) -> Result<CallToolResult, ToolError> {
     let (value, summary) = outcome?;
-    let value =
-        serde_json::to_value(&value).map_err(|e| format!("cannot write the result: {e}"))?;
+    let value = serde_json::to_value(&value)
+        .map_err(|e| ToolError::Engine(format!("cannot write the result: {e}")))?;
     let mut result = CallToolResult::structured(value);
     result.content = vec![ContentBlock::text(summary)];
     Ok(result)
@@ -54,9 +54,11 @@ where
     T: Send + 'static,
     F: FnOnce() -> Outcome<T> + Send + 'static,
 {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|e| Err(format!("{what}: the working thread failed: {e}")))
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(ToolError::Engine(format!(
+            "{what}: the working thread failed: {e}"
+        )))
+    })
 }
 
 #[tool_router]
@@ -84,7 +86,7 @@ impl BatonServer {
         &self,
         Parameters(args): Parameters<ReserveArgs>,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, String> {
+    ) -> Result<CallToolResult, ToolError> {
         self.note_client(&ctx);
         answer(crate::reserve::reserve(&self.session, args, &ctx).await)
     }
@@ -96,7 +98,7 @@ impl BatonServer {
     async fn release(
         &self,
         Parameters(args): Parameters<ReleaseArgs>,
-    ) -> Result<CallToolResult, String> {
+    ) -> Result<CallToolResult, ToolError> {
         answer(crate::reserve::release(&self.session, args))
     }
 
@@ -107,7 +109,7 @@ impl BatonServer {
     async fn reservations(
         &self,
         Parameters(args): Parameters<ReservationsArgs>,
-    ) -> Result<CallToolResult, String> {
+    ) -> Result<CallToolResult, ToolError> {
         answer(crate::reserve::list(&self.session, args))
     }
 
@@ -119,7 +121,7 @@ impl BatonServer {
         &self,
         Parameters(args): Parameters<LockArgs>,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, String> {
+    ) -> Result<CallToolResult, ToolError> {
         self.note_client(&ctx);
         answer(crate::locks::lock(&self.session, args, &ctx).await)
     }
@@ -131,7 +133,7 @@ impl BatonServer {
     async fn unlock(
         &self,
         Parameters(args): Parameters<UnlockArgs>,
-    ) -> Result<CallToolResult, String> {
+    ) -> Result<CallToolResult, ToolError> {
         answer(crate::locks::unlock(&self.session, args))
     }
 
@@ -142,7 +144,7 @@ impl BatonServer {
     async fn state_read(
         &self,
         Parameters(args): Parameters<StateReadArgs>,
-    ) -> Result<CallToolResult, String> {
+    ) -> Result<CallToolResult, ToolError> {
         let session = self.session.clone();
         answer(off_thread("state_read", move || crate::state::read(&session, args)).await)
     }
@@ -154,7 +156,7 @@ impl BatonServer {
     async fn state_update(
         &self,
         Parameters(args): Parameters<StateUpdateArgs>,
-    ) -> Result<CallToolResult, String> {
+    ) -> Result<CallToolResult, ToolError> {
         let session = self.session.clone();
         answer(off_thread("state_update", move || crate::state::update(&session, args)).await)
     }
@@ -166,7 +168,7 @@ impl BatonServer {
     async fn state_append(
         &self,
         Parameters(args): Parameters<StateAppendArgs>,
-    ) -> Result<CallToolResult, String> {
+    ) -> Result<CallToolResult, ToolError> {
         let session = self.session.clone();
         answer(off_thread("state_append", move || crate::state::append(&session, args)).await)
     }
@@ -178,7 +180,7 @@ impl BatonServer {
     async fn workspace_create(
         &self,
         Parameters(args): Parameters<WorkspaceCreateArgs>,
-    ) -> Result<CallToolResult, String> {
+    ) -> Result<CallToolResult, ToolError> {
         let session = self.session.clone();
         answer(
             off_thread("workspace_create", move || {
@@ -195,7 +197,7 @@ impl BatonServer {
     async fn workspace_remove(
         &self,
         Parameters(args): Parameters<WorkspaceRemoveArgs>,
-    ) -> Result<CallToolResult, String> {
+    ) -> Result<CallToolResult, ToolError> {
         let session = self.session.clone();
         answer(
             off_thread("workspace_remove", move || {
@@ -209,7 +211,10 @@ impl BatonServer {
         description = "Push HEAD of a work tree (a workspace) to its branch; a rejected push is rebased onto the remote branch and retried, never forced.",
         output_schema = schema_for_output::<PushOut>()
     )]
-    async fn push(&self, Parameters(args): Parameters<PushArgs>) -> Result<CallToolResult, String> {
+    async fn push(
+        &self,
+        Parameters(args): Parameters<PushArgs>,
+    ) -> Result<CallToolResult, ToolError> {
         let session = self.session.clone();
         answer(off_thread("push", move || crate::git::push(&session, args)).await)
     }

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::session::Session;
 use crate::types::{AppendOut, StateAppendArgs, StateOut, StateReadArgs, StateUpdateArgs};
-use crate::Outcome;
+use crate::{Outcome, ToolError};
 
 /// How long a state call waits for the file's lock (held by others only for
 /// the length of one edit).
@@ -23,21 +23,23 @@ const LOCK_WAIT: Duration = Duration::from_secs(30);
 /// elsewhere, no symlink leading out), and one file, not a glob. A name a
 /// prompt could have written (`../../home/me/.bashrc`) never reaches a file
 /// outside the repository.
-fn path_of(session: &Session, file: &str) -> Result<PathBuf, String> {
+fn path_of(session: &Session, file: &str) -> Result<PathBuf, ToolError> {
     if file.is_empty() {
-        return Err("state file: the name is empty".to_string());
+        return Err(ToolError::Invalid(
+            "state file: the name is empty".to_string(),
+        ));
     }
     let space = crate::reserve::space(session);
     let pattern = space.pattern(file).map_err(|e| match e {
         baton_lock::reserve::ReserveError::BadPath { path, reason } => {
-            format!("state file '{}': {reason}", path.escape_debug())
+            ToolError::Invalid(format!("state file '{}': {reason}", path.escape_debug()))
         }
-        other => format!("state file '{file}': {}", baton_lock::one_line(&other)),
+        other => ToolError::from(other).prefixed(&format!("state file '{file}'")),
     })?;
     if pattern.as_str().is_empty() || pattern.is_glob() {
-        return Err(format!(
+        return Err(ToolError::Invalid(format!(
             "state file '{file}': name one file inside the repository (not its root, not a glob)"
-        ));
+        )));
     }
     Ok(session.repo().join(pattern.as_str()))
 }
@@ -69,9 +71,8 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 /// `state_read`.
 pub(crate) fn read(session: &Arc<Session>, args: StateReadArgs) -> Outcome<StateOut> {
     let path = path_of(session, &args.file)?;
-    let snap =
-        baton_state::get(session.dir(), &path, &options()).map_err(|e| baton_lock::one_line(&e))?;
-    let content = snap.content_json().map_err(|e| baton_lock::one_line(&e))?;
+    let snap = baton_state::get(session.dir(), &path, &options())?;
+    let content = snap.content_json()?;
     let summary = format!("read '{}' (version {})", args.file, snap.version);
     Ok((
         StateOut {
@@ -85,34 +86,35 @@ pub(crate) fn read(session: &Arc<Session>, args: StateReadArgs) -> Outcome<State
 /// `state_update`.
 pub(crate) fn update(session: &Arc<Session>, args: StateUpdateArgs) -> Outcome<StateOut> {
     let path = path_of(session, &args.file)?;
-    let file = StateFile::resolve(&path).map_err(|e| baton_lock::one_line(&e))?;
+    let file = StateFile::resolve(&path)?;
     if file.format() != Format::Json {
-        return Err(format!(
+        return Err(ToolError::Invalid(format!(
             "state file '{}': a merge patch applies to a JSON document (a .json file); append to a .jsonl file with state_append",
             args.file
-        ));
+        )));
     }
     let mut opts = options();
     if let Some(v) = &args.expected_version {
-        let v: Version = v.parse().map_err(|e| baton_lock::one_line(&e))?;
+        let v: Version = v.parse()?;
         opts = opts.if_version(v);
     }
     let mut content = Value::Null;
     let edited = baton_state::edit(session.dir(), &path, &opts, |old| {
         let mut doc = match old {
-            Some(bytes) => serde_json::from_slice(bytes)
-                .map_err(|e| format!("state file '{}' is not JSON: {e}", args.file))?,
+            Some(bytes) => serde_json::from_slice(bytes).map_err(|e| {
+                ToolError::Engine(format!("state file '{}' is not JSON: {e}", args.file))
+            })?,
             None => Value::Null,
         };
         merge_patch(&mut doc, &args.merge_patch);
         let mut text = serde_json::to_vec_pretty(&doc)
-            .map_err(|e| format!("state file '{}': {e}", args.file))?;
+            .map_err(|e| ToolError::Engine(format!("state file '{}': {e}", args.file)))?;
         text.push(b'\n');
         content = doc;
-        Ok::<_, String>(Some(text))
+        Ok::<_, ToolError>(Some(text))
     })
     .map_err(|e| match e {
-        EditError::State(s) => baton_lock::one_line(&s),
+        EditError::State(s) => ToolError::from(s),
         EditError::Aborted(m) => m,
     })?;
     let summary = if edited.changed {
@@ -136,9 +138,8 @@ pub(crate) fn update(session: &Arc<Session>, args: StateUpdateArgs) -> Outcome<S
 pub(crate) fn append(session: &Arc<Session>, args: StateAppendArgs) -> Outcome<AppendOut> {
     let path = path_of(session, &args.file)?;
     let line = serde_json::to_string(&args.record)
-        .map_err(|e| format!("state file '{}': the record: {e}", args.file))?;
-    let appended = baton_state::append(session.dir(), &path, &options(), &[line])
-        .map_err(|e| baton_lock::one_line(&e))?;
+        .map_err(|e| ToolError::Invalid(format!("state file '{}': the record: {e}", args.file)))?;
+    let appended = baton_state::append(session.dir(), &path, &options(), &[line])?;
     let summary = format!("appended 1 record to '{}'", args.file);
     Ok((
         AppendOut {

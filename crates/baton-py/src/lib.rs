@@ -12,7 +12,7 @@
 //! what `baton lock status NAME --json` prints: the same type through the
 //! same serializer, decoded by Python's `json`.
 //!
-//! Locking discipline of this crate: a [`Lock`]'s state mutex is only ever
+//! Locking discipline of this crate: a `Lock`'s state mutex is only ever
 //! taken with the GIL held and never across a wait (waits run detached from
 //! the interpreter), so a `fork()` (which Python performs with the GIL held)
 //! never copies it locked; see `fork.rs`. What baton-lock keeps for the
