@@ -3,8 +3,8 @@
 //! server, its client (`baton-client`) and the `baton job` command cannot
 //! drift apart. Serde types only: no I/O, no runtime.
 //!
-//! - [`JobStatus`], [`Mode`]: where a job is, and how it joins its group
-//!   (the same modes as `baton run --group`: `baton-run` re-exports [`Mode`]).
+//! - [`JobStatus`], [`GroupMode`]: where a job is, and how it joins its group
+//!   (the same modes as `baton run --group`: `baton-run` re-exports [`GroupMode`]).
 //! - [`SubmitRequest`] (`POST /v1/jobs`) and its answer [`Queued`].
 //! - [`JobView`] (a job as the service shows it) and [`JobList`] (a page of
 //!   `GET /v1/jobs`, asked for with a [`ListQuery`]).
@@ -57,7 +57,7 @@ mod status;
 
 pub use error::{ErrorBody, ErrorDetail};
 pub use job::{JobList, JobView, Queued};
-pub use mode::Mode;
+pub use mode::GroupMode;
 pub use order::{Order, OrderError, OrderKind};
 pub use request::{ListQuery, SubmitRequest, WorkspaceOptions};
 pub use status::JobStatus;
