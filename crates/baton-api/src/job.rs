@@ -168,9 +168,9 @@ mod tests {
         };
         let mut j = job(JobStatus::Queued, None);
         let listed = serde_json::to_value(&j).unwrap_or_default();
-        assert_eq!(fields(&listed), baton_contract::json::JOB_LISTED.fields);
+        assert_eq!(fields(&listed), crate::contract::job_listed().fields);
         j.output = Some(String::new());
         let shown = serde_json::to_value(&j).unwrap_or_default();
-        assert_eq!(fields(&shown), baton_contract::json::JOB.fields);
+        assert_eq!(fields(&shown), crate::contract::job().fields);
     }
 }

@@ -10,6 +10,8 @@
 //!   `GET /v1/jobs`, asked for with a [`ListQuery`]).
 //! - [`Order`]: a group run's or a job's ordering key (`--order`, `order`).
 //! - [`ErrorBody`]: every refusal, `{"error": {"code", "message"}}`.
+//! - [`contract`]: the `--json` contract of `baton job`'s outputs, read
+//!   from these types.
 //!
 //! Requests carry a few fields as the client wrote them (`mode`, `timeout`,
 //! a list's `status`): the server checks them in its own order and names the
@@ -48,6 +50,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod contract;
 mod error;
 mod job;
 mod mode;

@@ -111,11 +111,18 @@ fn the_openapi_document_is_valid_and_documents_every_route() {
 }
 
 /// The configuration whose document is checked in for readers
-/// ([`REFERENCE_DOCUMENT`]): a token and one template.
+/// ([`REFERENCE_DOCUMENT`]): a token, raw commands, a template with a
+/// workspace and one without.
 const REFERENCE: &str = r#"
 token = "t0ken"
+allow_raw_commands = true
 [templates.echo]
 command = ["echo", "--", "{prompt}"]
+[templates.agent]
+command = ["sh", "-c", "printf '%s' \"$BATON_PROMPT\""]
+[templates.agent.workspace]
+repo = "{tmp}/repo"
+branch = "main"
 "#;
 
 /// The document a service with [`REFERENCE`] serves, checked in.
@@ -148,7 +155,7 @@ fn the_checked_in_document_is_what_the_service_serves() {
     // The job's schema is generated from `baton_api::JobView`: every field
     // a job is shown with is in it.
     let job = &served["components"]["schemas"]["JobView"]["properties"];
-    for field in baton_contract::json::JOB.fields {
+    for field in baton_api::contract::job().fields {
         assert!(
             job.get(field).is_some(),
             "{field} is not in the document's JobView"

@@ -313,14 +313,14 @@ pub fn contract_mismatches(o: &Output) -> Vec<String> {
     check(
         "the root object",
         root_object(&schema),
-        o.shape.fields,
+        (o.shape)().fields,
         o.optional,
     );
     for (def, shape, optional) in o.nested {
         check(
             &format!("$defs/{def}"),
             schema.pointer(&format!("/$defs/{def}")),
-            shape.fields,
+            shape().fields,
             optional,
         );
     }

@@ -28,7 +28,7 @@ fn every_json_output_of_the_contract_has_a_schema() {
     let covered: BTreeSet<&str> = OUTPUTS
         .iter()
         .flat_map(|o| {
-            std::iter::once(o.shape.command).chain(o.nested.iter().map(|(_, s, _)| s.command))
+            std::iter::once((o.shape)().command).chain(o.nested.iter().map(|(_, s, _)| s().command))
         })
         .collect();
     for shape in json::ALL {
