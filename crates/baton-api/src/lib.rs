@@ -39,14 +39,16 @@
 //!    `baton-cli`'s `commands/job.rs`, if the CLI is to set it); one the
 //!    service sets is written by the store operation that changes the job.
 //!
-//! Two documents describe a job's fields, and a test holds each to
-//! [`JobView`], failing until it is updated: `baton_contract::json::{JOB,
-//! JOB_LISTED}` (the CLI's `--json` contract; here,
-//! `a_job_has_the_contracts_fields`) and the `Job` schema of `baton-serve`'s
-//! `openapi.json` (`the_job_schema_has_exactly_the_wire_models_fields`).
-//! The compiler names the struct literals to complete (test fixtures).
-//! Nothing else changes: `baton-client`, `baton job ... --json`, the
-//! dashboard and the compatibility routes pass a [`JobView`] through whole.
+//! Nothing else describes a job's fields: the `--json` contract of `baton
+//! job` ([`contract`]), the JSON Schemas of `schemas/` (`cargo run -p
+//! baton-schema` regenerates them; a test fails until it is done) and the
+//! service's OpenAPI document (`baton-serve`'s `openapi`; its checked-in
+//! copy, `docs/src/reference/openapi.json`, is rewritten by
+//! `BATON_BLESS=1 cargo nextest run -p baton the_checked_in_document`) are
+//! all read from [`JobView`]. The compiler names the struct literals to
+//! complete (test fixtures). Nothing else changes: `baton-client`, `baton
+//! job ... --json`, the dashboard and the compatibility routes pass a
+//! [`JobView`] through whole.
 
 #![forbid(unsafe_code)]
 
