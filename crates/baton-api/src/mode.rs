@@ -4,8 +4,9 @@ use serde::{Deserialize, Serialize};
 
 /// How runs of one group key relate: the `--mode` of `baton run --group`,
 /// the `mode` of a job, and the mode recorded in a group's document and the
-/// service's store. One type and one name across the crates (`baton-run`
-/// and `baton-serve` use it as it is).
+/// service's store.
+// One type and one name across the crates: `baton-run` and `baton-serve`
+// use it as it is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 // Its schema keeps the name `schemas/` v1 published (`$defs/Mode`):
