@@ -11,6 +11,8 @@
 //! | `job submit --wait --json`, `job status --json` | [`JobView`] | [`job`] |
 //! | `job cancel --json` | [`JobView`] | [`job_listed`] |
 //! | `job list --json` | [`JobList`] | [`job_list`]; each of `jobs`, [`job_listed`] |
+//! | every refusal of the API | [`ErrorBody`] | [`error`]; its `error`, [`error_detail`] |
+//! | the body of `POST /v1/jobs` | [`SubmitRequest`] | [`submit_request`] (every field optional) |
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -18,7 +20,7 @@ use std::sync::OnceLock;
 use baton_contract::json::Shape;
 use serde::de::{self, Deserialize, Deserializer, Visitor};
 
-use crate::{JobList, JobView, Queued};
+use crate::{ErrorBody, ErrorDetail, JobList, JobView, Queued, SubmitRequest};
 
 /// The field of [`JobView`] written only when one job is asked for (`GET
 /// /v1/jobs/{id}`, `job status`): the tail of its stdout.
@@ -28,20 +30,14 @@ pub const ONE_JOB_ONLY: &[&str] = &["output"];
 /// stored it; `status` is `queued`, `position` its 1-based place in the queue.
 pub fn job_submitted() -> Shape {
     static FIELDS: OnceLock<Vec<&'static str>> = OnceLock::new();
-    Shape {
-        command: "job submit",
-        fields: FIELDS.get_or_init(fields_of::<Queued>),
-    }
+    shape_of::<Queued>("job submit", &FIELDS)
 }
 
 /// `baton job status ID --json` and `job submit --wait --json`: a job as
 /// in [`job_listed`], plus `output` (the tail of its stdout).
 pub fn job() -> Shape {
     static FIELDS: OnceLock<Vec<&'static str>> = OnceLock::new();
-    Shape {
-        command: "job status ID",
-        fields: FIELDS.get_or_init(fields_of::<JobView>),
-    }
+    shape_of::<JobView>("job status ID", &FIELDS)
 }
 
 /// A job in `baton job list --json` and `job cancel --json`; `status` is
@@ -64,15 +60,50 @@ pub fn job_listed() -> Shape {
 /// the last page.
 pub fn job_list() -> Shape {
     static FIELDS: OnceLock<Vec<&'static str>> = OnceLock::new();
+    shape_of::<JobList>("job list", &FIELDS)
+}
+
+/// The body of every refusal of the job API ([`ErrorBody`]).
+pub fn error() -> Shape {
+    static FIELDS: OnceLock<Vec<&'static str>> = OnceLock::new();
+    shape_of::<ErrorBody>("an error of the job API", &FIELDS)
+}
+
+/// The `error` of an [`error`] ([`ErrorDetail`]).
+pub fn error_detail() -> Shape {
+    static FIELDS: OnceLock<Vec<&'static str>> = OnceLock::new();
+    shape_of::<ErrorDetail>("an error of the job API (its error)", &FIELDS)
+}
+
+/// The body of `POST /v1/jobs` ([`SubmitRequest`]): every field may be
+/// absent.
+pub fn submit_request() -> Shape {
+    static FIELDS: OnceLock<Vec<&'static str>> = OnceLock::new();
+    shape_of::<SubmitRequest>("POST /v1/jobs", &FIELDS)
+}
+
+/// The shape of `T` for `command`, its fields read once into `cell`.
+fn shape_of<T: for<'de> Deserialize<'de>>(
+    command: &'static str,
+    cell: &'static OnceLock<Vec<&'static str>>,
+) -> Shape {
     Shape {
-        command: "job list",
-        fields: FIELDS.get_or_init(fields_of::<JobList>),
+        command,
+        fields: cell.get_or_init(fields_of::<T>),
     }
 }
 
 /// Every shape of this contract.
-pub fn all() -> [Shape; 4] {
-    [job_submitted(), job_listed(), job(), job_list()]
+pub fn all() -> [Shape; 7] {
+    [
+        job_submitted(),
+        job_listed(),
+        job(),
+        job_list(),
+        error(),
+        error_detail(),
+        submit_request(),
+    ]
 }
 
 /// The fields of the struct `T` as serde names them on the wire, sorted
@@ -140,6 +171,8 @@ mod tests {
     fn the_fields_are_the_types_sorted() {
         assert_eq!(job_submitted().fields, ["id", "position", "status"]);
         assert_eq!(job_list().fields, ["jobs", "next_cursor"]);
+        assert_eq!(error_detail().fields, ["code", "message"]);
+        assert!(submit_request().fields.contains(&"workspace"));
         assert!(job().fields.contains(&"abandoned_ref"));
         for s in all() {
             assert!(

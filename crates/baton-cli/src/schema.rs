@@ -35,13 +35,15 @@ pub struct Output {
     pub shape: fn() -> Shape,
     /// Fields that may be absent: the schema describes the fields of
     /// [`Output::shape`] and these, and requires those of the shape that
-    /// are not among these (present, `null` standing for "none").
+    /// are not among these (present, `null` standing for "none"). Every
+    /// field of a request body may be absent (see [`Output::request`]).
     pub optional: &'static [&'static str],
     /// Objects inside it: the name of their definition in `$defs`, the
     /// contract each must match, and the fields of it that may be absent.
     pub nested: &'static [Nested],
     /// Whether it is a request body (a schema of what is accepted) rather
-    /// than an output (of what is written).
+    /// than an output (of what is written): every field of one may be
+    /// absent (the service decides what an absent field means).
     pub request: bool,
     generate: fn(SchemaGenerator) -> Schema,
 }
@@ -93,34 +95,6 @@ fn array_of<T: JsonSchema>(g: SchemaGenerator) -> Schema {
     }
     schema
 }
-
-/// The body of every error of the job API (`baton_api::ErrorBody`).
-pub const API_ERROR: Shape = Shape {
-    command: "an error of the job API",
-    fields: &["error"],
-};
-
-/// The `error` of [`API_ERROR`].
-pub const API_ERROR_DETAIL: Shape = Shape {
-    command: "an error of the job API (its error)",
-    fields: &["code", "message"],
-};
-
-/// The body of `POST /v1/jobs` (`baton_api::SubmitRequest`): every field
-/// may be absent.
-pub const SUBMIT_REQUEST: Shape = Shape {
-    command: "POST /v1/jobs",
-    fields: &[
-        "command",
-        "group",
-        "mode",
-        "order",
-        "prompt",
-        "template",
-        "timeout",
-        "workspace",
-    ],
-};
 
 /// `T` or `null`, described as `T` is, with `when_null` said.
 fn nullable<T: JsonSchema>(g: SchemaGenerator, when_null: &str) -> Schema {
@@ -361,9 +335,9 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "Every error of the job API (/v1/...)",
         array: false,
-        shape: || API_ERROR,
+        shape: baton_api::contract::error,
         optional: &[],
-        nested: &[("ErrorDetail", || API_ERROR_DETAIL, &[])],
+        nested: &[("ErrorDetail", baton_api::contract::error_detail, &[])],
         request: false,
         generate: root::<baton_api::ErrorBody>,
     },
@@ -372,8 +346,8 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "The body of POST /v1/jobs",
         array: false,
-        shape: || SUBMIT_REQUEST,
-        optional: SUBMIT_REQUEST.fields,
+        shape: baton_api::contract::submit_request,
+        optional: &[],
         nested: &[],
         request: true,
         generate: root::<baton_api::SubmitRequest>,
