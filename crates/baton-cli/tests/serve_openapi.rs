@@ -20,7 +20,8 @@ command = ["sh", "-c", "printf '%s' \"$1\"", "job", "{prompt}"]
 "#;
 
 /// Every route the router serves: `(method, path)` as the OpenAPI document
-/// names them. Keep equal to `server.rs`, `compat.rs` and `dashboard.rs`.
+/// names them. Keep equal to the router (`server.rs`, `compat.rs`,
+/// `dashboard.rs`); the document is generated from `openapi/routes.rs`.
 const ROUTES: &[(&str, &str)] = &[
     ("get", "/"),
     ("get", "/health"),
