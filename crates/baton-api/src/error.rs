@@ -15,8 +15,9 @@ pub struct ErrorBody {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ErrorDetail {
-    /// A stable, machine-readable code (`not_found`, `invalid_request`,
-    /// `queue_full`, ...; the OpenAPI document lists them).
+    /// A stable, machine-readable code: `invalid_request`, `not_found`,
+    /// `queue_full`, `draining`, `unauthorized`, `request_timeout`,
+    /// `store_unavailable`, ...
     #[serde(default)]
     pub code: String,
     /// What went wrong, in one line, naming the thing and the reason.

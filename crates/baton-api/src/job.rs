@@ -3,7 +3,7 @@
 use baton_contract::exit;
 use serde::{Deserialize, Serialize};
 
-use crate::mode::Mode;
+use crate::mode::GroupMode;
 use crate::status::JobStatus;
 
 /// The answer to a submission: `202 {id, status, position}`.
@@ -47,7 +47,7 @@ pub struct JobView {
     /// Its concurrency group.
     pub group: Option<String>,
     /// How it joins its group.
-    pub mode: Mode,
+    pub mode: GroupMode,
     /// Its ordering key in its group (`order` of its submission, as
     /// given; absent from services older than it: read as `None`).
     #[serde(default)]
@@ -129,7 +129,7 @@ mod tests {
             queue_wait_ms: None,
             run_ms: None,
             group: None,
-            mode: Mode::Queue,
+            mode: GroupMode::Queue,
             order: None,
             timeout_ms: 1,
             branch: None,
@@ -168,9 +168,9 @@ mod tests {
         };
         let mut j = job(JobStatus::Queued, None);
         let listed = serde_json::to_value(&j).unwrap_or_default();
-        assert_eq!(fields(&listed), baton_contract::json::JOB_LISTED.fields);
+        assert_eq!(fields(&listed), crate::contract::job_listed().fields);
         j.output = Some(String::new());
         let shown = serde_json::to_value(&j).unwrap_or_default();
-        assert_eq!(fields(&shown), baton_contract::json::JOB.fields);
+        assert_eq!(fields(&shown), crate::contract::job().fields);
     }
 }

@@ -3,13 +3,15 @@
 //! server, its client (`baton-client`) and the `baton job` command cannot
 //! drift apart. Serde types only: no I/O, no runtime.
 //!
-//! - [`JobStatus`], [`Mode`]: where a job is, and how it joins its group
-//!   (the same modes as `baton run --group`: `baton-run` re-exports [`Mode`]).
+//! - [`JobStatus`], [`GroupMode`]: where a job is, and how it joins its group
+//!   (the same modes as `baton run --group`: `baton-run` re-exports [`GroupMode`]).
 //! - [`SubmitRequest`] (`POST /v1/jobs`) and its answer [`Queued`].
 //! - [`JobView`] (a job as the service shows it) and [`JobList`] (a page of
 //!   `GET /v1/jobs`, asked for with a [`ListQuery`]).
 //! - [`Order`]: a group run's or a job's ordering key (`--order`, `order`).
 //! - [`ErrorBody`]: every refusal, `{"error": {"code", "message"}}`.
+//! - [`contract`]: the `--json` contract of `baton job`'s outputs, read
+//!   from these types.
 //!
 //! Requests carry a few fields as the client wrote them (`mode`, `timeout`,
 //! a list's `status`): the server checks them in its own order and names the
@@ -37,17 +39,20 @@
 //!    `baton-cli`'s `commands/job.rs`, if the CLI is to set it); one the
 //!    service sets is written by the store operation that changes the job.
 //!
-//! Two documents describe a job's fields, and a test holds each to
-//! [`JobView`], failing until it is updated: `baton_contract::json::{JOB,
-//! JOB_LISTED}` (the CLI's `--json` contract; here,
-//! `a_job_has_the_contracts_fields`) and the `Job` schema of `baton-serve`'s
-//! `openapi.json` (`the_job_schema_has_exactly_the_wire_models_fields`).
-//! The compiler names the struct literals to complete (test fixtures).
-//! Nothing else changes: `baton-client`, `baton job ... --json`, the
-//! dashboard and the compatibility routes pass a [`JobView`] through whole.
+//! Nothing else describes a job's fields: the `--json` contract of `baton
+//! job` ([`contract`]), the JSON Schemas of `schemas/` (`cargo run -p
+//! baton-schema` regenerates them; a test fails until it is done) and the
+//! service's OpenAPI document (`baton-serve`'s `openapi`; its checked-in
+//! copy, `docs/src/reference/openapi.json`, is rewritten by
+//! `BATON_BLESS=1 cargo nextest run -p baton the_checked_in_document`) are
+//! all read from [`JobView`]. The compiler names the struct literals to
+//! complete (test fixtures). Nothing else changes: `baton-client`, `baton
+//! job ... --json`, the dashboard and the compatibility routes pass a
+//! [`JobView`] through whole.
 
 #![forbid(unsafe_code)]
 
+pub mod contract;
 mod error;
 mod job;
 mod mode;
@@ -57,7 +62,7 @@ mod status;
 
 pub use error::{ErrorBody, ErrorDetail};
 pub use job::{JobList, JobView, Queued};
-pub use mode::Mode;
+pub use mode::GroupMode;
 pub use order::{Order, OrderError, OrderKind};
 pub use request::{ListQuery, SubmitRequest, WorkspaceOptions};
 pub use status::JobStatus;

@@ -2,13 +2,18 @@
 
 use serde::{Deserialize, Serialize};
 
-/// How runs of one group key relate: the `--mode` of `baton run --group`
-/// (`baton_run::GroupMode` is this type), the `mode` of a job, and the mode
-/// recorded in a group's document and the service's store.
+/// How runs of one group key relate: the `--mode` of `baton run --group`,
+/// the `mode` of a job, and the mode recorded in a group's document and the
+/// service's store.
+// One type and one name across the crates: `baton-run` and `baton-serve`
+// use it as it is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+// Its schema keeps the name `schemas/` v1 published (`$defs/Mode`):
+// renaming a definition breaks readers of that version.
+#[cfg_attr(feature = "schema", schemars(rename = "Mode"))]
 #[serde(rename_all = "snake_case")]
-pub enum Mode {
+pub enum GroupMode {
     /// Every run executes, one at a time (or `max` at a time), in arrival order.
     #[default]
     Queue,
@@ -20,23 +25,28 @@ pub enum Mode {
     Skip,
 }
 
-impl Mode {
+impl GroupMode {
     /// Every mode.
-    pub const ALL: [Mode; 4] = [Mode::Queue, Mode::Supersede, Mode::Coalesce, Mode::Skip];
+    pub const ALL: [GroupMode; 4] = [
+        GroupMode::Queue,
+        GroupMode::Supersede,
+        GroupMode::Coalesce,
+        GroupMode::Skip,
+    ];
 
     /// The mode's name (in the API, the store and group documents).
     pub fn as_str(self) -> &'static str {
         match self {
-            Mode::Queue => "queue",
-            Mode::Supersede => "supersede",
-            Mode::Coalesce => "coalesce",
-            Mode::Skip => "skip",
+            GroupMode::Queue => "queue",
+            GroupMode::Supersede => "supersede",
+            GroupMode::Coalesce => "coalesce",
+            GroupMode::Skip => "skip",
         }
     }
 
     /// The mode named `s`.
-    pub fn parse(s: &str) -> Option<Mode> {
-        Mode::ALL.into_iter().find(|m| m.as_str() == s)
+    pub fn parse(s: &str) -> Option<GroupMode> {
+        GroupMode::ALL.into_iter().find(|m| m.as_str() == s)
     }
 }
 
@@ -46,10 +56,10 @@ mod tests {
 
     #[test]
     fn serde_uses_the_same_names() {
-        for m in Mode::ALL {
+        for m in GroupMode::ALL {
             let json = serde_json::to_value(m).ok();
             assert_eq!(json.as_ref().and_then(|v| v.as_str()), Some(m.as_str()));
-            assert_eq!(Mode::parse(m.as_str()), Some(m));
+            assert_eq!(GroupMode::parse(m.as_str()), Some(m));
         }
     }
 }

@@ -13,7 +13,7 @@ use serde_json::Value;
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
-    /// The template to run (default: the configured default).
+    /// The template to run (default: the service's default_template).
     #[serde(
         default,
         deserialize_with = "present",
@@ -21,7 +21,11 @@ pub struct SubmitRequest {
     )]
     #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub template: Option<String>,
-    /// The prompt.
+    /// Reaches the command as the template's `{prompt}` argv element, as
+    /// `$BATON_PROMPT`, and on stdin. At most max_prompt_bytes (default 100
+    /// KiB; larger: 400, code prompt_too_large). A prompt starting with '-'
+    /// is refused (400) unless the template puts '--' before `{prompt}` or
+    /// sets prompt_may_start_with_dash.
     #[serde(
         default,
         deserialize_with = "present",
@@ -29,7 +33,8 @@ pub struct SubmitRequest {
     )]
     #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub prompt: Option<String>,
-    /// The concurrency group.
+    /// A concurrency group (the same namespace as `baton run --group` on
+    /// the service's baton dir).
     #[serde(
         default,
         deserialize_with = "present",
@@ -37,8 +42,9 @@ pub struct SubmitRequest {
     )]
     #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub group: Option<String>,
-    /// How the job joins its group: a [`crate::Mode`]'s name (the service
-    /// names the accepted ones when it refuses another).
+    /// How the job joins its group (needs `group`; default queue): a
+    /// mode's name (the service names the accepted ones when it refuses
+    /// another).
     #[serde(
         default,
         deserialize_with = "present",
@@ -46,9 +52,15 @@ pub struct SubmitRequest {
     )]
     #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub mode: Option<String>,
-    /// The job's ordering key in its group (modes supersede and coalesce):
-    /// an integer, or an RFC 3339 time as a string (see [`crate::Order`]);
-    /// as `baton run --order`.
+    /// The job's ordering key in its group (modes supersede and coalesce
+    /// only, else 400), as `baton run --order`: an integer, or an RFC 3339
+    /// time (the event the job answers; compared as the instant, to the
+    /// microsecond). The highest key wins whatever the arrival order: a job
+    /// whose key is older than the newest its group has seen (by a job or a
+    /// `baton run --order`, even one that ended) ends superseded without
+    /// running, and a newer job with an older key does not stop it; equal
+    /// keys and jobs without a key go by arrival. Anything else: 400 naming
+    /// the value.
     #[serde(
         default,
         deserialize_with = "present",
@@ -56,8 +68,9 @@ pub struct SubmitRequest {
     )]
     #[cfg_attr(feature = "schema", schemars(schema_with = "order_schema"))]
     pub order: Option<Value>,
-    /// Timeout: a duration ("90s", "15m") or a number of seconds (see
-    /// [`SubmitRequest::timeout_value`]).
+    /// Counted from the start of execution: a duration ("90s", "15m") or a
+    /// number of seconds, at least 1 ms and at most the service's
+    /// max_timeout (anything else is refused, never taken as no timeout).
     #[serde(
         default,
         deserialize_with = "present",
@@ -65,7 +78,7 @@ pub struct SubmitRequest {
     )]
     #[cfg_attr(feature = "schema", schemars(schema_with = "timeout_schema"))]
     pub timeout: Option<Value>,
-    /// Workspace options.
+    /// Workspace options: only for a template with a workspace (else 400).
     #[serde(
         default,
         deserialize_with = "present",
@@ -73,7 +86,7 @@ pub struct SubmitRequest {
     )]
     #[cfg_attr(feature = "schema", schemars(with = "WorkspaceOptions"))]
     pub workspace: Option<WorkspaceOptions>,
-    /// Raw argv (only when the service allows raw commands).
+    /// Raw argv; refused (403) unless the service has allow_raw_commands.
     #[serde(
         default,
         deserialize_with = "present",
@@ -121,16 +134,16 @@ pub struct WorkspaceOptions {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
-    /// Only jobs with this status: a [`crate::JobStatus`]'s name.
+    /// Only jobs in this status (empty: any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
-    /// Only jobs of this group.
+    /// Only jobs of this group (empty: any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
     /// At most this many, 1 to 1000 (the service's default, 50, when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
-    /// The `next_cursor` of the previous page.
+    /// The `next_cursor` of the previous page (empty: the first page).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
 }

@@ -32,16 +32,18 @@ pub struct Output {
     /// Whether the output is an array of objects of [`Output::shape`].
     pub array: bool,
     /// The contract of the object (of each element, for an array).
-    pub shape: Shape,
+    pub shape: fn() -> Shape,
     /// Fields that may be absent: the schema describes the fields of
     /// [`Output::shape`] and these, and requires those of the shape that
-    /// are not among these (present, `null` standing for "none").
+    /// are not among these (present, `null` standing for "none"). Every
+    /// field of a request body may be absent (see [`Output::request`]).
     pub optional: &'static [&'static str],
     /// Objects inside it: the name of their definition in `$defs`, the
     /// contract each must match, and the fields of it that may be absent.
     pub nested: &'static [Nested],
     /// Whether it is a request body (a schema of what is accepted) rather
-    /// than an output (of what is written).
+    /// than an output (of what is written): every field of one may be
+    /// absent (the service decides what an absent field means).
     pub request: bool,
     generate: fn(SchemaGenerator) -> Schema,
 }
@@ -94,34 +96,6 @@ fn array_of<T: JsonSchema>(g: SchemaGenerator) -> Schema {
     schema
 }
 
-/// The body of every error of the job API (`baton_api::ErrorBody`).
-pub const API_ERROR: Shape = Shape {
-    command: "an error of the job API",
-    fields: &["error"],
-};
-
-/// The `error` of [`API_ERROR`].
-pub const API_ERROR_DETAIL: Shape = Shape {
-    command: "an error of the job API (its error)",
-    fields: &["code", "message"],
-};
-
-/// The body of `POST /v1/jobs` (`baton_api::SubmitRequest`): every field
-/// may be absent.
-pub const SUBMIT_REQUEST: Shape = Shape {
-    command: "POST /v1/jobs",
-    fields: &[
-        "command",
-        "group",
-        "mode",
-        "order",
-        "prompt",
-        "template",
-        "timeout",
-        "workspace",
-    ],
-};
-
 /// `T` or `null`, described as `T` is, with `when_null` said.
 fn nullable<T: JsonSchema>(g: SchemaGenerator, when_null: &str) -> Schema {
     let mut g = g;
@@ -144,13 +118,13 @@ fn group_status_or_null(g: SchemaGenerator) -> Schema {
 }
 
 const HOLDERS: &[Nested] = &[
-    ("HolderInfo", json::HOLDER, &[]),
-    ("KernelHolder", json::KERNEL_HOLDER, &[]),
+    ("HolderInfo", || json::HOLDER, &[]),
+    ("KernelHolder", || json::KERNEL_HOLDER, &[]),
 ];
 
 /// An object inside an output: its definition in `$defs`, its contract,
 /// and the fields that may be absent.
-pub type Nested = (&'static str, Shape, &'static [&'static str]);
+pub type Nested = (&'static str, fn() -> Shape, &'static [&'static str]);
 
 /// Every schema file, in the order of `baton_contract::json`'s table.
 pub const OUTPUTS: &[Output] = &[
@@ -159,7 +133,7 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton lock status NAME --json",
         array: false,
-        shape: json::LOCK_STATUS,
+        shape: || json::LOCK_STATUS,
         optional: &[],
         nested: HOLDERS,
         request: false,
@@ -170,7 +144,7 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton lock status --json, baton lock list --json",
         array: true,
-        shape: json::LOCK_STATUS,
+        shape: || json::LOCK_STATUS,
         optional: &[],
         nested: HOLDERS,
         request: false,
@@ -181,9 +155,9 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton lock acquire NAME --json",
         array: false,
-        shape: json::LOCK_ACQUIRE,
+        shape: || json::LOCK_ACQUIRE,
         optional: &[],
-        nested: &[("HolderInfo", json::HOLDER, &[])],
+        nested: &[("HolderInfo", || json::HOLDER, &[])],
         request: false,
         generate: root::<Held>,
     },
@@ -192,7 +166,7 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton lock release NAME --json",
         array: false,
-        shape: json::LOCK_RELEASE,
+        shape: || json::LOCK_RELEASE,
         optional: &[],
         nested: &[],
         request: false,
@@ -203,9 +177,9 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton lock break NAME --json",
         array: false,
-        shape: json::LOCK_BREAK,
+        shape: || json::LOCK_BREAK,
         optional: &[],
-        nested: &[("HolderInfo", json::HOLDER, &[])],
+        nested: &[("HolderInfo", || json::HOLDER, &[])],
         request: false,
         generate: root::<baton_run::hold::BreakReport>,
     },
@@ -214,9 +188,9 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton group status KEY --json",
         array: false,
-        shape: json::GROUP_STATUS,
+        shape: || json::GROUP_STATUS,
         optional: &[],
-        nested: &[("HolderInfo", json::HOLDER, &[])],
+        nested: &[("HolderInfo", || json::HOLDER, &[])],
         request: false,
         generate: group_status_or_null,
     },
@@ -225,9 +199,9 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton group status --json",
         array: true,
-        shape: json::GROUP_STATUS,
+        shape: || json::GROUP_STATUS,
         optional: &[],
-        nested: &[("HolderInfo", json::HOLDER, &[])],
+        nested: &[("HolderInfo", || json::HOLDER, &[])],
         request: false,
         generate: array_of::<baton_run::GroupStatus>,
     },
@@ -236,7 +210,7 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton state get FILE --json",
         array: false,
-        shape: json::STATE_GET,
+        shape: || json::STATE_GET,
         optional: &[],
         nested: &[],
         request: false,
@@ -247,7 +221,7 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton state edit FILE --json",
         array: false,
-        shape: json::STATE_EDIT,
+        shape: || json::STATE_EDIT,
         optional: &[],
         nested: &[],
         request: false,
@@ -258,7 +232,7 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton workspace create --json",
         array: false,
-        shape: json::WORKSPACE,
+        shape: || json::WORKSPACE,
         optional: &[],
         nested: &[],
         request: false,
@@ -269,7 +243,7 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton workspace list --json",
         array: true,
-        shape: json::WORKSPACE_LISTED,
+        shape: || json::WORKSPACE_LISTED,
         optional: &[],
         nested: &[],
         request: false,
@@ -280,9 +254,9 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton workspace gc --json",
         array: false,
-        shape: json::WORKSPACE_GC,
+        shape: || json::WORKSPACE_GC,
         optional: &[],
-        nested: &[("Workspace", json::WORKSPACE, &[])],
+        nested: &[("Workspace", || json::WORKSPACE, &[])],
         request: false,
         generate: root::<baton_git::GcReport>,
     },
@@ -291,7 +265,7 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton events (one JSON object a line)",
         array: false,
-        shape: json::EVENT,
+        shape: || json::EVENT,
         optional: &["by", "code", "detail", "pushed"],
         nested: &[],
         request: false,
@@ -302,7 +276,7 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton git push --json",
         array: false,
-        shape: json::GIT_PUSH,
+        shape: || json::GIT_PUSH,
         optional: &[],
         nested: &[],
         request: false,
@@ -313,9 +287,9 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton doctor --json",
         array: false,
-        shape: json::DOCTOR,
+        shape: || json::DOCTOR,
         optional: &[],
-        nested: &[("Check", json::DOCTOR_CHECK, &[])],
+        nested: &[("Check", || json::DOCTOR_CHECK, &[])],
         request: false,
         generate: root::<DoctorReport>,
     },
@@ -324,7 +298,7 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton job submit --json; the 202 answer of POST /v1/jobs",
         array: false,
-        shape: json::JOB_SUBMITTED,
+        shape: baton_api::contract::job_submitted,
         optional: &[],
         nested: &[],
         request: false,
@@ -335,8 +309,8 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton job status ID --json, job submit --wait --json, job cancel --json; GET and DELETE /v1/jobs/{id}",
         array: false,
-        shape: json::JOB,
-        optional: &["output"],
+        shape: baton_api::contract::job,
+        optional: baton_api::contract::ONE_JOB_ONLY,
         nested: &[],
         request: false,
         generate: root::<baton_api::JobView>,
@@ -346,9 +320,13 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "baton job list --json; GET /v1/jobs",
         array: false,
-        shape: json::JOB_LIST,
+        shape: baton_api::contract::job_list,
         optional: &[],
-        nested: &[("JobView", json::JOB_LISTED, &["output"])],
+        nested: &[(
+            "JobView",
+            baton_api::contract::job_listed,
+            baton_api::contract::ONE_JOB_ONLY,
+        )],
         request: false,
         generate: root::<baton_api::JobList>,
     },
@@ -357,9 +335,9 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "Every error of the job API (/v1/...)",
         array: false,
-        shape: API_ERROR,
+        shape: baton_api::contract::error,
         optional: &[],
-        nested: &[("ErrorDetail", API_ERROR_DETAIL, &[])],
+        nested: &[("ErrorDetail", baton_api::contract::error_detail, &[])],
         request: false,
         generate: root::<baton_api::ErrorBody>,
     },
@@ -368,8 +346,8 @@ pub const OUTPUTS: &[Output] = &[
         version: 1,
         title: "The body of POST /v1/jobs",
         array: false,
-        shape: SUBMIT_REQUEST,
-        optional: SUBMIT_REQUEST.fields,
+        shape: baton_api::contract::submit_request,
+        optional: &[],
         nested: &[],
         request: true,
         generate: root::<baton_api::SubmitRequest>,

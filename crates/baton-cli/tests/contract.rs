@@ -247,22 +247,22 @@ fn job_cmd(s: &serve_common::Server, args: &[&str]) -> std::process::Output {
 fn job_json_outputs_have_the_documented_fields() {
     let s = job_service();
     let queued = json_of(&job_cmd(&s, &["submit", "--json", "echo hi"]));
-    assert_shape(json::JOB_SUBMITTED, &queued);
+    assert_shape(baton_api::contract::job_submitted(), &queued);
     let id = queued["id"].as_str().unwrap().to_string();
     s.wait_final(&id);
     let st = json_of(&job_cmd(&s, &["status", &id, "--json"]));
-    assert_shape(json::JOB, &st);
+    assert_shape(baton_api::contract::job(), &st);
     assert!(json::JOB_STATUSES.contains(&st["status"].as_str().unwrap()));
     let waited = json_of(&job_cmd(&s, &["submit", "--wait", "--json", "true"]));
-    assert_shape(json::JOB, &waited);
+    assert_shape(baton_api::contract::job(), &waited);
     let list = json_of(&job_cmd(&s, &["list", "--limit", "1", "--json"]));
-    assert_shape(json::JOB_LIST, &list);
-    assert_shape(json::JOB_LISTED, &list["jobs"][0]);
+    assert_shape(baton_api::contract::job_list(), &list);
+    assert_shape(baton_api::contract::job_listed(), &list["jobs"][0]);
     assert!(list["next_cursor"].is_string(), "{list}");
     let running = s.submit(serde_json::json!({"prompt": "echo x > started; exec sleep 60"}));
     serve_common::wait_for_file(&s.path("started"));
     let cancelled = json_of(&job_cmd(&s, &["cancel", &running, "--json"]));
-    assert_shape(json::JOB_LISTED, &cancelled);
+    assert_shape(baton_api::contract::job_listed(), &cancelled);
     assert_eq!(cancelled["status"], "cancelled");
 }
 

@@ -20,7 +20,8 @@ command = ["sh", "-c", "printf '%s' \"$1\"", "job", "{prompt}"]
 "#;
 
 /// Every route the router serves: `(method, path)` as the OpenAPI document
-/// names them. Keep equal to `server.rs`, `compat.rs` and `dashboard.rs`.
+/// names them. Keep equal to the router (`server.rs`, `compat.rs`,
+/// `dashboard.rs`); the document is generated from `openapi/routes.rs`.
 const ROUTES: &[(&str, &str)] = &[
     ("get", "/"),
     ("get", "/health"),
@@ -108,6 +109,59 @@ fn the_openapi_document_is_valid_and_documents_every_route() {
     std::fs::write(&file, &text).unwrap();
     let out = run_python(&python, VALIDATE_OPENAPI, &[file.to_str().unwrap()]);
     assert_eq!(out["valid"], true);
+}
+
+/// The configuration whose document is checked in for readers
+/// ([`REFERENCE_DOCUMENT`]): a token, raw commands, a template with a
+/// workspace and one without.
+const REFERENCE: &str = r#"
+token = "t0ken"
+allow_raw_commands = true
+[templates.echo]
+command = ["echo", "--", "{prompt}"]
+[templates.agent]
+command = ["sh", "-c", "printf '%s' \"$BATON_PROMPT\""]
+[templates.agent.workspace]
+repo = "{tmp}/repo"
+branch = "main"
+"#;
+
+/// The document a service with [`REFERENCE`] serves, checked in.
+const REFERENCE_DOCUMENT: &str = "docs/src/reference/openapi.json";
+
+/// The checked-in document is what the service serves (issue 39): the
+/// document is generated from the route table and the wire types, so a
+/// changed type or route fails here until the file is regenerated, with
+/// `BATON_BLESS=1`, which writes the file instead.
+#[test]
+fn the_checked_in_document_is_what_the_service_serves() {
+    let s = Server::start(REFERENCE, &[]);
+    let (code, text) = s.get_text("/openapi.json");
+    assert_eq!(code, 200);
+    let served: Value = serde_json::from_str(&text).unwrap();
+    let mut want = serde_json::to_string_pretty(&served).unwrap();
+    want.push('\n');
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(REFERENCE_DOCUMENT);
+    if std::env::var_os("BATON_BLESS").is_some() {
+        std::fs::write(&file, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(&file).unwrap_or_default();
+    assert!(
+        have == want,
+        "{REFERENCE_DOCUMENT} is not what the service serves: regenerate it with \
+         BATON_BLESS=1 cargo nextest run -p baton the_checked_in_document"
+    );
+    // The job's schema is generated from `baton_api::JobView`: every field
+    // a job is shown with is in it.
+    let job = &served["components"]["schemas"]["JobView"]["properties"];
+    for field in baton_api::contract::job().fields {
+        assert!(
+            job.get(field).is_some(),
+            "{field} is not in the document's JobView"
+        );
+    }
 }
 
 /// A service using every setting the document is narrowed by: a token, raw

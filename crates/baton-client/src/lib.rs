@@ -33,7 +33,7 @@ mod error;
 mod local;
 
 pub use baton_api::{
-    JobList, JobStatus, JobView, ListQuery, Mode, Queued, SubmitRequest, WorkspaceOptions,
+    GroupMode, JobList, JobStatus, JobView, ListQuery, Queued, SubmitRequest, WorkspaceOptions,
 };
 pub use error::ClientError;
 pub use local::{read_token_file, LogStream, PromptSource};

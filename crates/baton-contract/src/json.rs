@@ -19,13 +19,15 @@
 //! | `git push --json` | `baton_git::PushReport` | object, [`GIT_PUSH`] |
 //! | `events` (one JSON object a line) | `baton_run::events::Event` | object, [`EVENT`] |
 //! | `doctor --json` | the CLI's doctor report | object, [`DOCTOR`]; each of `checks`, [`DOCTOR_CHECK`] |
-//! | `job submit --json` | `baton_api::Queued` | object, [`JOB_SUBMITTED`] |
-//! | `job submit --wait --json`, `job status --json` | `baton_api::JobView` | object, [`JOB`] |
-//! | `job cancel --json` | `baton_api::JobView` | object, [`JOB_LISTED`] |
-//! | `job list --json` | `baton_api::JobList` | object, [`JOB_LIST`]; each of `jobs`, [`JOB_LISTED`] |
+//! | `job submit --json` | `baton_api::Queued` | object, `baton_api::contract::job_submitted` |
+//! | `job submit --wait --json`, `job status --json` | `baton_api::JobView` | object, `baton_api::contract::job` |
+//! | `job cancel --json` | `baton_api::JobView` | object, `baton_api::contract::job_listed` |
+//! | `job list --json` | `baton_api::JobList` | object, `baton_api::contract::job_list`; each of `jobs`, `job_listed` |
 //!
 //! The `job` outputs are the job service's own answers (`baton-api`'s types,
-//! as `GET /v1/jobs...` returns them), printed as the client received them.
+//! as `GET /v1/jobs...` returns them), printed as the client received them:
+//! their fields are those types' own, read from them (`baton_api::contract`)
+//! rather than restated here. Their statuses are [`JOB_STATUSES`].
 //!
 //! `replaced_file_unknown` (in `lock status`) is true when the lock file is
 //! new to the lock, or missing, and this system cannot see whether the lock
@@ -299,80 +301,6 @@ pub const DOCTOR_CHECK: Shape = Shape {
     fields: &["detail", "name", "remedy", "status", "summary"],
 };
 
-/// `baton job submit --json` (without `--wait`): the job as the service
-/// stored it; `status` is `queued`, `position` its 1-based place in the queue.
-pub const JOB_SUBMITTED: Shape = Shape {
-    command: "job submit",
-    fields: &["id", "position", "status"],
-};
-
-/// A job in `baton job list --json` and `job cancel --json`; `status` is
-/// one of [`JOB_STATUSES`], times are RFC 3339, durations milliseconds;
-/// `node` is the node of the service that runs or ran it.
-pub const JOB_LISTED: Shape = Shape {
-    command: "job list (a job)",
-    fields: &[
-        "abandoned_ref",
-        "attempts",
-        "branch",
-        "created_at",
-        "error",
-        "exit_code",
-        "finished_at",
-        "group",
-        "id",
-        "mode",
-        "node",
-        "order",
-        "queue_wait_ms",
-        "reset_branch",
-        "run_ms",
-        "started_at",
-        "status",
-        "superseded_by",
-        "template",
-        "timeout_ms",
-        "workspace",
-    ],
-};
-
-/// `baton job status ID --json` and `job submit --wait --json`: a job as
-/// in [`JOB_LISTED`], plus `output` (the tail of its stdout).
-pub const JOB: Shape = Shape {
-    command: "job status ID",
-    fields: &[
-        "abandoned_ref",
-        "attempts",
-        "branch",
-        "created_at",
-        "error",
-        "exit_code",
-        "finished_at",
-        "group",
-        "id",
-        "mode",
-        "node",
-        "order",
-        "output",
-        "queue_wait_ms",
-        "reset_branch",
-        "run_ms",
-        "started_at",
-        "status",
-        "superseded_by",
-        "template",
-        "timeout_ms",
-        "workspace",
-    ],
-};
-
-/// `baton job list --json`: `jobs` newest first, `next_cursor` `null` on
-/// the last page.
-pub const JOB_LIST: Shape = Shape {
-    command: "job list",
-    fields: &["jobs", "next_cursor"],
-};
-
 /// A job's `status`, in lifecycle order.
 pub const JOB_STATUSES: &[&str] = &[
     "queued",
@@ -404,7 +332,8 @@ pub const DOCTOR_CHECKS: &[&str] = &[
 /// resolution order (docs/src/design/architecture.md, decision 10).
 pub const DIR_RULES: &[&str] = &["explicit", "env", "temp_dir"];
 
-/// Every shape, for tests and documentation.
+/// Every shape written here, for tests and documentation (the `job`
+/// outputs' are `baton_api::contract::all`).
 pub const ALL: &[Shape] = &[
     LOCK_STATUS,
     HOLDER,
@@ -421,10 +350,6 @@ pub const ALL: &[Shape] = &[
     GIT_PUSH,
     DOCTOR,
     DOCTOR_CHECK,
-    JOB_SUBMITTED,
-    JOB_LISTED,
-    JOB,
-    JOB_LIST,
 ];
 
 #[cfg(test)]
@@ -440,13 +365,5 @@ mod tests {
                 s.command
             );
         }
-    }
-
-    #[test]
-    fn a_listed_job_is_a_job_without_its_output() {
-        let mut listed: Vec<&str> = JOB_LISTED.fields.to_vec();
-        listed.push("output");
-        listed.sort_unstable();
-        assert_eq!(listed, JOB.fields);
     }
 }

@@ -51,10 +51,9 @@ use baton_fs::{Durability, IoResultExt, TempFile, WriteError};
 use crate::error::RunError;
 use crate::events::{self, Event};
 
-/// How runs of one group key relate: the one mode of baton, defined with
-/// the service's wire model (a job's `mode` is the same value), and named
-/// here for what it is to a group.
-pub use baton_api::Mode as GroupMode;
+/// How runs of one group key relate: the one group mode of baton, defined
+/// with the service's wire model (a job's `mode` is the same value).
+pub use baton_api::GroupMode;
 
 /// A run's ordering key in its group (`--order`): an integer or an RFC 3339
 /// time, defined with the service's wire model (a job's `order`).

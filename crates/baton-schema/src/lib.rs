@@ -310,17 +310,20 @@ pub fn contract_mismatches(o: &Output) -> Vec<String> {
             ));
         }
     };
+    let shape = (o.shape)();
+    // Every field of a request body may be absent.
+    let optional = if o.request { shape.fields } else { o.optional };
     check(
         "the root object",
         root_object(&schema),
-        o.shape.fields,
-        o.optional,
+        shape.fields,
+        optional,
     );
     for (def, shape, optional) in o.nested {
         check(
             &format!("$defs/{def}"),
             schema.pointer(&format!("/$defs/{def}")),
-            shape.fields,
+            shape().fields,
             optional,
         );
     }

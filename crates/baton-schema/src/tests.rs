@@ -28,7 +28,7 @@ fn every_json_output_of_the_contract_has_a_schema() {
     let covered: BTreeSet<&str> = OUTPUTS
         .iter()
         .flat_map(|o| {
-            std::iter::once(o.shape.command).chain(o.nested.iter().map(|(_, s, _)| s.command))
+            std::iter::once((o.shape)().command).chain(o.nested.iter().map(|(_, s, _)| s().command))
         })
         .collect();
     for shape in json::ALL {
@@ -116,13 +116,16 @@ fn output_schemas_let_readers_ignore_added_fields() {
 
 #[test]
 fn the_job_api_schemas_match_the_openapi_document() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../baton-serve/src/openapi.json");
+    // Both are generated from the same types (the document by baton-serve's
+    // `openapi`, checked in by the CLI's `serve_openapi` test): this holds
+    // the two generators to the same contract.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/reference/openapi.json");
     let openapi: Value = serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
     for (component, name) in [
-        ("Job", "job"),
+        ("JobView", "job"),
         ("JobList", "job-list"),
-        ("Submitted", "job-submitted"),
-        ("Error", "error"),
+        ("Queued", "job-submitted"),
+        ("ErrorBody", "error"),
         ("SubmitRequest", "submit-request"),
     ] {
         let theirs = openapi

@@ -18,12 +18,12 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use baton_api::{ErrorBody, JobList, JobView, Mode, Queued};
+use baton_api::{ErrorBody, GroupMode, JobList, JobView, Queued};
 pub use baton_api::{ListQuery, SubmitRequest, WorkspaceOptions};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::model::{now_ms, Counts, Job, JobMode, JobStatus, ListFilter, NewJob, Submitted};
+use crate::model::{now_ms, Counts, Job, JobStatus, ListFilter, NewJob, Submitted};
 use crate::output::{self, Stream};
 use crate::service::{Cancelled, Service};
 use crate::store::StoreError;
@@ -247,9 +247,9 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
         check_group_length(g)?;
     }
     let mode = match req.mode.as_deref() {
-        None => Mode::Queue,
+        None => GroupMode::Queue,
         Some(m) => {
-            let mode = Mode::parse(m).ok_or_else(|| {
+            let mode = GroupMode::parse(m).ok_or_else(|| {
                 ApiError::bad(format!(
                     "invalid field 'mode': '{m}' (use queue, supersede, coalesce or skip)"
                 ))
@@ -264,7 +264,7 @@ pub fn resolve(service: &Service, req: SubmitRequest) -> Result<NewJob, ApiError
     };
     let order = order.map_err(ApiError::bad)?;
     if let Some(o) = &order {
-        if !matches!(mode, Mode::Supersede | Mode::Coalesce) {
+        if !matches!(mode, GroupMode::Supersede | GroupMode::Coalesce) {
             return Err(ApiError::bad(format!(
                 "invalid field 'order': '{o}' applies to modes supersede and coalesce only, not {}",
                 mode.as_str()
@@ -343,7 +343,7 @@ pub async fn submit(service: &Service, job: NewJob) -> Result<(Job, u64), ApiErr
             }
             // The group's running jobs stop now, even when the new one has
             // to wait for a slot (a shared store tells every node instead).
-            if let (JobMode::Supersede, Some(group), None) =
+            if let (GroupMode::Supersede, Some(group), None) =
                 (job.spec.mode, &job.spec.group, service.store.events())
             {
                 service.supersede_running(&job.spec.id, job.seq, job.spec.order.as_deref(), group);
@@ -490,7 +490,7 @@ pub async fn delete_job(
 
 /// The body of `POST /v1/jobs/{id}/cancel`: an empty object (a JSON body,
 /// as every POST: a cross-site form cannot send one).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelRequest {}
 
@@ -523,10 +523,12 @@ pub(crate) async fn cancel(service: &Service, id: &str) -> Result<JobView, ApiEr
 }
 
 /// `GET /v1/jobs/{id}/log` query.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LogQuery {
+    /// Stream the output until the job ends (default: what there is now).
     follow: Option<bool>,
+    /// Which output: `stdout` (the default) or `stderr`.
     stream: Option<String>,
 }
 

@@ -48,14 +48,13 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/models/{model}", get(model))
 }
 
-/// `POST /execute` body. Fields the older service ignored (`timeout`, ...)
-/// are ignored here too, as its clients send them; each name is logged
-/// once.
-#[derive(Debug, Deserialize)]
+/// The older service's body. Fields it ignored (timeout, ...) are ignored
+/// here too, as its clients send them (each name is logged once).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct ExecuteRequest {
-    /// The prompt.
+    /// As the prompt of `POST /v1/jobs` (size limit, dash rule).
     pub prompt: String,
-    /// The template (default: the configured default).
+    /// The template (default: the configured default_template).
     pub template: Option<String>,
     /// What else the client sent.
     #[serde(flatten)]

@@ -539,7 +539,7 @@ fn e_exit_code(e: &RunError) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{JobMode, NewJob};
+    use crate::model::{GroupMode, NewJob};
 
     fn job(command: Option<Vec<String>>) -> Job {
         Job {
@@ -548,7 +548,7 @@ mod tests {
                 template: "t".into(),
                 prompt: Some("hi".into()),
                 group: None,
-                mode: JobMode::Queue,
+                mode: GroupMode::Queue,
                 order: None,
                 timeout_ms: 1000,
                 branch: None,

@@ -6,9 +6,14 @@ use serde::{Deserialize, Serialize};
 
 pub use baton_api::JobStatus;
 
-/// How a job joins its group: [`baton_api::Mode`], the one mode of baton,
-/// under the name the store and the scheduler use.
-pub use baton_api::Mode as JobMode;
+/// How a job joins its group: baton's one group mode.
+pub use baton_api::GroupMode;
+
+/// [`GroupMode`] under the name `store/` still uses: kept only until the
+/// store moves into crates of its own, whose move renames it (no other
+/// code may use it).
+#[doc(hidden)]
+pub use baton_api::GroupMode as JobMode;
 
 /// A job to store: everything needed to run it, resolved at submission.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,7 +27,7 @@ pub struct NewJob {
     /// The concurrency group, if any.
     pub group: Option<String>,
     /// How it joins the group.
-    pub mode: JobMode,
+    pub mode: GroupMode,
     /// Its ordering key in the group (modes supersede and coalesce), as
     /// given; valid ([`baton_api::Order::parse`] takes it) once stored.
     pub order: Option<String>,
@@ -189,7 +194,7 @@ pub struct Counts {
 
 /// A node of a service whose store several nodes share, as `/health`
 /// shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct NodeInfo {
     /// Its node id (the `node` of the jobs it runs).
     pub id: String,
@@ -197,11 +202,13 @@ pub struct NodeInfo {
     pub host: Option<String>,
     /// Its last process id there.
     pub pid: Option<i32>,
-    /// Whether its liveness lock is held now (it may claim jobs).
+    /// Whether its liveness lock (a session advisory lock) is held now, per
+    /// `pg_locks`: it may claim jobs. A node that is not live has its
+    /// running jobs taken over.
     pub live: bool,
     /// When its current (or last) process first connected, RFC 3339.
     pub started_at: Option<String>,
-    /// Its last heartbeat, RFC 3339.
+    /// Its last heartbeat, RFC 3339 (every 2 s while live).
     pub heartbeat_at: Option<String>,
     /// Jobs running on it now (as the store says).
     pub running: u64,

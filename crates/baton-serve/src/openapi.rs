@@ -1,11 +1,14 @@
 //! `GET /openapi.json`: the service's contract, for **its running
 //! configuration**.
 //!
-//! `openapi.json` (next to this file) is the document of every route for a
-//! service with a token and nothing known about its templates. [`document`]
-//! narrows it to what this service accepts, so that a client (or a fuzzer
-//! such as schemathesis) that follows the document gets no refusal it could
-//! not read there:
+//! The document of every route is generated ([`generate`]): its operations
+//! from the route table ([`routes`]), the schemas of its bodies from their
+//! Rust types (`baton_api`'s, through the same `schemars` derives that write
+//! `schemas/`), so that a job's fields are written once, on
+//! `baton_api::JobView`. It is the form for a service with a token and
+//! nothing known about its templates. [`document`] narrows it to what this
+//! service accepts, so that a client (or a fuzzer such as schemathesis)
+//! that follows the document gets no refusal it could not read there:
 //!
 //! - **Security**: the `bearer` scheme applies where the service asks for
 //!   the token; with no token configured there is no security requirement
@@ -26,9 +29,12 @@
 //!   `POST /v1/jobs/{id}/cancel` and its log (and, from `/execute`, to `GET`/`DELETE /jobs/{id}`), so
 //!   stateful clients can follow a job.
 //!
-//! The tests check the document with openapi-spec-validator
-//! (`tests/serve_openapi.rs`) and fuzz the service against it with
-//! schemathesis, all checks, with and without a token
+//! `docs/src/reference/openapi.json` is the document a service with the
+//! configuration of `tests/serve_openapi.rs` serves, checked in for
+//! readers; that test fails when it differs from what the service serves
+//! (`BATON_BLESS=1` rewrites it). The tests check the document with
+//! openapi-spec-validator (`tests/serve_openapi.rs`) and fuzz the service
+//! against it with schemathesis, all checks, with and without a token
 //! (`tests/serve_schemathesis.rs`).
 
 use std::sync::OnceLock;
@@ -42,8 +48,9 @@ use serde_json::{json, Map, Value};
 use crate::api::AppState;
 use crate::config::{Config, Template};
 
-/// The document of every route, before it is narrowed to a configuration.
-const BASE: &str = include_str!("openapi.json");
+mod generate;
+mod routes;
+mod shapes;
 
 /// Control characters (Unicode category Cc, Rust's `char::is_control`), as
 /// a regular-expression class body.
@@ -69,16 +76,16 @@ pub async fn serve(State(service): State<AppState>) -> Response {
     }
 }
 
-/// The static document (every route, for a service with a token), parsed.
+/// The generated document (every route, for a service with a token),
+/// made once.
 ///
 /// # Errors
 ///
-/// The embedded document is not JSON (a build mistake the tests catch).
+/// Two schemas of the document under one name (a build mistake the tests
+/// catch).
 pub fn base() -> Result<Value, String> {
-    static PARSED: OnceLock<Result<Value, String>> = OnceLock::new();
-    PARSED
-        .get_or_init(|| serde_json::from_str(BASE).map_err(|e| format!("openapi.json: {e}")))
-        .clone()
+    static GENERATED: OnceLock<Result<Value, String>> = OnceLock::new();
+    GENERATED.get_or_init(generate::document).clone()
 }
 
 /// The document for `config`: see the module doc for what it narrows.
@@ -101,14 +108,14 @@ pub fn document(config: &Config) -> Result<Value, String> {
 /// `doc` at the JSON pointer `at`, which must exist.
 fn at<'a>(doc: &'a mut Value, at: &str) -> Result<&'a mut Value, String> {
     doc.pointer_mut(at)
-        .ok_or_else(|| format!("openapi.json has no {at}"))
+        .ok_or_else(|| format!("the OpenAPI document has no {at}"))
 }
 
 /// The object at `at`.
 fn object<'a>(doc: &'a mut Value, pointer: &str) -> Result<&'a mut Map<String, Value>, String> {
     at(doc, pointer)?
         .as_object_mut()
-        .ok_or_else(|| format!("openapi.json: {pointer} is not an object"))
+        .ok_or_else(|| format!("the OpenAPI document: {pointer} is not an object"))
 }
 
 /// Every operation of the document.
@@ -319,7 +326,7 @@ fn submit_request(doc: &mut Value, config: &Config, names: &[Value]) -> Result<(
     let props = schema
         .get_mut("properties")
         .and_then(Value::as_object_mut)
-        .ok_or("openapi.json: SubmitRequest has no properties")?;
+        .ok_or("the OpenAPI document: SubmitRequest has no properties")?;
     props.insert(
         "template".into(),
         name_schema(
@@ -474,7 +481,7 @@ fn execute_request(doc: &mut Value, config: &Config, names: &[Value]) -> Result<
     let props = schema
         .get_mut("properties")
         .and_then(Value::as_object_mut)
-        .ok_or("openapi.json: ExecuteRequest has no properties")?;
+        .ok_or("the OpenAPI document: ExecuteRequest has no properties")?;
     props.insert("template".into(), template);
     if let Some(p) = props.get_mut("prompt").and_then(Value::as_object_mut) {
         p.insert("pattern".into(), json!(no_nul()));
@@ -492,7 +499,7 @@ fn models(doc: &mut Value, names: &[Value]) -> Result<(), String> {
     )? = model.clone();
     let params = at(doc, "/paths/~1v1~1models~1{model}/parameters")?
         .as_array_mut()
-        .ok_or("openapi.json: /v1/models/{model} parameters are no list")?;
+        .ok_or("the OpenAPI document: /v1/models/{model} parameters are no list")?;
     for p in params {
         if p["name"] == "model" {
             p["schema"] = model.clone();
@@ -505,7 +512,7 @@ fn models(doc: &mut Value, names: &[Value]) -> Result<(), String> {
 fn cursor(doc: &mut Value) -> Result<(), String> {
     let params = at(doc, "/paths/~1v1~1jobs/get/parameters")?
         .as_array_mut()
-        .ok_or("openapi.json: GET /v1/jobs parameters are no list")?;
+        .ok_or("the OpenAPI document: GET /v1/jobs parameters are no list")?;
     for p in params {
         if p["name"] == "cursor" {
             p["schema"] = json!({"type": "string", "pattern": "^[0-9]{0,18}$"});
@@ -579,30 +586,54 @@ mod tests {
         );
     }
 
+    /// Every `$ref` in `v`.
+    fn refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::Object(map) => {
+                if let Some(Value::String(r)) = map.get("$ref") {
+                    out.push(r);
+                }
+                map.values().for_each(|v| refs(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+
     #[test]
-    fn the_job_schema_has_exactly_the_wire_models_fields() {
-        // A job read from the document's `Job` properties (the required
-        // ones given, the rest absent) and written back has every field of
-        // `baton_api::JobView`: a field added to one and not the other
-        // fails here.
+    fn every_reference_of_the_document_resolves() {
+        for token in [None, Some("t".to_string())] {
+            let mut config = Config::load(None, &crate::config::Overrides::default()).unwrap();
+            config.token = token;
+            let doc = document(&config).unwrap();
+            let mut found = Vec::new();
+            refs(&doc, &mut found);
+            assert!(found.len() > 20, "{found:?}");
+            for r in found {
+                let pointer = r.strip_prefix('#').unwrap();
+                assert!(doc.pointer(pointer).is_some(), "{r} does not resolve");
+            }
+        }
+    }
+
+    #[test]
+    fn the_job_schema_is_the_wire_models() {
+        // Generated from `baton_api::JobView`: its fields, the ones always
+        // sent required.
         let base = base().unwrap();
-        let documented: std::collections::BTreeSet<String> = base["components"]["schemas"]["Job"]
-            ["properties"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .cloned()
-            .collect();
-        let sample = json!({
-            "id": "j", "template": "t", "status": "queued",
-            "created_at": "2026-01-01T00:00:00.000Z", "mode": "queue",
-            "timeout_ms": 1, "attempts": 0, "output": "",
-        });
-        let view: baton_api::JobView = serde_json::from_value(sample).unwrap();
-        let shown = serde_json::to_value(&view).unwrap();
-        let fields: std::collections::BTreeSet<String> =
-            shown.as_object().unwrap().keys().cloned().collect();
-        assert_eq!(documented, fields);
+        let job = &base["components"]["schemas"]["JobView"];
+        let fields: Vec<&String> = job["properties"].as_object().unwrap().keys().collect();
+        assert!(fields.iter().any(|f| *f == "abandoned_ref"), "{fields:?}");
+        let required = job["required"].as_array().unwrap();
+        assert_eq!(
+            required.len() + 1,
+            fields.len(),
+            "all but output: {required:?}"
+        );
+        assert_eq!(
+            base["components"]["schemas"]["SubmitRequest"]["properties"]["mode"]["$ref"],
+            "#/components/schemas/Mode"
+        );
     }
 
     #[test]

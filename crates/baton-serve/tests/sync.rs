@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use baton_serve::model::{JobMode, NewJob, Submitted};
+use baton_serve::model::{GroupMode, NewJob, Submitted};
 use baton_serve::store::{self, StoreUrl};
 
 /// Set in the child: the directory to open the store in.
@@ -34,7 +34,7 @@ fn store_one_job(dir: &Path) {
             template: "t".to_string(),
             prompt: None,
             group: None,
-            mode: JobMode::Queue,
+            mode: GroupMode::Queue,
             order: None,
             timeout_ms: 60_000,
             branch: None,

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use baton_client::{Client, ClientError, JobStatus, ListQuery, Mode, SubmitRequest};
+use baton_client::{Client, ClientError, GroupMode, JobStatus, ListQuery, SubmitRequest};
 use baton_serve::{server, Config, Overrides};
 
 const CONFIG: &str = r#"
@@ -42,7 +42,7 @@ async fn the_client_and_the_server_speak_the_same_types() {
             .submit(&SubmitRequest {
                 prompt: Some("echo hi".into()),
                 group: Some("wire/g".into()),
-                mode: Some(Mode::Coalesce.as_str().into()),
+                mode: Some(GroupMode::Coalesce.as_str().into()),
                 timeout: Some(SubmitRequest::timeout_value(Duration::from_secs(60))),
                 ..SubmitRequest::default()
             })
@@ -53,7 +53,7 @@ async fn the_client_and_the_server_speak_the_same_types() {
         let job = client.wait(&queued.id, &mut std::io::sink()).unwrap();
         assert_eq!(job.status, JobStatus::Succeeded, "{job:?}");
         assert_eq!(job.exit_code(), 0);
-        assert_eq!(job.mode, Mode::Coalesce);
+        assert_eq!(job.mode, GroupMode::Coalesce);
         assert_eq!(job.group.as_deref(), Some("wire/g"));
         assert_eq!(job.timeout_ms, 60_000);
         assert_eq!(job.output.as_deref(), Some("hi\n"));

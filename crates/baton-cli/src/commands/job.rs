@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_client::{
-    read_token_file, Client, ClientError, JobList, JobStatus, JobView, ListQuery, LogStream, Mode,
-    PromptSource, SubmitRequest, WorkspaceOptions, DEFAULT_SERVER,
+    read_token_file, Client, ClientError, GroupMode, JobList, JobStatus, JobView, ListQuery,
+    LogStream, PromptSource, SubmitRequest, WorkspaceOptions, DEFAULT_SERVER,
 };
 use baton_lock::LockName;
 use clap::{Args, Subcommand};
@@ -289,16 +289,7 @@ fn submit(client: &Client, a: SubmitArgs) -> u8 {
         template: a.template,
         prompt,
         group: a.group.map(|g| g.as_str().to_string()),
-        mode: a.mode.map(|m| {
-            match m {
-                ModeArg::Queue => Mode::Queue,
-                ModeArg::Supersede => Mode::Supersede,
-                ModeArg::Coalesce => Mode::Coalesce,
-                ModeArg::Skip => Mode::Skip,
-            }
-            .as_str()
-            .to_string()
-        }),
+        mode: a.mode.map(|m| GroupMode::from(m).as_str().to_string()),
         // Sent as given (an integer as a JSON number): the service checks it.
         order: order.map(|o| match o.kind() {
             baton_run::OrderKind::Integer => serde_json::Value::from(o.value()),

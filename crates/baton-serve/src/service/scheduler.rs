@@ -20,7 +20,7 @@ use crate::exec::run_job;
 use crate::exec::{ExecContext, Hooks, StartedIn};
 use crate::journal::StartJournal;
 use crate::metrics::Metrics;
-use crate::model::{now_ms, Job, JobMode, JobStatus};
+use crate::model::{now_ms, GroupMode, Job, JobStatus};
 use crate::store::Store;
 
 use super::lifecycle::Lifecycle;
@@ -140,7 +140,7 @@ impl Scheduler {
                     fence,
                 }),
             };
-            if let (JobMode::Supersede, Some(g)) = (job.spec.mode, &job.spec.group) {
+            if let (GroupMode::Supersede, Some(g)) = (job.spec.mode, &job.spec.group) {
                 scheduler
                     .supersede_older(&id, job.seq, job.spec.order.as_deref(), g)
                     .await;
