@@ -41,7 +41,7 @@
 //! command instead of replacing the process; `baton serve` ends on Ctrl-C
 //! or Ctrl-Break; the background holder of `lock acquire` leaves the
 //! caller's console, takes `lock release` as an exit request (a named
-//! event, `baton_proc::on_exit_request`) instead of SIGUSR1, and watches
+//! event, `baton_ipc::on_exit_request`) instead of SIGUSR1, and watches
 //! its caller and its requester through process handles
 //! (`commands/hold/windows.rs`); `doctor` says that permissions are ACLs
 //! and that there are no PID namespaces. The integration tests that use

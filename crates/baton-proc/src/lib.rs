@@ -82,16 +82,13 @@
 //! `supervise_windows.rs`, and the Unix modules (`contain`, `pidns`, `procfs`, `signals`, `spawn`,
 //! `terminal`, `time`, `tree`) are not built.
 
-mod ask;
 mod cancel;
 #[cfg(unix)]
 mod contain;
-pub mod doorbell;
 mod error;
 pub mod guard;
 mod identity;
 mod leftover;
-pub mod lineage;
 #[cfg(unix)]
 pub mod pidns;
 #[cfg(unix)]
@@ -125,9 +122,6 @@ mod time;
 #[cfg(unix)]
 mod tree;
 
-#[cfg(windows)]
-pub use ask::on_exit_request;
-pub use ask::{ask_to_exit, Asked};
 pub use cancel::Canceller;
 #[cfg(unix)]
 pub use contain::{
@@ -155,7 +149,9 @@ pub use spec::{
 pub use streams::{pipe, Streamed, Streams};
 pub use supervisor::Supervisor;
 
-pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL_WAIT};
+pub use terminate::{
+    terminate_process, terminate_verified, PinnedProcess, TerminateReport, KILL_WAIT,
+};
 pub use thread::is_main_thread;
 #[cfg(unix)]
 pub use tree::{ProcessTree, TreeSnapshot};

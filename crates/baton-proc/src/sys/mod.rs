@@ -14,13 +14,6 @@
 //! What each system keeps of the crate's promises is listed in `docs/src/design/signals.md`
 //! ("Platforms").
 
-pub(crate) mod doorbell;
-#[cfg(target_os = "linux")]
-#[path = "lineage/linux.rs"]
-pub(crate) mod lineage;
-#[cfg(target_os = "macos")]
-#[path = "lineage/macos.rs"]
-pub(crate) mod lineage;
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
