@@ -97,7 +97,7 @@ impl Supervisor {
             })
             .map(|pid| {
                 let child = ChildGuard::new(pid);
-                let run = spawning.register(&spec, child.pid);
+                let run = spawning.register(&spec.env, spec.new_session, child.pid);
                 (child, run)
             });
             // Nobody waits any more (the future was dropped): the guard,

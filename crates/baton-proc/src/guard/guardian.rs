@@ -15,7 +15,9 @@ use rustix::net::{
 };
 use rustix::process::Pid;
 
-use super::{mono_ns, Fence, GuardSpec, GUARD_ARG, GUARD_DISARMED, GUARD_FENCED, GUARD_ORPHANED};
+use super::fence::{
+    mono_ns, write_all, Fence, GuardSpec, GUARD_ARG, GUARD_DISARMED, GUARD_FENCED, GUARD_ORPHANED,
+};
 use crate::contain::{terminate_group, terminate_session, GroupIdentity, SUPERVISED};
 use crate::error::ProcError;
 use crate::sys::{ProcFd, SEND_FLAGS};
@@ -535,20 +537,6 @@ fn send_with_fds(socket: &OwnedFd, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::
             Err(e) => return Err(e.into()),
         }
     }
-}
-
-/// Writes all of `bytes` (a message is far below the socket's buffer);
-/// never raises `SIGPIPE`.
-pub(super) fn write_all(socket: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
-    while !bytes.is_empty() {
-        match send(socket.as_fd(), bytes, SEND_FLAGS) {
-            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-            Ok(n) => bytes = &bytes[n..],
-            Err(Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! between the systems baton runs on is made here, behind safe functions;
 //! the rest of the crate calls these.
 //!
+//! - `stat.rs`: what is read of a process on Linux and macOS alike;
 //! - `unix.rs`: what Linux and macOS share, and the choice between them;
 //! - `linux.rs`: pidfds, eventfd, `/proc`, the parent-death signal and the
 //!   child subreaper (Linux only);
@@ -15,9 +16,11 @@
 //! ("Platforms").
 
 #[cfg(unix)]
+mod stat;
+#[cfg(unix)]
 mod unix;
 #[cfg(unix)]
-pub use unix::ProcStat;
+pub use stat::ProcStat;
 #[cfg(unix)]
 pub(crate) use unix::*;
 
