@@ -48,6 +48,8 @@
 //! `sh` or signals are unix; `tests/windows.rs` checks the real
 //! `baton.exe` under wine.
 
+#![deny(unsafe_code)]
+
 #[macro_use]
 mod say;
 
@@ -62,6 +64,9 @@ mod logging;
 mod serve_process;
 mod service;
 mod size;
+// The start-up without Rust's runtime: `poll` and `signal` through libc
+// (the SAFETY comments there say why each call is sound).
+#[allow(unsafe_code)]
 mod startup;
 
 #[cfg(feature = "schema")]

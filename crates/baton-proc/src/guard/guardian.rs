@@ -220,6 +220,7 @@ impl Drop for Guardian {
 /// broken protocol).
 ///
 /// Call it from `main` when the first argument is [`GUARD_ARG`].
+#[allow(unsafe_code)] // signal(2) with SIG_IGN: the SAFETY comment below
 pub fn guardian_main() -> i32 {
     // Started as `/proc/self/exe`, it would be called "exe" wherever a
     // process's name is shown: in `ps`, and in `lock status` when it is the

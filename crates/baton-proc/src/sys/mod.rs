@@ -1,6 +1,8 @@
 //! The platform seam: every call into the operating system that differs
 //! between the systems baton runs on is made here, behind safe functions;
-//! the rest of the crate calls these.
+//! the rest of the crate calls these. `linux.rs`, `macos.rs` and
+//! `windows.rs` may use `unsafe` (the crate denies it elsewhere), each
+//! call with its `SAFETY` comment.
 //!
 //! - `stat.rs`: what is read of a process on Linux and macOS alike;
 //! - `unix.rs`: what Linux and macOS share, and the choice between them;
@@ -25,11 +27,14 @@ pub use stat::ProcStat;
 pub(crate) use unix::*;
 
 #[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
 mod linux;
 #[cfg(target_os = "macos")]
+#[allow(unsafe_code)]
 mod macos;
 
 #[cfg(windows)]
+#[allow(unsafe_code)]
 mod windows;
 #[cfg(windows)]
 pub(crate) use windows::*;
