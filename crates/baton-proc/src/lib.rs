@@ -70,17 +70,28 @@
 //!
 //! # Layout
 //!
-//! Modules import only from modules below them: `sys` (the platform seam:
-//! every call that differs between Linux, macOS and Windows), `error`,
+//! Modules import only from modules below them (no file imports from one
+//! that imports it back, directly or not): `sys` (the platform seam: every
+//! call that differs between Linux, macOS and Windows; inside it `stat.rs`,
+//! then `linux.rs` / `macos.rs`, then `unix.rs`, then `mod.rs`), `error`,
 //! `leftover`, `time`, `procfs`, `cancel` and `signals` at the bottom;
-//! `identity`, `terminate`, `contain`, `terminal`, `tree`, `pidns` and
-//! `guard` over them; `spec` (what to run, what came of it) over those;
-//! then `spawn` (with the error of a failed start, `spawn/failed.rs`),
-//! `supervise`, `supervise_async` (Linux, feature `tokio`:
-//! [`Supervisor::run_async`], the same supervision awaited on a tokio
-//! runtime, for a process that hosts many runs), `streams` and this root. On Windows, `supervise` is
-//! `supervise_windows.rs`, and the Unix modules (`contain`, `pidns`, `procfs`, `signals`, `spawn`,
-//! `terminal`, `time`, `tree`) are not built.
+//! `identity`, `terminate`, `contain`, `terminal`, `tree` and `pidns` over
+//! them; `orphans` (the runs of a shared subreaper) over `contain`; `guard`
+//! over those (`guard/fence.rs`, what a guardian is started with, under
+//! `guard/guardian.rs`, both under `guard.rs`); `spec` (what to run, what
+//! came of it) over `guard`; then `spawn` (`spawn/prepared.rs` under
+//! `spawn/clone_vm.rs`, with the error of a failed start,
+//! `spawn/failed.rs`), `supervise`, `supervise_async` (Linux, feature
+//! `tokio`: [`Supervisor::run_async`], the same supervision awaited on a
+//! tokio runtime, for a process that hosts many runs), `streams` and this
+//! root. On Windows, `supervise` is `supervise_windows.rs`, and the Unix
+//! modules (`contain`, `orphans`, `pidns`, `procfs`, `signals`, `spawn`,
+//! `terminal`, `time`, `tree`) are not built. Doorbells, asking a process
+//! to exit and a process's lineage are in `baton-ipc`, over this crate.
+//!
+//! `unsafe` is denied but in `sys`'s platform modules, `spawn` (between
+//! fork and exec) and a few functions that make one system call; each use
+//! has its `SAFETY` comment.
 
 #![deny(unsafe_code)]
 
