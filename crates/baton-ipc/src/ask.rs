@@ -35,8 +35,7 @@ pub enum Asked {
 ///
 /// [`ProcError::InvalidPid`] for a pid that is not positive;
 /// [`ProcError::Signal`] when the kernel refuses the signal;
-/// [`ProcError::Io`] when the process cannot be pinned or waited for;
-/// [`ProcError::Unsupported`] on Windows.
+/// [`ProcError::Io`] when the process cannot be pinned or waited for.
 #[cfg(unix)]
 pub fn ask_to_exit(
     pid: i32,

@@ -35,7 +35,7 @@ pub const GUARD_ORPHANED: i32 = 4;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GuardSpec {
     /// The program to execute with [`GUARD_ARG`]: one whose `main` calls
-    /// [`guardian_main`] for it (`/proc/self/exe` for baton's binaries).
+    /// [`guardian_main`](crate::guardian_main) for it (`/proc/self/exe` for baton's binaries).
     pub program: PathBuf,
     /// The dead-man's switch fed by the supervisor's proofs of liveness.
     pub fence: Fence,
@@ -44,7 +44,7 @@ pub struct GuardSpec {
 impl GuardSpec {
     /// The program running now (`/proc/self/exe`: the same file even if it
     /// was replaced on disk meanwhile; on macOS its path), whose `main` must call
-    /// [`guardian_main`] when its first argument is [`GUARD_ARG`].
+    /// [`guardian_main`](crate::guardian_main) when its first argument is [`GUARD_ARG`].
     pub fn this_program(fence: Fence) -> GuardSpec {
         GuardSpec {
             program: crate::sys::this_program(),
