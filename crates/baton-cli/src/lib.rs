@@ -41,12 +41,14 @@
 //! command instead of replacing the process; `baton serve` ends on Ctrl-C
 //! or Ctrl-Break; the background holder of `lock acquire` leaves the
 //! caller's console, takes `lock release` as an exit request (a named
-//! event, `baton_proc::on_exit_request`) instead of SIGUSR1, and watches
+//! event, `baton_ipc::on_exit_request`) instead of SIGUSR1, and watches
 //! its caller and its requester through process handles
 //! (`commands/hold/windows.rs`); `doctor` says that permissions are ACLs
 //! and that there are no PID namespaces. The integration tests that use
 //! `sh` or signals are unix; `tests/windows.rs` checks the real
 //! `baton.exe` under wine.
+
+#![deny(unsafe_code)]
 
 #[macro_use]
 mod say;
@@ -62,6 +64,9 @@ mod logging;
 mod serve_process;
 mod service;
 mod size;
+// The start-up without Rust's runtime: `poll` and `signal` through libc
+// (the SAFETY comments there say why each call is sound).
+#[allow(unsafe_code)]
 mod startup;
 
 #[cfg(feature = "schema")]

@@ -9,11 +9,15 @@
 //! start-up does there), `baton` starts as any Rust program, as
 //! `baton-service` always does.
 #![cfg_attr(all(unix, not(target_env = "musl"), not(test)), no_main)] // a test build keeps the test harness's own main
+#![deny(unsafe_code)]
 
 /// The C entry point. Arguments and environment reach `std::env` as usual
 /// (Rust's standard library reads them at load time on glibc, and from the
 /// system on macOS).
 #[cfg(all(unix, not(target_env = "musl"), not(test)))]
+// `no_mangle` (the C entry point must be named `main`) counts as unsafe
+// code: no other symbol of the program is called `main`, as `no_main` says.
+#[allow(unsafe_code)]
 #[no_mangle]
 pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
     libc::c_int::from(baton::main_without_runtime())

@@ -3,6 +3,8 @@
 //! that the job service's code stays out of the binary every `baton run`
 //! starts.
 
+#![forbid(unsafe_code)]
+
 fn main() -> std::process::ExitCode {
     std::process::ExitCode::from(baton::service_main())
 }

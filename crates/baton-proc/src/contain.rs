@@ -59,6 +59,7 @@ const SHARED: u8 = 2;
 /// This process's group, or `None` when it is led from outside our PID
 /// namespace (`nsenter`, `docker exec`): the kernel reports it as 0, on
 /// which `rustix::process::getpgrp` would assert.
+#[allow(unsafe_code)] // getpgrp(2): the SAFETY comment below
 pub(crate) fn our_pgrp() -> Option<Pid> {
     // SAFETY: getpgrp takes no arguments, cannot fail and touches no memory.
     Pid::from_raw(unsafe { libc::getpgrp() })

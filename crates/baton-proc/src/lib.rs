@@ -70,28 +70,38 @@
 //!
 //! # Layout
 //!
-//! Modules import only from modules below them: `sys` (the platform seam:
-//! every call that differs between Linux, macOS and Windows), `error`,
+//! Modules import only from modules below them (no file imports from one
+//! that imports it back, directly or not): `sys` (the platform seam: every
+//! call that differs between Linux, macOS and Windows; inside it `stat.rs`,
+//! then `linux.rs` / `macos.rs`, then `unix.rs`, then `mod.rs`), `error`,
 //! `leftover`, `time`, `procfs`, `cancel` and `signals` at the bottom;
-//! `identity`, `terminate`, `contain`, `terminal`, `tree`, `pidns` and
-//! `guard` over them; `spec` (what to run, what came of it) over those;
-//! then `spawn` (with the error of a failed start, `spawn/failed.rs`),
-//! `supervise`, `supervise_async` (Linux, feature `tokio`:
-//! [`Supervisor::run_async`], the same supervision awaited on a tokio
-//! runtime, for a process that hosts many runs), `streams` and this root. On Windows, `supervise` is
-//! `supervise_windows.rs`, and the Unix modules (`contain`, `pidns`, `procfs`, `signals`, `spawn`,
-//! `terminal`, `time`, `tree`) are not built.
+//! `identity`, `terminate`, `contain`, `terminal`, `tree` and `pidns` over
+//! them; `orphans` (the runs of a shared subreaper) over `contain`; `guard`
+//! over those (`guard/fence.rs`, what a guardian is started with, under
+//! `guard/guardian.rs`, both under `guard.rs`); `spec` (what to run, what
+//! came of it) over `guard`; then `spawn` (`spawn/prepared.rs` under
+//! `spawn/clone_vm.rs`, with the error of a failed start,
+//! `spawn/failed.rs`), `supervise`, `supervise_async` (Linux, feature
+//! `tokio`: [`Supervisor::run_async`], the same supervision awaited on a
+//! tokio runtime, for a process that hosts many runs), `streams` and this
+//! root. On Windows, `supervise` is `supervise_windows.rs`, and the Unix
+//! modules (`contain`, `orphans`, `pidns`, `procfs`, `signals`, `spawn`,
+//! `terminal`, `time`, `tree`) are not built. Doorbells, asking a process
+//! to exit and a process's lineage are in `baton-ipc`, over this crate.
+//!
+//! `unsafe` is denied but in `sys`'s platform modules, `spawn` (between
+//! fork and exec) and a few functions that make one system call; each use
+//! has its `SAFETY` comment.
 
-mod ask;
+#![deny(unsafe_code)]
+
 mod cancel;
 #[cfg(unix)]
 mod contain;
-pub mod doorbell;
 mod error;
 pub mod guard;
 mod identity;
 mod leftover;
-pub mod lineage;
 #[cfg(unix)]
 pub mod pidns;
 #[cfg(unix)]
@@ -103,7 +113,11 @@ pub mod mark;
 mod orphans;
 #[cfg(unix)]
 mod signals;
+// fork or clone, then the child's set-up and exec: async-signal-safe
+// calls on memory prepared before (the SAFETY comments there say why each
+// is sound).
 #[cfg(unix)]
+#[allow(unsafe_code)]
 mod spawn;
 mod spec;
 pub mod streams;
@@ -125,9 +139,6 @@ mod time;
 #[cfg(unix)]
 mod tree;
 
-#[cfg(windows)]
-pub use ask::on_exit_request;
-pub use ask::{ask_to_exit, Asked};
 pub use cancel::Canceller;
 #[cfg(unix)]
 pub use contain::{
@@ -155,7 +166,9 @@ pub use spec::{
 pub use streams::{pipe, Streamed, Streams};
 pub use supervisor::Supervisor;
 
-pub use terminate::{terminate_process, terminate_verified, TerminateReport, KILL_WAIT};
+pub use terminate::{
+    terminate_process, terminate_verified, PinnedProcess, TerminateReport, KILL_WAIT,
+};
 pub use thread::is_main_thread;
 #[cfg(unix)]
 pub use tree::{ProcessTree, TreeSnapshot};

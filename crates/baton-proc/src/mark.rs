@@ -33,6 +33,7 @@ const TAG_MASK: u64 = 0xffff << 48;
 pub struct Mark(pub u64);
 
 /// The soft and hard `RLIMIT_LOCKS` of `pid`, if it may be read.
+#[allow(unsafe_code)] // prlimit64(2): the SAFETY comment below
 fn limit(pid: i32) -> Option<(u64, u64)> {
     let mut old = libc::rlimit64 {
         rlim_cur: 0,
@@ -45,6 +46,7 @@ fn limit(pid: i32) -> Option<(u64, u64)> {
 }
 
 /// Sets `pid`'s soft `RLIMIT_LOCKS` to `value` (hard limit unchanged).
+#[allow(unsafe_code)] // prlimit64(2): the SAFETY comment below
 fn set_limit(pid: i32, value: u64, hard: u64) -> bool {
     let new = libc::rlimit64 {
         rlim_cur: value,

@@ -6,8 +6,8 @@
 //! a run's end stops only its own.
 //!
 //! **Sessions.** A run whose command starts in a session of its own
-//! ([`RunSpec::new_session`], as the job service's do) registers that
-//! session: an orphan in it belongs to that run, whatever its environment
+//! ([`RunSpec::new_session`](crate::RunSpec::new_session), as the job
+//! service's do) registers that session: an orphan in it belongs to that run, whatever its environment
 //! (a process can leave its session only for a new one, `setsid`, and
 //! join no other; a session id is not reused while a process is in it).
 //! Such a run's processes can join no process group of this process's
@@ -53,6 +53,7 @@
 //! and to check that a pid still names the process seen).
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError, RwLock, RwLockReadGuard};
@@ -64,7 +65,6 @@ use crate::contain::{escaped, our_pgrp, pin, stop_all, Pinned, SUPERVISED};
 use crate::error::ProcError;
 use crate::leftover::Leftover;
 use crate::procfs::{self, ProcStat};
-use crate::spec::RunSpec;
 
 mod children;
 use children::main_children;
@@ -125,7 +125,7 @@ struct Run {
     since: u64,
     /// `NAME=value` of the mark its command got, if it got one.
     mark: Option<Vec<u8>>,
-    /// The session its command leads ([`RunSpec::new_session`]): its pid.
+    /// The session its command leads ([`RunSpec::new_session`](crate::RunSpec::new_session)): its pid.
     session: Option<i32>,
     /// Its end has begun: its command ended, so no process of it runs
     /// any more, and an orphan without a mark that it could own is not
@@ -165,7 +165,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// stops it (TERM, grace, KILL) when its command ends, before it returns;
 /// orphans that exit by themselves are reaped. Orphans are attributed by
 /// the value of environment variable `mark` that each run's command gets
-/// in [`RunSpec::env`] (give every run its own); see the module.
+/// in [`RunSpec::env`](crate::RunSpec::env) (give every run its own); see the module.
 ///
 /// It changes the whole process, so the library never does it by itself:
 /// call it from `main`, before any run starts.
@@ -231,14 +231,21 @@ pub(crate) fn spawning() -> Spawning {
 }
 
 impl Spawning {
-    /// Registers the run whose command `spec` describes, started as `pid`
-    /// (call it after the command is registered as supervised); `None`
-    /// unless this process is a shared subreaper.
-    pub(crate) fn register(self, spec: &RunSpec, pid: Pid) -> Option<Registration> {
+    /// Registers the run whose command was started as `pid` with the
+    /// variables `env` added to its environment, in a session of its own if
+    /// `new_session` (as [`RunSpec::env`](crate::RunSpec::env) and
+    /// [`RunSpec::new_session`](crate::RunSpec::new_session) say; call it
+    /// after the command is registered as supervised); `None` unless this
+    /// process is a shared subreaper.
+    pub(crate) fn register(
+        self,
+        env: &[(OsString, OsString)],
+        new_session: bool,
+        pid: Pid,
+    ) -> Option<Registration> {
         self.hold.as_ref()?;
         let name = MARK.get()?;
-        let mark = spec
-            .env
+        let mark = env
             .iter()
             .rev()
             .find(|(k, _)| k.as_bytes().len() + 1 == name.len() && name.starts_with(k.as_bytes()))
@@ -248,7 +255,7 @@ impl Spawning {
             id,
             since: self.since,
             mark,
-            session: spec.new_session.then(|| pid.as_raw_nonzero().get()),
+            session: new_session.then(|| pid.as_raw_nonzero().get()),
             ending: false,
         });
         Some(Registration { id })

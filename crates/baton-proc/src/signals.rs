@@ -38,6 +38,7 @@ struct Global {
 static GLOBAL: Mutex<Option<Global>> = Mutex::new(None);
 
 /// Ask the kernel for the current disposition of `signal`, without changing it.
+#[allow(unsafe_code)] // sigaction(2), read only: the SAFETY comment below
 fn disposition(signal: i32) -> io::Result<Disposition> {
     // SAFETY: `sigaction` with a null new action only reads the disposition into `old`, a
     // zero-initialised plain C struct we own; nothing is installed or changed.

@@ -76,7 +76,7 @@ impl Supervisor {
         let started = Instant::now();
         let mut child = ChildGuard::new(child);
         // Unregistered when this returns, after its leftovers are stopped.
-        let run = spawning.register(&self.spec, child.pid);
+        let run = spawning.register(&self.spec.env, self.spec.new_session, child.pid);
         // Dropped when `run` returns: on the normal path the child has been
         // reaped by then; on an error path the terminal is taken back before
         // the child guard kills the group.

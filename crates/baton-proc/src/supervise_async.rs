@@ -97,7 +97,7 @@ impl Supervisor {
             })
             .map(|pid| {
                 let child = ChildGuard::new(pid);
-                let run = spawning.register(&spec, child.pid);
+                let run = spawning.register(&spec.env, spec.new_session, child.pid);
                 (child, run)
             });
             // Nobody waits any more (the future was dropped): the guard,
@@ -239,6 +239,7 @@ struct Fd<T>(T);
 
 /// Registers `fd`, which it then owns, with the runtime's reactor, for
 /// reading.
+#[allow(unsafe_code)] // the SAFETY comment below
 fn watch<T: AsFd>(fd: T) -> io::Result<AsyncFd<Fd<T>>> {
     // SAFETY: the `AsyncFd` owns `fd` (an owned descriptor: a pidfd, or an
     // eventfd kept alive by its `Arc`), so the descriptor stays open and

@@ -77,12 +77,14 @@ impl Drop for TerminalHandover {
     }
 }
 
+#[allow(unsafe_code)] // fd 0 borrowed for good: the SAFETY comment below
 fn stdin() -> BorrowedFd<'static> {
     // SAFETY: file descriptor 0 stays open for the life of the process (we
     // never close it); borrowing it is how std's own `Stdin` reaches it.
     unsafe { BorrowedFd::borrow_raw(0) }
 }
 
+#[allow(unsafe_code)] // sigprocmask(2): the SAFETY comment below
 fn with_sigttou_blocked(f: impl FnOnce()) {
     // SAFETY: sigset_t is a plain C type initialised by sigemptyset; we block
     // SIGTTOU in this thread only and restore the previous mask right after.

@@ -1,4 +1,6 @@
-//! Terminating a process that is not necessarily our child (`baton lock break`).
+//! Terminating a process that is not necessarily our child (`baton lock break`),
+//! and pinning one ([`PinnedProcess`]) for a caller that asks it to exit its
+//! own way (baton-ipc's `ask_to_exit`).
 //!
 //! On Windows a process that this crate did not start cannot be asked to
 //! stop (a console control event reaches a whole console process group, and
@@ -109,12 +111,7 @@ pub fn terminate_verified(
 #[cfg(unix)]
 /// Sends `signal` (named `name`) to the process behind `pidfd`; false when
 /// it has exited (and possibly was reaped) since the pidfd was opened.
-pub(crate) fn send(
-    pidfd: &ProcFd,
-    pid: i32,
-    signal: Signal,
-    name: &'static str,
-) -> Result<bool, ProcError> {
+fn send(pidfd: &ProcFd, pid: i32, signal: Signal, name: &'static str) -> Result<bool, ProcError> {
     match pidfd.send(signal) {
         Ok(()) => Ok(true),
         Err(Errno::SRCH) => Ok(false),
@@ -128,7 +125,7 @@ pub(crate) fn send(
 
 #[cfg(unix)]
 /// Wait until the process behind `pidfd` exits or `limit` passes; true if it exited.
-pub(crate) fn wait_exit(pidfd: &ProcFd, limit: Duration) -> Result<bool, ProcError> {
+fn wait_exit(pidfd: &ProcFd, limit: Duration) -> Result<bool, ProcError> {
     let deadline = Instant::now().checked_add(limit);
     loop {
         let timeout = deadline.map(|d| timespec(d.saturating_duration_since(Instant::now())));
@@ -181,5 +178,119 @@ pub fn terminate_verified(
         Ok(true) => Ok(TerminateReport::Killed),
         Ok(false) => Ok(TerminateReport::KillPending),
         Err(e) => Err(ProcError::io("wait for the process to exit", e)),
+    }
+}
+
+/// A process that is not necessarily our child, pinned: a pidfd on Linux, a
+/// kqueue watching it on macOS, a handle on Windows. What is sent to it, and
+/// the wait for its exit, reach it and never a process that reused its pid.
+/// Check its identity (its start time) once it is pinned.
+pub struct PinnedProcess {
+    pid: i32,
+    #[cfg(unix)]
+    pidfd: ProcFd,
+    #[cfg(windows)]
+    process: crate::sys::Process,
+}
+
+impl std::fmt::Debug for PinnedProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedProcess")
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PinnedProcess {
+    /// Pins process `pid`; `None` when there is no such process.
+    ///
+    /// # Errors
+    ///
+    /// [`ProcError::InvalidPid`] for a pid that is not positive (on Unix:
+    /// zero); [`ProcError::Io`] when the process cannot be pinned.
+    #[cfg(unix)]
+    pub fn open(pid: i32) -> Result<Option<PinnedProcess>, ProcError> {
+        let Some(target) = Pid::from_raw(pid) else {
+            return Err(ProcError::InvalidPid { pid });
+        };
+        match ProcFd::open(target) {
+            Ok(pidfd) => Ok(Some(PinnedProcess { pid, pidfd })),
+            Err(Errno::SRCH) => Ok(None),
+            Err(e) => Err(ProcError::io("open a pidfd for the process", e)),
+        }
+    }
+
+    /// Pins process `pid`; `None` when there is no such process.
+    ///
+    /// # Errors
+    ///
+    /// [`ProcError::InvalidPid`] for a pid that is not positive;
+    /// [`ProcError::Io`] when the process cannot be opened.
+    #[cfg(windows)]
+    pub fn open(pid: i32) -> Result<Option<PinnedProcess>, ProcError> {
+        let Some(target) = u32::try_from(pid).ok().filter(|p| *p > 0) else {
+            return Err(ProcError::InvalidPid { pid });
+        };
+        match crate::sys::Process::open_to_query(target) {
+            Ok(Some(process)) => Ok(Some(PinnedProcess { pid, process })),
+            Ok(None) => Ok(None),
+            Err(e) => Err(ProcError::io("open the process", e)),
+        }
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Sends it signal number `signal` (such as `libc::SIGUSR1`), named
+    /// `name` in an error; false when it has exited since it was pinned.
+    ///
+    /// # Errors
+    ///
+    /// [`ProcError::Signal`] when the kernel refuses the signal, or
+    /// `signal` is not a signal's number.
+    #[cfg(unix)]
+    pub fn signal(&self, signal: i32, name: &'static str) -> Result<bool, ProcError> {
+        let Some(signal) = Signal::from_named_raw(signal) else {
+            return Err(ProcError::Signal {
+                pid: self.pid,
+                signal: name,
+                source: std::io::ErrorKind::InvalidInput.into(),
+            });
+        };
+        send(&self.pidfd, self.pid, signal, name)
+    }
+
+    /// Windows: whether it has exited.
+    #[cfg(windows)]
+    pub fn has_exited(&self) -> bool {
+        self.process.has_exited()
+    }
+
+    /// Windows: its creation time (as [`ProcessId::start_time`](crate::ProcessId::start_time)).
+    ///
+    /// # Errors
+    ///
+    /// [`ProcError::Io`] when it cannot be read.
+    #[cfg(windows)]
+    pub fn start_time(&self) -> Result<u64, ProcError> {
+        self.process
+            .creation_time()
+            .map_err(|e| ProcError::io("read the process's creation time", e))
+    }
+
+    /// Waits until it exits or `limit` passes; true if it has exited.
+    ///
+    /// # Errors
+    ///
+    /// [`ProcError::Io`] when it cannot be waited for.
+    pub fn wait_exit(&self, limit: Duration) -> Result<bool, ProcError> {
+        #[cfg(unix)]
+        return wait_exit(&self.pidfd, limit);
+        #[cfg(windows)]
+        self.process
+            .wait(Some(limit))
+            .map_err(|e| ProcError::io("wait for the process to exit", e))
     }
 }

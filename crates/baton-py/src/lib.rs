@@ -21,6 +21,8 @@
 //! (`fork_safe.rs` there): a child forked while another thread is inside
 //! never finds it held.
 
+#![forbid(unsafe_code)]
+
 mod errors;
 mod fork;
 mod hold;

@@ -1,6 +1,6 @@
 //! How a newer run of a group tells an older one that it was superseded.
 //!
-//! Each run of a group has a doorbell ([`baton_proc::doorbell`]) named
+//! Each run of a group has a doorbell ([`baton_ipc::doorbell`]) named
 //! `baton/run/<run id>`, bound before it registers in the group document.
 //! The newer run marks the older one in the document (the truth) and then
 //! rings its bell (the wake-up); the older run's watcher thread re-reads its
@@ -19,8 +19,8 @@
 
 use std::io;
 
+use baton_ipc::doorbell::{Bells, Doorbell, DoorbellWatcher};
 use baton_lock::BatonDir;
-use baton_proc::doorbell::{Bells, Doorbell, DoorbellWatcher};
 
 fn name(run_id: &str) -> String {
     format!("baton/run/{run_id}")

@@ -12,7 +12,7 @@
 //! it needs is in baton-fs, baton-proc and baton-lock). What differs:
 //!
 //! - **Supersede**: a newer run of a group wakes an older one through a
-//!   doorbell (`baton_proc::doorbell`): an abstract socket on Linux, a
+//!   doorbell (`baton_ipc::doorbell`): an abstract socket on Linux, a
 //!   named event of the logon session on Windows, a socket file in
 //!   `<baton dir>/bells` on macOS (which has no abstract sockets).
 //! - **Event log**: `flock` on unix, on Windows a `LockFileEx` lock on one
@@ -24,7 +24,7 @@
 //!   process tree on unix, its process alone on Windows.
 //! - **`lock acquire`'s caller**: walking past command-substitution
 //!   subshells and wrappers reads `/proc` on Linux and asks `proc_pidinfo`
-//!   on macOS (`baton_proc::lineage`); on Windows the caller is the parent
+//!   on macOS (`baton_ipc::lineage`); on Windows the caller is the parent
 //!   process.
 //! - **A run's command dies with a killed `baton run`** by the parent-death
 //!   signal on Linux, the Job Object on Windows, and a guardian on macOS

@@ -1,6 +1,9 @@
 //! The platform seam: every call into the operating system that differs
 //! between the systems baton runs on is made here, behind safe functions;
 //! the rest of the crate calls these and nothing else of the platform.
+//! The modules that call the system through `libc` or `windows-sys` may
+//! use `unsafe` (the crate denies it elsewhere), each call with its
+//! `SAFETY` comment.
 //!
 //! - `unix.rs`: what Linux and macOS share: open-file-description (OFD)
 //!   byte-range locks (`F_OFD_SETLK`, `F_OFD_SETLKW`, `F_OFD_GETLK`), file
@@ -23,11 +26,13 @@
 //! ("Platforms").
 
 #[cfg(unix)]
+#[allow(unsafe_code)]
 mod unix;
 #[cfg(unix)]
 pub(crate) use unix::*;
 
 #[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
 mod linux;
 #[cfg(target_os = "linux")]
 pub(crate) use linux::*;
@@ -38,11 +43,13 @@ mod macos;
 pub(crate) use macos::*;
 
 #[cfg(windows)]
+#[allow(unsafe_code)]
 mod windows;
 #[cfg(windows)]
 pub(crate) use windows::*;
 
 #[cfg(unix)]
+#[allow(unsafe_code)]
 #[path = "sharing_unix.rs"]
 pub(crate) mod sharing;
 #[cfg(windows)]

@@ -15,7 +15,9 @@ use rustix::net::{
 };
 use rustix::process::Pid;
 
-use super::{mono_ns, Fence, GuardSpec, GUARD_ARG, GUARD_DISARMED, GUARD_FENCED, GUARD_ORPHANED};
+use super::fence::{
+    mono_ns, write_all, Fence, GuardSpec, GUARD_ARG, GUARD_DISARMED, GUARD_FENCED, GUARD_ORPHANED,
+};
 use crate::contain::{terminate_group, terminate_session, GroupIdentity, SUPERVISED};
 use crate::error::ProcError;
 use crate::sys::{ProcFd, SEND_FLAGS};
@@ -218,6 +220,7 @@ impl Drop for Guardian {
 /// broken protocol).
 ///
 /// Call it from `main` when the first argument is [`GUARD_ARG`].
+#[allow(unsafe_code)] // signal(2) with SIG_IGN: the SAFETY comment below
 pub fn guardian_main() -> i32 {
     // Started as `/proc/self/exe`, it would be called "exe" wherever a
     // process's name is shown: in `ps`, and in `lock status` when it is the
@@ -535,20 +538,6 @@ fn send_with_fds(socket: &OwnedFd, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::
             Err(e) => return Err(e.into()),
         }
     }
-}
-
-/// Writes all of `bytes` (a message is far below the socket's buffer);
-/// never raises `SIGPIPE`.
-pub(super) fn write_all(socket: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
-    while !bytes.is_empty() {
-        match send(socket.as_fd(), bytes, SEND_FLAGS) {
-            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-            Ok(n) => bytes = &bytes[n..],
-            Err(Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ use std::os::fd::{BorrowedFd, RawFd};
 use rustix::io::Errno;
 use rustix::process::Signal;
 
-use super::Prepared;
+use super::prepared::Prepared;
 
 /// Size of the child's stack: it makes system calls and little else (a
 /// few KiB in a debug build: `the_child_uses_little_of_its_stack`).

@@ -13,7 +13,7 @@ use rustix::net::{AddressFamily, SendFlags, SocketFlags, SocketType};
 use rustix::pipe::PipeFlags;
 use rustix::process::{Pid, PidfdFlags, Signal};
 
-use super::unix::ProcStat;
+use super::stat::ProcStat;
 use crate::error::ProcError;
 
 /// A process pinned by a pidfd: signals reach it and no other process that
@@ -195,9 +195,9 @@ pub(crate) fn children_of(pid: i32) -> Vec<i32> {
             ),
             Err(e) if e.kind() == io::ErrorKind::NotFound && task.path().exists() => {
                 // A kernel without CONFIG_PROC_CHILDREN.
-                return crate::procfs::scan(|_, st| st.ppid == pid && !st.exited)
+                return all_pids()
                     .into_iter()
-                    .map(|(p, _)| p)
+                    .filter(|p| proc_stat(*p).is_some_and(|st| st.ppid == pid && !st.exited))
                     .collect();
             }
             Err(_) => {}

@@ -20,7 +20,7 @@ use rustix::io::{Errno, FdFlags};
 use rustix::net::{AddressFamily, SendFlags, SocketFlags, SocketType};
 use rustix::process::{Pid, Signal};
 
-use super::unix::ProcStat;
+use super::stat::ProcStat;
 use crate::error::ProcError;
 
 const NO_WAIT: Timespec = Timespec {
@@ -280,9 +280,9 @@ pub(crate) fn all_pids() -> Vec<i32> {
 
 /// The children of `pid` (from a scan: macOS lists no children per process).
 pub(crate) fn children_of(pid: i32) -> Vec<i32> {
-    crate::procfs::scan(|_, st| st.ppid == pid && !st.exited)
+    all_pids()
         .into_iter()
-        .map(|(p, _)| p)
+        .filter(|p| proc_stat(*p).is_some_and(|st| st.ppid == pid && !st.exited))
         .collect()
 }
 

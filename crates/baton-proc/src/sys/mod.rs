@@ -1,7 +1,10 @@
 //! The platform seam: every call into the operating system that differs
 //! between the systems baton runs on is made here, behind safe functions;
-//! the rest of the crate calls these.
+//! the rest of the crate calls these. `linux.rs`, `macos.rs` and
+//! `windows.rs` may use `unsafe` (the crate denies it elsewhere), each
+//! call with its `SAFETY` comment.
 //!
+//! - `stat.rs`: what is read of a process on Linux and macOS alike;
 //! - `unix.rs`: what Linux and macOS share, and the choice between them;
 //! - `linux.rs`: pidfds, eventfd, `/proc`, the parent-death signal and the
 //!   child subreaper (Linux only);
@@ -14,26 +17,24 @@
 //! What each system keeps of the crate's promises is listed in `docs/src/design/signals.md`
 //! ("Platforms").
 
-pub(crate) mod doorbell;
-#[cfg(target_os = "linux")]
-#[path = "lineage/linux.rs"]
-pub(crate) mod lineage;
-#[cfg(target_os = "macos")]
-#[path = "lineage/macos.rs"]
-pub(crate) mod lineage;
+#[cfg(unix)]
+mod stat;
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
-pub use unix::ProcStat;
+pub use stat::ProcStat;
 #[cfg(unix)]
 pub(crate) use unix::*;
 
 #[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
 mod linux;
 #[cfg(target_os = "macos")]
+#[allow(unsafe_code)]
 mod macos;
 
 #[cfg(windows)]
+#[allow(unsafe_code)]
 mod windows;
 #[cfg(windows)]
 pub(crate) use windows::*;

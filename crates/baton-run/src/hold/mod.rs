@@ -29,7 +29,7 @@ pub use stop::{BreakReport, BrokenHolder, ReleaseReport};
 /// Wrappers that fork the command and wait for it (`timeout`, `xargs`) are
 /// walked past too: they end with `acquire`, not with the script. Telling a
 /// subshell or a wrapper reads `/proc` on Linux and asks `proc_pidinfo` on
-/// macOS ([`baton_proc::lineage`]); on Windows, where a shell forks no
+/// macOS ([`baton_ipc::lineage`]); on Windows, where a shell forks no
 /// subshells, the caller is the parent process.
 pub fn caller_to_watch() -> Option<(i32, u64)> {
     let mut pid = baton_lock::parent_of(std::process::id() as i32).filter(|p| *p > 0)?;
@@ -78,16 +78,16 @@ pub fn callers_of_release() -> Vec<(i32, u64)> {
 
 /// `pid` is a fork of `parent` that has not executed another program.
 fn is_fork_of(pid: i32, parent: i32) -> bool {
-    baton_proc::lineage::is_fork_of(pid, parent)
+    baton_ipc::lineage::is_fork_of(pid, parent)
 }
 
 /// `pid` is a forked subshell of `parent` writing into a pipe that `parent` reads.
 fn is_substitution_subshell(pid: i32, parent: i32) -> bool {
-    baton_proc::lineage::is_fork_of(pid, parent) && baton_proc::lineage::stdout_read_by(pid, parent)
+    baton_ipc::lineage::is_fork_of(pid, parent) && baton_ipc::lineage::stdout_read_by(pid, parent)
 }
 
 /// `pid` runs a tool that starts the command as its child and exits with it.
 fn is_forking_wrapper(pid: i32) -> bool {
-    baton_proc::lineage::command_name(pid)
+    baton_ipc::lineage::command_name(pid)
         .is_some_and(|c| matches!(c.as_str(), "timeout" | "xargs" | "time"))
 }

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use baton_ipc::{ask_to_exit, Asked};
 use baton_lock::{start_time, HolderInfo, HolderKind, Liveness, LockError, LockName};
-use baton_proc::{ask_to_exit, terminate_verified, Asked, TerminateReport};
+use baton_proc::{terminate_verified, TerminateReport};
 use serde::Serialize;
 
 use crate::backend::Backend;

@@ -1,7 +1,7 @@
 //! The background holder's wait on Windows, which has no signals: every
 //! source of an end is a thread sending one event on a channel — the
 //! waiting acquisition, `baton lock release` (an exit request, see
-//! `baton_proc::on_exit_request`), the lost database session, and the exit
+//! `baton_ipc::on_exit_request`), the lost database session, and the exit
 //! of the caller and of the requester (a handle on the process, checked by
 //! its creation time, so a reused pid is never mistaken for it).
 //!
@@ -54,7 +54,7 @@ pub(super) fn hold(
     let (tx, rx) = mpsc::channel();
     // The release request first, so that one arriving early is not lost.
     let release = tx.clone();
-    let _release = baton_proc::on_exit_request(move || {
+    let _release = baton_ipc::on_exit_request(move || {
         let _ = release.send(Event::Release);
     })
     .map_err(fault("listen for `baton lock release`"))?;

@@ -17,7 +17,7 @@
 /// executed another program since (a subshell of `parent`'s shell).
 pub fn is_fork_of(pid: i32, parent: i32) -> bool {
     #[cfg(unix)]
-    return crate::procfs::stat(pid).is_some_and(|st| st.ppid == parent)
+    return baton_proc::procfs::stat(pid).is_some_and(|st| st.ppid == parent)
         && crate::sys::lineage::forked_without_exec(pid, parent);
     #[cfg(windows)]
     {
@@ -43,7 +43,7 @@ pub fn stdout_read_by(pid: i32, reader: i32) -> bool {
 /// `None`).
 pub fn command_name(pid: i32) -> Option<String> {
     #[cfg(unix)]
-    return crate::procfs::stat(pid).map(|st| st.comm);
+    return baton_proc::procfs::stat(pid).map(|st| st.comm);
     #[cfg(windows)]
     {
         let _ = pid;

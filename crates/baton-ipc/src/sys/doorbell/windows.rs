@@ -1,18 +1,17 @@
 //! Windows: a named auto-reset event, `Local\<name>`; the watcher's thread
-//! waits for it or for its own stop event.
+//! waits for it, and closing the watcher sets a stop flag and the event.
 
 use std::io;
 use std::os::windows::ffi::OsStrExt;
-use std::os::windows::io::{AsHandle, AsRawHandle, FromRawHandle, OwnedHandle, RawHandle};
+use std::os::windows::io::{AsRawHandle, FromRawHandle, OwnedHandle, RawHandle};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use windows_sys::Win32::Foundation::{GetLastError, ERROR_ALREADY_EXISTS, HANDLE};
+use windows_sys::Win32::Foundation::{GetLastError, ERROR_ALREADY_EXISTS, HANDLE, WAIT_OBJECT_0};
 use windows_sys::Win32::System::Threading::{
-    CreateEventW, OpenEventW, SetEvent, EVENT_MODIFY_STATE,
+    CreateEventW, OpenEventW, SetEvent, WaitForSingleObject, EVENT_MODIFY_STATE, INFINITE,
 };
-
-use crate::sys::{wait_any, Waker};
 
 /// `Local\<name>`, NUL-terminated UTF-16; `None` for a name with a NUL or a
 /// backslash (which event names may not hold).
@@ -57,33 +56,49 @@ impl Doorbell {
     }
 
     pub(crate) fn watch(self, on_ring: impl Fn() + Send + 'static) -> io::Result<Watcher> {
-        let stop = Arc::new(Waker::new()?);
-        let stopped = Arc::clone(&stop);
-        let event = self.event;
+        let event = Arc::new(self.event);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ringing, stopped) = (Arc::clone(&event), Arc::clone(&stop));
         let thread = std::thread::Builder::new()
             .name("baton-doorbell".into())
-            .spawn(move || loop {
-                match wait_any(&[stopped.handle(), event.as_handle()], None) {
-                    Ok(Some(1)) => on_ring(),
-                    _ => break,
+            .spawn(move || {
+                while wait(&ringing) && !stopped.load(Ordering::SeqCst) {
+                    on_ring();
                 }
             })?;
         Ok(Watcher {
+            event: Some(event),
             stop,
             thread: Some(thread),
         })
     }
 }
 
+/// Waits until `event` is set; false when the wait fails.
+fn wait(event: &OwnedHandle) -> bool {
+    // SAFETY: an open event handle, borrowed for the call.
+    unsafe { WaitForSingleObject(event.as_raw_handle() as HANDLE, INFINITE) == WAIT_OBJECT_0 }
+}
+
+/// Sets `event` (with `EVENT_MODIFY_STATE` access).
+fn set(event: &OwnedHandle) {
+    // SAFETY: an open event handle, borrowed for the call.
+    unsafe { SetEvent(event.as_raw_handle() as HANDLE) };
+}
+
 pub(crate) struct Watcher {
-    stop: Arc<Waker>,
+    /// Shared with the thread; closed with it (the name is free again).
+    event: Option<Arc<OwnedHandle>>,
+    stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Watcher {
     pub(crate) fn close(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            self.stop.wake();
+        if let (Some(thread), Some(event)) = (self.thread.take(), self.event.take()) {
+            // The flag first: the thread that the event wakes sees it.
+            self.stop.store(true, Ordering::SeqCst);
+            set(&event);
             let _ = thread.join();
         }
     }
@@ -100,6 +115,5 @@ pub(crate) fn ring_named(name: &str) {
     }
     // SAFETY: a valid handle just returned to us, owned by nobody else.
     let event = unsafe { OwnedHandle::from_raw_handle(event as RawHandle) };
-    // SAFETY: an open event handle with EVENT_MODIFY_STATE.
-    unsafe { SetEvent(event.as_raw_handle() as HANDLE) };
+    set(&event);
 }

@@ -1,18 +1,17 @@
 //! What the unix bells share: a datagram socket (abstract on Linux, a file
 //! in a directory otherwise) whose watcher thread waits in one `poll` on it
-//! and on a waker that closing the watcher sets. A ring is any datagram;
-//! rings that arrive together are handled once.
+//! and on the end of a socket pair whose other end closing the watcher
+//! closes. A ring is any datagram; rings that arrive together are handled
+//! once.
 
 use std::io;
-use std::os::unix::net::{SocketAddr, UnixDatagram};
-use std::sync::Arc;
+use std::os::unix::net::{SocketAddr, UnixDatagram, UnixStream};
 use std::thread::JoinHandle;
 
 use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 
 use super::claim::Claim;
-use crate::sys::Waker;
 
 /// A bound bell; `claim` is the lock on a file bell's name (none for an
 /// abstract one, whose name the kernel frees with the socket).
@@ -28,15 +27,16 @@ impl Doorbell {
 
     pub(crate) fn watch(self, on_ring: impl Fn() + Send + 'static) -> io::Result<Watcher> {
         self.socket.set_nonblocking(true)?;
-        let stop = Arc::new(Waker::new()?);
-        let stopped = Arc::clone(&stop);
+        // Closing `stop` (the watcher's end) makes `stopped` readable (end
+        // of file).
+        let (stop, stopped) = UnixStream::pair()?;
         let socket = self.socket;
         let thread = std::thread::Builder::new()
             .name("baton-doorbell".into())
             .spawn(move || loop {
                 let mut fds = [
                     PollFd::new(&socket, PollFlags::IN),
-                    PollFd::new(&*stopped, PollFlags::IN),
+                    PollFd::new(&stopped, PollFlags::IN),
                 ];
                 match rustix::event::poll(&mut fds, None) {
                     Ok(_) => {}
@@ -56,7 +56,7 @@ impl Doorbell {
                 }
             })?;
         Ok(Watcher {
-            stop,
+            stop: Some(stop),
             thread: Some(thread),
             _claim: self.claim,
         })
@@ -80,15 +80,16 @@ fn drain(socket: &UnixDatagram) -> io::Result<bool> {
 /// The watching thread; the claim (a file bell's name) is given up after
 /// the thread, and so the socket, has ended.
 pub(crate) struct Watcher {
-    stop: Arc<Waker>,
+    /// Closed to stop the thread.
+    stop: Option<UnixStream>,
     thread: Option<JoinHandle<()>>,
     _claim: Option<Claim>,
 }
 
 impl Watcher {
     pub(crate) fn close(&mut self) {
+        self.stop = None;
         if let Some(thread) = self.thread.take() {
-            self.stop.wake();
             let _ = thread.join();
         }
         self._claim = None;

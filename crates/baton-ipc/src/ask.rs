@@ -12,16 +12,7 @@
 
 use std::time::Duration;
 
-#[cfg(unix)]
-use rustix::io::Errno;
-#[cfg(unix)]
-use rustix::process::{Pid, Signal};
-
-use crate::error::ProcError;
-#[cfg(unix)]
-use crate::sys::ProcFd;
-#[cfg(unix)]
-use crate::terminate::{send, wait_exit};
+use baton_proc::{PinnedProcess, ProcError};
 
 /// What [`ask_to_exit`] saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,29 +35,23 @@ pub enum Asked {
 ///
 /// [`ProcError::InvalidPid`] for a pid that is not positive;
 /// [`ProcError::Signal`] when the kernel refuses the signal;
-/// [`ProcError::Io`] when the process cannot be pinned or waited for;
-/// [`ProcError::Unsupported`] on Windows.
+/// [`ProcError::Io`] when the process cannot be pinned or waited for.
 #[cfg(unix)]
 pub fn ask_to_exit(
     pid: i32,
     is_expected: impl FnOnce() -> bool,
     limit: Duration,
 ) -> Result<Asked, ProcError> {
-    let Some(target) = Pid::from_raw(pid) else {
-        return Err(ProcError::InvalidPid { pid });
-    };
-    let pidfd = match ProcFd::open(target) {
-        Ok(pidfd) => pidfd,
-        Err(Errno::SRCH) => return Ok(Asked::Gone),
-        Err(e) => return Err(ProcError::io("open a pidfd for the process", e)),
+    let Some(process) = PinnedProcess::open(pid)? else {
+        return Ok(Asked::Gone);
     };
     if !is_expected() {
         return Ok(Asked::Gone);
     }
-    if !send(&pidfd, pid, Signal::USR1, "SIGUSR1")? {
+    if !process.signal(rustix::process::Signal::USR1.as_raw(), "SIGUSR1")? {
         return Ok(Asked::Gone);
     }
-    Ok(if wait_exit(&pidfd, limit)? {
+    Ok(if process.wait_exit(limit)? {
         Asked::Exited
     } else {
         Asked::StillRunning
@@ -87,31 +72,24 @@ pub fn ask_to_exit(
     is_expected: impl FnOnce() -> bool,
     limit: Duration,
 ) -> Result<Asked, ProcError> {
-    let Some(target) = u32::try_from(pid).ok().filter(|p| *p > 0) else {
-        return Err(ProcError::InvalidPid { pid });
-    };
-    let process = match crate::sys::Process::open_to_query(target) {
-        Ok(Some(p)) => p,
-        Ok(None) => return Ok(Asked::Gone),
-        Err(e) => return Err(ProcError::io("open the process", e)),
+    let Some(process) = PinnedProcess::open(pid)? else {
+        return Ok(Asked::Gone);
     };
     if process.has_exited() || !is_expected() {
         return Ok(Asked::Gone);
     }
-    let created = process
-        .creation_time()
-        .map_err(|e| ProcError::io("read the process's creation time", e))?;
-    crate::doorbell::Bells::named().ring(&exit_request_name(target, created));
-    match process.wait(Some(limit)) {
-        Ok(true) => Ok(Asked::Exited),
-        Ok(false) => Ok(Asked::StillRunning),
-        Err(e) => Err(ProcError::io("wait for the process to exit", e)),
-    }
+    let created = process.start_time()?;
+    crate::doorbell::Bells::named().ring(&exit_request_name(process.pid(), created));
+    Ok(if process.wait_exit(limit)? {
+        Asked::Exited
+    } else {
+        Asked::StillRunning
+    })
 }
 
 /// The name of the exit request of process `pid` created at `created`.
 #[cfg(windows)]
-fn exit_request_name(pid: u32, created: u64) -> String {
+fn exit_request_name(pid: i32, created: u64) -> String {
     format!("baton-exit/{pid}-{created}")
 }
 
@@ -129,9 +107,9 @@ fn exit_request_name(pid: u32, created: u64) -> String {
 pub fn on_exit_request(
     on_ask: impl Fn() + Send + 'static,
 ) -> std::io::Result<crate::doorbell::DoorbellWatcher> {
-    let me = crate::identity::ProcessId::current()
+    let me = baton_proc::ProcessId::current()
         .ok_or_else(|| std::io::Error::other("cannot read this process's creation time"))?;
-    let name = exit_request_name(std::process::id(), me.start_time);
+    let name = exit_request_name(me.pid, me.start_time);
     crate::doorbell::Bells::named().bind(&name)?.watch(on_ask)
 }
 
