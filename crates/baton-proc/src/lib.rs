@@ -81,10 +81,7 @@
 //! `guard/guardian.rs`, both under `guard.rs`); `spec` (what to run, what
 //! came of it) over `guard`; then `spawn` (`spawn/prepared.rs` under
 //! `spawn/clone_vm.rs`, with the error of a failed start,
-//! `spawn/failed.rs`), `supervise`, `supervise_async` (Linux, feature
-//! `tokio`: [`Supervisor::run_async`], the same supervision awaited on a
-//! tokio runtime, for a process that hosts many runs), `streams` and this
-//! root. On Windows, `supervise` is `supervise_windows.rs`, and the Unix
+//! `spawn/failed.rs`), `supervise`, `streams` and this root. On Windows, `supervise` is `supervise_windows.rs`, and the Unix
 //! modules (`contain`, `orphans`, `pidns`, `procfs`, `signals`, `spawn`,
 //! `terminal`, `time`, `tree`) are not built. Doorbells, asking a process
 //! to exit and a process's lineage are in `baton-ipc`, over this crate.
@@ -126,8 +123,6 @@ mod supervise;
 #[cfg(windows)]
 #[path = "supervise_windows.rs"]
 mod supervise;
-#[cfg(all(target_os = "linux", feature = "tokio"))]
-mod supervise_async;
 mod supervisor;
 mod sys;
 #[cfg(unix)]

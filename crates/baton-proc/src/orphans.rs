@@ -283,14 +283,6 @@ fn now_ticks() -> u64 {
     0
 }
 
-/// Whether `run`'s end may have orphans to stop or reap (see
-/// [`needs_sorting`]); reads the children list.
-#[cfg(all(target_os = "linux", feature = "tokio"))]
-pub(crate) fn may_have_orphans(run: &Registration) -> bool {
-    ending(run);
-    needs_sorting(run.id, &main_children())
-}
-
 /// Marks `run` as ending (its command ended): see [`Run::ending`]. Two
 /// runs ending at once could otherwise each leave an orphan without a
 /// mark to the other, and neither stop it.

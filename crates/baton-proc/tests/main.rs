@@ -3,9 +3,7 @@
 //! declared here (the crate sets `autotests = false`).
 //!
 //! `run`, `signals` and `start` are Linux tests (they read `/proc`, use
-//! pidfds and `sh`); `supervise_async` too, with the crate's `tokio` feature
-//! (on in a workspace run: the job service asks for it); `windows` runs
-//! under Windows (and wine).
+//! pidfds and `sh`); `windows` runs under Windows (and wine).
 
 #[cfg(target_os = "linux")]
 mod common;
@@ -15,8 +13,6 @@ mod run;
 mod signals;
 #[cfg(target_os = "linux")]
 mod start;
-#[cfg(all(target_os = "linux", feature = "tokio"))]
-mod supervise_async;
 #[cfg(windows)]
 mod windows;
 
