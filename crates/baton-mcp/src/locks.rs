@@ -2,30 +2,15 @@
 //! session (baton-lock decides; this module translates).
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use baton_lock::{HolderKind, LockError, LockName, LockRequest, Mode, WaitPolicy};
+use baton_lock::{HolderKind, LockError, LockName, LockRequest, Mode};
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
 use crate::session::Session;
 use crate::types::{LockArgs, LockOut, UnlockArgs, UnlockOut};
-use crate::wait::blocking;
+use crate::wait::{blocking, wait_policy};
 use crate::{Outcome, ToolError};
-
-/// A wait of `seconds` as the engine's policy: 0 answers at once.
-pub(crate) fn wait_policy(seconds: f64, what: &str) -> Result<WaitPolicy, ToolError> {
-    if !seconds.is_finite() || seconds < 0.0 {
-        return Err(ToolError::Invalid(format!(
-            "{what}: wait_seconds must be a number of seconds >= 0, not {seconds}"
-        )));
-    }
-    if seconds == 0.0 {
-        return Ok(WaitPolicy::Immediately);
-    }
-    // Beyond what a Duration holds: as long as it takes.
-    Ok(Duration::try_from_secs_f64(seconds).map_or(WaitPolicy::Forever, WaitPolicy::AtMost))
-}
 
 /// `lock`.
 pub(crate) async fn lock(

@@ -7,45 +7,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_lock::reserve::{
-    Conflict, HeldReservation, Pattern, ReservationHolder, ReservationRecord, ReserveError,
-    ReserveRequest, Space,
+    Conflict, Pattern, ReservationHolder, ReservationRecord, ReserveError, ReserveRequest, Space,
 };
 use baton_lock::Mode;
 use rmcp::service::RequestContext;
 use rmcp::{Peer, RoleServer};
 
-use crate::locks::wait_policy;
-use crate::session::Session;
+use crate::session::{Held, Session};
 use crate::types::{
     ConflictOut, HolderOut, ReleaseArgs, ReleaseOut, ReservationOut, ReservationsArgs,
     ReservationsOut, ReserveArgs, ReserveMode, ReserveOut,
 };
-use crate::wait::blocking;
+use crate::wait::{blocking, wait_policy};
 use crate::{Outcome, ToolError};
 
 /// How often the session's reservations are checked for an operator's break.
 const BROKEN_POLL: Duration = Duration::from_secs(1);
-
-/// A reservation held by the session.
-pub(crate) struct Held(Box<dyn HeldReservation>);
-
-impl Held {
-    /// Releases it; a failure is logged (the liveness lock is freed anyway,
-    /// so others see the row dead).
-    pub(crate) fn release_quietly(self) {
-        let token = self.0.token();
-        if let Err(e) = self.0.release() {
-            tracing::warn!(token, "releasing a reservation: {e}");
-        }
-    }
-
-    /// Leaves it as a dead holder's (its client died; the session is
-    /// ending): its row stays, so that the next holder is told
-    /// `previous_holder_died` ([`HeldReservation::abandon`]).
-    pub(crate) fn abandon(self) {
-        self.0.abandon();
-    }
-}
 
 pub(crate) fn space(session: &Session) -> Space {
     Space::new(

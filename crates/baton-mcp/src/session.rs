@@ -9,10 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use baton_lock::reserve::ReservationStore;
+use baton_lock::reserve::{HeldReservation, ReservationStore};
 use baton_lock::{BatonDir, CancelToken, LockGuard, ProcessIdentity};
-
-use crate::reserve::Held;
 
 /// What `baton mcp` was started with.
 #[derive(Clone, Debug)]
@@ -213,5 +211,26 @@ impl Session {
                 h.release_quietly();
             }
         }
+    }
+}
+
+/// A reservation held by the session.
+pub(crate) struct Held(pub(crate) Box<dyn HeldReservation>);
+
+impl Held {
+    /// Releases it; a failure is logged (the liveness lock is freed anyway,
+    /// so others see the row dead).
+    pub(crate) fn release_quietly(self) {
+        let token = self.0.token();
+        if let Err(e) = self.0.release() {
+            tracing::warn!(token, "releasing a reservation: {e}");
+        }
+    }
+
+    /// Leaves it as a dead holder's (its client died; the session is
+    /// ending): its row stays, so that the next holder is told
+    /// `previous_holder_died` ([`HeldReservation::abandon`]).
+    pub(crate) fn abandon(self) {
+        self.0.abandon();
     }
 }

@@ -6,7 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use baton_lock::CancelToken;
+use baton_lock::{CancelToken, WaitPolicy};
+
+use crate::ToolError;
 use rmcp::model::ProgressNotificationParam;
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
@@ -75,4 +77,18 @@ where
             }
         }
     }
+}
+
+/// A wait of `seconds` as the engine's policy: 0 answers at once.
+pub(crate) fn wait_policy(seconds: f64, what: &str) -> Result<WaitPolicy, ToolError> {
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(ToolError::Invalid(format!(
+            "{what}: wait_seconds must be a number of seconds >= 0, not {seconds}"
+        )));
+    }
+    if seconds == 0.0 {
+        return Ok(WaitPolicy::Immediately);
+    }
+    // Beyond what a Duration holds: as long as it takes.
+    Ok(Duration::try_from_secs_f64(seconds).map_or(WaitPolicy::Forever, WaitPolicy::AtMost))
 }
