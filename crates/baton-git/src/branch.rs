@@ -49,7 +49,7 @@ use crate::error::{BranchHolder, GitError};
 use crate::git::{self, commit_of, Repo};
 use crate::record::Workspace;
 use crate::registry;
-use crate::workspace::WorkspaceRequest;
+use crate::request::WorkspaceRequest;
 
 /// Where a workspace starts, and what was done to its branch to get there.
 #[derive(Clone, Debug, PartialEq, Eq)]

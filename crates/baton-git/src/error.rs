@@ -138,7 +138,7 @@ pub enum GitError {
     /// A branch name baton does not make or work on: git refuses it, or it
     /// would shadow another namespace (`origin/main`, `refs/...`; see
     /// [`crate::branch_name_refusal`]).
-    #[error("invalid branch name '{}': {reason}", crate::refname::shown(branch))]
+    #[error("invalid branch name '{}': {reason}", shown(branch))]
     BadBranchName {
         /// The name given.
         branch: String,
@@ -295,4 +295,17 @@ impl BranchCommits {
             e => Err(e),
         }
     }
+}
+
+/// `name` for a one-line message: its control characters escaped (`\n`).
+pub(crate) fn shown(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }

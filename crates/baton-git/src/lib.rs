@@ -87,6 +87,7 @@ mod refname;
 mod registry;
 mod remote;
 mod remove;
+mod request;
 mod root;
 mod status;
 mod workspace;
@@ -111,5 +112,6 @@ pub use refname::{
     branch_name_refusal, check_branch_name, remote_names, DEFAULT_REMOTE, RESERVED_BRANCH_PREFIXES,
 };
 pub use remove::{remove, remove_with, Preserved, Removed, Unpushed};
+pub use request::WorkspaceRequest;
 pub use root::ROOT_SETTING;
-pub use workspace::{create, get, list, list_readable, WorkspaceRequest};
+pub use workspace::{create, get, list, list_readable};

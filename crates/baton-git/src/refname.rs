@@ -128,19 +128,6 @@ fn syntax_refusal(name: &str) -> Option<String> {
     Some(why.to_string())
 }
 
-/// `name` for a one-line message: its control characters escaped (`\n`).
-pub(crate) fn shown(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
 /// The remotes configured in the repository at `repo` (`git remote`).
 pub fn remote_names(repo: &Path) -> Result<Vec<String>, GitError> {
     Ok(git::run(repo, ["remote"])?
