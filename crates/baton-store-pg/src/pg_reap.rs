@@ -24,11 +24,10 @@ use std::time::Duration;
 
 use baton_pg::one_line;
 
+use super::pg_pool::{too_slow, OP_LIMIT};
 use super::pg_session::{application_name, NODE_CLASS};
 use super::pg_sql::{lock_all, mark_interrupted, plan, running_on, Retry};
-use super::postgres::OP_LIMIT;
-use super::{Recovered, Settle, StoreError};
-use crate::model::Job;
+use baton_store::{Job, Recovered, Settle, StoreError};
 
 type PgResult<T> = Result<T, tokio_postgres::Error>;
 
@@ -80,7 +79,7 @@ pub(super) async fn reap(
                 message: one_line(&e),
             })
         }
-        Err(_) => return Err(super::postgres::too_slow(op)),
+        Err(_) => return Err(too_slow(op)),
     };
     let mut out = Vec::new();
     for row in candidates {
@@ -100,7 +99,7 @@ pub(super) async fn reap(
                         op,
                         message: one_line(&e),
                     },
-                    _ => super::postgres::too_slow(op),
+                    _ => too_slow(op),
                 });
             }
         }
@@ -183,7 +182,7 @@ async fn take_over(
         tx.commit().await?;
         for row in abandoned {
             let id: String = row.get(0);
-            tracing::warn!(job = %id, node = %node, "cancelled a queued job whose caller waited on a dead node");
+            tracing::warn!(target: "baton_serve::store", job = %id, node = %node, "cancelled a queued job whose caller waited on a dead node");
         }
         Ok::<_, tokio_postgres::Error>(plan)
     }
@@ -249,9 +248,10 @@ async fn end_stalled_session(
                 )
                 .await;
             if let Err(e) = others {
-                tracing::warn!(node = %node, error = %one_line(&e), "cannot end the other connections of a node that stopped beating");
+                tracing::warn!(target: "baton_serve::store", node = %node, error = %one_line(&e), "cannot end the other connections of a node that stopped beating");
             }
             tracing::warn!(
+                target: "baton_serve::store",
                 node = %node,
                 backend = pid,
                 silent_ms,
@@ -263,6 +263,7 @@ async fn end_stalled_session(
         Ok(None) => Ok(false),
         Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {
             tracing::warn!(
+                target: "baton_serve::store",
                 node = %node,
                 error = %one_line(&e),
                 "a node stopped beating but keeps its session, and this database user may not end it (grant it pg_signal_backend): its jobs hold their slots until it beats again or its session ends"

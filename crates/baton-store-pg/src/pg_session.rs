@@ -22,7 +22,7 @@ use tokio_postgres::AsyncMessage;
 
 use baton_pg::one_line;
 
-use super::StoreEvent;
+use baton_store::StoreEvent;
 
 /// The advisory lock class (first key) of node liveness locks.
 pub(super) const NODE_CLASS: i32 = 0x6261_746e; // "batn"
@@ -66,7 +66,7 @@ pub(super) fn application_name(node: &str) -> String {
 
 /// This baton dir's node id (`<host>-<random>`), made once and kept in
 /// `<baton dir>/serve/node-id` so that a restart recovers its own jobs.
-pub(super) fn node_id(baton_dir: &Path) -> Result<String, String> {
+pub fn node_id(baton_dir: &Path) -> Result<String, String> {
     let path = baton_dir.join("serve").join("node-id");
     if let Ok(s) = std::fs::read_to_string(&path) {
         let s = s.trim();
@@ -77,7 +77,7 @@ pub(super) fn node_id(baton_dir: &Path) -> Result<String, String> {
     let host = baton_lock::hostname().to_string();
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
-    h.write_i64(crate::model::now_ms());
+    h.write_i64(baton_store::now_ms());
     let id = format!("{host}-{:08x}", h.finish() & 0xffff_ffff);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)
@@ -106,11 +106,11 @@ pub(super) async fn start(
                 match connect(&cfg, &tls, &node, &shared).await {
                     Ok(s) => break s,
                     Err(e) => {
-                        tracing::warn!(error = %e, "cannot re-establish the database session; retrying")
+                        tracing::warn!(target: "baton_serve::store", error = %e, "cannot re-establish the database session; retrying")
                     }
                 }
             };
-            tracing::info!(node = %node, "database session re-established");
+            tracing::info!(target: "baton_serve::store", node = %node, "database session re-established");
         }
     });
     Ok(())
@@ -134,7 +134,7 @@ async fn connect(
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(error = %one_line(&e), "the database session ended");
+                    tracing::warn!(target: "baton_serve::store", error = %one_line(&e), "the database session ended");
                     break;
                 }
             }
@@ -144,7 +144,7 @@ async fn connect(
         // Best effort: a server that lacks one still works, only slower to
         // notice a dead machine.
         if let Err(e) = client.batch_execute(setting).await {
-            tracing::debug!(error = %one_line(&e), setting, "server setting refused");
+            tracing::debug!(target: "baton_serve::store", error = %one_line(&e), setting, "server setting refused");
         }
     }
     client
@@ -245,7 +245,7 @@ async fn hold(mut session: Connected, node: &str, shared: &Shared) {
                         let _ = shared.events.send(StoreEvent::Alive(sent));
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "heartbeat failed");
+                        tracing::warn!(target: "baton_serve::store", error = %e, "heartbeat failed");
                         break;
                     }
                 }
@@ -253,6 +253,6 @@ async fn hold(mut session: Connected, node: &str, shared: &Shared) {
         }
     }
     shared.live.store(false, Ordering::SeqCst);
-    tracing::error!(node = %node, "lost the database session: this node's jobs are stopped and it claims none until the session is back");
+    tracing::error!(target: "baton_serve::store", node = %node, "lost the database session: this node's jobs are stopped and it claims none until the session is back");
     let _ = shared.events.send(StoreEvent::Live(false));
 }

@@ -6,10 +6,8 @@
 
 use std::time::Duration;
 
-use baton_serve::model::JobStatus;
-use baton_serve::store::{Store, StoreUrl};
-
-use super::{job, status, submit, t, Ctx, MANY};
+use baton_store::suite::{job, status, submit, t, Ctx, MANY};
+use baton_store::{JobStatus, Store, StoreUrl};
 
 /// The liveness lock's class (first key), as the store takes it.
 const NODE_CLASS: i32 = 0x6261_746e;
@@ -70,7 +68,7 @@ async fn until_live(s: &dyn Store, want: bool) {
 /// node's jobs over): a claim of that node, already under way when it lost
 /// its session, takes nothing, and the node is not listed live. Once its
 /// session is re-established (a new backend) it claims again.
-pub(super) async fn a_node_claims_only_while_its_own_session_holds_its_lock(ctx: Ctx) {
+pub(crate) async fn a_node_claims_only_while_its_own_session_holds_its_lock(ctx: Ctx) {
     let s = &*ctx.store;
     if !ctx.shared() {
         // One node: its liveness is the store's owner lock.

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::StoreError;
+use crate::StoreError;
 
 /// Where jobs live, as the configuration names it.
 #[derive(Clone, PartialEq, Eq)]
@@ -32,7 +32,7 @@ impl StoreUrl {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             return Ok(StoreUrl::Postgres(url.to_string()));
         }
-        Err(StoreError::UnsupportedUrl(baton_pg::redact(url)))
+        Err(StoreError::UnsupportedUrl(baton_lock::redact(url)))
     }
 
     /// Whether several nodes may share this store (PostgreSQL).
@@ -54,7 +54,7 @@ impl std::fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StoreUrl::Sqlite(path) => write!(f, "sqlite://{}", path.display()),
-            StoreUrl::Postgres(url) => f.write_str(&baton_pg::redact(url)),
+            StoreUrl::Postgres(url) => f.write_str(&baton_lock::redact(url)),
         }
     }
 }

@@ -62,11 +62,11 @@ pub(super) fn rescue(conn: &Connection, path: &Path, wal: &Path, lost: Lost) -> 
     };
     match done {
         Ok(said) => {
-            tracing::warn!(store = %path.display(), ?lost, "{said}");
+            tracing::warn!(target: "baton_serve::store", store = %path.display(), ?lost, "{said}");
             said
         }
         Err(e) => {
-            tracing::error!(store = %path.display(), ?lost, error = %e, "cannot keep what the store held");
+            tracing::error!(target: "baton_serve::store", store = %path.display(), ?lost, error = %e, "cannot keep what the store held");
             format!("keeping what it held failed ({e}): do not stop the service before copying it")
         }
     }
@@ -100,7 +100,7 @@ fn set_aside_foreign_wal(wal: &Path, all: bool) -> Result<(), String> {
     let aside = suffixed(wal, "replaced");
     std::fs::rename(wal, &aside)
         .map_err(|e| format!("cannot move '{}' aside: {e}", wal.display()))?;
-    tracing::warn!(from = %wal.display(), to = %aside.display(), "moved a log that is not the store's aside");
+    tracing::warn!(target: "baton_serve::store", from = %wal.display(), to = %aside.display(), "moved a log that is not the store's aside");
     Ok(())
 }
 
@@ -110,7 +110,7 @@ fn copy_out(conn: &Connection, path: &Path, wal: &Path, lost: Lost) -> Result<St
     // The open log, wherever it is, emptied into the open store: a log left
     // at the `-wal` path would be replayed over the copy at the next start.
     if let Err(e) = checkpoint(conn) {
-        tracing::warn!(error = %e, "checkpoint before copying the store out");
+        tracing::warn!(target: "baton_serve::store", error = %e, "checkpoint before copying the store out");
     }
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -203,6 +203,6 @@ fn url_path(path: &Path) -> String {
 /// `<path>.<what>-<unix ms>`.
 fn suffixed(path: &Path, what: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
-    name.push(format!(".{what}-{}", crate::model::now_ms()));
+    name.push(format!(".{what}-{}", baton_store::now_ms()));
     PathBuf::from(name)
 }

@@ -1,89 +1,110 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-//! The store's contract, written once and run on every store (as River's
+//! The store's contract, written once and run on every driver (as River's
 //! `riverdrivertest` runs one exercise over every driver): each exercise
-//! below is one `async fn` on an open store, and `exercises!` makes a test
-//! of it for SQLite and one for PostgreSQL (a fresh database each, at
-//! 127.0.0.1:5432).
+//! below is one `async fn` on an open store, and each driver crate's tests
+//! make a test of each with [`store_suite!`](crate::store_suite), on a fresh
+//! store of that driver ([`Driver::fresh`]: a new file, a new database).
 //!
 //! Where the stores differ by design (one node or several), the exercise
-//! says so by asking [`Ctx::shared`], never by naming the engine.
+//! says so by asking [`Ctx::shared`], never by naming the engine. What only
+//! one engine has (PostgreSQL's sessions, its schema history) is exercised
+//! by that driver's own tests, with the helpers here.
+//!
+//! Feature `suite`; the exercises panic on a failure, as tests do.
 
-use crate::common;
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 
 mod batch;
+mod depth;
 mod reset;
-use batch::{
+pub use batch::{
     a_submission_the_store_refuses_fails_alone, concurrent_claims_of_two_nodes_never_pass_the_cap,
     concurrent_submissions_against_the_depth_cap_admit_the_first_to_arrive,
     concurrent_submissions_of_one_id_or_group_act_one_at_a_time,
 };
-mod depth;
-use depth::{
-    a_database_without_the_kept_depth_gets_it_counted, a_truncated_queue_leaves_no_depth_behind,
-    the_counts_stay_exact_through_every_change, two_nodes_submitting_at_once_stop_at_the_depth_cap,
+pub use depth::{
+    counts_are, the_counts_stay_exact_through_every_change,
+    two_nodes_submitting_at_once_stop_at_the_depth_cap,
 };
-mod liveness;
-use liveness::a_node_claims_only_while_its_own_session_holds_its_lock;
-use reset::{
+pub use reset::{
     a_jobs_reset_branch_and_abandoned_ref_are_stored, a_queued_job_with_a_newer_order_is_not_marked,
 };
 
+use std::any::Any;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_serve::model::{Finish, JobMode, JobStatus, ListFilter, NewJob, Submitted};
-use baton_serve::store::{self, CancelQueued, Settle, Store, StoreError, StoreUrl};
-use common::pg::TestDb;
+use crate::model::{Finish, JobMode, JobStatus, ListFilter, NewJob, Submitted};
+use crate::{CancelQueued, RemoveFinished, Settle, Store, StoreError, StoreUrl};
 
-/// The engines every exercise runs on.
-#[derive(Clone, Copy, Debug)]
-enum Driver {
-    Sqlite,
-    Postgres,
+/// A store being opened.
+pub type Opening<'a> =
+    Pin<Box<dyn Future<Output = Result<Box<dyn Store>, StoreError>> + Send + 'a>>;
+
+/// A driver under test.
+pub trait Driver: Sync + 'static {
+    /// A fresh, empty store: its URL (its files, if any, in `tmp`, which
+    /// outlives the exercise), and what must live as long as it (a test
+    /// database, dropped after the store, and with it the database).
+    /// Called outside any async runtime.
+    fn fresh(&self, tmp: &Path) -> (StoreUrl, Box<dyn Any>);
+
+    /// Opens the store `url` names as the node of `baton_dir`.
+    fn open<'a>(&'a self, url: &'a StoreUrl, baton_dir: &'a Path) -> Opening<'a>;
 }
 
 /// What an exercise gets: the store, and where it lives (to open it again).
-struct Ctx {
-    store: Arc<dyn Store>,
-    url: StoreUrl,
-    baton_dir: PathBuf,
+pub struct Ctx {
+    /// The store, open.
+    pub store: Arc<dyn Store>,
+    /// Its URL.
+    pub url: StoreUrl,
+    /// The baton dir it was opened from (its node's).
+    pub baton_dir: PathBuf,
+    driver: &'static dyn Driver,
 }
 
 impl Ctx {
     /// Whether several nodes share this store.
-    fn shared(&self) -> bool {
+    pub fn shared(&self) -> bool {
         self.url.is_shared()
+    }
+
+    /// Opens the store again, as the node of `baton_dir`.
+    ///
+    /// # Errors
+    ///
+    /// As the driver's open.
+    pub async fn open(&self, baton_dir: &Path) -> Result<Box<dyn Store>, StoreError> {
+        self.driver.open(&self.url, baton_dir).await
     }
 }
 
-type Exercise = fn(Ctx) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+/// One exercise: an `async fn(Ctx)`, boxed.
+pub type Exercise = fn(Ctx) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Opens a fresh store of `driver`, runs `exercise` on it, then drops the
 /// store (its runtime first) and its database or files.
-fn run(driver: Driver, exercise: Exercise) {
+pub fn run(driver: &'static dyn Driver, exercise: Exercise) {
     let tmp = tempfile::tempdir().unwrap();
     let baton_dir = tmp.path().join("baton");
     std::fs::create_dir_all(&baton_dir).unwrap();
-    let db = matches!(driver, Driver::Postgres).then(TestDb::new);
-    let url = match &db {
-        None => StoreUrl::Sqlite(tmp.path().join("jobs.db")),
-        Some(db) => StoreUrl::Postgres(db.url()),
-    };
+    let (url, keep) = driver.fresh(tmp.path());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    BASE.with(|b| b.set(Some(baton_serve::model::now_ms())));
+    BASE.with(|b| b.set(Some(crate::model::now_ms())));
     rt.block_on(async {
-        let store: Arc<dyn Store> = Arc::from(store::open(&url, &baton_dir).await.unwrap());
+        let store: Arc<dyn Store> = Arc::from(driver.open(&url, &baton_dir).await.unwrap());
         let ctx = Ctx {
             store,
             url: url.clone(),
             baton_dir: baton_dir.clone(),
+            driver,
         };
         tokio::time::timeout(Duration::from_secs(90), exercise(ctx))
             .await
@@ -92,62 +113,53 @@ fn run(driver: Driver, exercise: Exercise) {
     // The store's session tasks end with their runtime, before the
     // database is dropped.
     rt.shutdown_timeout(Duration::from_secs(5));
-    drop(db);
+    drop(keep);
 }
 
-/// One test per exercise and store.
-macro_rules! exercises {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[test]
-                fn $name() {
-                    super::run(super::Driver::Sqlite, |ctx| Box::pin(super::$name(ctx)));
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[test]
-                fn $name() {
-                    super::run(super::Driver::Postgres, |ctx| Box::pin(super::$name(ctx)));
-                }
-            )*
-        }
+/// One test per exercise of the suite, on `$driver` (a `&'static dyn`
+/// [`suite::Driver`](crate::suite::Driver)); in a driver crate's tests.
+#[macro_export]
+macro_rules! store_suite {
+    ($driver:expr) => {
+        $crate::store_suite!(@each $driver;
+            claims_are_strictly_fifo,
+            submissions_stop_at_the_depth_cap,
+            concurrent_submissions_each_get_their_own_answer,
+            claims_stop_at_the_concurrency_cap,
+            a_queue_job_whose_group_runs_is_passed_over_and_keeps_its_place,
+            cancel_takes_only_queued_jobs,
+            recover_marks_a_nodes_running_jobs_or_queues_them_first,
+            recover_never_queues_again_a_job_whose_caller_waited,
+            reap_takes_over_only_the_jobs_of_dead_nodes,
+            evict_removes_only_jobs_finished_before_the_cutoff,
+            remove_finished_removes_only_a_job_that_has_ended,
+            supersede_and_coalesce_mark_the_queued_jobs_of_their_group,
+            a_finish_ends_only_a_running_job,
+            the_store_has_one_owner,
+            a_claim_of_many_takes_the_oldest_up_to_the_cap,
+            concurrent_ends_and_claims_each_get_their_own_answer,
+            concurrent_submissions_against_the_depth_cap_admit_the_first_to_arrive,
+            concurrent_submissions_of_one_id_or_group_act_one_at_a_time,
+            concurrent_claims_of_two_nodes_never_pass_the_cap,
+            a_submission_the_store_refuses_fails_alone,
+            the_counts_stay_exact_through_every_change,
+            two_nodes_submitting_at_once_stop_at_the_depth_cap,
+            a_jobs_reset_branch_and_abandoned_ref_are_stored,
+            a_queued_job_with_a_newer_order_is_not_marked,
+        );
+    };
+    (@each $driver:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::suite::run($driver, |ctx| Box::pin($crate::suite::$name(ctx)));
+            }
+        )*
     };
 }
 
-exercises!(
-    claims_are_strictly_fifo,
-    submissions_stop_at_the_depth_cap,
-    concurrent_submissions_each_get_their_own_answer,
-    claims_stop_at_the_concurrency_cap,
-    a_queue_job_whose_group_runs_is_passed_over_and_keeps_its_place,
-    cancel_takes_only_queued_jobs,
-    recover_marks_a_nodes_running_jobs_or_queues_them_first,
-    recover_never_queues_again_a_job_whose_caller_waited,
-    reap_takes_over_only_the_jobs_of_dead_nodes,
-    evict_removes_only_jobs_finished_before_the_cutoff,
-    remove_finished_removes_only_a_job_that_has_ended,
-    supersede_and_coalesce_mark_the_queued_jobs_of_their_group,
-    a_finish_ends_only_a_running_job,
-    the_store_has_one_owner,
-    a_claim_of_many_takes_the_oldest_up_to_the_cap,
-    concurrent_ends_and_claims_each_get_their_own_answer,
-    concurrent_submissions_against_the_depth_cap_admit_the_first_to_arrive,
-    concurrent_submissions_of_one_id_or_group_act_one_at_a_time,
-    concurrent_claims_of_two_nodes_never_pass_the_cap,
-    a_submission_the_store_refuses_fails_alone,
-    a_node_claims_only_while_its_own_session_holds_its_lock,
-    the_counts_stay_exact_through_every_change,
-    two_nodes_submitting_at_once_stop_at_the_depth_cap,
-    a_database_without_the_kept_depth_gets_it_counted,
-    a_truncated_queue_leaves_no_depth_behind,
-    a_jobs_reset_branch_and_abandoned_ref_are_stored,
-    a_queued_job_with_a_newer_order_is_not_marked,
-);
-
-const MANY: u64 = 1_000;
+/// A depth and a cap no exercise reaches.
+pub const MANY: u64 = 1_000;
 
 thread_local! {
     /// When this thread's exercise began (set by [`run`]).
@@ -159,13 +171,14 @@ thread_local! {
 /// Per exercise, not per process: where the tests share one process (cargo
 /// test, as under wine), one begun long after another must not be given
 /// times in its past. Called on the exercise's own thread.
-fn t(ms: i64) -> i64 {
+pub fn t(ms: i64) -> i64 {
     BASE.with(|b| b.get())
         .expect("t() outside an exercise's thread")
         + ms
 }
 
-fn job(id: &str, created_at: i64) -> NewJob {
+/// A job `id` of template `t`, in no group, submitted at `created_at`.
+pub fn job(id: &str, created_at: i64) -> NewJob {
     NewJob {
         id: id.to_string(),
         template: "t".to_string(),
@@ -182,7 +195,8 @@ fn job(id: &str, created_at: i64) -> NewJob {
     }
 }
 
-fn in_group(id: &str, created_at: i64, group: &str, mode: JobMode) -> NewJob {
+/// [`job`] in `group`, joined in `mode`.
+pub fn in_group(id: &str, created_at: i64, group: &str, mode: JobMode) -> NewJob {
     NewJob {
         group: Some(group.to_string()),
         mode,
@@ -190,7 +204,8 @@ fn in_group(id: &str, created_at: i64, group: &str, mode: JobMode) -> NewJob {
     }
 }
 
-fn ended(status: JobStatus, at: i64) -> Finish {
+/// An end with `status` (exit code 0) at `at`.
+pub fn ended(status: JobStatus, at: i64) -> Finish {
     Finish {
         status,
         exit_code: Some(0),
@@ -200,12 +215,13 @@ fn ended(status: JobStatus, at: i64) -> Finish {
     }
 }
 
-async fn submit(store: &dyn Store, job: NewJob) -> Submitted {
+/// Submits `job` below [`MANY`]; the answer.
+pub async fn submit(store: &dyn Store, job: NewJob) -> Submitted {
     store.submit(job, MANY).await.unwrap()
 }
 
 /// The id of the job the next claim on `node` takes, if any.
-async fn claim(store: &dyn Store, node: &str, cap: u64) -> Option<String> {
+pub async fn claim(store: &dyn Store, node: &str, cap: u64) -> Option<String> {
     store
         .claim_next(node, cap, t(5_000))
         .await
@@ -215,23 +231,27 @@ async fn claim(store: &dyn Store, node: &str, cap: u64) -> Option<String> {
 
 /// The id of the job the next claim on the store's own node takes (a job
 /// only its own node may end), if any.
-async fn claim_here(store: &dyn Store, cap: u64) -> Option<String> {
+pub async fn claim_here(store: &dyn Store, cap: u64) -> Option<String> {
     claim(store, store.node(), cap).await
 }
 
-async fn status(store: &dyn Store, id: &str) -> Option<JobStatus> {
+/// The status of job `id`, if stored.
+pub async fn status(store: &dyn Store, id: &str) -> Option<JobStatus> {
     store.get(id).await.unwrap().map(|j| j.status)
 }
 
-fn never(_: &str) -> bool {
+/// A retry policy: no template is retried.
+pub fn never(_: &str) -> bool {
     false
 }
 
-fn always(_: &str) -> bool {
+/// A retry policy: every template is retried.
+pub fn always(_: &str) -> bool {
     true
 }
 
-async fn claims_are_strictly_fifo(ctx: Ctx) {
+/// Exercise: claims are strictly fifo.
+pub async fn claims_are_strictly_fifo(ctx: Ctx) {
     let s = &*ctx.store;
     for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
         match submit(s, job(id, 1_000 + i as i64)).await {
@@ -266,7 +286,8 @@ async fn claims_are_strictly_fifo(ctx: Ctx) {
     assert_eq!(listed, ["d", "c", "b", "a"]);
 }
 
-async fn submissions_stop_at_the_depth_cap(ctx: Ctx) {
+/// Exercise: submissions stop at the depth cap.
+pub async fn submissions_stop_at_the_depth_cap(ctx: Ctx) {
     let s = &*ctx.store;
     assert!(matches!(
         s.submit(job("a", 1), 2).await.unwrap(),
@@ -301,7 +322,7 @@ async fn submissions_stop_at_the_depth_cap(ctx: Ctx) {
 /// Submissions at once (which SQLite stores as one batch, one commit):
 /// one that the store refuses (a duplicate id) fails alone, each gets its
 /// own place, and the depth cap holds within a batch.
-async fn concurrent_submissions_each_get_their_own_answer(ctx: Ctx) {
+pub async fn concurrent_submissions_each_get_their_own_answer(ctx: Ctx) {
     let at_once = |ids: Vec<String>, depth: u64| {
         let tasks: Vec<_> = ids
             .into_iter()
@@ -341,7 +362,8 @@ async fn concurrent_submissions_each_get_their_own_answer(ctx: Ctx) {
     assert_eq!((counts.running, counts.queued), (0, 40));
 }
 
-async fn claims_stop_at_the_concurrency_cap(ctx: Ctx) {
+/// Exercise: claims stop at the concurrency cap.
+pub async fn claims_stop_at_the_concurrency_cap(ctx: Ctx) {
     let s = &*ctx.store;
     for (i, id) in ["a", "b", "c"].iter().enumerate() {
         submit(s, job(id, i as i64)).await;
@@ -368,7 +390,8 @@ async fn claims_stop_at_the_concurrency_cap(ctx: Ctx) {
     assert_eq!(count(JobStatus::Failed), 1);
 }
 
-async fn a_queue_job_whose_group_runs_is_passed_over_and_keeps_its_place(ctx: Ctx) {
+/// Exercise: a queue job whose group runs is passed over and keeps its place.
+pub async fn a_queue_job_whose_group_runs_is_passed_over_and_keeps_its_place(ctx: Ctx) {
     let s = &*ctx.store;
     submit(s, in_group("g1", 1, "g", JobMode::Queue)).await;
     submit(s, in_group("g2", 2, "g", JobMode::Queue)).await;
@@ -384,7 +407,8 @@ async fn a_queue_job_whose_group_runs_is_passed_over_and_keeps_its_place(ctx: Ct
     assert_eq!(claim_here(s, MANY).await.as_deref(), Some("g2"));
 }
 
-async fn cancel_takes_only_queued_jobs(ctx: Ctx) {
+/// Exercise: cancel takes only queued jobs.
+pub async fn cancel_takes_only_queued_jobs(ctx: Ctx) {
     let s = &*ctx.store;
     submit(s, job("a", 1)).await;
     submit(s, job("b", 2)).await;
@@ -415,7 +439,8 @@ async fn cancel_takes_only_queued_jobs(ctx: Ctx) {
     assert_eq!(claim_here(s, MANY).await, None);
 }
 
-async fn recover_marks_a_nodes_running_jobs_or_queues_them_first(ctx: Ctx) {
+/// Exercise: recover marks a nodes running jobs or queues them first.
+pub async fn recover_marks_a_nodes_running_jobs_or_queues_them_first(ctx: Ctx) {
     let s = &*ctx.store;
     for (i, id) in ["a", "b", "other", "later"].iter().enumerate() {
         submit(s, job(id, i as i64)).await;
@@ -452,7 +477,8 @@ async fn recover_marks_a_nodes_running_jobs_or_queues_them_first(ctx: Ctx) {
     assert_eq!(status(s, "a").await, Some(JobStatus::Interrupted));
 }
 
-async fn recover_never_queues_again_a_job_whose_caller_waited(ctx: Ctx) {
+/// Exercise: recover never queues again a job whose caller waited.
+pub async fn recover_never_queues_again_a_job_whose_caller_waited(ctx: Ctx) {
     let s = &*ctx.store;
     let waited = NewJob {
         waiter: Some(s.node().to_string()),
@@ -471,7 +497,8 @@ async fn recover_never_queues_again_a_job_whose_caller_waited(ctx: Ctx) {
     assert_eq!(status(s, "chat").await, Some(JobStatus::Interrupted));
 }
 
-async fn reap_takes_over_only_the_jobs_of_dead_nodes(ctx: Ctx) {
+/// Exercise: reap takes over only the jobs of dead nodes.
+pub async fn reap_takes_over_only_the_jobs_of_dead_nodes(ctx: Ctx) {
     let s = &*ctx.store;
     submit(s, job("mine", 1)).await;
     submit(s, job("ghosts", 2)).await;
@@ -505,7 +532,8 @@ async fn reap_takes_over_only_the_jobs_of_dead_nodes(ctx: Ctx) {
     assert_eq!(status(s, "mine").await, Some(JobStatus::Running));
 }
 
-async fn evict_removes_only_jobs_finished_before_the_cutoff(ctx: Ctx) {
+/// Exercise: evict removes only jobs finished before the cutoff.
+pub async fn evict_removes_only_jobs_finished_before_the_cutoff(ctx: Ctx) {
     let s = &*ctx.store;
     for (i, id) in ["old", "new", "running", "queued"].iter().enumerate() {
         submit(s, job(id, i as i64)).await;
@@ -530,8 +558,8 @@ async fn evict_removes_only_jobs_finished_before_the_cutoff(ctx: Ctx) {
     assert!(s.evict(t(2_000)).await.unwrap().is_empty());
 }
 
-async fn remove_finished_removes_only_a_job_that_has_ended(ctx: Ctx) {
-    use baton_serve::store::RemoveFinished;
+/// Exercise: remove finished removes only a job that has ended.
+pub async fn remove_finished_removes_only_a_job_that_has_ended(ctx: Ctx) {
     let s = &*ctx.store;
     for (i, id) in ["done", "running", "queued"].iter().enumerate() {
         submit(s, job(id, i as i64)).await;
@@ -564,7 +592,8 @@ async fn remove_finished_removes_only_a_job_that_has_ended(ctx: Ctx) {
     assert_eq!(status(s, "queued").await, Some(JobStatus::Queued));
 }
 
-async fn supersede_and_coalesce_mark_the_queued_jobs_of_their_group(ctx: Ctx) {
+/// Exercise: supersede and coalesce mark the queued jobs of their group.
+pub async fn supersede_and_coalesce_mark_the_queued_jobs_of_their_group(ctx: Ctx) {
     let s = &*ctx.store;
     submit(s, in_group("running", 1, "g", JobMode::Supersede)).await;
     assert_eq!(claim_here(s, MANY).await.as_deref(), Some("running"));
@@ -600,7 +629,8 @@ async fn supersede_and_coalesce_mark_the_queued_jobs_of_their_group(ctx: Ctx) {
     assert_eq!(status(s, "coalesced").await, Some(JobStatus::Queued));
 }
 
-async fn a_finish_ends_only_a_running_job(ctx: Ctx) {
+/// Exercise: a finish ends only a running job.
+pub async fn a_finish_ends_only_a_running_job(ctx: Ctx) {
     let s = &*ctx.store;
     submit(s, job("a", 1)).await;
     assert!(!s
@@ -609,7 +639,7 @@ async fn a_finish_ends_only_a_running_job(ctx: Ctx) {
         .unwrap());
     assert_eq!(status(s, "a").await, Some(JobStatus::Queued));
     assert_eq!(claim_here(s, MANY).await.as_deref(), Some("a"));
-    let group = baton_serve::model::RecordedGroup {
+    let group = crate::model::RecordedGroup {
         pgid: 4242,
         leader_start_time: 7,
         session: 4242,
@@ -641,12 +671,13 @@ async fn a_finish_ends_only_a_running_job(ctx: Ctx) {
     assert!(!s.finish("a", &finish).await.unwrap(), "ended twice");
 }
 
-async fn the_store_has_one_owner(ctx: Ctx) {
+/// Exercise: the store has one owner.
+pub async fn the_store_has_one_owner(ctx: Ctx) {
     if ctx.shared() {
         // Several nodes share it, each its own node id: a second node opens
         // it beside the first...
         let other = tempfile::tempdir().unwrap();
-        let second = store::open(&ctx.url, other.path()).await.unwrap();
+        let second = ctx.open(other.path()).await.unwrap();
         assert_ne!(second.node(), ctx.store.node());
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while !second.is_live() {
@@ -658,7 +689,7 @@ async fn the_store_has_one_owner(ctx: Ctx) {
         }
         // ...but a node id has one owner (the liveness lock, waited for
         // 30 s in case the server has not ended an old session yet).
-        let refused = store::open(&ctx.url, &ctx.baton_dir).await;
+        let refused = ctx.open(&ctx.baton_dir).await;
         match refused {
             Err(StoreError::Open { message, .. }) => {
                 assert!(message.contains("liveness lock"), "{message}")
@@ -667,7 +698,7 @@ async fn the_store_has_one_owner(ctx: Ctx) {
             Ok(_) => panic!("a second owner of the node id was let in"),
         }
     } else {
-        let refused = store::open(&ctx.url, &ctx.baton_dir).await;
+        let refused = ctx.open(&ctx.baton_dir).await;
         match refused {
             Err(StoreError::Open { message, .. }) => {
                 assert!(message.contains("in use"), "{message}")
@@ -681,14 +712,15 @@ async fn the_store_has_one_owner(ctx: Ctx) {
     assert_eq!(status(&*ctx.store, "after").await, Some(JobStatus::Queued));
 }
 
-async fn a_claim_of_many_takes_the_oldest_up_to_the_cap(ctx: Ctx) {
+/// Exercise: a claim of many takes the oldest up to the cap.
+pub async fn a_claim_of_many_takes_the_oldest_up_to_the_cap(ctx: Ctx) {
     let s = &*ctx.store;
     for (i, id) in ["a", "b", "c", "d", "e"].iter().enumerate() {
         submit(s, job(id, i as i64)).await;
     }
     submit(s, in_group("g1", 10, "g", JobMode::Queue)).await;
     submit(s, in_group("g2", 11, "g", JobMode::Queue)).await;
-    let ids = |jobs: Vec<baton_serve::model::Job>| -> Vec<String> {
+    let ids = |jobs: Vec<crate::model::Job>| -> Vec<String> {
         jobs.into_iter().map(|j| j.spec.id).collect()
     };
     // Fewer than asked when the cap runs out: 4 running at most.
@@ -714,7 +746,7 @@ async fn a_claim_of_many_takes_the_oldest_up_to_the_cap(ctx: Ctx) {
 
 /// Ends, process groups and claims made at the same moment (which a store
 /// may commit together) each get their own answer, and each is stored.
-async fn concurrent_ends_and_claims_each_get_their_own_answer(ctx: Ctx) {
+pub async fn concurrent_ends_and_claims_each_get_their_own_answer(ctx: Ctx) {
     let s = Arc::clone(&ctx.store);
     for i in 0..40 {
         submit(&*s, job(&format!("j{i:02}"), i)).await;
@@ -728,7 +760,7 @@ async fn concurrent_ends_and_claims_each_get_their_own_answer(ctx: Ctx) {
         let s = Arc::clone(&s);
         tasks.push(tokio::spawn(async move {
             let id = job.spec.id;
-            let group = baton_serve::model::RecordedGroup {
+            let group = crate::model::RecordedGroup {
                 pgid: 1000 + i as i32,
                 leader_start_time: 1,
                 session: 1,

@@ -24,10 +24,9 @@ use tokio::sync::oneshot;
 use tokio_postgres::types::ToSql;
 
 use super::pg_batch::{attempt, dropped, flush, Failed, Queue, Step};
+use super::pg_pool::pooled;
 use super::pg_sql::{counts_from_row, job_from_row, lock_queue, to_i64, COLUMNS, COUNTS};
-use super::postgres::pooled;
-use super::StoreError;
-use crate::model::{Counts, JobMode, NewJob, Submitted};
+use baton_store::{Counts, JobMode, NewJob, StoreError, Submitted};
 
 type Answer = Result<Submitted, StoreError>;
 
@@ -48,6 +47,7 @@ async fn store_submits(pool: &Pool, batch: Vec<Submit>) {
     let jobs: Vec<(&NewJob, u64)> = batch.iter().map(|s| (&s.job, s.max_depth)).collect();
     let done = submit_together(pool, &jobs).await;
     tracing::debug!(
+        target: "baton_serve::store",
         n = batch.len(),
         us = t0.elapsed().as_micros() as u64,
         ok = done.is_ok(),
@@ -231,7 +231,7 @@ async fn submit_together(pool: &Pool, jobs: &[(&NewJob, u64)]) -> Result<Vec<Ans
                         // Locked since they were read: each is marked.
                         let marked = done.next();
                         if !matches!(marked, Some(Done::Rows(n)) if n == superseded.len() as u64) {
-                            tracing::error!(job = %job.id, ?superseded, "a batch marked other jobs superseded than it read");
+                            tracing::error!(target: "baton_serve::store", job = %job.id, ?superseded, "a batch marked other jobs superseded than it read");
                         }
                     }
                     if job.mode == JobMode::Supersede && job.group.is_some() {
@@ -293,7 +293,7 @@ fn plan<'a>(
                 let queued = in_group.entry(g.clone()).or_default();
                 let (marked, kept): (Vec<_>, Vec<_>) =
                     std::mem::take(queued).into_iter().partition(|(_, order)| {
-                        crate::model::outranks(job.order.as_deref(), order.as_deref())
+                        baton_store::outranks(job.order.as_deref(), order.as_deref())
                     });
                 *queued = kept;
                 queued.push((job.id.clone(), job.order.clone()));

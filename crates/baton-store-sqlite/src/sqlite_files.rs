@@ -190,16 +190,18 @@ impl StoreFiles {
             match set {
                 Ok(()) => {
                     self.low_space.store(low, Ordering::Relaxed);
-                    tracing::info!(low, free = ?free.ok(), path = %self.path.display(), "the WAL is kept small while the store's disk is low on space");
+                    tracing::info!(target: "baton_serve::store", low, free = ?free.ok(), path = %self.path.display(), "the WAL is kept small while the store's disk is low on space");
                 }
-                Err(e) => tracing::warn!(error = %e, "cannot change the WAL's checkpoints"),
+                Err(e) => {
+                    tracing::warn!(target: "baton_serve::store", error = %e, "cannot change the WAL's checkpoints")
+                }
             }
         }
         if failed && low {
             let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
                 r.get::<_, i64>(1)
             });
-            tracing::debug!(pages = ?done, "checkpoint after a failed write");
+            tracing::debug!(target: "baton_serve::store", pages = ?done, "checkpoint after a failed write");
         }
     }
 
@@ -222,7 +224,7 @@ pub(super) fn own(path: &Path) -> Result<std::fs::File, String> {
     let mut name = path.as_os_str().to_owned();
     name.push(".lock");
     let lock_path = PathBuf::from(name);
-    let mut file = crate::sys::private_file(
+    let mut file = crate::private_file(
         std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -256,7 +258,7 @@ pub(super) fn own(path: &Path) -> Result<std::fs::File, String> {
         .and_then(|()| file.rewind())
         .and_then(|()| writeln!(file, "{}", std::process::id()));
     if let Err(e) = recorded {
-        tracing::warn!(path = %lock_path.display(), error = %e, "cannot record this process in the store's lock");
+        tracing::warn!(target: "baton_serve::store", path = %lock_path.display(), error = %e, "cannot record this process in the store's lock");
     }
     Ok(file)
 }

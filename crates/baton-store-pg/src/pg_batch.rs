@@ -24,9 +24,8 @@ use tokio::sync::oneshot;
 
 use baton_pg::one_line;
 
-use super::postgres::{pooled, too_slow, OP_LIMIT};
-use super::StoreError;
-use crate::model::{Finish, JobStatus};
+use super::pg_pool::{pooled, too_slow, OP_LIMIT};
+use baton_store::{Finish, JobStatus, StoreError};
 
 type PgResult<T> = Result<T, tokio_postgres::Error>;
 
@@ -203,6 +202,7 @@ async fn store_writes(pool: &Pool, node: &str, batch: Vec<Write>) {
     let changes: Vec<&Change> = batch.iter().map(|w| &w.change).collect();
     let done = change_together(pool, node, &changes).await;
     tracing::debug!(
+        target: "baton_serve::store",
         n = batch.len(),
         us = t0.elapsed().as_micros() as u64,
         ok = done.is_ok(),

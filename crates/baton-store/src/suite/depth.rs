@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_serve::model::{Counts, JobMode, JobStatus, ListFilter, Submitted};
-use baton_serve::store::{self, CancelQueued, Settle, Store, StoreUrl};
+use crate::model::{Counts, JobMode, JobStatus, ListFilter, Submitted};
+use crate::{CancelQueued, Settle, Store};
 
 use super::{always, claim, claim_here, ended, in_group, job, submit, t, Ctx, MANY};
 
@@ -28,7 +28,7 @@ async fn listed(s: &dyn Store) -> Counts {
 }
 
 /// The store's counts are the listed ones, and are `(running, queued)`.
-async fn counts_are(s: &dyn Store, running: u64, queued: u64, after: &str) {
+pub async fn counts_are(s: &dyn Store, running: u64, queued: u64, after: &str) {
     let counts = s.counts().await.unwrap();
     assert_eq!(counts, listed(s).await, "after {after}");
     assert_eq!(
@@ -39,7 +39,7 @@ async fn counts_are(s: &dyn Store, running: u64, queued: u64, after: &str) {
 }
 
 /// Each change a job goes through, and the counts after it.
-pub(super) async fn the_counts_stay_exact_through_every_change(ctx: Ctx) {
+pub async fn the_counts_stay_exact_through_every_change(ctx: Ctx) {
     let s = &*ctx.store;
     let me = s.node().to_string();
     for (i, id) in ["a", "b", "c", "d", "e"].iter().enumerate() {
@@ -102,12 +102,12 @@ pub(super) async fn the_counts_stay_exact_through_every_change(ctx: Ctx) {
 
 /// Two nodes submit at once against one depth cap: exactly the cap is
 /// stored, and the counts say so.
-pub(super) async fn two_nodes_submitting_at_once_stop_at_the_depth_cap(ctx: Ctx) {
+pub async fn two_nodes_submitting_at_once_stop_at_the_depth_cap(ctx: Ctx) {
     const DEPTH: u64 = 30;
     const EACH: usize = 40;
     let other_dir = tempfile::tempdir().unwrap();
     let other: Arc<dyn Store> = if ctx.shared() {
-        Arc::from(store::open(&ctx.url, other_dir.path()).await.unwrap())
+        Arc::from(ctx.open(other_dir.path()).await.unwrap())
     } else {
         // One node: its own submissions at once.
         Arc::clone(&ctx.store)
@@ -130,79 +130,4 @@ pub(super) async fn two_nodes_submitting_at_once_stop_at_the_depth_cap(ctx: Ctx)
     }
     assert_eq!(stored, DEPTH);
     counts_are(&*ctx.store, 0, DEPTH, "submissions at once").await;
-}
-
-/// A database written by a baton that did not keep the depth: the first
-/// node of this one that opens it counts the depth there is.
-pub(super) async fn a_database_without_the_kept_depth_gets_it_counted(ctx: Ctx) {
-    let StoreUrl::Postgres(url) = &ctx.url else {
-        // SQLite counts its jobs.
-        return;
-    };
-    let s = &*ctx.store;
-    for i in 0..5 {
-        submit(s, job(&format!("j{i}"), i)).await;
-    }
-    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("j0"));
-    assert!(s
-        .finish("j0", &ended(JobStatus::Failed, t(10)))
-        .await
-        .unwrap());
-    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("j1"));
-    // As schema 3 had it: no kept depth, its triggers gone (the later
-    // steps, which do not depend on it, are taken again).
-    let (c, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    c.batch_execute(
-        "DROP TABLE baton_depth; DROP FUNCTION baton_depth_add() CASCADE; \
-         DELETE FROM baton_serve_schema WHERE version >= 4",
-    )
-    .await
-    .unwrap();
-    // Changed meanwhile, by a baton that keeps no depth.
-    c.batch_execute(
-        "UPDATE baton_jobs SET status = 'cancelled' WHERE id = 'j4'; \
-         INSERT INTO baton_jobs (id, template, mode, timeout_ms, created_at, status) \
-         VALUES ('old', 't', 'queue', 1000, 1, 'queued')",
-    )
-    .await
-    .unwrap();
-    let other_dir = tempfile::tempdir().unwrap();
-    let second = store::open(&ctx.url, other_dir.path()).await.unwrap();
-    // running j1; queued j2, j3, old.
-    counts_are(&*second, 1, 3, "the migration").await;
-    counts_are(s, 1, 3, "the migration, on the first node").await;
-    submit(s, job("new", 20)).await;
-    counts_are(&*second, 1, 4, "a submission after the migration").await;
-}
-
-/// An operator who empties the table (`TRUNCATE baton_jobs`, which fires
-/// no row trigger) leaves no kept depth behind: the counts are zero and
-/// the depth cap admits submissions again (found by a hostile review: the
-/// depth stayed at what it was, /health listed phantom queued jobs and
-/// every submission was refused `queue_full` for good).
-pub(super) async fn a_truncated_queue_leaves_no_depth_behind(ctx: Ctx) {
-    let StoreUrl::Postgres(url) = &ctx.url else {
-        // SQLite counts its jobs.
-        return;
-    };
-    let s = &*ctx.store;
-    for i in 0..5 {
-        submit(s, job(&format!("j{i}"), i)).await;
-    }
-    assert_eq!(claim_here(s, MANY).await.as_deref(), Some("j0"));
-    counts_are(s, 1, 4, "submissions").await;
-    let (c, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    c.batch_execute("TRUNCATE baton_jobs").await.unwrap();
-    counts_are(s, 0, 0, "a TRUNCATE").await;
-    match s.submit(job("after", 10), 5).await.unwrap() {
-        Submitted::Queued { .. } => {}
-        full => panic!("refused after the table was emptied: {full:?}"),
-    }
-    counts_are(s, 0, 1, "a submission after the TRUNCATE").await;
 }

@@ -9,8 +9,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_serve::model::{JobMode, JobStatus, NewJob, Submitted};
-use baton_serve::store::{self, Store, StoreError};
+use crate::model::{JobMode, JobStatus, NewJob, Submitted};
+use crate::{Store, StoreError};
 
 use super::{claim_here, ended, in_group, job, status, submit, t, Ctx, MANY};
 
@@ -59,9 +59,7 @@ fn queued(answer: &Answer) -> Option<(u64, &[String])> {
 /// (2 of them running): exactly the first 20 to arrive are stored, at
 /// places 4 to 23 in their order, and the queue gives them out in that
 /// order; the other 40 are refused and not stored.
-pub(super) async fn concurrent_submissions_against_the_depth_cap_admit_the_first_to_arrive(
-    ctx: Ctx,
-) {
+pub async fn concurrent_submissions_against_the_depth_cap_admit_the_first_to_arrive(ctx: Ctx) {
     let s = &*ctx.store;
     for i in 0..5 {
         submit(s, job(&format!("before{i}"), i)).await;
@@ -101,7 +99,7 @@ pub(super) async fn concurrent_submissions_against_the_depth_cap_admit_the_first
 /// Submissions at once that meet each other: the same id (only the first
 /// to arrive is stored), and jobs of one group in modes coalesce and
 /// supersede (each marks the one before it, as one at a time would).
-pub(super) async fn concurrent_submissions_of_one_id_or_group_act_one_at_a_time(ctx: Ctx) {
+pub async fn concurrent_submissions_of_one_id_or_group_act_one_at_a_time(ctx: Ctx) {
     let s = &*ctx.store;
     let same: Vec<NewJob> = (0..8)
         .map(|i| NewJob {
@@ -155,12 +153,12 @@ pub(super) async fn concurrent_submissions_of_one_id_or_group_act_one_at_a_time(
 /// and no job is claimed twice. On a shared store the second node is a
 /// second store on the same database; on a store one node owns, a second
 /// node name on the same store.
-pub(super) async fn concurrent_claims_of_two_nodes_never_pass_the_cap(ctx: Ctx) {
+pub async fn concurrent_claims_of_two_nodes_never_pass_the_cap(ctx: Ctx) {
     const CAP: u64 = 7;
     let first = Arc::clone(&ctx.store);
     let other = tempfile::tempdir().unwrap();
     let second: Arc<dyn Store> = match ctx.shared() {
-        true => Arc::from(store::open(&ctx.url, other.path()).await.unwrap()),
+        true => Arc::from(ctx.open(other.path()).await.unwrap()),
         false => Arc::clone(&ctx.store),
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -220,7 +218,7 @@ fn first_node(ctx: &Ctx) -> String {
 /// A submission the server refuses (PostgreSQL keeps no NUL in text) fails
 /// alone: the others that arrived with it get their own places, in order,
 /// and are stored.
-pub(super) async fn a_submission_the_store_refuses_fails_alone(ctx: Ctx) {
+pub async fn a_submission_the_store_refuses_fails_alone(ctx: Ctx) {
     let s = &*ctx.store;
     let mut jobs: Vec<NewJob> = (0..10).map(|i| job(&format!("k{i}"), i)).collect();
     jobs[4].prompt = Some("a NUL \0 in a prompt".into());

@@ -29,9 +29,9 @@ use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::sqlite_files::{self, StoreFiles};
 use super::sqlite_writes::{self, Writes};
-use super::{CancelQueued, Recovered, RemoveFinished, Store, StoreError};
-use crate::model::{
-    Counts, Finish, Job, JobMode, JobStatus, ListFilter, NewJob, RecordedGroup, Submitted,
+use baton_store::{
+    CancelQueued, Counts, Finish, Job, JobMode, JobStatus, ListFilter, NewJob, RecordedGroup,
+    Recovered, RemoveFinished, Store, StoreError, Submitted,
 };
 
 /// The WAL is copied into the database (a checkpoint: two syncs) after
@@ -147,7 +147,7 @@ impl SqliteStore {
         let owner = sqlite_files::own(path)?;
         // Prompts are stored: the file (and the -wal and -shm files SQLite
         // creates with its mode) is the owner's only, wherever it is.
-        crate::sys::private_file(std::fs::OpenOptions::new().create(true).append(true))
+        crate::private_file(std::fs::OpenOptions::new().create(true).append(true))
             .open(path)
             .map_err(|e| format!("cannot create '{}': {e}", path.display()))?;
         let conn = Connection::open(path).map_err(|e| e.to_string())?;
@@ -268,6 +268,7 @@ impl SqliteStore {
                         tx.commit()
                     })();
                     tracing::debug!(
+                        target: "baton_serve::store",
                         n,
                         oldest_us = oldest.as_micros() as u64,
                         sql_us = sql.as_micros() as u64,
@@ -369,6 +370,7 @@ impl SqliteStore {
             }
             drop(conn);
             tracing::debug!(
+                target: "baton_serve::store",
                 op,
                 pool_us = started.as_micros() as u64,
                 conn_us = (locked - started).as_micros() as u64,
@@ -429,7 +431,7 @@ impl SqliteStore {
                         0 => Ok(()),
                         _ => sqlite_writes::run_batch(conn, batch),
                     };
-                    tracing::debug!(n, us = t0.elapsed().as_micros() as u64, "bookkeeping batch");
+                    tracing::debug!(target: "baton_serve::store", n, us = t0.elapsed().as_micros() as u64, "bookkeeping batch");
                     done
                 })
                 .await;
@@ -463,7 +465,7 @@ fn checkpoint_if_due(
     }
     let t0 = std::time::Instant::now();
     let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1));
-    tracing::debug!(us = t0.elapsed().as_micros() as u64, pages = ?done, "checkpoint");
+    tracing::debug!(target: "baton_serve::store", us = t0.elapsed().as_micros() as u64, pages = ?done, "checkpoint");
     if done.is_ok() {
         commits.store(0, Ordering::Relaxed);
     }
@@ -519,7 +521,7 @@ fn submit_one(
         )?;
         for row in rows {
             let (id, order) = row?;
-            if crate::model::outranks(job.order.as_deref(), order.as_deref()) {
+            if baton_store::outranks(job.order.as_deref(), order.as_deref()) {
                 mark.execute(params![job.id, job.created_at, id])?;
                 superseded.push(id);
             }

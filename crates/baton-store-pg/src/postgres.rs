@@ -26,6 +26,7 @@ use tokio::sync::{broadcast, oneshot};
 use baton_pg::one_line;
 
 use super::pg_batch::{self, dropped, Change, Queue, Write};
+use super::pg_pool::{pool_error, pooled, too_slow, OP_LIMIT};
 use super::pg_reap;
 use super::pg_session::{self, Shared, NODE_CLASS};
 use super::pg_sql::{
@@ -33,13 +34,10 @@ use super::pg_sql::{
     running_on, to_i64, Retry, COLUMNS,
 };
 use super::pg_submit::{self, Submit};
-use super::{CancelQueued, Recovered, RemoveFinished, Store, StoreError, StoreEvent};
-use crate::model::{
-    Counts, Finish, Job, JobStatus, ListFilter, NewJob, NodeInfo, RecordedGroup, Submitted,
+use baton_store::{
+    CancelQueued, Counts, Finish, Job, JobStatus, ListFilter, NewJob, NodeInfo, RecordedGroup,
+    Recovered, RemoveFinished, Store, StoreError, StoreEvent, Submitted,
 };
-
-/// How long one store operation may take before it fails.
-pub(super) const OP_LIMIT: Duration = Duration::from_secs(10);
 
 type PgResult<T> = Result<T, tokio_postgres::Error>;
 
@@ -128,21 +126,6 @@ impl PgStore {
     }
 }
 
-/// A connection of `pool`, within `OP_LIMIT`.
-pub(super) async fn pooled(
-    pool: &Pool,
-    op: &'static str,
-) -> Result<deadpool_postgres::Object, StoreError> {
-    match tokio::time::timeout(OP_LIMIT, pool.get()).await {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(StoreError::Query {
-            op,
-            message: pool_error(&e),
-        }),
-        Err(_) => Err(too_slow(op)),
-    }
-}
-
 /// Whether this node's liveness lock is held by its own session (`$3`,
 /// that session's backend pid).
 ///
@@ -190,14 +173,6 @@ const CLAIM: &str = "UPDATE baton_jobs SET status = 'running', started_at = $1, 
         ORDER BY priority DESC, seq LIMIT 1 FOR UPDATE SKIP LOCKED) \
     RETURNING ";
 
-/// The error of `op` when the database did not answer within `OP_LIMIT`.
-pub(super) fn too_slow(op: &'static str) -> StoreError {
-    StoreError::Query {
-        op,
-        message: "the database did not answer in time".into(),
-    }
-}
-
 /// `f`, within `OP_LIMIT`, its error as a store error. A transaction
 /// dropped unfinished is rolled back by the driver.
 async fn timed<T>(
@@ -230,13 +205,6 @@ fn tls_error(tls: &baton_pg::Tls, e: &deadpool_postgres::PoolError) -> String {
             .failure(b)
             .map_or_else(|| one_line(b), |failure| failure.to_string()),
         other => pool_error(other),
-    }
-}
-
-fn pool_error(e: &deadpool_postgres::PoolError) -> String {
-    match e {
-        deadpool_postgres::PoolError::Backend(e) => one_line(e),
-        other => other.to_string(),
     }
 }
 
@@ -346,7 +314,7 @@ impl Store for PgStore {
             // The start is when the claim holds the claims' lock (claims of
             // several nodes wait for each other here): taken before, a stored start
             // could precede the stored end of the job whose slot it took.
-            let now = now.max(crate::model::now_ms());
+            let now = now.max(baton_store::now_ms());
             let running = u64::try_from(running.get::<_, i64>(0)).unwrap_or(0);
             let free = match held.get::<_, bool>(0) {
                 true => n.min(max_running.saturating_sub(running)),
@@ -472,7 +440,7 @@ impl Store for PgStore {
     async fn reap(
         &self,
         retry: Retry<'_>,
-        settle: super::Settle,
+        settle: baton_store::Settle,
         now: i64,
     ) -> Result<Vec<Recovered>, StoreError> {
         let c = self.conn("take over the jobs of dead nodes").await?;

@@ -1,24 +1,6 @@
-//! Where jobs live: a trait with one implementation per engine, chosen once
-//! by the parsed store setting ([`StoreUrl`]). No driver type crosses this
-//! boundary; every method is one atomic step (a transaction), so two
-//! callers in the same millisecond never both claim a job or both take the
-//! last place in the queue.
-//!
-//! Design (the claim protocol, durability per promise): see `docs/src/design/service.md`.
-
-mod pg_batch;
-mod pg_reap;
-mod pg_session;
-mod pg_sql;
-mod pg_submit;
-mod postgres;
-mod sqlite;
-mod sqlite_files;
-mod sqlite_rescue;
-mod sqlite_writes;
-mod url;
-
-use std::path::Path;
+//! The operations the service needs from a job store, and their answers.
+//! No driver type crosses this boundary; every method is one atomic step
+//! (a transaction).
 
 use async_trait::async_trait;
 use tokio::sync::broadcast;
@@ -26,10 +8,6 @@ use tokio::sync::broadcast;
 use crate::model::{
     Counts, Finish, Job, JobStatus, ListFilter, NewJob, NodeInfo, RecordedGroup, Submitted,
 };
-
-pub use postgres::PgStore;
-pub use sqlite::SqliteStore;
-pub use url::StoreUrl;
 
 /// A store failure.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -271,28 +249,6 @@ impl Settle {
         Settle {
             dead: d,
             stopped: d,
-        }
-    }
-}
-
-/// Opens the store `url` names: SQLite (a relative path is taken from the
-/// baton dir) or PostgreSQL (TLS as the URL's `sslmode` says). For
-/// PostgreSQL this connects,
-/// migrates the schema and establishes this node's session before
-/// returning.
-pub async fn open(url: &StoreUrl, baton_dir: &Path) -> Result<Box<dyn Store>, StoreError> {
-    let open_error = |message: String| StoreError::Open {
-        url: url.to_string(),
-        message,
-    };
-    match url {
-        StoreUrl::Sqlite(path) => {
-            let path = baton_dir.join(path);
-            Ok(Box::new(SqliteStore::open(&path).map_err(open_error)?))
-        }
-        StoreUrl::Postgres(pg) => {
-            let node = pg_session::node_id(baton_dir).map_err(open_error)?;
-            Ok(Box::new(PgStore::open(pg, node).await.map_err(open_error)?))
         }
     }
 }
