@@ -305,3 +305,24 @@ pub enum DiagnoseError {
     #[error(transparent)]
     Unreachable(RunError),
 }
+
+#[cfg(all(test, not(feature = "postgres")))]
+mod without_postgres {
+    use super::{Backend, RunError};
+
+    #[test]
+    fn a_backend_url_is_refused_in_one_line() -> Result<(), Box<dyn std::error::Error>> {
+        let tmp = tempfile::tempdir()?;
+        let dir = baton_lock::BatonDir::open(tmp.path())?;
+        match Backend::open(&dir, Some("postgres://u@127.0.0.1/db")) {
+            Err(e @ RunError::InvalidRequest(_)) => {
+                let shown = e.to_string();
+                assert!(shown.contains("without PostgreSQL support"), "{shown}");
+                assert!(!shown.contains('\n'), "{shown}");
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+        assert!(matches!(Backend::open(&dir, None), Ok(Backend::Local(_))));
+        Ok(())
+    }
+}
