@@ -17,14 +17,14 @@ pub use baton_store_sqlite::SqliteStore;
 /// How long a node of a store several nodes share may go without proving
 /// that its session lives before its jobs' guardians stop them
 /// (`baton_pg::FENCE`). Without the feature `postgres` no store is shared,
-/// and nothing is fenced.
-#[cfg(feature = "postgres")]
-pub const FENCE: std::time::Duration = baton_pg::FENCE;
-/// How long a node of a store several nodes share may go without proving
-/// that its session lives: no store is shared without the feature
-/// `postgres`, and nothing is fenced.
-#[cfg(not(feature = "postgres"))]
-pub const FENCE: std::time::Duration = std::time::Duration::ZERO;
+/// and nothing is fenced (zero).
+pub const FENCE: std::time::Duration = {
+    #[cfg(feature = "postgres")]
+    let fence = baton_pg::FENCE;
+    #[cfg(not(feature = "postgres"))]
+    let fence = std::time::Duration::ZERO;
+    fence
+};
 
 /// Why a PostgreSQL store is refused by a service built without the
 /// feature `postgres`.
