@@ -23,14 +23,15 @@
 //!
 //! 1. **This crate**: the field on [`JobView`]; one a client sends goes on
 //!    [`SubmitRequest`] too.
-//! 2. **The store schemas** (`baton-serve`): the field on `model::Job` (on
-//!    `model::NewJob` when it comes with the submission) and its line in
-//!    `From<&Job> for JobView` (`model.rs`); in each store its column, all
-//!    in one file: `store/sqlite.rs` (`SCHEMA`, `SCHEMA_VERSION` + 1 and
+//! 2. **The store schemas** (`baton-store` and its drivers): the field on
+//!    `model::Job` (on `model::NewJob` when it comes with the submission)
+//!    and its line in `From<&Job> for JobView` (`baton-store`'s
+//!    `model.rs`); in each store its column, all in one file:
+//!    `baton-store-sqlite`'s `sqlite.rs` (`SCHEMA`, `SCHEMA_VERSION` + 1 and
 //!    its `ALTER TABLE` step, `COLUMNS`, `job_from_row`, and `submit_one`'s
-//!    `INSERT` for a submitted field) and `store/pg_sql.rs` (a `SCHEMA_V<n>`
-//!    step in `migrate`, `COLUMNS`, `job_from_row`; `store/pg_submit.rs`'s
-//!    `INSERT` for a submitted field). `waiter` was added so (schema 2 of
+//!    `INSERT` for a submitted field) and `baton-store-pg`'s `pg_sql.rs` (a
+//!    `SCHEMA_V<n>` step in `migrate`, `COLUMNS`, `job_from_row`;
+//!    `pg_submit.rs`'s `INSERT` for a submitted field). `waiter` was added so (schema 2 of
 //!    both stores), and `reset_branch` (submitted) and `abandoned_ref` (set
 //!    with the job's workspace, `Store::set_workspace`): schema 3 of SQLite,
 //!    5 of PostgreSQL.

@@ -67,8 +67,9 @@ mod status;
 mod tls;
 
 pub use acquire::MAX_SLOTS;
+pub use baton_lock::redact;
 pub use diagnose::Diagnosis;
-pub use error::{one_line, redact, PgError};
+pub use error::{one_line, PgError};
 pub use group::{GroupJoin, GroupOrder, GroupRunRow, GroupSlot, Joined};
 pub use holds::{Grant, Holds};
 pub use reserve::{PgReservations, RESERVATION_KEY};

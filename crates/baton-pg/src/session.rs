@@ -16,8 +16,9 @@ use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 
-use crate::error::{one_line, redact, sqlstate, PgError};
+use crate::error::{one_line, sqlstate, PgError};
 use crate::liveness::{HEARTBEAT, HEARTBEAT_LIMIT};
+use baton_lock::redact;
 
 /// How long making a session may take (the TCP connection, the login, the
 /// session's settings) before it counts as failed.

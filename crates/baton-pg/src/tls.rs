@@ -21,8 +21,9 @@ use tokio_postgres::config::{Host, SslMode as DriverSslMode};
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::error::{one_line, redact, PgError};
+use crate::error::{one_line, PgError};
 use crate::ssl::{SslMode, TlsFailure};
+use baton_lock::redact;
 
 /// Where the certificates that may sign the server's come from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,21 +7,27 @@
 use std::sync::Arc;
 
 use baton_lock::{BatonDir, LockName, LockRequest, LockStatus};
+#[cfg(feature = "postgres")]
 use baton_pg::Database;
 
 use crate::control::RunControl;
 use crate::error::RunError;
 use crate::group::GroupRequest;
-use crate::group_status::{local_group_status, remote_group_status, GroupStatus};
+#[cfg(feature = "postgres")]
+use crate::group_status::remote_group_status;
+use crate::group_status::{local_group_status, GroupStatus};
 use crate::locks::HeldLocks;
-use crate::member::{enter_local, enter_remote, Entered};
+#[cfg(feature = "postgres")]
+use crate::member::enter_remote;
+use crate::member::{enter_local, Entered};
 
 /// Where locks and groups are kept.
 #[derive(Clone, Debug)]
 pub enum Backend {
     /// Lock files and group documents in this baton dir: one machine.
     Local(BatonDir),
-    /// A PostgreSQL database: every machine using it.
+    /// A PostgreSQL database: every machine using it (feature `postgres`).
+    #[cfg(feature = "postgres")]
     Postgres(Arc<Database>),
 }
 
@@ -41,7 +47,8 @@ impl Backend {
     ///
     /// # Errors
     ///
-    /// [`RunError::Database`] naming what is wrong with the URL.
+    /// [`RunError::Database`] naming what is wrong with the URL; without
+    /// the feature `postgres`, [`RunError::InvalidRequest`] for any URL.
     pub fn open(dir: &BatonDir, url: Option<&str>) -> Result<Backend, RunError> {
         Backend::open_with(dir, url, None)
     }
@@ -69,6 +76,12 @@ impl Backend {
     ) -> Result<Backend, RunError> {
         match url.filter(|u| !u.is_empty()) {
             None => Ok(Backend::Local(dir.clone())),
+            #[cfg(not(feature = "postgres"))]
+            Some(_) => {
+                drop(notice);
+                Err(RunError::InvalidRequest(WITHOUT_POSTGRES.into()))
+            }
+            #[cfg(feature = "postgres")]
             Some(url) => {
                 let db = Database::new(url)?;
                 let db = match notice {
@@ -87,6 +100,7 @@ impl Backend {
             Backend::Local(dir) => {
                 Arc::new(baton_lock::reserve::LocalReservations::new(dir.clone()))
             }
+            #[cfg(feature = "postgres")]
             Backend::Postgres(db) => Arc::new(baton_pg::PgReservations::new((**db).clone())),
         }
     }
@@ -95,7 +109,11 @@ impl Backend {
     /// over by another machine, so its command must stop with the process
     /// that runs it (see [`Backend::guard`]).
     pub fn is_shared(&self) -> bool {
-        matches!(self, Backend::Postgres(_))
+        match self {
+            Backend::Local(_) => false,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => true,
+        }
     }
 
     /// The guardian a run on this backend needs (see
@@ -111,11 +129,13 @@ impl Backend {
     /// guardian (`baton`: its `main` calls [`baton_proc::dispatch_guardian`]).
     /// (macOS is type-checked only, see the README.)
     pub fn guard(&self) -> Option<baton_proc::GuardSpec> {
-        if self.is_shared() {
-            let fence = baton_proc::Fence::new(baton_pg::FENCE);
-            Some(baton_proc::GuardSpec::this_program(fence))
-        } else {
-            baton_proc::GuardSpec::where_needed()
+        match self {
+            Backend::Local(_) => baton_proc::GuardSpec::where_needed(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => {
+                let fence = baton_proc::Fence::new(baton_pg::FENCE);
+                Some(baton_proc::GuardSpec::this_program(fence))
+            }
         }
     }
 
@@ -125,10 +145,10 @@ impl Backend {
     /// database with the database's fence, as [`Backend::guard`]. See
     /// [`baton_proc::TreeGuard`].
     pub fn hold_guard(&self) -> baton_proc::GuardSpec {
-        let bound = if self.is_shared() {
-            baton_pg::FENCE
-        } else {
-            std::time::Duration::ZERO
+        let bound = match self {
+            Backend::Local(_) => std::time::Duration::ZERO,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => baton_pg::FENCE,
         };
         baton_proc::GuardSpec::this_program(baton_proc::Fence::new(bound))
     }
@@ -145,10 +165,14 @@ impl Backend {
         reqs: &[LockRequest],
         on_lost: impl Fn() + Send + 'static,
     ) -> Result<HeldLocks, RunError> {
+        #[cfg(not(feature = "postgres"))]
+        let _ = on_lost;
         match self {
             Backend::Local(dir) => Ok(HeldLocks::local(baton_lock::acquire_all(dir, reqs)?)),
             // No session for no locks: a group-only run holds none.
+            #[cfg(feature = "postgres")]
             Backend::Postgres(_) if reqs.is_empty() => Ok(HeldLocks::local(Vec::new())),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(db) => {
                 let holds = db.acquire_all(reqs)?;
                 holds.on_lost(on_lost);
@@ -167,6 +191,7 @@ impl Backend {
     ) -> Result<Entered, RunError> {
         match self {
             Backend::Local(dir) => enter_local(dir, req, run_id, command, control),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(db) => enter_remote(db, req, run_id, command, control),
         }
     }
@@ -179,6 +204,7 @@ impl Backend {
     pub fn status(&self, name: &LockName) -> Result<LockStatus, RunError> {
         match self {
             Backend::Local(dir) => Ok(baton_lock::status(dir, name)?),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(db) => Ok(db.status(name)?),
         }
     }
@@ -191,6 +217,7 @@ impl Backend {
     pub fn list(&self) -> Result<Vec<LockStatus>, RunError> {
         match self {
             Backend::Local(dir) => Ok(baton_lock::list(dir)?),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(db) => Ok(db.list()?),
         }
     }
@@ -205,6 +232,7 @@ impl Backend {
     pub fn group_status(&self, key: Option<&LockName>) -> Result<Vec<GroupStatus>, RunError> {
         match self {
             Backend::Local(dir) => local_group_status(dir, key),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(db) => remote_group_status(db, key),
         }
     }
@@ -221,6 +249,7 @@ impl Backend {
                 "`baton db` needs --backend postgres://USER@HOST/DATABASE (or BATON_BACKEND)"
                     .into(),
             )),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(db) => Ok(Migrated {
                 version: db.migrate()?,
                 place: db.url().to_string(),
@@ -229,6 +258,7 @@ impl Backend {
     }
 
     /// The database, when the locks are kept in one.
+    #[cfg(feature = "postgres")]
     pub(crate) fn database(&self) -> Option<&Database> {
         match self {
             Backend::Local(_) => None,
@@ -237,7 +267,14 @@ impl Backend {
     }
 }
 
+/// Why a `--backend` URL is refused by a baton built without the feature
+/// `postgres`.
+#[cfg(not(feature = "postgres"))]
+const WITHOUT_POSTGRES: &str =
+    "this baton was built without PostgreSQL support: --backend (BATON_BACKEND) cannot be used";
+
 /// The facts `baton doctor` reports about a `--backend` database.
+#[cfg(feature = "postgres")]
 pub use baton_pg::Diagnosis;
 
 /// Connects to the database `url` names and reports what baton needs of
@@ -247,6 +284,7 @@ pub use baton_pg::Diagnosis;
 /// # Errors
 ///
 /// [`DiagnoseError`]: the URL is not valid, or the database cannot be used.
+#[cfg(feature = "postgres")]
 pub fn diagnose_database(url: &str) -> Result<(Diagnosis, String), DiagnoseError> {
     let db = Database::new(url).map_err(|e| DiagnoseError::Url(e.into()))?;
     let shown = db.url().to_string();
@@ -257,6 +295,7 @@ pub fn diagnose_database(url: &str) -> Result<(Diagnosis, String), DiagnoseError
 }
 
 /// Why [`diagnose_database`] has no diagnosis.
+#[cfg(feature = "postgres")]
 #[derive(Debug, thiserror::Error)]
 pub enum DiagnoseError {
     /// The URL is not a valid database URL.
@@ -265,4 +304,25 @@ pub enum DiagnoseError {
     /// The database could not be reached or asked.
     #[error(transparent)]
     Unreachable(RunError),
+}
+
+#[cfg(all(test, not(feature = "postgres")))]
+mod without_postgres {
+    use super::{Backend, RunError};
+
+    #[test]
+    fn a_backend_url_is_refused_in_one_line() -> Result<(), Box<dyn std::error::Error>> {
+        let tmp = tempfile::tempdir()?;
+        let dir = baton_lock::BatonDir::open(tmp.path())?;
+        match Backend::open(&dir, Some("postgres://u@127.0.0.1/db")) {
+            Err(e @ RunError::InvalidRequest(_)) => {
+                let shown = e.to_string();
+                assert!(shown.contains("without PostgreSQL support"), "{shown}");
+                assert!(!shown.contains('\n'), "{shown}");
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+        assert!(matches!(Backend::open(&dir, None), Ok(Backend::Local(_))));
+        Ok(())
+    }
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use baton_lock::LockError;
 use baton_proc::ProcError;
 
+#[cfg(feature = "postgres")]
 impl From<baton_pg::PgError> for RunError {
     fn from(e: baton_pg::PgError) -> RunError {
         match e {
@@ -75,6 +76,7 @@ pub enum RunError {
         source: std::io::Error,
     },
     /// The PostgreSQL backend failed (connection, permission, statement).
+    #[cfg(feature = "postgres")]
     #[error(transparent)]
     Database(baton_pg::PgError),
     /// The database session holding the run's locks ended while the command

@@ -118,6 +118,7 @@ pub(crate) fn local_group_status(
 /// [`local_group_status`] for groups on PostgreSQL. Only live runs are kept
 /// there: the counters (`completed`, `superseded`, `skipped`) are `None`,
 /// and `generation` is 0.
+#[cfg(feature = "postgres")]
 pub(crate) fn remote_group_status(
     db: &baton_pg::Database,
     key: Option<&LockName>,
@@ -159,6 +160,7 @@ pub(crate) fn remote_group_status(
 }
 
 /// An idle group as PostgreSQL knows it: no runs, no counters.
+#[cfg(feature = "postgres")]
 fn uncounted(key: &str) -> GroupStatus {
     GroupStatus {
         key: key.to_string(),

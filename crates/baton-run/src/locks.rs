@@ -3,6 +3,7 @@
 //! group, release) for both.
 
 use baton_lock::{CommandGroup, HolderOutcome, HolderRecord, LockGuard};
+#[cfg(feature = "postgres")]
 use baton_pg::Holds;
 
 use crate::error::RunError;
@@ -16,6 +17,7 @@ pub struct HeldLocks(Held);
 #[derive(Debug)]
 enum Held {
     Local(Vec<LockGuard>),
+    #[cfg(feature = "postgres")]
     Remote(Box<Holds>),
 }
 
@@ -26,6 +28,7 @@ impl HeldLocks {
     }
 
     /// Locks held by a database session.
+    #[cfg(feature = "postgres")]
     pub(crate) fn remote(holds: Holds) -> HeldLocks {
         HeldLocks(Held::Remote(Box::new(holds)))
     }
@@ -37,6 +40,7 @@ impl HeldLocks {
                 .iter()
                 .map(|g| (g.name().to_string(), g.token()))
                 .collect(),
+            #[cfg(feature = "postgres")]
             Held::Remote(h) => h
                 .grants()
                 .iter()
@@ -49,6 +53,7 @@ impl HeldLocks {
     pub fn run_id(&self) -> Option<String> {
         match &self.0 {
             Held::Local(g) => g.first().map(|g| g.run_id().to_string()),
+            #[cfg(feature = "postgres")]
             Held::Remote(h) => h.grants().first().map(|g| g.run_id.clone()),
         }
     }
@@ -59,6 +64,7 @@ impl HeldLocks {
     pub fn previous_holder_died(&self) -> Option<&HolderRecord> {
         match &self.0 {
             Held::Local(g) => g.iter().find_map(LockGuard::previous_holder_died),
+            #[cfg(feature = "postgres")]
             Held::Remote(h) => h.grants().iter().find_map(|g| g.previous.as_deref()),
         }
     }
@@ -70,6 +76,7 @@ impl HeldLocks {
     pub fn previous_outcome(&self) -> Option<HolderOutcome> {
         let all: Vec<Option<&HolderOutcome>> = match &self.0 {
             Held::Local(g) => g.iter().map(LockGuard::previous_outcome).collect(),
+            #[cfg(feature = "postgres")]
             Held::Remote(h) => h
                 .grants()
                 .iter()
@@ -82,10 +89,13 @@ impl HeldLocks {
     /// Makes the locks' database session (if on PostgreSQL) a source of
     /// the guardian's fence: each heartbeat it answers vouches for the run.
     pub fn vouch_to(&self, fence: &baton_proc::Fence) {
+        #[cfg(feature = "postgres")]
         if let Held::Remote(h) = &self.0 {
             let source = fence.source();
             h.on_alive(move |sent| source.vouch(sent));
         }
+        #[cfg(not(feature = "postgres"))]
+        let _ = fence;
     }
 
     /// The lock files of locks held in the baton dir (none on a database),
@@ -97,13 +107,18 @@ impl HeldLocks {
         use std::os::fd::AsFd;
         match &self.0 {
             Held::Local(g) => g.iter().map(AsFd::as_fd).collect(),
+            #[cfg(feature = "postgres")]
             Held::Remote(_) => Vec::new(),
         }
     }
 
     /// Whether the locks are no longer held: the database session ended.
     pub(crate) fn is_lost(&self) -> bool {
-        matches!(&self.0, Held::Remote(h) if h.is_lost())
+        match &self.0 {
+            Held::Local(_) => false,
+            #[cfg(feature = "postgres")]
+            Held::Remote(h) => h.is_lost(),
+        }
     }
 
     /// Records the command's process group with every lock (best effort).
@@ -114,6 +129,7 @@ impl HeldLocks {
                     let _ = g.set_command_group(group);
                 }
             }
+            #[cfg(feature = "postgres")]
             Held::Remote(h) => {
                 if let Err(e) = h.set_command_group(group) {
                     tracing::warn!(error = %e, "cannot record the command's process group");
@@ -129,7 +145,11 @@ impl HeldLocks {
     /// A lock could not be released cleanly (it is released anyway when
     /// this process ends).
     pub fn release(self) -> Result<(), RunError> {
-        self.let_go(LockGuard::release, Holds::release)
+        self.let_go(
+            LockGuard::release,
+            #[cfg(feature = "postgres")]
+            Holds::release,
+        )
     }
 
     /// Releases every lock, leaving `outcome` for their next holders
@@ -155,7 +175,9 @@ impl HeldLocks {
                 }
                 first.map_or(Ok(()), |e| Err(e.into()))
             }
+            #[cfg(feature = "postgres")]
             (Held::Remote(h), Some(o)) => Ok(h.release_with(o)?),
+            #[cfg(feature = "postgres")]
             (Held::Remote(h), None) => Ok(h.release_unused()?),
         }
     }
@@ -170,7 +192,11 @@ impl HeldLocks {
     ///
     /// As [`HeldLocks::release`].
     pub fn abandon(self) -> Result<(), RunError> {
-        self.let_go(LockGuard::abandon, Holds::abandon)
+        self.let_go(
+            LockGuard::abandon,
+            #[cfg(feature = "postgres")]
+            Holds::abandon,
+        )
     }
 
     /// Lets go of every lock with `local` (in reverse order) or, on
@@ -178,7 +204,7 @@ impl HeldLocks {
     fn let_go(
         self,
         local: fn(LockGuard) -> Result<(), baton_lock::LockError>,
-        remote: fn(Holds) -> Result<(), baton_pg::PgError>,
+        #[cfg(feature = "postgres")] remote: fn(Holds) -> Result<(), baton_pg::PgError>,
     ) -> Result<(), RunError> {
         match self.0 {
             Held::Local(guards) => {
@@ -190,6 +216,7 @@ impl HeldLocks {
                 }
                 first.map_or(Ok(()), |e| Err(e.into()))
             }
+            #[cfg(feature = "postgres")]
             Held::Remote(h) => Ok(remote(*h)?),
         }
     }

@@ -8,13 +8,14 @@
 use std::sync::Arc;
 
 use baton_lock::{BatonDir, CommandGroup, HolderOutcome, LockError, LockGuard, WaitPolicy};
+#[cfg(feature = "postgres")]
 use baton_pg::{Database, GroupJoin, GroupOrder, GroupSlot, Joined as PgJoined};
 
 use crate::control::{RunControl, StopReason};
 use crate::error::RunError;
-use crate::group::{
-    join, kind_mismatch, GroupEvent, GroupMode, GroupRequest, Joined, Membership, Outdated,
-};
+#[cfg(feature = "postgres")]
+use crate::group::kind_mismatch;
+use crate::group::{join, GroupEvent, GroupMode, GroupRequest, Joined, Membership, Outdated};
 use crate::inbox::{notify, Inbox, Watcher};
 
 /// How a member leaves its group.
@@ -49,6 +50,7 @@ enum Place {
     },
     /// On PostgreSQL: the slot's session also carries the run's row and
     /// its supersede watch; leaving releases both.
+    #[cfg(feature = "postgres")]
     Remote(Option<GroupSlot>),
 }
 
@@ -128,6 +130,7 @@ pub(crate) fn enter_local(
 /// machine using the database. A newer run's mark reaches this one while it
 /// waits (its wait in the server is cancelled) or runs (a NOTIFY), and
 /// stops it through `control`; so does the end of its session.
+#[cfg(feature = "postgres")]
 pub(crate) fn enter_remote(
     db: &Database,
     req: &GroupRequest,
@@ -213,6 +216,7 @@ impl Member {
     pub(crate) fn token(&self) -> Option<u64> {
         match &self.place {
             Place::Local { slot, .. } => slot.as_ref().map(|s| s.token()),
+            #[cfg(feature = "postgres")]
             Place::Remote(slot) => slot.as_ref().map(GroupSlot::token),
         }
     }
@@ -224,6 +228,7 @@ impl Member {
             Place::Local { slot, .. } => slot
                 .as_ref()
                 .is_some_and(|s| s.previous_holder_died().is_some()),
+            #[cfg(feature = "postgres")]
             Place::Remote(slot) => slot
                 .as_ref()
                 .is_some_and(|s| s.previous_holder_died().is_some()),
@@ -234,6 +239,7 @@ impl Member {
     pub(crate) fn previous_outcome(&self) -> Option<&HolderOutcome> {
         match &self.place {
             Place::Local { slot, .. } => slot.as_ref().and_then(|s| s.previous_outcome()),
+            #[cfg(feature = "postgres")]
             Place::Remote(slot) => slot.as_ref().and_then(GroupSlot::previous_outcome),
         }
     }
@@ -249,6 +255,7 @@ impl Member {
             Place::Local { slot: Some(s), .. } => {
                 let _ = s.set_command_group(group);
             }
+            #[cfg(feature = "postgres")]
             Place::Remote(Some(s)) => {
                 if let Err(e) = s.set_command_group(group) {
                     tracing::warn!(error = %e, "cannot record the command's process group");
@@ -261,15 +268,22 @@ impl Member {
     /// Makes the slot's database session (if on PostgreSQL) a source of
     /// the guardian's fence: each heartbeat it answers vouches for the run.
     pub(crate) fn vouch_to(&self, fence: &baton_proc::Fence) {
+        #[cfg(feature = "postgres")]
         if let Place::Remote(Some(s)) = &self.place {
             let source = fence.source();
             s.on_alive(move |sent| source.vouch(sent));
         }
+        #[cfg(not(feature = "postgres"))]
+        let _ = fence;
     }
 
     /// Whether the slot was lost with its database session.
     pub(crate) fn is_lost(&self) -> bool {
-        matches!(&self.place, Place::Remote(Some(s)) if s.is_lost())
+        match &self.place {
+            Place::Local { .. } => false,
+            #[cfg(feature = "postgres")]
+            Place::Remote(slot) => slot.as_ref().is_some_and(GroupSlot::is_lost),
+        }
     }
 
     /// Sets how the run leaves the group when the guard is dropped.
@@ -301,6 +315,7 @@ impl Drop for Member {
                 slot,
                 watcher,
             } => (membership, slot, watcher),
+            #[cfg(feature = "postgres")]
             Place::Remote(slot) => {
                 let outcome = self.outcome.take();
                 if let Some(Err(e)) = slot.take().map(|s| s.leave_with(outcome)) {

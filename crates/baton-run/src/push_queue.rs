@@ -6,8 +6,12 @@
 
 use std::sync::Arc;
 
-use baton_git::{PushQueue, QueueError};
+use baton_git::PushQueue;
+#[cfg(feature = "postgres")]
+use baton_git::QueueError;
+#[cfg(feature = "postgres")]
 use baton_lock::LockRequest;
+#[cfg(feature = "postgres")]
 use baton_pg::{Database, PgError};
 
 use crate::Backend;
@@ -19,20 +23,24 @@ impl Backend {
     pub fn push_queue(&self) -> Option<Arc<dyn PushQueue>> {
         match self {
             Backend::Local(_) => None,
+            #[cfg(feature = "postgres")]
             Backend::Postgres(db) => Some(Arc::new(SharedQueue(Arc::clone(db)))),
         }
     }
 }
 
 /// Pushes wait for a session lock on the database.
+#[cfg(feature = "postgres")]
 struct SharedQueue(Arc<Database>);
 
+#[cfg(feature = "postgres")]
 impl std::fmt::Debug for SharedQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "PostgreSQL")
     }
 }
 
+#[cfg(feature = "postgres")]
 impl PushQueue for SharedQueue {
     fn take(&self, lock: &LockRequest) -> Result<Box<dyn Send>, QueueError> {
         match self.0.acquire_all(std::slice::from_ref(lock)) {

@@ -3,8 +3,10 @@
 //! timeout), on a store that survives restarts.
 //!
 //! - [`config`]: the TOML file and its command-line overrides.
-//! - [`store`]: the job store trait, its SQLite and PostgreSQL
-//!   implementations, and the store setting ([`store::StoreUrl`]).
+//! - [`store`]: opens the job store the setting ([`store::StoreUrl`])
+//!   names; the trait and its drivers are crates of their own
+//!   (`baton-store`, `baton-store-sqlite`, `baton-store-pg`: the last only
+//!   with the feature `postgres`, on by default).
 //! - [`service`]: the running service and its parts: the scheduler (global
 //!   semaphore, strict FIFO), the rescuer, the cleaner, restart recovery,
 //!   cancel and the drain.

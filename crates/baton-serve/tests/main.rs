@@ -2,9 +2,7 @@
 //! 3, on a 2-core CI): each file is a module. A new test file must be
 //! declared here (the crate sets `autotests = false`).
 
-mod common;
 mod entry_point;
-mod store;
 // fdatasync under strace (Linux).
 #[cfg(target_os = "linux")]
 mod sync;

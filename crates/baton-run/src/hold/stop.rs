@@ -183,6 +183,7 @@ impl Backend {
     /// the holder exits. Holders on another host, or a held lock whose recorded
     /// holder is gone, are refused with an explanation.
     pub fn break_lock(&self, name: &LockName, grace: Duration) -> Result<BreakReport, RunError> {
+        #[cfg(feature = "postgres")]
         if let Some(db) = self.database() {
             return break_remote(db, name);
         }
@@ -285,6 +286,7 @@ impl Backend {
 /// `break` on PostgreSQL: the holders' sessions are ended, wherever they
 /// run; each holder's supervisor then stops its command (and a new holder
 /// waits until it has).
+#[cfg(feature = "postgres")]
 fn break_remote(db: &baton_pg::Database, name: &LockName) -> Result<BreakReport, RunError> {
     let (done, free_now) = db.break_lock(name)?;
     Ok(BreakReport {

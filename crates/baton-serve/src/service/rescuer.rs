@@ -34,8 +34,8 @@ impl Rescuer {
     /// command at once.
     pub(crate) fn settle(config: &Config) -> Settle {
         Settle {
-            dead: baton_pg::FENCE + config.grace + Duration::from_secs(1),
-            stopped: baton_pg::FENCE + Duration::from_secs(1),
+            dead: crate::store::FENCE + config.grace + Duration::from_secs(1),
+            stopped: crate::store::FENCE + Duration::from_secs(1),
         }
     }
 

@@ -100,7 +100,7 @@ impl Scheduler {
             .store
             .events()
             .is_some()
-            .then(|| baton_proc::Fence::new(baton_pg::FENCE));
+            .then(|| baton_proc::Fence::new(crate::store::FENCE));
         let (stdout_tx, stdout_rx) = watch::channel(0u64);
         let (done_tx, done_rx) = watch::channel(false);
         self.lives.running().insert(

@@ -11,6 +11,23 @@ pub(crate) fn backend_check(url: Option<&str>) -> Check {
     let Some(url) = url else {
         return Check::skipped(NAME, "no --backend (locks are in the baton dir)");
     };
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = url;
+        Check::new(
+            NAME,
+            Status::Error,
+            "this baton was built without PostgreSQL support: --backend (BATON_BACKEND) cannot be used".to_string(),
+        )
+    }
+    #[cfg(feature = "postgres")]
+    database_check(url)
+}
+
+/// [`backend_check`] of the database `url` names.
+#[cfg(feature = "postgres")]
+fn database_check(url: &str) -> Check {
+    const NAME: &str = "backend";
     let (d, shown) =
         match baton_run::diagnose_database(url) {
             Ok(found) => found,
