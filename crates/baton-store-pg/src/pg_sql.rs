@@ -7,7 +7,7 @@ use tokio_postgres::Row;
 use baton_pg::one_line;
 
 use super::pg_session::NODE_CLASS;
-use baton_store::{rfc3339, Counts, Job, GroupMode, JobStatus, NewJob, NodeInfo};
+use baton_store::{rfc3339, Counts, GroupMode, Job, JobStatus, NewJob, NodeInfo};
 
 type PgResult<T> = Result<T, tokio_postgres::Error>;
 

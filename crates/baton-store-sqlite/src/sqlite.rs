@@ -30,7 +30,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use super::sqlite_files::{self, StoreFiles};
 use super::sqlite_writes::{self, Writes};
 use baton_store::{
-    CancelQueued, Counts, Finish, Job, GroupMode, JobStatus, ListFilter, NewJob, RecordedGroup,
+    CancelQueued, Counts, Finish, GroupMode, Job, JobStatus, ListFilter, NewJob, RecordedGroup,
     Recovered, RemoveFinished, Store, StoreError, Submitted,
 };
 

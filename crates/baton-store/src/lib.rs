@@ -26,7 +26,7 @@ pub mod suite;
 mod url;
 
 pub use model::{
-    now_ms, outranks, rfc3339, Counts, Finish, Job, GroupMode, JobStatus, ListFilter, NewJob,
+    now_ms, outranks, rfc3339, Counts, Finish, GroupMode, Job, JobStatus, ListFilter, NewJob,
     NodeInfo, RecordedGroup, Submitted,
 };
 pub use store::{CancelQueued, Recovered, RemoveFinished, Settle, Store, StoreError, StoreEvent};
