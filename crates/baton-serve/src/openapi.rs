@@ -50,6 +50,7 @@ use crate::config::{Config, Template};
 
 mod generate;
 mod routes;
+mod schemas;
 mod shapes;
 
 /// Control characters (Unicode category Cc, Rust's `char::is_control`), as

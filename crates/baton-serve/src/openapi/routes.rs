@@ -10,7 +10,7 @@
 
 use serde_json::{json, Value};
 
-use super::generate::{response, Schemas};
+use super::schemas::{json_answer, response, Schemas};
 use super::shapes;
 
 /// Who may call a route.
@@ -107,11 +107,6 @@ impl Operation {
         self.params.push(param);
         self
     }
-}
-
-/// An answer with a JSON body of `schema`.
-pub fn json_answer(description: &str, schema: Value) -> Value {
-    json!({"description": description, "content": {"application/json": {"schema": schema}}})
 }
 
 /// An answer with a text body of media type `media`.

@@ -6,8 +6,7 @@
 
 use serde_json::{json, Value};
 
-use super::generate::Schemas;
-use super::routes::json_answer;
+use super::schemas::{json_answer, Schemas};
 use crate::model::NodeInfo;
 
 /// `/health`: `crate::api::health` and `crate::api::health_body`.
