@@ -27,7 +27,18 @@ pub enum ErrorCause {
 
 /// The [`ErrorCause`] of `e`, from its system error code.
 pub fn error_cause(e: &io::Error) -> ErrorCause {
-    e.raw_os_error().map_or(ErrorCause::Other, sys::error_cause)
+    let Some(code) = e.raw_os_error() else {
+        return ErrorCause::Other;
+    };
+    [
+        (sys::DENIED, ErrorCause::Denied),
+        (sys::READ_ONLY, ErrorCause::ReadOnly),
+        (sys::NOT_EMPTY_CODES, ErrorCause::NotEmpty),
+        (sys::BUSY, ErrorCause::Busy),
+    ]
+    .into_iter()
+    .find(|(codes, _)| codes.contains(&code))
+    .map_or(ErrorCause::Other, |(_, cause)| cause)
 }
 
 /// The system's "directory not empty" error (`ENOTEMPTY`; Windows

@@ -32,14 +32,15 @@ pub(crate) use unix::random_u64;
 #[cfg(unix)]
 pub(crate) use unix::{
     allocated_bytes, check_write_access, copy_owner_and_mode, create_new, describe_special,
-    error_cause, file_id, flush_dir, flush_rename, metadata_id, open_no_follow, path_id,
-    read_exact_at, rename, set_len, shorten_name, NOT_EMPTY,
+    file_id, flush_dir, flush_rename, metadata_id, open_no_follow, path_id, read_exact_at, rename,
+    set_len, shorten_name, BUSY, DENIED, NOT_EMPTY, NOT_EMPTY_CODES, READ_ONLY,
 };
 #[cfg(windows)]
 pub(crate) use windows::{
     allocated_bytes, check_write_access, copy_owner_and_mode, create_new, describe_special,
-    error_cause, file_id, flush_dir, flush_rename, metadata_id, open_no_follow, path_id,
-    random_u64, read_exact_at, rename, set_len, shorten_name, NOT_EMPTY,
+    file_id, flush_dir, flush_rename, metadata_id, open_no_follow, path_id, random_u64,
+    read_exact_at, rename, set_len, shorten_name, BUSY, DENIED, NOT_EMPTY, NOT_EMPTY_CODES,
+    READ_ONLY,
 };
 
 #[cfg(not(any(unix, windows)))]

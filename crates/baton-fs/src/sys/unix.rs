@@ -169,17 +169,12 @@ pub(crate) fn describe_special(file_type: &FileType) -> Option<&'static str> {
 /// `ENOTEMPTY`.
 pub(crate) const NOT_EMPTY: i32 = libc::ENOTEMPTY;
 
-/// The cause of a raw `errno`.
-pub(crate) fn error_cause(errno: i32) -> crate::ErrorCause {
-    use crate::ErrorCause;
-    match errno {
-        libc::EACCES | libc::EPERM => ErrorCause::Denied,
-        libc::EROFS => ErrorCause::ReadOnly,
-        libc::ENOTEMPTY | libc::EEXIST => ErrorCause::NotEmpty,
-        libc::EBUSY => ErrorCause::Busy,
-        _ => ErrorCause::Other,
-    }
-}
+/// The `errno`s of each cause of `crate::ErrorCause` (`cause.rs` tells
+/// them apart with these): denied, read-only, not empty, busy.
+pub(crate) const DENIED: &[i32] = &[libc::EACCES, libc::EPERM];
+pub(crate) const READ_ONLY: &[i32] = &[libc::EROFS];
+pub(crate) const NOT_EMPTY_CODES: &[i32] = &[libc::ENOTEMPTY, libc::EEXIST];
+pub(crate) const BUSY: &[i32] = &[libc::EBUSY];
 
 /// Device and inode (`crate::FileId`).
 pub(crate) fn metadata_id(meta: &Metadata) -> Option<(u64, u64)> {

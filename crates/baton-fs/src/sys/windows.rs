@@ -262,17 +262,17 @@ pub(crate) fn describe_special(file_type: &FileType) -> Option<&'static str> {
 /// `ERROR_DIR_NOT_EMPTY`.
 pub(crate) const NOT_EMPTY: i32 = ERROR_DIR_NOT_EMPTY as i32;
 
-/// The cause of a raw Windows error code.
-pub(crate) fn error_cause(code: i32) -> crate::ErrorCause {
-    use crate::ErrorCause;
-    match u32::try_from(code).unwrap_or(0) {
-        ERROR_ACCESS_DENIED => ErrorCause::Denied,
-        ERROR_WRITE_PROTECT => ErrorCause::ReadOnly,
-        ERROR_DIR_NOT_EMPTY => ErrorCause::NotEmpty,
-        ERROR_SHARING_VIOLATION | ERROR_LOCK_VIOLATION | ERROR_BUSY => ErrorCause::Busy,
-        _ => ErrorCause::Other,
-    }
-}
+/// The Windows error codes of each cause of `crate::ErrorCause`
+/// (`cause.rs` tells them apart with these): denied, read-only, not empty,
+/// busy.
+pub(crate) const DENIED: &[i32] = &[ERROR_ACCESS_DENIED as i32];
+pub(crate) const READ_ONLY: &[i32] = &[ERROR_WRITE_PROTECT as i32];
+pub(crate) const NOT_EMPTY_CODES: &[i32] = &[ERROR_DIR_NOT_EMPTY as i32];
+pub(crate) const BUSY: &[i32] = &[
+    ERROR_SHARING_VIOLATION as i32,
+    ERROR_LOCK_VIOLATION as i32,
+    ERROR_BUSY as i32,
+];
 
 /// `None`: std's `Metadata` has no stable file index here
 /// (`crate::FileId::of_metadata`).
