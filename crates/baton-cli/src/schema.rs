@@ -12,7 +12,7 @@
 
 use baton_contract::json::{self, Shape};
 use schemars::generate::SchemaSettings;
-use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::Value;
 
 use crate::commands::doctor::Report as DoctorReport;
@@ -353,29 +353,3 @@ pub const OUTPUTS: &[Output] = &[
         generate: root::<baton_api::SubmitRequest>,
     },
 ];
-
-/// `name` of a check of `baton doctor --json`: one of
-/// [`json::DOCTOR_CHECKS`].
-pub(crate) fn doctor_check_name(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "string",
-        "enum": json::DOCTOR_CHECKS,
-    })
-}
-
-/// `rule` of `baton doctor --json`: one of [`json::DIR_RULES`], or `null`.
-pub(crate) fn doctor_rule(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": ["string", "null"],
-        "enum": json::DIR_RULES.iter().map(|r| Value::from(*r)).chain([Value::Null]).collect::<Vec<Value>>(),
-    })
-}
-
-/// `status` of `baton doctor --json`: its worst check's (a skipped check
-/// counts as none).
-pub(crate) fn doctor_status(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "string",
-        "enum": ["ok", "warning", "error"],
-    })
-}

@@ -17,6 +17,8 @@ use serde_json::json;
 
 mod backend;
 pub(crate) mod check;
+#[cfg(feature = "schema")]
+pub(crate) mod schema;
 
 use self::check::{Check, Status};
 use crate::exit_codes::BATON_FAILED;
@@ -39,14 +41,14 @@ pub(crate) struct Report {
     /// `temp_dir`; `null` when none could be located.
     #[cfg_attr(
         feature = "schema",
-        schemars(schema_with = "crate::schema::doctor_rule")
+        schemars(schema_with = "crate::commands::doctor::schema::doctor_rule")
     )]
     rule: Option<&'static str>,
     /// The worst status of the checks (a skipped check counts as none):
     /// `ok`, `warning` (exit 1) or `error` (exit 125).
     #[cfg_attr(
         feature = "schema",
-        schemars(schema_with = "crate::schema::doctor_status")
+        schemars(schema_with = "crate::commands::doctor::schema::doctor_status")
     )]
     status: Status,
     /// The checks, in the order they ran.

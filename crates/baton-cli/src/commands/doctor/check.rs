@@ -28,7 +28,7 @@ pub(crate) struct Check {
     /// `backend`, in the order they run.
     #[cfg_attr(
         feature = "schema",
-        schemars(schema_with = "crate::schema::doctor_check_name")
+        schemars(schema_with = "crate::commands::doctor::schema::doctor_check_name")
     )]
     pub(crate) name: &'static str,
     /// How it came out.
