@@ -200,7 +200,7 @@ pub struct RunReport {
 /// the group slot's previous holder ended without releasing it and
 /// `BATON_PREVIOUS_OUTCOME` (how it ended: [`HolderOutcome`]) when there was
 /// one, and releases everything when it ends, leaving its own outcome
-/// ([`holder_outcome`]) for the next holder.
+/// (see `holder_outcome`) for the next holder.
 ///
 /// With several locks, `BATON_LOCK` and `BATON_FENCING_TOKEN` hold
 /// comma-separated lists in the same (sorted) order. In a group without
