@@ -61,12 +61,21 @@ pub(crate) fn run(config: Config, dir: BatonDir) -> Result<(), ServeError> {
     })
 }
 
-/// The one line a supervisor (or a test) waits for, once the service answers.
+/// The one line a supervisor (or a test) waits for, once the service
+/// answers. Written past the standard library's stdout buffer, on a
+/// duplicate of the descriptor: a reader that closed the pipe makes the
+/// line go nowhere, not the clean stop at the end fail for bytes still
+/// buffered (exit 0 after a drain, however stdout went).
 fn say_listening(local: std::net::SocketAddr) {
     use std::io::Write;
-    let mut out = std::io::stdout();
-    let _ = writeln!(out, "baton serve: listening on http://{local}");
-    let _ = out.flush();
+    #[cfg(unix)]
+    let out = std::os::fd::AsFd::as_fd(&std::io::stdout()).try_clone_to_owned();
+    #[cfg(windows)]
+    let out = std::os::windows::io::AsHandle::as_handle(&std::io::stdout()).try_clone_to_owned();
+    if let Ok(out) = out {
+        let _ = std::fs::File::from(out)
+            .write_all(format!("baton serve: listening on http://{local}\n").as_bytes());
+    }
 }
 
 /// Completes on the first SIGTERM or SIGINT (never, if they cannot be

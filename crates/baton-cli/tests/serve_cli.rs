@@ -534,3 +534,63 @@ fn a_queue_mode_job_waits_for_a_cli_run_of_its_group() {
         "the job's command started before the CLI run ended"
     );
 }
+
+/// A supervisor that closed its end of the service's stdout before the
+/// service said where it listens (`baton serve | true`): the service runs
+/// all the same, and a clean stop (SIGTERM, drained) still exits 0, not
+/// 125 for a line nobody could read.
+#[test]
+fn a_stdout_closed_by_its_reader_does_not_fail_a_clean_stop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("serve.toml");
+    std::fs::write(&config, serve_common::sh_config("")).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("--dir")
+        .arg(tmp.path().join("baton"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let answered = std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut c| {
+            use std::io::Write;
+            write!(
+                c,
+                "GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+            )?;
+            let mut answer = String::new();
+            c.read_to_string(&mut answer)?;
+            Ok(answer)
+        });
+        match answered {
+            Ok(a) if a.starts_with("HTTP/1.1 200") => break,
+            _ if start.elapsed() > Duration::from_secs(60) => {
+                let _ = child.kill();
+                panic!("baton serve never answered /health: {answered:?}");
+            }
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
